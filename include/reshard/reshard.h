@@ -1,0 +1,423 @@
+/*
+ * reshard — move distributed tensors from one layout to another.
+ *
+ * The public C API. Read it top to bottom once:
+ *
+ *   1. Status codes and the last-error message.
+ *   2. Data types.
+ *   3. Logical tensors (reshard_tensors_t): name, dtype, global shape and an
+ *      optional finer view shape in which every box is expressed.
+ *   4. Layouts (reshard_layout_t): fragments, i.e. "this box of tensor T lives
+ *      in buffer B of rank R at base offset o with strides s", given directly
+ *      or compiled from a DTensor-style mesh + placements.
+ *   5. Plans (reshard_plan_t): computed once from a source and a destination
+ *      layout (pure computation, no communication), executed many times.
+ *   6. Communicators (reshard_comm_t): the transport that moves the bytes
+ *      (in-process threads here; MPI in reshard_mpi.h, NCCL in reshard_nccl.h).
+ *   7. The verification pattern used by the tools and tests.
+ *
+ * Units: shapes, boxes, offsets and strides are in ELEMENTS of the tensor's
+ * dtype, in view-shape coordinates; buffer sizes and byte counters are in
+ * BYTES. All counts are 64-bit: tensors over 2^31 elements are normal.
+ *
+ * Placement semantics follow PyTorch DTensor (torch.distributed.tensor):
+ * Shard(d) splits like torch.chunk, several mesh dims on one tensor dim
+ * apply left to right, _StridedShard(d, split_factor) takes the i-th chunk of
+ * each of split_factor blocks.
+ *
+ * Thread safety: distinct handles may be used from distinct threads; the
+ * last-error message is per thread.
+ */
+#ifndef RESHARD_H
+#define RESHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RESHARD_VERSION_MAJOR 0
+#define RESHARD_VERSION_MINOR 1
+#define RESHARD_VERSION_PATCH 0
+
+/** Most dims of a global or view shape. */
+#define RESHARD_MAX_DIMS 8
+
+/* ------------------------------------------------------------------ */
+/* 1. Status                                                           */
+/* ------------------------------------------------------------------ */
+
+/** 0 is success; every error is negative and distinct. */
+typedef enum {
+    RESHARD_OK = 0,
+    RESHARD_ERR_INVALID_ARG = -1,    /**< NULL handle, bad enum, bad count */
+    RESHARD_ERR_NOMEM = -2,          /**< allocation failed */
+    RESHARD_ERR_SHAPE = -3,          /**< shapes disagree (view vs global, src vs dst) */
+    RESHARD_ERR_DTYPE = -4,          /**< dtypes disagree */
+    RESHARD_ERR_BOX = -5,            /**< box outside the tensor's view shape */
+    RESHARD_ERR_UNCOVERED = -6,      /**< a destination element has no source */
+    RESHARD_ERR_OVERLAP = -7,        /**< two destination fragments write the same bytes */
+    RESHARD_ERR_RANK = -8,           /**< rank outside [0, world_size) */
+    RESHARD_ERR_OVERFLOW = -9,       /**< a size does not fit in 64 bits */
+    RESHARD_ERR_BUFFER = -10,        /**< buffer missing or smaller than its fragments need */
+    RESHARD_ERR_CONFIG = -11,        /**< model / parallel configuration violates a rule */
+    RESHARD_ERR_TRANSPORT = -12,     /**< the transport (MPI, NCCL) reported an error */
+    RESHARD_ERR_TIMEOUT = -13,       /**< a peer did not answer within the timeout */
+    RESHARD_ERR_UNSUPPORTED = -14,   /**< not built in, or no device at run time */
+    RESHARD_ERR_IO = -15,            /**< a file could not be read or parsed */
+    RESHARD_ERR_VERIFY = -16,        /**< verification found a wrong or unwritten element */
+    RESHARD_ERR_STAGING = -17,       /**< staging bound too small for the plan */
+} reshard_status_t;
+
+/** Static English name of a status ("RESHARD_ERR_UNCOVERED"). Never NULL. */
+const char *reshard_status_string(reshard_status_t status);
+
+/**
+ * The message of the last error returned on the calling thread, naming the
+ * tensor, rank and box involved where there is one. Empty string when the
+ * last call succeeded. The pointer stays valid until the next reshard call on
+ * this thread. Never NULL.
+ */
+const char *reshard_last_error(void);
+
+/* ------------------------------------------------------------------ */
+/* 2. Data types                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef enum {
+    RESHARD_BF16 = 0,
+    RESHARD_FP16,
+    RESHARD_FP32,
+    RESHARD_FP64,
+    RESHARD_FP8_E4M3,
+    RESHARD_FP8_E5M2,
+    RESHARD_INT8,
+    RESHARD_UINT8,
+    RESHARD_INT32,
+    RESHARD_INT64,
+    RESHARD_DTYPE_COUNT
+} reshard_dtype_t;
+
+/** Size of one element in bytes; 0 for an invalid dtype. */
+size_t reshard_dtype_size(reshard_dtype_t dtype);
+/** Lower-case name ("bf16", "fp8_e4m3", ...); "?" for an invalid dtype. */
+const char *reshard_dtype_name(reshard_dtype_t dtype);
+
+/* ------------------------------------------------------------------ */
+/* 3. Logical tensors                                                  */
+/* ------------------------------------------------------------------ */
+
+/** An ordered catalogue of logical tensors; ids are 0, 1, 2, ... in order of
+ *  addition. Both sides of a refit use the same catalogue. */
+typedef struct reshard_tensors reshard_tensors_t;
+
+/** Create an empty catalogue. Errors: INVALID_ARG (out NULL), NOMEM. Local. */
+reshard_status_t reshard_tensors_create(reshard_tensors_t **out);
+/** Free a catalogue; layouts made over it must be destroyed first. NULL ok. */
+void reshard_tensors_destroy(reshard_tensors_t *tensors);
+
+/**
+ * Add a logical tensor.
+ * @param name        unique name, e.g. HF "model.layers.0.self_attn.q_proj.weight"
+ * @param dtype       element type
+ * @param ndim        1..RESHARD_MAX_DIMS dims of the global (row-major) shape
+ * @param shape       global shape in elements; every extent >= 1
+ * @param view_ndim   0 for "view = global shape", else 1..RESHARD_MAX_DIMS
+ * @param view_shape  a finer reshape (same element count, same row-major
+ *                    order) in which boxes of this tensor are expressed,
+ *                    e.g. [heads, head_dim, hidden] for [heads*head_dim, hidden]
+ * @param id_out      receives the tensor id (may be NULL)
+ * Errors: INVALID_ARG (NULL, ndim out of range, duplicate name), SHAPE (an
+ * extent < 1, or the view's element count differs), OVERFLOW (element count
+ * or byte size over 2^63), NOMEM. Local; no communication.
+ */
+reshard_status_t reshard_tensors_add(reshard_tensors_t *tensors, const char *name,
+                                     reshard_dtype_t dtype, int ndim, const int64_t *shape,
+                                     int view_ndim, const int64_t *view_shape, int32_t *id_out);
+
+/** Number of tensors. */
+int32_t reshard_tensors_count(const reshard_tensors_t *tensors);
+/** Id of the tensor with this name, or -1. */
+int32_t reshard_tensors_find(const reshard_tensors_t *tensors, const char *name);
+
+/** What a catalogue says about one tensor (pointers into the catalogue). */
+typedef struct {
+    const char *name;
+    reshard_dtype_t dtype;
+    int ndim;
+    int64_t shape[RESHARD_MAX_DIMS];
+    int view_ndim; /**< always >= 1: equals ndim when no view was given */
+    int64_t view_shape[RESHARD_MAX_DIMS];
+    int64_t numel; /**< elements */
+    uint64_t bytes;
+} reshard_tensor_info_t;
+
+/** Describe tensor @p id. Errors: INVALID_ARG (NULL or id out of range). */
+reshard_status_t reshard_tensors_info(const reshard_tensors_t *tensors, int32_t id,
+                                      reshard_tensor_info_t *info);
+
+/** Sum of the bytes of every tensor once. */
+uint64_t reshard_tensors_bytes(const reshard_tensors_t *tensors);
+
+/* ------------------------------------------------------------------ */
+/* 4. Layouts                                                          */
+/* ------------------------------------------------------------------ */
+
+/** A box: per view dim an offset and an extent, in elements. */
+typedef struct {
+    int ndim;
+    int64_t offset[RESHARD_MAX_DIMS];
+    int64_t extent[RESHARD_MAX_DIMS];
+} reshard_box_t;
+
+/**
+ * A fragment: the elements of tensor @c tensor inside @c box live in buffer
+ * @c buffer of rank @c rank; element (box.offset + i) is stored at element
+ * position base + sum_d i[d] * stride[d] of the buffer (positions counted in
+ * elements of the tensor's dtype). Strides may be any non-negative values
+ * that do not make two elements of the box share a position.
+ */
+typedef struct {
+    int32_t tensor;
+    int32_t rank;
+    int32_t buffer; /**< caller's buffer id on that rank, >= 0 */
+    reshard_box_t box;
+    int64_t base;
+    int64_t stride[RESHARD_MAX_DIMS];
+} reshard_fragment_t;
+
+/** All fragments of one side (source or destination) of a refit. */
+typedef struct reshard_layout reshard_layout_t;
+
+/** Create an empty layout over @p tensors (kept by pointer: it must outlive
+ *  the layout). Errors: INVALID_ARG, NOMEM. Local. */
+reshard_status_t reshard_layout_create(const reshard_tensors_t *tensors, reshard_layout_t **out);
+/** Free a layout; NULL ok. */
+void reshard_layout_destroy(reshard_layout_t *layout);
+
+/**
+ * Add one fragment (copied). Checked here: tensor id exists, box.ndim equals
+ * the tensor's view ndim, the box lies inside the view shape with extents
+ * >= 1, rank >= 0, buffer >= 0, base >= 0, strides >= 0, the last element's
+ * position fits in 64 bits.
+ * Errors: INVALID_ARG, BOX, RANK, OVERFLOW, NOMEM — the message names the
+ * tensor, the rank and the box. Local.
+ */
+reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout,
+                                             const reshard_fragment_t *fragment);
+
+/** A DTensor placement on one mesh dim. */
+typedef enum {
+    RESHARD_REPLICATE = 0,     /**< every rank on this mesh dim holds the same elements */
+    RESHARD_SHARD = 1,         /**< Shard(dim): torch.chunk over the mesh dim */
+    RESHARD_STRIDED_SHARD = 2, /**< _StridedShard(dim, split_factor) */
+} reshard_placement_kind_t;
+
+typedef struct {
+    reshard_placement_kind_t kind;
+    int dim;          /**< view dim, for SHARD and STRIDED_SHARD */
+    int split_factor; /**< >= 1, for STRIDED_SHARD */
+} reshard_placement_t;
+
+/** An N-d array of ranks, row-major: ranks[i0*shape[1]*... + ...]. */
+typedef struct {
+    int ndim; /**< 1..RESHARD_MAX_DIMS */
+    int64_t shape[RESHARD_MAX_DIMS];
+    const int32_t *ranks; /**< prod(shape) distinct rank ids */
+} reshard_mesh_t;
+
+/**
+ * Compile a DTensor (mesh + one placement per mesh dim) into fragments of
+ * tensor @p tensor, one or more per mesh rank. Each rank stores its local
+ * shard as a contiguous row-major array of the local shape, starting at
+ * element @p base of its buffer @p buffer; a rank whose shard is empty gets
+ * no fragment.
+ *   Shard(d) over k ranks: chunk c = ceil(N/k); rank i holds
+ *     [i*c, min((i+1)*c, N)) of the current local extent (5 over 4: 2,2,1,0).
+ *   StridedShard(d, sf): the current local extent is cut into sf blocks by
+ *     torch.chunk and rank i holds the i-th torch.chunk of each block.
+ *   Mesh dims are applied left to right.
+ * Errors: INVALID_ARG (NULL, placement dim out of range, split_factor < 1,
+ * duplicate rank in the mesh), RANK, NOMEM. Local.
+ */
+reshard_status_t reshard_layout_add_dtensor(reshard_layout_t *layout, int32_t tensor,
+                                            const reshard_mesh_t *mesh,
+                                            const reshard_placement_t *placements,
+                                            int32_t buffer, int64_t base);
+
+/** Number of fragments. */
+int64_t reshard_layout_count(const reshard_layout_t *layout);
+/** Copy fragment @p i out. Errors: INVALID_ARG. */
+reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t i,
+                                         reshard_fragment_t *out);
+
+/**
+ * Bytes buffer @p buffer of rank @p rank must have to hold every fragment of
+ * this layout placed in it (one past the last element any fragment touches).
+ * 0 when no fragment uses that buffer.
+ */
+uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer);
+/** One more than the largest buffer id used by @p rank's fragments (0 if none). */
+int32_t reshard_layout_buffer_count(const reshard_layout_t *layout, int32_t rank);
+
+/* ------------------------------------------------------------------ */
+/* 5. Plans                                                            */
+/* ------------------------------------------------------------------ */
+
+/** Plan for every rank (global statistics, simulation). */
+#define RESHARD_ALL_RANKS (-1)
+
+/** Which optional fields of reshard_plan_params_t are set. */
+enum {
+    RESHARD_PLAN_PARAM_STAGING_BYTES = 1u << 0,
+    RESHARD_PLAN_PARAM_DOMAIN_SIZE = 1u << 1,
+    RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
+};
+
+/** Default staging memory per rank: 256 MiB. */
+#define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
+/** Default time after which a silent peer is declared dead: 60 s. */
+#define RESHARD_DEFAULT_TIMEOUT_S 60.0
+
+typedef struct {
+    uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
+    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size) */
+    int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
+    uint64_t staging_bytes; /**< staging memory bound per rank, bytes */
+    int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
+                                 order); 0 or 1 = every rank its own domain */
+    double timeout_s;       /**< peer timeout for execution, seconds */
+} reshard_plan_params_t;
+
+typedef struct reshard_plan reshard_plan_t;
+
+/**
+ * Validate both layouts and compute the plan. Pure computation: nothing is
+ * sent; every rank gets the same global decisions from the same inputs
+ * (each rank may call it independently; it is not a collective).
+ * Validation (DESIGN §8): same catalogue on both sides, every destination
+ * element covered by a source fragment, no two destination fragments share
+ * buffer bytes on a rank, ranks in range, no overflow.
+ * Errors: INVALID_ARG, RANK, UNCOVERED, OVERLAP, OVERFLOW, STAGING (bound
+ * under 4 KiB), NOMEM — the message names the tensor, rank and box.
+ */
+reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                     const reshard_plan_params_t *params, reshard_plan_t **out);
+/** Free a plan; NULL ok. */
+void reshard_plan_destroy(reshard_plan_t *plan);
+
+/**
+ * Byte counters of a plan, over all ranks (for RESHARD_ALL_RANKS plans) or
+ * the ranks the plan knows (a rank's own plan still knows the global
+ * decisions, so its counters are the global ones). Bytes throughout.
+ */
+typedef struct {
+    uint64_t bytes_total;       /**< bytes written into destination buffers */
+    uint64_t bytes_local;       /**< of which copied within one rank */
+    uint64_t bytes_network;     /**< bytes crossing a domain boundary */
+    uint64_t bytes_nvlink;      /**< bytes between distinct ranks of one domain */
+    uint64_t bytes_lower_bound; /**< sum over destination domains of unique bytes needed
+                                     from outside the domain */
+    uint64_t max_nic_send_bytes;   /**< busiest rank's network send bytes */
+    uint64_t max_nic_recv_bytes;   /**< busiest rank's network receive bytes */
+    uint64_t nic_send_bound_bytes; /**< no plan can have a smaller max send */
+    uint64_t nic_recv_bound_bytes; /**< no plan can have a smaller max receive */
+    int64_t transfers;             /**< (sender, receiver) streams between distinct ranks */
+    int64_t pieces;                /**< boxes moved (before coalescing into streams) */
+} reshard_plan_stats_t;
+
+/** Fill @p stats. Errors: INVALID_ARG. */
+reshard_status_t reshard_plan_get_stats(const reshard_plan_t *plan, reshard_plan_stats_t *stats);
+
+/** Bytes the plan sends from rank @p src to rank @p dst (local copies when
+ *  equal); 0 for ranks out of range. */
+uint64_t reshard_plan_pair_bytes(const reshard_plan_t *plan, int32_t src, int32_t dst);
+
+/* ------------------------------------------------------------------ */
+/* 6. Communicators and execution                                      */
+/* ------------------------------------------------------------------ */
+
+/** A transport endpoint of one rank (in-process, MPI or NCCL). */
+typedef struct reshard_comm reshard_comm_t;
+
+/** Shared state of an in-process group of @p nranks threads. */
+typedef struct reshard_inproc_group reshard_inproc_group_t;
+
+/** Create a group for @p nranks threads. Errors: INVALID_ARG, NOMEM. */
+reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_group_t **out);
+/** Free a group after every comm made from it is destroyed. NULL ok. */
+void reshard_inproc_group_destroy(reshard_inproc_group_t *group);
+/** Endpoint of rank @p rank in @p group; one per thread. Errors: INVALID_ARG, RANK, NOMEM. */
+reshard_status_t reshard_comm_create_inproc(reshard_inproc_group_t *group, int32_t rank,
+                                            reshard_comm_t **out);
+/** Free an endpoint of any transport; NULL ok. */
+void reshard_comm_destroy(reshard_comm_t *comm);
+/** Rank and size of an endpoint. */
+int32_t reshard_comm_rank(const reshard_comm_t *comm);
+int32_t reshard_comm_size(const reshard_comm_t *comm);
+
+/** A caller's buffer: base pointer and size in bytes. */
+typedef struct {
+    void *ptr;
+    uint64_t bytes;
+} reshard_buffer_t;
+
+/** Link-class byte counters measured during one execution on one rank. */
+typedef struct {
+    uint64_t bytes_sent_network; /**< sent to ranks of other domains */
+    uint64_t bytes_sent_nvlink;  /**< sent to other ranks of the own domain */
+    uint64_t bytes_recv;         /**< received from other ranks */
+    uint64_t bytes_local;        /**< copied within this rank */
+} reshard_exec_stats_t;
+
+/**
+ * Run the plan on the calling rank: send what this rank's source fragments
+ * must send, receive and unpack into its destination fragments, forward
+ * inside its domain, copy locally. Every rank named in either layout must
+ * call it with a plan made from the same layouts and params, with
+ * my_rank == reshard_comm_rank(comm) (or a RESHARD_ALL_RANKS plan).
+ * Repeatable; buffers may differ between calls.
+ * @param src_bufs  this rank's source buffers indexed by buffer id (n_src of them)
+ * @param dst_bufs  this rank's destination buffers indexed by buffer id
+ * @param stats     optional; receives this rank's measured byte counts
+ * Checked before anything moves: each buffer a fragment uses is non-NULL and
+ * at least reshard_layout_buffer_bytes large (BUFFER), the comm's rank/size
+ * agree with the plan (INVALID_ARG).
+ * Errors: INVALID_ARG, BUFFER, TRANSPORT, TIMEOUT (a peer silent past the
+ * plan's timeout), NOMEM. After a transport error or timeout the peer state
+ * is undefined and the comm must be destroyed.
+ */
+reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
+                                      const reshard_buffer_t *src_bufs, int32_t n_src,
+                                      const reshard_buffer_t *dst_bufs, int32_t n_dst,
+                                      reshard_exec_stats_t *stats);
+
+/* ------------------------------------------------------------------ */
+/* 7. Verification pattern                                             */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Fill every element of @p rank's fragments in @p layout with the pattern
+ * value of (tensor id, global flat index in the view shape): a 64-bit mix of
+ * both, truncated to the element size. Buffers as in reshard_plan_execute.
+ * Errors: INVALID_ARG, BUFFER.
+ */
+reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t rank,
+                                      const reshard_buffer_t *bufs, int32_t n_bufs);
+
+/**
+ * Check every element of @p rank's fragments in @p layout against the
+ * pattern. @p verified_bytes (optional) receives the bytes checked.
+ * Errors: VERIFY (message names the tensor, rank, first wrong element and
+ * how many are wrong), INVALID_ARG, BUFFER.
+ */
+reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t rank,
+                                        const reshard_buffer_t *bufs, int32_t n_bufs,
+                                        uint64_t *verified_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESHARD_H */

@@ -1,0 +1,45 @@
+/* Internal representation of the tensor catalogue and of layouts. */
+#ifndef RS_LAYOUT_INTERNAL_H
+#define RS_LAYOUT_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "reshard/reshard.h"
+
+typedef struct {
+    char *name;
+    reshard_dtype_t dtype;
+    int ndim;
+    int64_t shape[RESHARD_MAX_DIMS];
+    int vndim;
+    int64_t vshape[RESHARD_MAX_DIMS];
+    int64_t numel;
+    uint64_t bytes;
+} rs_tensor_t;
+
+struct reshard_tensors {
+    rs_tensor_t *t;
+    int32_t n, cap;
+};
+
+struct reshard_layout {
+    const reshard_tensors_t *tensors;
+    reshard_fragment_t *f;
+    int64_t n, cap;
+};
+
+/** Elements in a box (0 if any extent is 0). */
+int64_t rs_box_numel(const reshard_box_t *b);
+/** Intersection of a and b (same ndim); false when empty. */
+bool rs_box_intersect(const reshard_box_t *a, const reshard_box_t *b, reshard_box_t *out);
+/** True when @p inner lies inside @p outer. */
+bool rs_box_contains(const reshard_box_t *outer, const reshard_box_t *inner);
+/** Row-major flat index of point @p idx in a view shape. */
+int64_t rs_flat_index(int ndim, const int64_t *shape, const int64_t *idx);
+/** Element position in the fragment's buffer of global view point @p idx. */
+int64_t rs_frag_pos(const reshard_fragment_t *f, const int64_t *idx);
+
+/** The pattern value of element @p flat of tensor @p tensor (all 8 bytes). */
+uint64_t rs_pattern_value(int32_t tensor, int64_t flat);
+
+#endif

@@ -1,0 +1,71 @@
+/* Internal form of a plan: the global list of pieces and per-rank streams. */
+#ifndef RS_PLAN_INTERNAL_H
+#define RS_PLAN_INTERNAL_H
+
+#include "layout/layout_internal.h"
+
+/** Stage of a piece: moved from a source fragment, or forwarded inside a
+ *  domain from a destination fragment that a stage-0 piece filled. */
+enum { RS_STAGE_DIRECT = 0, RS_STAGE_FORWARD = 1, RS_NSTAGES = 2 };
+
+/** One box moved from one fragment to another. */
+typedef struct {
+    reshard_box_t box;
+    int32_t tensor;
+    int32_t from_frag; /**< src layout index (stage 0) or dst layout index (stage 1) */
+    int32_t to_frag;   /**< dst layout index */
+    int32_t sender;
+    int32_t receiver;
+    int32_t stage;
+    uint32_t elem_size;
+    uint64_t bytes;
+} rs_piece_t;
+
+/** Bytes a piece takes in a stream: padded to 8 so chunk cuts never split an element. */
+static inline uint64_t rs_piece_stream_bytes(const rs_piece_t *p)
+{
+    return (p->bytes + 7u) & ~(uint64_t)7u;
+}
+
+/** All pieces between one pair of ranks in one stage, in stream order. */
+typedef struct {
+    int32_t peer;
+    int32_t stage;
+    int64_t *idx; /**< indices into plan->pieces, in stream order */
+    int64_t n;
+    uint64_t bytes; /**< padded stream bytes */
+    uint64_t chunk; /**< bytes per round, multiple of 8 */
+} rs_stream_t;
+
+/** What one rank executes. */
+typedef struct {
+    int32_t rank;
+    rs_stream_t *send[RS_NSTAGES], *recv[RS_NSTAGES];
+    int32_t nsend[RS_NSTAGES], nrecv[RS_NSTAGES];
+    int64_t *local; /**< stage-0 pieces with sender == receiver == rank */
+    int64_t nlocal;
+    uint64_t staging_bytes; /**< staging this rank allocates */
+} rs_rank_plan_t;
+
+struct reshard_plan {
+    reshard_plan_params_t p;
+    const reshard_layout_t *src;
+    const reshard_layout_t *dst;
+    rs_piece_t *pieces; /**< sorted by (stage, sender, receiver, tensor, to_frag, box) */
+    int64_t npieces;
+    uint64_t *chunk_cap; /**< per rank: bytes per stream per round it can stage */
+    reshard_plan_stats_t stats;
+    rs_rank_plan_t *mine; /**< for my_rank, or NULL for RESHARD_ALL_RANKS plans */
+};
+
+/** Domain of a rank under the plan's params. */
+static inline int32_t rs_domain_of(const reshard_plan_params_t *p, int32_t rank)
+{
+    return p->domain_size > 1 ? rank / p->domain_size : rank;
+}
+
+/** Build @p rank's streams from the global pieces. */
+reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs_rank_plan_t **out);
+void rs_rank_plan_free(rs_rank_plan_t *rp);
+
+#endif

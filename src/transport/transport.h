@@ -1,0 +1,70 @@
+/*
+ * The transport interface every engine implements (in-process, MPI, NCCL).
+ *
+ * The executor moves data in rounds. In round k every stream (one per pair of
+ * ranks) moves its k-th chunk: the sender packs it into staging and posts a
+ * send, the receiver posts a receive into staging and unpacks after the wait.
+ * Two rounds may be in flight (slots 0 and 1), so packing round k+1 overlaps
+ * the transfer of round k. Both sides of a pair agree on every chunk size
+ * because both derive it from the same global plan.
+ */
+#ifndef RS_TRANSPORT_H
+#define RS_TRANSPORT_H
+
+#include <stdbool.h>
+
+#include "reshard/reshard.h"
+
+/** Elements [first, first+count) of @c box in row-major order, stored per
+ *  @c frag (base and strides) in a buffer of @c elem_size-byte elements. */
+typedef struct {
+    const reshard_fragment_t *frag;
+    const reshard_box_t *box;
+    int64_t first;
+    int64_t count;
+    uint32_t elem_size;
+} rs_span_t;
+
+typedef struct rs_transport_ops {
+    const char *name;
+    /** True when buffers and staging are device (GPU) memory. */
+    bool device_memory;
+    /** Staging memory of @p bytes usable for pack/unpack and transfers. */
+    reshard_status_t (*alloc_staging)(reshard_comm_t *c, uint64_t bytes, void **out);
+    void (*free_staging)(reshard_comm_t *c, void *p);
+    /** Start collecting round operations into @p slot (0 or 1). */
+    reshard_status_t (*round_begin)(reshard_comm_t *c, int slot);
+    reshard_status_t (*post_send)(reshard_comm_t *c, int slot, int32_t peer, const void *buf,
+                                  uint64_t bytes);
+    reshard_status_t (*post_recv)(reshard_comm_t *c, int slot, int32_t peer, void *buf,
+                                  uint64_t bytes);
+    /** Launch everything posted into @p slot. */
+    reshard_status_t (*round_end)(reshard_comm_t *c, int slot);
+    /** Wait until every operation of @p slot completed; TIMEOUT after
+     *  @p timeout_s seconds without completion. */
+    reshard_status_t (*round_wait)(reshard_comm_t *c, int slot, double timeout_s);
+    /** Pack @p span from @p buf into @p out; NULL means the CPU implementation. */
+    reshard_status_t (*pack)(reshard_comm_t *c, void *out, const void *buf, const rs_span_t *span);
+    /** Unpack @p span from @p in into @p buf; NULL means the CPU implementation. */
+    reshard_status_t (*unpack)(reshard_comm_t *c, void *buf, const void *in, const rs_span_t *span);
+    /** Copy box @p box from (src_frag in src) to (dst_frag in dst) on this
+     *  rank; NULL means the CPU implementation. */
+    reshard_status_t (*local_copy)(reshard_comm_t *c, void *dst, const reshard_fragment_t *dst_frag,
+                                   const void *src, const reshard_fragment_t *src_frag,
+                                   const reshard_box_t *box, uint32_t elem_size);
+    /** Agree on the outcome: every rank passes its local status and gets the
+     *  first error of any rank (or TIMEOUT if a rank does not arrive within
+     *  @p timeout_s). Ends every execution. */
+    reshard_status_t (*finish)(reshard_comm_t *c, reshard_status_t local, double timeout_s);
+    /** Free the transport's state (impl). */
+    void (*destroy)(reshard_comm_t *c);
+} rs_transport_ops_t;
+
+struct reshard_comm {
+    const rs_transport_ops_t *ops;
+    int32_t rank;
+    int32_t size;
+    void *impl;
+};
+
+#endif
