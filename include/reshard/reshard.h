@@ -52,23 +52,23 @@ extern "C" {
 /** 0 is success; every error is negative and distinct. */
 typedef enum {
     RESHARD_OK = 0,
-    RESHARD_ERR_INVALID_ARG = -1,    /**< NULL handle, bad enum, bad count */
-    RESHARD_ERR_NOMEM = -2,          /**< allocation failed */
-    RESHARD_ERR_SHAPE = -3,          /**< shapes disagree (view vs global, src vs dst) */
-    RESHARD_ERR_DTYPE = -4,          /**< dtypes disagree */
-    RESHARD_ERR_BOX = -5,            /**< box outside the tensor's view shape */
-    RESHARD_ERR_UNCOVERED = -6,      /**< a destination element has no source */
-    RESHARD_ERR_OVERLAP = -7,        /**< two destination fragments write the same bytes */
-    RESHARD_ERR_RANK = -8,           /**< rank outside [0, world_size) */
-    RESHARD_ERR_OVERFLOW = -9,       /**< a size does not fit in 64 bits */
-    RESHARD_ERR_BUFFER = -10,        /**< buffer missing or smaller than its fragments need */
-    RESHARD_ERR_CONFIG = -11,        /**< model / parallel configuration violates a rule */
-    RESHARD_ERR_TRANSPORT = -12,     /**< the transport (MPI, NCCL) reported an error */
-    RESHARD_ERR_TIMEOUT = -13,       /**< a peer did not answer within the timeout */
-    RESHARD_ERR_UNSUPPORTED = -14,   /**< not built in, or no device at run time */
-    RESHARD_ERR_IO = -15,            /**< a file could not be read or parsed */
-    RESHARD_ERR_VERIFY = -16,        /**< verification found a wrong or unwritten element */
-    RESHARD_ERR_STAGING = -17,       /**< staging bound too small for the plan */
+    RESHARD_ERR_INVALID_ARG = -1,  /**< NULL handle, bad enum, bad count */
+    RESHARD_ERR_NOMEM = -2,        /**< allocation failed */
+    RESHARD_ERR_SHAPE = -3,        /**< shapes disagree (view vs global, src vs dst) */
+    RESHARD_ERR_DTYPE = -4,        /**< dtypes disagree */
+    RESHARD_ERR_BOX = -5,          /**< box outside the tensor's view shape */
+    RESHARD_ERR_UNCOVERED = -6,    /**< a destination element has no source */
+    RESHARD_ERR_OVERLAP = -7,      /**< two destination fragments write the same bytes */
+    RESHARD_ERR_RANK = -8,         /**< rank outside [0, world_size) */
+    RESHARD_ERR_OVERFLOW = -9,     /**< a size does not fit in 64 bits */
+    RESHARD_ERR_BUFFER = -10,      /**< buffer missing or smaller than its fragments need */
+    RESHARD_ERR_CONFIG = -11,      /**< model / parallel configuration violates a rule */
+    RESHARD_ERR_TRANSPORT = -12,   /**< the transport (MPI, NCCL) reported an error */
+    RESHARD_ERR_TIMEOUT = -13,     /**< a peer did not answer within the timeout */
+    RESHARD_ERR_UNSUPPORTED = -14, /**< not built in, or no device at run time */
+    RESHARD_ERR_IO = -15,          /**< a file could not be read or parsed */
+    RESHARD_ERR_VERIFY = -16,      /**< verification found a wrong or unwritten element */
+    RESHARD_ERR_STAGING = -17,     /**< staging bound too small for the plan */
 } reshard_status_t;
 
 /** Static English name of a status ("RESHARD_ERR_UNCOVERED"). Never NULL. */
@@ -244,8 +244,8 @@ typedef struct {
  */
 reshard_status_t reshard_layout_add_dtensor(reshard_layout_t *layout, int32_t tensor,
                                             const reshard_mesh_t *mesh,
-                                            const reshard_placement_t *placements,
-                                            int32_t buffer, int64_t base);
+                                            const reshard_placement_t *placements, int32_t buffer,
+                                            int64_t base);
 
 /** Number of fragments. */
 int64_t reshard_layout_count(const reshard_layout_t *layout);
@@ -314,12 +314,12 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * decisions, so its counters are the global ones). Bytes throughout.
  */
 typedef struct {
-    uint64_t bytes_total;       /**< bytes written into destination buffers */
-    uint64_t bytes_local;       /**< of which copied within one rank */
-    uint64_t bytes_network;     /**< bytes crossing a domain boundary */
-    uint64_t bytes_nvlink;      /**< bytes between distinct ranks of one domain */
-    uint64_t bytes_lower_bound; /**< sum over destination domains of unique bytes needed
-                                     from outside the domain */
+    uint64_t bytes_total;          /**< bytes written into destination buffers */
+    uint64_t bytes_local;          /**< of which copied within one rank */
+    uint64_t bytes_network;        /**< bytes crossing a domain boundary */
+    uint64_t bytes_nvlink;         /**< bytes between distinct ranks of one domain */
+    uint64_t bytes_lower_bound;    /**< sum over destination domains of unique bytes needed
+                                        from outside the domain */
     uint64_t max_nic_send_bytes;   /**< busiest rank's network send bytes */
     uint64_t max_nic_recv_bytes;   /**< busiest rank's network receive bytes */
     uint64_t nic_send_bound_bytes; /**< no plan can have a smaller max send */
@@ -407,11 +407,20 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
 reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t rank,
                                       const reshard_buffer_t *bufs, int32_t n_bufs);
 
+/** Byte that destination buffers hold before a refit; every byte no
+ *  fragment covers (padding rows, gaps) must still hold it afterwards. */
+#define RESHARD_SENTINEL_BYTE 0xA5
+
 /**
  * Check every element of @p rank's fragments in @p layout against the
- * pattern. @p verified_bytes (optional) receives the bytes checked.
- * Errors: VERIFY (message names the tensor, rank, first wrong element and
- * how many are wrong), INVALID_ARG, BUFFER.
+ * pattern, and that every byte of those buffers (up to
+ * reshard_layout_buffer_bytes) that no fragment covers still holds
+ * RESHARD_SENTINEL_BYTE (the caller memsets destination buffers to it once
+ * before the first refit). @p verified_bytes (optional) receives the bytes
+ * of fragment elements checked.
+ * Errors: VERIFY (message names the tensor, rank, box, first wrong element
+ * and how many are wrong, or the first touched padding byte), INVALID_ARG,
+ * BUFFER, NOMEM.
  */
 reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t rank,
                                         const reshard_buffer_t *bufs, int32_t n_bufs,

@@ -39,6 +39,14 @@ int64_t rs_flat_index(int ndim, const int64_t *shape, const int64_t *idx);
 /** Element position in the fragment's buffer of global view point @p idx. */
 int64_t rs_frag_pos(const reshard_fragment_t *f, const int64_t *idx);
 
+/** Bytes of the fragment's buffer up to and including its last element. */
+uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fragment_t *f);
+
+/** Advance @p idx (a point of @p box) to the start of the next innermost row:
+ *  dims 0..ndim-2 count like an odometer, the last dim is reset to its
+ *  offset. False after the last row. */
+bool rs_box_next_row(const reshard_box_t *box, int64_t *idx);
+
 /** The pattern value of element @p flat of tensor @p tensor (all 8 bytes). */
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat);
 

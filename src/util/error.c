@@ -29,24 +29,42 @@ const char *reshard_last_error(void)
 const char *reshard_status_string(reshard_status_t status)
 {
     switch (status) {
-    case RESHARD_OK: return "RESHARD_OK";
-    case RESHARD_ERR_INVALID_ARG: return "RESHARD_ERR_INVALID_ARG";
-    case RESHARD_ERR_NOMEM: return "RESHARD_ERR_NOMEM";
-    case RESHARD_ERR_SHAPE: return "RESHARD_ERR_SHAPE";
-    case RESHARD_ERR_DTYPE: return "RESHARD_ERR_DTYPE";
-    case RESHARD_ERR_BOX: return "RESHARD_ERR_BOX";
-    case RESHARD_ERR_UNCOVERED: return "RESHARD_ERR_UNCOVERED";
-    case RESHARD_ERR_OVERLAP: return "RESHARD_ERR_OVERLAP";
-    case RESHARD_ERR_RANK: return "RESHARD_ERR_RANK";
-    case RESHARD_ERR_OVERFLOW: return "RESHARD_ERR_OVERFLOW";
-    case RESHARD_ERR_BUFFER: return "RESHARD_ERR_BUFFER";
-    case RESHARD_ERR_CONFIG: return "RESHARD_ERR_CONFIG";
-    case RESHARD_ERR_TRANSPORT: return "RESHARD_ERR_TRANSPORT";
-    case RESHARD_ERR_TIMEOUT: return "RESHARD_ERR_TIMEOUT";
-    case RESHARD_ERR_UNSUPPORTED: return "RESHARD_ERR_UNSUPPORTED";
-    case RESHARD_ERR_IO: return "RESHARD_ERR_IO";
-    case RESHARD_ERR_VERIFY: return "RESHARD_ERR_VERIFY";
-    case RESHARD_ERR_STAGING: return "RESHARD_ERR_STAGING";
+    case RESHARD_OK:
+        return "RESHARD_OK";
+    case RESHARD_ERR_INVALID_ARG:
+        return "RESHARD_ERR_INVALID_ARG";
+    case RESHARD_ERR_NOMEM:
+        return "RESHARD_ERR_NOMEM";
+    case RESHARD_ERR_SHAPE:
+        return "RESHARD_ERR_SHAPE";
+    case RESHARD_ERR_DTYPE:
+        return "RESHARD_ERR_DTYPE";
+    case RESHARD_ERR_BOX:
+        return "RESHARD_ERR_BOX";
+    case RESHARD_ERR_UNCOVERED:
+        return "RESHARD_ERR_UNCOVERED";
+    case RESHARD_ERR_OVERLAP:
+        return "RESHARD_ERR_OVERLAP";
+    case RESHARD_ERR_RANK:
+        return "RESHARD_ERR_RANK";
+    case RESHARD_ERR_OVERFLOW:
+        return "RESHARD_ERR_OVERFLOW";
+    case RESHARD_ERR_BUFFER:
+        return "RESHARD_ERR_BUFFER";
+    case RESHARD_ERR_CONFIG:
+        return "RESHARD_ERR_CONFIG";
+    case RESHARD_ERR_TRANSPORT:
+        return "RESHARD_ERR_TRANSPORT";
+    case RESHARD_ERR_TIMEOUT:
+        return "RESHARD_ERR_TIMEOUT";
+    case RESHARD_ERR_UNSUPPORTED:
+        return "RESHARD_ERR_UNSUPPORTED";
+    case RESHARD_ERR_IO:
+        return "RESHARD_ERR_IO";
+    case RESHARD_ERR_VERIFY:
+        return "RESHARD_ERR_VERIFY";
+    case RESHARD_ERR_STAGING:
+        return "RESHARD_ERR_STAGING";
     }
     return "RESHARD_ERR_UNKNOWN";
 }

@@ -1,0 +1,121 @@
+/* Strided pack/unpack of boxes on the CPU. */
+#include <string.h>
+
+#include "exec/pack.h"
+#include "layout/layout_internal.h"
+
+/* Copy n elements of size es between strided (stride in elements) and contiguous memory. */
+static void gather(uint8_t *out, const uint8_t *in, int64_t n, int64_t stride, uint32_t es)
+{
+    if (stride == 1) {
+        memcpy(out, in, (size_t)n * es);
+        return;
+    }
+    size_t step = (size_t)stride * es;
+    switch (es) {
+    case 2:
+        for (int64_t j = 0; j < n; j++, in += step)
+            memcpy(out + 2 * j, in, 2);
+        break;
+    case 4:
+        for (int64_t j = 0; j < n; j++, in += step)
+            memcpy(out + 4 * j, in, 4);
+        break;
+    case 8:
+        for (int64_t j = 0; j < n; j++, in += step)
+            memcpy(out + 8 * j, in, 8);
+        break;
+    default:
+        for (int64_t j = 0; j < n; j++, in += step)
+            memcpy(out + (size_t)j * es, in, es);
+    }
+}
+
+static void scatter(uint8_t *out, const uint8_t *in, int64_t n, int64_t stride, uint32_t es)
+{
+    if (stride == 1) {
+        memcpy(out, in, (size_t)n * es);
+        return;
+    }
+    size_t step = (size_t)stride * es;
+    switch (es) {
+    case 2:
+        for (int64_t j = 0; j < n; j++, out += step)
+            memcpy(out, in + 2 * j, 2);
+        break;
+    case 4:
+        for (int64_t j = 0; j < n; j++, out += step)
+            memcpy(out, in + 4 * j, 4);
+        break;
+    case 8:
+        for (int64_t j = 0; j < n; j++, out += step)
+            memcpy(out, in + 8 * j, 8);
+        break;
+    default:
+        for (int64_t j = 0; j < n; j++, out += step)
+            memcpy(out, in + (size_t)j * es, es);
+    }
+}
+
+/* Walk the rows of a span. Packing reads the strided buffer @p in and writes
+ * the contiguous @p out; unpacking reads the contiguous @p in and writes the
+ * strided @p out. */
+static void walk_span(const rs_span_t *s, const uint8_t *in, uint8_t *out, bool packing)
+{
+    const reshard_box_t *b = s->box;
+    int last = b->ndim - 1;
+    int64_t idx[RESHARD_MAX_DIMS], rem = s->first;
+    /* multi-index of element `first` in row-major order of the box */
+    for (int d = last; d >= 0; d--) {
+        idx[d] = b->offset[d] + rem % b->extent[d];
+        rem /= b->extent[d];
+    }
+    int64_t left = s->count;
+    size_t es = s->elem_size, contig = 0;
+    while (left > 0) {
+        int64_t run = b->offset[last] + b->extent[last] - idx[last];
+        if (run > left)
+            run = left;
+        size_t pos = (size_t)rs_frag_pos(s->frag, idx) * es;
+        if (packing)
+            gather(out + contig, in + pos, run, s->frag->stride[last], s->elem_size);
+        else
+            scatter(out + pos, in + contig, run, s->frag->stride[last], s->elem_size);
+        contig += (size_t)run * es;
+        left -= run;
+        if (left > 0)
+            rs_box_next_row(b, idx);
+    }
+}
+
+void rs_pack_cpu(void *out, const void *buf, const rs_span_t *span)
+{
+    walk_span(span, buf, out, true);
+}
+
+void rs_unpack_cpu(void *buf, const void *in, const rs_span_t *span)
+{
+    walk_span(span, in, buf, false);
+}
+
+void rs_copy_box_cpu(void *dst, const reshard_fragment_t *dst_frag, const void *src,
+                     const reshard_fragment_t *src_frag, const reshard_box_t *box,
+                     uint32_t elem_size)
+{
+    int last = box->ndim - 1;
+    int64_t idx[RESHARD_MAX_DIMS];
+    memcpy(idx, box->offset, sizeof idx);
+    int64_t ds = dst_frag->stride[last], ss = src_frag->stride[last], n = box->extent[last];
+    do {
+        uint8_t *o = (uint8_t *)dst + (size_t)rs_frag_pos(dst_frag, idx) * elem_size;
+        const uint8_t *i = (const uint8_t *)src + (size_t)rs_frag_pos(src_frag, idx) * elem_size;
+        if (ds == 1)
+            gather(o, i, n, ss, elem_size);
+        else if (ss == 1)
+            scatter(o, i, n, ds, elem_size);
+        else
+            for (int64_t j = 0; j < n; j++)
+                memcpy(o + (size_t)(j * ds) * elem_size, i + (size_t)(j * ss) * elem_size,
+                       elem_size);
+    } while (rs_box_next_row(box, idx));
+}

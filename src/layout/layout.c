@@ -1,0 +1,135 @@
+/* Layouts: the fragments of one side, added directly and checked on entry. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout/layout_internal.h"
+#include "util/error.h"
+
+reshard_status_t reshard_layout_create(const reshard_tensors_t *tensors, reshard_layout_t **out)
+{
+    rs_error_clear();
+    if (!tensors || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_create: NULL argument");
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_layout_create: out of memory");
+    (*out)->tensors = tensors;
+    return RESHARD_OK;
+}
+
+void reshard_layout_destroy(reshard_layout_t *layout)
+{
+    if (!layout)
+        return;
+    free(layout->f);
+    free(layout);
+}
+
+reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout, const reshard_fragment_t *fr)
+{
+    rs_error_clear();
+    if (!layout || !fr)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_add_fragment: NULL argument");
+    const reshard_tensors_t *ts = layout->tensors;
+    if (fr->tensor < 0 || fr->tensor >= ts->n)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "fragment on rank %d: no tensor with id %d",
+                        fr->rank, fr->tensor);
+    const rs_tensor_t *t = &ts->t[fr->tensor];
+    char bs[256];
+    if (fr->box.ndim != t->vndim)
+        return rs_error(RESHARD_ERR_BOX,
+                        "tensor %s, rank %d: box has %d dims, the view shape has %d", t->name,
+                        fr->rank, fr->box.ndim, t->vndim);
+    rs_box_str(&fr->box, bs, sizeof bs);
+    if (fr->rank < 0)
+        return rs_error(RESHARD_ERR_RANK, "tensor %s, rank %d, box %s: negative rank", t->name,
+                        fr->rank, bs);
+    if (fr->buffer < 0 || fr->base < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "tensor %s, rank %d, box %s: negative buffer id or base", t->name, fr->rank,
+                        bs);
+    /* Highest element position, with overflow checks. */
+    uint64_t last = (uint64_t)fr->base;
+    for (int d = 0; d < t->vndim; d++) {
+        if (fr->box.offset[d] < 0 || fr->box.extent[d] < 1 ||
+            fr->box.offset[d] > t->vshape[d] - fr->box.extent[d])
+            return rs_error(RESHARD_ERR_BOX,
+                            "tensor %s, rank %d: box %s is outside shape dim %d (%lld)", t->name,
+                            fr->rank, bs, d, (long long)t->vshape[d]);
+        if (fr->stride[d] < 0)
+            return rs_error(RESHARD_ERR_INVALID_ARG, "tensor %s, rank %d, box %s: negative stride",
+                            t->name, fr->rank, bs);
+        uint64_t step = (uint64_t)(fr->box.extent[d] - 1);
+        if (fr->stride[d] && step > (UINT64_MAX / 16) / (uint64_t)fr->stride[d])
+            return rs_error(RESHARD_ERR_OVERFLOW, "tensor %s, rank %d, box %s: position overflows",
+                            t->name, fr->rank, bs);
+        last += step * (uint64_t)fr->stride[d];
+        if (last > (uint64_t)INT64_MAX / 16)
+            return rs_error(RESHARD_ERR_OVERFLOW, "tensor %s, rank %d, box %s: position overflows",
+                            t->name, fr->rank, bs);
+    }
+    if (layout->n == layout->cap) {
+        int64_t cap = layout->cap ? layout->cap * 2 : 256;
+        reshard_fragment_t *f = realloc(layout->f, (size_t)cap * sizeof *f);
+        if (!f)
+            return rs_error(RESHARD_ERR_NOMEM, "tensor %s: out of memory", t->name);
+        layout->f = f;
+        layout->cap = cap;
+    }
+    reshard_fragment_t *dst = &layout->f[layout->n++];
+    *dst = *fr;
+    for (int d = t->vndim; d < RESHARD_MAX_DIMS; d++) {
+        dst->box.offset[d] = 0;
+        dst->box.extent[d] = 0;
+        dst->stride[d] = 0;
+    }
+    return RESHARD_OK;
+}
+
+int64_t reshard_layout_count(const reshard_layout_t *layout)
+{
+    return layout ? layout->n : 0;
+}
+
+reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t i,
+                                         reshard_fragment_t *out)
+{
+    rs_error_clear();
+    if (!layout || !out || i < 0 || i >= layout->n)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_fragment: bad index %lld",
+                        (long long)i);
+    *out = layout->f[i];
+    return RESHARD_OK;
+}
+
+uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fragment_t *f)
+{
+    const rs_tensor_t *t = &layout->tensors->t[f->tensor];
+    uint64_t last = (uint64_t)f->base;
+    for (int d = 0; d < f->box.ndim; d++)
+        last += (uint64_t)(f->box.extent[d] - 1) * (uint64_t)f->stride[d];
+    return (last + 1) * reshard_dtype_size(t->dtype);
+}
+
+uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer)
+{
+    uint64_t bytes = 0;
+    for (int64_t i = 0; layout && i < layout->n; i++) {
+        const reshard_fragment_t *f = &layout->f[i];
+        if (f->rank == rank && f->buffer == buffer) {
+            uint64_t e = rs_fragment_end_bytes(layout, f);
+            if (e > bytes)
+                bytes = e;
+        }
+    }
+    return bytes;
+}
+
+int32_t reshard_layout_buffer_count(const reshard_layout_t *layout, int32_t rank)
+{
+    int32_t n = 0;
+    for (int64_t i = 0; layout && i < layout->n; i++)
+        if (layout->f[i].rank == rank && layout->f[i].buffer >= n)
+            n = layout->f[i].buffer + 1;
+    return n;
+}

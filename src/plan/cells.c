@@ -1,0 +1,221 @@
+/* Step 1: cut each destination fragment along source fragment boundaries. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_steps.h"
+#include "util/error.h"
+
+void rs_cells_free(rs_cells_t *cells)
+{
+    free(cells->c);
+    free(cells->h);
+    memset(cells, 0, sizeof *cells);
+}
+
+static int push_cell(rs_cells_t *cs, const rs_cell_t *c, const int32_t *holders, int32_t nh)
+{
+    if (cs->n == cs->cap) {
+        int64_t cap = cs->cap ? cs->cap * 2 : 1024;
+        rs_cell_t *p = realloc(cs->c, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        cs->c = p;
+        cs->cap = cap;
+    }
+    while (cs->hn + nh > cs->hcap) {
+        int64_t cap = cs->hcap ? cs->hcap * 2 : 4096;
+        int32_t *p = realloc(cs->h, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        cs->h = p;
+        cs->hcap = cap;
+    }
+    cs->c[cs->n] = *c;
+    cs->c[cs->n].holders = cs->hn;
+    cs->c[cs->n].nholders = nh;
+    memcpy(cs->h + cs->hn, holders, (size_t)nh * sizeof *holders);
+    cs->hn += nh;
+    cs->n++;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted unique cut points of dim d inside the destination box. */
+static int64_t cut_points(const reshard_box_t *dbox, const reshard_box_t *isect, int64_t ncand,
+                          int d, int64_t *pts)
+{
+    int64_t n = 0;
+    pts[n++] = dbox->offset[d];
+    pts[n++] = dbox->offset[d] + dbox->extent[d];
+    for (int64_t c = 0; c < ncand; c++) {
+        pts[n++] = isect[c].offset[d];
+        pts[n++] = isect[c].offset[d] + isect[c].extent[d];
+    }
+    qsort(pts, (size_t)n, sizeof *pts, cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (u == 0 || pts[i] != pts[u - 1])
+            pts[u++] = pts[i];
+    return u;
+}
+
+/* Scratch reused across destination fragments. */
+typedef struct {
+    int32_t *cand;
+    reshard_box_t *isect;
+    int64_t *pts[RESHARD_MAX_DIMS];
+    int32_t *holders;
+    int64_t cap;
+} rs_scratch_t;
+
+static int scratch_reserve(rs_scratch_t *s, int64_t n)
+{
+    if (n <= s->cap)
+        return 0;
+    int64_t cap = n * 2;
+    int32_t *cand = realloc(s->cand, (size_t)cap * sizeof *cand);
+    if (cand)
+        s->cand = cand;
+    reshard_box_t *is = realloc(s->isect, (size_t)cap * sizeof *is);
+    if (is)
+        s->isect = is;
+    int32_t *h = realloc(s->holders, (size_t)cap * sizeof *h);
+    if (h)
+        s->holders = h;
+    if (!cand || !is || !h)
+        return -1;
+    for (int d = 0; d < RESHARD_MAX_DIMS; d++) {
+        int64_t *p = realloc(s->pts[d], (size_t)(2 * cap + 2) * sizeof *p);
+        if (!p)
+            return -1;
+        s->pts[d] = p;
+    }
+    s->cap = cap;
+    return 0;
+}
+
+static void scratch_free(rs_scratch_t *s)
+{
+    free(s->cand);
+    free(s->isect);
+    free(s->holders);
+    for (int d = 0; d < RESHARD_MAX_DIMS; d++)
+        free(s->pts[d]);
+}
+
+/* Cut destination fragment @p di into cells over the candidates in scratch. */
+static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs_scratch_t *s,
+                                     int64_t ncand, rs_cells_t *cells)
+{
+    const reshard_fragment_t *D = &dst->f[di];
+    const rs_tensor_t *t = &dst->tensors->t[D->tensor];
+    int nd = D->box.ndim;
+    int64_t npts[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++)
+        npts[d] = cut_points(&D->box, s->isect, ncand, d, s->pts[d]);
+    for (;;) {
+        rs_cell_t c;
+        memset(&c, 0, sizeof c);
+        c.box.ndim = nd;
+        for (int d = 0; d < nd; d++) {
+            c.box.offset[d] = s->pts[d][k[d]];
+            c.box.extent[d] = s->pts[d][k[d] + 1] - s->pts[d][k[d]];
+        }
+        int32_t nh = 0;
+        for (int64_t j = 0; j < ncand; j++)
+            if (rs_box_contains(&s->isect[j], &c.box))
+                s->holders[nh++] = s->cand[j];
+        if (nh == 0) {
+            char bs[256];
+            return rs_error(RESHARD_ERR_UNCOVERED,
+                            "tensor %s, rank %d, box %s: no source fragment holds these "
+                            "destination elements",
+                            t->name, D->rank, rs_box_str(&c.box, bs, sizeof bs));
+        }
+        c.tensor = D->tensor;
+        c.to_frag = (int32_t)di;
+        c.receiver = D->rank;
+        c.bytes = (uint64_t)rs_box_numel(&c.box) * t->bytes / (uint64_t)t->numel;
+        if (push_cell(cells, &c, s->holders, nh) != 0)
+            return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++k[d] < npts[d] - 1)
+                break;
+            k[d] = 0;
+        }
+        if (d < 0)
+            return RESHARD_OK;
+    }
+}
+
+/* Fragment indices of a layout grouped by tensor (CSR: start[t]..start[t+1]). */
+static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
+{
+    int32_t nt = l->tensors->n;
+    int64_t *start = calloc((size_t)nt + 1, sizeof *start);
+    int64_t *idx = malloc((size_t)(l->n ? l->n : 1) * sizeof *idx);
+    if (!start || !idx) {
+        free(start);
+        free(idx);
+        return NULL;
+    }
+    for (int64_t i = 0; i < l->n; i++)
+        start[l->f[i].tensor + 1]++;
+    for (int32_t t = 0; t < nt; t++)
+        start[t + 1] += start[t];
+    int64_t *fill = malloc((size_t)nt * sizeof *fill + 1);
+    if (!fill) {
+        free(start);
+        free(idx);
+        return NULL;
+    }
+    memcpy(fill, start, (size_t)nt * sizeof *fill);
+    for (int64_t i = 0; i < l->n; i++)
+        idx[fill[l->f[i].tensor]++] = i;
+    free(fill);
+    *start_out = start;
+    return idx;
+}
+
+reshard_status_t rs_cells_build(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                rs_cells_t *cells)
+{
+    memset(cells, 0, sizeof *cells);
+    int64_t *sstart = NULL, *dstart = NULL;
+    int64_t *sidx = group_by_tensor(src, &sstart);
+    int64_t *didx = group_by_tensor(dst, &dstart);
+    rs_scratch_t s;
+    memset(&s, 0, sizeof s);
+    reshard_status_t st = RESHARD_OK;
+    if (!sidx || !didx)
+        st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
+    for (int32_t t = 0; st == RESHARD_OK && t < dst->tensors->n; t++) {
+        int64_t ns = sstart[t + 1] - sstart[t];
+        if (scratch_reserve(&s, ns + 1) != 0) {
+            st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
+            break;
+        }
+        for (int64_t q = dstart[t]; st == RESHARD_OK && q < dstart[t + 1]; q++) {
+            const reshard_fragment_t *D = &dst->f[didx[q]];
+            int64_t nc = 0;
+            for (int64_t j = sstart[t]; j < sstart[t + 1]; j++)
+                if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s.isect[nc]))
+                    s.cand[nc++] = (int32_t)sidx[j];
+            st = cut_fragment(dst, didx[q], &s, nc, cells);
+        }
+    }
+    scratch_free(&s);
+    free(sstart);
+    free(dstart);
+    free(sidx);
+    free(didx);
+    if (st != RESHARD_OK)
+        rs_cells_free(cells);
+    return st;
+}

@@ -1,0 +1,88 @@
+/* Step 4: pieces from assigned cells, merged where boxes touch, in stream order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_steps.h"
+#include "util/error.h"
+
+static int cmp_piece(const void *pa, const void *pb)
+{
+    const rs_piece_t *a = pa, *b = pb;
+#define RS_CMP(f)                                                                                  \
+    if (a->f != b->f)                                                                              \
+        return a->f < b->f ? -1 : 1;
+    RS_CMP(stage)
+    RS_CMP(sender)
+    RS_CMP(receiver)
+    RS_CMP(tensor)
+    RS_CMP(to_frag)
+    RS_CMP(from_frag)
+#undef RS_CMP
+    for (int d = 0; d < a->box.ndim; d++)
+        if (a->box.offset[d] != b->box.offset[d])
+            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+    return 0;
+}
+
+/* Merge b into a when they share every dim but one, where they touch. */
+static bool try_merge(rs_piece_t *a, const rs_piece_t *b)
+{
+    if (a->stage != b->stage || a->sender != b->sender || a->receiver != b->receiver ||
+        a->to_frag != b->to_frag || a->from_frag != b->from_frag)
+        return false;
+    int diff = -1;
+    for (int d = 0; d < a->box.ndim; d++) {
+        if (a->box.offset[d] == b->box.offset[d] && a->box.extent[d] == b->box.extent[d])
+            continue;
+        if (diff >= 0 || a->box.offset[d] + a->box.extent[d] != b->box.offset[d])
+            return false;
+        diff = d;
+    }
+    if (diff < 0)
+        return false;
+    a->box.extent[diff] += b->box.extent[diff];
+    a->bytes += b->bytes;
+    return true;
+}
+
+/* Sort and merge until nothing merges (at most one pass per dim helps). */
+static void sort_and_merge(rs_piece_t *p, int64_t *n)
+{
+    for (int pass = 0; pass <= RESHARD_MAX_DIMS; pass++) {
+        qsort(p, (size_t)*n, sizeof *p, cmp_piece);
+        int64_t w = 0;
+        for (int64_t i = 0; i < *n; i++)
+            if (w == 0 || !try_merge(&p[w - 1], &p[i]))
+                p[w++] = p[i];
+        bool changed = w != *n;
+        *n = w;
+        if (!changed)
+            return;
+    }
+}
+
+reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
+{
+    plan->pieces = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *plan->pieces);
+    if (!plan->pieces)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
+                        (long long)cells->n);
+    for (int64_t i = 0; i < cells->n; i++) {
+        const rs_cell_t *c = &cells->c[i];
+        const rs_tensor_t *t = &plan->dst->tensors->t[c->tensor];
+        rs_piece_t *p = &plan->pieces[i];
+        memset(p, 0, sizeof *p);
+        p->box = c->box;
+        p->tensor = c->tensor;
+        p->from_frag = c->chosen;
+        p->to_frag = c->to_frag;
+        p->sender = plan->src->f[c->chosen].rank;
+        p->receiver = c->receiver;
+        p->stage = RS_STAGE_DIRECT;
+        p->elem_size = (uint32_t)reshard_dtype_size(t->dtype);
+        p->bytes = c->bytes;
+    }
+    plan->npieces = cells->n;
+    sort_and_merge(plan->pieces, &plan->npieces);
+    return RESHARD_OK;
+}

@@ -1,0 +1,97 @@
+/* reshard_plan_create and the plan's public accessors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_steps.h"
+#include "util/error.h"
+
+/* Minimum staging bound: a chunk per stream and slot must be worth a message. */
+#define RS_MIN_STAGING_BYTES 4096u
+
+reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                     const reshard_plan_params_t *params, reshard_plan_t **out)
+{
+    rs_error_clear();
+    if (!src || !dst || !params || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: NULL argument");
+    *out = NULL;
+    if (params->world_size < 1)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: world_size %d < 1",
+                        params->world_size);
+    if (params->my_rank != RESHARD_ALL_RANKS &&
+        (params->my_rank < 0 || params->my_rank >= params->world_size))
+        return rs_error(RESHARD_ERR_RANK, "reshard_plan_create: my_rank %d outside [0, %d)",
+                        params->my_rank, params->world_size);
+    reshard_plan_t *plan = calloc(1, sizeof *plan);
+    if (!plan)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
+    plan->p = *params;
+    if (!(params->field_mask & RESHARD_PLAN_PARAM_STAGING_BYTES))
+        plan->p.staging_bytes = RESHARD_DEFAULT_STAGING_BYTES;
+    if (!(params->field_mask & RESHARD_PLAN_PARAM_DOMAIN_SIZE))
+        plan->p.domain_size = 0;
+    if (!(params->field_mask & RESHARD_PLAN_PARAM_TIMEOUT))
+        plan->p.timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    plan->src = src;
+    plan->dst = dst;
+    reshard_status_t st = RESHARD_OK;
+    if (plan->p.staging_bytes < RS_MIN_STAGING_BYTES)
+        st = rs_error(RESHARD_ERR_STAGING, "staging bound %llu bytes is under the minimum %u",
+                      (unsigned long long)plan->p.staging_bytes, RS_MIN_STAGING_BYTES);
+    else if (plan->p.domain_size < 0 || !(plan->p.timeout_s > 0))
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "reshard_plan_create: domain_size %d or timeout %g "
+                      "out of range",
+                      plan->p.domain_size, plan->p.timeout_s);
+    if (st == RESHARD_OK)
+        st = rs_validate(src, dst, params->world_size);
+    rs_cells_t cells;
+    memset(&cells, 0, sizeof cells);
+    if (st == RESHARD_OK)
+        st = rs_cells_build(src, dst, &cells);
+    if (st == RESHARD_OK)
+        st = rs_assign_senders(&plan->p, src, &cells);
+    if (st == RESHARD_OK)
+        st = rs_pieces_build(plan, &cells);
+    if (st == RESHARD_OK)
+        st = rs_stats_compute(plan, &cells);
+    rs_cells_free(&cells);
+    if (st == RESHARD_OK)
+        st = rs_chunk_caps(plan);
+    if (st == RESHARD_OK && plan->p.my_rank != RESHARD_ALL_RANKS)
+        st = rs_rank_plan_build(plan, plan->p.my_rank, &plan->mine);
+    if (st != RESHARD_OK) {
+        reshard_plan_destroy(plan);
+        return st;
+    }
+    *out = plan;
+    return RESHARD_OK;
+}
+
+void reshard_plan_destroy(reshard_plan_t *plan)
+{
+    if (!plan)
+        return;
+    rs_rank_plan_free(plan->mine);
+    free(plan->pieces);
+    free(plan->chunk_cap);
+    free(plan);
+}
+
+reshard_status_t reshard_plan_get_stats(const reshard_plan_t *plan, reshard_plan_stats_t *stats)
+{
+    rs_error_clear();
+    if (!plan || !stats)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_get_stats: NULL argument");
+    *stats = plan->stats;
+    return RESHARD_OK;
+}
+
+uint64_t reshard_plan_pair_bytes(const reshard_plan_t *plan, int32_t src, int32_t dst)
+{
+    uint64_t b = 0;
+    for (int64_t i = 0; plan && i < plan->npieces; i++)
+        if (plan->pieces[i].sender == src && plan->pieces[i].receiver == dst)
+            b += plan->pieces[i].bytes;
+    return b;
+}

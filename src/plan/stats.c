@@ -1,0 +1,230 @@
+/*
+ * Byte counters of a plan and the lower bounds it is judged against.
+ *
+ * Lower bound (DESIGN §5): every destination domain must receive, over its own
+ * NICs, the unique elements its ranks need that no rank of the domain holds;
+ * the source NICs must send the sum of those. Unique = the union of the
+ * needed boxes of one tensor within one domain, so replicas inside a domain
+ * count once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_steps.h"
+#include "util/error.h"
+
+typedef struct {
+    int32_t domain;
+    int32_t tensor;
+    int32_t sole_holder; /* rank of the only holder, or -1 when several hold it */
+    reshard_box_t box;
+} rs_need_t;
+
+static int cmp_need(const void *pa, const void *pb)
+{
+    const rs_need_t *a = pa, *b = pb;
+    if (a->domain != b->domain)
+        return a->domain < b->domain ? -1 : 1;
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    for (int d = 0; d < a->box.ndim; d++) {
+        if (a->box.offset[d] != b->box.offset[d])
+            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+        if (a->box.extent[d] != b->box.extent[d])
+            return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
+    }
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Element count of the union of boxes n[0..k) (sorted, distinct). Disjoint
+ * boxes (the common case) are summed; otherwise a coordinate-compressed grid
+ * counts each covered cell once. Returns -1 on allocation failure. */
+static int64_t union_numel(const rs_need_t *n, int64_t k)
+{
+    bool disjoint = true;
+    for (int64_t i = 0; i < k && disjoint; i++)
+        for (int64_t j = i + 1; j < k; j++) {
+            if (n[j].box.offset[0] >= n[i].box.offset[0] + n[i].box.extent[0])
+                break; /* sorted by dim-0 offset: later boxes start even further */
+            reshard_box_t x;
+            if (rs_box_intersect(&n[i].box, &n[j].box, &x)) {
+                disjoint = false;
+                break;
+            }
+        }
+    int64_t total = 0;
+    if (disjoint) {
+        for (int64_t i = 0; i < k; i++)
+            total += rs_box_numel(&n[i].box);
+        return total;
+    }
+    int nd = n[0].box.ndim;
+    int64_t *pts[RESHARD_MAX_DIMS] = {0}, np[RESHARD_MAX_DIMS], it[RESHARD_MAX_DIMS] = {0};
+    for (int d = 0; d < nd; d++) {
+        pts[d] = malloc((size_t)(2 * k) * sizeof(int64_t));
+        if (!pts[d]) {
+            for (int q = 0; q < d; q++)
+                free(pts[q]);
+            return -1;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            pts[d][2 * i] = n[i].box.offset[d];
+            pts[d][2 * i + 1] = n[i].box.offset[d] + n[i].box.extent[d];
+        }
+        qsort(pts[d], (size_t)(2 * k), sizeof(int64_t), cmp_i64);
+        int64_t u = 0;
+        for (int64_t i = 0; i < 2 * k; i++)
+            if (u == 0 || pts[d][i] != pts[d][u - 1])
+                pts[d][u++] = pts[d][i];
+        np[d] = u;
+    }
+    for (;;) {
+        reshard_box_t c = {.ndim = nd};
+        for (int d = 0; d < nd; d++) {
+            c.offset[d] = pts[d][it[d]];
+            c.extent[d] = pts[d][it[d] + 1] - pts[d][it[d]];
+        }
+        for (int64_t i = 0; i < k; i++)
+            if (rs_box_contains(&n[i].box, &c)) {
+                total += rs_box_numel(&c);
+                break;
+            }
+        int d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++it[d] < np[d] - 1)
+                break;
+            it[d] = 0;
+        }
+        if (d < 0)
+            break;
+    }
+    for (int d = 0; d < nd; d++)
+        free(pts[d]);
+    return total;
+}
+
+/* The per-domain unique bytes needed from outside, and the send load that
+ * sole holders cannot shed. */
+static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cells,
+                                     uint64_t *dom_need, uint64_t *sole_load)
+{
+    const reshard_plan_params_t *p = &plan->p;
+    rs_need_t *need = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *need);
+    if (!need)
+        return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+    int64_t nn = 0;
+    for (int64_t i = 0; i < cells->n; i++) {
+        const rs_cell_t *c = &cells->c[i];
+        int32_t dom = rs_domain_of(p, c->receiver), sole = -1;
+        bool inside = false;
+        for (int32_t j = 0; j < c->nholders && !inside; j++) {
+            int32_t r = plan->src->f[cells->h[c->holders + j]].rank;
+            inside = rs_domain_of(p, r) == dom;
+            sole = j == 0 ? r : (sole == r ? r : -2);
+        }
+        if (!inside)
+            need[nn++] = (rs_need_t){dom, c->tensor, sole >= 0 ? sole : -1, c->box};
+    }
+    qsort(need, (size_t)nn, sizeof *need, cmp_need);
+    /* drop exact duplicates (replicas of one box in one domain) */
+    int64_t w = 0;
+    for (int64_t i = 0; i < nn; i++)
+        if (w == 0 || cmp_need(&need[w - 1], &need[i]) != 0)
+            need[w++] = need[i];
+    nn = w;
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; i < nn && st == RESHARD_OK;) {
+        int64_t j = i;
+        while (j < nn && need[j].domain == need[i].domain && need[j].tensor == need[i].tensor)
+            j++;
+        int64_t el = union_numel(&need[i], j - i);
+        if (el < 0) {
+            st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+            break;
+        }
+        const rs_tensor_t *t = &plan->dst->tensors->t[need[i].tensor];
+        uint64_t es = reshard_dtype_size(t->dtype);
+        dom_need[need[i].domain] += (uint64_t)el * es;
+        for (int64_t q = i; q < j; q++)
+            if (need[q].sole_holder >= 0)
+                sole_load[need[q].sole_holder] += (uint64_t)rs_box_numel(&need[q].box) * es;
+        i = j;
+    }
+    free(need);
+    return st;
+}
+
+reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
+{
+    const reshard_plan_params_t *p = &plan->p;
+    int32_t W = p->world_size;
+    reshard_plan_stats_t *s = &plan->stats;
+    memset(s, 0, sizeof *s);
+    uint64_t *nic_send = calloc((size_t)W, sizeof *nic_send);
+    uint64_t *nic_recv = calloc((size_t)W, sizeof *nic_recv);
+    uint64_t *dom_need = calloc((size_t)W, sizeof *dom_need);
+    uint64_t *sole_load = calloc((size_t)W, sizeof *sole_load);
+    int32_t *dom_ranks = calloc((size_t)W, sizeof *dom_ranks);
+    bool *is_src = calloc((size_t)W, sizeof *is_src);
+    reshard_status_t st = RESHARD_OK;
+    if (!nic_send || !nic_recv || !dom_need || !sole_load || !dom_ranks || !is_src)
+        st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+    for (int64_t i = 0; st == RESHARD_OK && i < plan->npieces; i++) {
+        const rs_piece_t *q = &plan->pieces[i];
+        s->bytes_total += q->bytes;
+        s->pieces++;
+        if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
+            q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)
+            s->transfers += q->sender != q->receiver;
+        if (q->sender == q->receiver)
+            s->bytes_local += q->bytes;
+        else if (rs_domain_of(p, q->sender) == rs_domain_of(p, q->receiver))
+            s->bytes_nvlink += q->bytes;
+        else {
+            s->bytes_network += q->bytes;
+            nic_send[q->sender] += q->bytes;
+            nic_recv[q->receiver] += q->bytes;
+        }
+    }
+    if (st == RESHARD_OK)
+        st = lower_bounds(plan, cells, dom_need, sole_load);
+    if (st == RESHARD_OK) {
+        for (int64_t i = 0; i < plan->src->n; i++)
+            is_src[plan->src->f[i].rank] = true;
+        int32_t nsrc = 0;
+        for (int32_t r = 0; r < W; r++) {
+            nsrc += is_src[r];
+            if (nic_send[r] > s->max_nic_send_bytes)
+                s->max_nic_send_bytes = nic_send[r];
+            if (nic_recv[r] > s->max_nic_recv_bytes)
+                s->max_nic_recv_bytes = nic_recv[r];
+            if (sole_load[r] > s->nic_send_bound_bytes)
+                s->nic_send_bound_bytes = sole_load[r];
+            dom_ranks[rs_domain_of(p, r)]++;
+        }
+        for (int32_t d = 0; d < W; d++) {
+            s->bytes_lower_bound += dom_need[d];
+            if (dom_ranks[d]) {
+                uint64_t b = (dom_need[d] + (uint64_t)dom_ranks[d] - 1) / (uint64_t)dom_ranks[d];
+                if (b > s->nic_recv_bound_bytes)
+                    s->nic_recv_bound_bytes = b;
+            }
+        }
+        uint64_t mean = nsrc ? (s->bytes_lower_bound + (uint64_t)nsrc - 1) / (uint64_t)nsrc : 0;
+        if (mean > s->nic_send_bound_bytes)
+            s->nic_send_bound_bytes = mean;
+    }
+    free(nic_send);
+    free(nic_recv);
+    free(dom_need);
+    free(sole_load);
+    free(dom_ranks);
+    free(is_src);
+    return st;
+}

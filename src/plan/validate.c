@@ -1,0 +1,183 @@
+/* Validation of a layout pair before planning (DESIGN §8). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_steps.h"
+#include "util/error.h"
+
+/* Both catalogues must describe the same tensors (same object or equal content). */
+static reshard_status_t check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b)
+{
+    if (a == b)
+        return RESHARD_OK;
+    if (a->n != b->n)
+        return rs_error(RESHARD_ERR_SHAPE, "source has %d logical tensors, destination %d", a->n,
+                        b->n);
+    for (int32_t i = 0; i < a->n; i++) {
+        const rs_tensor_t *x = &a->t[i], *y = &b->t[i];
+        if (strcmp(x->name, y->name) != 0)
+            return rs_error(RESHARD_ERR_SHAPE,
+                            "tensor %d is %s in the source, %s in the destination", i, x->name,
+                            y->name);
+        if (x->dtype != y->dtype)
+            return rs_error(RESHARD_ERR_DTYPE,
+                            "tensor %s: dtype %s in the source, %s in the destination", x->name,
+                            reshard_dtype_name(x->dtype), reshard_dtype_name(y->dtype));
+        if (x->vndim != y->vndim || memcmp(x->vshape, y->vshape, sizeof x->vshape) != 0 ||
+            x->numel != y->numel)
+            return rs_error(RESHARD_ERR_SHAPE, "tensor %s: shapes differ between the two sides",
+                            x->name);
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t check_ranks(const reshard_layout_t *l, int32_t world, const char *side)
+{
+    for (int64_t i = 0; i < l->n; i++) {
+        const reshard_fragment_t *f = &l->f[i];
+        if (f->rank >= world) {
+            char bs[256];
+            return rs_error(RESHARD_ERR_RANK,
+                            "tensor %s, rank %d, box %s: %s rank not below world size %d",
+                            l->tensors->t[f->tensor].name, f->rank,
+                            rs_box_str(&f->box, bs, sizeof bs), side, world);
+        }
+    }
+    return RESHARD_OK;
+}
+
+typedef struct {
+    int32_t rank, buffer;
+    uint64_t lo, hi; /* byte range [lo, hi) that bounds the fragment */
+    int64_t frag;
+} rs_extent_t;
+
+static int cmp_extent(const void *pa, const void *pb)
+{
+    const rs_extent_t *a = pa, *b = pb;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    if (a->buffer != b->buffer)
+        return a->buffer < b->buffer ? -1 : 1;
+    if (a->lo != b->lo)
+        return a->lo < b->lo ? -1 : 1;
+    return a->frag < b->frag ? -1 : a->frag > b->frag;
+}
+
+/* Mark the bytes of fragment @p f within [span_lo, ...) in @p bits; true on a byte marked twice. */
+static bool mark_fragment(const reshard_layout_t *l, const reshard_fragment_t *f, uint64_t span_lo,
+                          uint8_t *bits)
+{
+    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+    int last = f->box.ndim - 1;
+    int64_t idx[RESHARD_MAX_DIMS];
+    memcpy(idx, f->box.offset, sizeof idx);
+    do {
+        int64_t pos = rs_frag_pos(f, idx);
+        for (int64_t j = 0; j < f->box.extent[last]; j++) {
+            uint64_t b0 = (uint64_t)(pos + j * f->stride[last]) * es - span_lo;
+            for (uint64_t b = b0; b < b0 + es; b++) {
+                if (bits[b >> 3] & (1u << (b & 7)))
+                    return true;
+                bits[b >> 3] |= (uint8_t)(1u << (b & 7));
+            }
+        }
+    } while (rs_box_next_row(&f->box, idx));
+    return false;
+}
+
+/* Exact check of a group of fragments whose byte bounds overlap. */
+static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t *e, int64_t n,
+                                    uint64_t lo, uint64_t hi)
+{
+    uint8_t *bits = calloc((size_t)((hi - lo + 7) / 8), 1);
+    if (!bits)
+        return rs_error(RESHARD_ERR_NOMEM, "overlap check: out of memory on rank %d", e->rank);
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; i < n && st == RESHARD_OK; i++) {
+        const reshard_fragment_t *f = &l->f[e[i].frag];
+        /* Also within one fragment: strides must not alias two elements. */
+        if (mark_fragment(l, f, lo, bits)) {
+            char bs[256];
+            st = rs_error(RESHARD_ERR_OVERLAP,
+                          "tensor %s, rank %d, box %s: destination bytes in buffer %d are also "
+                          "written by another destination fragment",
+                          l->tensors->t[f->tensor].name, f->rank,
+                          rs_box_str(&f->box, bs, sizeof bs), f->buffer);
+        }
+    }
+    free(bits);
+    return st;
+}
+
+/* Sufficient condition for distinct elements of a box to have distinct
+ * positions: with dims sorted by stride, each stride exceeds the span of
+ * the dims before it. */
+static bool strides_injective(const reshard_fragment_t *f)
+{
+    int64_t st[RESHARD_MAX_DIMS], ex[RESHARD_MAX_DIMS];
+    int n = 0;
+    for (int d = 0; d < f->box.ndim; d++)
+        if (f->box.extent[d] > 1) {
+            int k = n++;
+            while (k > 0 && st[k - 1] > f->stride[d]) {
+                st[k] = st[k - 1];
+                ex[k] = ex[k - 1];
+                k--;
+            }
+            st[k] = f->stride[d];
+            ex[k] = f->box.extent[d];
+        }
+    int64_t span = 0;
+    for (int k = 0; k < n; k++) {
+        if (st[k] <= span)
+            return false;
+        span += (ex[k] - 1) * st[k];
+    }
+    return true;
+}
+
+/* No two destination fragments (nor two elements of one) share buffer bytes. */
+static reshard_status_t check_dst_overlap(const reshard_layout_t *l)
+{
+    rs_extent_t *e = malloc((size_t)(l->n ? l->n : 1) * sizeof *e);
+    if (!e)
+        return rs_error(RESHARD_ERR_NOMEM, "overlap check: out of memory");
+    for (int64_t i = 0; i < l->n; i++) {
+        const reshard_fragment_t *f = &l->f[i];
+        size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+        e[i] = (rs_extent_t){f->rank, f->buffer, (uint64_t)f->base * es,
+                             rs_fragment_end_bytes(l, f), i};
+    }
+    qsort(e, (size_t)l->n, sizeof *e, cmp_extent);
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; i < l->n && st == RESHARD_OK;) {
+        /* A group: consecutive fragments of one buffer with overlapping bounds. */
+        int64_t j = i + 1;
+        uint64_t hi = e[i].hi;
+        while (j < l->n && e[j].rank == e[i].rank && e[j].buffer == e[i].buffer && e[j].lo < hi) {
+            if (e[j].hi > hi)
+                hi = e[j].hi;
+            j++;
+        }
+        bool exact = j > i + 1 || !strides_injective(&l->f[e[i].frag]);
+        if (exact)
+            st = check_group(l, &e[i], j - i, e[i].lo, hi);
+        i = j;
+    }
+    free(e);
+    return st;
+}
+
+reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
+                             int32_t world)
+{
+    reshard_status_t st = check_catalogues(src->tensors, dst->tensors);
+    if (st == RESHARD_OK)
+        st = check_ranks(src, world, "source");
+    if (st == RESHARD_OK)
+        st = check_ranks(dst, world, "destination");
+    if (st == RESHARD_OK)
+        st = check_dst_overlap(dst);
+    return st;
+}

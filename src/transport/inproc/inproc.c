@@ -1,0 +1,271 @@
+/*
+ * The in-process transport: N ranks as threads of one process. Sends are
+ * eager (the bytes are copied into a message queued at the receiver, one
+ * FIFO per sender), so a send completes at once and a receive waits for the
+ * matching message. Used by unit tests and single-process tools.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "transport/transport.h"
+#include "util/error.h"
+
+typedef struct rs_msg {
+    struct rs_msg *next;
+    uint64_t bytes;
+    unsigned char data[];
+} rs_msg_t;
+
+typedef struct {
+    rs_msg_t *head, *tail;
+} rs_fifo_t;
+
+struct reshard_inproc_group {
+    int32_t n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rs_fifo_t *q; /* q[receiver * n + sender] */
+    /* finish barrier */
+    int32_t arrived;
+    uint64_t generation;
+    reshard_status_t worst, result;
+};
+
+typedef struct {
+    int32_t peer;
+    void *buf;
+    uint64_t bytes;
+} rs_pending_t;
+
+typedef struct {
+    reshard_inproc_group_t *g;
+    rs_pending_t *pend[2];
+    int32_t npend[2], cap[2];
+} rs_inproc_t;
+
+reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_group_t **out)
+{
+    rs_error_clear();
+    if (!out || nranks < 1)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_inproc_group_create: bad argument");
+    reshard_inproc_group_t *g = calloc(1, sizeof *g);
+    if (g)
+        g->q = calloc((size_t)nranks * (size_t)nranks, sizeof *g->q);
+    if (!g || !g->q) {
+        free(g);
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_inproc_group_create: out of memory");
+    }
+    g->n = nranks;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    *out = g;
+    return RESHARD_OK;
+}
+
+void reshard_inproc_group_destroy(reshard_inproc_group_t *g)
+{
+    if (!g)
+        return;
+    for (int64_t i = 0; i < (int64_t)g->n * g->n; i++)
+        for (rs_msg_t *m = g->q[i].head, *nx; m; m = nx) {
+            nx = m->next;
+            free(m);
+        }
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->q);
+    free(g);
+}
+
+static reshard_status_t ip_alloc(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    *out = malloc(bytes ? bytes : 1);
+    return *out ? RESHARD_OK
+                : rs_error(RESHARD_ERR_NOMEM, "rank %d: cannot allocate %llu bytes of staging",
+                           c->rank, (unsigned long long)bytes);
+}
+
+static void ip_free(reshard_comm_t *c, void *p)
+{
+    (void)c;
+    free(p);
+}
+
+static reshard_status_t ip_begin(reshard_comm_t *c, int slot)
+{
+    rs_inproc_t *ip = c->impl;
+    ip->npend[slot] = 0;
+    return RESHARD_OK;
+}
+
+static reshard_status_t ip_send(reshard_comm_t *c, int slot, int32_t peer, const void *buf,
+                                uint64_t bytes)
+{
+    (void)slot;
+    rs_inproc_t *ip = c->impl;
+    rs_msg_t *m = malloc(sizeof *m + bytes);
+    if (!m)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory sending to %d", c->rank, peer);
+    m->next = NULL;
+    m->bytes = bytes;
+    memcpy(m->data, buf, bytes);
+    reshard_inproc_group_t *g = ip->g;
+    pthread_mutex_lock(&g->mu);
+    rs_fifo_t *f = &g->q[(int64_t)peer * g->n + c->rank];
+    if (f->tail)
+        f->tail->next = m;
+    else
+        f->head = m;
+    f->tail = m;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    return RESHARD_OK;
+}
+
+static reshard_status_t ip_recv(reshard_comm_t *c, int slot, int32_t peer, void *buf,
+                                uint64_t bytes)
+{
+    rs_inproc_t *ip = c->impl;
+    if (ip->npend[slot] == ip->cap[slot]) {
+        int32_t cap = ip->cap[slot] ? 2 * ip->cap[slot] : 16;
+        rs_pending_t *p = realloc(ip->pend[slot], (size_t)cap * sizeof *p);
+        if (!p)
+            return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", c->rank);
+        ip->pend[slot] = p;
+        ip->cap[slot] = cap;
+    }
+    ip->pend[slot][ip->npend[slot]++] = (rs_pending_t){peer, buf, bytes};
+    return RESHARD_OK;
+}
+
+static reshard_status_t ip_end(reshard_comm_t *c, int slot)
+{
+    (void)c;
+    (void)slot;
+    return RESHARD_OK;
+}
+
+static struct timespec deadline_after(double s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)s;
+    ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
+{
+    rs_inproc_t *ip = c->impl;
+    reshard_inproc_group_t *g = ip->g;
+    struct timespec dl = deadline_after(timeout_s);
+    reshard_status_t st = RESHARD_OK;
+    pthread_mutex_lock(&g->mu);
+    for (int32_t i = 0; i < ip->npend[slot] && st == RESHARD_OK; i++) {
+        rs_pending_t *p = &ip->pend[slot][i];
+        rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
+        while (!f->head && st == RESHARD_OK)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && !f->head)
+                st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
+                              c->rank, p->peer, timeout_s);
+        if (st != RESHARD_OK)
+            break;
+        rs_msg_t *m = f->head;
+        f->head = m->next;
+        if (!f->head)
+            f->tail = NULL;
+        if (m->bytes != p->bytes)
+            st = rs_error(RESHARD_ERR_TRANSPORT,
+                          "rank %d: expected %llu bytes from rank %d, got %llu", c->rank,
+                          (unsigned long long)p->bytes, p->peer, (unsigned long long)m->bytes);
+        else
+            memcpy(p->buf, m->data, m->bytes);
+        free(m);
+    }
+    pthread_mutex_unlock(&g->mu);
+    ip->npend[slot] = 0;
+    return st;
+}
+
+static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+{
+    rs_inproc_t *ip = c->impl;
+    reshard_inproc_group_t *g = ip->g;
+    struct timespec dl = deadline_after(timeout_s);
+    pthread_mutex_lock(&g->mu);
+    uint64_t gen = g->generation;
+    if (local != RESHARD_OK && (g->worst == RESHARD_OK || local > g->worst))
+        g->worst = local;
+    reshard_status_t st = RESHARD_OK;
+    if (++g->arrived == g->n) {
+        g->result = g->worst;
+        g->worst = RESHARD_OK;
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        while (g->generation == gen && st == RESHARD_OK)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && g->generation == gen)
+                st = rs_error(RESHARD_ERR_TIMEOUT,
+                              "rank %d: not every rank finished the refit within %g s", c->rank,
+                              timeout_s);
+    }
+    if (st == RESHARD_OK)
+        st = g->result;
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
+static void ip_destroy(reshard_comm_t *c)
+{
+    rs_inproc_t *ip = c->impl;
+    free(ip->pend[0]);
+    free(ip->pend[1]);
+    free(ip);
+}
+
+static const rs_transport_ops_t rs_inproc_ops = {
+    .name = "inproc",
+    .device_memory = false,
+    .alloc_staging = ip_alloc,
+    .free_staging = ip_free,
+    .round_begin = ip_begin,
+    .post_send = ip_send,
+    .post_recv = ip_recv,
+    .round_end = ip_end,
+    .round_wait = ip_wait,
+    .finish = ip_finish,
+    .destroy = ip_destroy,
+};
+
+reshard_status_t reshard_comm_create_inproc(reshard_inproc_group_t *group, int32_t rank,
+                                            reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (!group || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_create_inproc: NULL argument");
+    if (rank < 0 || rank >= group->n)
+        return rs_error(RESHARD_ERR_RANK, "reshard_comm_create_inproc: rank %d outside [0, %d)",
+                        rank, group->n);
+    reshard_comm_t *c = calloc(1, sizeof *c);
+    rs_inproc_t *ip = calloc(1, sizeof *ip);
+    if (!c || !ip) {
+        free(c);
+        free(ip);
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_comm_create_inproc: out of memory");
+    }
+    ip->g = group;
+    c->ops = &rs_inproc_ops;
+    c->rank = rank;
+    c->size = group->n;
+    c->impl = ip;
+    *out = c;
+    return RESHARD_OK;
+}
