@@ -42,7 +42,8 @@ static const reshard_buffer_t *from_buf(const rs_exec_t *x, const rs_piece_t *p)
 
 /* Pack (send side) or unpack (receive side) @p len stream bytes at the cursor. */
 static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t *cur,
-                                   uint8_t *stage_buf, uint64_t len, bool sending)
+                                   uint8_t *stage_buf, uint64_t len, bool sending,
+                                   uint64_t *payload)
 {
     const rs_transport_ops_t *ops = x->comm->ops;
     uint64_t done = 0;
@@ -52,6 +53,7 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
         uint64_t take = padded - cur->off < len - done ? padded - cur->off : len - done;
         uint64_t data_end = cur->off + take < p->bytes ? cur->off + take : p->bytes;
         if (data_end > cur->off) {
+            *payload += data_end - cur->off;
             const reshard_fragment_t *to = &x->plan->dst->f[p->to_frag];
             rs_span_t span = {sending ? from_frag(x, p) : to, &p->box,
                               (int64_t)(cur->off / p->elem_size),
@@ -116,13 +118,14 @@ static reshard_status_t post_round(rs_exec_t *x, int stage, int64_t k, rs_cursor
         uint64_t len = chunk_len(s, k);
         if (!len)
             continue;
-        st = move_chunk(x, s, &scur[i], base + soff[i], len, true);
+        uint64_t payload = 0;
+        st = move_chunk(x, s, &scur[i], base + soff[i], len, true, &payload);
         if (st == RESHARD_OK)
             st = ops->post_send(x->comm, slot, s->peer, base + soff[i], len);
         if (st == RESHARD_OK && x->stats) {
             bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, s->peer) ==
                                                           rs_domain_of(&x->plan->p, x->rp->rank);
-            *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += len;
+            *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += payload;
         }
     }
     if (st == RESHARD_OK)
@@ -143,9 +146,10 @@ static reshard_status_t finish_round(rs_exec_t *x, int stage, int64_t k, rs_curs
         uint64_t len = chunk_len(s, k);
         if (!len)
             continue;
-        st = move_chunk(x, s, &rcur[i], base + roff[i], len, false);
+        uint64_t payload = 0;
+        st = move_chunk(x, s, &rcur[i], base + roff[i], len, false, &payload);
         if (x->stats)
-            x->stats->bytes_recv += len;
+            x->stats->bytes_recv += payload;
     }
     return st;
 }
