@@ -1,0 +1,132 @@
+/*
+ * reshard over MPI: the transport for host (CPU) memory on one or many hosts,
+ * and the built-in gather+broadcast baseline that every speedup is measured
+ * against.
+ *
+ * Include after <mpi.h> is available; link with MPI. Only built when CMake
+ * found MPI (RESHARD_HAVE_MPI is then defined for users of the library).
+ *
+ * Failure model. Every wait inside an execution polls with a deadline: when
+ * no transfer completes for the plan's timeout_s (params.timeout_s, default
+ * RESHARD_DEFAULT_TIMEOUT_S = 60 s) the rank returns RESHARD_ERR_TIMEOUT. A
+ * rank that fails (locally or by timeout) sends a small abort message to every
+ * peer, so ranks blocked on it stop within one poll; every execution ends with
+ * a nonblocking agreement (MPI_Iallreduce with the same deadline) so that all
+ * ranks return the same status: the error of the lowest rank that failed on
+ * its own account. A peer that is stalled therefore makes every other rank
+ * return within about two timeouts. A peer that dies is usually noticed by the
+ * MPI runtime first (Open MPI's mpirun then ends the whole job). After any
+ * failed execution the MPI comm is unusable (the state of messages in flight
+ * is unknown): every later operation returns RESHARD_ERR_TRANSPORT and the
+ * comm must be destroyed; requests still in flight and their staging memory
+ * are deliberately leaked rather than freed under MPI's feet. Callers that
+ * need to end the job (the `reshard run` tool) call MPI_Abort.
+ *
+ * The timeout bounds each wait, not a whole execution: a rank that finishes
+ * its share early waits at the final agreement for the slowest rank, so
+ * timeout_s must exceed the longest expected refit.
+ */
+#ifndef RESHARD_MPI_H
+#define RESHARD_MPI_H
+
+#include <mpi.h>
+
+#include "reshard/reshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Create the MPI endpoint of the calling rank. Collective over @p comm: every
+ * rank of @p comm calls it. The endpoint works on an MPI_Comm_dup of @p comm
+ * with MPI_ERRORS_RETURN (the caller's communicator and its error handler
+ * are untouched); reshard_comm_rank/size are the rank and size in @p comm,
+ * and plans executed on it must have world_size == that size. MPI must be
+ * initialized (any thread level; the endpoint is used by one thread at a
+ * time). Free it with reshard_comm_destroy before MPI_Finalize (local).
+ * Errors: INVALID_ARG (out NULL, MPI not initialized, comm is MPI_COMM_NULL),
+ * TRANSPORT (the duplicate failed), NOMEM.
+ */
+reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out);
+
+/** The communicator the endpoint uses (its duplicate), or MPI_COMM_NULL when
+ *  @p comm is not an MPI endpoint. Do not free it; do not post on it. */
+MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
+
+/* ------------------------------------------------------------------ */
+/* The gather+broadcast baseline                                       */
+/* ------------------------------------------------------------------ */
+
+/**
+ * The common practice of RL frameworks, built in so that every claim is a
+ * ratio measured in one run. Each logical tensor has a root: a source rank
+ * (typically the first rank of the tensor's pipeline stage). Per root, the
+ * tensors are cut into buckets of at most params.staging_bytes (a tensor
+ * larger than a bucket is cut along view dim 0 into row blocks); for each
+ * bucket, in order:
+ *   1. gather: every source rank holding part of the bucket packs its part
+ *      (one replica of each element: of fragments whose boxes are contained
+ *      in another fragment's box, the one on the lowest rank is used, the
+ *      root's own first) and sends it to the root, which unpacks it into the
+ *      bucket, i.e. full tensors in row-major view-shape order;
+ *   2. broadcast: the root broadcasts the packed bucket (MPI_Ibcast) to every
+ *      destination rank;
+ *   3. every destination rank copies its fragments' elements out of the full
+ *      tensors and drops the rest.
+ * Memory per rank: the root holds the bucket plus the receive staging of its
+ * gather (about one more bucket); destination ranks hold one bucket; source
+ * ranks hold their packed part of one bucket.
+ */
+typedef struct reshard_baseline reshard_baseline_t;
+
+/**
+ * Prepare the baseline for @p src -> @p dst on @p comm (an MPI endpoint).
+ * Collective over @p comm: every rank calls it with the same layouts, roots
+ * and params (it builds one broadcast communicator per root with
+ * MPI_Comm_create_group; no data is moved).
+ * @param roots   per logical tensor id, the root rank (it must hold a source
+ *                fragment of the tensor); NULL = for each tensor, the lowest
+ *                source rank holding it
+ * @param params  world_size must equal the comm size; staging_bytes (when its
+ *                mask bit is set, else RESHARD_DEFAULT_STAGING_BYTES) is the
+ *                bucket size; timeout_s (mask bit, else the default) bounds
+ *                every wait as in reshard_plan_execute; my_rank is ignored
+ * Errors: INVALID_ARG (NULL, not an MPI comm, world size mismatch, a root
+ * holding no fragment of its tensor), UNCOVERED (a tensor has a destination
+ * but no source fragment), STAGING (one view-dim-0 row of a tensor is larger
+ * than the bucket; the message names the tensor), TRANSPORT, NOMEM.
+ */
+reshard_status_t reshard_baseline_create_mpi(const reshard_layout_t *src,
+                                             const reshard_layout_t *dst, const int32_t *roots,
+                                             const reshard_plan_params_t *params,
+                                             reshard_comm_t *comm, reshard_baseline_t **out);
+
+/**
+ * Run the baseline once. Every rank of the comm calls it (buffers as in
+ * reshard_plan_execute; a rank with no role passes zero buffers). Destination
+ * elements end up as after reshard_plan_execute; destination bytes outside
+ * fragments are not touched. Repeatable; buffers may differ between calls.
+ * @p stats (optional): bytes_recv = bytes this rank received (gather at a
+ * root, broadcast payload at a destination); bytes_sent_network = bytes it
+ * sent (its gather part; a root counts the broadcast payload once);
+ * bytes_local = bytes copied within the rank.
+ * Errors: INVALID_ARG, BUFFER (a buffer missing or too small), TRANSPORT,
+ * TIMEOUT, NOMEM; all ranks return the same status (see the failure model).
+ */
+reshard_status_t reshard_baseline_execute(reshard_baseline_t *baseline,
+                                          const reshard_buffer_t *src_bufs, int32_t n_src,
+                                          const reshard_buffer_t *dst_bufs, int32_t n_dst,
+                                          reshard_exec_stats_t *stats);
+
+/** Payload bytes the baseline moves between distinct ranks per execution,
+ *  over all ranks: gathered bytes plus broadcast bytes times receivers. */
+uint64_t reshard_baseline_bytes_moved(const reshard_baseline_t *baseline);
+
+/** Free the baseline and its broadcast communicators (local). NULL ok. */
+void reshard_baseline_destroy(reshard_baseline_t *baseline);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESHARD_MPI_H */

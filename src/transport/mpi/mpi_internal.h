@@ -1,0 +1,95 @@
+/*
+ * Internal state of the MPI transport, shared by the round ops (mpi_transport.c)
+ * and the gather+broadcast baseline (baseline.c).
+ */
+#ifndef RS_MPI_INTERNAL_H
+#define RS_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#include "reshard/reshard_mpi.h"
+#include "transport/transport.h"
+
+/** Tags on the duplicated communicator. */
+enum {
+    RS_MPI_TAG_SLOT0 = 100, /**< round data of slot 0; slot 1 uses TAG_SLOT0 + 1 */
+    RS_MPI_TAG_ABORT = 110, /**< "rank r failed with status s": {status, rank} */
+    RS_MPI_TAG_GATHER = 120 /**< baseline gather messages */
+};
+
+/** A growable list of outstanding requests. */
+typedef struct {
+    MPI_Request *req;
+    int32_t *peer; /**< the peer of each request, for messages */
+    int *idx;      /**< scratch for MPI_Testsome */
+    int n, cap;
+} rs_mpi_reqs_t;
+
+typedef struct {
+    MPI_Comm comm; /**< our duplicate, MPI_ERRORS_RETURN */
+    int rank, size;
+    rs_mpi_reqs_t slot[2];
+    MPI_Request abort_recv; /**< posted ANY_SOURCE receive of TAG_ABORT */
+    int abort_msg[2];       /**< {status, rank} of a received abort */
+    bool abort_received;    /**< abort_msg holds a peer's failure */
+    bool abort_reported;    /**< a wait returned the peer's failure to the caller */
+    int abort_payload[2];   /**< what we send when we fail */
+    bool abort_sent;        /**< we told every peer that we failed */
+    rs_mpi_reqs_t abort_sends;
+    /** Set when an execution failed (at the agreement): the peer state is
+     *  unknown, further operations are refused and outstanding requests are
+     *  leaked (never freed under MPI's feet). Staging freed while requests
+     *  are outstanding is leaked too. */
+    bool broken;
+} rs_mpi_t;
+
+/** Largest single message; larger transfers are split into several messages
+ *  of this size (MPI counts are int). Tests lower it to exercise splitting. */
+extern uint64_t rs_mpi_max_message_bytes;
+
+/** The MPI state of @p c, or NULL when @p c is not an MPI comm. */
+rs_mpi_t *rs_mpi_of(reshard_comm_t *c);
+
+/** Record an MPI error code as TRANSPORT with @p what and MPI's message. */
+reshard_status_t rs_mpi_error(rs_mpi_t *m, int mpi_rc, const char *what);
+
+/** Append a request with @p peer to a list. Errors: NOMEM. */
+reshard_status_t rs_mpi_reqs_push(rs_mpi_reqs_t *l, MPI_Request r, int32_t peer);
+/** Free a list's arrays (not its requests). */
+void rs_mpi_reqs_free(rs_mpi_reqs_t *l);
+
+/**
+ * Post one logical transfer of @p bytes to/from @p peer with @p tag on
+ * @p comm, split into messages of at most rs_mpi_max_message_bytes; the
+ * requests are appended to @p l. Errors: TRANSPORT, NOMEM.
+ */
+reshard_status_t rs_mpi_post(rs_mpi_t *m, rs_mpi_reqs_t *l, bool send, int32_t peer, void *buf,
+                             uint64_t bytes, int tag);
+
+/**
+ * Wait for every request of @p l, polling with MPI_Testsome and yielding the
+ * CPU between polls. Returns TIMEOUT when @p timeout_s seconds pass without
+ * any request completing, and the peer's status when a peer's abort message
+ * arrives first. @p what names the wait in messages. On success @p l is empty.
+ * @p check_abort: also stop on a peer's abort message.
+ */
+reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bool check_abort,
+                             const char *what);
+
+/**
+ * End an execution: every rank of the comm passes its local status; all get
+ * the failing status of the lowest failing rank whose error was its own (not
+ * a reaction to a peer's abort), or TIMEOUT when some rank does not arrive
+ * within @p timeout_s. A failing rank first tells every peer (abort message)
+ * so that ranks blocked in a wait stop early.
+ */
+reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s);
+
+/** The error returned by operations on a broken comm. */
+reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);
+
+/** Seconds on a monotonic clock. */
+double rs_mpi_now(void);
+
+#endif

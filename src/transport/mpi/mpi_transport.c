@@ -1,0 +1,494 @@
+/*
+ * The MPI transport: nonblocking point-to-point rounds on a duplicate of the
+ * caller's communicator, waits that poll with a deadline and yield the CPU,
+ * an abort message that stops blocked peers early, and a nonblocking
+ * agreement on the outcome of every execution.
+ */
+#include "transport/mpi/mpi_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/error.h"
+
+uint64_t rs_mpi_max_message_bytes = (uint64_t)1 << 30;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+double rs_mpi_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+reshard_status_t rs_mpi_error(rs_mpi_t *m, int mpi_rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(mpi_rc, msg, &len);
+    return rs_error(RESHARD_ERR_TRANSPORT, "rank %d: %s failed: %s", m ? m->rank : -1, what, msg);
+}
+
+reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m)
+{
+    return rs_error(RESHARD_ERR_TRANSPORT,
+                    "rank %d: this MPI comm failed in an earlier execution; destroy it and "
+                    "create a new one",
+                    m->rank);
+}
+
+reshard_status_t rs_mpi_reqs_push(rs_mpi_reqs_t *l, MPI_Request r, int32_t peer)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        MPI_Request *req = realloc(l->req, (size_t)cap * sizeof *req);
+        if (!req)
+            return rs_error(RESHARD_ERR_NOMEM, "out of memory for MPI requests");
+        l->req = req;
+        int32_t *peer_arr = realloc(l->peer, (size_t)cap * sizeof *peer_arr);
+        if (!peer_arr)
+            return rs_error(RESHARD_ERR_NOMEM, "out of memory for MPI requests");
+        l->peer = peer_arr;
+        int *idx = realloc(l->idx, (size_t)cap * sizeof *idx);
+        if (!idx)
+            return rs_error(RESHARD_ERR_NOMEM, "out of memory for MPI requests");
+        l->idx = idx;
+        l->cap = cap;
+    }
+    l->req[l->n] = r;
+    l->peer[l->n] = peer;
+    l->n++;
+    return RESHARD_OK;
+}
+
+void rs_mpi_reqs_free(rs_mpi_reqs_t *l)
+{
+    free(l->req);
+    free(l->peer);
+    free(l->idx);
+    memset(l, 0, sizeof *l);
+}
+
+reshard_status_t rs_mpi_post(rs_mpi_t *m, rs_mpi_reqs_t *l, bool send, int32_t peer, void *buf,
+                             uint64_t bytes, int tag)
+{
+    if (m->broken)
+        return rs_mpi_broken_error(m);
+    if (peer < 0 || peer >= m->size)
+        return rs_error(RESHARD_ERR_RANK, "rank %d: MPI peer %d outside [0, %d)", m->rank, peer,
+                        m->size);
+    if (bytes > 0 && !buf)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: NULL buffer for %llu bytes", m->rank,
+                        (unsigned long long)bytes);
+    uint64_t max = rs_mpi_max_message_bytes;
+    if (max == 0 || max > INT_MAX)
+        max = (uint64_t)INT_MAX;
+    char *p = buf;
+    for (uint64_t off = 0; off < bytes; off += max) {
+        uint64_t n = bytes - off < max ? bytes - off : max;
+        MPI_Request r;
+        int rc = send ? MPI_Isend(p + off, (int)n, MPI_BYTE, peer, tag, m->comm, &r)
+                      : MPI_Irecv(p + off, (int)n, MPI_BYTE, peer, tag, m->comm, &r);
+        if (rc != MPI_SUCCESS)
+            return rs_mpi_error(m, rc, send ? "MPI_Isend" : "MPI_Irecv");
+        reshard_status_t st = rs_mpi_reqs_push(l, r, peer);
+        if (st != RESHARD_OK)
+            return st;
+    }
+    return RESHARD_OK;
+}
+
+/* Give the CPU away between polls: spin a little, then sched_yield, then
+ * sleep with a growing interval (ranks are often oversubscribed). */
+static void backoff(int idle)
+{
+    if (idle < 8)
+        return;
+    if (idle < 256) {
+        sched_yield();
+        return;
+    }
+    long us = 20L << ((idle - 256) / 64 < 6 ? (idle - 256) / 64 : 6); /* 20 us .. 1.28 ms */
+    struct timespec ts = {0, us * 1000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Has a peer's abort arrived? */
+static reshard_status_t check_abort(rs_mpi_t *m, bool *got)
+{
+    *got = m->abort_received;
+    if (m->abort_received || m->abort_recv == MPI_REQUEST_NULL)
+        return RESHARD_OK;
+    int flag = 0;
+    int rc = MPI_Test(&m->abort_recv, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return rs_mpi_error(m, rc, "MPI_Test (abort channel)");
+    if (flag) {
+        m->abort_received = true;
+        *got = true;
+    }
+    return RESHARD_OK;
+}
+
+static void describe_peers(const rs_mpi_reqs_t *l, char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < l->n && n + 16 < size; i++) {
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = l->peer[j] == l->peer[i];
+        if (!seen)
+            n += (size_t)snprintf(out + n, size - n, "%s%d", n ? ", " : "", (int)l->peer[i]);
+    }
+}
+
+reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bool want_abort,
+                             const char *what)
+{
+    if (timeout_s <= 0)
+        timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    double start = rs_mpi_now();
+    double deadline = start + timeout_s;
+    int idle = 0;
+    while (l->n > 0) {
+        int outcount = 0;
+        int rc = MPI_Testsome(l->n, l->req, &outcount, l->idx, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return rs_mpi_error(m, rc, what);
+        if (outcount == MPI_UNDEFINED) { /* every request is null */
+            l->n = 0;
+            break;
+        }
+        if (outcount > 0) {
+            int k = 0;
+            for (int i = 0; i < l->n; i++) {
+                if (l->req[i] != MPI_REQUEST_NULL) {
+                    l->req[k] = l->req[i];
+                    l->peer[k] = l->peer[i];
+                    k++;
+                }
+            }
+            l->n = k;
+            idle = 0;
+            deadline = rs_mpi_now() + timeout_s;
+            continue;
+        }
+        if (want_abort) {
+            bool got = false;
+            reshard_status_t st = check_abort(m, &got);
+            if (st != RESHARD_OK)
+                return st;
+            if (got) {
+                m->abort_reported = true;
+                reshard_status_t peer_st = (reshard_status_t)m->abort_msg[0];
+                if (peer_st >= RESHARD_OK)
+                    peer_st = RESHARD_ERR_TRANSPORT;
+                return rs_error(peer_st, "rank %d: %s stopped: rank %d failed with %s", m->rank,
+                                what, m->abort_msg[1], reshard_status_string(peer_st));
+            }
+        }
+        double now = rs_mpi_now();
+        if (now > deadline) {
+            char peers[256];
+            describe_peers(l, peers, sizeof peers);
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: %s: no transfer completed for %.1f s; %d outstanding, "
+                            "waiting for rank(s) %s (dead or stalled peer?)",
+                            m->rank, what, timeout_s, l->n, peers);
+        }
+        backoff(idle++);
+    }
+    return RESHARD_OK;
+}
+
+/* Tell every peer that this rank failed (once per comm). */
+static void send_aborts(rs_mpi_t *m, reshard_status_t st)
+{
+    if (m->abort_sent)
+        return;
+    m->abort_sent = true;
+    m->abort_payload[0] = (int)st;
+    m->abort_payload[1] = m->rank;
+    for (int p = 0; p < m->size; p++) {
+        if (p == m->rank)
+            continue;
+        MPI_Request r;
+        if (MPI_Isend(m->abort_payload, 2, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
+            MPI_SUCCESS)
+            continue; /* best effort: the agreement still reports the failure */
+        if (rs_mpi_reqs_push(&m->abort_sends, r, p) != RESHARD_OK) {
+            MPI_Request_free(&r);
+            return;
+        }
+    }
+}
+
+/* Status order of the agreement: a rank's own failure (0) before a reaction
+ * to a peer's abort (1) before success (2); then the more negative status. */
+enum { KEY_OWN = 0, KEY_REACTION = 1, KEY_OK = 2, KEY_SCALE = 1024, KEY_BIAS = 512 };
+
+reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s)
+{
+    if (m->broken)
+        return rs_mpi_broken_error(m);
+    if (timeout_s <= 0)
+        timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    /* Keep the local message: the wait below may overwrite it. */
+    char local_msg[1024];
+    snprintf(local_msg, sizeof local_msg, "%s", reshard_last_error());
+
+    int prio = KEY_OK;
+    if (local != RESHARD_OK) {
+        prio = m->abort_reported ? KEY_REACTION : KEY_OWN;
+        if (prio == KEY_OWN)
+            send_aborts(m, local);
+    }
+    int in[2] = {prio * KEY_SCALE + ((int)local + KEY_BIAS), m->rank};
+    int out[2] = {0, 0};
+    MPI_Request req;
+    int rc = MPI_Iallreduce(in, out, 1, MPI_2INT, MPI_MINLOC, m->comm, &req);
+    if (rc != MPI_SUCCESS) {
+        m->broken = true;
+        return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
+    }
+    rs_mpi_reqs_t l = {0};
+    reshard_status_t st = rs_mpi_reqs_push(&l, req, -1);
+    if (st == RESHARD_OK)
+        st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
+    rs_mpi_reqs_free(&l);
+    if (st != RESHARD_OK) {
+        m->broken = true;
+        if (st == RESHARD_ERR_TIMEOUT)
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: not every rank reached the end of the execution within "
+                            "%.1f s (dead or stalled peer)%s%s",
+                            m->rank, timeout_s, local != RESHARD_OK ? "; this rank: " : "",
+                            local != RESHARD_OK ? local_msg : "");
+        return st;
+    }
+    reshard_status_t global = (reshard_status_t)(out[0] % KEY_SCALE - KEY_BIAS);
+    int who = out[1];
+    if (global == RESHARD_OK)
+        return RESHARD_OK;
+    m->broken = true;
+    if (who == m->rank && global == local)
+        return rs_error(local, "%s", local_msg);
+    if (local != RESHARD_OK && !m->abort_reported)
+        return rs_error(global, "rank %d failed with %s; this rank also failed: %s", who,
+                        reshard_status_string(global), local_msg);
+    return rs_error(global, "rank %d: execution failed: rank %d reported %s", m->rank, who,
+                    reshard_status_string(global));
+}
+
+/* ---- the ops ------------------------------------------------------------- */
+
+static rs_mpi_t *impl(reshard_comm_t *c)
+{
+    return (rs_mpi_t *)c->impl;
+}
+
+static reshard_status_t mpi_alloc_staging(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    rs_mpi_t *m = impl(c);
+    if (!out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "alloc_staging: out is NULL");
+    *out = NULL;
+    if (bytes > SIZE_MAX - 4096)
+        return rs_error(RESHARD_ERR_OVERFLOW, "rank %d: staging of %llu bytes", m->rank,
+                        (unsigned long long)bytes);
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes ? (size_t)bytes : 1) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: cannot allocate %llu bytes of staging",
+                        m->rank, (unsigned long long)bytes);
+    *out = p;
+    return RESHARD_OK;
+}
+
+static void mpi_free_staging(reshard_comm_t *c, void *p)
+{
+    rs_mpi_t *m = impl(c);
+    if (!p)
+        return;
+    /* Requests of a failing execution may still read or write staging: keep
+     * it (leaked on purpose; the comm can only be destroyed afterwards). */
+    if (m->slot[0].n > 0 || m->slot[1].n > 0)
+        return;
+    free(p);
+}
+
+static reshard_status_t check_slot(rs_mpi_t *m, int slot)
+{
+    if (slot != 0 && slot != 1)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: slot %d is not 0 or 1", m->rank, slot);
+    if (m->broken)
+        return rs_mpi_broken_error(m);
+    return RESHARD_OK;
+}
+
+static reshard_status_t mpi_round_begin(reshard_comm_t *c, int slot)
+{
+    rs_mpi_t *m = impl(c);
+    reshard_status_t st = check_slot(m, slot);
+    if (st != RESHARD_OK)
+        return st;
+    if (m->slot[slot].n > 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "rank %d: round_begin on slot %d with %d transfers outstanding", m->rank,
+                        slot, m->slot[slot].n);
+    return RESHARD_OK;
+}
+
+static reshard_status_t mpi_post_send(reshard_comm_t *c, int slot, int32_t peer, const void *buf,
+                                      uint64_t bytes)
+{
+    rs_mpi_t *m = impl(c);
+    reshard_status_t st = check_slot(m, slot);
+    if (st != RESHARD_OK)
+        return st;
+    /* MPI_Isend takes a non-const pointer in old MPI headers; it never writes. */
+    void *p;
+    memcpy(&p, &buf, sizeof p);
+    return rs_mpi_post(m, &m->slot[slot], true, peer, p, bytes, RS_MPI_TAG_SLOT0 + slot);
+}
+
+static reshard_status_t mpi_post_recv(reshard_comm_t *c, int slot, int32_t peer, void *buf,
+                                      uint64_t bytes)
+{
+    rs_mpi_t *m = impl(c);
+    reshard_status_t st = check_slot(m, slot);
+    if (st != RESHARD_OK)
+        return st;
+    return rs_mpi_post(m, &m->slot[slot], false, peer, buf, bytes, RS_MPI_TAG_SLOT0 + slot);
+}
+
+static reshard_status_t mpi_round_end(reshard_comm_t *c, int slot)
+{
+    /* Operations start when posted (receives as early as possible). */
+    return check_slot(impl(c), slot);
+}
+
+static reshard_status_t mpi_round_wait(reshard_comm_t *c, int slot, double timeout_s)
+{
+    rs_mpi_t *m = impl(c);
+    reshard_status_t st = check_slot(m, slot);
+    if (st != RESHARD_OK)
+        return st;
+    char what[64];
+    snprintf(what, sizeof what, "round wait (slot %d)", slot);
+    return rs_mpi_wait(m, &m->slot[slot], timeout_s, true, what);
+}
+
+static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+{
+    rs_mpi_t *m = impl(c);
+    if (local == RESHARD_OK && (m->slot[0].n > 0 || m->slot[1].n > 0))
+        local = rs_error(RESHARD_ERR_INVALID_ARG,
+                         "rank %d: execution ended with %d transfers outstanding", m->rank,
+                         m->slot[0].n + m->slot[1].n);
+    return rs_mpi_agree(m, local, timeout_s);
+}
+
+static void mpi_destroy(reshard_comm_t *c)
+{
+    rs_mpi_t *m = impl(c);
+    if (!m)
+        return;
+    if (!m->broken) {
+        if (m->abort_recv != MPI_REQUEST_NULL) {
+            MPI_Cancel(&m->abort_recv);
+            MPI_Wait(&m->abort_recv, MPI_STATUS_IGNORE);
+        }
+        MPI_Comm_free(&m->comm);
+    }
+    /* A broken comm keeps its requests and communicator alive inside MPI:
+     * freeing them could let MPI touch memory we no longer own. */
+    rs_mpi_reqs_free(&m->slot[0]);
+    rs_mpi_reqs_free(&m->slot[1]);
+    rs_mpi_reqs_free(&m->abort_sends);
+    free(m);
+    c->impl = NULL;
+}
+
+static const rs_transport_ops_t rs_mpi_ops = {
+    .name = "mpi",
+    .device_memory = false,
+    .alloc_staging = mpi_alloc_staging,
+    .free_staging = mpi_free_staging,
+    .round_begin = mpi_round_begin,
+    .post_send = mpi_post_send,
+    .post_recv = mpi_post_recv,
+    .round_end = mpi_round_end,
+    .round_wait = mpi_round_wait,
+    .pack = NULL,
+    .unpack = NULL,
+    .local_copy = NULL,
+    .finish = mpi_finish,
+    .destroy = mpi_destroy,
+};
+
+rs_mpi_t *rs_mpi_of(reshard_comm_t *c)
+{
+    return c && c->ops == &rs_mpi_ops ? (rs_mpi_t *)c->impl : NULL;
+}
+
+MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm)
+{
+    return comm && comm->ops == &rs_mpi_ops ? ((const rs_mpi_t *)comm->impl)->comm : MPI_COMM_NULL;
+}
+
+reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (!out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_create_mpi: out is NULL");
+    *out = NULL;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_create_mpi: MPI is not initialized (or already finalized)");
+    if (comm == MPI_COMM_NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_create_mpi: MPI_COMM_NULL");
+
+    rs_mpi_t *m = calloc(1, sizeof *m);
+    reshard_comm_t *c = calloc(1, sizeof *c);
+    if (!m || !c) {
+        free(m);
+        free(c);
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_comm_create_mpi: out of memory");
+    }
+    m->abort_recv = MPI_REQUEST_NULL;
+    int rc = MPI_Comm_dup(comm, &m->comm);
+    if (rc != MPI_SUCCESS) {
+        free(m);
+        free(c);
+        return rs_mpi_error(NULL, rc, "MPI_Comm_dup");
+    }
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+    rc = MPI_Irecv(m->abort_msg, 2, MPI_INT, MPI_ANY_SOURCE, RS_MPI_TAG_ABORT, m->comm,
+                   &m->abort_recv);
+    if (rc != MPI_SUCCESS) {
+        reshard_status_t st = rs_mpi_error(m, rc, "MPI_Irecv (abort channel)");
+        MPI_Comm_free(&m->comm);
+        free(m);
+        free(c);
+        return st;
+    }
+    c->ops = &rs_mpi_ops;
+    c->rank = m->rank;
+    c->size = m->size;
+    c->impl = m;
+    *out = c;
+    return RESHARD_OK;
+}
