@@ -280,7 +280,9 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
         return RESHARD_OK;
     m->broken = true;
     if (who == m->rank && global == local)
-        return rs_error(local, "%s", local_msg);
+        return local_msg[0] ? rs_error(local, "%s", local_msg)
+                            : rs_error(local, "rank %d failed with %s", m->rank,
+                                       reshard_status_string(local));
     if (local != RESHARD_OK && !m->abort_reported)
         return rs_error(global, "rank %d failed with %s; this rank also failed: %s", who,
                         reshard_status_string(global), local_msg);
