@@ -1,0 +1,294 @@
+/*
+ * reshard model front end: published model configs and the parallel
+ * conventions of Megatron (training) and vLLM (inference) turned into the
+ * logical tensors and layouts of reshard.h.
+ *
+ *   1. Load a model: a shipped name ("deepseek-v3") or a HF config.json path.
+ *   2. Parse the two parallel specs ("tp=4,pp=8,ep=16,dp=4" and "tp=8,dp=16,ep=on").
+ *   3. Build the catalogue (HF names and shapes), the Megatron train layout and
+ *      the vLLM inference layout; both describe their buffers as fragments of
+ *      the same logical tensors.
+ *   4. Count what the gather+broadcast baseline would move.
+ *
+ * Every function is local (no communication) and deterministic: every rank
+ * that calls it with the same inputs gets the same catalogue and layouts, so
+ * each rank may build them itself before reshard_plan_create.
+ *
+ * Units: shapes in elements, sizes in bytes, as in reshard.h.
+ *
+ * Families (by config "model_type" / "architectures"):
+ *   llama, qwen2, qwen3       dense, GQA (+ q/k norms for qwen3), tied or untied
+ *                             embeddings
+ *   qwen3_moe                 + router "mlp.gate" and stacked experts
+ *   deepseek_v3, kimi_k2      MLA attention, first_k_dense_replace dense layers,
+ *                             shared experts, router bias
+ *                             "mlp.gate.e_score_correction_bias", MTP layers
+ *                             (num_nextn_predict_layers) only with the mtp option
+ *
+ * Logical tensors carry the HF checkpoint names and shapes, with one exception:
+ * the routed experts of a MoE layer are stacked into one tensor per projection,
+ * "model.layers.L.mlp.experts.gate_proj.weight" [E, I, H] (up_proj [E, I, H],
+ * down_proj [E, H, I]); expert e is row e of the HF tensor "...experts.e.gate_proj.weight".
+ * In FP8 form every linear weight except the embedding, the output layer and
+ * the router is e4m3 and has a companion "<name>_scale_inv" ("...weight_scale_inv")
+ * of fp32, shape ceil(rows/128) x ceil(cols/128) (with the expert dim first
+ * for stacked experts).
+ */
+#ifndef RESHARD_MODEL_H
+#define RESHARD_MODEL_H
+
+#include "reshard/reshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* 1. Models                                                           */
+/* ------------------------------------------------------------------ */
+
+/** A parsed model config. Immutable after load; may be shared by threads. */
+typedef struct reshard_model reshard_model_t;
+
+/** Load options. Zero-initialise: every field's zero is its default. */
+typedef struct {
+    int mtp;               /**< non-zero: include the multi-token-prediction layers */
+    reshard_dtype_t dtype; /**< RESHARD_BF16 (default, 0) or RESHARD_FP8_E4M3 (weights
+                                e4m3 + 128x128 fp32 block scales) */
+    int32_t layers;        /**< > 0: keep only the first K decoder layers (tests,
+                                small runs); 0 = all */
+} reshard_model_options_t;
+
+/**
+ * Load a model.
+ * @param name_or_path  a shipped name (file data/models/<name>.json, e.g.
+ *                      "qwen3-235b-a22b") or a path to a HF config.json
+ * @param opts          NULL for defaults
+ * Errors: INVALID_ARG (NULL name/out, bad option), IO (file missing or not
+ * JSON; the message names the file), CONFIG (unknown family, a required field
+ * missing or out of range; the message names the field), NOMEM. Local.
+ */
+reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
+                                    reshard_model_t **out);
+
+/** As reshard_model_load, from the text of a config.json. Same errors
+ *  (IO when the text is not JSON). */
+reshard_status_t reshard_model_load_json(const char *json_text, const reshard_model_options_t *opts,
+                                         reshard_model_t **out);
+
+/** Free a model; NULL ok. Catalogues and layouts built from it stay valid. */
+void reshard_model_destroy(reshard_model_t *model);
+
+/** What a model is. Counts in elements/parameters, sizes in bytes. */
+typedef struct {
+    const char *name;   /**< the name or path it was loaded from */
+    const char *family; /**< "dense", "qwen3_moe" or "deepseek_v3" */
+    int32_t layers;     /**< decoder layers kept (after the layers option) */
+    int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
+    int64_t hidden, intermediate, moe_intermediate, vocab;
+    int32_t heads, kv_heads, head_dim;
+    int32_t experts, shared_experts, first_dense; /**< 0 experts for dense models */
+    int32_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    int tied_embeddings;
+    int qk_norm;
+    reshard_dtype_t dtype; /**< the weight dtype of the loaded form */
+    int64_t params;        /**< parameters of the weights (scales not counted) */
+} reshard_model_info_t;
+
+/** Describe @p model. Errors: INVALID_ARG (NULL). */
+reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_info_t *info);
+
+/* ------------------------------------------------------------------ */
+/* 2. Parallel specs                                                   */
+/* ------------------------------------------------------------------ */
+
+/** Megatron sizes. world = tp*cp*dp*pp; experts use the grid
+ *  etp (fastest), ep, edp, pp of the same world, edp = tp*cp*dp/(etp*ep).
+ *  etp defaults to 1 (Megatron's --expert-tensor-parallel-size; Megatron
+ *  itself defaults it to tp). */
+typedef struct {
+    int32_t tp, pp, dp, cp, ep, etp;
+} reshard_train_spec_t;
+
+/** vLLM sizes: tp ranks per DP replica, dp replicas; ep non-zero = expert
+ *  parallelism over all tp*dp ranks. world = tp*dp. */
+typedef struct {
+    int32_t tp, dp;
+    int ep;
+} reshard_infer_spec_t;
+
+/**
+ * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp; each an integer
+ * >= 1; missing keys are 1; order free). Errors: INVALID_ARG with a message
+ * naming the offending text (unknown key, missing '=', not a positive
+ * integer, duplicate key, empty spec). Local.
+ */
+reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
+
+/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: integers >= 1; ep: on|off).
+ *  Errors as reshard_train_spec_parse. */
+reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
+
+/** Ranks of a training spec (tp*cp*dp*pp), or -1 when it overflows int32. */
+int32_t reshard_train_world(const reshard_train_spec_t *spec);
+/** Ranks of an inference spec (tp*dp), or -1 when it overflows int32. */
+int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
+
+/** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1") into @p out. */
+const char *reshard_train_spec_str(const reshard_train_spec_t *spec, char *out, size_t size);
+const char *reshard_infer_spec_str(const reshard_infer_spec_t *spec, char *out, size_t size);
+
+/**
+ * Check that @p model can take both specs (the rules of Megatron and vLLM),
+ * and, when @p world > 0, that world == train world + infer world.
+ * Errors: CONFIG with a message naming the rule, e.g. "train: tp=3 does not
+ * divide the 32 attention heads", "train: ep=7 does not divide the 128
+ * experts", "train: pp=40 is more than the 28 layers", "infer: tp=16 does not
+ * divide the 8 kv heads nor is a multiple of them", "world size 12 != train
+ * world 8 + infer world 8"; INVALID_ARG (NULL). Local.
+ */
+reshard_status_t reshard_model_check(const reshard_model_t *model,
+                                     const reshard_train_spec_t *train,
+                                     const reshard_infer_spec_t *infer, int32_t world);
+
+/* ------------------------------------------------------------------ */
+/* 3. Catalogue and layouts                                            */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Build the catalogue: every logical tensor once, HF names and shapes, in
+ * order: embedding, per layer (attention, MLP or MoE), MTP layers, final norm,
+ * output layer (absent when tied). Model bytes = reshard_tensors_bytes().
+ * View shapes used for planning (boxes are in these):
+ *   q_proj [kv, heads/kv, head_dim, H], k_proj/v_proj [kv, head_dim, H],
+ *   MLA q_b_proj [heads, qk_nope+qk_rope, q_lora], kv_b_proj [heads, qk_nope+v, kv_lora].
+ * Errors: INVALID_ARG, NOMEM. The caller destroys *out. Local.
+ */
+reshard_status_t reshard_model_tensors(const reshard_model_t *model, reshard_tensors_t **out);
+
+/** The buffers a layout uses: per rank, buffer ids 0..n-1, one per framework
+ *  parameter (fused ones included) of that rank, with names and full sizes
+ *  (vocabulary padding included). */
+typedef struct reshard_model_buffers reshard_model_buffers_t;
+
+typedef struct {
+    int32_t rank;
+    int32_t buffer;
+    uint64_t bytes;   /**< full size, padding included (>= reshard_layout_buffer_bytes) */
+    const char *name; /**< framework parameter name, e.g.
+                           "decoder.layers.3.self_attention.linear_qkv.weight" (Megatron)
+                           or "model.layers.3.self_attn.qkv_proj.weight" (vLLM); layer
+                           numbers are global */
+} reshard_model_buffer_t;
+
+/** Number of buffers described. */
+int64_t reshard_model_buffers_count(const reshard_model_buffers_t *buffers);
+/** Copy entry @p i (ordered by rank, then buffer id). Errors: INVALID_ARG. */
+reshard_status_t reshard_model_buffers_get(const reshard_model_buffers_t *buffers, int64_t i,
+                                           reshard_model_buffer_t *out);
+/** Full size of buffer @p buffer of rank @p rank; 0 when unknown. */
+uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *buffers, int32_t rank,
+                                    int32_t buffer);
+/** Buffers of rank @p rank (its ids are 0..n-1). */
+int32_t reshard_model_buffer_count(const reshard_model_buffers_t *buffers, int32_t rank);
+/** Free; NULL ok. */
+void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
+
+/**
+ * The Megatron training layout over @p tensors (made by reshard_model_tensors
+ * of the same model), ranks [rank_offset, rank_offset + train world).
+ * Dense grid: tp fastest, then cp, dp, pp; expert grid: etp, ep, edp, pp.
+ * PP stages own contiguous layer blocks (when pp does not divide the layers,
+ * the first layers%pp stages take one more); embedding on the first stage,
+ * final norm and output layer (and MTP layers) on the last; with tied
+ * embeddings and pp > 1 the last stage holds a second copy (output_layer).
+ * Buffers per rank: embedding, per layer: input_layernorm, linear_qkv (fused
+ * per query group [q heads; k; v]) or the MLA projections, q/k layernorms,
+ * linear_proj, pre_mlp_layernorm, linear_fc1 ([gate; up] per TP rank),
+ * linear_fc2, router weight (+ expert_bias), experts.linear_fc1
+ * [E_local, 2I/etp, H] and experts.linear_fc2 [E_local, H, I/etp] (the local
+ * experts' weights back to back), shared_experts.linear_fc1/fc2; final
+ * layernorm, output_layer. Vocab padded to a multiple of 128*tp.
+ * @param buffers  optional; receives the buffer table
+ * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
+ */
+reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
+                                            const reshard_tensors_t *tensors,
+                                            const reshard_train_spec_t *spec, int32_t rank_offset,
+                                            reshard_layout_t **out,
+                                            reshard_model_buffers_t **buffers);
+
+/**
+ * The vLLM inference layout, ranks [rank_offset, rank_offset + tp*dp); infer
+ * rank i is DP replica i/tp, TP rank i%tp. Buffers per rank: embed_tokens
+ * (vocab padded to 64, contiguous equal ranges; with tied embeddings it is
+ * also the lm_head), per layer: input_layernorm, qkv_proj ([q; k; v] rows of
+ * the rank, kv heads replicated when tp > kv heads) or MLA fused_qkv_a_proj
+ * (replicated [q_a; kv_a]), q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj;
+ * q_norm/k_norm; o_proj; post_attention_layernorm; gate_up_proj; down_proj;
+ * gate (router) (+ e_score_correction_bias); experts.w13_weight and
+ * experts.w2_weight (EP: whole experts, contiguous blocks, remainder to the
+ * first ranks, [E_local, 2I, H] and [E_local, H, I]; no EP: [E, 2I/tp, H] and
+ * [E, H, I/tp]); shared_experts.gate_up_proj/down_proj; norm; lm_head.
+ * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
+ */
+reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
+                                            const reshard_tensors_t *tensors,
+                                            const reshard_infer_spec_t *spec, int32_t rank_offset,
+                                            reshard_layout_t **out,
+                                            reshard_model_buffers_t **buffers);
+
+/** A whole refit description: the catalogue, the train layout on ranks
+ *  [0, T) and the inference layout on ranks [T, T + I). */
+typedef struct {
+    reshard_tensors_t *tensors;
+    reshard_layout_t *train;
+    reshard_layout_t *infer;
+    reshard_model_buffers_t *train_buffers;
+    reshard_model_buffers_t *infer_buffers;
+    reshard_train_spec_t train_spec;
+    reshard_infer_spec_t infer_spec;
+    int32_t train_world;
+    int32_t infer_world;
+} reshard_model_refit_t;
+
+/**
+ * Check the specs (reshard_model_check with world 0) and build all of
+ * reshard_model_refit_t. On error nothing is left allocated.
+ * Errors: those of the functions above. Local.
+ */
+reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
+                                            const reshard_train_spec_t *train,
+                                            const reshard_infer_spec_t *infer,
+                                            reshard_model_refit_t *out);
+/** Free every member (layouts before the catalogue); NULL ok; zeroes *refit. */
+void reshard_model_refit_destroy(reshard_model_refit_t *refit);
+
+/* ------------------------------------------------------------------ */
+/* 4. Gather + broadcast baseline                                      */
+/* ------------------------------------------------------------------ */
+
+/**
+ * Byte counts of the usual refit for @p refit (built from @p model): per pipeline stage, every
+ * tensor of the stage is gathered to the stage's first rank from the ranks of
+ * the stage's first data-parallel replica that hold its pieces, then
+ * broadcast (pipelined chain, as NCCL's ring) to every inference rank: the
+ * stage root sends it once, inference rank i forwards it to rank i+1.
+ * @param domain_size  ranks per NVLink domain (ranks fill domains in order);
+ *                     0 or 1: every rank its own domain
+ * @param stats        receives the counts in the fields of a plan's stats:
+ *                     bytes_total (bytes landing on inference ranks),
+ *                     bytes_network, bytes_nvlink, max_nic_send/recv_bytes,
+ *                     transfers (distinct sender/receiver pairs), pieces
+ *                     (tensor sends); bytes_lower_bound and the nic bounds
+ *                     are left 0 (they belong to the problem: take the plan's).
+ * Errors: INVALID_ARG, NOMEM. Local.
+ */
+reshard_status_t reshard_model_baseline(const reshard_model_t *model,
+                                        const reshard_model_refit_t *refit, int32_t domain_size,
+                                        reshard_plan_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESHARD_MODEL_H */

@@ -1,0 +1,317 @@
+/* The logical tensors of a model: HF names, shapes and planning views. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "util/error.h"
+
+typedef struct {
+    const reshard_model_t *m;
+    reshard_tensors_t *T;
+    rs_model_ids_t *ids;
+    int32_t cap;
+    char prefix[64];
+} cat_t;
+
+static reshard_status_t grow(cat_t *c)
+{
+    rs_model_ids_t *ids = c->ids;
+    if (ids->n + 2 <= c->cap)
+        return RESHARD_OK;
+    int32_t cap = c->cap ? 2 * c->cap : 256;
+    int32_t *scale = realloc(ids->scale, (size_t)cap * sizeof *scale);
+    if (scale)
+        ids->scale = scale;
+    uint8_t *expert = realloc(ids->expert, (size_t)cap);
+    if (expert)
+        ids->expert = expert;
+    int8_t *sj = realloc(ids->scale_j, (size_t)cap);
+    if (sj)
+        ids->scale_j = sj;
+    if (!scale || !expert || !sj)
+        return rs_error(RESHARD_ERR_NOMEM, "catalogue: out of memory");
+    c->cap = cap;
+    return RESHARD_OK;
+}
+
+static reshard_status_t add_one(cat_t *c, const char *name, reshard_dtype_t dt, int nd,
+                                const int64_t *shape, int vnd, const int64_t *view, bool expert,
+                                int32_t *id)
+{
+    reshard_status_t s = grow(c);
+    if (s != RESHARD_OK)
+        return s;
+    *id = c->ids->n;
+    if (c->T) {
+        int32_t got;
+        s = reshard_tensors_add(c->T, name, dt, nd, shape, vnd, view, &got);
+        if (s != RESHARD_OK)
+            return s;
+        if (got != *id)
+            return rs_error(RESHARD_ERR_INVALID_ARG, "catalogue: tensors must start empty");
+    }
+    c->ids->scale[*id] = -1;
+    c->ids->expert[*id] = expert;
+    c->ids->scale_j[*id] = -1;
+    c->ids->n++;
+    return RESHARD_OK;
+}
+
+/*
+ * Add a tensor named prefix + fmt. @p linear: a linear-layer weight, FP8 with
+ * a block-scale tensor in the FP8 form. Shape: [E?] rows cols with the
+ * planning view @p view (nd_view dims, last one = cols, the row dims split
+ * the rows); expert tensors are 3-d [E, R, C] with view = shape.
+ */
+static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const int64_t *shape,
+                            int vnd, const int64_t *view, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+
+static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const int64_t *shape,
+                            int vnd, const int64_t *view, const char *fmt, ...)
+{
+    char name[256], sname[272];
+    int k = snprintf(name, sizeof name, "%s", c->prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name + k, sizeof name - (size_t)k, fmt, ap);
+    va_end(ap);
+    bool expert = strstr(name, ".mlp.experts.") != NULL;
+    bool fp8 = linear && c->m->dtype == RESHARD_FP8_E4M3;
+    reshard_status_t s =
+        add_one(c, name, fp8 ? RESHARD_FP8_E4M3 : RESHARD_BF16, nd, shape, vnd, view, expert, id);
+    if (s != RESHARD_OK || !fp8)
+        return s;
+
+    /* The scale tensor [E?, ceil(R/128), ceil(C/128)] and its view: the
+     * weight view with the innermost row dims whose product is a multiple of
+     * 128 merged into one dim of blocks (all row dims when none is), and the
+     * cols in blocks. */
+    const int64_t B = RS_FP8_BLOCK;
+    int ne = nd == 3 ? 1 : 0;
+    const int64_t *v = vnd ? view : shape;
+    int vn = vnd ? vnd : nd;
+    int64_t rows = shape[nd - 2], cols = shape[nd - 1];
+    int j = -1;
+    int64_t prod = 1;
+    for (int d = vn - 2; d >= ne; d--) {
+        prod *= v[d];
+        if (prod % B == 0) {
+            j = d;
+            break;
+        }
+    }
+    int64_t merged;
+    if (j < 0) {
+        j = ne;
+        merged = rs_cdiv(rows, B);
+    } else {
+        merged = prod / B;
+    }
+    int64_t sshape[3], sview[RESHARD_MAX_DIMS];
+    int sn = 0, svn = 0;
+    if (ne) {
+        sshape[sn++] = shape[0];
+        sview[svn++] = shape[0];
+    }
+    sshape[sn++] = rs_cdiv(rows, B);
+    sshape[sn++] = rs_cdiv(cols, B);
+    for (int d = ne; d < j; d++)
+        sview[svn++] = v[d];
+    sview[svn++] = merged;
+    sview[svn++] = rs_cdiv(cols, B);
+    size_t len = strlen(name);
+    if (len > 7 && !strcmp(name + len - 7, ".weight"))
+        snprintf(sname, sizeof sname, "%.*s.weight_scale_inv", (int)(len - 7), name);
+    else
+        snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    int32_t sid;
+    s = add_one(c, sname, RESHARD_FP32, sn, sshape, svn, sview, expert, &sid);
+    if (s != RESHARD_OK)
+        return s;
+    c->ids->scale[*id] = sid;
+    c->ids->scale_j[*id] = (int8_t)j;
+    return RESHARD_OK;
+}
+
+static reshard_status_t vec(cat_t *c, int32_t *id, int64_t n, const char *name)
+{
+    return add(c, id, false, 1, &n, 0, NULL, "%s", name);
+}
+
+static reshard_status_t mat(cat_t *c, int32_t *id, bool linear, int64_t r, int64_t col,
+                            const char *name)
+{
+    int64_t s[2] = {r, col};
+    return add(c, id, linear, 2, s, 0, NULL, "%s", name);
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        reshard_status_t s_ = (x);                                                                 \
+        if (s_ != RESHARD_OK)                                                                      \
+            return s_;                                                                             \
+    } while (0)
+
+static reshard_status_t attention(cat_t *c, rs_layer_ids_t *l)
+{
+    const reshard_model_t *m = c->m;
+    int64_t H = m->H, nh = m->nh, kv = m->kv, hd = m->hd;
+    if (m->fam != RS_FAM_DSV3) {
+        int64_t qs[2] = {nh * hd, H}, qv[4] = {kv, nh / kv, hd, H};
+        int64_t ks[2] = {kv * hd, H}, kvv[3] = {kv, hd, H};
+        TRY(add(c, &l->q, true, 2, qs, 4, qv, "self_attn.q_proj.weight"));
+        TRY(add(c, &l->k, true, 2, ks, 3, kvv, "self_attn.k_proj.weight"));
+        TRY(add(c, &l->v, true, 2, ks, 3, kvv, "self_attn.v_proj.weight"));
+        TRY(mat(c, &l->o, true, H, nh * hd, "self_attn.o_proj.weight"));
+        if (m->qk_norm) {
+            TRY(vec(c, &l->q_norm, hd, "self_attn.q_norm.weight"));
+            TRY(vec(c, &l->k_norm, hd, "self_attn.k_norm.weight"));
+        }
+        return RESHARD_OK;
+    }
+    int64_t qk = m->nope + m->rope;
+    int64_t qbs[2] = {nh * qk, m->q_lora ? m->q_lora : H}, qbv[3] = {nh, qk, qbs[1]};
+    if (m->q_lora) {
+        TRY(mat(c, &l->q_a, true, m->q_lora, H, "self_attn.q_a_proj.weight"));
+        TRY(vec(c, &l->q_a_norm, m->q_lora, "self_attn.q_a_layernorm.weight"));
+        TRY(add(c, &l->q_b, true, 2, qbs, 3, qbv, "self_attn.q_b_proj.weight"));
+    } else {
+        TRY(add(c, &l->q, true, 2, qbs, 3, qbv, "self_attn.q_proj.weight"));
+    }
+    TRY(mat(c, &l->kv_a, true, m->kv_lora + m->rope, H, "self_attn.kv_a_proj_with_mqa.weight"));
+    TRY(vec(c, &l->kv_a_norm, m->kv_lora, "self_attn.kv_a_layernorm.weight"));
+    int64_t kbs[2] = {nh * (m->nope + m->vhd), m->kv_lora},
+            kbv[3] = {nh, m->nope + m->vhd, m->kv_lora};
+    TRY(add(c, &l->kv_b, true, 2, kbs, 3, kbv, "self_attn.kv_b_proj.weight"));
+    TRY(mat(c, &l->o, true, H, nh * m->vhd, "self_attn.o_proj.weight"));
+    return RESHARD_OK;
+}
+
+static reshard_status_t mlp(cat_t *c, rs_layer_ids_t *l, bool moe)
+{
+    const reshard_model_t *m = c->m;
+    int64_t H = m->H;
+    if (!moe) {
+        TRY(mat(c, &l->gate, true, m->I, H, "mlp.gate_proj.weight"));
+        TRY(mat(c, &l->up, true, m->I, H, "mlp.up_proj.weight"));
+        TRY(mat(c, &l->down, true, H, m->I, "mlp.down_proj.weight"));
+        return RESHARD_OK;
+    }
+    TRY(mat(c, &l->router, false, m->E, H, "mlp.gate.weight"));
+    if (m->fam == RS_FAM_DSV3)
+        TRY(vec(c, &l->router_bias, m->E, "mlp.gate.e_score_correction_bias"));
+    int64_t eg[3] = {m->E, m->Im, H}, ed[3] = {m->E, H, m->Im};
+    TRY(add(c, &l->e_gate, true, 3, eg, 0, NULL, "mlp.experts.gate_proj.weight"));
+    TRY(add(c, &l->e_up, true, 3, eg, 0, NULL, "mlp.experts.up_proj.weight"));
+    TRY(add(c, &l->e_down, true, 3, ed, 0, NULL, "mlp.experts.down_proj.weight"));
+    if (m->nshared) {
+        int64_t Is = m->Im * m->nshared;
+        TRY(mat(c, &l->s_gate, true, Is, H, "mlp.shared_experts.gate_proj.weight"));
+        TRY(mat(c, &l->s_up, true, Is, H, "mlp.shared_experts.up_proj.weight"));
+        TRY(mat(c, &l->s_down, true, H, Is, "mlp.shared_experts.down_proj.weight"));
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t build(cat_t *c)
+{
+    const reshard_model_t *m = c->m;
+    rs_model_ids_t *ids = c->ids;
+    int64_t H = m->H;
+    ids->nlayers = m->L + m->nmtp;
+    ids->layer = malloc((size_t)ids->nlayers * sizeof *ids->layer + 1);
+    if (!ids->layer)
+        return rs_error(RESHARD_ERR_NOMEM, "catalogue: out of memory");
+    c->prefix[0] = '\0';
+    TRY(mat(c, &ids->embed, false, m->V, H, "model.embed_tokens.weight"));
+    for (int32_t i = 0; i < ids->nlayers; i++) {
+        rs_layer_ids_t *l = &ids->layer[i];
+        memset(l, 0xff, sizeof *l); /* every id -1 */
+        bool mtp = i >= m->L;
+        l->hf_index = mtp ? m->Lcfg + (i - m->L) : i;
+        snprintf(c->prefix, sizeof c->prefix, "model.layers.%d.", l->hf_index);
+        if (mtp) {
+            TRY(vec(c, &l->enorm, H, "enorm.weight"));
+            TRY(vec(c, &l->hnorm, H, "hnorm.weight"));
+            TRY(mat(c, &l->eh_proj, true, H, 2 * H, "eh_proj.weight"));
+        }
+        TRY(vec(c, &l->in_norm, H, "input_layernorm.weight"));
+        TRY(attention(c, l));
+        TRY(vec(c, &l->post_norm, H, "post_attention_layernorm.weight"));
+        TRY(mlp(c, l, m->moe[i]));
+        if (mtp)
+            TRY(vec(c, &l->head_norm, H, "shared_head.norm.weight"));
+    }
+    c->prefix[0] = '\0';
+    TRY(vec(c, &ids->norm, H, "model.norm.weight"));
+    if (m->tied)
+        ids->lm_head = ids->embed;
+    else
+        TRY(mat(c, &ids->lm_head, false, m->V, H, "lm_head.weight"));
+    return RESHARD_OK;
+}
+
+void rs_model_ids_free(rs_model_ids_t *ids)
+{
+    if (!ids)
+        return;
+    free(ids->layer);
+    free(ids->scale);
+    free(ids->expert);
+    free(ids->scale_j);
+    memset(ids, 0, sizeof *ids);
+}
+
+reshard_status_t rs_model_catalogue(const reshard_model_t *m, reshard_tensors_t *tensors,
+                                    rs_model_ids_t *ids)
+{
+    memset(ids, 0, sizeof *ids);
+    cat_t c = {.m = m, .T = tensors, .ids = ids};
+    reshard_status_t s = build(&c);
+    if (s != RESHARD_OK)
+        rs_model_ids_free(ids);
+    return s;
+}
+
+reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensors_t *tensors,
+                                  rs_model_ids_t *ids)
+{
+    reshard_status_t s = rs_model_catalogue(m, NULL, ids);
+    if (s != RESHARD_OK)
+        return s;
+    reshard_tensor_info_t a, b;
+    if (reshard_tensors_count(tensors) != ids->n ||
+        reshard_tensors_info(tensors, 0, &a) != RESHARD_OK ||
+        reshard_tensors_info(tensors, ids->n - 1, &b) != RESHARD_OK ||
+        strcmp(a.name, "model.embed_tokens.weight") != 0) {
+        rs_model_ids_free(ids);
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "layout: the tensors catalogue was not made by reshard_model_tensors for "
+                        "model '%s'",
+                        m->name);
+    }
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_model_tensors(const reshard_model_t *model, reshard_tensors_t **out)
+{
+    rs_error_clear();
+    if (!model || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_tensors: NULL argument");
+    reshard_tensors_t *t;
+    reshard_status_t s = reshard_tensors_create(&t);
+    if (s != RESHARD_OK)
+        return s;
+    rs_model_ids_t ids;
+    s = rs_model_catalogue(model, t, &ids);
+    if (s != RESHARD_OK) {
+        reshard_tensors_destroy(t);
+        return s;
+    }
+    rs_model_ids_free(&ids);
+    *out = t;
+    return RESHARD_OK;
+}

@@ -1,0 +1,299 @@
+/* HF config.json -> struct reshard_model. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "util/error.h"
+
+#ifndef RESHARD_DATA_DIR
+#define RESHARD_DATA_DIR "data"
+#endif
+
+/* An integer field: required (def < 0 means required) or defaulted. A JSON
+ * null counts as absent. */
+static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int64_t min,
+                                int64_t *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (def < 0)
+            return rs_error(RESHARD_ERR_CONFIG, "config: required field '%s' is missing", key);
+        *out = def;
+        return RESHARD_OK;
+    }
+    if (!json_is_integer(v))
+        return rs_error(RESHARD_ERR_CONFIG, "config: field '%s' is not an integer", key);
+    *out = json_integer_value(v);
+    if (*out < min || *out > ((int64_t)1 << 40))
+        return rs_error(RESHARD_ERR_CONFIG, "config: field '%s' = %lld is out of range (min %lld)",
+                        key, (long long)*out, (long long)min);
+    return RESHARD_OK;
+}
+
+#define GET(key, def, min, dst)                                                                    \
+    do {                                                                                           \
+        int64_t v_;                                                                                \
+        reshard_status_t s_ = get_int(root, key, def, min, &v_);                                   \
+        if (s_ != RESHARD_OK)                                                                      \
+            return s_;                                                                             \
+        dst = v_;                                                                                  \
+    } while (0)
+
+static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
+{
+    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    const char *arch = json_string_value(json_array_get(json_object_get(root, "architectures"), 0));
+    static const char *const dense[] = {"llama", "qwen2", "qwen3", "mistral"};
+    if (mt) {
+        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
+            if (!strcmp(mt, dense[i])) {
+                *fam = RS_FAM_DENSE;
+                return RESHARD_OK;
+            }
+        if (!strcmp(mt, "qwen3_moe") || !strcmp(mt, "qwen2_moe")) {
+            *fam = RS_FAM_QWEN3_MOE;
+            return RESHARD_OK;
+        }
+        if (!strcmp(mt, "deepseek_v3") || !strcmp(mt, "deepseek_v2") || !strcmp(mt, "kimi_k2")) {
+            *fam = RS_FAM_DSV3;
+            return RESHARD_OK;
+        }
+    }
+    if (arch) {
+        if (strstr(arch, "Deepseek")) {
+            *fam = RS_FAM_DSV3;
+            return RESHARD_OK;
+        }
+        if (strstr(arch, "Moe")) {
+            *fam = RS_FAM_QWEN3_MOE;
+            return RESHARD_OK;
+        }
+        if (strstr(arch, "Llama") || strstr(arch, "Qwen")) {
+            *fam = RS_FAM_DENSE;
+            return RESHARD_OK;
+        }
+    }
+    return rs_error(RESHARD_ERR_CONFIG,
+                    "config: unknown model family (model_type '%s', architecture '%s'); known: "
+                    "llama, qwen2, qwen3, qwen3_moe, deepseek_v3, kimi_k2",
+                    mt ? mt : "?", arch ? arch : "?");
+}
+
+static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, reshard_model_t *m)
+{
+    reshard_status_t s = detect_family(root, &m->fam);
+    if (s != RESHARD_OK)
+        return s;
+    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    GET("hidden_size", -1, 1, m->H);
+    GET("intermediate_size", -1, 1, m->I);
+    GET("num_hidden_layers", -1, 1, m->Lcfg);
+    GET("num_attention_heads", -1, 1, m->nh);
+    GET("num_key_value_heads", m->nh, 1, m->kv);
+    GET("head_dim", m->H / m->nh, 1, m->hd);
+    GET("vocab_size", -1, 1, m->V);
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    m->tied = tie && json_is_true(tie);
+    m->qk_norm = (m->fam == RS_FAM_QWEN3_MOE) || (mt && !strcmp(mt, "qwen3"));
+    if (m->kv > m->nh || m->nh % m->kv)
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "config: num_key_value_heads %d does not divide num_attention_heads %d",
+                        m->kv, m->nh);
+
+    int32_t L = m->Lcfg;
+    if (o->layers < 0 || o->layers > L)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "layers option %d is outside [0, %d]", o->layers,
+                        L);
+    if (o->layers > 0)
+        L = o->layers;
+    m->L = L;
+
+    int64_t step = 1, first_k = 0, freq = 1;
+    json_t *mlp_only = NULL;
+    if (m->fam == RS_FAM_QWEN3_MOE) {
+        GET("moe_intermediate_size", -1, 1, m->Im);
+        GET("num_experts", -1, 1, m->E);
+        GET("num_experts_per_tok", 1, 1, m->topk);
+        GET("decoder_sparse_step", 1, 1, step);
+        mlp_only = json_object_get(root, "mlp_only_layers");
+    } else if (m->fam == RS_FAM_DSV3) {
+        GET("moe_intermediate_size", -1, 1, m->Im);
+        GET("n_routed_experts", 0, 0, m->E);
+        GET("n_shared_experts", 0, 0, m->nshared);
+        GET("num_experts_per_tok", 1, 1, m->topk);
+        GET("first_k_dense_replace", 0, 0, first_k);
+        GET("moe_layer_freq", 1, 1, freq);
+        GET("q_lora_rank", 0, 0, m->q_lora);
+        GET("kv_lora_rank", -1, 1, m->kv_lora);
+        GET("qk_nope_head_dim", -1, 1, m->nope);
+        GET("qk_rope_head_dim", -1, 1, m->rope);
+        GET("v_head_dim", -1, 1, m->vhd);
+        int64_t nmtp;
+        GET("num_nextn_predict_layers", 0, 0, nmtp);
+        m->nmtp = o->mtp ? (int32_t)nmtp : 0;
+        m->kv = m->nh; /* MLA: every head has its own latent up-projection */
+        m->hd = m->nope + m->rope;
+    }
+    m->moe = calloc((size_t)(m->L + m->nmtp) + 1, sizeof *m->moe);
+    if (!m->moe)
+        return rs_error(RESHARD_ERR_NOMEM, "model: out of memory");
+    for (int32_t i = 0; i < m->L + m->nmtp; i++) {
+        int32_t hf = i < m->L ? i : m->Lcfg + (i - m->L);
+        bool moe = false;
+        if (m->fam == RS_FAM_QWEN3_MOE) {
+            moe = (hf + 1) % step == 0;
+            size_t k;
+            json_t *x;
+            json_array_foreach(mlp_only, k, x)
+            {
+                if (json_is_integer(x) && json_integer_value(x) == hf)
+                    moe = false;
+            }
+        } else if (m->fam == RS_FAM_DSV3) {
+            moe = m->E > 0 && hf >= first_k && hf % freq == 0;
+        }
+        m->moe[i] = moe;
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t load_root(json_t *root, const char *name,
+                                  const reshard_model_options_t *opts, reshard_model_t **out)
+{
+    reshard_model_options_t o = {0};
+    if (opts)
+        o = *opts;
+    if (o.dtype != RESHARD_BF16 && o.dtype != RESHARD_FP8_E4M3)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "model dtype must be bf16 or fp8_e4m3, not %s",
+                        reshard_dtype_name(o.dtype));
+    reshard_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return rs_error(RESHARD_ERR_NOMEM, "model: out of memory");
+    m->dtype = o.dtype;
+    m->name = strdup(name);
+    reshard_status_t s = m->name ? parse(root, &o, m) : RESHARD_ERR_NOMEM;
+    if (s != RESHARD_OK) {
+        reshard_model_destroy(m);
+        return s;
+    }
+    *out = m;
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_model_load_json(const char *json_text, const reshard_model_options_t *opts,
+                                         reshard_model_t **out)
+{
+    rs_error_clear();
+    if (!json_text || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_load_json: NULL argument");
+    json_error_t err;
+    json_t *root = json_loads(json_text, 0, &err);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return rs_error(RESHARD_ERR_IO, "config: not a JSON object (line %d: %s)", err.line,
+                        err.text);
+    }
+    reshard_status_t s = load_root(root, "(json)", opts, out);
+    json_decref(root);
+    return s;
+}
+
+reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
+                                    reshard_model_t **out)
+{
+    rs_error_clear();
+    if (!name_or_path || !*name_or_path || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_load: NULL or empty argument");
+    char path[4096];
+    size_t len = strlen(name_or_path);
+    if (strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"))) {
+        snprintf(path, sizeof path, "%s", name_or_path);
+    } else {
+        const char *dir = getenv("RESHARD_DATA_DIR");
+        snprintf(path, sizeof path, "%s/models/%s.json", dir && *dir ? dir : RESHARD_DATA_DIR,
+                 name_or_path);
+    }
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return rs_error(RESHARD_ERR_IO, "model '%s': cannot read %s: %s", name_or_path, path,
+                        err.text);
+    }
+    reshard_status_t s = load_root(root, name_or_path, opts, out);
+    json_decref(root);
+    if (s != RESHARD_OK && s != RESHARD_ERR_NOMEM) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", reshard_last_error());
+        rs_error(s, "model '%s': %s", name_or_path, msg);
+    }
+    return s;
+}
+
+void reshard_model_destroy(reshard_model_t *model)
+{
+    if (!model)
+        return;
+    free(model->moe);
+    free(model->name);
+    free(model);
+}
+
+static int64_t params_of(const reshard_model_t *m)
+{
+    rs_model_ids_t ids;
+    reshard_tensors_t *t = NULL;
+    int64_t n = 0;
+    if (reshard_tensors_create(&t) == RESHARD_OK && rs_model_catalogue(m, t, &ids) == RESHARD_OK) {
+        for (int32_t i = 0; i < ids.n; i++) {
+            reshard_tensor_info_t info;
+            if (reshard_tensors_info(t, i, &info) == RESHARD_OK)
+                n += info.numel;
+            if (ids.scale[i] >= 0)
+                i++; /* a weight's scale tensor follows it */
+        }
+        rs_model_ids_free(&ids);
+    }
+    reshard_tensors_destroy(t);
+    return n;
+}
+
+reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info_t *info)
+{
+    rs_error_clear();
+    if (!m || !info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
+    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3"};
+    *info = (reshard_model_info_t){
+        .name = m->name,
+        .family = fam[m->fam],
+        .layers = m->L,
+        .mtp_layers = m->nmtp,
+        .hidden = m->H,
+        .intermediate = m->I,
+        .moe_intermediate = m->Im,
+        .vocab = m->V,
+        .heads = m->nh,
+        .kv_heads = m->kv,
+        .head_dim = m->hd,
+        .experts = m->E,
+        .shared_experts = m->nshared,
+        .q_lora_rank = m->q_lora,
+        .kv_lora_rank = m->kv_lora,
+        .qk_nope_head_dim = m->nope,
+        .qk_rope_head_dim = m->rope,
+        .v_head_dim = m->vhd,
+        .tied_embeddings = m->tied,
+        .qk_norm = m->qk_norm,
+        .dtype = m->dtype,
+    };
+    for (int32_t i = 0; i < m->L + m->nmtp; i++)
+        if (!m->moe[i])
+            info->first_dense = i + 1;
+        else
+            break;
+    info->params = params_of(m);
+    return RESHARD_OK;
+}

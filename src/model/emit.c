@@ -1,0 +1,358 @@
+/* Writing fragments and buffers of one side, FP8 scale fragments derived from
+ * the weight fragments, and the buffer table. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "util/error.h"
+
+reshard_status_t rs_buffers_new(reshard_model_buffers_t **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? RESHARD_OK : rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
+}
+
+void reshard_model_buffers_destroy(reshard_model_buffers_t *b)
+{
+    if (!b)
+        return;
+    for (int64_t i = 0; i < b->n; i++)
+        free(b->e[i].name);
+    free(b->e);
+    free(b);
+}
+
+int64_t reshard_model_buffers_count(const reshard_model_buffers_t *b)
+{
+    return b ? b->n : 0;
+}
+
+reshard_status_t reshard_model_buffers_get(const reshard_model_buffers_t *b, int64_t i,
+                                           reshard_model_buffer_t *out)
+{
+    if (!b || !out || i < 0 || i >= b->n)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_buffers_get: bad argument");
+    *out = (reshard_model_buffer_t){b->e[i].rank, b->e[i].buffer, b->e[i].bytes, b->e[i].name};
+    return RESHARD_OK;
+}
+
+/* First entry of @p rank (entries are sorted by rank, then buffer). */
+static int64_t first_of(const reshard_model_buffers_t *b, int32_t rank)
+{
+    int64_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (b->e[mid].rank < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int32_t reshard_model_buffer_count(const reshard_model_buffers_t *b, int32_t rank)
+{
+    if (!b)
+        return 0;
+    int64_t i = first_of(b, rank), n = 0;
+    while (i + n < b->n && b->e[i + n].rank == rank)
+        n++;
+    return (int32_t)n;
+}
+
+uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *b, int32_t rank, int32_t buffer)
+{
+    if (!b || buffer < 0)
+        return 0;
+    int64_t i = first_of(b, rank) + buffer;
+    return i < b->n && b->e[i].rank == rank && b->e[i].buffer == buffer ? b->e[i].bytes : 0;
+}
+
+static reshard_status_t table_add(rs_emit_t *e, int32_t id, uint64_t bytes, const char *name,
+                                  const char *suffix)
+{
+    reshard_model_buffers_t *b = e->bufs;
+    if (b->n == b->cap) {
+        int64_t cap = b->cap ? 2 * b->cap : 1024;
+        rs_buf_entry_t *ne = realloc(b->e, (size_t)cap * sizeof *ne);
+        if (!ne)
+            return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
+        b->e = ne;
+        b->cap = cap;
+    }
+    size_t len = strlen(name) + strlen(suffix) + 1;
+    char *nm = malloc(len);
+    if (!nm)
+        return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
+    snprintf(nm, len, "%s%s", name, suffix);
+    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, bytes, nm};
+    return RESHARD_OK;
+}
+
+int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
+                       const char *fmt, ...)
+{
+    reshard_tensor_info_t info;
+    if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK)
+        return RESHARD_ERR_INVALID_ARG;
+    int32_t id = e->next_buf++;
+    int32_t sid = e->ids->scale[like];
+    if (sid >= 0)
+        e->next_buf++;
+    if (!e->bufs)
+        return id;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    uint64_t bytes =
+        (uint64_t)experts * (uint64_t)rows * (uint64_t)width * reshard_dtype_size(info.dtype);
+    reshard_status_t s = table_add(e, id, bytes, name, "");
+    if (s == RESHARD_OK && sid >= 0) {
+        uint64_t sb = (uint64_t)experts * (uint64_t)rs_cdiv(rows, RS_FP8_BLOCK) *
+                      (uint64_t)rs_cdiv(width, RS_FP8_BLOCK) * 4u;
+        size_t len = strlen(name);
+        if (len > 7 && !strcmp(name + len - 7, ".weight"))
+            name[len - 7] = '\0';
+        s = table_add(e, id + 1, sb, name, len > 7 ? ".weight_scale_inv" : "_scale_inv");
+    }
+    return s == RESHARD_OK ? id : s;
+}
+
+/* The FP8 scale fragment of weight fragment @p w: the same box in 128x128
+ * blocks, in the scale buffer that mirrors the weight buffer's rows and
+ * columns block by block. */
+static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, int32_t sbuf)
+{
+    const int64_t B = RS_FP8_BLOCK;
+    int32_t t = w->tensor, sid = e->ids->scale[t];
+    int j = e->ids->scale_j[t];
+    reshard_tensor_info_t tw;
+    reshard_tensors_info(e->T, t, &tw);
+    int vn = tw.view_ndim, ne = tw.ndim == 3 ? 1 : 0, col = vn - 1, last = vn - 2;
+    const int64_t *vs = tw.view_shape;
+    const reshard_box_t *b = &w->box;
+    int64_t W = w->stride[last], C = vs[col];
+    char why[160] = "";
+    reshard_fragment_t s = {.tensor = sid, .rank = w->rank, .buffer = sbuf};
+    s.box.ndim = 0;
+    int64_t rows_per_expert = 0, scale_expert_stride = 0, CBW = rs_cdiv(W, B);
+    if (W <= 0 || (b->extent[col] > 1 && w->stride[col] != 1)) {
+        snprintf(why, sizeof why, "columns are not contiguous rows of the buffer");
+        goto bad;
+    }
+    if (ne) {
+        rows_per_expert = w->stride[0] / W;
+        if (w->stride[0] % W) {
+            snprintf(why, sizeof why, "expert stride is not a whole number of rows");
+            goto bad;
+        }
+        scale_expert_stride = rs_cdiv(rows_per_expert, B) * CBW;
+        s.box.offset[0] = b->offset[0];
+        s.box.extent[0] = b->extent[0];
+        s.stride[0] = scale_expert_stride;
+        s.box.ndim = 1;
+    }
+    for (int d = ne; d < j; d++) {
+        int k = s.box.ndim++;
+        s.box.offset[k] = b->offset[d];
+        s.box.extent[k] = b->extent[d];
+        s.stride[k] = 0;
+        if (b->extent[d] > 1) {
+            if (w->stride[d] % (W * B)) {
+                snprintf(why, sizeof why, "view dim %d steps %lld buffer rows, not whole blocks", d,
+                         (long long)(w->stride[d] / W));
+                goto bad;
+            }
+            s.stride[k] = w->stride[d] / (W * B) * CBW;
+        }
+    }
+    /* The merged row dims j..last: a contiguous run of rows [a, c). */
+    int64_t inner = 1, total;
+    for (int d = last; d > j; d--) {
+        if (b->offset[d] != 0 || b->extent[d] != vs[d]) {
+            snprintf(why, sizeof why, "rows are not one contiguous run (view dim %d)", d);
+            goto bad;
+        }
+        if (b->extent[d - 1] > 1 && w->stride[d - 1] != W * inner * vs[d]) {
+            snprintf(why, sizeof why, "rows are not contiguous in the buffer");
+            goto bad;
+        }
+        inner *= vs[d];
+    }
+    total = vs[j] * inner;
+    int64_t a = b->offset[j] * inner, c = (b->offset[j] + b->extent[j]) * inner;
+    if (a % B || (c % B && c != total)) {
+        snprintf(why, sizeof why, "rows [%lld, %lld) of %lld are not on 128-row block bounds",
+                 (long long)a, (long long)c, (long long)total);
+        goto bad;
+    }
+    int k = s.box.ndim++;
+    s.box.offset[k] = a / B;
+    s.box.extent[k] = rs_cdiv(c, B) - a / B;
+    s.stride[k] = CBW;
+    int64_t c0 = b->offset[col], c1 = c0 + b->extent[col];
+    if (c0 % B || (c1 % B && c1 != C)) {
+        snprintf(why, sizeof why, "columns [%lld, %lld) of %lld are not on 128-column block bounds",
+                 (long long)c0, (long long)c1, (long long)C);
+        goto bad;
+    }
+    k = s.box.ndim++;
+    s.box.offset[k] = c0 / B;
+    s.box.extent[k] = rs_cdiv(c1, B) - c0 / B;
+    s.stride[k] = 1;
+    int64_t rem = w->base, eidx = 0;
+    if (ne && w->stride[0] > 0) {
+        eidx = rem / w->stride[0];
+        rem -= eidx * w->stride[0];
+    }
+    int64_t brow = rem / W, bcol = rem % W;
+    if (brow % B || bcol % B) {
+        snprintf(why, sizeof why, "it starts at buffer row %lld column %lld, inside a block",
+                 (long long)brow, (long long)bcol);
+        goto bad;
+    }
+    s.base = eidx * scale_expert_stride + brow / B * CBW + bcol / B;
+    return reshard_layout_add_fragment(e->layout, &s);
+bad:
+    return rs_error(RESHARD_ERR_CONFIG,
+                    "fp8: %s on rank %d is not sharded at 128x128 block granularity: %s", tw.name,
+                    w->rank, why);
+}
+
+reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *off,
+                         const int64_t *ext, int64_t base, const int64_t *st)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
+    if (s != RESHARD_OK)
+        return s;
+    reshard_fragment_t f = {.tensor = t, .rank = e->rank, .buffer = buf, .base = base};
+    f.box.ndim = info.view_ndim;
+    for (int d = 0; d < info.view_ndim; d++) {
+        f.box.offset[d] = off[d];
+        f.box.extent[d] = ext[d];
+        f.stride[d] = st[d];
+    }
+    s = reshard_layout_add_fragment(e->layout, &f);
+    if (s == RESHARD_OK && e->ids->scale[t] >= 0)
+        s = emit_scale(e, &f, buf + 1);
+    return s;
+}
+
+/* Row-major strides of a box whose dim 0 extent is @p n0 (the rest whole). */
+static void dense_strides(const reshard_tensor_info_t *info, int64_t *off, int64_t *ext,
+                          int64_t *st)
+{
+    int64_t acc = 1;
+    for (int d = info->view_ndim - 1; d >= 0; d--) {
+        st[d] = acc;
+        off[d] = 0;
+        ext[d] = info->view_shape[d];
+        acc *= info->view_shape[d];
+    }
+}
+
+reshard_status_t rs_emit_full(rs_emit_t *e, int32_t t, int32_t buf, int64_t base)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
+    if (s != RESHARD_OK)
+        return s;
+    int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
+    dense_strides(&info, off, ext, st);
+    return rs_emit(e, t, buf, off, ext, base, st);
+}
+
+reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base, int64_t o,
+                              int64_t n)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
+    if (s != RESHARD_OK)
+        return s;
+    int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
+    dense_strides(&info, off, ext, st);
+    off[0] = o;
+    ext[0] = n;
+    return rs_emit(e, t, buf, off, ext, base, st);
+}
+
+reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
+    if (s != RESHARD_OK)
+        return s;
+    int64_t off[2] = {0, c0}, ext[2] = {info.shape[0], n}, st[2] = {n, 1};
+    return rs_emit(e, t, buf, off, ext, 0, st);
+}
+
+reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
+    if (s != RESHARD_OK)
+        return s;
+    int64_t rows = info.ndim >= 2 ? info.shape[info.ndim - 2] : 1;
+    int64_t experts = info.ndim == 3 ? info.shape[0] : 1;
+    int32_t buf = rs_emit_buffer(e, t, experts, rows, info.shape[info.ndim - 1], "%s", name);
+    if (buf < 0)
+        return (reshard_status_t)buf;
+    return rs_emit_full(e, t, buf, 0);
+}
+
+reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t down, int64_t i0,
+                             int64_t n, const char *fc1_name, const char *fc2_name)
+{
+    int64_t H = e->m->H;
+    int32_t b1 = rs_emit_buffer(e, gate, 1, 2 * n, H, "%s", fc1_name);
+    if (b1 < 0)
+        return (reshard_status_t)b1;
+    int64_t off[2] = {i0, 0}, ext[2] = {n, H}, st[2] = {H, 1};
+    reshard_status_t s = rs_emit(e, gate, b1, off, ext, 0, st);
+    if (s == RESHARD_OK)
+        s = rs_emit(e, up, b1, off, ext, n * H, st);
+    if (s != RESHARD_OK)
+        return s;
+    int32_t b2 = rs_emit_buffer(e, down, 1, H, n, "%s", fc2_name);
+    if (b2 < 0)
+        return (reshard_status_t)b2;
+    return rs_emit_cols(e, down, b2, i0, n);
+}
+
+reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
+                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name)
+{
+    if (ne <= 0)
+        return RESHARD_OK;
+    int64_t H = e->m->H;
+    int32_t b1 = rs_emit_buffer(e, l->e_gate, ne, 2 * n, H, "%s", fc1_name);
+    if (b1 < 0)
+        return (reshard_status_t)b1;
+    int64_t off[3] = {e0, i0, 0}, ext[3] = {ne, n, H}, st[3] = {2 * n * H, H, 1};
+    reshard_status_t s = rs_emit(e, l->e_gate, b1, off, ext, 0, st);
+    if (s == RESHARD_OK)
+        s = rs_emit(e, l->e_up, b1, off, ext, n * H, st);
+    if (s != RESHARD_OK)
+        return s;
+    int32_t b2 = rs_emit_buffer(e, l->e_down, ne, H, n, "%s", fc2_name);
+    if (b2 < 0)
+        return (reshard_status_t)b2;
+    int64_t off2[3] = {e0, 0, i0}, ext2[3] = {ne, H, n}, st2[3] = {H * n, n, 1};
+    return rs_emit(e, l->e_down, b2, off2, ext2, 0, st2);
+}
+
+reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,
+                               const char *name)
+{
+    int64_t V = e->m->V, H = e->m->H, per = vpad / parts, r0 = part * per;
+    int32_t buf = rs_emit_buffer(e, t, 1, per, H, "%s", name);
+    if (buf < 0)
+        return (reshard_status_t)buf;
+    int64_t rows = V - r0 < per ? V - r0 : per;
+    return rows > 0 ? rs_emit_dim0(e, t, buf, 0, r0, rows) : RESHARD_OK;
+}

@@ -1,0 +1,214 @@
+/* The Megatron training layout (DESIGN §4, training side). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model_internal.h"
+#include "util/error.h"
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        reshard_status_t s_ = (x);                                                                 \
+        if (s_ != RESHARD_OK)                                                                      \
+            return s_;                                                                             \
+    } while (0)
+
+/* Coordinates of one training rank. */
+typedef struct {
+    int32_t stage, tp, etp, ep;
+} mg_coord_t;
+
+/* Name buffer: prefix of the layer + parameter. */
+static const char *nm(char *buf, size_t size, const char *prefix, const char *param)
+{
+    snprintf(buf, size, "%s%s", prefix, param);
+    return buf;
+}
+
+/* linear_qkv: per local query group [q heads of the group; k head; v head],
+ * each head_dim rows of H; TP splits whole groups. */
+static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                            const char *name)
+{
+    const reshard_model_t *m = e->m;
+    int64_t H = m->H, hd = m->hd, hpg = m->nh / m->kv, ng = m->kv / tp, g0 = t * ng;
+    int64_t gs = (hpg + 2) * hd * H; /* buffer elements per group */
+    int32_t b = rs_emit_buffer(e, l->q, 1, ng * (hpg + 2) * hd, H, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    int64_t qo[4] = {g0, 0, 0, 0}, qe[4] = {ng, hpg, hd, H}, qs[4] = {gs, hd * H, H, 1};
+    TRY(rs_emit(e, l->q, b, qo, qe, 0, qs));
+    int64_t ko[3] = {g0, 0, 0}, ke[3] = {ng, hd, H}, ks[3] = {gs, H, 1};
+    TRY(rs_emit(e, l->k, b, ko, ke, hpg * hd * H, ks));
+    return rs_emit(e, l->v, b, ko, ke, (hpg + 1) * hd * H, ks);
+}
+
+/* A column-parallel tensor split on view dim 0 (heads or rows) over tp. */
+static reshard_status_t column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
+                               const char *name)
+{
+    reshard_tensor_info_t info;
+    TRY(reshard_tensors_info(e->T, t, &info));
+    int64_t n0 = info.view_shape[0] / tp;
+    int64_t rows = info.shape[0] / tp, width = info.shape[info.ndim - 1];
+    int32_t b = rs_emit_buffer(e, t, 1, rows, width, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_dim0(e, t, b, 0, rank_tp * n0, n0);
+}
+
+/* A row-parallel [R, C] tensor: columns split over tp. */
+static reshard_status_t row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
+{
+    reshard_tensor_info_t info;
+    TRY(reshard_tensors_info(e->T, t, &info));
+    int64_t n = info.shape[1] / tp;
+    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_cols(e, t, b, rank_tp * n, n);
+}
+
+static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
+                              int32_t i)
+{
+    const reshard_model_t *m = e->m;
+    const rs_layer_ids_t *l = &e->ids->layer[i];
+    char p[96], n[160];
+    bool mtp = i >= m->L;
+    int32_t tp = s->tp, t = c->tp;
+    if (mtp) {
+        int32_t k = i - m->L;
+        snprintf(p, sizeof p, "mtp.layers.%d.", k);
+        TRY(rs_emit_own(e, l->enorm, nm(n, sizeof n, p, "enorm.weight")));
+        TRY(rs_emit_own(e, l->hnorm, nm(n, sizeof n, p, "hnorm.weight")));
+        TRY(column(e, l->eh_proj, tp, t, nm(n, sizeof n, p, "eh_proj.weight")));
+        snprintf(p, sizeof p, "mtp.layers.%d.transformer_layer.", k);
+    } else {
+        snprintf(p, sizeof p, "decoder.layers.%d.", i);
+    }
+    if (m->fam != RS_FAM_DSV3) {
+        TRY(rs_emit_own(e, l->in_norm,
+                        nm(n, sizeof n, p, "self_attention.linear_qkv.layer_norm_weight")));
+        TRY(qkv(e, l, tp, t, nm(n, sizeof n, p, "self_attention.linear_qkv.weight")));
+        if (m->qk_norm) {
+            TRY(rs_emit_own(e, l->q_norm, nm(n, sizeof n, p, "self_attention.q_layernorm.weight")));
+            TRY(rs_emit_own(e, l->k_norm, nm(n, sizeof n, p, "self_attention.k_layernorm.weight")));
+        }
+    } else {
+        TRY(rs_emit_own(e, l->in_norm, nm(n, sizeof n, p, "input_layernorm.weight")));
+        if (m->q_lora) {
+            TRY(rs_emit_own(e, l->q_a,
+                            nm(n, sizeof n, p, "self_attention.linear_q_down_proj.weight")));
+            TRY(rs_emit_own(
+                e, l->q_a_norm,
+                nm(n, sizeof n, p, "self_attention.linear_q_up_proj.layer_norm_weight")));
+            TRY(column(e, l->q_b, tp, t,
+                       nm(n, sizeof n, p, "self_attention.linear_q_up_proj.weight")));
+        } else {
+            TRY(column(e, l->q, tp, t, nm(n, sizeof n, p, "self_attention.linear_q_proj.weight")));
+        }
+        TRY(rs_emit_own(e, l->kv_a,
+                        nm(n, sizeof n, p, "self_attention.linear_kv_down_proj.weight")));
+        TRY(rs_emit_own(e, l->kv_a_norm,
+                        nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.layer_norm_weight")));
+        TRY(column(e, l->kv_b, tp, t,
+                   nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
+    }
+    TRY(row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attention.linear_proj.weight")));
+    if (l->gate >= 0) {
+        TRY(rs_emit_own(e, l->post_norm, nm(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));
+        int64_t ni = m->I / tp;
+        char n2[160];
+        TRY(rs_emit_mlp(e, l->gate, l->up, l->down, t * ni, ni,
+                        nm(n, sizeof n, p, "mlp.linear_fc1.weight"),
+                        nm(n2, sizeof n2, p, "mlp.linear_fc2.weight")));
+    } else {
+        TRY(rs_emit_own(e, l->post_norm, nm(n, sizeof n, p, "pre_mlp_layernorm.weight")));
+        TRY(rs_emit_own(e, l->router, nm(n, sizeof n, p, "mlp.router.weight")));
+        if (l->router_bias >= 0)
+            TRY(rs_emit_own(e, l->router_bias, nm(n, sizeof n, p, "mlp.router.expert_bias")));
+        int64_t ne = m->E / s->ep, ni = m->Im / s->etp;
+        char n2[160];
+        TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni,
+                            nm(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
+                            nm(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
+        if (l->s_gate >= 0) {
+            int64_t ns = m->Im * m->nshared / tp;
+            TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
+                            nm(n, sizeof n, p, "mlp.shared_experts.linear_fc1.weight"),
+                            nm(n2, sizeof n2, p, "mlp.shared_experts.linear_fc2.weight")));
+        }
+    }
+    if (mtp) {
+        snprintf(p, sizeof p, "mtp.layers.%d.", i - m->L);
+        TRY(rs_emit_own(e, l->head_norm, nm(n, sizeof n, p, "final_layernorm.weight")));
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t rank_params(rs_emit_t *e, const reshard_train_spec_t *s,
+                                    const mg_coord_t *c)
+{
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
+    bool last = c->stage == s->pp - 1;
+    if (c->stage == 0)
+        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp, "embedding.word_embeddings.weight"));
+    int32_t first, count;
+    rs_stage_layers(m->L, s->pp, c->stage, &first, &count);
+    for (int32_t i = first; i < first + count; i++)
+        TRY(layer(e, s, c, i));
+    if (!last)
+        return RESHARD_OK;
+    for (int32_t i = m->L; i < m->L + m->nmtp; i++)
+        TRY(layer(e, s, c, i));
+    TRY(rs_emit_own(e, ids->norm, "decoder.final_layernorm.weight"));
+    /* Tied and one stage: the output layer uses the embedding's weight. */
+    if (!m->tied || s->pp > 1)
+        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp, "output_layer.weight"));
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
+                                            const reshard_tensors_t *tensors,
+                                            const reshard_train_spec_t *spec, int32_t rank_offset,
+                                            reshard_layout_t **out,
+                                            reshard_model_buffers_t **buffers)
+{
+    rs_error_clear();
+    if (!model || !tensors || !spec || !out || rank_offset < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_train_layout: bad argument");
+    reshard_status_t s = rs_check_train(model, spec);
+    if (s != RESHARD_OK)
+        return s;
+    rs_model_ids_t ids;
+    s = rs_model_ids_for(model, tensors, &ids);
+    if (s != RESHARD_OK)
+        return s;
+    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
+    s = reshard_layout_create(tensors, &e.layout);
+    if (s == RESHARD_OK && buffers)
+        s = rs_buffers_new(&e.bufs);
+    int32_t S = spec->tp * spec->cp * spec->dp, world = reshard_train_world(spec);
+    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
+        int32_t li = r % S;
+        mg_coord_t c = {.stage = r / S,
+                        .tp = li % spec->tp,
+                        .etp = li % spec->etp,
+                        .ep = (li / spec->etp) % spec->ep};
+        e.rank = rank_offset + r;
+        e.next_buf = 0;
+        s = rank_params(&e, spec, &c);
+    }
+    rs_model_ids_free(&ids);
+    if (s != RESHARD_OK) {
+        reshard_layout_destroy(e.layout);
+        reshard_model_buffers_destroy(e.bufs);
+        return s;
+    }
+    *out = e.layout;
+    if (buffers)
+        *buffers = e.bufs;
+    return RESHARD_OK;
+}

@@ -1,0 +1,143 @@
+/* Internal form of a model and of the shared machinery that turns the two
+ * frameworks' conventions into fragments. */
+#ifndef RS_MODEL_INTERNAL_H
+#define RS_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "reshard/reshard_model.h"
+
+/** FP8 block edge (rows and columns) of the scale tensors. */
+#define RS_FP8_BLOCK 128
+
+typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3 } rs_family_t;
+
+struct reshard_model {
+    char *name;
+    rs_family_t fam;
+    int64_t H, I, Im, V;      /**< hidden, dense intermediate, expert intermediate, vocab */
+    int32_t nh, kv, hd;       /**< heads, kv heads (query groups), head dim */
+    int32_t E, nshared, topk; /**< routed experts, shared experts */
+    int32_t q_lora, kv_lora, nope, rope, vhd; /**< MLA */
+    int tied, qk_norm;
+    int32_t L;    /**< decoder layers kept */
+    int32_t Lcfg; /**< num_hidden_layers of the config (MTP layers are numbered from it) */
+    int32_t nmtp; /**< MTP layers included */
+    reshard_dtype_t dtype;
+    bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
+};
+
+/** Tensor ids of one decoder (or MTP) layer; -1 where absent. */
+typedef struct {
+    int32_t in_norm, post_norm;
+    int32_t q, k, v, o, q_norm, k_norm;                /* GQA (q also MLA without q_lora) */
+    int32_t q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b; /* MLA */
+    int32_t gate, up, down;                            /* dense MLP */
+    int32_t router, router_bias;
+    int32_t e_gate, e_up, e_down;             /* stacked routed experts */
+    int32_t s_gate, s_up, s_down;             /* shared experts */
+    int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
+    int32_t hf_index;                         /**< layer number in HF names */
+} rs_layer_ids_t;
+
+/** The catalogue's structure: which id plays which role. */
+typedef struct {
+    int32_t n;                    /**< tensors in the catalogue */
+    int32_t embed, lm_head, norm; /**< lm_head == embed when tied */
+    int32_t nlayers;              /**< L + nmtp */
+    rs_layer_ids_t *layer;
+    int32_t *scale;  /**< per tensor: its FP8 scale tensor id, or -1 */
+    uint8_t *expert; /**< per tensor: 1 for routed-expert tensors (and their scales) */
+    int8_t *scale_j; /**< per weight tensor: first view dim merged into the scale row dim */
+} rs_model_ids_t;
+
+/** Build the ids; with @p tensors non-NULL also add the tensors to it. */
+reshard_status_t rs_model_catalogue(const reshard_model_t *m, reshard_tensors_t *tensors,
+                                    rs_model_ids_t *ids);
+void rs_model_ids_free(rs_model_ids_t *ids);
+/** Ids for a layout over @p tensors: checks the catalogue matches the model. */
+reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensors_t *tensors,
+                                  rs_model_ids_t *ids);
+
+/* --- spec rules ----------------------------------------------------------- */
+reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
+reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** Megatron layers of stage @p p: [first, first+count). */
+void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count);
+
+/* --- emission ------------------------------------------------------------- */
+
+typedef struct {
+    int32_t rank, buffer;
+    uint64_t bytes;
+    char *name;
+} rs_buf_entry_t;
+
+struct reshard_model_buffers {
+    rs_buf_entry_t *e;
+    int64_t n, cap;
+};
+
+/** State while one side's layout is written: the current rank and its next
+ *  buffer id. */
+typedef struct {
+    const reshard_model_t *m;
+    const reshard_tensors_t *T;
+    const rs_model_ids_t *ids;
+    reshard_layout_t *layout;
+    reshard_model_buffers_t *bufs; /**< NULL: no table wanted */
+    int32_t rank;
+    int32_t next_buf;
+} rs_emit_t;
+
+/**
+ * Open the next buffer of the current rank: a matrix of @p experts x @p rows
+ * x @p width elements of tensor @p like's dtype (a tensor id that will live
+ * in it). When @p like has an FP8 scale tensor, the following buffer id is its
+ * scale buffer (experts x ceil(rows/128) x ceil(width/128) fp32).
+ * @p fmt names the buffer (printf). Returns the buffer id or a negative status.
+ */
+int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/** Add a fragment of tensor @p t (box in its view: offsets @p off, extents
+ *  @p ext, strides @p st, base @p base) in buffer @p buf of the current rank,
+ *  and its scale fragment in buffer buf+1 when @p t has one. */
+reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *off,
+                         const int64_t *ext, int64_t base, const int64_t *st);
+
+/** The whole tensor, contiguous row-major from @p base. */
+reshard_status_t rs_emit_full(rs_emit_t *e, int32_t t, int32_t buf, int64_t base);
+/** View dim 0 range [o, o+n) with every other dim whole, contiguous from @p base. */
+reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base, int64_t o,
+                              int64_t n);
+/** Column range [c0, c0+n) of a 2-d [R, C] tensor into an [R, n] buffer. */
+reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n);
+/** A replicated or whole tensor in a buffer of its own (opened here). */
+reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name);
+/** A gated MLP: a buffer [gate rows i0..i0+n; up rows i0..i0+n] x H and a
+ *  buffer [H, n] for the down projection's columns i0..i0+n. */
+reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t down, int64_t i0,
+                             int64_t n, const char *fc1_name, const char *fc2_name);
+/** Stacked experts e0..e0+ne, intermediate rows i0..i0+n of each:
+ *  [ne, 2n, H] (per expert gate then up) and [ne, H, n]. */
+reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
+                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name);
+/** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
+ *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
+reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,
+                               const char *name);
+
+reshard_status_t rs_buffers_new(reshard_model_buffers_t **out);
+
+/** Ceiling division and round-up for positive values. */
+static inline int64_t rs_cdiv(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+static inline int64_t rs_roundup(int64_t a, int64_t b)
+{
+    return rs_cdiv(a, b) * b;
+}
+
+#endif

@@ -1,0 +1,206 @@
+/* The vLLM inference layout (DESIGN §4, inference side). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model_internal.h"
+#include "util/error.h"
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        reshard_status_t s_ = (x);                                                                 \
+        if (s_ != RESHARD_OK)                                                                      \
+            return s_;                                                                             \
+    } while (0)
+
+static const char *nm(char *buf, size_t size, const char *prefix, const char *param)
+{
+    snprintf(buf, size, "%s%s", prefix, param);
+    return buf;
+}
+
+/* qkv_proj of TP rank t: [its q heads; its kv heads (k); the same (v)], each
+ * head_dim rows of H. With tp > kv heads, kv head t / (tp / kv) is
+ * replicated on tp / kv consecutive ranks. */
+static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                            const char *name)
+{
+    const reshard_model_t *m = e->m;
+    int64_t H = m->H, hd = m->hd, kv = m->kv, hpg = m->nh / kv;
+    int64_t nq = m->nh / tp, h0 = t * nq;
+    int64_t nkv = tp <= kv ? kv / tp : 1, k0 = tp <= kv ? t * nkv : t / (tp / kv);
+    int32_t b = rs_emit_buffer(e, l->q, 1, (nq + 2 * nkv) * hd, H, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    int64_t ng = nq >= hpg ? nq / hpg : 1, nj = nq >= hpg ? hpg : nq;
+    int64_t qo[4] = {h0 / hpg, h0 % hpg, 0, 0}, qe[4] = {ng, nj, hd, H};
+    int64_t qs[4] = {hpg * hd * H, hd * H, H, 1};
+    TRY(rs_emit(e, l->q, b, qo, qe, 0, qs));
+    int64_t ko[3] = {k0, 0, 0}, ke[3] = {nkv, hd, H}, ks[3] = {hd * H, H, 1};
+    TRY(rs_emit(e, l->k, b, ko, ke, nq * hd * H, ks));
+    return rs_emit(e, l->v, b, ko, ke, (nq + nkv) * hd * H, ks);
+}
+
+static reshard_status_t column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
+                               const char *name)
+{
+    reshard_tensor_info_t info;
+    TRY(reshard_tensors_info(e->T, t, &info));
+    int64_t n0 = info.view_shape[0] / tp;
+    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0] / tp, info.shape[1], "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_dim0(e, t, b, 0, rank_tp * n0, n0);
+}
+
+static reshard_status_t row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
+{
+    reshard_tensor_info_t info;
+    TRY(reshard_tensors_info(e->T, t, &info));
+    int64_t n = info.shape[1] / tp;
+    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_cols(e, t, b, rank_tp * n, n);
+}
+
+/* fused_qkv_a_proj: replicated [q_a rows; kv_a rows] of H. */
+static reshard_status_t qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name)
+{
+    const reshard_model_t *m = e->m;
+    int64_t rows = m->q_lora + m->kv_lora + m->rope;
+    int32_t b = rs_emit_buffer(e, l->q_a, 1, rows, m->H, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    TRY(rs_emit_full(e, l->q_a, b, 0));
+    return rs_emit_full(e, l->kv_a, b, m->q_lora * m->H);
+}
+
+static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r, int32_t i)
+{
+    const reshard_model_t *m = e->m;
+    const rs_layer_ids_t *l = &e->ids->layer[i];
+    char p[96], n[160], n2[160];
+    bool mtp = i >= m->L;
+    int32_t tp = s->tp, t = r % tp;
+    if (mtp) {
+        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+        TRY(rs_emit_own(e, l->enorm, nm(n, sizeof n, p, "enorm.weight")));
+        TRY(rs_emit_own(e, l->hnorm, nm(n, sizeof n, p, "hnorm.weight")));
+        TRY(rs_emit_own(e, l->eh_proj, nm(n, sizeof n, p, "eh_proj.weight")));
+        snprintf(p, sizeof p, "model.layers.%d.mtp_block.", l->hf_index);
+    } else {
+        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+    }
+    TRY(rs_emit_own(e, l->in_norm, nm(n, sizeof n, p, "input_layernorm.weight")));
+    if (m->fam != RS_FAM_DSV3) {
+        TRY(qkv(e, l, tp, t, nm(n, sizeof n, p, "self_attn.qkv_proj.weight")));
+        if (m->qk_norm) {
+            TRY(rs_emit_own(e, l->q_norm, nm(n, sizeof n, p, "self_attn.q_norm.weight")));
+            TRY(rs_emit_own(e, l->k_norm, nm(n, sizeof n, p, "self_attn.k_norm.weight")));
+        }
+    } else {
+        if (m->q_lora) {
+            TRY(qkv_a(e, l, nm(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
+            TRY(rs_emit_own(e, l->q_a_norm, nm(n, sizeof n, p, "self_attn.q_a_layernorm.weight")));
+            TRY(column(e, l->q_b, tp, t, nm(n, sizeof n, p, "self_attn.q_b_proj.weight")));
+        } else {
+            TRY(column(e, l->q, tp, t, nm(n, sizeof n, p, "self_attn.q_proj.weight")));
+            TRY(rs_emit_own(e, l->kv_a, nm(n, sizeof n, p, "self_attn.kv_a_proj_with_mqa.weight")));
+        }
+        TRY(rs_emit_own(e, l->kv_a_norm, nm(n, sizeof n, p, "self_attn.kv_a_layernorm.weight")));
+        TRY(column(e, l->kv_b, tp, t, nm(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
+    }
+    TRY(row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+    TRY(rs_emit_own(e, l->post_norm, nm(n, sizeof n, p, "post_attention_layernorm.weight")));
+    if (l->gate >= 0) {
+        int64_t ni = m->I / tp;
+        TRY(rs_emit_mlp(e, l->gate, l->up, l->down, t * ni, ni,
+                        nm(n, sizeof n, p, "mlp.gate_up_proj.weight"),
+                        nm(n2, sizeof n2, p, "mlp.down_proj.weight")));
+    } else {
+        TRY(rs_emit_own(e, l->router, nm(n, sizeof n, p, "mlp.gate.weight")));
+        if (l->router_bias >= 0)
+            TRY(rs_emit_own(e, l->router_bias,
+                            nm(n, sizeof n, p, "mlp.gate.e_score_correction_bias")));
+        int64_t e0, ne, i0, ni;
+        if (s->ep) {
+            int64_t eps = (int64_t)tp * s->dp, base = m->E / eps, rem = m->E % eps;
+            ne = base + (r < rem);
+            e0 = r * base + (r < rem ? r : rem);
+            i0 = 0;
+            ni = m->Im;
+        } else {
+            e0 = 0;
+            ne = m->E;
+            ni = m->Im / tp;
+            i0 = t * ni;
+        }
+        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, nm(n, sizeof n, p, "mlp.experts.w13_weight"),
+                            nm(n2, sizeof n2, p, "mlp.experts.w2_weight")));
+        if (l->s_gate >= 0) {
+            int64_t ns = m->Im * m->nshared / tp;
+            TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
+                            nm(n, sizeof n, p, "mlp.shared_experts.gate_up_proj.weight"),
+                            nm(n2, sizeof n2, p, "mlp.shared_experts.down_proj.weight")));
+        }
+    }
+    if (mtp) {
+        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+        TRY(rs_emit_own(e, l->head_norm, nm(n, sizeof n, p, "shared_head.norm.weight")));
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r)
+{
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    int64_t vpad = rs_roundup(m->V, 64);
+    int32_t t = r % s->tp;
+    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
+    for (int32_t i = 0; i < ids->nlayers; i++)
+        TRY(layer(e, s, r, i));
+    TRY(rs_emit_own(e, ids->norm, "model.norm.weight"));
+    /* Tied: lm_head is embed_tokens (one parameter). */
+    if (!m->tied)
+        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, t, "lm_head.weight"));
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
+                                            const reshard_tensors_t *tensors,
+                                            const reshard_infer_spec_t *spec, int32_t rank_offset,
+                                            reshard_layout_t **out,
+                                            reshard_model_buffers_t **buffers)
+{
+    rs_error_clear();
+    if (!model || !tensors || !spec || !out || rank_offset < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_infer_layout: bad argument");
+    reshard_status_t s = rs_check_infer(model, spec);
+    if (s != RESHARD_OK)
+        return s;
+    rs_model_ids_t ids;
+    s = rs_model_ids_for(model, tensors, &ids);
+    if (s != RESHARD_OK)
+        return s;
+    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
+    s = reshard_layout_create(tensors, &e.layout);
+    if (s == RESHARD_OK && buffers)
+        s = rs_buffers_new(&e.bufs);
+    int32_t world = reshard_infer_world(spec);
+    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
+        e.rank = rank_offset + r;
+        e.next_buf = 0;
+        s = rank_params(&e, spec, r);
+    }
+    rs_model_ids_free(&ids);
+    if (s != RESHARD_OK) {
+        reshard_layout_destroy(e.layout);
+        reshard_model_buffers_destroy(e.bufs);
+        return s;
+    }
+    *out = e.layout;
+    if (buffers)
+        *buffers = e.bufs;
+    return RESHARD_OK;
+}
