@@ -50,10 +50,8 @@ static unsigned char msg_byte(int from, int to, int r, uint64_t i)
 }
 
 /* Several rounds, two in flight, every pair in both directions. */
-static void test_rounds(uint64_t max_message)
+static void run_rounds(reshard_comm_t *c)
 {
-    rs_mpi_max_message_bytes = max_message;
-    reshard_comm_t *c = new_comm();
     const rs_transport_ops_t *ops = c->ops;
     CHECK(reshard_comm_rank(c) == g_rank && reshard_comm_size(c) == g_size, "rank/size");
     enum { ROUNDS = 6, MAXB = 6 * 1531 };
@@ -109,8 +107,35 @@ static void test_rounds(uint64_t max_message)
     CHECK(st == RESHARD_OK, "finish: %s", reshard_status_string(st));
     for (int s = 0; s < 2; s++)
         ops->free_staging(c, stage[s]);
+}
+
+static void test_rounds(uint64_t max_message)
+{
+    rs_mpi_max_message_bytes = max_message;
+    reshard_comm_t *c = new_comm();
+    run_rounds(c);
+    run_rounds(c); /* the comm is reusable */
     reshard_comm_destroy(c);
     rs_mpi_max_message_bytes = (uint64_t)1 << 30;
+}
+
+/* A rank fails before any transfer (as a rejected buffer): all agree on its
+ * status, nothing is in flight, and the comm stays usable; its late abort
+ * notices are dropped by the next execution. */
+static void test_clean_failure(void)
+{
+    reshard_comm_t *c = new_comm();
+    int bad = g_size / 2;
+    reshard_status_t st = c->ops->finish(c, g_rank == bad ? RESHARD_ERR_BUFFER : RESHARD_OK, 10.0);
+    CHECK(st == RESHARD_ERR_BUFFER, "finish returned %s", reshard_status_string(st));
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", bad);
+    CHECK(strstr(reshard_last_error(), want) != NULL, "message names rank %d: %s", bad,
+          reshard_last_error());
+    run_rounds(c);
+    st = c->ops->finish(c, RESHARD_OK, 10.0);
+    CHECK(st == RESHARD_OK, "finish after a clean failure: %s", reshard_status_string(st));
+    reshard_comm_destroy(c);
 }
 
 /* The last rank fails before posting anything; the others are blocked in a
@@ -227,6 +252,7 @@ int main(int argc, char **argv)
     test_bad_args();
     test_rounds((uint64_t)1 << 30);
     test_rounds(1000); /* every message split into pieces */
+    test_clean_failure();
     test_abort_propagation();
     test_round_timeout();
     test_agreement_timeout();

@@ -30,17 +30,23 @@ typedef struct {
     MPI_Comm comm; /**< our duplicate, MPI_ERRORS_RETURN */
     int rank, size;
     rs_mpi_reqs_t slot[2];
+    /** Agreements completed on this comm (the same count on every rank);
+     *  abort messages carry it so that late ones of an earlier execution are
+     *  recognised and dropped. */
+    int epoch;
     MPI_Request abort_recv; /**< posted ANY_SOURCE receive of TAG_ABORT */
-    int abort_msg[2];       /**< {status, rank} of a received abort */
-    bool abort_received;    /**< abort_msg holds a peer's failure */
+    int abort_msg[3];       /**< {status, rank, epoch} of a received abort */
+    bool abort_received;    /**< abort_msg holds a peer's failure of this epoch */
     bool abort_reported;    /**< a wait returned the peer's failure to the caller */
-    int abort_payload[2];   /**< what we send when we fail */
-    bool abort_sent;        /**< we told every peer that we failed */
+    int abort_payload[3];   /**< what we send when we fail */
+    bool abort_sent;        /**< we told every peer that we failed (this epoch) */
     rs_mpi_reqs_t abort_sends;
-    /** Set when an execution failed (at the agreement): the peer state is
-     *  unknown, further operations are refused and outstanding requests are
-     *  leaked (never freed under MPI's feet). Staging freed while requests
-     *  are outstanding is leaked too. */
+    /** Set when an agreement failed while some rank had transfers in
+     *  flight, or timed out: the peer state is unknown, further operations
+     *  are refused and outstanding requests are leaked (never freed under
+     *  MPI's feet), as is staging freed while requests are outstanding. An
+     *  agreement that fails with nothing in flight anywhere (a rejected
+     *  buffer before any byte moved) leaves the comm usable. */
     bool broken;
 } rs_mpi_t;
 
@@ -78,11 +84,12 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
                              const char *what);
 
 /**
- * End an execution: every rank of the comm passes its local status; all get
- * the failing status of the lowest failing rank whose error was its own (not
- * a reaction to a peer's abort), or TIMEOUT when some rank does not arrive
- * within @p timeout_s. A failing rank first tells every peer (abort message)
- * so that ranks blocked in a wait stop early.
+ * Agree on an outcome: every rank of the comm passes its local status; all
+ * get the failing status of the lowest failing rank whose error was its own
+ * (not a reaction to a peer's abort), or TIMEOUT when some rank does not
+ * arrive within @p timeout_s. A failing rank first tells every peer (abort
+ * message) so that ranks blocked in a wait stop early. A rank that still has
+ * round transfers in flight counts as failed and breaks the comm.
  */
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s);
 

@@ -120,20 +120,38 @@ static void backoff(int idle)
     }
 }
 
-/* Has a peer's abort arrived? */
+/* (Re)post the receive of the abort channel. */
+static reshard_status_t post_abort_recv(rs_mpi_t *m)
+{
+    int rc = MPI_Irecv(m->abort_msg, 3, MPI_INT, MPI_ANY_SOURCE, RS_MPI_TAG_ABORT, m->comm,
+                       &m->abort_recv);
+    if (rc != MPI_SUCCESS) {
+        m->abort_recv = MPI_REQUEST_NULL;
+        return rs_mpi_error(m, rc, "MPI_Irecv (abort channel)");
+    }
+    return RESHARD_OK;
+}
+
+/* Has a peer's abort of this epoch arrived? Late ones of earlier epochs are
+ * dropped. */
 static reshard_status_t check_abort(rs_mpi_t *m, bool *got)
 {
-    *got = m->abort_received;
-    if (m->abort_received || m->abort_recv == MPI_REQUEST_NULL)
-        return RESHARD_OK;
-    int flag = 0;
-    int rc = MPI_Test(&m->abort_recv, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-        return rs_mpi_error(m, rc, "MPI_Test (abort channel)");
-    if (flag) {
-        m->abort_received = true;
-        *got = true;
+    while (!m->abort_received && m->abort_recv != MPI_REQUEST_NULL) {
+        int flag = 0;
+        int rc = MPI_Test(&m->abort_recv, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return rs_mpi_error(m, rc, "MPI_Test (abort channel)");
+        if (!flag)
+            break;
+        if (m->abort_msg[2] == m->epoch) {
+            m->abort_received = true;
+            break;
+        }
+        reshard_status_t st = post_abort_recv(m);
+        if (st != RESHARD_OK)
+            return st;
     }
+    *got = m->abort_received;
     return RESHARD_OK;
 }
 
@@ -209,21 +227,26 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
     return RESHARD_OK;
 }
 
-/* Tell every peer that this rank failed (once per comm). */
+/* Tell every peer that this rank failed (once per epoch). */
 static void send_aborts(rs_mpi_t *m, reshard_status_t st)
 {
     if (m->abort_sent)
         return;
     m->abort_sent = true;
+    /* the payload is reused: let earlier sends (tiny, long done) finish */
+    if (m->abort_sends.n > 0 &&
+        rs_mpi_wait(m, &m->abort_sends, 1.0, false, "abort notice") != RESHARD_OK)
+        return; /* best effort: the agreement still reports the failure */
     m->abort_payload[0] = (int)st;
     m->abort_payload[1] = m->rank;
+    m->abort_payload[2] = m->epoch;
     for (int p = 0; p < m->size; p++) {
         if (p == m->rank)
             continue;
         MPI_Request r;
-        if (MPI_Isend(m->abort_payload, 2, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
+        if (MPI_Isend(m->abort_payload, 3, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
             MPI_SUCCESS)
-            continue; /* best effort: the agreement still reports the failure */
+            continue;
         if (rs_mpi_reqs_push(&m->abort_sends, r, p) != RESHARD_OK) {
             MPI_Request_free(&r);
             return;
@@ -232,7 +255,8 @@ static void send_aborts(rs_mpi_t *m, reshard_status_t st)
 }
 
 /* Status order of the agreement: a rank's own failure (0) before a reaction
- * to a peer's abort (1) before success (2); then the more negative status. */
+ * to a peer's abort (1) before success (2); then the more negative status;
+ * then the lower rank. */
 enum { KEY_OWN = 0, KEY_REACTION = 1, KEY_OK = 2, KEY_SCALE = 1024, KEY_BIAS = 512 };
 
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s)
@@ -244,6 +268,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
     /* Keep the local message: the wait below may overwrite it. */
     char local_msg[1024];
     snprintf(local_msg, sizeof local_msg, "%s", reshard_last_error());
+    bool in_flight = m->slot[0].n > 0 || m->slot[1].n > 0;
 
     int prio = KEY_OK;
     if (local != RESHARD_OK) {
@@ -251,10 +276,12 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
         if (prio == KEY_OWN)
             send_aborts(m, local);
     }
-    int in[2] = {prio * KEY_SCALE + ((int)local + KEY_BIAS), m->rank};
-    int out[2] = {0, 0};
+    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any) */
+    int64_t in[2] = {((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank,
+                     in_flight ? -1 : 0};
+    int64_t out[2] = {0, 0};
     MPI_Request req;
-    int rc = MPI_Iallreduce(in, out, 1, MPI_2INT, MPI_MINLOC, m->comm, &req);
+    int rc = MPI_Iallreduce(in, out, 2, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
         m->broken = true;
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
@@ -274,16 +301,30 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
                             local != RESHARD_OK ? local_msg : "");
         return st;
     }
-    reshard_status_t global = (reshard_status_t)(out[0] % KEY_SCALE - KEY_BIAS);
-    int who = out[1];
+    int key = (int)(out[0] >> 32);
+    int who = (int)(out[0] & 0xffffffff);
+    reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
+    if (out[1] < 0)
+        m->broken = true; /* transfers in flight somewhere: state unknown */
+    /* next epoch: forget this one's aborts */
+    m->epoch++;
+    m->abort_sent = false;
+    m->abort_reported = false;
+    if (m->abort_received && !m->broken) {
+        m->abort_received = false;
+        st = post_abort_recv(m);
+        if (st != RESHARD_OK) {
+            m->broken = true;
+            return st;
+        }
+    }
     if (global == RESHARD_OK)
         return RESHARD_OK;
-    m->broken = true;
     if (who == m->rank && global == local)
         return local_msg[0] ? rs_error(local, "%s", local_msg)
                             : rs_error(local, "rank %d failed with %s", m->rank,
                                        reshard_status_string(local));
-    if (local != RESHARD_OK && !m->abort_reported)
+    if (local != RESHARD_OK && prio == KEY_OWN)
         return rs_error(global, "rank %d failed with %s; this rank also failed: %s", who,
                         reshard_status_string(global), local_msg);
     return rs_error(global, "rank %d: execution failed: rank %d reported %s", m->rank, who,
@@ -393,7 +434,7 @@ static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, do
     rs_mpi_t *m = impl(c);
     if (local == RESHARD_OK && (m->slot[0].n > 0 || m->slot[1].n > 0))
         local = rs_error(RESHARD_ERR_INVALID_ARG,
-                         "rank %d: execution ended with %d transfers outstanding", m->rank,
+                         "rank %d: agreement reached with %d transfers in flight", m->rank,
                          m->slot[0].n + m->slot[1].n);
     return rs_mpi_agree(m, local, timeout_s);
 }
@@ -407,6 +448,12 @@ static void mpi_destroy(reshard_comm_t *c)
         if (m->abort_recv != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->abort_recv);
             MPI_Wait(&m->abort_recv, MPI_STATUS_IGNORE);
+        }
+        if (m->abort_sends.n > 0 &&
+            rs_mpi_wait(m, &m->abort_sends, 1.0, false, "abort notice") != RESHARD_OK) {
+            free(m); /* MPI may still read the payload: leak it with the comm */
+            c->impl = NULL;
+            return;
         }
         MPI_Comm_free(&m->comm);
     }
@@ -478,10 +525,8 @@ reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out)
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
-    rc = MPI_Irecv(m->abort_msg, 2, MPI_INT, MPI_ANY_SOURCE, RS_MPI_TAG_ABORT, m->comm,
-                   &m->abort_recv);
-    if (rc != MPI_SUCCESS) {
-        reshard_status_t st = rs_mpi_error(m, rc, "MPI_Irecv (abort channel)");
+    reshard_status_t st = post_abort_recv(m);
+    if (st != RESHARD_OK) {
         MPI_Comm_free(&m->comm);
         free(m);
         free(c);
