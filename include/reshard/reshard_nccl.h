@@ -1,0 +1,159 @@
+/*
+ * reshard over NCCL: the same plans, executed on GPU memory.
+ *
+ * Available when the library was built with the NCCL transport (CMake found CUDA and
+ * NCCL; the library then defines RESHARD_HAVE_NCCL=1 for everything linking it). Test
+ * `#ifdef RESHARD_HAVE_NCCL` before calling anything here.
+ *
+ * This header needs neither cuda_runtime.h nor nccl.h: a caller's ncclComm_t is a
+ * `struct ncclComm *` and a cudaStream_t a `struct CUstream_st *`, so both pass here
+ * unchanged.
+ *
+ * How a refit on GPU memory runs:
+ *   1. Make one endpoint per rank: either from an existing NCCL communicator
+ *      (reshard_comm_create_nccl), or from a unique id that rank 0 makes
+ *      (reshard_nccl_get_unique_id) and every rank receives out of band, e.g. MPI_Bcast
+ *      (reshard_comm_create_nccl_from_id).
+ *   2. Plan as usual (reshard_plan_create), with buffers that are device pointers on the
+ *      endpoint's GPU (reshard_nccl_alloc or the caller's own, e.g. torch tensors).
+ *   3. reshard_plan_execute(plan, comm, ...): packs, sends, receives and unpacks on the
+ *      endpoint's CUDA stream, and returns when that work is complete and every rank
+ *      agrees on the outcome. Staging is device memory bounded by the plan's
+ *      staging_bytes, cached by the endpoint between executions.
+ *
+ * Failure: an NCCL error, an asynchronous NCCL error, a CUDA error, or no progress
+ * within the plan's timeout_s aborts the endpoint's communicator (ncclCommAbort) and
+ * returns RESHARD_ERR_TRANSPORT or RESHARD_ERR_TIMEOUT; a peer whose communicator was
+ * aborted stops progressing, so the other ranks reach their own timeout and abort too.
+ * Nothing waits without a bound. After such an error the endpoint can only be destroyed.
+ *
+ * Environment:
+ *   RESHARD_NCCL_TIMEOUT_S  seconds to wait for communicator creation, and for the
+ *                           enqueueing of operations on a nonblocking communicator before
+ *                           a plan's timeout is known (default 60).
+ */
+#ifndef RESHARD_NCCL_H
+#define RESHARD_NCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reshard/reshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ncclComm;    /* ncclComm_t is struct ncclComm * */
+struct CUstream_st; /* cudaStream_t is struct CUstream_st * */
+
+/**
+ * Number of CUDA devices this process can use. Local; any rank, any time.
+ * @param count  receives the number of devices (0 when none)
+ * Errors: INVALID_ARG (count NULL); UNSUPPORTED when there is no usable device (no GPU,
+ * no driver, CUDA_VISIBLE_DEVICES empty) — the message says why, so
+ * `--transport nccl` fails with it.
+ */
+reshard_status_t reshard_nccl_device_count(int *count);
+
+/** Size in bytes of a unique id (NCCL_UNIQUE_ID_BYTES, 128). */
+size_t reshard_nccl_unique_id_size(void);
+
+/**
+ * Make the unique id of a new communicator. Called by ONE rank (rank 0); every rank then
+ * receives the same reshard_nccl_unique_id_size() bytes out of band (MPI_Bcast) and
+ * passes them to reshard_comm_create_nccl_from_id. Needs no GPU. Local.
+ * @param id  buffer of reshard_nccl_unique_id_size() bytes
+ * Errors: INVALID_ARG (id NULL), TRANSPORT (ncclGetUniqueId failed, e.g. no network
+ * interface for the bootstrap).
+ */
+reshard_status_t reshard_nccl_get_unique_id(void *id);
+
+/**
+ * Create this rank's endpoint of a new NCCL communicator of @p nranks ranks.
+ * Collective: every rank 0..nranks-1 calls it with the same @p id, each with its own
+ * rank; it returns when all have joined, or fails after RESHARD_NCCL_TIMEOUT_S seconds.
+ * The communicator is nonblocking (ncclConfig_t.blocking = 0) so that no later call
+ * waits without a bound; it is owned by the endpoint and destroyed with it.
+ * @param id           the bytes from reshard_nccl_get_unique_id on rank 0
+ * @param rank         this rank, 0..nranks-1 (the reshard rank numbering of the plan)
+ * @param nranks       ranks in the communicator (the plan's world_size)
+ * @param cuda_device  CUDA device of this rank; -1 means rank % device count. Under MPI
+ *                     with several GPUs per host pass the host-local rank % device count.
+ *                     Made the calling thread's current device.
+ * @param stream       stream on which every operation of this endpoint runs and completes
+ *                     (the caller's cudaStream_t, e.g. torch.cuda.current_stream); NULL
+ *                     makes the endpoint create and own a non-blocking stream. To use the
+ *                     legacy default stream pass cudaStreamLegacy.
+ * @param out          receives the endpoint; free it with reshard_comm_destroy
+ * Errors: INVALID_ARG (NULL id/out, rank or nranks out of range, device out of range),
+ * UNSUPPORTED (no CUDA device: "--transport nccl needs a CUDA device ..."), TRANSPORT
+ * (CUDA or NCCL failure, message names the call and NCCL's last error), TIMEOUT (not all
+ * ranks joined in time), NOMEM.
+ */
+reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, int32_t nranks,
+                                                  int cuda_device, struct CUstream_st *stream,
+                                                  reshard_comm_t **out);
+
+/**
+ * Create an endpoint on a caller's existing NCCL communicator (e.g. the one a training
+ * framework already has). Local: no communication. Rank and size are the communicator's
+ * (ncclCommUserRank / ncclCommCount), the device is its device (ncclCommCuDevice).
+ * The communicator stays the caller's: reshard_comm_destroy does not destroy it — but an
+ * error or timeout during execution ABORTS it (ncclCommAbort frees it), after which the
+ * caller must not use it. For the no-hang guarantee the communicator should be
+ * nonblocking (config.blocking = 0); with a blocking one, NCCL calls that block inside
+ * NCCL (connection setup in ncclGroupEnd) are not bounded by reshard's timeout.
+ * Do not use the communicator from another thread while an execution runs.
+ * @param comm    the caller's ncclComm_t
+ * @param stream  as in reshard_comm_create_nccl_from_id (NULL: the endpoint's own stream)
+ * @param out     receives the endpoint; free it with reshard_comm_destroy
+ * Errors: INVALID_ARG (NULL comm/out), UNSUPPORTED (no CUDA device), TRANSPORT (an NCCL
+ * query or a CUDA call failed), NOMEM.
+ */
+reshard_status_t reshard_comm_create_nccl(struct ncclComm *comm, struct CUstream_st *stream,
+                                          reshard_comm_t **out);
+
+/* ---- device buffers, for tools and tests (synchronous, on the endpoint's device) ---- */
+
+/**
+ * cudaMalloc @p bytes on @p comm's device (bytes 0 gives NULL). Local.
+ * Errors: INVALID_ARG (comm not an NCCL endpoint, out NULL), NOMEM (cudaMalloc failed),
+ * TRANSPORT (other CUDA error).
+ */
+reshard_status_t reshard_nccl_alloc(reshard_comm_t *comm, uint64_t bytes, void **out);
+/** cudaFree a pointer from reshard_nccl_alloc; NULL ok. Local. */
+void reshard_nccl_free(reshard_comm_t *comm, void *ptr);
+/**
+ * Copy @p bytes between any two of host and device memory (cudaMemcpy, kind inferred),
+ * synchronously on @p comm's device. Local. Errors: INVALID_ARG, TRANSPORT.
+ */
+reshard_status_t reshard_nccl_memcpy(reshard_comm_t *comm, void *dst, const void *src,
+                                     uint64_t bytes);
+/** Set @p bytes of device memory at @p dst to @p value (cudaMemset), synchronously.
+ *  Local. Errors: INVALID_ARG, TRANSPORT. */
+reshard_status_t reshard_nccl_memset(reshard_comm_t *comm, void *dst, int value, uint64_t bytes);
+
+/**
+ * reshard_fill_pattern for DEVICE buffers: each buffer @p rank's fragments use is copied
+ * to host memory, filled there and copied back (bytes outside fragments are kept).
+ * Host memory of the largest buffer's size is used temporarily. Local.
+ * Errors: as reshard_fill_pattern, plus NOMEM, TRANSPORT.
+ */
+reshard_status_t reshard_nccl_fill_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
+                                           int32_t rank, const reshard_buffer_t *dev_bufs,
+                                           int32_t n_bufs);
+/**
+ * reshard_verify_pattern for DEVICE buffers (copied to host memory, then checked there,
+ * including the sentinel bytes outside fragments). Local.
+ * Errors: as reshard_verify_pattern (VERIFY names the first wrong element), plus NOMEM,
+ * TRANSPORT.
+ */
+reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
+                                             int32_t rank, const reshard_buffer_t *dev_bufs,
+                                             int32_t n_bufs, uint64_t *verified_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESHARD_NCCL_H */

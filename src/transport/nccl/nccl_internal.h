@@ -1,0 +1,41 @@
+/*
+ * Internals of the NCCL transport shared by its files, its tests and the GPU benchmark.
+ * Needs cuda_runtime.h (the library links CUDA::cudart publicly when built with NCCL).
+ */
+#ifndef RS_NCCL_INTERNAL_H
+#define RS_NCCL_INTERNAL_H
+
+#include <cuda_runtime.h>
+
+#include "transport/nccl/box_copy.h"
+#include "transport/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Launch copy @p d from @p src to @p dst (device pointers, base of each side's
+ *  positions) on @p stream. Nothing is launched when d->units == 0. Returns the launch
+ *  status (cudaGetLastError). Defined in kernels.cu. */
+cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *src,
+                               cudaStream_t stream);
+
+/** pack / unpack / local copy on a given stream, without a communicator (tests, benchmark).
+ *  Asynchronous; errors: INVALID_ARG, TRANSPORT (launch failed). */
+reshard_status_t rs_nccl_pack_on(cudaStream_t stream, void *out, const void *buf,
+                                 const rs_span_t *span);
+reshard_status_t rs_nccl_unpack_on(cudaStream_t stream, void *buf, const void *in,
+                                   const rs_span_t *span);
+reshard_status_t rs_nccl_local_copy_on(cudaStream_t stream, void *dst,
+                                       const reshard_fragment_t *dst_frag, const void *src,
+                                       const reshard_fragment_t *src_frag, const reshard_box_t *box,
+                                       uint32_t elem_size);
+
+/** The operations table of the NCCL transport. */
+extern const rs_transport_ops_t rs_nccl_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

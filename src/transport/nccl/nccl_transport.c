@@ -1,0 +1,968 @@
+/*
+ * The NCCL transport: rounds of ncclSend/ncclRecv inside ncclGroupStart/End, strided
+ * pack/unpack/local copies as CUDA kernels, all on one CUDA stream per endpoint.
+ *
+ * Ordering. Every operation of an endpoint (pack kernels, the NCCL kernels of a round,
+ * unpack kernels, local copies, the outcome all-reduce) is enqueued on the endpoint's one
+ * stream, so stream order alone makes each step see the previous one's bytes: a send
+ * reads staging only after the pack kernels enqueued before its group, an unpack reads a
+ * receive buffer only after the round's NCCL kernel, and a staging slot is rewritten only
+ * after everything earlier on the stream finished with it. round_wait is therefore needed
+ * only to bound the CPU's run-ahead and to notice failures, not for correctness.
+ *
+ * Bounded waits. The communicator this file creates is nonblocking: a call may return
+ * ncclInProgress, and settle() then polls ncclCommGetAsyncError until the operation is
+ * enqueued (NCCL requires that before any other NCCL call or kernel on the stream). Every
+ * wait (settle, round_wait, finish, destroy) polls with a deadline and also watches
+ * ncclCommGetAsyncError; on an error or at the deadline the communicator is aborted
+ * (ncclCommAbort) and the operation returns TRANSPORT or TIMEOUT. Later operations fail
+ * fast with the reason.
+ */
+#include "reshard/reshard_nccl.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nccl.h>
+
+#include "transport/nccl/nccl_internal.h"
+#include "util/error.h"
+
+/** Staging blocks an endpoint remembers (in use or cached for the next execution). */
+#define RS_NCCL_BLOCKS 8
+
+typedef struct {
+    void *p;
+    uint64_t bytes;
+    bool in_use;
+} rs_nccl_block_t;
+
+typedef struct {
+    ncclComm_t nccl; /**< NULL once aborted or destroyed */
+    cudaStream_t stream;
+    int device;
+    bool own_comm, own_stream;
+    bool aborted;
+    bool group_open;
+    int open_slot;
+    bool pending[2];     /**< round_end recorded done[slot], round_wait not yet seen it */
+    cudaEvent_t done[2]; /**< end of each slot's last round on the stream */
+    cudaEvent_t fin;     /**< end of the outcome agreement / drain */
+    int32_t *d_status;   /**< device int for the outcome all-reduce */
+    int32_t *h_status;   /**< pinned host copy */
+    double timeout_s;    /**< bound for waits; the plan's timeout once known */
+    rs_nccl_block_t blocks[RS_NCCL_BLOCKS];
+    char why[512]; /**< reason of the abort */
+} rs_nccl_t;
+
+static rs_nccl_t *impl_of(reshard_comm_t *c)
+{
+    return (rs_nccl_t *)c->impl;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Spin for the first millisecond of a wait (short rounds), then sleep 50 us per poll. */
+static void pause_after(double waited_s)
+{
+    if (waited_s < 1e-3)
+        return;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+}
+
+static double env_timeout(void)
+{
+    const char *s = getenv("RESHARD_NCCL_TIMEOUT_S");
+    if (s != NULL && *s != '\0') {
+        char *end = NULL;
+        double v = strtod(s, &end);
+        if (end != s && v > 0)
+            return v;
+    }
+    return RESHARD_DEFAULT_TIMEOUT_S;
+}
+
+/* Abort the communicator once (ncclCommAbort frees it); the stream stays usable. */
+static void abort_comm(rs_nccl_t *t)
+{
+    if (t->aborted)
+        return;
+    t->aborted = true;
+    if (t->group_open) {
+        t->group_open = false;
+        (void)ncclGroupEnd();
+    }
+    if (t->nccl != NULL) {
+        (void)ncclCommAbort(t->nccl);
+        t->nccl = NULL;
+    }
+    t->pending[0] = t->pending[1] = false;
+}
+
+/* Record a failure: format the reason (before the abort frees anything it names), abort,
+ * set the last error. */
+static reshard_status_t fail(reshard_comm_t *c, reshard_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static reshard_status_t fail(reshard_comm_t *c, reshard_status_t st, const char *fmt, ...)
+{
+    rs_nccl_t *t = impl_of(c);
+    char msg[sizeof t->why];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    abort_comm(t);
+    memcpy(t->why, msg, sizeof msg);
+    return rs_error(st, "NCCL transport, rank %d: %s; communicator aborted", (int)c->rank, msg);
+}
+
+static reshard_status_t fail_nccl(reshard_comm_t *c, const char *what, ncclResult_t r)
+{
+    rs_nccl_t *t = impl_of(c);
+    const char *last = t->nccl != NULL ? ncclGetLastError(t->nccl) : NULL;
+    const bool has_last = last != NULL && *last != '\0';
+    return fail(c, RESHARD_ERR_TRANSPORT, "%s failed: %s%s%s", what, ncclGetErrorString(r),
+                has_last ? ": " : "", has_last ? last : "");
+}
+
+static reshard_status_t fail_cuda(reshard_comm_t *c, const char *what, cudaError_t e)
+{
+    (void)cudaGetLastError(); /* clear it unless sticky */
+    return fail(c, RESHARD_ERR_TRANSPORT, "%s failed: %s (%s)", what, cudaGetErrorName(e),
+                cudaGetErrorString(e));
+}
+
+/* Complete an NCCL call; ncclInProgress is polled until enqueued, at most timeout_s. */
+static reshard_status_t settle(reshard_comm_t *c, ncclResult_t r, const char *what)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (r == ncclSuccess)
+        return RESHARD_OK;
+    if (r != ncclInProgress)
+        return fail_nccl(c, what, r);
+    const double t0 = now_s();
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t q = ncclCommGetAsyncError(t->nccl, &state);
+        if (q != ncclSuccess)
+            return fail_nccl(c, what, q);
+        if (state == ncclSuccess)
+            return RESHARD_OK;
+        if (state != ncclInProgress)
+            return fail_nccl(c, what, state);
+        const double waited = now_s() - t0;
+        if (waited > t->timeout_s)
+            return fail(c, RESHARD_ERR_TIMEOUT,
+                        "%s not complete after %.1f s (a peer is dead or stalled)", what,
+                        t->timeout_s);
+        pause_after(waited);
+    }
+}
+
+/* Wait for event @p ev, watching NCCL's asynchronous error, at most @p timeout_s. */
+static reshard_status_t wait_event(reshard_comm_t *c, cudaEvent_t ev, double timeout_s,
+                                   const char *what)
+{
+    rs_nccl_t *t = impl_of(c);
+    const double t0 = now_s();
+    for (;;) {
+        const cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess)
+            return RESHARD_OK;
+        if (e != cudaErrorNotReady)
+            return fail_cuda(c, what, e);
+        if (t->nccl != NULL) {
+            ncclResult_t state = ncclSuccess;
+            ncclResult_t q = ncclCommGetAsyncError(t->nccl, &state);
+            if (q != ncclSuccess)
+                return fail_nccl(c, what, q);
+            if (state != ncclSuccess && state != ncclInProgress)
+                return fail_nccl(c, what, state);
+        }
+        const double waited = now_s() - t0;
+        if (waited > timeout_s)
+            return fail(c, RESHARD_ERR_TIMEOUT,
+                        "%s not complete after %.1f s (a peer is dead or stalled)", what,
+                        timeout_s);
+        pause_after(waited);
+    }
+}
+
+/* Fail fast after an abort; make the endpoint's device current. */
+static reshard_status_t usable(reshard_comm_t *c, const char *what)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (t->aborted)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "NCCL transport, rank %d: %s after the communicator was aborted (%s)",
+                        (int)c->rank, what, t->why);
+    const cudaError_t e = cudaSetDevice(t->device);
+    if (e != cudaSuccess)
+        return fail_cuda(c, "cudaSetDevice", e);
+    return RESHARD_OK;
+}
+
+static reshard_status_t check_slot(reshard_comm_t *c, int slot, bool in_round, const char *what)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (slot != 0 && slot != 1)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "NCCL transport: %s: slot %d", what, slot);
+    if (in_round && (!t->group_open || t->open_slot != slot))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "NCCL transport: %s(slot %d) outside its round",
+                        what, slot);
+    return RESHARD_OK;
+}
+
+/* ---- staging ------------------------------------------------------------------------- */
+
+static reshard_status_t nccl_alloc_staging(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    rs_nccl_t *t = impl_of(c);
+    *out = NULL;
+    reshard_status_t st = usable(c, "alloc_staging");
+    if (st != RESHARD_OK || bytes == 0)
+        return st;
+    /* Reuse the smallest cached block that fits (kept from an earlier execution). */
+    int best = -1;
+    for (int i = 0; i < RS_NCCL_BLOCKS; i++)
+        if (t->blocks[i].p != NULL && !t->blocks[i].in_use && t->blocks[i].bytes >= bytes &&
+            (best < 0 || t->blocks[i].bytes < t->blocks[best].bytes))
+            best = i;
+    if (best >= 0) {
+        t->blocks[best].in_use = true;
+        *out = t->blocks[best].p;
+        return RESHARD_OK;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, (size_t)bytes);
+    if (e == cudaErrorMemoryAllocation) { /* drop the cache and retry once */
+        (void)cudaGetLastError();
+        for (int i = 0; i < RS_NCCL_BLOCKS; i++)
+            if (t->blocks[i].p != NULL && !t->blocks[i].in_use) {
+                cudaFree(t->blocks[i].p);
+                t->blocks[i].p = NULL;
+            }
+        e = cudaMalloc(&p, (size_t)bytes);
+    }
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return rs_error(RESHARD_ERR_NOMEM,
+                        "NCCL transport, rank %d: cudaMalloc of %" PRIu64
+                        " staging bytes on device %d failed",
+                        (int)c->rank, bytes, t->device);
+    }
+    if (e != cudaSuccess)
+        return fail_cuda(c, "cudaMalloc (staging)", e);
+    /* Remember it: an empty entry, else evict a cached one; untracked if all are busy. */
+    int slot = -1;
+    for (int i = 0; i < RS_NCCL_BLOCKS && slot < 0; i++)
+        if (t->blocks[i].p == NULL)
+            slot = i;
+    for (int i = 0; i < RS_NCCL_BLOCKS && slot < 0; i++)
+        if (!t->blocks[i].in_use) {
+            cudaFree(t->blocks[i].p);
+            slot = i;
+        }
+    if (slot >= 0) {
+        t->blocks[slot].p = p;
+        t->blocks[slot].bytes = bytes;
+        t->blocks[slot].in_use = true;
+    }
+    *out = p;
+    return RESHARD_OK;
+}
+
+static void nccl_free_staging(reshard_comm_t *c, void *p)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (p == NULL)
+        return;
+    for (int i = 0; i < RS_NCCL_BLOCKS; i++)
+        if (t->blocks[i].p == p) {
+            t->blocks[i].in_use = false; /* cached for the next execution */
+            return;
+        }
+    cudaSetDevice(t->device);
+    cudaFree(p);
+}
+
+/* ---- rounds -------------------------------------------------------------------------- */
+
+static reshard_status_t nccl_round_begin(reshard_comm_t *c, int slot)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = check_slot(c, slot, false, "round_begin");
+    if (st == RESHARD_OK)
+        st = usable(c, "round_begin");
+    if (st != RESHARD_OK)
+        return st;
+    if (t->group_open)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "NCCL transport: round_begin(%d) while slot %d's round is open", slot,
+                        t->open_slot);
+    st = settle(c, ncclGroupStart(), "ncclGroupStart");
+    if (st != RESHARD_OK)
+        return st;
+    t->group_open = true;
+    t->open_slot = slot;
+    return RESHARD_OK;
+}
+
+static reshard_status_t check_peer(reshard_comm_t *c, int32_t peer, const char *what)
+{
+    if (peer < 0 || peer >= c->size)
+        return rs_error(RESHARD_ERR_RANK, "NCCL transport: %s to/from rank %d of %d", what,
+                        (int)peer, (int)c->size);
+    return RESHARD_OK;
+}
+
+static reshard_status_t nccl_post_send(reshard_comm_t *c, int slot, int32_t peer, const void *buf,
+                                       uint64_t bytes)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = check_slot(c, slot, true, "post_send");
+    if (st == RESHARD_OK)
+        st = check_peer(c, peer, "post_send");
+    if (st == RESHARD_OK)
+        st = usable(c, "post_send");
+    if (st != RESHARD_OK)
+        return st;
+    return settle(c, ncclSend(buf, (size_t)bytes, ncclUint8, (int)peer, t->nccl, t->stream),
+                  "ncclSend");
+}
+
+static reshard_status_t nccl_post_recv(reshard_comm_t *c, int slot, int32_t peer, void *buf,
+                                       uint64_t bytes)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = check_slot(c, slot, true, "post_recv");
+    if (st == RESHARD_OK)
+        st = check_peer(c, peer, "post_recv");
+    if (st == RESHARD_OK)
+        st = usable(c, "post_recv");
+    if (st != RESHARD_OK)
+        return st;
+    return settle(c, ncclRecv(buf, (size_t)bytes, ncclUint8, (int)peer, t->nccl, t->stream),
+                  "ncclRecv");
+}
+
+static reshard_status_t nccl_round_end(reshard_comm_t *c, int slot)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = check_slot(c, slot, true, "round_end");
+    if (st == RESHARD_OK)
+        st = usable(c, "round_end");
+    if (st != RESHARD_OK)
+        return st;
+    t->group_open = false;
+    st = settle(c, ncclGroupEnd(), "ncclGroupEnd (launch of a round)");
+    if (st != RESHARD_OK)
+        return st;
+    const cudaError_t e = cudaEventRecord(t->done[slot], t->stream);
+    if (e != cudaSuccess)
+        return fail_cuda(c, "cudaEventRecord", e);
+    t->pending[slot] = true;
+    return RESHARD_OK;
+}
+
+static reshard_status_t nccl_round_wait(reshard_comm_t *c, int slot, double timeout_s)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = check_slot(c, slot, false, "round_wait");
+    if (st == RESHARD_OK)
+        st = usable(c, "round_wait");
+    if (st != RESHARD_OK)
+        return st;
+    if (timeout_s > 0)
+        t->timeout_s = timeout_s;
+    if (!t->pending[slot])
+        return RESHARD_OK;
+    st = wait_event(c, t->done[slot], t->timeout_s, "a round's transfers");
+    if (st == RESHARD_OK)
+        t->pending[slot] = false;
+    return st;
+}
+
+/* ---- copies -------------------------------------------------------------------------- */
+
+static reshard_status_t launch(reshard_comm_t *c, const rs_box_copy_t *d, void *dst,
+                               const void *src, const char *what)
+{
+    rs_nccl_t *t = impl_of(c);
+    (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
+    const cudaError_t e = rs_box_copy_launch(d, dst, src, t->stream);
+    if (e != cudaSuccess)
+        return fail_cuda(c, what, e);
+    return RESHARD_OK;
+}
+
+static reshard_status_t nccl_pack(reshard_comm_t *c, void *out, const void *buf,
+                                  const rs_span_t *span)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = usable(c, "pack");
+    if (st == RESHARD_OK)
+        st = rs_box_copy_for_pack(&d, span, out, buf);
+    if (st != RESHARD_OK)
+        return st;
+    return launch(c, &d, out, buf, "pack kernel launch");
+}
+
+static reshard_status_t nccl_unpack(reshard_comm_t *c, void *buf, const void *in,
+                                    const rs_span_t *span)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = usable(c, "unpack");
+    if (st == RESHARD_OK)
+        st = rs_box_copy_for_unpack(&d, span, buf, in);
+    if (st != RESHARD_OK)
+        return st;
+    return launch(c, &d, buf, in, "unpack kernel launch");
+}
+
+static reshard_status_t nccl_local_copy(reshard_comm_t *c, void *dst,
+                                        const reshard_fragment_t *dst_frag, const void *src,
+                                        const reshard_fragment_t *src_frag,
+                                        const reshard_box_t *box, uint32_t elem_size)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = usable(c, "local_copy");
+    if (st == RESHARD_OK)
+        st = rs_box_copy_for_local(&d, dst, dst_frag, src, src_frag, box, elem_size);
+    if (st != RESHARD_OK)
+        return st;
+    return launch(c, &d, dst, src, "local copy kernel launch");
+}
+
+/* ---- the outcome --------------------------------------------------------------------- */
+
+/* Every rank all-reduces (min) its status on the stream, after all its other work, and
+ * waits for the result: OK only when every rank is OK. */
+static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, int32_t *all)
+{
+    rs_nccl_t *t = impl_of(c);
+    reshard_status_t st = usable(c, "finish");
+    if (st != RESHARD_OK)
+        return st;
+    if (t->group_open) { /* the executor stopped inside a round: launch what was posted */
+        t->group_open = false;
+        st = settle(c, ncclGroupEnd(), "ncclGroupEnd (round left open)");
+        if (st != RESHARD_OK)
+            return st;
+    }
+    *t->h_status = (int32_t)local;
+    cudaError_t e = cudaMemcpyAsync(t->d_status, t->h_status, sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, t->stream);
+    if (e != cudaSuccess)
+        return fail_cuda(c, "cudaMemcpyAsync (status)", e);
+    st = settle(c,
+                ncclAllReduce(t->d_status, t->d_status, 1, ncclInt32, ncclMin, t->nccl, t->stream),
+                "ncclAllReduce (outcome of the refit)");
+    if (st != RESHARD_OK)
+        return st;
+    e = cudaMemcpyAsync(t->h_status, t->d_status, sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        t->stream);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(t->fin, t->stream);
+    if (e != cudaSuccess)
+        return fail_cuda(c, "cudaMemcpyAsync (status)", e);
+    st = wait_event(c, t->fin, t->timeout_s, "the end-of-refit agreement");
+    if (st != RESHARD_OK)
+        return st;
+    t->pending[0] = t->pending[1] = false; /* the stream is drained */
+    *all = *t->h_status;
+    return RESHARD_OK;
+}
+
+static reshard_status_t nccl_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+{
+    rs_nccl_t *t = impl_of(c);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", reshard_last_error());
+    if (timeout_s > 0)
+        t->timeout_s = timeout_s;
+    int32_t all = RESHARD_OK;
+    const reshard_status_t st = agree(c, local, &all);
+    if (local != RESHARD_OK) /* keep this rank's own reason */
+        return rs_error(local, "%s", saved);
+    if (st != RESHARD_OK)
+        return st;
+    if (all != RESHARD_OK)
+        return rs_error((reshard_status_t)all,
+                        "NCCL transport, rank %d: another rank ended the refit with %s",
+                        (int)c->rank, reshard_status_string((reshard_status_t)all));
+    return RESHARD_OK;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+static void nccl_destroy(reshard_comm_t *c)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (t == NULL)
+        return;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", reshard_last_error());
+    cudaSetDevice(t->device);
+    if (t->nccl != NULL && !t->aborted) {
+        if (t->group_open) {
+            abort_comm(t);
+        } else if (t->own_comm) {
+            /* Drain the stream (bounded), then finalize + destroy; abort on any trouble. */
+            bool ok = cudaEventRecord(t->fin, t->stream) == cudaSuccess &&
+                      wait_event(c, t->fin, t->timeout_s, "draining the stream") == RESHARD_OK;
+            ok = ok && settle(c, ncclCommFinalize(t->nccl), "ncclCommFinalize") == RESHARD_OK;
+            if (ok) {
+                (void)ncclCommDestroy(t->nccl);
+                t->nccl = NULL;
+            } else {
+                abort_comm(t);
+            }
+        }
+    }
+    for (int i = 0; i < RS_NCCL_BLOCKS; i++)
+        if (t->blocks[i].p != NULL)
+            cudaFree(t->blocks[i].p); /* synchronises the device */
+    if (t->d_status != NULL)
+        cudaFree(t->d_status);
+    if (t->h_status != NULL)
+        cudaFreeHost(t->h_status);
+    for (int i = 0; i < 2; i++)
+        if (t->done[i] != NULL)
+            cudaEventDestroy(t->done[i]);
+    if (t->fin != NULL)
+        cudaEventDestroy(t->fin);
+    if (t->own_stream && t->stream != NULL)
+        cudaStreamDestroy(t->stream);
+    (void)cudaGetLastError();
+    free(t);
+    c->impl = NULL;
+    rs_error(RESHARD_OK, "%s", saved);
+}
+
+const rs_transport_ops_t rs_nccl_ops = {
+    .name = "nccl",
+    .device_memory = true,
+    .alloc_staging = nccl_alloc_staging,
+    .free_staging = nccl_free_staging,
+    .round_begin = nccl_round_begin,
+    .post_send = nccl_post_send,
+    .post_recv = nccl_post_recv,
+    .round_end = nccl_round_end,
+    .round_wait = nccl_round_wait,
+    .pack = nccl_pack,
+    .unpack = nccl_unpack,
+    .local_copy = nccl_local_copy,
+    .finish = nccl_finish,
+    .destroy = nccl_destroy,
+};
+
+/* ---- public entry points ------------------------------------------------------------- */
+
+reshard_status_t reshard_nccl_device_count(int *count)
+{
+    rs_error_clear();
+    if (count == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_device_count: count is NULL");
+    *count = 0;
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rs_error(RESHARD_ERR_UNSUPPORTED,
+                        "--transport nccl needs a CUDA device, and this process has none: "
+                        "cudaGetDeviceCount: %s (%s)",
+                        cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (n < 1)
+        return rs_error(RESHARD_ERR_UNSUPPORTED,
+                        "--transport nccl needs a CUDA device, and this process sees none "
+                        "(check CUDA_VISIBLE_DEVICES)");
+    *count = n;
+    return RESHARD_OK;
+}
+
+size_t reshard_nccl_unique_id_size(void)
+{
+    return sizeof(ncclUniqueId);
+}
+
+reshard_status_t reshard_nccl_get_unique_id(void *id)
+{
+    rs_error_clear();
+    if (id == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_get_unique_id: id is NULL");
+    ncclUniqueId uid;
+    const ncclResult_t r = ncclGetUniqueId(&uid);
+    if (r != ncclSuccess)
+        return rs_error(RESHARD_ERR_TRANSPORT, "ncclGetUniqueId failed: %s: %s",
+                        ncclGetErrorString(r), ncclGetLastError(NULL));
+    memcpy(id, &uid, sizeof uid);
+    return RESHARD_OK;
+}
+
+/* Wrap communicator @p nccl (rank @p rank of @p size on @p device) into an endpoint. On
+ * failure nothing is kept and the communicator is left to the caller. */
+static reshard_status_t make_endpoint(ncclComm_t nccl, bool own_comm, int device, int rank,
+                                      int size, cudaStream_t stream, reshard_comm_t **out)
+{
+    reshard_comm_t *c = calloc(1, sizeof *c);
+    rs_nccl_t *t = calloc(1, sizeof *t);
+    if (c == NULL || t == NULL) {
+        free(c);
+        free(t);
+        return rs_error(RESHARD_ERR_NOMEM, "NCCL transport: out of memory");
+    }
+    c->ops = &rs_nccl_ops;
+    c->rank = rank;
+    c->size = size;
+    c->impl = t;
+    t->device = device;
+    t->timeout_s = env_timeout();
+    const char *what = "cudaSetDevice";
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess && stream == NULL) {
+        what = "cudaStreamCreateWithFlags";
+        e = cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking);
+        t->own_stream = e == cudaSuccess;
+    } else {
+        t->stream = stream;
+    }
+    for (int i = 0; i < 2 && e == cudaSuccess; i++) {
+        what = "cudaEventCreateWithFlags";
+        e = cudaEventCreateWithFlags(&t->done[i], cudaEventDisableTiming);
+    }
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&t->fin, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        what = "cudaMalloc (status)";
+        e = cudaMalloc((void **)&t->d_status, sizeof(int32_t));
+    }
+    if (e == cudaSuccess) {
+        what = "cudaMallocHost (status)";
+        e = cudaMallocHost((void **)&t->h_status, sizeof(int32_t));
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        char msg[256];
+        snprintf(msg, sizeof msg, "NCCL transport, rank %d: %s on device %d failed: %s (%s)", rank,
+                 what, device, cudaGetErrorName(e), cudaGetErrorString(e));
+        nccl_destroy(c); /* t->nccl is still NULL: the communicator is not touched */
+        free(c);
+        return rs_error(e == cudaErrorMemoryAllocation ? RESHARD_ERR_NOMEM : RESHARD_ERR_TRANSPORT,
+                        "%s", msg);
+    }
+    t->nccl = nccl;
+    t->own_comm = own_comm;
+    *out = c;
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, int32_t nranks,
+                                                  int cuda_device, struct CUstream_st *stream,
+                                                  reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (out != NULL)
+        *out = NULL;
+    if (id == NULL || out == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_create_nccl_from_id: NULL %s",
+                        id == NULL ? "id" : "out");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_create_nccl_from_id: rank %d of %d ranks", (int)rank,
+                        (int)nranks);
+    int ndev = 0;
+    reshard_status_t st = reshard_nccl_device_count(&ndev);
+    if (st != RESHARD_OK)
+        return st;
+    if (cuda_device < 0)
+        cuda_device = (int)(rank % ndev);
+    if (cuda_device >= ndev)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_create_nccl_from_id: CUDA device %d, but only %d visible",
+                        cuda_device, ndev);
+    cudaError_t e = cudaSetDevice(cuda_device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rs_error(RESHARD_ERR_TRANSPORT, "rank %d: cudaSetDevice(%d) failed: %s", (int)rank,
+                        cuda_device, cudaGetErrorString(e));
+    }
+
+    ncclUniqueId uid;
+    memcpy(&uid, id, sizeof uid);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t nccl = NULL;
+    const double timeout = env_timeout();
+    const double t0 = now_s();
+    ncclResult_t r = ncclCommInitRankConfig(&nccl, (int)nranks, uid, (int)rank, &cfg);
+    while (r == ncclInProgress && nccl != NULL) {
+        ncclResult_t state = ncclInProgress;
+        const ncclResult_t q = ncclCommGetAsyncError(nccl, &state);
+        r = q != ncclSuccess ? q : state;
+        if (r != ncclInProgress)
+            break;
+        const double waited = now_s() - t0;
+        if (waited > timeout) {
+            ncclCommAbort(nccl);
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: NCCL communicator of %d ranks not created after %.0f s: did "
+                            "every rank call reshard_comm_create_nccl_from_id with the same id? "
+                            "(RESHARD_NCCL_TIMEOUT_S sets the bound)",
+                            (int)rank, (int)nranks, timeout);
+        }
+        pause_after(waited);
+    }
+    if (r != ncclSuccess) {
+        const char *last = ncclGetLastError(nccl);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", last != NULL ? last : "");
+        if (nccl != NULL)
+            ncclCommAbort(nccl);
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: ncclCommInitRankConfig (%d ranks, device %d) failed: %s: %s",
+                        (int)rank, (int)nranks, cuda_device, ncclGetErrorString(r), msg);
+    }
+    st = make_endpoint(nccl, true, cuda_device, (int)rank, (int)nranks, stream, out);
+    if (st != RESHARD_OK)
+        ncclCommAbort(nccl);
+    return st;
+}
+
+reshard_status_t reshard_comm_create_nccl(struct ncclComm *comm, struct CUstream_st *stream,
+                                          reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (out != NULL)
+        *out = NULL;
+    if (comm == NULL || out == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_create_nccl: NULL %s",
+                        comm == NULL ? "comm" : "out");
+    int ndev = 0;
+    reshard_status_t st = reshard_nccl_device_count(&ndev);
+    if (st != RESHARD_OK)
+        return st;
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r == ncclSuccess && state == ncclInProgress)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_create_nccl: the communicator is still initialising "
+                        "(wait until ncclCommGetAsyncError returns ncclSuccess)");
+    if (r == ncclSuccess)
+        r = state;
+    int n = 0, rank = 0, dev = 0;
+    if (r == ncclSuccess)
+        r = ncclCommCount(comm, &n);
+    if (r == ncclSuccess)
+        r = ncclCommUserRank(comm, &rank);
+    if (r == ncclSuccess)
+        r = ncclCommCuDevice(comm, &dev);
+    if (r != ncclSuccess)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_comm_create_nccl: the communicator reports %s: %s",
+                        ncclGetErrorString(r), ncclGetLastError(comm));
+    return make_endpoint(comm, false, dev, rank, n, stream, out);
+}
+
+/* ---- device buffer helpers ----------------------------------------------------------- */
+
+static reshard_status_t nccl_endpoint(reshard_comm_t *comm, const char *fn)
+{
+    if (comm == NULL || comm->ops != &rs_nccl_ops || comm->impl == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "%s: not an NCCL endpoint", fn);
+    const cudaError_t e = cudaSetDevice(impl_of(comm)->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rs_error(RESHARD_ERR_TRANSPORT, "%s: cudaSetDevice: %s", fn, cudaGetErrorString(e));
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t cuda_status(cudaError_t e, const char *fn)
+{
+    if (e == cudaSuccess)
+        return RESHARD_OK;
+    (void)cudaGetLastError();
+    return rs_error(e == cudaErrorMemoryAllocation ? RESHARD_ERR_NOMEM : RESHARD_ERR_TRANSPORT,
+                    "%s: %s (%s)", fn, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+reshard_status_t reshard_nccl_alloc(reshard_comm_t *comm, uint64_t bytes, void **out)
+{
+    rs_error_clear();
+    if (out == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_alloc: out is NULL");
+    *out = NULL;
+    reshard_status_t st = nccl_endpoint(comm, "reshard_nccl_alloc");
+    if (st != RESHARD_OK || bytes == 0)
+        return st;
+    return cuda_status(cudaMalloc(out, (size_t)bytes), "reshard_nccl_alloc: cudaMalloc");
+}
+
+void reshard_nccl_free(reshard_comm_t *comm, void *ptr)
+{
+    if (ptr != NULL && nccl_endpoint(comm, "reshard_nccl_free") == RESHARD_OK)
+        cudaFree(ptr);
+}
+
+reshard_status_t reshard_nccl_memcpy(reshard_comm_t *comm, void *dst, const void *src,
+                                     uint64_t bytes)
+{
+    rs_error_clear();
+    reshard_status_t st = nccl_endpoint(comm, "reshard_nccl_memcpy");
+    if (st != RESHARD_OK || bytes == 0)
+        return st;
+    if (dst == NULL || src == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_memcpy: NULL pointer");
+    return cuda_status(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDefault),
+                       "reshard_nccl_memcpy: cudaMemcpy");
+}
+
+reshard_status_t reshard_nccl_memset(reshard_comm_t *comm, void *dst, int value, uint64_t bytes)
+{
+    rs_error_clear();
+    reshard_status_t st = nccl_endpoint(comm, "reshard_nccl_memset");
+    if (st != RESHARD_OK || bytes == 0)
+        return st;
+    if (dst == NULL)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_memset: NULL pointer");
+    return cuda_status(cudaMemset(dst, value, (size_t)bytes), "reshard_nccl_memset: cudaMemset");
+}
+
+static void free_host(reshard_buffer_t *h, int32_t n)
+{
+    if (h == NULL)
+        return;
+    for (int32_t b = 0; b < n; b++)
+        free(h[b].ptr);
+    free(h);
+}
+
+/* Host copies of the bytes of @p rank's fragments in each device buffer. */
+static reshard_status_t host_mirror(reshard_comm_t *comm, const char *fn,
+                                    const reshard_layout_t *layout, int32_t rank,
+                                    const reshard_buffer_t *dev, int32_t n, reshard_buffer_t **out)
+{
+    *out = NULL;
+    reshard_status_t st = nccl_endpoint(comm, fn);
+    if (st != RESHARD_OK)
+        return st;
+    if (layout == NULL || n < 0 || (n > 0 && dev == NULL))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "%s: NULL layout or buffers", fn);
+    reshard_buffer_t *h = calloc(n > 0 ? (size_t)n : 1, sizeof *h);
+    if (h == NULL)
+        return rs_error(RESHARD_ERR_NOMEM, "%s: out of memory", fn);
+    for (int32_t b = 0; b < n; b++) {
+        const uint64_t need = reshard_layout_buffer_bytes(layout, rank, b);
+        if (need == 0)
+            continue;
+        if (dev[b].ptr == NULL || dev[b].bytes < need) {
+            free_host(h, n);
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "%s: buffer %d of rank %d has %" PRIu64
+                            " bytes at %p; its fragments need %" PRIu64,
+                            fn, (int)b, (int)rank, dev[b].bytes, dev[b].ptr, need);
+        }
+        h[b].ptr = malloc((size_t)need);
+        h[b].bytes = need;
+        if (h[b].ptr == NULL) {
+            free_host(h, n);
+            return rs_error(RESHARD_ERR_NOMEM, "%s: no host memory for %" PRIu64 " bytes", fn,
+                            need);
+        }
+        st = cuda_status(cudaMemcpy(h[b].ptr, dev[b].ptr, (size_t)need, cudaMemcpyDefault), fn);
+        if (st != RESHARD_OK) {
+            free_host(h, n);
+            return st;
+        }
+    }
+    *out = h;
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_nccl_fill_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
+                                           int32_t rank, const reshard_buffer_t *dev_bufs,
+                                           int32_t n_bufs)
+{
+    rs_error_clear();
+    reshard_buffer_t *h = NULL;
+    reshard_status_t st =
+        host_mirror(comm, "reshard_nccl_fill_pattern", layout, rank, dev_bufs, n_bufs, &h);
+    if (st == RESHARD_OK)
+        st = reshard_fill_pattern(layout, rank, h, n_bufs);
+    for (int32_t b = 0; st == RESHARD_OK && b < n_bufs; b++)
+        if (h[b].ptr != NULL)
+            st = cuda_status(
+                cudaMemcpy(dev_bufs[b].ptr, h[b].ptr, (size_t)h[b].bytes, cudaMemcpyDefault),
+                "reshard_nccl_fill_pattern");
+    free_host(h, n_bufs);
+    return st;
+}
+
+reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
+                                             int32_t rank, const reshard_buffer_t *dev_bufs,
+                                             int32_t n_bufs, uint64_t *verified_bytes)
+{
+    rs_error_clear();
+    if (verified_bytes != NULL)
+        *verified_bytes = 0;
+    reshard_buffer_t *h = NULL;
+    reshard_status_t st =
+        host_mirror(comm, "reshard_nccl_verify_pattern", layout, rank, dev_bufs, n_bufs, &h);
+    if (st == RESHARD_OK)
+        st = reshard_verify_pattern(layout, rank, h, n_bufs, verified_bytes);
+    free_host(h, n_bufs);
+    return st;
+}
+
+/* ---- stream-level entry points for tests and the benchmark ----------------------------- */
+
+static reshard_status_t launch_on(cudaStream_t stream, const rs_box_copy_t *d, void *dst,
+                                  const void *src, const char *what)
+{
+    (void)cudaGetLastError();
+    const cudaError_t e = rs_box_copy_launch(d, dst, src, stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rs_error(RESHARD_ERR_TRANSPORT, "%s: %s", what, cudaGetErrorString(e));
+    }
+    return RESHARD_OK;
+}
+
+reshard_status_t rs_nccl_pack_on(cudaStream_t stream, void *out, const void *buf,
+                                 const rs_span_t *span)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = rs_box_copy_for_pack(&d, span, out, buf);
+    return st != RESHARD_OK ? st : launch_on(stream, &d, out, buf, "pack kernel launch");
+}
+
+reshard_status_t rs_nccl_unpack_on(cudaStream_t stream, void *buf, const void *in,
+                                   const rs_span_t *span)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = rs_box_copy_for_unpack(&d, span, buf, in);
+    return st != RESHARD_OK ? st : launch_on(stream, &d, buf, in, "unpack kernel launch");
+}
+
+reshard_status_t rs_nccl_local_copy_on(cudaStream_t stream, void *dst,
+                                       const reshard_fragment_t *dst_frag, const void *src,
+                                       const reshard_fragment_t *src_frag, const reshard_box_t *box,
+                                       uint32_t elem_size)
+{
+    rs_box_copy_t d;
+    reshard_status_t st = rs_box_copy_for_local(&d, dst, dst_frag, src, src_frag, box, elem_size);
+    return st != RESHARD_OK ? st : launch_on(stream, &d, dst, src, "local copy kernel launch");
+}
