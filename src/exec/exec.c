@@ -238,8 +238,19 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     reshard_status_t st = check_buffers(plan->src, rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
-    if (st != RESHARD_OK) /* still tell the peers, so nobody waits for this rank */
-        return comm->ops->finish(comm, st, plan->p.timeout_s), st;
+    /* Preflight: every rank agrees its buffers are good before any byte moves,
+     * so a bad buffer anywhere leaves every destination untouched. */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", reshard_last_error());
+    reshard_status_t agreed = comm->ops->finish(comm, st, plan->p.timeout_s);
+    if (st != RESHARD_OK)
+        return rs_error(st, "%s", msg);
+    if (agreed != RESHARD_OK)
+        return reshard_last_error()[0] ? agreed
+                                       : rs_error(agreed,
+                                                  "rank %d: another rank rejected its buffers "
+                                                  "(%s); nothing was sent",
+                                                  rank, reshard_status_string(agreed));
     rs_rank_plan_t *own = NULL;
     const rs_rank_plan_t *rp = plan->mine;
     if (!rp) {
@@ -268,9 +279,8 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     if (x.staging)
         comm->ops->free_staging(comm, x.staging);
     rs_rank_plan_free(own);
-    char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    reshard_status_t agreed = comm->ops->finish(comm, st, plan->p.timeout_s);
+    agreed = comm->ops->finish(comm, st, plan->p.timeout_s);
     if (st != RESHARD_OK)
         return rs_error(st, "%s", msg);
     if (agreed != RESHARD_OK && reshard_last_error()[0] == '\0')

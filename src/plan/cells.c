@@ -140,7 +140,7 @@ static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs
         c.tensor = D->tensor;
         c.to_frag = (int32_t)di;
         c.receiver = D->rank;
-        c.bytes = (uint64_t)rs_box_numel(&c.box) * t->bytes / (uint64_t)t->numel;
+        c.bytes = (uint64_t)rs_box_numel(&c.box) * reshard_dtype_size(t->dtype);
         if (push_cell(cells, &c, s->holders, nh) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
         int d = nd - 1;

@@ -52,9 +52,11 @@ typedef struct rs_transport_ops {
     reshard_status_t (*local_copy)(reshard_comm_t *c, void *dst, const reshard_fragment_t *dst_frag,
                                    const void *src, const reshard_fragment_t *src_frag,
                                    const reshard_box_t *box, uint32_t elem_size);
-    /** Agree on the outcome: every rank passes its local status and gets the
-     *  first error of any rank (or TIMEOUT if a rank does not arrive within
-     *  @p timeout_s). Ends every execution. */
+    /** Agree on an outcome: every rank passes its local status and gets an
+     *  error of some rank if any failed (or TIMEOUT if a rank does not arrive
+     *  within @p timeout_s). Collective over all ranks of the comm; called
+     *  twice per execution: before any byte moves (buffer checks) and at the
+     *  end. */
     reshard_status_t (*finish)(reshard_comm_t *c, reshard_status_t local, double timeout_s);
     /** Free the transport's state (impl). */
     void (*destroy)(reshard_comm_t *c);

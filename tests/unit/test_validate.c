@@ -1,0 +1,313 @@
+/* Every validation error (DESIGN §8): distinct status, message naming tensor, rank and box. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "inproc_refit.h"
+
+typedef struct {
+    reshard_tensors_t *ts;
+    reshard_layout_t *src, *dst;
+} pair_t;
+
+/* Tensor "w" [8, 4] bf16: source on rank 0 whole, destination split on ranks 1, 2. */
+static void make_pair(pair_t *p)
+{
+    int64_t shape[2] = {8, 4};
+    assert_int_equal(reshard_tensors_create(&p->ts), RESHARD_OK);
+    assert_int_equal(reshard_tensors_add(p->ts, "w", RESHARD_BF16, 2, shape, 0, NULL, NULL),
+                     RESHARD_OK);
+    assert_int_equal(reshard_layout_create(p->ts, &p->src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(p->ts, &p->dst), RESHARD_OK);
+    reshard_fragment_t f = {.tensor = 0,
+                            .rank = 0,
+                            .buffer = 0,
+                            .box = {2, {0, 0}, {8, 4}},
+                            .base = 0,
+                            .stride = {4, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p->src, &f), RESHARD_OK);
+}
+
+static void free_pair(pair_t *p)
+{
+    reshard_layout_destroy(p->src);
+    reshard_layout_destroy(p->dst);
+    reshard_tensors_destroy(p->ts);
+}
+
+static reshard_status_t plan_status(pair_t *p, int32_t world)
+{
+    reshard_plan_params_t prm = {.world_size = world, .my_rank = RESHARD_ALL_RANKS};
+    reshard_plan_t *plan = NULL;
+    reshard_status_t st = reshard_plan_create(p->src, p->dst, &prm, &plan);
+    reshard_plan_destroy(plan);
+    return st;
+}
+
+static void add_dst(pair_t *p, int32_t rank, int64_t row0, int64_t rows, int64_t base)
+{
+    reshard_fragment_t f = {.tensor = 0,
+                            .rank = rank,
+                            .buffer = 0,
+                            .box = {2, {row0, 0}, {rows, 4}},
+                            .base = base,
+                            .stride = {4, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p->dst, &f), RESHARD_OK);
+}
+
+static void assert_msg(const char *want)
+{
+    const char *m = reshard_last_error();
+    if (!strstr(m, want))
+        fail_msg("message \"%s\" lacks \"%s\"", m, want);
+}
+
+static void test_ok_pair(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 1, 0, 4, 0);
+    add_dst(&p, 2, 4, 4, 0);
+    assert_int_equal(plan_status(&p, 3), RESHARD_OK);
+    reshard_plan_params_t prm = {.world_size = 3};
+    rs_test_refit_t r = rs_test_inproc_refit(p.src, p.dst, &prm, 2, 0);
+    assert_int_equal(r.status, RESHARD_OK);
+    assert_int_equal(r.verified_bytes, 2 * 8 * 4 * 2);
+    free_pair(&p);
+}
+
+static void test_uncovered(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    /* a source that only holds rows [0, 6): rows 6-7 of the destination have no source */
+    reshard_layout_destroy(p.src);
+    reshard_layout_create(p.ts, &p.src);
+    reshard_fragment_t f = {.tensor = 0,
+                            .rank = 0,
+                            .buffer = 0,
+                            .box = {2, {0, 0}, {6, 4}},
+                            .base = 0,
+                            .stride = {4, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p.src, &f), RESHARD_OK);
+    add_dst(&p, 1, 4, 4, 0);
+    assert_int_equal(plan_status(&p, 2), RESHARD_ERR_UNCOVERED);
+    assert_msg("tensor w, rank 1, box [6:8, 0:4]");
+    free_pair(&p);
+}
+
+static void test_overlap(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 1, 0, 4, 0);
+    add_dst(&p, 1, 4, 4, 8); /* rows 4-7 start at element 8: rows 2-3 of the first overlap */
+    assert_int_equal(plan_status(&p, 2), RESHARD_ERR_OVERLAP);
+    assert_msg("tensor w, rank 1");
+    free_pair(&p);
+    /* aliasing strides inside one fragment */
+    make_pair(&p);
+    reshard_fragment_t f = {.tensor = 0,
+                            .rank = 1,
+                            .buffer = 0,
+                            .box = {2, {0, 0}, {8, 4}},
+                            .base = 0,
+                            .stride = {2, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_OK);
+    assert_int_equal(plan_status(&p, 2), RESHARD_ERR_OVERLAP);
+    free_pair(&p);
+}
+
+static void test_rank_out_of_range(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 5, 0, 8, 0);
+    assert_int_equal(plan_status(&p, 3), RESHARD_ERR_RANK);
+    assert_msg("tensor w, rank 5, box [0:8, 0:4]");
+    reshard_fragment_t f = {.tensor = 0, .rank = -1, .box = {2, {0, 0}, {1, 1}}, .stride = {4, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_RANK);
+    free_pair(&p);
+}
+
+static void test_box_errors(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    reshard_fragment_t f = {.tensor = 0, .rank = 1, .box = {2, {6, 0}, {4, 4}}, .stride = {4, 1}};
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_BOX);
+    assert_msg("tensor w, rank 1: box [6:10, 0:4]");
+    f.box = (reshard_box_t){1, {0}, {8}};
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_BOX);
+    f.box = (reshard_box_t){2, {0, 0}, {0, 4}};
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_BOX);
+    f.box = (reshard_box_t){2, {0, 0}, {8, 4}};
+    f.tensor = 3;
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_INVALID_ARG);
+    f.tensor = 0;
+    f.stride[0] = INT64_MAX / 2;
+    assert_int_equal(reshard_layout_add_fragment(p.dst, &f), RESHARD_ERR_OVERFLOW);
+    free_pair(&p);
+}
+
+static void test_catalogue_mismatch(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    reshard_tensors_t *other;
+    reshard_layout_t *dst;
+    int64_t shape[2] = {8, 4}, bad[2] = {4, 8};
+    reshard_tensors_create(&other);
+    reshard_tensors_add(other, "w", RESHARD_FP32, 2, shape, 0, NULL, NULL);
+    reshard_layout_create(other, &dst);
+    reshard_plan_params_t prm = {.world_size = 2, .my_rank = RESHARD_ALL_RANKS};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(p.src, dst, &prm, &plan), RESHARD_ERR_DTYPE);
+    assert_msg("tensor w: dtype bf16 in the source, fp32");
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(other);
+    reshard_tensors_create(&other);
+    reshard_tensors_add(other, "w", RESHARD_BF16, 2, bad, 0, NULL, NULL);
+    reshard_layout_create(other, &dst);
+    assert_int_equal(reshard_plan_create(p.src, dst, &prm, &plan), RESHARD_ERR_SHAPE);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(other);
+    free_pair(&p);
+}
+
+static void test_tensor_errors(void **state)
+{
+    (void)state;
+    reshard_tensors_t *ts;
+    reshard_tensors_create(&ts);
+    int64_t big[2] = {INT64_MAX / 2, 4}, zero[1] = {0}, shape[2] = {6, 4}, view[3] = {2, 3, 5};
+    assert_int_equal(reshard_tensors_add(ts, "big", RESHARD_BF16, 2, big, 0, NULL, NULL),
+                     RESHARD_ERR_OVERFLOW);
+    assert_int_equal(reshard_tensors_add(ts, "zero", RESHARD_BF16, 1, zero, 0, NULL, NULL),
+                     RESHARD_ERR_SHAPE);
+    assert_int_equal(reshard_tensors_add(ts, "view", RESHARD_BF16, 2, shape, 3, view, NULL),
+                     RESHARD_ERR_SHAPE);
+    assert_int_equal(reshard_tensors_add(ts, "x", RESHARD_DTYPE_COUNT, 2, shape, 0, NULL, NULL),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_tensors_add(ts, "x", RESHARD_BF16, 9, shape, 0, NULL, NULL),
+                     RESHARD_ERR_INVALID_ARG);
+    /* 3 * 2^31 elements is fine: 64-bit counts */
+    int64_t large[2] = {3, (int64_t)1 << 31};
+    assert_int_equal(reshard_tensors_add(ts, "large", RESHARD_BF16, 2, large, 0, NULL, NULL),
+                     RESHARD_OK);
+    assert_int_equal(reshard_tensors_add(ts, "large", RESHARD_BF16, 2, large, 0, NULL, NULL),
+                     RESHARD_ERR_INVALID_ARG); /* duplicate name */
+    assert_int_equal(reshard_tensors_bytes(ts), (uint64_t)3 << 32);
+    reshard_tensors_destroy(ts);
+}
+
+/* A tensor over 2^31 elements plans with exact 64-bit byte counts. */
+static void test_large_tensor_plan(void **state)
+{
+    (void)state;
+    reshard_tensors_t *ts;
+    reshard_layout_t *src, *dst;
+    int64_t shape[2] = {(int64_t)1 << 20, (int64_t)1 << 13}; /* 2^33 elements */
+    reshard_tensors_create(&ts);
+    reshard_tensors_add(ts, "huge", RESHARD_BF16, 2, shape, 0, NULL, NULL);
+    reshard_layout_create(ts, &src);
+    reshard_layout_create(ts, &dst);
+    int32_t sr[2] = {0, 1}, dr[4] = {2, 3, 4, 5};
+    reshard_mesh_t sm = {.ndim = 1, .shape = {2}, .ranks = sr};
+    reshard_mesh_t dm = {.ndim = 1, .shape = {4}, .ranks = dr};
+    reshard_placement_t s0 = {RESHARD_SHARD, 0, 0}, s1 = {RESHARD_SHARD, 1, 0};
+    assert_int_equal(reshard_layout_add_dtensor(src, 0, &sm, &s0, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(dst, 0, &dm, &s1, 0, 0), RESHARD_OK);
+    reshard_plan_params_t prm = {.world_size = 6, .my_rank = RESHARD_ALL_RANKS};
+    reshard_plan_t *plan;
+    assert_int_equal(reshard_plan_create(src, dst, &prm, &plan), RESHARD_OK);
+    reshard_plan_stats_t s;
+    reshard_plan_get_stats(plan, &s);
+    assert_int_equal(s.bytes_total, (uint64_t)1 << 34);
+    assert_int_equal(s.bytes_network, (uint64_t)1 << 34);
+    assert_int_equal(s.bytes_lower_bound, (uint64_t)1 << 34);
+    assert_int_equal(s.transfers, 8);
+    assert_int_equal(reshard_plan_pair_bytes(plan, 0, 2), (uint64_t)1 << 31);
+    assert_int_equal(reshard_layout_buffer_bytes(dst, 2, 0), (uint64_t)1 << 32);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+static void test_staging_and_params(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 1, 0, 8, 0);
+    reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_STAGING_BYTES,
+                                 .world_size = 2,
+                                 .my_rank = 0,
+                                 .staging_bytes = 100};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_ERR_STAGING);
+    prm.staging_bytes = 4096;
+    prm.my_rank = 7;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_ERR_RANK);
+    prm.world_size = 0;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_plan_create(NULL, p.dst, &prm, &plan), RESHARD_ERR_INVALID_ARG);
+    free_pair(&p);
+}
+
+/* A missing or short buffer on one rank: every rank gets an error, nothing is written. */
+static void test_bad_buffer_moves_nothing(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 1, 0, 8, 0);
+    reshard_plan_params_t prm = {.world_size = 2, .my_rank = RESHARD_ALL_RANKS};
+    reshard_plan_t *plan;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_OK);
+    reshard_inproc_group_t *g;
+    reshard_inproc_group_create(1, &g);
+    reshard_comm_t *c;
+    reshard_comm_create_inproc(g, 0, &c);
+    /* comm of the wrong size */
+    uint16_t sbuf[32] = {0};
+    reshard_buffer_t sb = {sbuf, 10}; /* under the 64 bytes the fragment needs */
+    assert_int_equal(reshard_plan_execute(plan, c, &sb, 1, NULL, 0, NULL), RESHARD_ERR_INVALID_ARG);
+    reshard_comm_destroy(c);
+    reshard_inproc_group_destroy(g);
+    reshard_inproc_group_create(2, &g);
+    reshard_comm_create_inproc(g, 0, &c);
+    assert_int_equal(reshard_plan_execute(plan, c, &sb, 1, NULL, 0, NULL), RESHARD_ERR_BUFFER);
+    assert_msg("tensor w, rank 0, box [0:8, 0:4]: source buffer 0");
+    reshard_comm_destroy(c);
+    reshard_inproc_group_destroy(g);
+    reshard_plan_destroy(plan);
+    free_pair(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ok_pair),
+        cmocka_unit_test(test_uncovered),
+        cmocka_unit_test(test_overlap),
+        cmocka_unit_test(test_rank_out_of_range),
+        cmocka_unit_test(test_box_errors),
+        cmocka_unit_test(test_catalogue_mismatch),
+        cmocka_unit_test(test_tensor_errors),
+        cmocka_unit_test(test_large_tensor_plan),
+        cmocka_unit_test(test_staging_and_params),
+        cmocka_unit_test(test_bad_buffer_moves_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
