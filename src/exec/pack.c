@@ -72,19 +72,31 @@ static void walk_span(const rs_span_t *s, const uint8_t *in, uint8_t *out, bool 
     }
     int64_t left = s->count;
     size_t es = s->elem_size, contig = 0;
+    int64_t pos = rs_frag_pos(s->frag, idx); /* element position, updated row by row */
+    const int64_t *stride = s->frag->stride;
     while (left > 0) {
         int64_t run = b->offset[last] + b->extent[last] - idx[last];
         if (run > left)
             run = left;
-        size_t pos = (size_t)rs_frag_pos(s->frag, idx) * es;
         if (packing)
-            gather(out + contig, in + pos, run, s->frag->stride[last], s->elem_size);
+            gather(out + contig, in + (size_t)pos * es, run, stride[last], s->elem_size);
         else
-            scatter(out + pos, in + contig, run, s->frag->stride[last], s->elem_size);
+            scatter(out + (size_t)pos * es, in + contig, run, stride[last], s->elem_size);
         contig += (size_t)run * es;
         left -= run;
-        if (left > 0)
-            rs_box_next_row(b, idx);
+        if (left <= 0)
+            break;
+        /* next row: rewind the last dim, then count the outer dims like an odometer */
+        pos -= (idx[last] - b->offset[last]) * stride[last];
+        idx[last] = b->offset[last];
+        for (int d = last - 1; d >= 0; d--) {
+            if (++idx[d] < b->offset[d] + b->extent[d]) {
+                pos += stride[d];
+                break;
+            }
+            pos -= (b->extent[d] - 1) * stride[d];
+            idx[d] = b->offset[d];
+        }
     }
 }
 
