@@ -1,0 +1,593 @@
+/*
+ * reshard run: execute a model refit under MPI, verified, beside the
+ * gather+broadcast baseline.
+ *
+ *   mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]
+ *
+ * MPI ranks [0, train world) hold the Megatron layout, the next infer world
+ * ranks the vLLM layout. Training ranks fill their buffers with the
+ * verification pattern; inference ranks set theirs to the sentinel before
+ * every refit and check every element (and every padding byte) after it.
+ * The plan is built once and executed --iters times; the buffers are rebound
+ * between executions (two bindings, 64 bytes apart, alternate).
+ *
+ * Exit status: 0 when every refit moved data and verified; 1 on a failed
+ * refit or verification (a timeout or transport failure aborts the whole job
+ * with MPI_Abort so that no rank hangs); 2 on bad usage.
+ */
+#ifdef RESHARD_HAVE_MPI
+
+#include <jansson.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "reshard/reshard.h"
+#include "reshard/reshard_model.h"
+#include "reshard/reshard_mpi.h"
+
+/** Distance between the two buffer bindings that alternate across refits. */
+#define REBIND_SHIFT 64
+
+typedef struct {
+    const char *model, *train, *infer, *dtype;
+    long layers, iters, domain_size;
+    double staging_mb, timeout_s;
+    int baseline, json, mtp;
+} run_args_t;
+
+static void run_usage(FILE *out)
+{
+    fprintf(out, "usage: mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]\n"
+                 "  --model M          shipped model name or path to a HF config.json\n"
+                 "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4 (+ dp=, cp=, etp=)\n"
+                 "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ ep=on)\n"
+                 "                     N must be train world + infer world; ranks [0, train\n"
+                 "                     world) train, the rest infer\n"
+                 "  --layers K         keep only the first K decoder layers\n"
+                 "  --mtp              include the multi-token-prediction layers\n"
+                 "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
+                 "  --iters I          refits to run and verify (default 5; the median is shown)\n"
+                 "  --baseline         also run gather+broadcast on the same data and ranks\n"
+                 "  --json             print one JSON object (rank 0) instead of the table\n"
+                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
+                 "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
+                 "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
+                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n");
+}
+
+__attribute__((format(printf, 2, 3))) static int usage_error(int rank, const char *fmt, ...)
+{
+    if (rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "reshard run: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n(see 'reshard run --help')\n");
+        va_end(ap);
+    }
+    return 2;
+}
+
+static int parse_num(int rank, const char *opt, const char *v, double min, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (!*v || *end || !(x >= min))
+        return usage_error(rank, "%s: '%s' is not a valid number", opt, v);
+    *out = x;
+    return 0;
+}
+
+/* 0 ok, 1 --help shown, 2 usage error. */
+static int parse_args(int rank, int argc, char **argv, run_args_t *a)
+{
+    *a = (run_args_t){.dtype = "bf16",
+                      .iters = 5,
+                      .domain_size = -1,
+                      .staging_mb = 256,
+                      .timeout_s = RESHARD_DEFAULT_TIMEOUT_S};
+    const char *system = NULL;
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i];
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+        int *flag = !strcmp(name, "--baseline") ? &a->baseline
+                    : !strcmp(name, "--json")   ? &a->json
+                    : !strcmp(name, "--mtp")    ? &a->mtp
+                                                : NULL;
+        if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+            if (rank == 0)
+                run_usage(stdout);
+            return 1;
+        }
+        if (flag) {
+            if (eq)
+                return usage_error(rank, "%s takes no value%s", name, "");
+            *flag = 1;
+            continue;
+        }
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!val)
+            return usage_error(rank, "%s needs a value%s", name, "");
+        double x = 0;
+        int rc = 0;
+        if (!strcmp(name, "--model"))
+            a->model = val;
+        else if (!strcmp(name, "--train"))
+            a->train = val;
+        else if (!strcmp(name, "--infer"))
+            a->infer = val;
+        else if (!strcmp(name, "--dtype"))
+            a->dtype = val;
+        else if (!strcmp(name, "--system"))
+            system = val;
+        else if (!strcmp(name, "--layers"))
+            rc = parse_num(rank, name, val, 1, &x), a->layers = (long)x;
+        else if (!strcmp(name, "--iters"))
+            rc = parse_num(rank, name, val, 1, &x), a->iters = (long)x;
+        else if (!strcmp(name, "--domain-size"))
+            rc = parse_num(rank, name, val, 1, &x), a->domain_size = (long)x;
+        else if (!strcmp(name, "--staging-mb"))
+            rc = parse_num(rank, name, val, 0, &a->staging_mb);
+        else if (!strcmp(name, "--timeout"))
+            rc = parse_num(rank, name, val, 0.001, &a->timeout_s);
+        else
+            return usage_error(rank, "unknown option '%s'%s", arg, "");
+        if (rc)
+            return rc;
+    }
+    if (!a->model || !a->train || !a->infer)
+        return usage_error(rank, "--model, --train and --infer are required%s%s", "", "");
+    if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
+        return usage_error(rank, "--dtype: '%s' is not bf16 or fp8%s", a->dtype, "");
+    if (system) {
+        if (a->domain_size >= 0)
+            return usage_error(rank, "--system and --domain-size exclude each other%s%s", "", "");
+        a->domain_size = cli_system_domain_size(system);
+        if (a->domain_size < 0)
+            return usage_error(rank, "--system: '%s' is not h100 or gb200%s", system, "");
+    }
+    return 0;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+/** One side's buffers of this rank: allocations REBIND_SHIFT bytes larger
+ *  than the buffer, bound at offset 0 or REBIND_SHIFT. */
+typedef struct {
+    int32_t n;
+    unsigned char **base;
+    reshard_buffer_t *bind;
+} rank_bufs_t;
+
+static void bufs_free(rank_bufs_t *b)
+{
+    for (int32_t i = 0; i < b->n; i++)
+        free(b->base[i]);
+    free(b->base);
+    free(b->bind);
+    memset(b, 0, sizeof *b);
+}
+
+static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
+                                   const reshard_model_buffers_t *table, int32_t rank,
+                                   rank_bufs_t *b)
+{
+    memset(b, 0, sizeof *b);
+    int32_t n = reshard_layout_buffer_count(layout, rank);
+    if (n == 0)
+        return RESHARD_OK;
+    b->base = calloc((size_t)n, sizeof *b->base);
+    b->bind = calloc((size_t)n, sizeof *b->bind);
+    if (!b->base || !b->bind) {
+        bufs_free(b);
+        return RESHARD_ERR_NOMEM;
+    }
+    b->n = n;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t bytes = reshard_model_buffer_bytes(table, rank, i);
+        uint64_t need = reshard_layout_buffer_bytes(layout, rank, i);
+        if (need > bytes)
+            bytes = need;
+        void *p = NULL;
+        if (posix_memalign(&p, 4096, (size_t)bytes + REBIND_SHIFT) != 0) {
+            bufs_free(b);
+            return RESHARD_ERR_NOMEM;
+        }
+        b->base[i] = p;
+        b->bind[i].bytes = bytes;
+    }
+    return RESHARD_OK;
+}
+
+static void bufs_bind(rank_bufs_t *b, long iter)
+{
+    for (int32_t i = 0; i < b->n; i++)
+        b->bind[i].ptr = b->base[i] + (iter % 2) * REBIND_SHIFT;
+}
+
+/* ---- one method (reshard or baseline) ----------------------------------- */
+
+typedef struct {
+    const char *name;
+    double *seconds;         /**< per refit, the slowest rank's */
+    uint64_t bytes_moved;    /**< per refit, all ranks */
+    uint64_t verified_bytes; /**< per refit, all ranks */
+    uint64_t max_recv_bytes; /**< busiest receiving rank, per refit */
+    int32_t receivers;       /**< ranks that received bytes */
+    long wrong;              /**< refits x ranks that failed verification */
+    long done;               /**< refits completed */
+} method_t;
+
+typedef struct {
+    const run_args_t *a;
+    int rank, size;
+    reshard_model_refit_t *refit;
+    reshard_comm_t *comm;
+    rank_bufs_t src, dst;
+    reshard_plan_t *plan;
+    reshard_baseline_t *baseline;
+} run_t;
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(const double *v, long n)
+{
+    if (n <= 0)
+        return 0;
+    double *s = malloc((size_t)n * sizeof *s);
+    if (!s)
+        return v[0];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+/* A failure that leaves peers in an unknown state ends the whole job. */
+static void abort_if_transport(const run_t *r, reshard_status_t st)
+{
+    if (st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) {
+        fprintf(stderr, "reshard run: rank %d: aborting the job after %s\n", r->rank,
+                reshard_status_string(st));
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+/* Prepare the buffers of refit @p iter, run it with @p use_baseline or the
+ * plan, verify. Returns the agreed execution status. */
+static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
+{
+    const reshard_model_refit_t *f = r->refit;
+    bufs_bind(&r->src, iter);
+    bufs_bind(&r->dst, iter);
+    reshard_status_t st = RESHARD_OK;
+    if (r->src.n)
+        st = reshard_fill_pattern(f->train, r->rank, r->src.bind, r->src.n);
+    if (st != RESHARD_OK) {
+        fprintf(stderr, "reshard run: rank %d: fill: %s\n", r->rank, reshard_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int32_t i = 0; i < r->dst.n; i++)
+        memset(r->dst.base[i], RESHARD_SENTINEL_BYTE, (size_t)r->dst.bind[i].bytes + REBIND_SHIFT);
+
+    reshard_exec_stats_t stats = {0};
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    st = use_baseline ? reshard_baseline_execute(r->baseline, r->src.bind, r->src.n, r->dst.bind,
+                                                 r->dst.n, &stats)
+                      : reshard_plan_execute(r->plan, r->comm, r->src.bind, r->src.n, r->dst.bind,
+                                             r->dst.n, &stats);
+    double dt = MPI_Wtime() - t0;
+    if (st != RESHARD_OK) {
+        fprintf(stderr, "reshard run: rank %d: %s refit %ld failed: %s: %s\n", r->rank, m->name,
+                iter + 1, reshard_status_string(st), reshard_last_error());
+        abort_if_transport(r, st);
+        return st; /* every rank got the same status from the agreement */
+    }
+    uint64_t verified = 0;
+    long wrong = 0;
+    if (r->dst.n) {
+        reshard_status_t vs =
+            reshard_verify_pattern(f->infer, r->rank, r->dst.bind, r->dst.n, &verified);
+        if (vs != RESHARD_OK) {
+            fprintf(stderr, "reshard run: rank %d: %s refit %ld: verification failed: %s\n",
+                    r->rank, m->name, iter + 1, reshard_last_error());
+            wrong = 1;
+        }
+    }
+    double tmax = 0;
+    uint64_t sums[2] = {stats.bytes_recv, verified}, tot[2];
+    uint64_t recv = stats.bytes_recv, recv_max = 0;
+    int got = stats.bytes_recv > 0, receivers = 0;
+    long wrong_all = 0;
+    MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(sums, tot, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&recv, &recv_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&got, &receivers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    m->seconds[m->done++] = tmax;
+    m->bytes_moved = tot[0];
+    m->verified_bytes = tot[1];
+    m->max_recv_bytes = recv_max;
+    m->receivers = receivers;
+    m->wrong += wrong_all;
+    return RESHARD_OK;
+}
+
+/* Root of each tensor for the baseline: the first rank of the pipeline stage
+ * that holds it (when it holds part of the tensor), else its lowest holder. */
+static int32_t *stage_roots(const reshard_model_refit_t *f)
+{
+    int32_t nt = reshard_tensors_count(f->tensors);
+    int32_t stage = f->train_world / (f->train_spec.pp > 0 ? f->train_spec.pp : 1);
+    int32_t *root = malloc((size_t)(nt ? nt : 1) * sizeof *root);
+    char *holds = calloc((size_t)(nt ? nt : 1), 1);
+    if (!root || !holds) {
+        free(root);
+        free(holds);
+        return NULL;
+    }
+    for (int32_t t = 0; t < nt; t++)
+        root[t] = -1;
+    int64_t n = reshard_layout_count(f->train);
+    reshard_fragment_t fr;
+    for (int64_t i = 0; i < n; i++)
+        if (reshard_layout_fragment(f->train, i, &fr) == RESHARD_OK &&
+            (root[fr.tensor] < 0 || fr.rank < root[fr.tensor]))
+            root[fr.tensor] = fr.rank;
+    for (int64_t i = 0; i < n; i++)
+        if (reshard_layout_fragment(f->train, i, &fr) == RESHARD_OK &&
+            fr.rank == root[fr.tensor] / stage * stage)
+            holds[fr.tensor] = 1;
+    for (int32_t t = 0; t < nt; t++)
+        if (holds[t])
+            root[t] = root[t] / stage * stage;
+    free(holds);
+    return root;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+static void fmt_bytes(uint64_t b, char *out, size_t size)
+{
+    if (b >= 1000000000ull)
+        snprintf(out, size, "%.2f GB", (double)b / 1e9);
+    else if (b >= 1000000ull)
+        snprintf(out, size, "%.2f MB", (double)b / 1e6);
+    else
+        snprintf(out, size, "%llu B", (unsigned long long)b);
+}
+
+static double method_gbps(const method_t *m, double sec)
+{
+    return m->receivers > 0 && sec > 0 ? (double)m->bytes_moved / m->receivers / sec / 1e9 : 0;
+}
+
+static void print_row(const method_t *m)
+{
+    char moved[32], ver[32];
+    fmt_bytes(m->bytes_moved, moved, sizeof moved);
+    fmt_bytes(m->verified_bytes, ver, sizeof ver);
+    double med = median(m->seconds, m->done), best = med;
+    for (long i = 0; i < m->done; i++)
+        best = m->seconds[i] < best ? m->seconds[i] : best;
+    printf("  %-9s %9.4f s %9.4f s %13s %12.2f %14s %7ld\n", m->name, med, best, moved,
+           method_gbps(m, med), ver, m->wrong);
+}
+
+static void print_table(const run_t *r, const method_t *rs, const method_t *bl, double plan_s,
+                        bool ok)
+{
+    const reshard_model_refit_t *f = r->refit;
+    const run_args_t *a = r->a;
+    char tspec[128], ispec[128], model_b[32];
+    reshard_train_spec_str(&f->train_spec, tspec, sizeof tspec);
+    reshard_infer_spec_str(&f->infer_spec, ispec, sizeof ispec);
+    fmt_bytes(reshard_tensors_bytes(f->tensors), model_b, sizeof model_b);
+    printf("reshard run: %s, %s of weights (%d tensors)\n", a->model, model_b,
+           reshard_tensors_count(f->tensors));
+    printf("  train %s on ranks 0-%d, infer %s on ranks %d-%d\n", tspec, f->train_world - 1, ispec,
+           f->train_world, f->train_world + f->infer_world - 1);
+    printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
+           "timeout %.0f s; plan built in %.3f s\n\n",
+           a->iters, a->staging_mb, a->timeout_s, plan_s);
+    printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
+           "bytes moved", "GB/s/rank", "verified", "#wrong");
+    print_row(rs);
+    if (bl) {
+        print_row(bl);
+        double s = median(rs->seconds, rs->done);
+        printf("  speedup   %.2fx (baseline median / reshard median)\n",
+               s > 0 ? median(bl->seconds, bl->done) / s : 0);
+    }
+    printf("\n  (time/refit: median over refits of the slowest rank; GB/s/rank: bytes moved "
+           "per receiving rank / median time)\n");
+    printf("%s\n", ok ? "OK: every destination element of every refit verified"
+                      : "FAILED: see the errors above");
+}
+
+static void print_json(const run_t *r, const method_t *rs, const method_t *bl, double plan_s,
+                       bool ok)
+{
+    const reshard_model_refit_t *f = r->refit;
+    double sec = median(rs->seconds, rs->done);
+    json_t *o = json_object();
+    json_object_set_new(o, "ok", json_boolean(ok));
+    json_object_set_new(o, "seconds", json_real(sec));
+    json_object_set_new(o, "bytes_moved", json_integer((json_int_t)rs->bytes_moved));
+    json_object_set_new(o, "verified_bytes", json_integer((json_int_t)rs->verified_bytes));
+    json_object_set_new(o, "wrong", json_integer(rs->wrong));
+    json_object_set_new(o, "gbps_per_rank", json_real(method_gbps(rs, sec)));
+    json_object_set_new(o, "iters", json_integer(rs->done));
+    json_object_set_new(o, "model", json_string(r->a->model));
+    json_object_set_new(o, "model_bytes",
+                        json_integer((json_int_t)reshard_tensors_bytes(f->tensors)));
+    json_object_set_new(o, "train_world", json_integer(f->train_world));
+    json_object_set_new(o, "infer_world", json_integer(f->infer_world));
+    json_object_set_new(o, "plan_seconds", json_real(plan_s));
+    if (bl) {
+        double bsec = median(bl->seconds, bl->done);
+        json_object_set_new(o, "baseline_seconds", json_real(bsec));
+        json_object_set_new(o, "speedup", json_real(sec > 0 ? bsec / sec : 0));
+        json_object_set_new(o, "baseline_bytes_moved", json_integer((json_int_t)bl->bytes_moved));
+        json_object_set_new(o, "baseline_verified_bytes",
+                            json_integer((json_int_t)bl->verified_bytes));
+        json_object_set_new(o, "baseline_wrong", json_integer(bl->wrong));
+    }
+    json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    printf("\n");
+    json_decref(o);
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+/* Every rank's status: the lowest wins; a rank that failed prints its own. */
+static reshard_status_t agree_setup(reshard_status_t st)
+{
+    int in = (int)st, out = 0;
+    MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return (reshard_status_t)out;
+}
+
+static int run(const run_args_t *a, int rank, int size)
+{
+    run_t r = {.a = a, .rank = rank, .size = size};
+    reshard_model_refit_t refit = {0};
+    reshard_model_t *model = NULL;
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    method_t rs = {.name = "reshard"}, bl = {.name = "baseline"};
+    int exit_code = 1;
+    double plan_s = 0;
+
+    /* Deterministic checks: every rank reaches the same verdict, rank 0 says it. */
+    reshard_model_options_t mo = {.mtp = a->mtp,
+                                  .layers = (int32_t)a->layers,
+                                  .dtype =
+                                      strcmp(a->dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3};
+    reshard_status_t st = reshard_model_load(a->model, &mo, &model);
+    if (st == RESHARD_OK)
+        st = reshard_train_spec_parse(a->train, &ts);
+    if (st == RESHARD_OK)
+        st = reshard_infer_spec_parse(a->infer, &is);
+    if (st == RESHARD_OK)
+        st = reshard_model_check(model, &ts, &is, size);
+    if (st == RESHARD_OK)
+        st = reshard_model_refit_create(model, &ts, &is, &refit);
+    r.refit = &refit;
+    reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                              RESHARD_PLAN_PARAM_TIMEOUT |
+                                              RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                                .world_size = size,
+                                .my_rank = rank,
+                                .staging_bytes = (uint64_t)(a->staging_mb * 1048576.0),
+                                .domain_size = a->domain_size > 0 ? (int32_t)a->domain_size : 1,
+                                .timeout_s = a->timeout_s};
+    if (st == RESHARD_OK) {
+        double t0 = MPI_Wtime();
+        st = reshard_plan_create(refit.train, refit.infer, &pp, &r.plan);
+        plan_s = MPI_Wtime() - t0;
+    }
+    if (st != RESHARD_OK) {
+        if (rank == 0 || st == RESHARD_ERR_NOMEM)
+            fprintf(stderr, "reshard run: %s: %s\n", reshard_status_string(st),
+                    reshard_last_error());
+        st = agree_setup(st);
+        goto out;
+    }
+    st = agree_setup(st);
+    if (st != RESHARD_OK)
+        goto out;
+
+    /* Per-rank resources. */
+    st = reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
+    if (st == RESHARD_OK && rank < refit.train_world)
+        st = bufs_alloc(refit.train, refit.train_buffers, rank, &r.src);
+    if (st == RESHARD_OK && rank >= refit.train_world)
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, &r.dst);
+    if (st == RESHARD_OK && a->baseline) {
+        int32_t *roots = stage_roots(&refit);
+        st = roots ? reshard_baseline_create_mpi(refit.train, refit.infer, roots, &pp, r.comm,
+                                                 &r.baseline)
+                   : RESHARD_ERR_NOMEM;
+        free(roots);
+    }
+    rs.seconds = calloc((size_t)a->iters, sizeof *rs.seconds);
+    bl.seconds = calloc((size_t)a->iters, sizeof *bl.seconds);
+    if (st == RESHARD_OK && (!rs.seconds || !bl.seconds))
+        st = RESHARD_ERR_NOMEM;
+    if (st != RESHARD_OK)
+        fprintf(stderr, "reshard run: rank %d: %s: %s\n", rank, reshard_status_string(st),
+                reshard_last_error());
+    if (agree_setup(st) != RESHARD_OK)
+        goto out;
+
+    /* The refits, the two methods interleaved so that both see the same load. */
+    for (long i = 0; i < a->iters && st == RESHARD_OK; i++) {
+        st = refit_once(&r, &rs, i, false);
+        if (st == RESHARD_OK && r.baseline)
+            st = refit_once(&r, &bl, i, true);
+    }
+    bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
+              rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0);
+    if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))
+        fprintf(stderr, "reshard run: the refit moved or verified zero bytes\n");
+    if (rank == 0 && rs.done > 0) {
+        if (a->json)
+            print_json(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
+        else
+            print_table(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
+        fflush(stdout);
+    }
+    exit_code = ok ? 0 : 1;
+out:
+    free(rs.seconds);
+    free(bl.seconds);
+    reshard_baseline_destroy(r.baseline);
+    bufs_free(&r.src);
+    bufs_free(&r.dst);
+    reshard_comm_destroy(r.comm);
+    reshard_plan_destroy(r.plan);
+    reshard_model_refit_destroy(&refit);
+    reshard_model_destroy(model);
+    return exit_code;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+        MPI_Init(NULL, NULL);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    run_args_t a;
+    int rc = parse_args(rank, argc, argv, &a);
+    if (rc == 1)
+        rc = 0; /* --help */
+    else if (rc == 0)
+        rc = run(&a, rank, size);
+    /* every rank returns the same code, except after a verification failure
+     * that only some ranks saw: report the worst everywhere */
+    int worst = rc;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!inited)
+        MPI_Finalize();
+    return worst;
+}
+
+#endif /* RESHARD_HAVE_MPI */
