@@ -1,0 +1,297 @@
+/* reshard plan: build the refit plan of a model and print its byte counts
+ * next to those of gather+broadcast. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "reshard/reshard.h"
+#include "reshard/reshard_model.h"
+
+typedef struct {
+    const char *model, *train, *infer, *system, *dtype;
+    int json, mtp;
+    long layers, domain_size, rank;
+    unsigned long long staging;
+} plan_args_t;
+
+static void plan_usage(FILE *out)
+{
+    fprintf(out, "usage: reshard plan --model M --train SPEC --infer SPEC [options]\n"
+                 "  --model M          shipped model name or path to a HF config.json\n"
+                 "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=)\n"
+                 "  --infer SPEC       vLLM sizes, e.g. tp=8,dp=16 (+ ep=on)\n"
+                 "  --json             print one JSON object instead of the summary\n"
+                 "  --layers K         keep only the first K decoder layers\n"
+                 "  --mtp              include the multi-token-prediction layers\n"
+                 "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
+                 "  --domain-size N    ranks per NVLink domain (default 1: every rank its own)\n"
+                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
+                 "  --rank R           build only rank R's own plan (timing)\n"
+                 "  --staging BYTES    staging bound per rank (default 256 MiB)\n");
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "reshard plan: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'reshard plan --help')\n");
+    va_end(ap);
+    return 2;
+}
+
+static int parse_long(const char *opt, const char *v, long min, long *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < min)
+        return bad("%s: '%s' is not a valid number", opt, v);
+    *out = x;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, plan_args_t *a)
+{
+    *a = (plan_args_t){.dtype = "bf16", .rank = RESHARD_ALL_RANKS, .domain_size = -1};
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i], *val = NULL;
+        char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+        if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
+            plan_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(name, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        if (!strcmp(name, "--mtp")) {
+            a->mtp = 1;
+            continue;
+        }
+        static const char *const with_value[] = {"--model",  "--train", "--infer",
+                                                 "--layers", "--dtype", "--domain-size",
+                                                 "--system", "--rank",  "--staging"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= !strcmp(name, with_value[k]);
+        if (!known)
+            return bad("unknown option '%s'", arg);
+        if (eq)
+            val = eq + 1;
+        else if (i + 1 < argc)
+            val = argv[++i];
+        else
+            return bad("option %s needs a value", name);
+        int rc = 0;
+        long x = 0;
+        if (!strcmp(name, "--model"))
+            a->model = val;
+        else if (!strcmp(name, "--train"))
+            a->train = val;
+        else if (!strcmp(name, "--infer"))
+            a->infer = val;
+        else if (!strcmp(name, "--dtype"))
+            a->dtype = val;
+        else if (!strcmp(name, "--system"))
+            a->system = val;
+        else if (!strcmp(name, "--layers"))
+            rc = parse_long(name, val, 1, &a->layers);
+        else if (!strcmp(name, "--domain-size"))
+            rc = parse_long(name, val, 1, &a->domain_size);
+        else if (!strcmp(name, "--rank"))
+            rc = parse_long(name, val, 0, &a->rank);
+        else if (!strcmp(name, "--staging")) {
+            rc = parse_long(name, val, 4096, &x);
+            a->staging = (unsigned long long)x;
+        }
+        if (rc)
+            return rc;
+    }
+    if (!a->model || !a->train || !a->infer)
+        return bad("--model, --train and --infer are required");
+    if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
+        return bad("--dtype '%s' must be bf16 or fp8", a->dtype);
+    if (a->system) {
+        if (a->domain_size > 0)
+            return bad("give --system or --domain-size, not both");
+        a->domain_size = cli_system_domain_size(a->system);
+        if (a->domain_size < 0)
+            return bad("--system '%s' is not h100 or gb200", a->system);
+    }
+    if (a->domain_size < 0)
+        a->domain_size = 1;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what, reshard_status_t s)
+{
+    fprintf(stderr, "reshard plan: %s: %s: %s\n", what, reshard_status_string(s),
+            reshard_last_error());
+    return 1;
+}
+
+static json_t *counts_json(const reshard_plan_stats_t *s, const reshard_plan_stats_t *bounds)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "transfers", json_integer(s->transfers));
+    json_object_set_new(o, "bytes_total", json_integer((json_int_t)s->bytes_total));
+    json_object_set_new(o, "bytes_network", json_integer((json_int_t)s->bytes_network));
+    json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)s->bytes_nvlink));
+    json_object_set_new(o, "bytes_lower_bound",
+                        json_integer((json_int_t)bounds->bytes_lower_bound));
+    json_object_set_new(o, "max_nic_send_bytes", json_integer((json_int_t)s->max_nic_send_bytes));
+    json_object_set_new(o, "max_nic_recv_bytes", json_integer((json_int_t)s->max_nic_recv_bytes));
+    json_object_set_new(o, "nic_send_bound_bytes",
+                        json_integer((json_int_t)bounds->nic_send_bound_bytes));
+    json_object_set_new(o, "nic_recv_bound_bytes",
+                        json_integer((json_int_t)bounds->nic_recv_bound_bytes));
+    return o;
+}
+
+static void row(const char *what, uint64_t a, uint64_t b)
+{
+    printf("  %-22s %14.3f GB %14.3f GB %8.2fx\n", what, (double)a / 1e9, (double)b / 1e9,
+           a ? (double)b / (double)a : 0.0);
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    plan_args_t a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_status_t s = reshard_train_spec_parse(a.train, &ts);
+    if (s != RESHARD_OK)
+        return bad("%s", reshard_last_error());
+    s = reshard_infer_spec_parse(a.infer, &is);
+    if (s != RESHARD_OK)
+        return bad("%s", reshard_last_error());
+    reshard_model_options_t mo = {.mtp = a.mtp,
+                                  .dtype = strcmp(a.dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3,
+                                  .layers = (int32_t)a.layers};
+    reshard_model_t *model = NULL;
+    s = reshard_model_load(a.model, &mo, &model);
+    if (s != RESHARD_OK)
+        return fail("model", s);
+
+    double t0 = now_s();
+    reshard_model_refit_t refit;
+    s = reshard_model_refit_create(model, &ts, &is, &refit);
+    if (s != RESHARD_OK) {
+        reshard_model_destroy(model);
+        return fail("layouts", s);
+    }
+    double t1 = now_s();
+    int32_t world = refit.train_world + refit.infer_world;
+    if (a.rank >= world) {
+        fprintf(stderr, "reshard plan: --rank %ld is outside [0, %d)\n", a.rank, world);
+        reshard_model_refit_destroy(&refit);
+        reshard_model_destroy(model);
+        return 2;
+    }
+    reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                                .world_size = world,
+                                .my_rank = (int32_t)a.rank,
+                                .domain_size = (int32_t)a.domain_size};
+    if (a.staging) {
+        pp.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
+        pp.staging_bytes = a.staging;
+    }
+    reshard_plan_t *plan = NULL;
+    s = reshard_plan_create(refit.train, refit.infer, &pp, &plan);
+    double t2 = now_s();
+    reshard_plan_stats_t st, bl;
+    if (s == RESHARD_OK)
+        s = reshard_plan_get_stats(plan, &st);
+    if (s == RESHARD_OK)
+        s = reshard_model_baseline(model, &refit, (int32_t)a.domain_size, &bl);
+    if (s != RESHARD_OK) {
+        rc = fail("plan", s);
+        goto out;
+    }
+    uint64_t model_bytes = reshard_tensors_bytes(refit.tensors);
+    if (a.json) {
+        json_t *o = json_object();
+        char buf[128];
+        json_object_set_new(o, "model", json_string(a.model));
+        json_object_set_new(o, "train", json_string(reshard_train_spec_str(&ts, buf, sizeof buf)));
+        json_object_set_new(o, "infer", json_string(reshard_infer_spec_str(&is, buf, sizeof buf)));
+        json_object_set_new(o, "dtype", json_string(a.dtype));
+        json_object_set_new(o, "domain_size", json_integer(a.domain_size));
+        if (a.rank != RESHARD_ALL_RANKS)
+            json_object_set_new(o, "rank", json_integer(a.rank));
+        json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
+        json_object_set_new(o, "train_world", json_integer(refit.train_world));
+        json_object_set_new(o, "infer_world", json_integer(refit.infer_world));
+        json_t *counts = counts_json(&st, &st);
+        json_object_update(o, counts);
+        json_decref(counts);
+        json_object_set_new(o, "pieces", json_integer(st.pieces));
+        json_object_set_new(o, "bytes_local", json_integer((json_int_t)st.bytes_local));
+        json_object_set_new(o, "plan_seconds", json_real(t2 - t1));
+        json_object_set_new(o, "layout_seconds", json_real(t1 - t0));
+        json_object_set_new(o, "baseline", counts_json(&bl, &st));
+        char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        json_decref(o);
+        if (!text) {
+            rc = 1;
+            goto out;
+        }
+        printf("%s\n", text);
+        free(text);
+    } else {
+        reshard_model_info_t mi;
+        reshard_model_info(model, &mi);
+        char b1[128], b2[128];
+        printf("model    %s (%s, %d layers%s, %s): %.2f G params, %.3f GB\n", a.model, mi.family,
+               mi.layers, mi.mtp_layers ? " + MTP" : "", a.dtype, (double)mi.params / 1e9,
+               (double)model_bytes / 1e9);
+        printf("train    %s: %d ranks, %lld fragments\n",
+               reshard_train_spec_str(&ts, b1, sizeof b1), refit.train_world,
+               (long long)reshard_layout_count(refit.train));
+        printf("infer    %s: %d ranks, %lld fragments\n",
+               reshard_infer_spec_str(&is, b2, sizeof b2), refit.infer_world,
+               (long long)reshard_layout_count(refit.infer));
+        if (a.domain_size > 1)
+            printf("domains  %ld ranks per NVLink domain\n", a.domain_size);
+        else
+            printf("domains  every rank its own domain\n");
+        printf("plan     %s: %.3f s (layouts %.3f s), %lld pieces\n",
+               a.rank == RESHARD_ALL_RANKS ? "all ranks" : "one rank", t2 - t1, t1 - t0,
+               (long long)st.pieces);
+        printf("\n  %-22s %17s %17s %9s\n", "", "reshard", "gather+bcast", "ratio");
+        row("bytes network", st.bytes_network, bl.bytes_network);
+        row("bytes nvlink", st.bytes_nvlink, bl.bytes_nvlink);
+        row("max NIC send", st.max_nic_send_bytes, bl.max_nic_send_bytes);
+        row("max NIC receive", st.max_nic_recv_bytes, bl.max_nic_recv_bytes);
+        printf("  %-22s %17lld %17lld\n", "transfers", (long long)st.transfers,
+               (long long)bl.transfers);
+        printf("\n  lower bound: %.3f GB across domains; NIC send >= %.3f GB, receive >= %.3f GB\n",
+               (double)st.bytes_lower_bound / 1e9, (double)st.nic_send_bound_bytes / 1e9,
+               (double)st.nic_recv_bound_bytes / 1e9);
+    }
+    rc = 0;
+out:
+    reshard_plan_destroy(plan);
+    reshard_model_refit_destroy(&refit);
+    reshard_model_destroy(model);
+    return rc;
+}
