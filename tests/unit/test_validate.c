@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -272,7 +273,11 @@ static void test_bad_buffer_moves_nothing(void **state)
     pair_t p;
     make_pair(&p);
     add_dst(&p, 1, 0, 8, 0);
-    reshard_plan_params_t prm = {.world_size = 2, .my_rank = RESHARD_ALL_RANKS};
+    /* rank 1 never calls execute here: a short timeout bounds rank 0's agreement wait */
+    reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT,
+                                 .world_size = 2,
+                                 .my_rank = RESHARD_ALL_RANKS,
+                                 .timeout_s = 0.2};
     reshard_plan_t *plan;
     assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_OK);
     reshard_inproc_group_t *g;
@@ -295,6 +300,55 @@ static void test_bad_buffer_moves_nothing(void **state)
     free_pair(&p);
 }
 
+typedef struct {
+    const reshard_plan_t *plan;
+    reshard_inproc_group_t *g;
+    reshard_buffer_t buf;
+    reshard_status_t st;
+} dst_rank_t;
+
+static void *dst_rank_main(void *arg)
+{
+    dst_rank_t *d = arg;
+    reshard_comm_t *c;
+    reshard_comm_create_inproc(d->g, 1, &c);
+    d->st = reshard_plan_execute(d->plan, c, NULL, 0, &d->buf, 1, NULL);
+    reshard_comm_destroy(c);
+    return NULL;
+}
+
+/* Rank 0 passes a short source buffer while rank 1 is ready: both fail, and
+ * rank 1's destination still holds the sentinel everywhere. */
+static void test_bad_buffer_both_ranks_fail(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    add_dst(&p, 1, 0, 8, 0);
+    reshard_plan_params_t prm = {.world_size = 2, .my_rank = RESHARD_ALL_RANKS};
+    reshard_plan_t *plan;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_OK);
+    reshard_inproc_group_t *g;
+    reshard_inproc_group_create(2, &g);
+    uint8_t dbuf[64], sbuf[64];
+    memset(dbuf, RESHARD_SENTINEL_BYTE, sizeof dbuf);
+    dst_rank_t d = {plan, g, {dbuf, sizeof dbuf}, RESHARD_OK};
+    pthread_t th;
+    pthread_create(&th, NULL, dst_rank_main, &d);
+    reshard_comm_t *c;
+    reshard_comm_create_inproc(g, 0, &c);
+    reshard_buffer_t sb = {sbuf, 32};
+    assert_int_equal(reshard_plan_execute(plan, c, &sb, 1, NULL, 0, NULL), RESHARD_ERR_BUFFER);
+    pthread_join(th, NULL);
+    assert_int_equal(d.st, RESHARD_ERR_BUFFER);
+    for (size_t i = 0; i < sizeof dbuf; i++)
+        assert_int_equal(dbuf[i], RESHARD_SENTINEL_BYTE);
+    reshard_comm_destroy(c);
+    reshard_inproc_group_destroy(g);
+    reshard_plan_destroy(plan);
+    free_pair(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_large_tensor_plan),
         cmocka_unit_test(test_staging_and_params),
         cmocka_unit_test(test_bad_buffer_moves_nothing),
+        cmocka_unit_test(test_bad_buffer_both_ranks_fail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
