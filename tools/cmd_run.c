@@ -108,13 +108,21 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
         }
         if (flag) {
             if (eq)
-                return usage_error(rank, "%s takes no value%s", name, "");
+                return usage_error(rank, "%s takes no value", name);
             *flag = 1;
             continue;
         }
+        static const char *const with_value[] = {
+            "--model",  "--train", "--infer",       "--dtype",      "--system",
+            "--layers", "--iters", "--domain-size", "--staging-mb", "--timeout"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known = known || !strcmp(name, with_value[k]);
+        if (!known)
+            return usage_error(rank, "unknown option '%s'", arg);
         const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!val)
-            return usage_error(rank, "%s needs a value%s", name, "");
+            return usage_error(rank, "%s needs a value", name);
         double x = 0;
         int rc = 0;
         if (!strcmp(name, "--model"))
@@ -135,23 +143,21 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
             rc = parse_num(rank, name, val, 1, &x), a->domain_size = (long)x;
         else if (!strcmp(name, "--staging-mb"))
             rc = parse_num(rank, name, val, 0, &a->staging_mb);
-        else if (!strcmp(name, "--timeout"))
+        else /* --timeout */
             rc = parse_num(rank, name, val, 0.001, &a->timeout_s);
-        else
-            return usage_error(rank, "unknown option '%s'%s", arg, "");
         if (rc)
             return rc;
     }
     if (!a->model || !a->train || !a->infer)
-        return usage_error(rank, "--model, --train and --infer are required%s%s", "", "");
+        return usage_error(rank, "--model, --train and --infer are required");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
-        return usage_error(rank, "--dtype: '%s' is not bf16 or fp8%s", a->dtype, "");
+        return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
     if (system) {
         if (a->domain_size >= 0)
-            return usage_error(rank, "--system and --domain-size exclude each other%s%s", "", "");
+            return usage_error(rank, "--system and --domain-size exclude each other");
         a->domain_size = cli_system_domain_size(system);
         if (a->domain_size < 0)
-            return usage_error(rank, "--system: '%s' is not h100 or gb200%s", system, "");
+            return usage_error(rank, "--system: '%s' is not h100 or gb200", system);
     }
     return 0;
 }
