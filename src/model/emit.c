@@ -115,9 +115,10 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
         uint64_t sb = (uint64_t)experts * (uint64_t)rs_cdiv(rows, RS_FP8_BLOCK) *
                       (uint64_t)rs_cdiv(width, RS_FP8_BLOCK) * 4u;
         size_t len = strlen(name);
-        if (len > 7 && !strcmp(name + len - 7, ".weight"))
+        bool dot_weight = len > 7 && !strcmp(name + len - 7, ".weight");
+        if (dot_weight)
             name[len - 7] = '\0';
-        s = table_add(e, id + 1, sb, name, len > 7 ? ".weight_scale_inv" : "_scale_inv");
+        s = table_add(e, id + 1, sb, name, dot_weight ? ".weight_scale_inv" : "_scale_inv");
     }
     return s == RESHARD_OK ? id : s;
 }

@@ -1,0 +1,808 @@
+/*
+ * Model refits executed in-process, checked against independent oracles.
+ *
+ * For small configs of every family the Megatron and vLLM layouts are built
+ * by the model front end, planned, and executed with one thread per rank.
+ * Then every byte of every buffer is checked against an oracle written here
+ * from the two frameworks' conventions alone (DESIGN §4): for each local
+ * position of a framework parameter, which row and column of which HF
+ * tensor must sit there, or "padding". Expected values are the pattern of
+ * (tensor id, HF flat index). Sources are checked against the Megatron
+ * oracle after reshard_fill_pattern, destinations against the vLLM oracle
+ * after the refit; padding must still hold the sentinel.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "layout/layout_internal.h"
+#include "reshard/reshard_model.h"
+
+#define SENTINEL 0xA5
+#define BLOCK 128
+
+/* ------------------------------------------------------------------ */
+/* Test configs, written as HF config.json text                        */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *type; /* "qwen3", "llama", "qwen3_moe", "deepseek_v3" */
+    int64_t H, I, Im, V;
+    int64_t nh, kv, hd;
+    int64_t E, nshared, first_dense, mlp_only0;
+    int64_t q_lora, kv_lora, nope, rope, vhd, nmtp;
+    int64_t L;
+    int tied;
+} tcfg_t;
+
+static char *config_json(const tcfg_t *c)
+{
+    char *s = malloc(4096);
+    int n =
+        snprintf(s, 4096,
+                 "{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
+                 "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
+                 "\"num_key_value_heads\": %lld, \"head_dim\": %lld, \"vocab_size\": %lld, "
+                 "\"tie_word_embeddings\": %s",
+                 c->type, (long long)c->H, (long long)c->I, (long long)c->L, (long long)c->nh,
+                 (long long)c->kv, (long long)c->hd, (long long)c->V, c->tied ? "true" : "false");
+    if (!strcmp(c->type, "qwen3_moe"))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, "
+                      "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [%s]",
+                      (long long)c->Im, (long long)c->E, c->mlp_only0 ? "0" : "");
+    if (!strcmp(c->type, "deepseek_v3"))
+        n +=
+            snprintf(s + n, 4096 - (size_t)n,
+                     ", \"moe_intermediate_size\": %lld, \"n_routed_experts\": %lld, "
+                     "\"n_shared_experts\": %lld, \"first_k_dense_replace\": %lld, "
+                     "\"q_lora_rank\": %lld, \"kv_lora_rank\": %lld, \"qk_nope_head_dim\": %lld, "
+                     "\"qk_rope_head_dim\": %lld, \"v_head_dim\": %lld, "
+                     "\"num_nextn_predict_layers\": %lld",
+                     (long long)c->Im, (long long)c->E, (long long)c->nshared,
+                     (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
+                     (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
+    snprintf(s + n, 4096 - (size_t)n, "}");
+    return s;
+}
+
+static int is_mla(const tcfg_t *c)
+{
+    return !strcmp(c->type, "deepseek_v3");
+}
+
+/* ------------------------------------------------------------------ */
+/* The oracles                                                         */
+/* ------------------------------------------------------------------ */
+
+/* What sits at one local position: HF tensor name and (expert, row, col). */
+typedef struct {
+    char name[192];
+    int64_t e, r, c;
+    int pad;
+} where_t;
+
+/* Local shape of a framework parameter: experts x rows x width. */
+typedef struct {
+    int64_t experts, rows, width;
+} geom_t;
+
+/* What the oracle knows of one rank. */
+typedef struct {
+    const tcfg_t *c;
+    const reshard_tensors_t *T;
+    int32_t tp, t;            /* TP size and rank */
+    int32_t etp, et, ep, epr; /* Megatron expert TP/EP sizes and ranks */
+    int64_t e0, ne;           /* vLLM: experts held (EP) */
+    int vllm_ep;
+} rk_t;
+
+static void at(where_t *w, const char *prefix, const char *name, int64_t e, int64_t r, int64_t col)
+{
+    snprintf(w->name, sizeof w->name, "%s%s", prefix, name);
+    w->e = e;
+    w->r = r;
+    w->c = col;
+    w->pad = 0;
+}
+
+/* Rows [0, n) hold tensor a's rows base.., rows [n, 2n) tensor b's. */
+static void pair(where_t *w, const char *prefix, const char *a, const char *b, int64_t n,
+                 int64_t base, int64_t e, int64_t i, int64_t col)
+{
+    at(w, prefix, i < n ? a : b, e, base + (i < n ? i : i - n), col);
+}
+
+static int64_t shape_of(const rk_t *x, const char *name, int d)
+{
+    int32_t id = reshard_tensors_find(x->T, name);
+    reshard_tensor_info_t info;
+    assert_true(id >= 0);
+    reshard_tensors_info(x->T, id, &info);
+    return d < info.ndim ? info.shape[d] : 1;
+}
+
+static int ends(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* A parameter that is one HF tensor, whole (norms, router, replicated
+ * projections): local flat index = HF flat index. */
+static void whole(const rk_t *x, const char *hf, geom_t *g, where_t *w, int64_t i, int64_t col)
+{
+    int32_t id = reshard_tensors_find(x->T, hf);
+    assert_true(id >= 0);
+    reshard_tensor_info_t info;
+    reshard_tensors_info(x->T, id, &info);
+    g->experts = 1;
+    g->rows = info.ndim == 2 ? info.shape[0] : 1;
+    g->width = info.shape[info.ndim - 1];
+    if (w)
+        at(w, "", hf, 0, info.ndim == 2 ? i : 0, col);
+}
+
+static void vocab(const rk_t *x, int64_t vpad, const char *hf, geom_t *g, where_t *w, int64_t i,
+                  int64_t col)
+{
+    int64_t per = vpad / x->tp, row = x->t * per + i;
+    *g = (geom_t){1, per, x->c->H};
+    if (w) {
+        at(w, "", hf, 0, row, col);
+        w->pad = row >= x->c->V;
+    }
+}
+
+/* The vLLM convention. Returns 0 for an unknown parameter. */
+static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                       geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t tp = x->tp, t = x->t, H = c->H;
+    int64_t vpad = (c->V + 63) / 64 * 64;
+    if (!strcmp(param, "model.embed_tokens.weight")) {
+        vocab(x, vpad, "model.embed_tokens.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "lm_head.weight")) {
+        vocab(x, vpad, "lm_head.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "model.norm.weight")) {
+        whole(x, param, g, w, i, col);
+        return 1;
+    }
+    int layer, k = 0;
+    if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
+        return 0;
+    const char *rest = param + k;
+    if (!strncmp(rest, "mtp_block.", 10))
+        rest += 10;
+    char pre[64];
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    char hf[192];
+    snprintf(hf, sizeof hf, "%s%s", pre, rest);
+    int64_t vdim = is_mla(c) ? c->vhd : c->hd;
+    if (ends(rest, "norm.weight") || !strcmp(rest, "mlp.gate.weight") ||
+        !strcmp(rest, "mlp.gate.e_score_correction_bias") || !strcmp(rest, "eh_proj.weight") ||
+        !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight")) {
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "self_attn.qkv_proj.weight")) {
+        int64_t hd = c->hd, nq = c->nh / tp;
+        int64_t nkv = tp <= c->kv ? c->kv / tp : 1;
+        int64_t k0 = tp <= c->kv ? t * nkv : t / (tp / c->kv); /* kv head replicated */
+        *g = (geom_t){1, (nq + 2 * nkv) * hd, H};
+        if (w) {
+            if (i < nq * hd)
+                at(w, pre, "self_attn.q_proj.weight", 0, t * nq * hd + i, col);
+            else
+                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", nkv * hd,
+                     k0 * hd, 0, i - nq * hd, col);
+        }
+        return 1;
+    }
+    if (!strcmp(rest, "self_attn.fused_qkv_a_proj.weight")) {
+        *g = (geom_t){1, c->q_lora + c->kv_lora + c->rope, H};
+        if (w)
+            pair(w, pre, "self_attn.q_a_proj.weight", "self_attn.kv_a_proj_with_mqa.weight",
+                 c->q_lora, 0, 0, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "self_attn.q_b_proj.weight") || !strcmp(rest, "self_attn.kv_b_proj.weight") ||
+        !strcmp(rest, "self_attn.q_proj.weight")) {
+        int64_t rows = shape_of(x, hf, 0) / tp;
+        *g = (geom_t){1, rows, shape_of(x, hf, 1)};
+        if (w)
+            at(w, "", hf, 0, t * rows + i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "self_attn.o_proj.weight")) {
+        int64_t n = c->nh * vdim / tp;
+        *g = (geom_t){1, H, n};
+        if (w)
+            at(w, "", hf, 0, i, t * n + col);
+        return 1;
+    }
+    int shared = !strncmp(rest, "mlp.shared_experts.", 19);
+    int64_t I = shared ? c->Im * c->nshared : c->I, n = I / tp;
+    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    char a[96], b[96];
+    if (ends(rest, "gate_up_proj.weight")) {
+        *g = (geom_t){1, 2 * n, H};
+        snprintf(a, sizeof a, "%sgate_proj.weight", sub);
+        snprintf(b, sizeof b, "%sup_proj.weight", sub);
+        if (w)
+            pair(w, pre, a, b, n, t * n, 0, i, col);
+        return 1;
+    }
+    if (ends(rest, "down_proj.weight")) {
+        *g = (geom_t){1, H, n};
+        snprintf(a, sizeof a, "%sdown_proj.weight", sub);
+        if (w)
+            at(w, pre, a, 0, i, t * n + col);
+        return 1;
+    }
+    /* Experts: EP = whole experts [e0, e0+ne); no EP = all experts, TP-split. */
+    int64_t ne = x->vllm_ep ? x->ne : c->E, e = (x->vllm_ep ? x->e0 : 0) + el;
+    int64_t ni = x->vllm_ep ? c->Im : c->Im / tp, i0 = x->vllm_ep ? 0 : t * ni;
+    if (!strcmp(rest, "mlp.experts.w13_weight")) {
+        *g = (geom_t){ne, 2 * ni, H};
+        if (w)
+            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0, e, i,
+                 col);
+        return 1;
+    }
+    if (!strcmp(rest, "mlp.experts.w2_weight")) {
+        *g = (geom_t){ne, H, ni};
+        if (w)
+            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+        return 1;
+    }
+    return 0;
+}
+
+/* The Megatron convention. Returns 0 for an unknown parameter. */
+static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                           geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t tp = x->tp, t = x->t, H = c->H;
+    int64_t vpad = (c->V + 128 * tp - 1) / (128 * tp) * (128 * tp);
+    if (!strcmp(param, "embedding.word_embeddings.weight")) {
+        vocab(x, vpad, "model.embed_tokens.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "output_layer.weight")) {
+        vocab(x, vpad, c->tied ? "model.embed_tokens.weight" : "lm_head.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "decoder.final_layernorm.weight")) {
+        whole(x, "model.norm.weight", g, w, i, col);
+        return 1;
+    }
+    int layer, k = 0;
+    char pre[64], hf[192];
+    const char *rest;
+    if (sscanf(param, "decoder.layers.%d.%n", &layer, &k) == 1 && k) {
+        rest = param + k;
+    } else if (sscanf(param, "mtp.layers.%d.%n", &layer, &k) == 1 && k) {
+        rest = param + k;
+        layer += (int)c->L; /* HF numbers MTP layers after the decoder layers */
+        if (!strncmp(rest, "transformer_layer.", 18))
+            rest += 18;
+        snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+        if (!strcmp(rest, "final_layernorm.weight")) {
+            snprintf(hf, sizeof hf, "%sshared_head.norm.weight", pre);
+            whole(x, hf, g, w, i, col);
+            return 1;
+        }
+        if (!strcmp(rest, "enorm.weight") || !strcmp(rest, "hnorm.weight")) {
+            snprintf(hf, sizeof hf, "%s%s", pre, rest);
+            whole(x, hf, g, w, i, col);
+            return 1;
+        }
+        if (!strcmp(rest, "eh_proj.weight")) {
+            *g = (geom_t){1, H / tp, 2 * H};
+            if (w)
+                at(w, pre, "eh_proj.weight", 0, t * (H / tp) + i, col);
+            return 1;
+        }
+    } else {
+        return 0;
+    }
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    static const struct {
+        const char *mg, *hf;
+    } same[] = {
+        {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
+        {"input_layernorm.weight", "input_layernorm.weight"},
+        {"self_attention.q_layernorm.weight", "self_attn.q_norm.weight"},
+        {"self_attention.k_layernorm.weight", "self_attn.k_norm.weight"},
+        {"self_attention.linear_q_down_proj.weight", "self_attn.q_a_proj.weight"},
+        {"self_attention.linear_q_up_proj.layer_norm_weight", "self_attn.q_a_layernorm.weight"},
+        {"self_attention.linear_kv_down_proj.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+        {"self_attention.linear_kv_up_proj.layer_norm_weight", "self_attn.kv_a_layernorm.weight"},
+        {"mlp.linear_fc1.layer_norm_weight", "post_attention_layernorm.weight"},
+        {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
+        {"mlp.router.weight", "mlp.gate.weight"},
+        {"mlp.router.expert_bias", "mlp.gate.e_score_correction_bias"},
+    };
+    for (size_t s = 0; s < sizeof same / sizeof *same; s++)
+        if (!strcmp(rest, same[s].mg)) {
+            snprintf(hf, sizeof hf, "%s%s", pre, same[s].hf);
+            whole(x, hf, g, w, i, col);
+            return 1;
+        }
+    if (!strcmp(rest, "self_attention.linear_qkv.weight")) {
+        /* per query group g: [q heads of g; k head g; v head g] */
+        int64_t hd = c->hd, hpg = c->nh / c->kv, ng = c->kv / tp, gs = (hpg + 2) * hd;
+        *g = (geom_t){1, ng * gs, H};
+        if (w) {
+            int64_t grp = t * ng + i / gs, j = i % gs;
+            if (j < hpg * hd)
+                at(w, pre, "self_attn.q_proj.weight", 0, grp * hpg * hd + j, col);
+            else
+                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", hd, grp * hd, 0,
+                     j - hpg * hd, col);
+        }
+        return 1;
+    }
+    static const struct {
+        const char *mg, *hf;
+    } column[] = {
+        {"self_attention.linear_q_up_proj.weight", "self_attn.q_b_proj.weight"},
+        {"self_attention.linear_q_proj.weight", "self_attn.q_proj.weight"},
+        {"self_attention.linear_kv_up_proj.weight", "self_attn.kv_b_proj.weight"},
+    };
+    for (size_t s = 0; s < sizeof column / sizeof *column; s++)
+        if (!strcmp(rest, column[s].mg)) {
+            snprintf(hf, sizeof hf, "%s%s", pre, column[s].hf);
+            int64_t rows = shape_of(x, hf, 0) / tp;
+            *g = (geom_t){1, rows, shape_of(x, hf, 1)};
+            if (w)
+                at(w, "", hf, 0, t * rows + i, col);
+            return 1;
+        }
+    if (!strcmp(rest, "self_attention.linear_proj.weight")) {
+        int64_t n = c->nh * (is_mla(c) ? c->vhd : c->hd) / tp;
+        *g = (geom_t){1, H, n};
+        if (w)
+            at(w, pre, "self_attn.o_proj.weight", 0, i, t * n + col);
+        return 1;
+    }
+    int shared = !strncmp(rest, "mlp.shared_experts.", 19);
+    int64_t n = (shared ? c->Im * c->nshared : c->I) / tp;
+    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    char a[96], b[96];
+    if (!strcmp(rest, "mlp.linear_fc1.weight") ||
+        !strcmp(rest, "mlp.shared_experts.linear_fc1.weight")) {
+        *g = (geom_t){1, 2 * n, H};
+        snprintf(a, sizeof a, "%sgate_proj.weight", sub);
+        snprintf(b, sizeof b, "%sup_proj.weight", sub);
+        if (w)
+            pair(w, pre, a, b, n, t * n, 0, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "mlp.linear_fc2.weight") ||
+        !strcmp(rest, "mlp.shared_experts.linear_fc2.weight")) {
+        *g = (geom_t){1, H, n};
+        snprintf(a, sizeof a, "%sdown_proj.weight", sub);
+        if (w)
+            at(w, pre, a, 0, i, t * n + col);
+        return 1;
+    }
+    /* Experts: EP rank r holds [r*E/EP, (r+1)*E/EP), ETP-split like a dense MLP. */
+    int64_t ne = c->E / x->ep, e = x->epr * ne + el, ni = c->Im / x->etp, i0 = x->et * ni;
+    if (!strcmp(rest, "mlp.experts.linear_fc1.weight")) {
+        *g = (geom_t){ne, 2 * ni, H};
+        if (w)
+            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0, e, i,
+                 col);
+        return 1;
+    }
+    if (!strcmp(rest, "mlp.experts.linear_fc2.weight")) {
+        *g = (geom_t){ne, H, ni};
+        if (w)
+            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+        return 1;
+    }
+    return 0;
+}
+
+typedef int (*oracle_fn)(const rk_t *, const char *, int64_t, int64_t, int64_t, geom_t *,
+                         where_t *);
+
+/* Check one buffer of a rank against an oracle. FP8 scale buffers
+ * ("..._scale_inv") mirror their weight parameter block by block. Returns
+ * the number of wrong bytes; @p checked counts pattern bytes. */
+static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model_buffer_t *b,
+                            const uint8_t *data, uint64_t *checked)
+{
+    char param[256];
+    snprintf(param, sizeof param, "%s", b->name);
+    int scale = 0;
+    char *sfx = strstr(param, "_scale_inv");
+    if (sfx) {
+        scale = 1; /* "x.weight_scale_inv" -> "x.weight", "w13_weight_scale_inv" -> "w13_weight" */
+        *sfx = '\0';
+    }
+    geom_t g;
+    if (!oracle(x, param, 0, 0, 0, &g, NULL))
+        fail_msg("rank %d: the oracle does not know parameter %s", b->rank, b->name);
+    int64_t rows = scale ? (g.rows + BLOCK - 1) / BLOCK : g.rows;
+    int64_t width = scale ? (g.width + BLOCK - 1) / BLOCK : g.width;
+    int64_t bad = 0;
+    size_t es = 0;
+    for (int64_t e = 0; e < g.experts; e++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t col = 0; col < width; col++) {
+                where_t w;
+                oracle(x, param, e, scale ? i * BLOCK : i, scale ? col * BLOCK : col, &g, &w);
+                char name[200];
+                if (scale) {
+                    size_t len = strlen(w.name);
+                    snprintf(name, sizeof name, "%.*s.weight_scale_inv", (int)(len - 7), w.name);
+                } else {
+                    snprintf(name, sizeof name, "%s", w.name);
+                }
+                int32_t id = reshard_tensors_find(x->T, name);
+                if (id < 0)
+                    fail_msg("%s: oracle names unknown tensor %s", b->name, name);
+                reshard_tensor_info_t info;
+                reshard_tensors_info(x->T, id, &info);
+                es = reshard_dtype_size(info.dtype);
+                int64_t R = info.shape[info.ndim - 2], C = info.shape[info.ndim - 1];
+                int64_t r = scale ? w.r / BLOCK : w.r, cc = scale ? w.c / BLOCK : w.c;
+                const uint8_t *p = data + (size_t)(((e * rows + i) * width + col) * (int64_t)es);
+                if (w.pad) {
+                    for (size_t q = 0; q < es; q++)
+                        bad += p[q] != SENTINEL;
+                    continue;
+                }
+                if (info.ndim == 1) {
+                    r = 0;
+                    R = 1;
+                }
+                uint64_t v = rs_pattern_value(id, (w.e * R + r) * C + cc);
+                bad += memcmp(p, &v, es) != 0;
+                *checked += es;
+            }
+    uint64_t want = (uint64_t)(g.experts * rows * width) * es;
+    if (b->bytes != want)
+        fail_msg("rank %d %s: buffer of %llu bytes, the convention says %llu", b->rank, b->name,
+                 (unsigned long long)b->bytes, (unsigned long long)want);
+    return bad;
+}
+
+/* ------------------------------------------------------------------ */
+/* In-process execution                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    const tcfg_t *c;
+    const reshard_model_refit_t *f;
+    const reshard_plan_t *plan;
+    reshard_inproc_group_t *group;
+    int32_t rank;
+    reshard_status_t status;
+    char msg[512];
+    uint64_t checked;
+    int64_t bad;
+} job_t;
+
+static reshard_buffer_t *alloc_bufs(const reshard_model_buffers_t *t, int32_t rank, int32_t *n)
+{
+    *n = reshard_model_buffer_count(t, rank);
+    reshard_buffer_t *b = calloc((size_t)*n + 1, sizeof *b);
+    for (int32_t i = 0; i < *n; i++) {
+        b[i].bytes = reshard_model_buffer_bytes(t, rank, i);
+        b[i].ptr = malloc(b[i].bytes + 64);
+        memset(b[i].ptr, SENTINEL, b[i].bytes + 64);
+    }
+    return b;
+}
+
+static void rank_ctx(const job_t *j, int train, rk_t *x)
+{
+    const reshard_train_spec_t *ts = &j->f->train_spec;
+    const reshard_infer_spec_t *is = &j->f->infer_spec;
+    *x = (rk_t){.c = j->c, .T = j->f->tensors};
+    if (train) {
+        int32_t S = ts->tp * ts->cp * ts->dp, li = j->rank % S;
+        x->tp = ts->tp;
+        x->t = li % ts->tp;
+        x->etp = ts->etp;
+        x->et = li % ts->etp;
+        x->ep = ts->ep;
+        x->epr = (li / ts->etp) % ts->ep;
+    } else {
+        int32_t r = j->rank - j->f->train_world, eps = is->tp * is->dp;
+        x->tp = is->tp;
+        x->t = r % is->tp;
+        x->vllm_ep = is->ep;
+        if (j->c->E) {
+            int64_t base = j->c->E / eps, rem = j->c->E % eps; /* remainder to the first ranks */
+            x->ne = base + (r < rem);
+            x->e0 = r * base + (r < rem ? r : rem);
+        }
+    }
+}
+
+static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
+                       const reshard_buffer_t *bufs, int32_t n)
+{
+    rk_t x;
+    rank_ctx(j, train, &x);
+    for (int64_t k = 0; k < reshard_model_buffers_count(t); k++) {
+        reshard_model_buffer_t b;
+        reshard_model_buffers_get(t, k, &b);
+        if (b.rank != j->rank)
+            continue;
+        assert_true(b.buffer < n);
+        int64_t bad = check_buffer(&x, train ? megatron_oracle : vllm_oracle, &b,
+                                   bufs[b.buffer].ptr, &j->checked);
+        for (int q = 0; q < 64; q++) /* nothing written past the end */
+            bad += ((uint8_t *)bufs[b.buffer].ptr)[b.bytes + (uint64_t)q] != SENTINEL;
+        if (bad && !j->bad)
+            snprintf(j->msg, sizeof j->msg, "rank %d %s: %lld wrong bytes", j->rank, b.name,
+                     (long long)bad);
+        j->bad += bad;
+    }
+}
+
+static void *rank_main(void *arg)
+{
+    job_t *j = arg;
+    const reshard_model_refit_t *f = j->f;
+    int train = j->rank < f->train_world;
+    int32_t ns = 0, nd = 0;
+    reshard_buffer_t *src = alloc_bufs(f->train_buffers, j->rank, &ns);
+    reshard_buffer_t *dst = alloc_bufs(f->infer_buffers, j->rank, &nd);
+    reshard_comm_t *comm = NULL;
+    j->status = reshard_comm_create_inproc(j->group, j->rank, &comm);
+    if (j->status == RESHARD_OK && train)
+        j->status = reshard_fill_pattern(f->train, j->rank, src, ns);
+    if (j->status == RESHARD_OK)
+        j->status = reshard_plan_execute(j->plan, comm, src, ns, dst, nd, NULL);
+    if (j->status != RESHARD_OK)
+        snprintf(j->msg, sizeof j->msg, "rank %d: %s: %s", j->rank,
+                 reshard_status_string(j->status), reshard_last_error());
+    reshard_comm_destroy(comm);
+    if (j->status == RESHARD_OK) {
+        if (train)
+            check_rank(j, 1, f->train_buffers, src, ns);
+        else
+            check_rank(j, 0, f->infer_buffers, dst, nd);
+    }
+    for (int32_t i = 0; i < ns; i++)
+        free(src[i].ptr);
+    for (int32_t i = 0; i < nd; i++)
+        free(dst[i].ptr);
+    free(src);
+    free(dst);
+    return NULL;
+}
+
+/* Every train rank holds only the layers of its pipeline stage: a
+ * contiguous block, the first L%pp stages one more. */
+static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
+{
+    const reshard_train_spec_t *s = &f->train_spec;
+    int32_t S = s->tp * s->cp * s->dp;
+    for (int64_t k = 0; k < reshard_model_buffers_count(f->train_buffers); k++) {
+        reshard_model_buffer_t b;
+        reshard_model_buffers_get(f->train_buffers, k, &b);
+        int32_t p = b.rank / S, layer;
+        int64_t base = c->L / s->pp, rem = c->L % s->pp;
+        int64_t first = p * base + (p < rem ? p : rem), count = base + (p < rem);
+        if (sscanf(b.name, "decoder.layers.%d.", &layer) == 1)
+            assert_true(layer >= first && layer < first + count);
+        if (!strncmp(b.name, "embedding.", 10))
+            assert_int_equal(p, 0);
+        if (!strncmp(b.name, "output_layer.", 13) || !strncmp(b.name, "mtp.", 4) ||
+            !strncmp(b.name, "decoder.final", 13))
+            assert_int_equal(p, s->pp - 1);
+    }
+}
+
+static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train, const char *infer)
+{
+    char *json = config_json(c);
+    reshard_model_options_t o = {.mtp = c->nmtp > 0, .dtype = dtype};
+    reshard_model_t *m;
+    if (reshard_model_load_json(json, &o, &m) != RESHARD_OK)
+        fail_msg("load: %s", reshard_last_error());
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse(train, &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse(infer, &is), RESHARD_OK);
+    reshard_model_refit_t f;
+    if (reshard_model_refit_create(m, &ts, &is, &f) != RESHARD_OK)
+        fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
+    check_stages(c, &f);
+    int32_t world = f.train_world + f.infer_world;
+    reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_STAGING_BYTES,
+                                .world_size = world,
+                                .my_rank = RESHARD_ALL_RANKS,
+                                .staging_bytes = 64 << 10};
+    reshard_plan_t *plan;
+    if (reshard_plan_create(f.train, f.infer, &pp, &plan) != RESHARD_OK)
+        fail_msg("plan %s -> %s: %s", train, infer, reshard_last_error());
+    reshard_inproc_group_t *group;
+    assert_int_equal(reshard_inproc_group_create(world, &group), RESHARD_OK);
+    job_t *jobs = calloc((size_t)world, sizeof *jobs);
+    pthread_t *th = calloc((size_t)world, sizeof *th);
+    for (int32_t r = 0; r < world; r++) {
+        jobs[r] = (job_t){.c = c, .f = &f, .plan = plan, .group = group, .rank = r};
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
+    }
+    uint64_t checked_dst = 0;
+    for (int32_t r = 0; r < world; r++)
+        pthread_join(th[r], NULL);
+    for (int32_t r = 0; r < world; r++) {
+        if (jobs[r].status != RESHARD_OK || jobs[r].bad)
+            fail_msg("%s %s -> %s: %s", c->type, train, infer, jobs[r].msg);
+        if (r >= f.train_world)
+            checked_dst += jobs[r].checked;
+    }
+    /* every inference element came from the refit: exactly the bytes written */
+    reshard_plan_stats_t st;
+    assert_int_equal(reshard_plan_get_stats(plan, &st), RESHARD_OK);
+    assert_int_equal(checked_dst, st.bytes_total);
+    free(jobs);
+    free(th);
+    reshard_inproc_group_destroy(group);
+    reshard_plan_destroy(plan);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cases                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Qwen3 dense: GQA 8 heads / 2 kv heads, q/k norms, tied embeddings, a
+ * vocabulary (203) that no tp divides. */
+static const tcfg_t qwen3_tied = {
+    .type = "qwen3", .H = 48, .I = 40, .V = 203, .nh = 8, .kv = 2, .hd = 8, .L = 5, .tied = 1};
+
+static void test_gqa_tp_over_kv_heads_tied(void **state)
+{
+    (void)state;
+    /* infer tp=8 > 2 kv heads: each kv head on 4 consecutive ranks */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=2,dp=2", "tp=8,dp=2");
+    /* one stage: Megatron's output layer shares the embedding */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=1,pp=1,dp=3", "tp=4");
+    /* pp=3 over 5 layers: uneven stages; tied copy on the last stage */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=2");
+}
+
+/* Llama: untied, 4 query groups; Megatron tp=1 holds 4 groups per rank in
+ * one fused linear_qkv, tp=2 two. */
+static const tcfg_t llama = {
+    .type = "llama", .H = 32, .I = 24, .V = 100, .nh = 8, .kv = 4, .hd = 8, .L = 3};
+
+static void test_fused_qkv_groups(void **state)
+{
+    (void)state;
+    refit_case(&llama, RESHARD_BF16, "tp=1,pp=2", "tp=2,dp=2");
+    refit_case(&llama, RESHARD_BF16, "tp=2,pp=1,dp=2", "tp=1,dp=1");
+    refit_case(&llama, RESHARD_BF16, "tp=4,cp=2", "tp=8");
+}
+
+/* Qwen3-MoE: 6 experts, layer 0 dense (mlp_only_layers). */
+static const tcfg_t qwen3_moe = {.type = "qwen3_moe",
+                                 .H = 32,
+                                 .I = 48,
+                                 .Im = 16,
+                                 .V = 90,
+                                 .nh = 4,
+                                 .kv = 2,
+                                 .hd = 8,
+                                 .E = 6,
+                                 .mlp_only0 = 1,
+                                 .L = 3};
+
+static void test_moe_experts(void **state)
+{
+    (void)state;
+    /* vLLM EP over 4 ranks: 6 experts -> 2, 2, 1, 1 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
+    /* Megatron ETP: ep=3, etp=2 over tp*dp=6 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=3,ep=3,etp=2,pp=2", "tp=4,ep=off");
+    /* vLLM EP over 5 ranks (6 experts: 2,1,1,1,1), Megatron ep=6 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=6,ep=6", "tp=1,dp=5,ep=on");
+}
+
+/* DeepSeek-V3 shape: MLA with q_lora, one dense layer, 5 routed experts,
+ * a shared expert, router bias, an MTP layer. */
+static const tcfg_t dsv3 = {.type = "deepseek_v3",
+                            .H = 64,
+                            .I = 32,
+                            .Im = 8,
+                            .V = 77,
+                            .nh = 4,
+                            .kv = 4,
+                            .hd = 8,
+                            .E = 5,
+                            .nshared = 1,
+                            .first_dense = 1,
+                            .q_lora = 24,
+                            .kv_lora = 16,
+                            .nope = 8,
+                            .rope = 4,
+                            .vhd = 8,
+                            .nmtp = 1,
+                            .L = 3};
+
+static void test_mla(void **state)
+{
+    (void)state;
+    refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,etp=2", "tp=2,dp=2,ep=on");
+    refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4");
+    tcfg_t no_q_lora = dsv3;
+    no_q_lora.q_lora = 0;
+    no_q_lora.nmtp = 0;
+    refit_case(&no_q_lora, RESHARD_BF16, "tp=4", "tp=2,dp=2,ep=on");
+}
+
+/* FP8: e4m3 weights and 128x128 fp32 block scales, sharded at block
+ * granularity (head_dim 128, intermediate sizes in whole blocks). */
+static const tcfg_t qwen3_moe_fp8 = {.type = "qwen3_moe",
+                                     .H = 256,
+                                     .I = 256,
+                                     .Im = 128,
+                                     .V = 300,
+                                     .nh = 4,
+                                     .kv = 2,
+                                     .hd = 128,
+                                     .E = 4,
+                                     .mlp_only0 = 1,
+                                     .L = 2};
+static const tcfg_t dsv3_fp8 = {.type = "deepseek_v3",
+                                .H = 256,
+                                .I = 256,
+                                .Im = 256,
+                                .V = 200,
+                                .hd = 64,
+                                .nh = 4,
+                                .kv = 4,
+                                .E = 2,
+                                .nshared = 1,
+                                .first_dense = 1,
+                                .q_lora = 128,
+                                .kv_lora = 128,
+                                .nope = 64,
+                                .rope = 64,
+                                .vhd = 64,
+                                .L = 2};
+
+static void test_fp8(void **state)
+{
+    (void)state;
+    refit_case(&qwen3_moe_fp8, RESHARD_FP8_E4M3, "tp=2,ep=2", "tp=2,ep=on");
+    refit_case(&qwen3_moe_fp8, RESHARD_FP8_E4M3, "tp=1,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
+    refit_case(&dsv3_fp8, RESHARD_FP8_E4M3, "tp=2,pp=2", "tp=2,ep=on");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gqa_tp_over_kv_heads_tied),
+        cmocka_unit_test(test_fused_qkv_groups),
+        cmocka_unit_test(test_moe_experts),
+        cmocka_unit_test(test_mla),
+        cmocka_unit_test(test_fp8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
