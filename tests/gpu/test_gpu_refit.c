@@ -7,7 +7,7 @@
  *     the executor does), unpacked into a transposed fragment, and compared with the CPU.
  *  2. reshard_plan_execute on real model layouts (Megatron tp=1 -> vLLM tp=1 on the same
  *     rank: fused QKV regrouped, gate/up fused, experts restacked, FP8 scales) with device
- *     buffers; every destination element and every padding byte verified, twice.
+ *     buffers, twice; every destination element and every padding byte verified.
  *  3. The outcome agreement: a local error is returned by finish, a too-small buffer is
  *     rejected before anything moves, and the endpoint keeps working afterwards.
  *
@@ -189,8 +189,10 @@ static uint64_t layout_bytes(const reshard_layout_t *l, const reshard_tensors_t 
     return sum;
 }
 
+/* Two executions (the second reuses the endpoint's cached staging); @p verify_first: also
+ * verify the first (host-side verification costs ~10 s per GB; the second is always). */
 static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dtype, int32_t layers,
-                        uint64_t staging)
+                        uint64_t staging, int verify_first)
 {
     reshard_model_t *m = NULL;
     reshard_tensors_t *T = NULL;
@@ -227,6 +229,11 @@ static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dty
         CHECK_OK(reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, &es));
         const double secs = now_s() - t0;
         uint64_t verified = 0;
+        if (it == 0 && !verify_first) {
+            printf("ok   refit %s (%s, %d layers) iteration 0: %.3f s, not verified\n", name,
+                   reshard_dtype_name(dtype), (int)layers, secs);
+            continue;
+        }
         CHECK_OK(reshard_nccl_verify_pattern(c, dst, 0, db.b, db.n, &verified));
         CHECK(verified == want, "%s: verified %" PRIu64 " bytes, the layout has %" PRIu64, name,
               verified, want);
@@ -344,9 +351,10 @@ int main(void)
     transport_rounds(c, 1024, 4096, 4, 4 << 20);      /* fp32, 16 MiB in 4 MiB chunks */
     transport_rounds(c, 129, 3001, 8, (1 << 20) + 8); /* fp64, odd chunk */
 
-    model_refit(c, "qwen3-0.6b", RESHARD_BF16, 2, 64 << 20);
-    model_refit(c, "qwen3-30b-a3b", RESHARD_BF16, 1, 256 << 20);
-    model_refit(c, "deepseek-v3", RESHARD_FP8_E4M3, 1, 256 << 20);
+    /* real configs, first layers only (0.4 GB, 0.2 GB, 2.5 GB per side) */
+    model_refit(c, "qwen3-0.6b", RESHARD_BF16, 2, 64 << 20, 1);
+    model_refit(c, "qwen3-0.6b", RESHARD_FP8_E4M3, 2, 64 << 20, 1); /* e4m3 + fp32 scales */
+    model_refit(c, "qwen3-30b-a3b", RESHARD_BF16, 1, 256 << 20, 0); /* stacked experts */
     agreement(c);
 
     reshard_comm_destroy(c);
