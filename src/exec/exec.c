@@ -1,9 +1,11 @@
 /*
  * reshard_plan_execute: the pipelined chunk loop over a transport.
  *
- * Per stage, round k moves the k-th chunk of every stream of this rank. Round
- * k+1 is packed and posted before round k is waited for and unpacked, so two
- * rounds are in flight and packing overlaps the transfer.
+ * Round k moves the k-th chunk of every stage-0 stream of this rank (and of
+ * the forward streams, as far as their landed bytes allow). Round k+1 is
+ * packed and posted before round k is waited for and unpacked, so two rounds
+ * are in flight and packing overlaps the transfer; forwarding of what landed
+ * in round k overlaps the arrival of rounds k+1, k+2, ...
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,45 +87,223 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
     return RESHARD_OK;
 }
 
-static uint64_t chunk_len(const rs_stream_t *s, int64_t round)
+/* One stream of this rank in the round loop. Stage-0 streams move chunk k in
+ * round k; a forward stream (stage 1) moves len[k] bytes in round k, where
+ * the schedule only lets bytes through once the landing rank has unpacked
+ * them (see forward_schedules). Both ends of a stream compute the same
+ * schedule from the global plan, so their messages always match. */
+typedef struct {
+    const rs_stream_t *s;
+    bool send;
+    uint64_t slot_off; /* fixed place in each slot */
+    rs_cursor_t cur;
+    uint64_t *len; /* forward streams: bytes per round; NULL for stage 0 */
+    int64_t rounds;
+} rs_xstream_t;
+
+static uint64_t round_len(const rs_xstream_t *x, int64_t round)
 {
-    uint64_t start = (uint64_t)round * s->chunk;
-    if (start >= s->bytes)
+    if (round >= x->rounds)
         return 0;
-    return s->bytes - start < s->chunk ? s->bytes - start : s->chunk;
+    if (x->len)
+        return x->len[round];
+    uint64_t start = (uint64_t)round * x->s->chunk;
+    return x->s->bytes - start < x->s->chunk ? x->s->bytes - start : x->s->chunk;
 }
 
-static int64_t stream_rounds(const rs_stream_t *s)
+/* A stage-0 piece received by a landing rank, and the round that unpacks it. */
+typedef struct {
+    int32_t rank, frag;
+    int64_t piece, done;
+} rs_landed_t;
+
+static int cmp_landed(const void *pa, const void *pb)
 {
-    return (int64_t)((s->bytes + s->chunk - 1) / s->chunk);
+    const rs_landed_t *a = pa, *b = pb;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    if (a->frag != b->frag)
+        return a->frag < b->frag ? -1 : 1;
+    return a->piece < b->piece ? -1 : a->piece > b->piece;
+}
+
+/* The stage-0 pieces received (through streams) by every rank with want[r]. */
+static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, int64_t *n_out)
+{
+    int64_t n = 0, cap = 0;
+    rs_landed_t *v = NULL;
+    uint64_t off = 0;
+    for (int64_t i = 0; i < plan->npieces; i++) {
+        const rs_piece_t *p = &plan->pieces[i];
+        if (p->stage != RS_STAGE_DIRECT)
+            break; /* pieces are sorted by stage first */
+        if (i == 0 || p->sender != plan->pieces[i - 1].sender ||
+            p->receiver != plan->pieces[i - 1].receiver)
+            off = 0;
+        if (p->sender == p->receiver || !want[p->receiver])
+            continue;
+        uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
+        uint64_t chunk = a < b ? a : b;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            rs_landed_t *nv = realloc(v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                return NULL;
+            }
+            v = nv;
+        }
+        v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, (int64_t)((off + p->bytes - 1) / chunk)};
+        off += rs_piece_stream_bytes(p);
+    }
+    if (n > 1)
+        qsort(v, (size_t)n, sizeof *v, cmp_landed);
+    *n_out = n;
+    return v ? v : malloc(1);
+}
+
+/* First round in which forward piece @p q may be packed on its landing rank:
+ * two rounds after the last round unpacking a stage-0 piece that fills part
+ * of its box (round k+2 is packed after round k is unpacked). */
+static int64_t forward_ready(const reshard_plan_t *plan, const rs_landed_t *l, int64_t nl,
+                             const rs_piece_t *q)
+{
+    int64_t lo = 0, hi = nl;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (l[mid].rank < q->sender || (l[mid].rank == q->sender && l[mid].frag < q->from_frag))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int64_t ready = 0;
+    for (int64_t i = lo; i < nl && l[i].rank == q->sender && l[i].frag == q->from_frag; i++) {
+        reshard_box_t x;
+        if (l[i].done + 2 > ready && rs_box_intersect(&plan->pieces[l[i].piece].box, &q->box, &x))
+            ready = l[i].done + 2;
+    }
+    return ready;
+}
+
+/* Per-round lengths of forward stream @p x: in round k it moves up to a chunk
+ * of the bytes whose pieces (a prefix of the stream) are all ready. */
+static int forward_schedule(const reshard_plan_t *plan, const rs_landed_t *l, int64_t nl,
+                            rs_xstream_t *x)
+{
+    const rs_stream_t *s = x->s;
+    int64_t *ready = malloc((size_t)(s->n ? s->n : 1) * sizeof *ready);
+    if (!ready)
+        return -1;
+    int64_t last = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+        ready[i] = forward_ready(plan, l, nl, &plan->pieces[s->idx[i]]);
+        if (i > 0 && ready[i] < ready[i - 1])
+            ready[i] = ready[i - 1]; /* the stream moves in order */
+        last = ready[i];
+    }
+    int64_t cap = last + (int64_t)((s->bytes + s->chunk - 1) / s->chunk) + 1;
+    x->len = calloc((size_t)cap, sizeof *x->len);
+    if (!x->len) {
+        free(ready);
+        return -1;
+    }
+    uint64_t pos = 0, avail = 0;
+    int64_t pi = 0, g = 0;
+    for (; pos < s->bytes; g++) {
+        while (pi < s->n && ready[pi] <= g)
+            avail += rs_piece_stream_bytes(&plan->pieces[s->idx[pi++]]);
+        uint64_t len = avail - pos < s->chunk ? avail - pos : s->chunk;
+        x->len[g] = len;
+        pos += len;
+    }
+    x->rounds = g;
+    free(ready);
+    return 0;
+}
+
+/* The streams of this rank in loop order (receives of stage 0 then 1, sends
+ * of stage 0 then 1; both ends of a pair post in the same order), their slot
+ * places and forward schedules. Forwards to itself are left out (copied
+ * after the loop). */
+static reshard_status_t build_xstreams(rs_exec_t *x, rs_xstream_t **out, int32_t *n_out,
+                                       uint64_t *slot_bytes)
+{
+    const rs_rank_plan_t *rp = x->rp;
+    const reshard_plan_t *plan = x->plan;
+    int32_t n = 0, max = 0;
+    for (int s = 0; s < RS_NSTAGES; s++)
+        max += rp->nrecv[s] + rp->nsend[s];
+    rs_xstream_t *v = calloc((size_t)max + 1, sizeof *v);
+    bool *want = calloc((size_t)plan->p.world_size, sizeof *want);
+    reshard_status_t st = RESHARD_OK;
+    if (!v || !want)
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", rp->rank);
+    uint64_t off = 0;
+    bool fwd = false;
+    for (int dir = 0; dir < 2 && st == RESHARD_OK; dir++)
+        for (int s = 0; s < RS_NSTAGES; s++) {
+            int32_t cnt = dir ? rp->nsend[s] : rp->nrecv[s];
+            const rs_stream_t *ss = dir ? rp->send[s] : rp->recv[s];
+            for (int32_t i = 0; i < cnt; i++) {
+                if (ss[i].peer == rp->rank || ss[i].bytes == 0)
+                    continue;
+                rs_xstream_t *xs = &v[n++];
+                xs->s = &ss[i];
+                xs->send = dir == 1;
+                xs->slot_off = off;
+                off += ss[i].bytes < ss[i].chunk ? ss[i].bytes : ss[i].chunk;
+                xs->rounds = (int64_t)((ss[i].bytes + ss[i].chunk - 1) / ss[i].chunk);
+                if (s == RS_STAGE_FORWARD) {
+                    want[dir ? rp->rank : ss[i].peer] = true;
+                    fwd = true;
+                }
+            }
+        }
+    int64_t nl = 0;
+    rs_landed_t *l = NULL;
+    if (st == RESHARD_OK && fwd && !(l = landed_pieces(plan, want, &nl)))
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", rp->rank);
+    for (int32_t i = 0; st == RESHARD_OK && i < n; i++)
+        if (v[i].s->stage == RS_STAGE_FORWARD && forward_schedule(plan, l, nl, &v[i]) != 0)
+            st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", rp->rank);
+    free(l);
+    free(want);
+    *out = v;
+    *n_out = n;
+    *slot_bytes = off;
+    return st;
+}
+
+static void free_xstreams(rs_xstream_t *v, int32_t n)
+{
+    for (int32_t i = 0; v && i < n; i++)
+        free(v[i].len);
+    free(v);
 }
 
 /* Pack and post round @p k into slot k % 2. */
-static reshard_status_t post_round(rs_exec_t *x, int stage, int64_t k, rs_cursor_t *scur,
-                                   const uint64_t *soff, const uint64_t *roff)
+static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int64_t k,
+                                   uint64_t slot_bytes)
 {
     const rs_transport_ops_t *ops = x->comm->ops;
-    const rs_rank_plan_t *rp = x->rp;
     int slot = (int)(k & 1);
-    uint8_t *base = x->staging + (size_t)slot * (rp->staging_bytes / 2);
+    uint8_t *base = x->staging + (size_t)slot * slot_bytes;
     reshard_status_t st = ops->round_begin(x->comm, slot);
-    for (int32_t i = 0; st == RESHARD_OK && i < rp->nrecv[stage]; i++) {
-        const rs_stream_t *s = &rp->recv[stage][i];
-        uint64_t len = chunk_len(s, k);
-        if (len)
-            st = ops->post_recv(x->comm, slot, s->peer, base + roff[i], len);
-    }
-    for (int32_t i = 0; st == RESHARD_OK && i < rp->nsend[stage]; i++) {
-        const rs_stream_t *s = &rp->send[stage][i];
-        uint64_t len = chunk_len(s, k);
+    for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+        rs_xstream_t *xs = &v[i];
+        uint64_t len = round_len(xs, k);
         if (!len)
             continue;
+        if (!xs->send) {
+            st = ops->post_recv(x->comm, slot, xs->s->peer, base + xs->slot_off, len);
+            continue;
+        }
         uint64_t payload = 0;
-        st = move_chunk(x, s, &scur[i], base + soff[i], len, true, &payload);
+        st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, true, &payload);
         if (st == RESHARD_OK)
-            st = ops->post_send(x->comm, slot, s->peer, base + soff[i], len);
+            st = ops->post_send(x->comm, slot, xs->s->peer, base + xs->slot_off, len);
         if (st == RESHARD_OK && x->stats) {
-            bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, s->peer) ==
+            bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, xs->s->peer) ==
                                                           rs_domain_of(&x->plan->p, x->rp->rank);
             *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += payload;
         }
@@ -134,68 +314,80 @@ static reshard_status_t post_round(rs_exec_t *x, int stage, int64_t k, rs_cursor
 }
 
 /* Wait for round @p k and unpack what it received. */
-static reshard_status_t finish_round(rs_exec_t *x, int stage, int64_t k, rs_cursor_t *rcur,
-                                     const uint64_t *roff)
+static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int64_t k,
+                                     uint64_t slot_bytes)
 {
-    const rs_rank_plan_t *rp = x->rp;
     int slot = (int)(k & 1);
-    uint8_t *base = x->staging + (size_t)slot * (rp->staging_bytes / 2);
+    uint8_t *base = x->staging + (size_t)slot * slot_bytes;
     reshard_status_t st = x->comm->ops->round_wait(x->comm, slot, x->plan->p.timeout_s);
-    for (int32_t i = 0; st == RESHARD_OK && i < rp->nrecv[stage]; i++) {
-        const rs_stream_t *s = &rp->recv[stage][i];
-        uint64_t len = chunk_len(s, k);
-        if (!len)
+    for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+        rs_xstream_t *xs = &v[i];
+        uint64_t len = round_len(xs, k);
+        if (xs->send || !len)
             continue;
         uint64_t payload = 0;
-        st = move_chunk(x, s, &rcur[i], base + roff[i], len, false, &payload);
+        st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, false, &payload);
         if (x->stats)
             x->stats->bytes_recv += payload;
     }
     return st;
 }
 
-static reshard_status_t run_stage(rs_exec_t *x, int stage)
+/* Forwards from one destination fragment of this rank to another (tied
+ * weights, replicas inside one rank): local copies once everything landed. */
+static reshard_status_t self_forwards(rs_exec_t *x)
 {
     const rs_rank_plan_t *rp = x->rp;
-    int32_t ns = rp->nsend[stage], nr = rp->nrecv[stage];
-    if (ns + nr == 0)
-        return RESHARD_OK;
-    rs_cursor_t *scur = calloc((size_t)ns + 1, sizeof *scur);
-    rs_cursor_t *rcur = calloc((size_t)nr + 1, sizeof *rcur);
-    uint64_t *soff = calloc((size_t)ns + 1, sizeof *soff);
-    uint64_t *roff = calloc((size_t)nr + 1, sizeof *roff);
     reshard_status_t st = RESHARD_OK;
-    if (!scur || !rcur || !soff || !roff)
-        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", rp->rank);
-    /* each stream's fixed place in a slot: sends first, then receives */
+    for (int32_t i = 0; i < rp->nsend[RS_STAGE_FORWARD]; i++) {
+        const rs_stream_t *s = &rp->send[RS_STAGE_FORWARD][i];
+        if (s->peer != rp->rank)
+            continue;
+        for (int64_t j = 0; st == RESHARD_OK && j < s->n; j++) {
+            const rs_piece_t *p = &x->plan->pieces[s->idx[j]];
+            const reshard_fragment_t *sf = &x->plan->dst->f[p->from_frag];
+            const reshard_fragment_t *df = &x->plan->dst->f[p->to_frag];
+            void *d = x->dst_bufs[df->buffer].ptr;
+            const void *sp = x->dst_bufs[sf->buffer].ptr;
+            if (x->comm->ops->local_copy)
+                st = x->comm->ops->local_copy(x->comm, d, df, sp, sf, &p->box, p->elem_size);
+            else
+                rs_copy_box_cpu(d, df, sp, sf, &p->box, p->elem_size);
+            if (x->stats)
+                x->stats->bytes_local += p->bytes;
+        }
+    }
+    return st;
+}
+
+/* Both stages in one round loop: forwards of what landed in round k go out
+ * from round k+2 on, while later rounds are still arriving. */
+static reshard_status_t run_rounds(rs_exec_t *x)
+{
+    rs_xstream_t *v = NULL;
+    int32_t n = 0;
+    uint64_t slot_bytes = 0;
+    reshard_status_t st = build_xstreams(x, &v, &n, &slot_bytes);
     int64_t rounds = 0;
-    uint64_t off = 0;
-    for (int32_t i = 0; st == RESHARD_OK && i < ns; i++) {
-        soff[i] = off;
-        off += rp->send[stage][i].bytes < rp->send[stage][i].chunk ? rp->send[stage][i].bytes
-                                                                   : rp->send[stage][i].chunk;
-        if (stream_rounds(&rp->send[stage][i]) > rounds)
-            rounds = stream_rounds(&rp->send[stage][i]);
-    }
-    for (int32_t i = 0; st == RESHARD_OK && i < nr; i++) {
-        roff[i] = off;
-        off += rp->recv[stage][i].bytes < rp->recv[stage][i].chunk ? rp->recv[stage][i].bytes
-                                                                   : rp->recv[stage][i].chunk;
-        if (stream_rounds(&rp->recv[stage][i]) > rounds)
-            rounds = stream_rounds(&rp->recv[stage][i]);
-    }
+    for (int32_t i = 0; i < n; i++)
+        if (v[i].rounds > rounds)
+            rounds = v[i].rounds;
+    if (st == RESHARD_OK && slot_bytes)
+        st = x->comm->ops->alloc_staging(x->comm, 2 * slot_bytes, (void **)&x->staging);
     if (st == RESHARD_OK && rounds > 0)
-        st = post_round(x, stage, 0, scur, soff, roff);
+        st = post_round(x, v, n, 0, slot_bytes);
     for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {
         if (k + 1 < rounds)
-            st = post_round(x, stage, k + 1, scur, soff, roff);
+            st = post_round(x, v, n, k + 1, slot_bytes);
         if (st == RESHARD_OK)
-            st = finish_round(x, stage, k, rcur, roff);
+            st = finish_round(x, v, n, k, slot_bytes);
     }
-    free(scur);
-    free(rcur);
-    free(soff);
-    free(roff);
+    if (st == RESHARD_OK)
+        st = self_forwards(x);
+    if (x->staging)
+        x->comm->ops->free_staging(x->comm, x->staging);
+    x->staging = NULL;
+    free_xstreams(v, n);
     return st;
 }
 
@@ -260,8 +452,6 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     if (stats)
         memset(stats, 0, sizeof *stats);
     rs_exec_t x = {plan, comm, rp, src_bufs, dst_bufs, NULL, stats};
-    if (st == RESHARD_OK && rp->staging_bytes)
-        st = comm->ops->alloc_staging(comm, rp->staging_bytes, (void **)&x.staging);
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
@@ -274,10 +464,8 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
         if (stats)
             stats->bytes_local += p->bytes;
     }
-    for (int stage = 0; st == RESHARD_OK && stage < RS_NSTAGES; stage++)
-        st = run_stage(&x, stage);
-    if (x.staging)
-        comm->ops->free_staging(comm, x.staging);
+    if (st == RESHARD_OK)
+        st = run_rounds(&x);
     rs_rank_plan_free(own);
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     agreed = comm->ops->finish(comm, st, plan->p.timeout_s);

@@ -1,4 +1,7 @@
-/* Step 2: choose one sender per cell, balancing the send load. */
+/* Step 2: senders for the cells a rank of the receiver's domain holds (the
+ * receiver itself first, else the domain peer with the least NVLink load);
+ * cells that must cross the network are left to the topology step (topo.c),
+ * marked chosen = -1. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,10 +60,12 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
         rs_cell_t *c = &cells->c[idx[q]];
         const int32_t *h = cells->h + c->holders;
         int32_t rdom = rs_domain_of(p, c->receiver);
-        int best = -1, best_class = 3;
+        int best = -1, best_class = 2;
         for (int32_t j = 0; j < c->nholders; j++) {
             int32_t r = src->f[h[j]].rank;
             int cls = r == c->receiver ? 0 : rs_domain_of(p, r) == rdom ? 1 : 2;
+            if (cls == 2)
+                continue;
             if (best < 0 || cls < best_class ||
                 (cls == best_class &&
                  (load[r] < load[src->f[h[best]].rank] ||
@@ -69,8 +74,9 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
                 best_class = cls;
             }
         }
-        c->chosen = h[best];
-        if (best_class > 0)
+        /* no holder in the receiver's domain: the topology step places it */
+        c->chosen = best < 0 ? -1 : h[best];
+        if (best_class == 1)
             load[src->f[h[best]].rank] += c->bytes;
     }
     free(idx);

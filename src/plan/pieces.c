@@ -1,8 +1,9 @@
-/* Step 4: pieces from assigned cells, merged where boxes touch, in stream order. */
+/* Step 4: pieces from assigned cells (in-domain) and from the topology step
+ * (network landings and forwards), merged where boxes touch, in stream order. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_steps.h"
+#include "plan/topo.h"
 #include "util/error.h"
 
 static int cmp_piece(const void *pa, const void *pb)
@@ -48,7 +49,7 @@ static bool try_merge(rs_piece_t *a, const rs_piece_t *b)
 /* Sort and merge until nothing merges (at most one pass per dim helps). */
 static void sort_and_merge(rs_piece_t *p, int64_t *n)
 {
-    for (int pass = 0; pass <= RESHARD_MAX_DIMS; pass++) {
+    for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
         qsort(p, (size_t)*n, sizeof *p, cmp_piece);
         int64_t w = 0;
         for (int64_t i = 0; i < *n; i++)
@@ -63,26 +64,38 @@ static void sort_and_merge(rs_piece_t *p, int64_t *n)
 
 reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
 {
-    plan->pieces = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *plan->pieces);
-    if (!plan->pieces)
-        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
-                        (long long)cells->n);
+    rs_piece_vec_t v = {0};
     for (int64_t i = 0; i < cells->n; i++) {
         const rs_cell_t *c = &cells->c[i];
+        if (c->chosen < 0)
+            continue;
         const rs_tensor_t *t = &plan->dst->tensors->t[c->tensor];
-        rs_piece_t *p = &plan->pieces[i];
-        memset(p, 0, sizeof *p);
-        p->box = c->box;
-        p->tensor = c->tensor;
-        p->from_frag = c->chosen;
-        p->to_frag = c->to_frag;
-        p->sender = plan->src->f[c->chosen].rank;
-        p->receiver = c->receiver;
-        p->stage = RS_STAGE_DIRECT;
-        p->elem_size = (uint32_t)reshard_dtype_size(t->dtype);
-        p->bytes = c->bytes;
+        rs_piece_t p;
+        memset(&p, 0, sizeof p);
+        p.box = c->box;
+        p.tensor = c->tensor;
+        p.from_frag = c->chosen;
+        p.to_frag = c->to_frag;
+        p.sender = plan->src->f[c->chosen].rank;
+        p.receiver = c->receiver;
+        p.stage = RS_STAGE_DIRECT;
+        p.elem_size = (uint32_t)reshard_dtype_size(t->dtype);
+        p.bytes = c->bytes;
+        if (rs_piece_vec_push(&v, &p) != 0) {
+            free(v.p);
+            return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
+                            (long long)cells->n);
+        }
     }
-    plan->npieces = cells->n;
+    reshard_status_t st = rs_topo_pieces(plan, cells, &v);
+    if (st != RESHARD_OK) {
+        free(v.p);
+        return st;
+    }
+    if (!v.p && !(v.p = malloc(sizeof *v.p)))
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
+    plan->pieces = v.p;
+    plan->npieces = v.n;
     sort_and_merge(plan->pieces, &plan->npieces);
     return RESHARD_OK;
 }

@@ -1,0 +1,44 @@
+/*
+ * Topology-aware planning (DESIGN §5 step 3): per destination domain, every
+ * element its ranks need that no rank of the domain holds crosses the network
+ * exactly once, landing on a rank that needs it; the landing rank forwards it
+ * to the other fragments of the domain that need it (stage 1, NVLink, or a
+ * local copy when the other fragment is on the landing rank itself).
+ */
+#ifndef RS_PLAN_TOPO_H
+#define RS_PLAN_TOPO_H
+
+#include "plan/plan_steps.h"
+
+/** A growable array of pieces. */
+typedef struct {
+    rs_piece_t *p;
+    int64_t n, cap;
+} rs_piece_vec_t;
+
+/** Append @p piece; -1 when out of memory. */
+int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece);
+
+/** True when a source fragment holding cell @p c lives in the domain of its
+ *  receiver (the cell then moves over NVLink or by a local copy, never over
+ *  the network). */
+bool rs_cell_in_domain(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                       const rs_cells_t *cells, const rs_cell_t *c);
+
+/** Ranks in domain @p domain (the last domain may be short). */
+int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
+
+/**
+ * Pieces for every cell that must cross the network (chosen < 0, see
+ * rs_assign_senders): per (destination domain, tensor) the needed boxes are
+ * refined until any two are equal or disjoint; each distinct box (a unit)
+ * lands once, on a rank that needs it (least received bytes first; a large
+ * unit needed by several ranks is striped across them), is sent by the
+ * least-loaded holder (biggest first, sole holders first), and is forwarded
+ * to every other fragment of the domain that needs it. Appends to @p out;
+ * deterministic.
+ */
+reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
+                                rs_piece_vec_t *out);
+
+#endif
