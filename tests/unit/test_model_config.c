@@ -1,0 +1,350 @@
+/*
+ * Model configs, catalogues, spec parsing, configuration rules, buffer
+ * tables and the gather+broadcast counts.
+ *
+ * Parameter counts are recomputed here by formula from the config numbers
+ * (not from the catalogue) and checked against model_bytes = params x 2 and
+ * against the published totals.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "reshard/reshard_model.h"
+
+static reshard_model_t *load(const char *name, int mtp, reshard_dtype_t dt)
+{
+    reshard_model_options_t o = {.mtp = mtp, .dtype = dt};
+    reshard_model_t *m = NULL;
+    if (reshard_model_load(name, &o, &m) != RESHARD_OK)
+        fail_msg("load %s: %s", name, reshard_last_error());
+    return m;
+}
+
+static uint64_t model_bytes(const reshard_model_t *m)
+{
+    reshard_tensors_t *t;
+    assert_int_equal(reshard_model_tensors(m, &t), RESHARD_OK);
+    uint64_t b = reshard_tensors_bytes(t);
+    reshard_tensors_destroy(t);
+    return b;
+}
+
+/* Llama / Qwen3 dense: embeddings, per layer 2 norms + q,k,v,o (+ q/k norms) + 3 MLP. */
+static int64_t dense_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                            int64_t V, int tied, int qk_norm)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + (qk_norm ? 2 * hd : 0);
+    return V * H * (tied ? 1 : 2) + H + L * (2 * H + attn + 3 * H * I);
+}
+
+static int64_t qwen3_moe_params(int64_t H, int64_t Im, int64_t L, int64_t nh, int64_t kv,
+                                int64_t hd, int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + 2 * hd;
+    return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * Im * H);
+}
+
+typedef struct {
+    int64_t H, I, Im, L, nh, q_lora, kv_lora, nope, rope, vhd, V, E, nshared, first_k;
+} mla_cfg_t;
+
+static int64_t mla_attn(const mla_cfg_t *c)
+{
+    return c->q_lora * c->H + c->q_lora + c->nh * (c->nope + c->rope) * c->q_lora +
+           (c->kv_lora + c->rope) * c->H + c->kv_lora + c->nh * (c->nope + c->vhd) * c->kv_lora +
+           c->H * c->nh * c->vhd;
+}
+
+static int64_t mla_moe(const mla_cfg_t *c)
+{
+    return c->E * c->H + c->E + 3 * c->E * c->Im * c->H + 3 * c->nshared * c->Im * c->H;
+}
+
+static int64_t dsv3_params(const mla_cfg_t *c)
+{
+    int64_t dense = c->first_k * 3 * c->H * c->I, moe = (c->L - c->first_k) * mla_moe(c);
+    return 2 * c->V * c->H + c->H + c->L * (2 * c->H + mla_attn(c)) + dense + moe;
+}
+
+static void expect_params(const char *name, int64_t want, double published, double tol)
+{
+    reshard_model_t *m = load(name, 0, RESHARD_BF16);
+    reshard_model_info_t info;
+    assert_int_equal(reshard_model_info(m, &info), RESHARD_OK);
+    assert_int_equal(info.params, want);
+    assert_int_equal(model_bytes(m), 2 * (uint64_t)want);
+    if (published > 0 && (double)want < published * (1 - tol))
+        fail_msg("%s: %lld params, published %.4g", name, (long long)want, published);
+    if (published > 0 && (double)want > published * (1 + tol))
+        fail_msg("%s: %lld params, published %.4g", name, (long long)want, published);
+    reshard_model_destroy(m);
+}
+
+static const mla_cfg_t dsv3 = {7168, 18432, 2048, 61,     128, 1536, 512,
+                               128,  64,    128,  129280, 256, 1,    3};
+
+static void test_shipped_model_bytes(void **state)
+{
+    (void)state;
+    expect_params("deepseek-v3", dsv3_params(&dsv3), 671.0e9, 0.001);
+    mla_cfg_t kimi = dsv3;
+    kimi.nh = 64;
+    kimi.E = 384;
+    kimi.first_k = 1;
+    kimi.V = 163840;
+    expect_params("kimi-k2", dsv3_params(&kimi), 1.0e12, 0.05); /* "1T total parameters" */
+    expect_params("qwen3-235b-a22b", qwen3_moe_params(4096, 1536, 94, 64, 4, 128, 151936, 128),
+                  235.1e9, 0.001);
+    expect_params("qwen3-30b-a3b", qwen3_moe_params(2048, 768, 48, 32, 4, 128, 151936, 128), 30.5e9,
+                  0.002);
+    expect_params("llama-3.1-8b", dense_params(4096, 14336, 32, 32, 8, 128, 128256, 0, 0), 8.03e9,
+                  0.001);
+    expect_params("qwen3-0.6b", dense_params(1024, 3072, 28, 16, 8, 128, 151936, 1, 1), 0.596e9,
+                  0.001);
+}
+
+static void test_mtp_and_fp8(void **state)
+{
+    (void)state;
+    /* MTP: enorm, hnorm, eh_proj [H, 2H], a MoE decoder layer, shared_head.norm */
+    reshard_model_t *m = load("deepseek-v3", 1, RESHARD_BF16);
+    reshard_model_info_t info;
+    reshard_model_info(m, &info);
+    int64_t H = dsv3.H, mtp = 2 * H + 2 * H * H + 2 * H + mla_attn(&dsv3) + mla_moe(&dsv3) + H;
+    assert_int_equal(info.mtp_layers, 1);
+    assert_int_equal(info.params, dsv3_params(&dsv3) + mtp);
+    reshard_tensors_t *t;
+    reshard_model_tensors(m, &t);
+    assert_true(reshard_tensors_find(t, "model.layers.61.eh_proj.weight") >= 0);
+    assert_true(reshard_tensors_find(t, "model.layers.61.mlp.experts.gate_proj.weight") >= 0);
+    assert_true(reshard_tensors_find(t, "model.layers.60.mlp.gate.e_score_correction_bias") >= 0);
+    assert_true(reshard_tensors_find(t, "model.layers.2.mlp.gate_proj.weight") >= 0);
+    assert_true(reshard_tensors_find(t, "model.layers.3.mlp.shared_experts.up_proj.weight") >= 0);
+    reshard_tensors_destroy(t);
+    reshard_model_destroy(m);
+
+    /* FP8 Llama: every linear weight 1 byte + fp32 128x128 block scales;
+     * embeddings and norms stay BF16. */
+    m = load("llama-3.1-8b", 0, RESHARD_FP8_E4M3);
+    int64_t Hl = 4096, I = 14336, V = 128256, L = 32;
+#define BLK(r, c) ((((r) + 127) / 128) * (((c) + 127) / 128) * 4)
+    int64_t lin = 2 * (Hl * Hl + BLK(Hl, Hl)) + 2 * (1024 * Hl + BLK(1024, Hl)) +
+                  2 * (I * Hl + BLK(I, Hl)) + (Hl * I + BLK(Hl, I));
+    uint64_t want = (uint64_t)(2 * (2 * V * Hl + Hl + L * 2 * Hl) + L * lin);
+    assert_int_equal(model_bytes(m), want);
+    reshard_model_tensors(m, &t);
+    int32_t id = reshard_tensors_find(t, "model.layers.0.self_attn.q_proj.weight_scale_inv");
+    reshard_tensor_info_t ti;
+    assert_int_equal(reshard_tensors_info(t, id, &ti), RESHARD_OK);
+    assert_int_equal(ti.dtype, RESHARD_FP32);
+    assert_int_equal(ti.shape[0], 32);
+    assert_int_equal(ti.shape[1], 32);
+    reshard_tensors_destroy(t);
+    reshard_model_destroy(m);
+}
+
+static void test_spec_parse(void **state)
+{
+    (void)state;
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_train_spec_parse("tp=4,pp=8,ep=16,dp=4", &t), RESHARD_OK);
+    assert_int_equal(t.tp, 4);
+    assert_int_equal(t.pp, 8);
+    assert_int_equal(t.ep, 16);
+    assert_int_equal(t.dp, 4);
+    assert_int_equal(t.cp, 1);
+    assert_int_equal(t.etp, 1);
+    assert_int_equal(reshard_train_world(&t), 128);
+    assert_int_equal(reshard_infer_spec_parse("tp=8,dp=16,ep=on", &i), RESHARD_OK);
+    assert_int_equal(reshard_infer_world(&i), 128);
+    assert_int_equal(i.ep, 1);
+    static const char *const bad_train[] = {"",      "tp",   "tp=0",          "tp=-2",
+                                            "tp=4x", "xp=2", "tp=2,tp=4",     "tp=2,",
+                                            ",tp=2", "tp=",  "tp=99999999999"};
+    for (size_t k = 0; k < sizeof bad_train / sizeof *bad_train; k++) {
+        assert_int_equal(reshard_train_spec_parse(bad_train[k], &t), RESHARD_ERR_INVALID_ARG);
+        assert_true(strlen(reshard_last_error()) > 0);
+    }
+    assert_int_equal(reshard_infer_spec_parse("tp=8,ep=maybe", &i), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "on or off"));
+    assert_int_equal(reshard_infer_spec_parse("tp=8,pp=2", &i), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "unknown key 'pp'"));
+    assert_int_equal(reshard_train_spec_parse("tp=65536,pp=65536", &t), RESHARD_ERR_INVALID_ARG);
+}
+
+/* A rule violation: CONFIG with a message containing @p words. */
+static void expect_rule(const char *model, reshard_dtype_t dt, const char *train, const char *infer,
+                        int32_t world, const char *words)
+{
+    reshard_model_t *m = load(model, 0, dt);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_train_spec_parse(train, &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse(infer, &i), RESHARD_OK);
+    reshard_status_t s = reshard_model_check(m, &t, &i, world);
+    if (s == RESHARD_OK) {
+        reshard_model_refit_t f;
+        s = reshard_model_refit_create(m, &t, &i, &f);
+        if (s == RESHARD_OK)
+            reshard_model_refit_destroy(&f);
+    }
+    if (s != RESHARD_ERR_CONFIG || !strstr(reshard_last_error(), words))
+        fail_msg("%s %s -> %s: got %s \"%s\", wanted CONFIG naming \"%s\"", model, train, infer,
+                 reshard_status_string(s), reshard_last_error(), words);
+    reshard_model_destroy(m);
+}
+
+static void test_config_rules(void **state)
+{
+    (void)state;
+    const reshard_dtype_t B = RESHARD_BF16;
+    expect_rule("llama-3.1-8b", B, "tp=3", "tp=1", 0,
+                "tp=3 does not divide the 32 attention heads");
+    expect_rule("llama-3.1-8b", B, "tp=16", "tp=1", 0, "does not divide the 8 query groups");
+    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 is more than the 32 layers");
+    expect_rule("llama-3.1-8b", B, "tp=2,ep=2,dp=2", "tp=1", 0, "has no experts");
+    expect_rule("llama-3.1-8b", B, "tp=1", "tp=1,ep=on", 0, "ep=on: the model has no experts");
+    expect_rule("llama-3.1-8b", B, "tp=1", "tp=3", 0, "tp=3 does not divide the 32 attention");
+    expect_rule("qwen3-30b-a3b", B, "dp=7,ep=7", "tp=1", 0, "ep=7 does not divide the 128 experts");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4", "tp=1", 0, "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "dp=4,ep=4,etp=5", "tp=1", 0, "etp=5 does not divide");
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=8,ep=on", 0, "EP size tp*dp=256 is more");
+    expect_rule("deepseek-v3", B, "tp=1", "tp=256", 0, "tp=256 does not divide the 128 attention");
+    expect_rule("llama-3.1-8b", B, "tp=2", "tp=4", 7, "world size 7 != train world 2 + infer");
+    /* FP8: shards must be whole 128x128 blocks: 768/32 = 24 expert rows per rank */
+    expect_rule("qwen3-30b-a3b", RESHARD_FP8_E4M3, "tp=1", "tp=32", 0,
+                "not sharded at 128x128 block granularity");
+}
+
+/* vLLM: tp must divide the kv heads or be a multiple of them (12 heads, 4
+ * kv heads, tp=6 is neither). */
+static void test_kv_head_rule(void **state)
+{
+    (void)state;
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 48, "
+                                             "\"intermediate_size\": 36, \"num_hidden_layers\": 2, "
+                                             "\"num_attention_heads\": 12, "
+                                             "\"num_key_value_heads\": 4, \"vocab_size\": 640}",
+                                             NULL, &m),
+                     RESHARD_OK);
+    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_infer_spec_t i = {6, 1, 0};
+    assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
+    i.tp = 2;
+    assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_OK);
+    reshard_model_destroy(m);
+}
+
+static void test_load_errors(void **state)
+{
+    (void)state;
+    reshard_model_t *m = NULL;
+    assert_int_equal(reshard_model_load("no-such-model", NULL, &m), RESHARD_ERR_IO);
+    assert_non_null(strstr(reshard_last_error(), "no-such-model"));
+    assert_int_equal(reshard_model_load_json("{", NULL, &m), RESHARD_ERR_IO);
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"gpt2\"}", NULL, &m),
+                     RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "unknown model family"));
+    assert_int_equal(
+        reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "'intermediate_size'"));
+    reshard_model_options_t o = {.layers = 99};
+    assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_ERR_INVALID_ARG);
+    o = (reshard_model_options_t){.dtype = RESHARD_FP16};
+    assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_ERR_INVALID_ARG);
+    assert_null(m);
+}
+
+/* Buffers: the table covers every fragment, full sizes include the padding. */
+static void test_buffer_table(void **state)
+{
+    (void)state;
+    reshard_model_options_t o = {.layers = 2};
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    reshard_train_spec_parse("tp=2,pp=2,ep=2", &t);
+    reshard_infer_spec_parse("tp=4,dp=2,ep=on", &i);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    assert_int_equal(f.train_world, 4);
+    assert_int_equal(f.infer_world, 8);
+    const reshard_layout_t *lay[2] = {f.train, f.infer};
+    const reshard_model_buffers_t *tab[2] = {f.train_buffers, f.infer_buffers};
+    for (int side = 0; side < 2; side++) {
+        int32_t lo = side ? f.train_world : 0, hi = side ? f.train_world + f.infer_world : 4;
+        for (int32_t r = lo; r < hi; r++) {
+            int32_t n = reshard_layout_buffer_count(lay[side], r);
+            assert_int_equal(reshard_model_buffer_count(tab[side], r), n);
+            for (int32_t b = 0; b < n; b++)
+                assert_true(reshard_model_buffer_bytes(tab[side], r, b) >=
+                            reshard_layout_buffer_bytes(lay[side], r, b));
+        }
+    }
+    /* Megatron pads the vocabulary 151936 to a multiple of 128*tp = 152064:
+     * TP rank 1's embedding holds 128 padding rows past its fragment */
+    assert_int_equal(reshard_model_buffer_bytes(f.train_buffers, 1, 0), 152064 / 2 * 2048 * 2);
+    assert_int_equal(reshard_layout_buffer_bytes(f.train, 1, 0), (152064 / 2 - 128) * 2048 * 2);
+    reshard_model_buffer_t e;
+    assert_int_equal(reshard_model_buffers_get(f.infer_buffers, 0, &e), RESHARD_OK);
+    assert_string_equal(e.name, "model.embed_tokens.weight");
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
+/* Gather+broadcast: per stage the root gathers the stage's tensors from its
+ * TP (and EP) peers, then every inference rank receives the whole model. */
+static void test_baseline_counts(void **state)
+{
+    (void)state;
+    reshard_model_options_t o = {.layers = 4};
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load("llama-3.1-8b", &o, &m), RESHARD_OK);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    reshard_train_spec_parse("tp=2,pp=2,dp=2", &t);
+    reshard_infer_spec_parse("tp=2,dp=2", &i);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    uint64_t mb = reshard_tensors_bytes(f.tensors);
+    reshard_plan_stats_t s;
+    assert_int_equal(reshard_model_baseline(m, &f, 1, &s), RESHARD_OK);
+    /* gathered: every TP-split tensor's half from TP rank 1; norms are
+     * replicated and already on the root */
+    uint64_t H = 4096, norms = (2 * 4 + 1) * H * 2;
+    uint64_t gathered = (mb - norms) / 2;
+    assert_int_equal(s.bytes_network, gathered + 4 * mb);
+    assert_int_equal(s.bytes_total, 4 * mb);
+    assert_int_equal(s.max_nic_recv_bytes, mb);
+    assert_int_equal(s.bytes_nvlink, 0);
+    /* transfers: tp1 -> root per stage, 2 roots -> infer 0, 3 chain hops */
+    assert_int_equal(s.transfers, 2 + 2 + 3);
+    /* one domain for everything: nothing crosses the network */
+    assert_int_equal(reshard_model_baseline(m, &f, 16, &s), RESHARD_OK);
+    assert_int_equal(s.bytes_network, 0);
+    assert_int_equal(s.bytes_nvlink, gathered + 4 * mb);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shipped_model_bytes), cmocka_unit_test(test_mtp_and_fp8),
+        cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
+        cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_kv_head_rule),
+        cmocka_unit_test(test_buffer_table),        cmocka_unit_test(test_baseline_counts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
