@@ -1,0 +1,211 @@
+/*
+ * GPU pack/unpack bandwidth of the NCCL transport's copy kernel against cudaMemcpy
+ * device-to-device of the same bytes, measured side by side in one run.
+ *
+ * A bf16 box of R rows x C elements sits in a fragment whose rows are 2*C elements
+ * apart (a row-parallel weight split in two), so every row is one contiguous run of
+ * 2*C bytes. pack gathers the runs into contiguous staging (one launch for the whole box,
+ * and as the executor does it: one launch per 4 MiB chunk); unpack scatters them back.
+ * "whole" is a fully contiguous box (one run). Bandwidth = payload bytes / time, the same
+ * definition for all columns (each byte is read once and written once).
+ *
+ * usage: bench_gpu_pack [--mib N (payload per case, default 256)] [--iters N (default 20)]
+ *                       [--check]   exit 1 when a case with runs >= 4 KiB is under 0.7 x
+ *                                   cudaMemcpy (the target of issue 6)
+ * Exit 77 when there is no CUDA device; without the NCCL build it says so and exits 0.
+ */
+#include <stdio.h>
+
+#ifndef RESHARD_HAVE_NCCL
+int main(void)
+{
+    printf("bench_gpu_pack: this build has no NCCL transport (configure with "
+           "-DRESHARD_WITH_NCCL=ON)\n");
+    return 0;
+}
+#else
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "reshard/reshard_nccl.h"
+#include "transport/nccl/nccl_internal.h"
+
+#define MAX_ITERS 200
+#define TARGET 0.7
+#define TARGET_RUN 4096
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float median(float *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_f);
+    return t[n / 2];
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) {
+        fprintf(stderr, "bench_gpu_pack: %s: %s\n", what, cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+static void status_ok(reshard_status_t st)
+{
+    if (st != RESHARD_OK) {
+        fprintf(stderr, "bench_gpu_pack: %s: %s\n", reshard_status_string(st),
+                reshard_last_error());
+        exit(1);
+    }
+}
+
+typedef enum { OP_MEMCPY, OP_PACK, OP_PACK_CHUNKED, OP_UNPACK } op_t;
+
+typedef struct {
+    reshard_fragment_t frag;
+    reshard_box_t box;
+    void *fragbuf, *packed, *copy_src, *copy_dst;
+    uint64_t bytes;
+} bench_case_t;
+
+static void run_op(const bench_case_t *b, op_t op, cudaStream_t s)
+{
+    const int64_t numel = (int64_t)(b->bytes / 2);
+    rs_span_t span = {&b->frag, &b->box, 0, numel, 2};
+    switch (op) {
+    case OP_MEMCPY:
+        cuda_ok(cudaMemcpyAsync(b->copy_dst, b->copy_src, b->bytes, cudaMemcpyDeviceToDevice, s),
+                "cudaMemcpyAsync");
+        break;
+    case OP_PACK:
+        status_ok(rs_nccl_pack_on(s, b->packed, b->fragbuf, &span));
+        break;
+    case OP_PACK_CHUNKED: {
+        const int64_t per = (4 << 20) / 2;
+        for (int64_t first = 0; first < numel; first += per) {
+            span.first = first;
+            span.count = numel - first < per ? numel - first : per;
+            status_ok(rs_nccl_pack_on(s, (char *)b->packed + first * 2, b->fragbuf, &span));
+        }
+        break;
+    }
+    case OP_UNPACK:
+        status_ok(rs_nccl_unpack_on(s, b->fragbuf, b->packed, &span));
+        break;
+    }
+}
+
+/* Median GB/s of @p iters timed runs after two warm-ups. */
+static double measure(const bench_case_t *b, op_t op, int iters, cudaStream_t s, cudaEvent_t e0,
+                      cudaEvent_t e1)
+{
+    float ms[MAX_ITERS];
+    for (int i = 0; i < 2; i++)
+        run_op(b, op, s);
+    for (int i = 0; i < iters; i++) {
+        cuda_ok(cudaEventRecord(e0, s), "cudaEventRecord");
+        run_op(b, op, s);
+        cuda_ok(cudaEventRecord(e1, s), "cudaEventRecord");
+        cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        cuda_ok(cudaEventElapsedTime(&ms[i], e0, e1), "cudaEventElapsedTime");
+    }
+    return (double)b->bytes / (1e-3 * (double)median(ms, iters)) / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t mib = 256;
+    int iters = 20, check = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc)
+            mib = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--check") == 0)
+            check = 1;
+        else {
+            fprintf(stderr, "usage: %s [--mib N] [--iters N] [--check]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (iters < 1 || iters > MAX_ITERS || mib < 1) {
+        fprintf(stderr, "bench_gpu_pack: --iters 1..%d, --mib >= 1\n", MAX_ITERS);
+        return 2;
+    }
+    int ndev = 0;
+    if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
+        printf("bench_gpu_pack: SKIPPED: %s\n", reshard_last_error());
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+    cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
+
+    const uint64_t bytes = mib << 20;
+    bench_case_t b;
+    memset(&b, 0, sizeof b);
+    b.bytes = bytes;
+    cuda_ok(cudaMalloc(&b.fragbuf, 2 * bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc(&b.packed, bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc(&b.copy_src, bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc(&b.copy_dst, bytes), "cudaMalloc");
+    cuda_ok(cudaMemset(b.fragbuf, 1, 2 * bytes), "cudaMemset");
+    cuda_ok(cudaMemset(b.copy_src, 2, bytes), "cudaMemset");
+
+    printf("# bench_gpu_pack: %s (sm_%d%d), bf16, %llu MiB per case, median of %d\n", prop.name,
+           prop.major, prop.minor, (unsigned long long)mib, iters);
+    printf("# %10s %9s %12s %10s %6s %13s %6s %12s %6s\n", "run_bytes", "rows", "memcpy_GB/s",
+           "pack_GB/s", "ratio", "pack4M_GB/s", "ratio", "unpack_GB/s", "ratio");
+    static const uint64_t runs[] = {256, 1024, 4096, 16384, 65536, 1 << 20, 0 /* whole */};
+    double worst = 1e30;
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        const uint64_t run = runs[r] ? runs[r] : bytes;
+        const int64_t C = (int64_t)(run / 2), R = (int64_t)(bytes / run);
+        b.box.ndim = 2;
+        b.box.offset[0] = b.box.offset[1] = 0;
+        b.box.extent[0] = R;
+        b.box.extent[1] = C;
+        b.frag.box = b.box;
+        b.frag.base = 0;
+        b.frag.stride[0] = runs[r] ? 2 * C : C; /* rows 2*C apart; "whole": contiguous */
+        b.frag.stride[1] = 1;
+        const double mc = measure(&b, OP_MEMCPY, iters, s, e0, e1);
+        const double pk = measure(&b, OP_PACK, iters, s, e0, e1);
+        const double pc = measure(&b, OP_PACK_CHUNKED, iters, s, e0, e1);
+        const double up = measure(&b, OP_UNPACK, iters, s, e0, e1);
+        char name[32];
+        if (runs[r])
+            snprintf(name, sizeof name, "%llu", (unsigned long long)run);
+        else
+            snprintf(name, sizeof name, "whole");
+        printf("  %10s %9lld %12.1f %10.1f %6.2f %13.1f %6.2f %12.1f %6.2f\n", name, (long long)R,
+               mc, pk, pk / mc, pc, pc / mc, up, up / mc);
+        if (run >= TARGET_RUN) {
+            const double m = (pk < up ? (pk < pc ? pk : pc) : (up < pc ? up : pc)) / mc;
+            if (m < worst)
+                worst = m;
+        }
+    }
+    const int pass = worst >= TARGET;
+    printf("# target: pack/unpack >= %.2f x cudaMemcpy D2D for runs >= %d B: %s (worst %.2f)\n",
+           TARGET, TARGET_RUN, pass ? "PASS" : "MISS", worst);
+    cudaFree(b.fragbuf);
+    cudaFree(b.packed);
+    cudaFree(b.copy_src);
+    cudaFree(b.copy_dst);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(s);
+    return check && !pass ? 1 : 0;
+}
+#endif
