@@ -5,6 +5,8 @@
 #      since a device should be visible),
 #   3. run bench_gpu_pack: pack/unpack bandwidth against cudaMemcpy device-to-device in the
 #      same run; target >= 0.7 of it for runs >= 4 KiB.
+# With 2+ GPUs and an MPI build it also runs the multi-rank refits over NCCL (label
+# multigpu: mpirun -np 2/4/8, those that fit the GPUs; the others skip).
 # Everything is logged to <build>/gpu-check.log; a summary comes last. Budget: under 8
 # minutes on one H100/H200 (build about 1 minute with 16 cores, tests about 2, bench < 1).
 #
@@ -35,16 +37,28 @@ run cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Relea
 
 step "build"
 targets="test_nccl_box_copy test_nccl_nodevice test_gpu_refit test_gpu_timeout bench_gpu_pack"
+if cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
+    targets="$targets test_gpu_mpi_refit" # built with MPI: multi-GPU refits
+fi
 # shellcheck disable=SC2086
 run cmake --build "$build" -j "${JOBS:-$(nproc)}" --target $targets || { say "FAIL: build"; exit 1; }
 
-step "tests: ctest -L 'gpu|nccl'"
-(cd "$build" && run timeout 420 ctest -L 'gpu|nccl' --output-on-failure --timeout 300)
+step "tests: ctest -L '^(gpu|nccl)$'"
+(cd "$build" && run timeout 420 ctest -L '^(gpu|nccl)$' --output-on-failure --timeout 300)
 tests_rc=$?
-skipped=$(grep -cE "gpu_[a-z_]+ .*\*\*\*Skipped" "$log")
+skipped=$(grep -cE ": gpu_[a-z_]+ .*\*\*\*Skipped" "$log")
 if [ "$skipped" -gt 0 ]; then
     say "FAIL: $skipped gpu test(s) skipped: no CUDA device visible to the tests"
     tests_rc=1
+fi
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$ngpu" -ge 2 ] && [[ $targets == *test_gpu_mpi_refit* ]]; then
+    step "multi-GPU tests: ctest -L '^multigpu$' ($ngpu GPUs)"
+    (cd "$build" && run timeout 600 ctest -L '^multigpu$' --output-on-failure --timeout 300) ||
+        tests_rc=1
+else
+    say "multi-GPU tests not run: $ngpu GPU(s) visible (they need 2+ and an MPI build)"
 fi
 
 step "benchmark: bench_gpu_pack"
