@@ -442,40 +442,46 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
     int64_t width = scale ? (g.width + BLOCK - 1) / BLOCK : g.width;
     int64_t bad = 0;
     size_t es = 0;
+    char last[200] = "";
+    int32_t id = -1;
+    reshard_tensor_info_t info;
     for (int64_t e = 0; e < g.experts; e++)
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t col = 0; col < width; col++) {
-                where_t w;
-                oracle(x, param, e, scale ? i * BLOCK : i, scale ? col * BLOCK : col, &g, &w);
-                char name[200];
-                if (scale) {
-                    size_t len = strlen(w.name);
-                    snprintf(name, sizeof name, "%.*s.weight_scale_inv", (int)(len - 7), w.name);
-                } else {
-                    snprintf(name, sizeof name, "%s", w.name);
-                }
-                int32_t id = reshard_tensors_find(x->T, name);
+        for (int64_t i = 0; i < rows; i++) {
+            /* Along a local row the HF column advances with the local one:
+             * ask the oracle once per row. */
+            where_t w;
+            oracle(x, param, e, scale ? i * BLOCK : i, 0, &g, &w);
+            char name[200];
+            if (scale) {
+                size_t len = strlen(w.name);
+                snprintf(name, sizeof name, "%.*s.weight_scale_inv", (int)(len - 7), w.name);
+            } else {
+                snprintf(name, sizeof name, "%s", w.name);
+            }
+            if (strcmp(name, last)) { /* most rows share a tensor */
+                id = reshard_tensors_find(x->T, name);
                 if (id < 0)
                     fail_msg("%s: oracle names unknown tensor %s", b->name, name);
-                reshard_tensor_info_t info;
                 reshard_tensors_info(x->T, id, &info);
-                es = reshard_dtype_size(info.dtype);
-                int64_t R = info.shape[info.ndim - 2], C = info.shape[info.ndim - 1];
-                int64_t r = scale ? w.r / BLOCK : w.r, cc = scale ? w.c / BLOCK : w.c;
-                const uint8_t *p = data + (size_t)(((e * rows + i) * width + col) * (int64_t)es);
+                snprintf(last, sizeof last, "%s", name);
+            }
+            es = reshard_dtype_size(info.dtype);
+            int64_t R = info.ndim >= 2 ? info.shape[info.ndim - 2] : 1;
+            int64_t C = info.shape[info.ndim - 1];
+            int64_t r = info.ndim == 1 ? 0 : scale ? w.r / BLOCK : w.r;
+            int64_t c0 = scale ? w.c / BLOCK : w.c;
+            const uint8_t *p = data + (size_t)((e * rows + i) * width * (int64_t)es);
+            for (int64_t col = 0; col < width; col++, p += es) {
                 if (w.pad) {
                     for (size_t q = 0; q < es; q++)
                         bad += p[q] != SENTINEL;
                     continue;
                 }
-                if (info.ndim == 1) {
-                    r = 0;
-                    R = 1;
-                }
-                uint64_t v = rs_pattern_value(id, (w.e * R + r) * C + cc);
+                uint64_t v = rs_pattern_value(id, (w.e * R + r) * C + c0 + col);
                 bad += memcmp(p, &v, es) != 0;
                 *checked += es;
             }
+        }
     uint64_t want = (uint64_t)(g.experts * rows * width) * es;
     if (b->bytes != want)
         fail_msg("rank %d %s: buffer of %llu bytes, the convention says %llu", b->rank, b->name,
@@ -490,7 +496,8 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
 typedef struct {
     const tcfg_t *c;
     const reshard_model_refit_t *f;
-    const reshard_plan_t *plan;
+    const reshard_plan_t *plan; /* NULL: each rank plans for itself */
+    reshard_plan_params_t params;
     reshard_inproc_group_t *group;
     int32_t rank;
     reshard_status_t status;
@@ -559,6 +566,20 @@ static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
     }
 }
 
+/* Each rank computes its own plan from the layouts alone (my_rank = rank). */
+static reshard_status_t own_plan_execute(job_t *j, reshard_comm_t *comm, reshard_buffer_t *src,
+                                         int32_t ns, reshard_buffer_t *dst, int32_t nd)
+{
+    reshard_plan_params_t pp = j->params;
+    pp.my_rank = j->rank;
+    reshard_plan_t *plan;
+    reshard_status_t s = reshard_plan_create(j->f->train, j->f->infer, &pp, &plan);
+    if (s == RESHARD_OK)
+        s = reshard_plan_execute(plan, comm, src, ns, dst, nd, NULL);
+    reshard_plan_destroy(plan);
+    return s;
+}
+
 static void *rank_main(void *arg)
 {
     job_t *j = arg;
@@ -572,7 +593,8 @@ static void *rank_main(void *arg)
     if (j->status == RESHARD_OK && train)
         j->status = reshard_fill_pattern(f->train, j->rank, src, ns);
     if (j->status == RESHARD_OK)
-        j->status = reshard_plan_execute(j->plan, comm, src, ns, dst, nd, NULL);
+        j->status = j->plan ? reshard_plan_execute(j->plan, comm, src, ns, dst, nd, NULL)
+                            : own_plan_execute(j, comm, src, ns, dst, nd);
     if (j->status != RESHARD_OK)
         snprintf(j->msg, sizeof j->msg, "rank %d: %s: %s", j->rank,
                  reshard_status_string(j->status), reshard_last_error());
@@ -614,7 +636,14 @@ static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
     }
 }
 
-static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train, const char *infer)
+/* How a case is planned: NVLink domain size, and per-rank plans. */
+typedef struct {
+    int32_t domain_size;
+    int own_plans;
+} how_t;
+
+static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *train,
+                           const char *infer, how_t how)
 {
     char *json = config_json(c);
     reshard_model_options_t o = {.mtp = c->nmtp > 0, .dtype = dtype};
@@ -635,6 +664,10 @@ static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train
                                 .world_size = world,
                                 .my_rank = RESHARD_ALL_RANKS,
                                 .staging_bytes = 64 << 10};
+    if (how.domain_size > 1) {
+        pp.field_mask |= RESHARD_PLAN_PARAM_DOMAIN_SIZE;
+        pp.domain_size = how.domain_size;
+    }
     reshard_plan_t *plan;
     if (reshard_plan_create(f.train, f.infer, &pp, &plan) != RESHARD_OK)
         fail_msg("plan %s -> %s: %s", train, infer, reshard_last_error());
@@ -643,7 +676,12 @@ static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train
     job_t *jobs = calloc((size_t)world, sizeof *jobs);
     pthread_t *th = calloc((size_t)world, sizeof *th);
     for (int32_t r = 0; r < world; r++) {
-        jobs[r] = (job_t){.c = c, .f = &f, .plan = plan, .group = group, .rank = r};
+        jobs[r] = (job_t){.c = c,
+                          .f = &f,
+                          .plan = how.own_plans ? NULL : plan,
+                          .params = pp,
+                          .group = group,
+                          .rank = r};
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
     }
     uint64_t checked_dst = 0;
@@ -665,6 +703,11 @@ static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train
     reshard_plan_destroy(plan);
     reshard_model_refit_destroy(&f);
     reshard_model_destroy(m);
+}
+
+static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train, const char *infer)
+{
+    refit_case_how(c, dtype, train, infer, (how_t){0, 0});
 }
 
 /* ------------------------------------------------------------------ */
@@ -698,6 +741,9 @@ static void test_fused_qkv_groups(void **state)
     refit_case(&llama, RESHARD_BF16, "tp=1,pp=2", "tp=2,dp=2");
     refit_case(&llama, RESHARD_BF16, "tp=2,pp=1,dp=2", "tp=1,dp=1");
     refit_case(&llama, RESHARD_BF16, "tp=4,cp=2", "tp=8");
+    /* every rank plans for itself; NVLink domains of 4 ranks (forwarding) */
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){1, 1});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 1});
 }
 
 /* Qwen3-MoE: 6 experts, layer 0 dense (mlp_only_layers). */
@@ -722,6 +768,8 @@ static void test_moe_experts(void **state)
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=3,ep=3,etp=2,pp=2", "tp=4,ep=off");
     /* vLLM EP over 5 ranks (6 experts: 2,1,1,1,1), Megatron ep=6 */
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=6,ep=6", "tp=1,dp=5,ep=on");
+    /* domains of 4 ranks: pieces land once per domain and are forwarded */
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=1,dp=4,ep=on", (how_t){4, 0});
 }
 
 /* DeepSeek-V3 shape: MLA with q_lora, one dense layer, 5 routed experts,
