@@ -17,13 +17,15 @@
  * Units: shapes in elements, sizes in bytes, as in reshard.h.
  *
  * Families (by config "model_type" / "architectures"):
- *   llama, qwen2, qwen3       dense, GQA (+ q/k norms for qwen3), tied or untied
+ *   llama, mistral, qwen3     dense, GQA (+ q/k norms for qwen3), tied or untied
  *                             embeddings
  *   qwen3_moe                 + router "mlp.gate" and stacked experts
- *   deepseek_v3, kimi_k2      MLA attention, first_k_dense_replace dense layers,
- *                             shared experts, router bias
- *                             "mlp.gate.e_score_correction_bias", MTP layers
- *                             (num_nextn_predict_layers) only with the mtp option
+ *   deepseek_v3, kimi_k2,     MLA attention (q_lora_rank may be null), first_k_dense_replace
+ *   deepseek_v2               dense layers, shared experts, router bias
+ *                             "mlp.gate.e_score_correction_bias" (with noaux_tc routing:
+ *                             V3, K2), MTP layers (num_nextn_predict_layers) only with
+ *                             the mtp option
+ *   (qwen2 is not taken: its q/k/v biases are not modelled)
  *
  * Logical tensors carry the HF checkpoint names and shapes, with one exception:
  * the routed experts of a MoE layer are stacked into one tensor per projection,

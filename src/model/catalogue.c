@@ -201,7 +201,7 @@ static reshard_status_t mlp(cat_t *c, rs_layer_ids_t *l, bool moe)
         return RESHARD_OK;
     }
     TRY(mat(c, &l->router, false, m->E, H, "mlp.gate.weight"));
-    if (m->fam == RS_FAM_DSV3)
+    if (m->router_bias)
         TRY(vec(c, &l->router_bias, m->E, "mlp.gate.e_score_correction_bias"));
     int64_t eg[3] = {m->E, m->Im, H}, ed[3] = {m->E, H, m->Im};
     TRY(add(c, &l->e_gate, true, 3, eg, 0, NULL, "mlp.experts.gate_proj.weight"));

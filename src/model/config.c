@@ -45,14 +45,14 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
 {
     const char *mt = json_string_value(json_object_get(root, "model_type"));
     const char *arch = json_string_value(json_array_get(json_object_get(root, "architectures"), 0));
-    static const char *const dense[] = {"llama", "qwen2", "qwen3", "mistral"};
+    static const char *const dense[] = {"llama", "qwen3", "mistral"};
     if (mt) {
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
             if (!strcmp(mt, dense[i])) {
                 *fam = RS_FAM_DENSE;
                 return RESHARD_OK;
             }
-        if (!strcmp(mt, "qwen3_moe") || !strcmp(mt, "qwen2_moe")) {
+        if (!strcmp(mt, "qwen3_moe")) {
             *fam = RS_FAM_QWEN3_MOE;
             return RESHARD_OK;
         }
@@ -66,18 +66,19 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
             *fam = RS_FAM_DSV3;
             return RESHARD_OK;
         }
-        if (strstr(arch, "Moe")) {
+        if (strstr(arch, "Qwen3Moe")) {
             *fam = RS_FAM_QWEN3_MOE;
             return RESHARD_OK;
         }
-        if (strstr(arch, "Llama") || strstr(arch, "Qwen")) {
+        if (strstr(arch, "Llama") || strstr(arch, "Qwen3")) {
             *fam = RS_FAM_DENSE;
             return RESHARD_OK;
         }
     }
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
-                    "llama, qwen2, qwen3, qwen3_moe, deepseek_v3, kimi_k2",
+                    "llama, mistral, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2 (qwen2 "
+                    "has qkv biases: not supported)",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -133,6 +134,11 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         int64_t nmtp;
         GET("num_nextn_predict_layers", 0, 0, nmtp);
         m->nmtp = o->mtp ? (int32_t)nmtp : 0;
+        /* The router's score-correction bias exists with noaux_tc routing
+         * (DeepSeek-V3, Kimi-K2), not with DeepSeek-V2's greedy routing. */
+        const char *topk = json_string_value(json_object_get(root, "topk_method"));
+        m->router_bias =
+            topk ? !strcmp(topk, "noaux_tc") : strcmp(mt ? mt : "", "deepseek_v2") != 0;
         m->kv = m->nh; /* MLA: every head has its own latent up-projection */
         m->hd = m->nope + m->rope;
     }

@@ -20,9 +20,10 @@ struct reshard_model {
     int32_t E, nshared, topk; /**< routed experts, shared experts */
     int32_t q_lora, kv_lora, nope, rope, vhd; /**< MLA */
     int tied, qk_norm;
-    int32_t L;    /**< decoder layers kept */
-    int32_t Lcfg; /**< num_hidden_layers of the config (MTP layers are numbered from it) */
-    int32_t nmtp; /**< MTP layers included */
+    int router_bias; /**< MoE router has e_score_correction_bias */
+    int32_t L;       /**< decoder layers kept */
+    int32_t Lcfg;    /**< num_hidden_layers of the config (MTP layers are numbered from it) */
+    int32_t nmtp;    /**< MTP layers included */
     reshard_dtype_t dtype;
     bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
 };

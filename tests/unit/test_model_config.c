@@ -244,6 +244,38 @@ static void test_kv_head_rule(void **state)
     reshard_model_destroy(m);
 }
 
+/* DeepSeek-V2-Lite shape: no q_lora (q_proj), greedy routing (no router
+ * bias); V3's noaux_tc routing has one. */
+static void test_deepseek_v2_shapes(void **state)
+{
+    (void)state;
+    const char *cfg = "{\"model_type\": \"deepseek_v2\", \"hidden_size\": 64, "
+                      "\"intermediate_size\": 96, \"moe_intermediate_size\": 16, "
+                      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                      "\"q_lora_rank\": null, \"kv_lora_rank\": 32, \"qk_nope_head_dim\": 8, "
+                      "\"qk_rope_head_dim\": 4, \"v_head_dim\": 8, \"n_routed_experts\": 4, "
+                      "\"n_shared_experts\": 2, \"first_k_dense_replace\": 1, "
+                      "\"vocab_size\": 100";
+    char text[1024];
+    for (int v3 = 0; v3 < 2; v3++) {
+        snprintf(text, sizeof text, "%s%s}", cfg, v3 ? ", \"topk_method\": \"noaux_tc\"" : "");
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load_json(text, NULL, &m), RESHARD_OK);
+        reshard_tensors_t *t;
+        assert_int_equal(reshard_model_tensors(m, &t), RESHARD_OK);
+        assert_int_equal(
+            reshard_tensors_find(t, "model.layers.1.mlp.gate.e_score_correction_bias") >= 0, v3);
+        assert_true(reshard_tensors_find(t, "model.layers.0.self_attn.q_proj.weight") >= 0);
+        assert_true(reshard_tensors_find(t, "model.layers.0.self_attn.q_a_proj.weight") < 0);
+        int32_t id = reshard_tensors_find(t, "model.layers.1.mlp.shared_experts.gate_proj.weight");
+        reshard_tensor_info_t info;
+        assert_int_equal(reshard_tensors_info(t, id, &info), RESHARD_OK);
+        assert_int_equal(info.shape[0], 32); /* 2 shared experts x 16 */
+        reshard_tensors_destroy(t);
+        reshard_model_destroy(m);
+    }
+}
+
 static void test_load_errors(void **state)
 {
     (void)state;
@@ -343,8 +375,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped_model_bytes), cmocka_unit_test(test_mtp_and_fp8),
         cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
-        cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_kv_head_rule),
-        cmocka_unit_test(test_buffer_table),        cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
+        cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
+        cmocka_unit_test(test_baseline_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
