@@ -47,10 +47,11 @@ static bool try_merge(rs_piece_t *a, const rs_piece_t *b)
 }
 
 /* Sort and merge until nothing merges (at most one pass per dim helps). */
-static void sort_and_merge(rs_piece_t *p, int64_t *n)
+static int sort_and_merge(rs_piece_t *p, int64_t *n)
 {
     for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
-        qsort(p, (size_t)*n, sizeof *p, cmp_piece);
+        if (rs_sort_records(p, (size_t)*n, sizeof *p, cmp_piece) != 0)
+            return -1;
         int64_t w = 0;
         for (int64_t i = 0; i < *n; i++)
             if (w == 0 || !try_merge(&p[w - 1], &p[i]))
@@ -58,8 +59,9 @@ static void sort_and_merge(rs_piece_t *p, int64_t *n)
         bool changed = w != *n;
         *n = w;
         if (!changed)
-            return;
+            return 0;
     }
+    return 0;
 }
 
 reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
@@ -96,6 +98,7 @@ reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
     plan->pieces = v.p;
     plan->npieces = v.n;
-    sort_and_merge(plan->pieces, &plan->npieces);
+    if (sort_and_merge(plan->pieces, &plan->npieces) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
     return RESHARD_OK;
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_steps.h"
+#include "plan/topo.h"
 #include "util/error.h"
 
 typedef struct {
@@ -131,7 +131,10 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
         if (!inside)
             need[nn++] = (rs_need_t){dom, c->tensor, sole >= 0 ? sole : -1, c->box};
     }
-    qsort(need, (size_t)nn, sizeof *need, cmp_need);
+    if (rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need) != 0) {
+        free(need);
+        return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+    }
     /* drop exact duplicates (replicas of one box in one domain) */
     int64_t w = 0;
     for (int64_t i = 0; i < nn; i++)

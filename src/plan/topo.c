@@ -226,8 +226,8 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
         if (items_push(&raw, &it) != 0)
             goto oom;
     }
-    if (raw.n > 1)
-        qsort(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item);
+    if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item) != 0)
+        goto oom;
     for (int64_t i = 0; i < raw.n;) {
         int64_t j = i + 1;
         while (j < raw.n && raw.v[j].domain == raw.v[i].domain &&
@@ -237,7 +237,9 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
             int64_t start = out->n;
             if (refine_group(&raw.v[i], j - i, out) != 0)
                 goto oom;
-            qsort(out->v + start, (size_t)(out->n - start), sizeof *out->v, cmp_item);
+            if (rs_sort_records(out->v + start, (size_t)(out->n - start), sizeof *out->v,
+                                cmp_item) != 0)
+                goto oom;
         } else {
             for (int64_t q = i; q < j; q++)
                 if (items_push(out, &raw.v[q]) != 0)

@@ -19,6 +19,10 @@ typedef struct {
 /** Append @p piece; -1 when out of memory. */
 int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece);
 
+/** Sort @p n records of @p size bytes by @p cmp (ties by position: stable),
+ *  moving each record only twice. -1 when out of memory. */
+int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+
 /** True when a source fragment holding cell @p c lives in the domain of its
  *  receiver (the cell then moves over NVLink or by a local copy, never over
  *  the network). */

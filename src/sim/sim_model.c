@@ -1,0 +1,68 @@
+/* reshard_sim_model: plan a model refit on a modelled system and predict it. */
+#include <string.h>
+#include <time.h>
+
+#include "reshard/reshard_sim.h"
+#include "util/error.h"
+
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
+                                   const reshard_infer_spec_t *infer, const reshard_system_t *sys,
+                                   reshard_sim_refit_t *out)
+{
+    rs_error_clear();
+    if (!model || !train || !infer || !sys || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_model: NULL argument");
+    memset(out, 0, sizeof *out);
+    reshard_status_t st = reshard_model_check(model, train, infer, 0);
+    if (st != RESHARD_OK)
+        return st;
+    reshard_model_refit_t r;
+    memset(&r, 0, sizeof r);
+    r.train_spec = *train;
+    r.infer_spec = *infer;
+    r.train_world = reshard_train_world(train);
+    r.infer_world = reshard_infer_world(infer);
+    if (r.train_world < 1 || r.infer_world < 1)
+        return rs_error(RESHARD_ERR_CONFIG, "reshard_sim_model: world size overflows");
+    int32_t off = reshard_sim_infer_offset(r.train_world, sys->domain_size);
+    st = reshard_model_tensors(model, &r.tensors);
+    if (st == RESHARD_OK)
+        st = reshard_model_train_layout(model, r.tensors, train, 0, &r.train, NULL);
+    if (st == RESHARD_OK)
+        st = reshard_model_infer_layout(model, r.tensors, infer, off, &r.infer, NULL);
+    reshard_plan_t *plan = NULL;
+    if (st == RESHARD_OK) {
+        reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                                   .world_size = off + r.infer_world,
+                                   .my_rank = RESHARD_ALL_RANKS,
+                                   .domain_size = sys->domain_size};
+        double t0 = wall_now();
+        st = reshard_plan_create(r.train, r.infer, &p, &plan);
+        out->plan_seconds = wall_now() - t0;
+    }
+    if (st == RESHARD_OK)
+        st = reshard_plan_get_stats(plan, &out->stats);
+    if (st == RESHARD_OK)
+        st = reshard_sim_plan(plan, sys, &out->sim);
+    reshard_plan_destroy(plan);
+    /* The baseline's chain places inference ranks right after training (its
+     * own convention); its pace is set by the chain's busiest link either way. */
+    if (st == RESHARD_OK)
+        st = reshard_model_baseline(model, &r, sys->domain_size, &out->baseline);
+    if (st == RESHARD_OK) {
+        out->train_world = r.train_world;
+        out->infer_world = r.infer_world;
+        out->infer_offset = off;
+        out->model_bytes = reshard_tensors_bytes(r.tensors);
+        out->baseline_s = reshard_sim_baseline_seconds(&out->baseline, out->model_bytes, sys);
+    }
+    reshard_model_refit_destroy(&r);
+    return st;
+}

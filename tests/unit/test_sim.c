@@ -1,0 +1,124 @@
+/*
+ * The simulator: built-in systems, side-by-side domain placement, the cost
+ * model on a small plan computed by hand, and a shipped model predicted
+ * within 1.15x of its lower bound with network bytes at the lower bound.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "reshard/reshard_sim.h"
+
+static void test_systems(void **state)
+{
+    (void)state;
+    reshard_system_t s;
+    assert_int_equal(reshard_system_lookup("h100", &s), RESHARD_OK);
+    assert_int_equal(s.domain_size, 8);
+    assert_true(s.nic_bytes_per_s == 50e9);
+    assert_true(s.nvlink_bytes_per_s == 450e9);
+    assert_int_equal(reshard_system_lookup("gb200", &s), RESHARD_OK);
+    assert_int_equal(s.domain_size, 72);
+    assert_true(s.nvlink_bytes_per_s == 900e9);
+    assert_int_equal(reshard_system_lookup("tpu", &s), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "h100"));
+    assert_int_equal(reshard_sim_infer_offset(128, 72), 144);
+    assert_int_equal(reshard_sim_infer_offset(256, 8), 256);
+    assert_int_equal(reshard_sim_infer_offset(10, 0), 10);
+    assert_int_equal(reshard_sim_infer_offset(10, 4), 12);
+}
+
+/* 4 source ranks Shard(0) of W [64, 32] bf16 -> 2 domains x 4 ranks, each
+ * two TP2 replicas. Per source rank 2048 B over the network, per landing
+ * rank 1024 B in and 1024 B forwarded (one round each: default staging). */
+static void test_cost_model_by_hand(void **state)
+{
+    (void)state;
+    reshard_tensors_t *ts;
+    reshard_layout_t *src, *dst;
+    assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
+    int32_t w;
+    assert_int_equal(
+        reshard_tensors_add(ts, "w", RESHARD_BF16, 2, (int64_t[]){64, 32}, 0, NULL, &w),
+        RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &dst), RESHARD_OK);
+    int32_t rs[4] = {0, 1, 2, 3}, rd[8] = {4, 5, 6, 7, 8, 9, 10, 11};
+    reshard_placement_t sh = {RESHARD_SHARD, 0, 0}, rep = {RESHARD_REPLICATE, 0, 0};
+    reshard_mesh_t ms = {.ndim = 1, .shape = {4}, .ranks = rs};
+    assert_int_equal(reshard_layout_add_dtensor(src, w, &ms, &sh, 0, 0), RESHARD_OK);
+    reshard_mesh_t md = {.ndim = 3, .shape = {2, 2, 2}, .ranks = rd};
+    reshard_placement_t pd[3] = {rep, rep, sh};
+    assert_int_equal(reshard_layout_add_dtensor(dst, w, &md, pd, 0, 0), RESHARD_OK);
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                               .world_size = 12,
+                               .my_rank = RESHARD_ALL_RANKS,
+                               .domain_size = 4};
+    reshard_plan_t *plan;
+    assert_int_equal(reshard_plan_create(src, dst, &p, &plan), RESHARD_OK);
+    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9};
+    reshard_sim_t r;
+    assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_OK);
+    assert_int_equal(r.network_rounds, 1);
+    assert_true(r.network_s > 2.047e-3 && r.network_s < 2.049e-3); /* 2048 B / 1e6 */
+    assert_true(r.nvlink_s > 1.023e-4 && r.nvlink_s < 1.025e-4);   /* 1024 B / 1e7 */
+    /* R = 1: max(T_net + T_nvl, T_nvl + T_net) */
+    assert_true(r.seconds > 2.1503e-3 && r.seconds < 2.1505e-3);
+    assert_int_equal(r.nvlink_bound_bytes, 1024); /* 4096 B forwarded per domain / 4 */
+    assert_true(r.bound_s > 2.047e-3 && r.bound_s < 2.049e-3);
+    assert_true(r.local_s == 0);
+    /* latency: one round per link class */
+    sys.nic_latency_s = 1e-3;
+    assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_OK);
+    assert_true(r.network_s > 3.047e-3 && r.network_s < 3.049e-3);
+    sys.nic_bytes_per_s = 0;
+    assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_ERR_INVALID_ARG);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+/* A shipped MoE model on H100: network bytes at the lower bound, busiest NIC
+ * within 1.05x its bound, prediction within 1.15x of the bound. */
+static void test_shipped_model(void **state)
+{
+    (void)state;
+    reshard_model_t *m;
+    reshard_model_options_t o = {.layers = 4};
+    assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("ep=8,pp=2,dp=8", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=8,dp=2", &is), RESHARD_OK);
+    reshard_system_t sys;
+    assert_int_equal(reshard_system_lookup("h100", &sys), RESHARD_OK);
+    reshard_sim_refit_t r;
+    assert_int_equal(reshard_sim_model(m, &ts, &is, &sys, &r), RESHARD_OK);
+    assert_int_equal(r.infer_offset, 16);
+    assert_int_equal(r.stats.bytes_network, r.stats.bytes_lower_bound);
+    assert_true(r.stats.max_nic_send_bytes <= r.stats.nic_send_bound_bytes * 105 / 100);
+    assert_true(r.stats.max_nic_recv_bytes <= r.stats.nic_recv_bound_bytes * 105 / 100);
+    assert_true(r.sim.seconds >= r.sim.bound_s);
+    assert_true(r.sim.seconds <= 1.15 * r.sim.bound_s);
+    assert_true(r.baseline_s > r.sim.seconds);
+    /* gb200: the training side fills 1 domain of 72, inference starts at 72 */
+    assert_int_equal(reshard_system_lookup("gb200", &sys), RESHARD_OK);
+    assert_int_equal(reshard_sim_model(m, &ts, &is, &sys, &r), RESHARD_OK);
+    assert_int_equal(r.infer_offset, 72);
+    assert_int_equal(r.stats.bytes_network, r.stats.bytes_lower_bound);
+    reshard_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_systems),
+        cmocka_unit_test(test_cost_model_by_hand),
+        cmocka_unit_test(test_shipped_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

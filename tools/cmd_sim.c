@@ -1,0 +1,360 @@
+/* reshard sim: predicted refit times on modelled clusters, next to the
+ * published figures of data/cases/refit-cases.json. */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "reshard/reshard.h"
+#include "reshard/reshard_model.h"
+#include "reshard/reshard_sim.h"
+
+#ifndef RESHARD_DATA_DIR
+#define RESHARD_DATA_DIR "data"
+#endif
+
+typedef struct {
+    const char *cases, *only, *model, *train, *infer, *system;
+    int json;
+} sim_args_t;
+
+static void sim_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: reshard sim [--case ID | --model M --train SPEC --infer SPEC --system S]\n"
+            "                   [--json] [--cases FILE]\n"
+            "  (no arguments)     predict every case of the shipped table\n"
+            "  --case ID          one case of the table\n"
+            "  --model M --train SPEC --infer SPEC --system h100|gb200\n"
+            "                     one configuration of your own\n"
+            "  --json             one JSON object: {\"cases\": [...]}\n"
+            "  --cases FILE       the case table (default %s/cases/refit-cases.json)\n"
+            "Published figures are the vendors' measurements on their own clusters; the\n"
+            "predicted figures come from reshard's cost model (see reshard_sim.h).\n",
+            RESHARD_DATA_DIR);
+}
+
+static int sim_bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "reshard sim: %s%s%s\n(see 'reshard sim --help')\n", msg, arg ? " " : "",
+            arg ? arg : "");
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, sim_args_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            sim_usage(stdout);
+            return 1;
+        }
+        if (!strcmp(o, "--json")) {
+            a->json = 1;
+            continue;
+        }
+        const char **slot = !strcmp(o, "--case")     ? &a->only
+                            : !strcmp(o, "--cases")  ? &a->cases
+                            : !strcmp(o, "--model")  ? &a->model
+                            : !strcmp(o, "--train")  ? &a->train
+                            : !strcmp(o, "--infer")  ? &a->infer
+                            : !strcmp(o, "--system") ? &a->system
+                                                     : NULL;
+        if (!slot)
+            return sim_bad("unknown option", o);
+        if (i + 1 >= argc)
+            return sim_bad("missing value after", o);
+        *slot = argv[++i];
+    }
+    bool custom = a->model || a->train || a->infer || a->system;
+    if (custom && (!a->model || !a->train || !a->infer || !a->system))
+        return sim_bad("give all of --model, --train, --infer and --system", NULL);
+    if (custom && a->only)
+        return sim_bad("give --case or a configuration, not both", NULL);
+    return 0;
+}
+
+/* One row of the table: the configuration, the published figures, and the
+ * prediction (or why there is none). */
+typedef struct {
+    char id[128], system[32], model[160], train[128], infer[96];
+    json_t *published; /* object: published key -> number or [lo, hi] */
+    char reason[512];  /* non-empty: no prediction */
+    reshard_sim_refit_t r;
+} sim_row_t;
+
+static int64_t get_int(json_t *o, const char *key, int64_t dflt)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+/* Published sizes -> specs. A training world left implicit follows from
+ * "world" or, failing that, equals the inference world. */
+static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t *is)
+{
+    json_t *t = json_object_get(c, "train"), *n = json_object_get(c, "infer");
+    is->tp = (int32_t)get_int(n, "tp", 1);
+    is->dp = (int32_t)get_int(n, "dp", 1);
+    json_t *ep = json_object_get(n, "ep");
+    is->ep = json_is_true(ep) || (json_is_string(ep) && !strcmp(json_string_value(ep), "on"));
+    ts->tp = (int32_t)get_int(t, "tp", 1);
+    ts->pp = (int32_t)get_int(t, "pp", 1);
+    ts->cp = (int32_t)get_int(t, "cp", 1);
+    ts->ep = (int32_t)get_int(t, "ep", 1);
+    ts->etp = (int32_t)get_int(t, "etp", 1);
+    int64_t per_dp = (int64_t)ts->tp * ts->cp * ts->pp;
+    int64_t world = get_int(t, "world", 0);
+    if (world > 0)
+        ts->dp = (int32_t)(world / per_dp);
+    else if (json_object_get(t, "dp"))
+        ts->dp = (int32_t)get_int(t, "dp", 1);
+    else
+        ts->dp = (int32_t)((int64_t)is->tp * is->dp / per_dp);
+    if (ts->dp < 1)
+        ts->dp = 1;
+}
+
+static void predict(sim_row_t *row, const char *model_name, const reshard_train_spec_t *ts,
+                    const reshard_infer_spec_t *is)
+{
+    reshard_train_spec_str(ts, row->train, sizeof row->train);
+    reshard_infer_spec_str(is, row->infer, sizeof row->infer);
+    reshard_system_t sys;
+    reshard_model_t *m = NULL;
+    reshard_status_t st = reshard_system_lookup(row->system, &sys);
+    if (st == RESHARD_OK)
+        st = reshard_model_load(model_name, NULL, &m);
+    if (st == RESHARD_ERR_IO) {
+        snprintf(row->reason, sizeof row->reason,
+                 "config not available: no shipped config or file for '%s'", model_name);
+        return;
+    }
+    if (st != RESHARD_OK) {
+        snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
+        return;
+    }
+    st = reshard_sim_model(m, ts, is, &sys, &row->r);
+    if (st != RESHARD_OK)
+        snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
+    reshard_model_destroy(m);
+}
+
+static void case_row(json_t *c, sim_row_t *row)
+{
+    memset(row, 0, sizeof *row);
+    const char *id = json_string_value(json_object_get(c, "id"));
+    const char *sys = json_string_value(json_object_get(c, "system"));
+    const char *model = json_string_value(json_object_get(c, "model"));
+    snprintf(row->id, sizeof row->id, "%s", id ? id : "?");
+    snprintf(row->system, sizeof row->system, "%s", sys ? sys : "?");
+    snprintf(row->model, sizeof row->model, "%s", model ? model : "?");
+    row->published = json_object();
+    const char *keys[] = {"baseline_s", "reshard_s", "direct_p2p_s"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        json_t *v = json_object_get(c, keys[k]);
+        if (v)
+            json_object_set(row->published, keys[k], v);
+    }
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    memset(&ts, 0, sizeof ts);
+    memset(&is, 0, sizeof is);
+    case_specs(c, &ts, &is);
+    predict(row, row->model, &ts, &is);
+}
+
+/* "6.4", "0.74-1.00" or "-" for a published figure. */
+static const char *fig(json_t *pub, const char *key, char *buf, size_t n)
+{
+    json_t *v = json_object_get(pub, key);
+    if (json_is_number(v))
+        snprintf(buf, n, "%.2f", json_number_value(v));
+    else if (json_is_array(v) && json_array_size(v) == 2)
+        snprintf(buf, n, "%.2f-%.2f", json_number_value(json_array_get(v, 0)),
+                 json_number_value(json_array_get(v, 1)));
+    else
+        snprintf(buf, n, "-");
+    return buf;
+}
+
+static void print_table(const sim_row_t *rows, size_t n)
+{
+    printf("reshard sim: refit time, published vs predicted\n"
+           "Published figures are measurements on the vendors' own clusters (we did not "
+           "reproduce them);\n"
+           "predicted figures are reshard's cost model for the same configuration on the "
+           "modelled system\n"
+           "(h100: 8 GPUs/domain; gb200: 72; one 400 Gb/s NIC per GPU; see reshard_sim.h).\n\n");
+    printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s\n", "case", "system", "model",
+           "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
+    char a[32], b[32], c[32];
+    for (size_t i = 0; i < n; i++) {
+        const sim_row_t *r = &rows[i];
+        printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
+               fig(r->published, "baseline_s", a, sizeof a),
+               fig(r->published, "reshard_s", b, sizeof b),
+               fig(r->published, "direct_p2p_s", c, sizeof c));
+        if (r->reason[0])
+            printf("not predicted: %s\n", r->reason);
+        else
+            printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
+                   r->r.sim.seconds / r->r.sim.bound_s);
+    }
+    printf("\nseconds; pub.* = published, pred.* = predicted, bound = lower bound of any plan "
+           "(busiest NIC at its bound, NVLink stage at its bound).\n");
+    for (size_t i = 0; i < n; i++) {
+        const sim_row_t *r = &rows[i];
+        if (r->reason[0])
+            continue;
+        printf("%-27s train %s -> infer %s (infer ranks from %d); network %.1f GB = lower bound "
+               "%.1f GB; busiest NIC %.3fx its bound\n",
+               r->id, r->train, r->infer, r->r.infer_offset, (double)r->r.stats.bytes_network / 1e9,
+               (double)r->r.stats.bytes_lower_bound / 1e9,
+               (double)(r->r.stats.max_nic_send_bytes > r->r.stats.max_nic_recv_bytes
+                            ? r->r.stats.max_nic_send_bytes
+                            : r->r.stats.max_nic_recv_bytes) /
+                   (double)(r->r.stats.nic_send_bound_bytes > r->r.stats.nic_recv_bound_bytes
+                                ? r->r.stats.nic_send_bound_bytes
+                                : r->r.stats.nic_recv_bound_bytes));
+    }
+}
+
+static json_t *row_json(const sim_row_t *r)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "system", json_string(r->system));
+    json_object_set_new(o, "model", json_string(r->model));
+    json_object_set_new(o, "train", json_string(r->train));
+    json_object_set_new(o, "infer", json_string(r->infer));
+    const char *keys[] = {"baseline_s", "reshard_s", "direct_p2p_s"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        json_t *v = json_object_get(r->published, keys[k]);
+        char key[64];
+        snprintf(key, sizeof key, "published_%s", keys[k]);
+        json_object_set(o, key, v ? v : json_null());
+    }
+    json_object_set_new(o, "published_note",
+                        json_string("vendor measurements on their own clusters, not reproduced"));
+    if (r->reason[0]) {
+        json_object_set_new(o, "predicted_s", json_null());
+        json_object_set_new(o, "baseline_predicted_s", json_null());
+        json_object_set_new(o, "bound_s", json_null());
+        json_object_set_new(o, "reason", json_string(r->reason));
+        return o;
+    }
+    const reshard_sim_refit_t *x = &r->r;
+    json_object_set_new(o, "predicted_s", json_real(x->sim.seconds));
+    json_object_set_new(o, "baseline_predicted_s", json_real(x->baseline_s));
+    json_object_set_new(o, "bound_s", json_real(x->sim.bound_s));
+    json_object_set_new(o, "network_s", json_real(x->sim.network_s));
+    json_object_set_new(o, "nvlink_s", json_real(x->sim.nvlink_s));
+    json_object_set_new(o, "fill_s", json_real(x->sim.fill_s));
+    json_object_set_new(o, "train_world", json_integer(x->train_world));
+    json_object_set_new(o, "infer_world", json_integer(x->infer_world));
+    json_object_set_new(o, "infer_offset", json_integer(x->infer_offset));
+    json_object_set_new(o, "model_bytes", json_integer((json_int_t)x->model_bytes));
+    json_object_set_new(o, "bytes_network", json_integer((json_int_t)x->stats.bytes_network));
+    json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)x->stats.bytes_nvlink));
+    json_object_set_new(o, "bytes_lower_bound",
+                        json_integer((json_int_t)x->stats.bytes_lower_bound));
+    json_object_set_new(o, "max_nic_send_bytes",
+                        json_integer((json_int_t)x->stats.max_nic_send_bytes));
+    json_object_set_new(o, "max_nic_recv_bytes",
+                        json_integer((json_int_t)x->stats.max_nic_recv_bytes));
+    json_object_set_new(o, "nic_send_bound_bytes",
+                        json_integer((json_int_t)x->stats.nic_send_bound_bytes));
+    json_object_set_new(o, "nic_recv_bound_bytes",
+                        json_integer((json_int_t)x->stats.nic_recv_bound_bytes));
+    json_object_set_new(o, "plan_seconds", json_real(x->plan_seconds));
+    return o;
+}
+
+int cmd_sim(int argc, char **argv)
+{
+    sim_args_t a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    sim_row_t *rows = NULL;
+    size_t n = 0;
+    json_t *root = NULL;
+    if (a.model) {
+        rows = calloc(1, sizeof *rows);
+        if (!rows)
+            return 1;
+        reshard_train_spec_t ts;
+        reshard_infer_spec_t is;
+        if (reshard_train_spec_parse(a.train, &ts) != RESHARD_OK ||
+            reshard_infer_spec_parse(a.infer, &is) != RESHARD_OK) {
+            fprintf(stderr, "reshard sim: %s\n", reshard_last_error());
+            free(rows);
+            return 2;
+        }
+        snprintf(rows[0].id, sizeof rows[0].id, "custom");
+        snprintf(rows[0].system, sizeof rows[0].system, "%s", a.system);
+        snprintf(rows[0].model, sizeof rows[0].model, "%s", a.model);
+        rows[0].published = json_object();
+        predict(&rows[0], a.model, &ts, &is);
+        n = 1;
+    } else {
+        json_error_t err;
+        root = json_load_file(a.cases, 0, &err);
+        json_t *cases = json_object_get(root, "cases");
+        if (!json_is_array(cases)) {
+            fprintf(stderr, "reshard sim: cannot read the case table %s: %s\n", a.cases,
+                    root ? "no \"cases\" list" : err.text);
+            json_decref(root);
+            return 1;
+        }
+        rows = calloc(json_array_size(cases) + 1, sizeof *rows);
+        if (!rows) {
+            json_decref(root);
+            return 1;
+        }
+        for (size_t i = 0; i < json_array_size(cases); i++) {
+            json_t *c = json_array_get(cases, i);
+            const char *id = json_string_value(json_object_get(c, "id"));
+            if (a.only && (!id || strcmp(id, a.only)))
+                continue;
+            case_row(c, &rows[n++]);
+        }
+        if (a.only && n == 0) {
+            fprintf(stderr, "reshard sim: no case '%s' in %s\n", a.only, a.cases);
+            free(rows);
+            json_decref(root);
+            return 2;
+        }
+    }
+    if (a.json) {
+        json_t *o = json_object(), *list = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(list, row_json(&rows[i]));
+        json_object_set_new(o, "cases", list);
+        json_object_set_new(o, "note",
+                            json_string("published_* are vendor measurements on their "
+                                        "own clusters; predicted_s, "
+                                        "baseline_predicted_s and bound_s are "
+                                        "reshard's cost-model predictions"));
+        json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+        printf("\n");
+        json_decref(o);
+    } else {
+        print_table(rows, n);
+    }
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_decref(rows[i].published);
+        failed |= a.model && rows[i].reason[0];
+    }
+    if (failed)
+        fprintf(stderr, "reshard sim: %s\n", rows[0].reason);
+    free(rows);
+    json_decref(root);
+    return failed ? 1 : 0;
+}
