@@ -75,6 +75,8 @@ struct reshard_baseline {
     int64_t ncopies;
     uint64_t bucket_max, send_max, recv_max; /**< this rank's staging needs */
     uint64_t bytes_moved;
+    /** This rank's buffers, allocated by the first execution and kept. */
+    uint8_t *bucket, *sendbuf, *recvbuf;
 };
 
 static uint32_t elem_size_of(const reshard_layout_t *l, int32_t tensor)
@@ -415,6 +417,9 @@ void reshard_baseline_destroy(reshard_baseline_t *b)
     free(b->items);
     free(b->moves);
     free(b->copies);
+    free(b->bucket);
+    free(b->sendbuf);
+    free(b->recvbuf);
     free(b);
 }
 
@@ -687,12 +692,15 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     reshard_status_t st = check_buffers(b->src, m->rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = check_buffers(b->dst, m->rank, dst_bufs, n_dst, "destination");
-    if (st == RESHARD_OK)
-        st = alloc_buf(m, b->bucket_max, &x.bucket);
-    if (st == RESHARD_OK)
-        st = alloc_buf(m, b->send_max, &x.sendbuf);
-    if (st == RESHARD_OK)
-        st = alloc_buf(m, b->recv_max, &x.recvbuf);
+    if (st == RESHARD_OK && !b->bucket)
+        st = alloc_buf(m, b->bucket_max, &b->bucket);
+    if (st == RESHARD_OK && !b->sendbuf)
+        st = alloc_buf(m, b->send_max, &b->sendbuf);
+    if (st == RESHARD_OK && !b->recvbuf)
+        st = alloc_buf(m, b->recv_max, &b->recvbuf);
+    x.bucket = b->bucket;
+    x.sendbuf = b->sendbuf;
+    x.recvbuf = b->recvbuf;
     int64_t c = 0;
     for (int32_t k = 0; st == RESHARD_OK && k < b->nbuckets; k++) {
         st = gather(&x, k);
@@ -701,11 +709,8 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
         if (st == RESHARD_OK)
             copy_out(&x, k, &c);
     }
-    if (x.reqs.n == 0) { /* else MPI may still touch them: leak on purpose */
-        free(x.bucket);
-        free(x.sendbuf);
-        free(x.recvbuf);
-    }
+    if (x.reqs.n > 0) /* MPI may still touch them: leak them on purpose */
+        b->bucket = b->sendbuf = b->recvbuf = NULL;
     rs_mpi_reqs_free(&x.reqs);
     if (stats)
         *stats = x.st;

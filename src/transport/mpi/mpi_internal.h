@@ -41,6 +41,11 @@ typedef struct {
     int abort_payload[3];   /**< what we send when we fail */
     bool abort_sent;        /**< we told every peer that we failed (this epoch) */
     rs_mpi_reqs_t abort_sends;
+    /** Staging kept between executions (fresh pages cost a fault and a
+     *  zeroing pass each): the block, its size, whether it is handed out. */
+    void *staging;
+    uint64_t staging_bytes;
+    bool staging_used;
     /** Set when an agreement failed while some rank had transfers in
      *  flight, or timed out: the peer state is unknown, further operations
      *  are refused and outstanding requests are leaked (never freed under

@@ -347,10 +347,22 @@ static reshard_status_t mpi_alloc_staging(reshard_comm_t *c, uint64_t bytes, voi
     if (bytes > SIZE_MAX - 4096)
         return rs_error(RESHARD_ERR_OVERFLOW, "rank %d: staging of %llu bytes", m->rank,
                         (unsigned long long)bytes);
+    /* reuse the kept block when it is free and large enough */
+    if (m->staging && !m->staging_used && m->staging_bytes >= bytes) {
+        m->staging_used = true;
+        *out = m->staging;
+        return RESHARD_OK;
+    }
     void *p = NULL;
     if (posix_memalign(&p, 4096, bytes ? (size_t)bytes : 1) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: cannot allocate %llu bytes of staging",
                         m->rank, (unsigned long long)bytes);
+    if (!m->staging_used) { /* keep the new block instead of the smaller free one */
+        free(m->staging);
+        m->staging = p;
+        m->staging_bytes = bytes;
+        m->staging_used = true;
+    }
     *out = p;
     return RESHARD_OK;
 }
@@ -362,9 +374,15 @@ static void mpi_free_staging(reshard_comm_t *c, void *p)
         return;
     /* Requests of a failing execution may still read or write staging: keep
      * it (leaked on purpose; the comm can only be destroyed afterwards). */
-    if (m->slot[0].n > 0 || m->slot[1].n > 0)
+    if (m->slot[0].n > 0 || m->slot[1].n > 0) {
+        if (p == m->staging)
+            m->staging = NULL;
         return;
-    free(p);
+    }
+    if (p == m->staging)
+        m->staging_used = false; /* kept for the next execution */
+    else
+        free(p);
 }
 
 static reshard_status_t check_slot(rs_mpi_t *m, int slot)
@@ -457,6 +475,8 @@ static void mpi_destroy(reshard_comm_t *c)
         }
         MPI_Comm_free(&m->comm);
     }
+    if (!m->staging_used)
+        free(m->staging);
     /* A broken comm keeps its requests and communicator alive inside MPI:
      * freeing them could let MPI touch memory we no longer own. */
     rs_mpi_reqs_free(&m->slot[0]);
