@@ -44,8 +44,15 @@ int main(void)
         fprintf(stderr, "FAIL: staging: %s\n", reshard_last_error());
         return 1;
     }
-    const double timeout = 3.0, t0 = now_s();
-    reshard_status_t st = ops->round_begin(c, 0);
+    const double timeout = 3.0;
+    /* the executor's preflight agreement comes first and hands the plan's timeout over */
+    reshard_status_t st = ops->finish(c, RESHARD_OK, timeout);
+    if (st != RESHARD_OK) {
+        fprintf(stderr, "FAIL: preflight finish: %s\n", reshard_last_error());
+        return 1;
+    }
+    const double t0 = now_s();
+    st = ops->round_begin(c, 0);
     if (st == RESHARD_OK)
         st = ops->post_recv(c, 0, 0, buf, 1 << 20); /* no matching send, ever */
     if (st == RESHARD_OK)
