@@ -170,6 +170,7 @@ typedef struct {
     int32_t n;
     unsigned char **base;
     reshard_buffer_t *bind;
+    int shift; /**< current binding offset; -1 before the first binding */
 } rank_bufs_t;
 
 static void bufs_free(rank_bufs_t *b)
@@ -186,6 +187,7 @@ static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
                                    rank_bufs_t *b)
 {
     memset(b, 0, sizeof *b);
+    b->shift = -1;
     int32_t n = reshard_layout_buffer_count(layout, rank);
     if (n == 0)
         return RESHARD_OK;
@@ -212,10 +214,20 @@ static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
     return RESHARD_OK;
 }
 
-static void bufs_bind(rank_bufs_t *b, long iter)
+/* Bind the buffers for refit @p iter (offset 0 or REBIND_SHIFT, alternating).
+ * With @p keep_content the bytes move along with the binding (memmove is far
+ * cheaper than filling the pattern again). False on the first binding. */
+static bool bufs_bind(rank_bufs_t *b, long iter, bool keep_content)
 {
-    for (int32_t i = 0; i < b->n; i++)
-        b->bind[i].ptr = b->base[i] + (iter % 2) * REBIND_SHIFT;
+    int shift = (int)(iter % 2) * REBIND_SHIFT;
+    bool had = b->shift >= 0;
+    for (int32_t i = 0; i < b->n; i++) {
+        if (keep_content && had && shift != b->shift)
+            memmove(b->base[i] + shift, b->base[i] + b->shift, (size_t)b->bind[i].bytes);
+        b->bind[i].ptr = b->base[i] + shift;
+    }
+    b->shift = shift;
+    return had;
 }
 
 /* ---- one method (reshard or baseline) ----------------------------------- */
@@ -277,11 +289,10 @@ static void abort_if_transport(const run_t *r, reshard_status_t st)
 static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
 {
     const reshard_model_refit_t *f = r->refit;
-    bufs_bind(&r->src, iter);
-    bufs_bind(&r->dst, iter);
     reshard_status_t st = RESHARD_OK;
-    if (r->src.n)
+    if (!bufs_bind(&r->src, iter, true) && r->src.n)
         st = reshard_fill_pattern(f->train, r->rank, r->src.bind, r->src.n);
+    bufs_bind(&r->dst, iter, false);
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: fill: %s\n", r->rank, reshard_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
