@@ -44,7 +44,11 @@ extern "C" {
  * are untouched); reshard_comm_rank/size are the rank and size in @p comm,
  * and plans executed on it must have world_size == that size. MPI must be
  * initialized (any thread level; the endpoint is used by one thread at a
- * time). Free it with reshard_comm_destroy before MPI_Finalize (local).
+ * time). Staging memory for executions (per rank at most the plan's
+ * staging bound) is allocated by the first execution and kept for the next
+ * ones (fresh pages would cost a page fault and a zeroing pass per refit).
+ * Free the endpoint with reshard_comm_destroy before MPI_Finalize (local); it
+ * frees the staging.
  * Errors: INVALID_ARG (out NULL, MPI not initialized, comm is MPI_COMM_NULL),
  * TRANSPORT (the duplicate failed), NOMEM.
  */
@@ -74,9 +78,11 @@ MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
  *      destination rank;
  *   3. every destination rank copies its fragments' elements out of the full
  *      tensors and drops the rest.
- * Memory per rank: the root holds the bucket plus the receive staging of its
- * gather (about one more bucket); destination ranks hold one bucket; source
- * ranks hold their packed part of one bucket.
+ * Memory per rank, allocated by the first execution and kept until
+ * reshard_baseline_destroy: the root holds the bucket plus the receive
+ * staging of its gather (about one more bucket); destination ranks hold one
+ * bucket; source ranks hold their packed part of one bucket. Buckets are
+ * handled one after another (no overlap between gather and broadcast).
  */
 typedef struct reshard_baseline reshard_baseline_t;
 
