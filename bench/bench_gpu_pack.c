@@ -161,6 +161,7 @@ int main(int argc, char **argv)
     cuda_ok(cudaMalloc(&b.copy_dst, bytes), "cudaMalloc");
     cuda_ok(cudaMemset(b.fragbuf, 1, 2 * bytes), "cudaMemset");
     cuda_ok(cudaMemset(b.copy_src, 2, bytes), "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); /* legacy stream vs ours */
 
     printf("# bench_gpu_pack: %s (sm_%d%d), bf16, %llu MiB per case, median of %d\n", prop.name,
            prop.major, prop.minor, (unsigned long long)mib, iters);

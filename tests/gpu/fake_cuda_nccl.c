@@ -12,9 +12,9 @@
  * sends and returns ncclInProgress until every receive of the group found its message and
  * every send was received (rendezvous; ncclCommGetAsyncError completes them), and any
  * NCCL call while the state is not ncclSuccess fails: real nonblocking NCCL enqueues the
- * operations only once the state becomes ncclSuccess and forbids calls before that. ncclAllReduce (int32 min, count 1)
- * completes when every rank contributed. Messages are matched per (sender, receiver) in
- * order; a size mismatch is an asynchronous ncclInvalidUsage.
+ * operations only once the state becomes ncclSuccess and forbids calls before that. ncclAllReduce
+ * (int32 min, count 1) completes when every rank contributed. Messages are matched per (sender,
+ * receiver) in order; a size mismatch is an asynchronous ncclInvalidUsage.
  *
  * Knob: FAKE_CUDA_DEVICES (default 1) = what cudaGetDeviceCount reports.
  */
@@ -109,6 +109,12 @@ cudaError_t cudaMemset(void *p, int value, size_t count)
 {
     memset(p, value, count);
     return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaMemset(p, value, count);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)

@@ -76,29 +76,33 @@ static void dev_free(void *p)
         free(p);
 }
 
-static void to_dev(void *d, const void *h, size_t n)
+/* Copies go on the kernels' own (non-blocking) stream and are waited for: a plain
+ * cudaMemcpy runs on the legacy stream, which does not order non-blocking streams. */
+static void copy_on_stream(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
-    if (!use_gpu) {
-        memcpy(d, h, n);
-    } else if (cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
-        fprintf(stderr, "cudaMemcpy H2D failed\n");
-        exit(1);
-    }
-}
-
-static void from_dev(void *h, const void *d, size_t n)
-{
-    if (!use_gpu) {
-        memcpy(h, d, n);
-        return;
-    }
-    cudaError_t e = cudaStreamSynchronize(stream);
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, stream);
     if (e == cudaSuccess)
-        e = cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+        e = cudaStreamSynchronize(stream);
     if (e != cudaSuccess) {
         fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
         exit(1);
     }
+}
+
+static void to_dev(void *d, const void *h, size_t n)
+{
+    if (use_gpu)
+        copy_on_stream(d, h, n, cudaMemcpyHostToDevice);
+    else
+        memcpy(d, h, n);
+}
+
+static void from_dev(void *h, const void *d, size_t n)
+{
+    if (use_gpu)
+        copy_on_stream(h, d, n, cudaMemcpyDeviceToHost);
+    else
+        memcpy(h, d, n);
 }
 
 /* Run a prepared copy on the backend. */

@@ -799,6 +799,20 @@ static reshard_status_t cuda_status(cudaError_t e, const char *fn)
                     "%s: %s (%s)", fn, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* Copy on the endpoint's stream and wait. The stream is non-blocking (no implicit order with
+ * the legacy default stream, where plain cudaMemcpy/cudaMemset run, and a pageable-host
+ * cudaMemcpy or a cudaMemset may still be in flight when they return), so every helper works
+ * on the endpoint's own stream and synchronises it: the next refit sees the bytes. */
+static reshard_status_t copy_sync(reshard_comm_t *comm, void *dst, const void *src, uint64_t bytes,
+                                  const char *fn)
+{
+    cudaStream_t s = impl_of(comm)->stream;
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    return cuda_status(e, fn);
+}
+
 reshard_status_t reshard_nccl_alloc(reshard_comm_t *comm, uint64_t bytes, void **out)
 {
     rs_error_clear();
@@ -826,8 +840,7 @@ reshard_status_t reshard_nccl_memcpy(reshard_comm_t *comm, void *dst, const void
         return st;
     if (dst == NULL || src == NULL)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_memcpy: NULL pointer");
-    return cuda_status(cudaMemcpy(dst, src, (size_t)bytes, cudaMemcpyDefault),
-                       "reshard_nccl_memcpy: cudaMemcpy");
+    return copy_sync(comm, dst, src, bytes, "reshard_nccl_memcpy: cudaMemcpyAsync");
 }
 
 reshard_status_t reshard_nccl_memset(reshard_comm_t *comm, void *dst, int value, uint64_t bytes)
@@ -838,7 +851,11 @@ reshard_status_t reshard_nccl_memset(reshard_comm_t *comm, void *dst, int value,
         return st;
     if (dst == NULL)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_nccl_memset: NULL pointer");
-    return cuda_status(cudaMemset(dst, value, (size_t)bytes), "reshard_nccl_memset: cudaMemset");
+    cudaStream_t s = impl_of(comm)->stream;
+    cudaError_t e = cudaMemsetAsync(dst, value, (size_t)bytes, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    return cuda_status(e, "reshard_nccl_memset: cudaMemsetAsync");
 }
 
 static void free_host(reshard_buffer_t *h, int32_t n)
@@ -882,7 +899,7 @@ static reshard_status_t host_mirror(reshard_comm_t *comm, const char *fn,
             return rs_error(RESHARD_ERR_NOMEM, "%s: no host memory for %" PRIu64 " bytes", fn,
                             need);
         }
-        st = cuda_status(cudaMemcpy(h[b].ptr, dev[b].ptr, (size_t)need, cudaMemcpyDefault), fn);
+        st = copy_sync(comm, h[b].ptr, dev[b].ptr, need, fn);
         if (st != RESHARD_OK) {
             free_host(h, n);
             return st;
@@ -904,9 +921,8 @@ reshard_status_t reshard_nccl_fill_pattern(reshard_comm_t *comm, const reshard_l
         st = reshard_fill_pattern(layout, rank, h, n_bufs);
     for (int32_t b = 0; st == RESHARD_OK && b < n_bufs; b++)
         if (h[b].ptr != NULL)
-            st = cuda_status(
-                cudaMemcpy(dev_bufs[b].ptr, h[b].ptr, (size_t)h[b].bytes, cudaMemcpyDefault),
-                "reshard_nccl_fill_pattern");
+            st =
+                copy_sync(comm, dev_bufs[b].ptr, h[b].ptr, h[b].bytes, "reshard_nccl_fill_pattern");
     free_host(h, n_bufs);
     return st;
 }
