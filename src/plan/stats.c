@@ -36,6 +36,17 @@ static int cmp_need(const void *pa, const void *pb)
     return 0;
 }
 
+/* Order by (domain, tensor, sole holder, box). */
+static int cmp_need_sole(const void *pa, const void *pb)
+{
+    const rs_need_t *a = pa, *b = pb;
+    if (a->domain != b->domain || a->tensor != b->tensor)
+        return cmp_need(pa, pb);
+    if (a->sole_holder != b->sole_holder)
+        return a->sole_holder < b->sole_holder ? -1 : 1;
+    return cmp_need(pa, pb);
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -154,9 +165,25 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
         const rs_tensor_t *t = &plan->dst->tensors->t[need[i].tensor];
         uint64_t es = reshard_dtype_size(t->dtype);
         dom_need[need[i].domain] += (uint64_t)el * es;
-        for (int64_t q = i; q < j; q++)
-            if (need[q].sole_holder >= 0)
-                sole_load[need[q].sole_holder] += (uint64_t)rs_box_numel(&need[q].box) * es;
+        i = j;
+    }
+    /* what only one rank holds: the union per (domain, tensor, holder), since
+     * needed boxes of one domain may overlap */
+    if (st == RESHARD_OK && rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need_sole) != 0)
+        st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+    for (int64_t i = 0; i < nn && st == RESHARD_OK;) {
+        int64_t j = i;
+        while (j < nn && need[j].domain == need[i].domain && need[j].tensor == need[i].tensor &&
+               need[j].sole_holder == need[i].sole_holder)
+            j++;
+        if (need[i].sole_holder >= 0) {
+            int64_t el = union_numel(&need[i], j - i);
+            if (el < 0)
+                st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+            else
+                sole_load[need[i].sole_holder] +=
+                    (uint64_t)el * reshard_dtype_size(plan->dst->tensors->t[need[i].tensor].dtype);
+        }
         i = j;
     }
     free(need);
