@@ -19,7 +19,11 @@
  *   3. reshard_plan_execute(plan, comm, ...): packs, sends, receives and unpacks on the
  *      endpoint's CUDA stream, and returns when that work is complete and every rank
  *      agrees on the outcome. Staging is device memory bounded by the plan's
- *      staging_bytes, cached by the endpoint between executions.
+ *      staging_bytes, cached by the endpoint between executions (freed with it).
+ *      reshard orders its work only on the endpoint's stream: work on OTHER streams that
+ *      writes the source buffers must be complete before the call (or give the endpoint
+ *      the framework's current stream at creation, so stream order does it); the
+ *      destination buffers are complete when the call returns.
  *
  * Failure: an NCCL error, an asynchronous NCCL error, a CUDA error, or no progress
  * within the plan's timeout_s aborts the endpoint's communicator (ncclCommAbort) and
@@ -82,9 +86,10 @@ reshard_status_t reshard_nccl_get_unique_id(void *id);
  *                     with several GPUs per host pass the host-local rank % device count.
  *                     Made the calling thread's current device.
  * @param stream       stream on which every operation of this endpoint runs and completes
- *                     (the caller's cudaStream_t, e.g. torch.cuda.current_stream); NULL
- *                     makes the endpoint create and own a non-blocking stream. To use the
- *                     legacy default stream pass cudaStreamLegacy.
+ *                     (the caller's cudaStream_t of @p cuda_device, e.g.
+ *                     torch.cuda.current_stream); NULL makes the endpoint create and own a
+ *                     non-blocking stream. To use the legacy default stream pass
+ *                     cudaStreamLegacy.
  * @param out          receives the endpoint; free it with reshard_comm_destroy
  * Errors: INVALID_ARG (NULL id/out, rank or nranks out of range, device out of range),
  * UNSUPPORTED (no CUDA device: "--transport nccl needs a CUDA device ..."), TRANSPORT
@@ -114,7 +119,9 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
 reshard_status_t reshard_comm_create_nccl(struct ncclComm *comm, struct CUstream_st *stream,
                                           reshard_comm_t **out);
 
-/* ---- device buffers, for tools and tests (synchronous, on the endpoint's device) ---- */
+/* ---- device buffers, for tools and tests ----------------------------------------------
+ * Synchronous, on the endpoint's device; copies and sets run on the endpoint's stream and
+ * wait for it, so a following reshard_plan_execute sees their bytes. */
 
 /**
  * cudaMalloc @p bytes on @p comm's device (bytes 0 gives NULL). Local.
@@ -125,19 +132,19 @@ reshard_status_t reshard_nccl_alloc(reshard_comm_t *comm, uint64_t bytes, void *
 /** cudaFree a pointer from reshard_nccl_alloc; NULL ok. Local. */
 void reshard_nccl_free(reshard_comm_t *comm, void *ptr);
 /**
- * Copy @p bytes between any two of host and device memory (cudaMemcpy, kind inferred),
- * synchronously on @p comm's device. Local. Errors: INVALID_ARG, TRANSPORT.
+ * Copy @p bytes between any two of host and device memory (kind inferred), on @p comm's
+ * stream, and wait. Local. Errors: INVALID_ARG, TRANSPORT.
  */
 reshard_status_t reshard_nccl_memcpy(reshard_comm_t *comm, void *dst, const void *src,
                                      uint64_t bytes);
-/** Set @p bytes of device memory at @p dst to @p value (cudaMemset), synchronously.
+/** Set @p bytes of device memory at @p dst to @p value on @p comm's stream, and wait.
  *  Local. Errors: INVALID_ARG, TRANSPORT. */
 reshard_status_t reshard_nccl_memset(reshard_comm_t *comm, void *dst, int value, uint64_t bytes);
 
 /**
  * reshard_fill_pattern for DEVICE buffers: each buffer @p rank's fragments use is copied
  * to host memory, filled there and copied back (bytes outside fragments are kept).
- * Host memory of the largest buffer's size is used temporarily. Local.
+ * Host memory of the buffers' total size is used temporarily. Local.
  * Errors: as reshard_fill_pattern, plus NOMEM, TRANSPORT.
  */
 reshard_status_t reshard_nccl_fill_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
