@@ -61,8 +61,10 @@ RS_HD int rs_box_copy_segment(const rs_box_copy_t *d, int64_t u, int64_t *n, int
 {
     const int inner = d->nd - 1;
     const int64_t len = d->ext[inner];
-    const int64_t r = d->row0 + u / d->tiles_per_row;
-    const int64_t t = u % d->tiles_per_row;
+    /* Divisions are slow on the GPU: none for one tile per row (runs up to 16 KiB). */
+    const int64_t q = d->tiles_per_row == 1 ? u : u / d->tiles_per_row;
+    const int64_t t = u - q * d->tiles_per_row;
+    const int64_t r = d->row0 + q;
     const int64_t row_first = r * len; /* linear index of the row's element 0 */
     int64_t a = t * d->tile;           /* [a, b): in-row range of the tile */
     int64_t b = a + d->tile < len ? a + d->tile : len;
@@ -74,12 +76,18 @@ RS_HD int rs_box_copy_segment(const rs_box_copy_t *d, int64_t u, int64_t *n, int
         b = hi;
     if (a >= b)
         return 0;
+    /* Row r's index in the outer dims; the outermost needs no division (r < rows, so what
+     * remains after the inner dims is already < ext[0]): none at all for 2-d copies. */
     int64_t sp = d->sbase, dp = d->dbase, rem = r;
-    for (int k = inner - 1; k >= 0; k--) {
+    for (int k = inner - 1; k > 0; k--) {
         const int64_t c = rem % d->ext[k];
         rem /= d->ext[k];
         sp += c * d->sstr[k];
         dp += c * d->dstr[k];
+    }
+    if (inner > 0) {
+        sp += rem * d->sstr[0];
+        dp += rem * d->dstr[0];
     }
     *n = b - a;
     *spos = sp + a * d->sstr[inner];
