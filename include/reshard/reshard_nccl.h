@@ -25,11 +25,22 @@
  *      the framework's current stream at creation, so stream order does it); the
  *      destination buffers are complete when the call returns.
  *
+ * Outcome: every execution ends with an all-reduce of the ranks' statuses on the stream
+ * (and starts with one over the buffer checks), so an error on one rank (a bad buffer,
+ * a failed launch) is returned on every rank; a rank keeps its own message.
+ *
  * Failure: an NCCL error, an asynchronous NCCL error, a CUDA error, or no progress
  * within the plan's timeout_s aborts the endpoint's communicator (ncclCommAbort) and
  * returns RESHARD_ERR_TRANSPORT or RESHARD_ERR_TIMEOUT; a peer whose communicator was
  * aborted stops progressing, so the other ranks reach their own timeout and abort too.
- * Nothing waits without a bound. After such an error the endpoint can only be destroyed.
+ * Every wait inside reshard_plan_execute and communicator creation is bounded (it polls
+ * with a deadline); the synchronous helpers below and reshard_comm_destroy (cudaFree)
+ * wait for the device without one. After such an error the endpoint can only be
+ * destroyed.
+ *
+ * Pipelining: packing, the transfers and unpacking share the endpoint's one stream, so
+ * the GPU does them one after another (the CPU posts round k+1 before waiting for round
+ * k); packing runs at HBM speed, a small cost next to network transfers.
  *
  * Environment:
  *   RESHARD_NCCL_TIMEOUT_S  seconds to wait for communicator creation, and for the
