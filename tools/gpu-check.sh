@@ -15,6 +15,11 @@
 #        BENCH_MIB (default 256), BENCH_ITERS (default 20)
 set -u -o pipefail
 
+# A single-host check: NCCL's bootstrap on the loopback interface, and NCCL's own warnings
+# in the log (both overridable).
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
 mkdir -p "$build"
