@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "exec/pack.h"
-#include "plan/plan_internal.h"
+#include "plan/topo.h"
 #include "util/error.h"
 
 /* Where a stream stands: next piece and the bytes of it already moved. */
@@ -21,6 +21,12 @@ typedef struct {
     uint64_t off;
 } rs_cursor_t;
 
+/* A relay piece's place in this rank's relay scratch (see topo.h). */
+typedef struct {
+    int64_t piece;
+    uint64_t off;
+} rs_relay_t;
+
 typedef struct {
     const reshard_plan_t *plan;
     reshard_comm_t *comm;
@@ -28,18 +34,49 @@ typedef struct {
     const reshard_buffer_t *src_bufs, *dst_bufs;
     uint8_t *staging;
     reshard_exec_stats_t *stats;
+    uint8_t *relay; /* relay scratch, or NULL */
+    rs_relay_t *rl; /* by piece index */
+    int64_t nrl;
 } rs_exec_t;
 
-static const reshard_fragment_t *from_frag(const rs_exec_t *x, const rs_piece_t *p)
+/* Where the elements of piece @p p are read (sending, forwarding) or written
+ * (receiving) on this rank: a fragment and its buffer. Relay pieces live in
+ * the relay scratch, row-major over their box (@p tmp describes it). */
+static const reshard_fragment_t *piece_place(const rs_exec_t *x, const rs_piece_t *p, bool from,
+                                             reshard_fragment_t *tmp, void **buf)
 {
-    return p->stage == RS_STAGE_DIRECT ? &x->plan->src->f[p->from_frag]
-                                       : &x->plan->dst->f[p->from_frag];
-}
-
-static const reshard_buffer_t *from_buf(const rs_exec_t *x, const rs_piece_t *p)
-{
-    const reshard_fragment_t *f = from_frag(x, p);
-    return p->stage == RS_STAGE_DIRECT ? &x->src_bufs[f->buffer] : &x->dst_bufs[f->buffer];
+    const reshard_plan_t *plan = x->plan;
+    if (rs_piece_is_relay(plan->dst, p) && from == (p->stage == RS_STAGE_FORWARD)) {
+        int64_t lo = 0, hi = x->nrl, me = p - plan->pieces;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (x->rl[mid].piece < me)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memset(tmp, 0, sizeof *tmp);
+        tmp->tensor = p->tensor;
+        tmp->rank = x->rp->rank;
+        tmp->box = p->box;
+        tmp->base = lo < x->nrl ? (int64_t)(x->rl[lo].off / p->elem_size) : 0;
+        int64_t st = 1;
+        for (int d = p->box.ndim - 1; d >= 0; d--) {
+            tmp->stride[d] = st;
+            st *= p->box.extent[d];
+        }
+        *buf = x->relay;
+        return tmp;
+    }
+    if (!from) {
+        const reshard_fragment_t *f = &plan->dst->f[p->to_frag];
+        *buf = x->dst_bufs[f->buffer].ptr;
+        return f;
+    }
+    const reshard_fragment_t *f =
+        p->stage == RS_STAGE_DIRECT ? &plan->src->f[p->from_frag] : &plan->dst->f[p->from_frag];
+    *buf = p->stage == RS_STAGE_DIRECT ? x->src_bufs[f->buffer].ptr : x->dst_bufs[f->buffer].ptr;
+    return f;
 }
 
 /* Pack (send side) or unpack (receive side) @p len stream bytes at the cursor. */
@@ -56,19 +93,18 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
         uint64_t data_end = cur->off + take < p->bytes ? cur->off + take : p->bytes;
         if (data_end > cur->off) {
             *payload += data_end - cur->off;
-            const reshard_fragment_t *to = &x->plan->dst->f[p->to_frag];
-            rs_span_t span = {sending ? from_frag(x, p) : to, &p->box,
-                              (int64_t)(cur->off / p->elem_size),
+            reshard_fragment_t tmp;
+            void *buf;
+            const reshard_fragment_t *f = piece_place(x, p, sending, &tmp, &buf);
+            rs_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
                               (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
             reshard_status_t st = RESHARD_OK;
             if (sending) {
-                const void *buf = from_buf(x, p)->ptr;
                 if (ops->pack)
                     st = ops->pack(x->comm, stage_buf + done, buf, &span);
                 else
                     rs_pack_cpu(stage_buf + done, buf, &span);
             } else {
-                void *buf = x->dst_bufs[to->buffer].ptr;
                 if (ops->unpack)
                     st = ops->unpack(x->comm, buf, stage_buf + done, &span);
                 else
@@ -345,10 +381,10 @@ static reshard_status_t self_forwards(rs_exec_t *x)
             continue;
         for (int64_t j = 0; st == RESHARD_OK && j < s->n; j++) {
             const rs_piece_t *p = &x->plan->pieces[s->idx[j]];
-            const reshard_fragment_t *sf = &x->plan->dst->f[p->from_frag];
-            const reshard_fragment_t *df = &x->plan->dst->f[p->to_frag];
-            void *d = x->dst_bufs[df->buffer].ptr;
-            const void *sp = x->dst_bufs[sf->buffer].ptr;
+            reshard_fragment_t tmp, tmp2;
+            void *d, *sp;
+            const reshard_fragment_t *sf = piece_place(x, p, true, &tmp, &sp);
+            const reshard_fragment_t *df = piece_place(x, p, false, &tmp2, &d);
             if (x->comm->ops->local_copy)
                 st = x->comm->ops->local_copy(x->comm, d, df, sp, sf, &p->box, p->elem_size);
             else
@@ -360,6 +396,105 @@ static reshard_status_t self_forwards(rs_exec_t *x)
     return st;
 }
 
+/* A relayed landing of this rank, looked up by (fragment, box) by its forwards. */
+typedef struct {
+    int32_t frag;
+    reshard_box_t box;
+    uint64_t off;
+} rs_landing_t;
+
+static int cmp_landing(const void *pa, const void *pb)
+{
+    const rs_landing_t *a = pa, *b = pb;
+    if (a->frag != b->frag)
+        return a->frag < b->frag ? -1 : 1;
+    for (int d = 0; d < a->box.ndim; d++) {
+        if (a->box.offset[d] != b->box.offset[d])
+            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+        if (a->box.extent[d] != b->box.extent[d])
+            return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
+    }
+    return 0;
+}
+
+static int cmp_relay(const void *pa, const void *pb)
+{
+    const rs_relay_t *a = pa, *b = pb;
+    return a->piece < b->piece ? -1 : a->piece > b->piece;
+}
+
+static int relay_push(rs_exec_t *x, int64_t piece, uint64_t off, int64_t *cap)
+{
+    if (x->nrl == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        rs_relay_t *n = realloc(x->rl, (size_t)*cap * sizeof *n);
+        if (!n)
+            return -1;
+        x->rl = n;
+    }
+    x->rl[x->nrl++] = (rs_relay_t){piece, off};
+    return 0;
+}
+
+/* Places in the relay scratch: each landing this rank relays gets the next
+ * stream-padded slot; each forward of it reads the same slot. */
+static reshard_status_t relay_setup(rs_exec_t *x)
+{
+    const reshard_plan_t *plan = x->plan;
+    const rs_rank_plan_t *rp = x->rp;
+    int64_t cap = 0, nl = 0, lcap = 0;
+    rs_landing_t *l = NULL;
+    uint64_t off = 0;
+    int rc = 0;
+    for (int32_t i = 0; rc == 0 && i < rp->nrecv[RS_STAGE_DIRECT]; i++) {
+        const rs_stream_t *s = &rp->recv[RS_STAGE_DIRECT][i];
+        for (int64_t j = 0; rc == 0 && j < s->n; j++) {
+            const rs_piece_t *p = &plan->pieces[s->idx[j]];
+            if (!rs_piece_is_relay(plan->dst, p))
+                continue;
+            if (nl == lcap) {
+                lcap = lcap ? 2 * lcap : 64;
+                rs_landing_t *n = realloc(l, (size_t)lcap * sizeof *n);
+                if (!n) {
+                    rc = -1;
+                    break;
+                }
+                l = n;
+            }
+            l[nl++] = (rs_landing_t){p->to_frag, p->box, off};
+            rc = relay_push(x, s->idx[j], off, &cap);
+            off += rs_piece_stream_bytes(p);
+        }
+    }
+    if (nl > 1)
+        qsort(l, (size_t)nl, sizeof *l, cmp_landing);
+    for (int32_t i = 0; rc == 0 && i < rp->nsend[RS_STAGE_FORWARD]; i++) {
+        const rs_stream_t *s = &rp->send[RS_STAGE_FORWARD][i];
+        for (int64_t j = 0; rc == 0 && j < s->n; j++) {
+            const rs_piece_t *p = &plan->pieces[s->idx[j]];
+            if (!rs_piece_is_relay(plan->dst, p))
+                continue;
+            rs_landing_t key = {p->from_frag, p->box, 0};
+            const rs_landing_t *hit =
+                nl ? bsearch(&key, l, (size_t)nl, sizeof *l, cmp_landing) : NULL;
+            if (!hit) {
+                free(l);
+                return rs_error(RESHARD_ERR_INVALID_ARG,
+                                "rank %d: plan forwards a relayed box it never lands", rp->rank);
+            }
+            rc = relay_push(x, s->idx[j], hit->off, &cap);
+        }
+    }
+    free(l);
+    if (rc != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for relays", rp->rank);
+    if (x->nrl > 1)
+        qsort(x->rl, (size_t)x->nrl, sizeof *x->rl, cmp_relay);
+    if (off == 0)
+        return RESHARD_OK;
+    return x->comm->ops->alloc_staging(x->comm, off, (void **)&x->relay);
+}
+
 /* Both stages in one round loop: forwards of what landed in round k go out
  * from round k+2 on, while later rounds are still arriving. */
 static reshard_status_t run_rounds(rs_exec_t *x)
@@ -368,6 +503,8 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     int32_t n = 0;
     uint64_t slot_bytes = 0;
     reshard_status_t st = build_xstreams(x, &v, &n, &slot_bytes);
+    if (st == RESHARD_OK)
+        st = relay_setup(x);
     int64_t rounds = 0;
     for (int32_t i = 0; i < n; i++)
         if (v[i].rounds > rounds)
@@ -387,6 +524,12 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     if (x->staging)
         x->comm->ops->free_staging(x->comm, x->staging);
     x->staging = NULL;
+    if (x->relay)
+        x->comm->ops->free_staging(x->comm, x->relay);
+    x->relay = NULL;
+    free(x->rl);
+    x->rl = NULL;
+    x->nrl = 0;
     free_xstreams(v, n);
     return st;
 }
@@ -451,7 +594,7 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     }
     if (stats)
         memset(stats, 0, sizeof *stats);
-    rs_exec_t x = {plan, comm, rp, src_bufs, dst_bufs, NULL, stats};
+    rs_exec_t x = {plan, comm, rp, src_bufs, dst_bufs, NULL, stats, NULL, NULL, 0};
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];

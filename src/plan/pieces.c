@@ -26,10 +26,13 @@ static int cmp_piece(const void *pa, const void *pb)
 }
 
 /* Merge b into a when they share every dim but one, where they touch. */
-static bool try_merge(rs_piece_t *a, const rs_piece_t *b)
+static bool try_merge(const reshard_layout_t *dst, rs_piece_t *a, const rs_piece_t *b)
 {
     if (a->stage != b->stage || a->sender != b->sender || a->receiver != b->receiver ||
         a->to_frag != b->to_frag || a->from_frag != b->from_frag)
+        return false;
+    /* a relayed landing and its forwards keep equal boxes: never merged */
+    if (rs_piece_is_relay(dst, a) || rs_piece_is_relay(dst, b))
         return false;
     int diff = -1;
     for (int d = 0; d < a->box.ndim; d++) {
@@ -47,14 +50,14 @@ static bool try_merge(rs_piece_t *a, const rs_piece_t *b)
 }
 
 /* Sort and merge until nothing merges (at most one pass per dim helps). */
-static int sort_and_merge(rs_piece_t *p, int64_t *n)
+static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n)
 {
     for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
         if (rs_sort_records(p, (size_t)*n, sizeof *p, cmp_piece) != 0)
             return -1;
         int64_t w = 0;
         for (int64_t i = 0; i < *n; i++)
-            if (w == 0 || !try_merge(&p[w - 1], &p[i]))
+            if (w == 0 || !try_merge(dst, &p[w - 1], &p[i]))
                 p[w++] = p[i];
         bool changed = w != *n;
         *n = w;
@@ -98,7 +101,7 @@ reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
     plan->pieces = v.p;
     plan->npieces = v.n;
-    if (sort_and_merge(plan->pieces, &plan->npieces) != 0)
+    if (sort_and_merge(plan->dst, plan->pieces, &plan->npieces) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
     return RESHARD_OK;
 }

@@ -207,7 +207,8 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     for (int64_t i = 0; st == RESHARD_OK && i < plan->npieces; i++) {
         const rs_piece_t *q = &plan->pieces[i];
-        s->bytes_total += q->bytes;
+        if (!(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
+            s->bytes_total += q->bytes; /* relayed landings are forwarded, not written */
         s->pieces++;
         if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
             q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)

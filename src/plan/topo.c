@@ -8,7 +8,10 @@
  *      domain needs belongs to exactly one distinct box (a unit).
  *   3. Land: per domain, units needed by one rank land there; the others go,
  *      biggest first, to the needer with the fewest received bytes, large
- *      ones striped across their needers.
+ *      ones striped across their needers. A rank left above the domain's
+ *      share (parts only it needs) relays stripes through the least-loaded
+ *      ranks of the domain: they land in that rank's relay scratch and are
+ *      forwarded from there.
  *   4. Send: each landing (delivery) is sent by the least-loaded rank holding
  *      it; deliveries only one rank holds first, then biggest first.
  *   5. Forward: the landing rank passes each delivery to every other
@@ -365,7 +368,7 @@ static int build_units(rs_topo_t *t)
 }
 
 static int dlv_push(rs_topo_t *t, const reshard_box_t *box, int64_t unit, int32_t rank,
-                    int32_t frag)
+                    int32_t frag, bool count)
 {
     if (t->nd == t->dcap) {
         int64_t cap = t->dcap ? 2 * t->dcap : 1024;
@@ -382,7 +385,8 @@ static int dlv_push(rs_topo_t *t, const reshard_box_t *box, int64_t unit, int32_
     d->bytes = box_bytes(t->plan, t->items.v[t->u[unit].first].tensor, box);
     d->land_rank = rank;
     d->land_frag = frag;
-    t->recv_load[rank] += d->bytes;
+    if (count)
+        t->recv_load[rank] += d->bytes;
     return 0;
 }
 
@@ -425,9 +429,83 @@ static int cmp_order(const void *pa, const void *pb)
     return a->idx < b->idx ? -1 : a->idx > b->idx;
 }
 
+/* Most stripes one landing is cut into when relaying part of it. */
+#define RS_RELAY_MAX_STRIPES 256
+
+/* The smallest box holding parts[0..n) (consecutive stripes of one box). */
+static reshard_box_t box_hull(const reshard_box_t *parts, int n)
+{
+    reshard_box_t h = parts[0];
+    for (int i = 1; i < n; i++)
+        for (int d = 0; d < h.ndim; d++) {
+            int64_t end = parts[i].offset[d] + parts[i].extent[d];
+            if (end > h.offset[d] + h.extent[d])
+                h.extent[d] = end - h.offset[d];
+        }
+    return h;
+}
+
+/* Relays (DESIGN §5 allows landing on a rank that does not need a piece):
+ * a rank of the domain that must land more than the domain's share (the
+ * parts only it needs) hands stripes of its landings, from the end, to the
+ * least-loaded ranks of the domain, which forward them. Deliveries
+ * [d0, nd) are this domain's. */
+static int relay_domain(rs_topo_t *t, int64_t d0, int32_t domain, uint64_t total, uint64_t thr,
+                        reshard_box_t *parts)
+{
+    const reshard_plan_params_t *p = &t->plan->p;
+    int32_t R = rs_domain_ranks(p, domain);
+    if (R < 2)
+        return 0;
+    int32_t lo = p->domain_size > 1 ? domain * p->domain_size : domain;
+    uint64_t target = (total + (uint64_t)R - 1) / (uint64_t)R, slack = thr / 4;
+    int64_t d1 = t->nd;
+    for (int64_t i = d0; i < d1; i++) {
+        int32_t x = t->d[i].land_rank;
+        if (t->recv_load[x] <= target + slack)
+            continue;
+        uint64_t b = t->d[i].bytes;
+        uint64_t want = (b + thr - 1) / thr;
+        int m = stripe_box(&t->d[i].box,
+                           want < RS_RELAY_MAX_STRIPES ? (int)want : RS_RELAY_MAX_STRIPES, parts);
+        int keep = m;
+        int32_t first_y = -1;
+        while (keep > 0 && t->recv_load[x] > target + slack) {
+            uint64_t sb =
+                box_bytes(t->plan, t->items.v[t->u[t->d[i].unit].first].tensor, &parts[keep - 1]);
+            int32_t y = -1;
+            for (int32_t r = lo; r < lo + R; r++)
+                if (r != x && (y < 0 || t->recv_load[r] < t->recv_load[y]))
+                    y = r;
+            if (t->recv_load[y] + sb > target)
+                break;
+            keep--;
+            t->recv_load[x] -= sb;
+            t->recv_load[y] += sb;
+            if (keep == 0) {
+                first_y = y; /* the whole landing moves: reuse it below */
+                break;
+            }
+            if (dlv_push(t, &parts[keep], t->d[i].unit, y, t->d[i].land_frag, false) != 0)
+                return -1;
+        }
+        if (keep == m)
+            continue;
+        rs_dlv_t *d = &t->d[i];
+        if (first_y >= 0) {
+            d->box = parts[0];
+            d->land_rank = first_y;
+        } else {
+            d->box = box_hull(parts, keep);
+        }
+        d->bytes = box_bytes(t->plan, t->items.v[t->u[d->unit].first].tensor, &d->box);
+    }
+    return 0;
+}
+
 /* Landings of the units [u0, u1) of one domain. */
 static int land_domain(rs_topo_t *t, int64_t u0, int64_t u1, rs_order_t *ord, int32_t *rk,
-                       int32_t *fr, bool *used, reshard_box_t *parts)
+                       int32_t *fr, bool *used, reshard_box_t *parts, reshard_box_t *relay_parts)
 {
     const rs_item_t *it = t->items.v;
     uint64_t total = 0;
@@ -437,11 +515,11 @@ static int land_domain(rs_topo_t *t, int64_t u0, int64_t u1, rs_order_t *ord, in
     uint64_t thr = total / (uint64_t)(R > 0 ? R : 1) / RS_STRIPE_PER_SHARE;
     if (thr < RS_STRIPE_MIN_BYTES)
         thr = RS_STRIPE_MIN_BYTES;
-    int64_t no = 0;
+    int64_t no = 0, d0 = t->nd;
     for (int64_t u = u0; u < u1; u++) {
         const rs_item_t *f = &it[t->u[u].first];
         if (t->u[u].nranks == 1) {
-            if (dlv_push(t, &f->box, u, f->receiver, f->to_frag) != 0)
+            if (dlv_push(t, &f->box, u, f->receiver, f->to_frag, true) != 0)
                 return -1;
         } else {
             ord[no++] = (rs_order_t){t->u[u].bytes, u};
@@ -479,11 +557,11 @@ static int land_domain(rs_topo_t *t, int64_t u0, int64_t u1, rs_order_t *ord, in
                     best = i;
             used[best] = true;
             nused++;
-            if (dlv_push(t, &parts[s], ord[q].idx, rk[best], fr[best]) != 0)
+            if (dlv_push(t, &parts[s], ord[q].idx, rk[best], fr[best], true) != 0)
                 return -1;
         }
     }
-    return 0;
+    return relay_domain(t, d0, it[t->u[u0].first].domain, total, thr, relay_parts);
 }
 
 static int land_all(rs_topo_t *t)
@@ -497,13 +575,14 @@ static int land_all(rs_topo_t *t)
     int32_t *fr = malloc((size_t)maxn * sizeof *fr);
     bool *used = malloc((size_t)maxn * sizeof *used);
     reshard_box_t *parts = malloc((size_t)maxn * sizeof *parts);
-    int rc = ord && rk && fr && used && parts ? 0 : -1;
+    reshard_box_t *relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *relay_parts);
+    int rc = ord && rk && fr && used && parts && relay_parts ? 0 : -1;
     for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
         int64_t u1 = u0 + 1;
         int32_t dom = t->items.v[t->u[u0].first].domain;
         while (u1 < t->nu && t->items.v[t->u[u1].first].domain == dom)
             u1++;
-        rc = land_domain(t, u0, u1, ord, rk, fr, used, parts);
+        rc = land_domain(t, u0, u1, ord, rk, fr, used, parts, relay_parts);
         u0 = u1;
     }
     free(ord);
@@ -511,6 +590,7 @@ static int land_all(rs_topo_t *t)
     free(fr);
     free(used);
     free(parts);
+    free(relay_parts);
     return rc;
 }
 
@@ -573,8 +653,8 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
         p.sender = d->land_rank;
         for (int32_t k = 0; k < u->n; k++) {
             const rs_item_t *x = &f[k];
-            if (x->to_frag == d->land_frag)
-                continue;
+            if (x->to_frag == d->land_frag && x->receiver == d->land_rank)
+                continue; /* landed there (a relay rank needs none of it) */
             p.to_frag = x->to_frag;
             p.receiver = x->receiver;
             if (rs_piece_vec_push(out, &p) != 0)

@@ -1,9 +1,10 @@
 /*
  * Topology-aware planning (DESIGN §5 step 3): per destination domain, every
  * element its ranks need that no rank of the domain holds crosses the network
- * exactly once, landing on a rank that needs it; the landing rank forwards it
- * to the other fragments of the domain that need it (stage 1, NVLink, or a
- * local copy when the other fragment is on the landing rank itself).
+ * exactly once, landing on a rank that needs it (or, to balance the NICs, on
+ * a relay rank's scratch); the landing rank forwards it to the other
+ * fragments of the domain that need it (stage 1, NVLink, or a local copy
+ * when the other fragment is on the landing rank itself).
  */
 #ifndef RS_PLAN_TOPO_H
 #define RS_PLAN_TOPO_H
@@ -28,6 +29,15 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
  *  the network). */
 bool rs_cell_in_domain(const reshard_plan_params_t *p, const reshard_layout_t *src,
                        const rs_cells_t *cells, const rs_cell_t *c);
+
+/** True for a relay piece: a stage-0 piece landing on a rank that does not
+ *  own its destination fragment (it lands in that rank's relay scratch), or
+ *  a stage-1 piece forwarding from such scratch. */
+static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece_t *p)
+{
+    return p->stage == RS_STAGE_DIRECT ? dst->f[p->to_frag].rank != p->receiver
+                                       : dst->f[p->from_frag].rank != p->sender;
+}
 
 /** Ranks in domain @p domain (the last domain may be short). */
 int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);

@@ -177,8 +177,12 @@ static void test_stripe_replicated(void **state)
 /* Domain size 3 over TP2 replicas (ranks 0..5 = replicas (0,1) (2,3) (4,5)),
  * sources on ranks 6, 7 (the short last domain). W [8, 65536] bf16 = 1 MiB,
  * halves A (rows 0..3) and B (rows 4..7) of 512 KiB, one per source rank.
- * Domain 0 = {0:A, 1:B, 2:A}: B lands whole on rank 1, A is striped over
- * ranks 0 and 2 (256 KiB each) and each stripe forwarded to the other.
+ * Domain 0 = {0:A, 1:B, 2:A}: B must reach rank 1 alone, A is striped over
+ * ranks 0 and 2 (256 KiB each) and each stripe forwarded to the other. Rank
+ * 1 (512 KiB) is over the domain's share (1 MiB / 3): it relays 64 KiB
+ * stripes of B through ranks 0 and 2 (least loaded first) while it stays
+ * over share + 16 KiB and they stay under the share: 0 takes one, 2 takes
+ * one, a third would put 0 over the share. Loads: 384, 320, 320 KiB.
  * Domain 1 = {3:B, 4:A, 5:B} likewise. */
 static void test_domain_straddles_replicas(void **state)
 {
@@ -194,11 +198,14 @@ static void test_domain_straddles_replicas(void **state)
     assert_int_equal(s.bytes_total, 6 * H);
     assert_int_equal(s.bytes_lower_bound, 4 * H);
     assert_int_equal(s.bytes_network, 4 * H);
-    assert_int_equal(s.bytes_nvlink, 2 * H);
-    assert_int_equal(s.max_nic_recv_bytes, H);                 /* the rank alone needing its half */
+    assert_int_equal(s.bytes_nvlink, 2 * H + 2 * 2 * 65536); /* A stripes + relayed stripes */
+    assert_int_equal(s.max_nic_recv_bytes, 384 * 1024);
     assert_int_equal(s.nic_recv_bound_bytes, (2 * H + 2) / 3); /* 1 MiB over 3 ranks */
     assert_int_equal(s.max_nic_send_bytes, 2 * H);             /* each half to two domains */
     assert_int_equal(s.nic_send_bound_bytes, 2 * H);
+    check_exec(&f, &p, &s);
+    p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES; /* relays over many rounds */
+    p.staging_bytes = 16384;
     check_exec(&f, &p, &s);
     fx_free(&f);
 }
