@@ -212,7 +212,7 @@ static void print_table(const sim_row_t *rows, size_t n)
         if (r->reason[0])
             continue;
         printf("%-27s train %s -> infer %s (infer ranks from %d); network %.1f GB = lower bound "
-               "%.1f GB; busiest NIC %.3fx its bound\n",
+               "%.1f GB; busiest NIC %.3fx its bound; relay scratch %.2f GB\n",
                r->id, r->train, r->infer, r->r.infer_offset, (double)r->r.stats.bytes_network / 1e9,
                (double)r->r.stats.bytes_lower_bound / 1e9,
                (double)(r->r.stats.max_nic_send_bytes > r->r.stats.max_nic_recv_bytes
@@ -220,7 +220,8 @@ static void print_table(const sim_row_t *rows, size_t n)
                             : r->r.stats.max_nic_recv_bytes) /
                    (double)(r->r.stats.nic_send_bound_bytes > r->r.stats.nic_recv_bound_bytes
                                 ? r->r.stats.nic_send_bound_bytes
-                                : r->r.stats.nic_recv_bound_bytes));
+                                : r->r.stats.nic_recv_bound_bytes),
+               (double)r->r.sim.max_relay_bytes / 1e9);
     }
 }
 
@@ -255,6 +256,7 @@ static json_t *row_json(const sim_row_t *r)
     json_object_set_new(o, "network_s", json_real(x->sim.network_s));
     json_object_set_new(o, "nvlink_s", json_real(x->sim.nvlink_s));
     json_object_set_new(o, "fill_s", json_real(x->sim.fill_s));
+    json_object_set_new(o, "max_relay_bytes", json_integer((json_int_t)x->sim.max_relay_bytes));
     json_object_set_new(o, "train_world", json_integer(x->train_world));
     json_object_set_new(o, "infer_world", json_integer(x->infer_world));
     json_object_set_new(o, "infer_offset", json_integer(x->infer_offset));

@@ -82,6 +82,8 @@ typedef struct {
     int64_t nvlink_rounds;       /**< R_nvl */
     uint64_t max_nvlink_bytes;   /**< busiest rank's NVLink bytes (sent or received) */
     uint64_t nvlink_bound_bytes; /**< forwarded bytes of the busiest domain / its ranks */
+    uint64_t max_relay_bytes;    /**< most relay scratch one rank needs (bytes it lands
+                                      for other ranks of its domain), beside staging */
 } reshard_sim_t;
 
 /**

@@ -48,7 +48,10 @@ static void add_box(side_t *s, int32_t tensor, int32_t rank, int64_t r0, int64_t
     assert_int_equal(reshard_layout_add_fragment(s->l, &f), RESHARD_OK);
 }
 
-static void one_case(int c)
+/* Relay pieces in the plans of the large cases (they must occur). */
+static int64_t relays_seen;
+
+static void one_case(int c, int64_t max_rows, int64_t max_cols)
 {
     int32_t world = 2 + (int32_t)pick(11);
     int32_t domain = (int32_t)pick(6);
@@ -62,7 +65,7 @@ static void one_case(int c)
     for (int t = 0; t < nt; t++) {
         char name[32];
         snprintf(name, sizeof name, "c%d.t%d", c, t);
-        int64_t rows = 1 + pick(24), cols = 1 + pick(40);
+        int64_t rows = 1 + pick(max_rows), cols = 1 + pick(max_cols);
         int32_t id;
         assert_int_equal(
             reshard_tensors_add(ts, name, dts[pick(3)], 2, (int64_t[]){rows, cols}, 0, NULL, &id),
@@ -107,6 +110,10 @@ static void one_case(int c)
     assert_int_equal(reshard_plan_create(src.l, dst.l, &p, &one), RESHARD_OK);
     assert_int_equal(one->npieces, all->npieces);
     assert_memory_equal(one->pieces, all->pieces, (size_t)all->npieces * sizeof *all->pieces);
+    for (int64_t i = 0; i < all->npieces; i++) {
+        const rs_piece_t *q = &all->pieces[i];
+        relays_seen += q->stage == RS_STAGE_DIRECT && dst.l->f[q->to_frag].rank != q->receiver;
+    }
     reshard_plan_destroy(one);
     reshard_plan_destroy(all);
     p.my_rank = RESHARD_ALL_RANKS;
@@ -126,11 +133,23 @@ static void test_random_topologies(void **state)
     (void)state;
     seed = 0x9E3779B97F4A7C15ull;
     for (int c = 0; c < 300; c++)
-        one_case(c);
+        one_case(c, 24, 40);
+}
+
+/* Tensors of up to 1 MiB: striping and relays (64 KiB stripes). */
+static void test_random_large(void **state)
+{
+    (void)state;
+    seed = 0x2545F4914F6CDD1Dull;
+    relays_seen = 0;
+    for (int c = 0; c < 60; c++)
+        one_case(c, 128, 2048);
+    assert_true(relays_seen > 0);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_random_topologies)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_random_topologies),
+                                       cmocka_unit_test(test_random_large)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
