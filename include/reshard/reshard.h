@@ -413,10 +413,10 @@ reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t ra
 
 /**
  * Check every element of @p rank's fragments in @p layout against the
- * pattern, and that every byte of those buffers (up to
- * reshard_layout_buffer_bytes) that no fragment covers still holds
- * RESHARD_SENTINEL_BYTE (the caller memsets destination buffers to it once
- * before the first refit). @p verified_bytes (optional) receives the bytes
+ * pattern, and that every byte of the given buffers (all bufs[b].bytes of
+ * them, padding past the last fragment included) that no fragment covers
+ * still holds RESHARD_SENTINEL_BYTE (the caller memsets destination buffers
+ * to it before a refit). @p verified_bytes (optional) receives the bytes
  * of fragment elements checked.
  * Errors: VERIFY (message names the tensor, rank, box, first wrong element
  * and how many are wrong, or the first touched padding byte), INVALID_ARG,

@@ -47,6 +47,29 @@ uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fra
  *  offset. False after the last row. */
 bool rs_box_next_row(const reshard_box_t *box, int64_t *idx);
 
+/** A fragment as contiguous runs of bytes: dims whose stride equals the span
+ *  of the dims inside them are merged, so only the outer dims enumerate runs. */
+typedef struct {
+    int nouter;                       /**< dims enumerated */
+    int64_t ext[RESHARD_MAX_DIMS];    /**< their extents */
+    int64_t stride[RESHARD_MAX_DIMS]; /**< their strides (elements) */
+    uint64_t run_bytes;               /**< bytes of one run */
+    int64_t runs;                     /**< number of runs: product of ext */
+} rs_runs_t;
+
+/** One contiguous byte range [lo, hi) of fragment @c frag in its buffer. */
+typedef struct {
+    uint64_t lo, hi;
+    int64_t frag;
+} rs_run_t;
+
+void rs_fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs_runs_t *r);
+/** Write the runs of @p f (tagged @p frag) to @p out; returns how many. */
+int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t *f, int64_t frag,
+                             rs_run_t *out);
+/** qsort comparator of rs_run_t by lo. */
+int rs_run_cmp(const void *a, const void *b);
+
 /** The pattern value of element @p flat of tensor @p tensor (all 8 bytes). */
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat);
 

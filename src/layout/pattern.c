@@ -39,32 +39,26 @@ static reshard_status_t check_bufs(const reshard_layout_t *layout, int32_t rank,
     return RESHARD_OK;
 }
 
-/* Walk every element of fragment @p f: fill (check == NULL) or count mismatches. */
+/* Fill fragment @p f with the pattern (@p check false) or count the elements
+ * that differ from it, remembering the first. */
 static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragment_t *f,
-                             uint8_t *buf, int64_t *first_bad_flat, uint8_t *covered)
+                             uint8_t *buf, bool check, int64_t *first_bad_flat)
 {
     const rs_tensor_t *t = &layout->tensors->t[f->tensor];
     size_t es = reshard_dtype_size(t->dtype);
+    uint64_t seed = splitmix64((uint64_t)(uint32_t)f->tensor);
     int last = f->box.ndim - 1;
-    int64_t idx[RESHARD_MAX_DIMS], bad = 0;
+    int64_t idx[RESHARD_MAX_DIMS], bad = 0, step = f->stride[last];
     memcpy(idx, f->box.offset, sizeof idx);
     do {
         int64_t flat = rs_flat_index(t->vndim, t->vshape, idx);
-        int64_t pos = rs_frag_pos(f, idx);
-        for (int64_t j = 0; j < f->box.extent[last]; j++) {
-            uint64_t v = rs_pattern_value(f->tensor, flat + j);
-            uint8_t *p = buf + (size_t)(pos + j * f->stride[last]) * es;
-            if (!first_bad_flat) {
+        uint8_t *p = buf + (size_t)rs_frag_pos(f, idx) * es;
+        for (int64_t j = 0; j < f->box.extent[last]; j++, p += (size_t)step * es) {
+            uint64_t v = splitmix64(seed + (uint64_t)(flat + j));
+            if (!check)
                 memcpy(p, &v, es);
-                continue;
-            }
-            if (memcmp(p, &v, es) != 0 && bad++ == 0)
+            else if (memcmp(p, &v, es) != 0 && bad++ == 0)
                 *first_bad_flat = flat + j;
-            if (covered) {
-                size_t b0 = (size_t)(pos + j * f->stride[last]) * es;
-                for (size_t b = b0; b < b0 + es; b++)
-                    covered[b >> 3] |= (uint8_t)(1u << (b & 7));
-            }
         }
     } while (rs_box_next_row(&f->box, idx));
     return bad;
@@ -81,7 +75,59 @@ reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t ra
         return st;
     for (int64_t i = 0; i < layout->n; i++)
         if (layout->f[i].rank == rank)
-            walk_fragment(layout, &layout->f[i], bufs[layout->f[i].buffer].ptr, NULL, NULL);
+            walk_fragment(layout, &layout->f[i], bufs[layout->f[i].buffer].ptr, false, NULL);
+    return RESHARD_OK;
+}
+
+/* First byte of [lo, hi) of @p buf that is not the sentinel, or hi. */
+static uint64_t first_touched(const uint8_t *buf, uint64_t lo, uint64_t hi)
+{
+    for (uint64_t x = lo; x < hi; x++)
+        if (buf[x] != RESHARD_SENTINEL_BYTE)
+            return x;
+    return hi;
+}
+
+/* Every byte of buffer @p b that none of @p rank's fragments covers still
+ * holds the sentinel: the runs of the fragments are sorted and the gaps
+ * between them (up to the buffer's full size) scanned. */
+static reshard_status_t check_padding(const reshard_layout_t *layout, int32_t rank, int32_t b,
+                                      const reshard_buffer_t *buf)
+{
+    int64_t total = 0;
+    for (int64_t i = 0; i < layout->n; i++)
+        if (layout->f[i].rank == rank && layout->f[i].buffer == b) {
+            rs_runs_t r;
+            rs_fragment_runs(layout, &layout->f[i], &r);
+            total += r.runs;
+        }
+    rs_run_t *runs = malloc((size_t)(total ? total : 1) * sizeof *runs);
+    if (!runs)
+        return rs_error(RESHARD_ERR_NOMEM, "verify: out of memory for rank %d buffer %d", rank, b);
+    int64_t k = 0;
+    for (int64_t i = 0; i < layout->n; i++)
+        if (layout->f[i].rank == rank && layout->f[i].buffer == b)
+            k += rs_fragment_run_list(layout, &layout->f[i], i, runs + k);
+    qsort(runs, (size_t)k, sizeof *runs, rs_run_cmp);
+    const uint8_t *p = buf->ptr;
+    uint64_t covered_to = 0, bad = buf->bytes;
+    for (int64_t i = 0; i <= k && bad == buf->bytes; i++) {
+        uint64_t gap_end = i < k ? runs[i].lo : buf->bytes;
+        if (gap_end > buf->bytes)
+            gap_end = buf->bytes;
+        if (gap_end > covered_to)
+            bad = first_touched(p, covered_to, gap_end);
+        if (bad == gap_end && gap_end < buf->bytes)
+            bad = buf->bytes;
+        if (i < k && runs[i].hi > covered_to)
+            covered_to = runs[i].hi;
+    }
+    free(runs);
+    if (bad < buf->bytes)
+        return rs_error(RESHARD_ERR_VERIFY,
+                        "rank %d, buffer %d: byte %llu belongs to no fragment (padding) but was "
+                        "written",
+                        rank, b, (unsigned long long)bad);
     return RESHARD_OK;
 }
 
@@ -96,43 +142,27 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
     if (st != RESHARD_OK)
         return st;
     uint64_t checked = 0;
-    for (int32_t b = 0; b < n_bufs; b++) {
-        uint64_t size = reshard_layout_buffer_bytes(layout, rank, b);
-        if (size == 0)
+    for (int64_t i = 0; i < layout->n && st == RESHARD_OK; i++) {
+        const reshard_fragment_t *f = &layout->f[i];
+        if (f->rank != rank)
             continue;
-        uint8_t *covered = calloc((size_t)(size + 7) / 8, 1);
-        if (!covered)
-            return rs_error(RESHARD_ERR_NOMEM, "verify: out of memory for rank %d buffer %d", rank,
-                            b);
-        uint8_t *buf = bufs[b].ptr;
-        for (int64_t i = 0; i < layout->n && st == RESHARD_OK; i++) {
-            const reshard_fragment_t *f = &layout->f[i];
-            if (f->rank != rank || f->buffer != b)
-                continue;
-            int64_t first_bad = -1;
-            int64_t bad = walk_fragment(layout, f, buf, &first_bad, covered);
-            const rs_tensor_t *t = &layout->tensors->t[f->tensor];
-            if (bad) {
-                char bs[256];
-                st = rs_error(RESHARD_ERR_VERIFY,
-                              "tensor %s, rank %d, box %s: %lld wrong elements, first at flat "
-                              "index %lld",
-                              t->name, rank, rs_box_str(&f->box, bs, sizeof bs), (long long)bad,
-                              (long long)first_bad);
-            }
-            checked += (uint64_t)rs_box_numel(&f->box) * reshard_dtype_size(t->dtype);
+        const rs_tensor_t *t = &layout->tensors->t[f->tensor];
+        int64_t first_bad = -1;
+        int64_t bad = walk_fragment(layout, f, bufs[f->buffer].ptr, true, &first_bad);
+        if (bad) {
+            char bs[256];
+            st = rs_error(RESHARD_ERR_VERIFY,
+                          "tensor %s, rank %d, box %s: %lld wrong elements, first at flat index "
+                          "%lld",
+                          t->name, rank, rs_box_str(&f->box, bs, sizeof bs), (long long)bad,
+                          (long long)first_bad);
         }
-        for (uint64_t x = 0; x < size && st == RESHARD_OK; x++)
-            if (!(covered[x >> 3] & (1u << (x & 7))) && buf[x] != RESHARD_SENTINEL_BYTE)
-                st = rs_error(RESHARD_ERR_VERIFY,
-                              "rank %d, buffer %d: byte %llu belongs to no fragment (padding) "
-                              "but was written",
-                              rank, b, (unsigned long long)x);
-        free(covered);
-        if (st != RESHARD_OK)
-            return st;
+        checked += (uint64_t)rs_box_numel(&f->box) * reshard_dtype_size(t->dtype);
     }
-    if (verified_bytes)
+    for (int32_t b = 0; b < n_bufs && st == RESHARD_OK; b++)
+        if (bufs[b].ptr)
+            st = check_padding(layout, rank, b, &bufs[b]);
+    if (st == RESHARD_OK && verified_bytes)
         *verified_bytes = checked;
-    return RESHARD_OK;
+    return st;
 }

@@ -112,50 +112,6 @@ static reshard_status_t check_group_bitmap(const reshard_layout_t *l, const rs_e
     return st;
 }
 
-/* A fragment as contiguous runs: dims whose stride equals the span of the
- * dims inside them are merged, so only the outer dims enumerate runs. */
-typedef struct {
-    int nouter;                       /* dims enumerated */
-    int64_t ext[RESHARD_MAX_DIMS];    /* their extents */
-    int64_t stride[RESHARD_MAX_DIMS]; /* their strides (elements) */
-    uint64_t run_bytes;               /* bytes of one run */
-    int64_t runs;                     /* product of ext */
-} rs_runs_t;
-
-static void fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs_runs_t *r)
-{
-    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
-    int d = f->box.ndim - 1;
-    int64_t inner = 1; /* elements in one run */
-    if (f->stride[d] == 1 || f->box.extent[d] == 1) {
-        inner = f->box.extent[d];
-        d--;
-        while (d >= 0 && (f->box.extent[d] == 1 || f->stride[d] == inner)) {
-            inner *= f->box.extent[d];
-            d--;
-        }
-    }
-    r->nouter = d + 1;
-    r->runs = 1;
-    for (int q = 0; q <= d; q++) {
-        r->ext[q] = f->box.extent[q];
-        r->stride[q] = f->stride[q];
-        r->runs *= f->box.extent[q];
-    }
-    r->run_bytes = (uint64_t)inner * es;
-}
-
-typedef struct {
-    uint64_t lo, hi;
-    int64_t frag;
-} rs_run_t;
-
-static int cmp_run(const void *pa, const void *pb)
-{
-    const rs_run_t *a = pa, *b = pb;
-    return a->lo < b->lo ? -1 : a->lo > b->lo;
-}
-
 /* Runs above this many in one group fall back to the bitmap. */
 #define RS_MAX_CHECK_RUNS (1 << 23)
 
@@ -167,7 +123,7 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
     int64_t total = 0;
     for (int64_t i = 0; i < n && total <= RS_MAX_CHECK_RUNS; i++) {
         rs_runs_t r;
-        fragment_runs(l, &l->f[e[i].frag], &r);
+        rs_fragment_runs(l, &l->f[e[i].frag], &r);
         total += r.runs;
     }
     if (total > RS_MAX_CHECK_RUNS || total > (int64_t)((hi - lo) / 64))
@@ -176,22 +132,9 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
     if (!runs)
         return rs_error(RESHARD_ERR_NOMEM, "overlap check: out of memory on rank %d", e->rank);
     int64_t k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const reshard_fragment_t *f = &l->f[e[i].frag];
-        size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
-        rs_runs_t r;
-        fragment_runs(l, f, &r);
-        int64_t idx[RESHARD_MAX_DIMS] = {0};
-        for (int64_t q = 0; q < r.runs; q++) {
-            int64_t pos = f->base;
-            for (int d = 0; d < r.nouter; d++)
-                pos += idx[d] * r.stride[d];
-            runs[k++] = (rs_run_t){(uint64_t)pos * es, (uint64_t)pos * es + r.run_bytes, e[i].frag};
-            for (int d = r.nouter - 1; d >= 0 && ++idx[d] == r.ext[d]; d--)
-                idx[d] = 0;
-        }
-    }
-    qsort(runs, (size_t)k, sizeof *runs, cmp_run);
+    for (int64_t i = 0; i < n; i++)
+        k += rs_fragment_run_list(l, &l->f[e[i].frag], e[i].frag, runs + k);
+    qsort(runs, (size_t)k, sizeof *runs, rs_run_cmp);
     reshard_status_t st = RESHARD_OK;
     for (int64_t i = 1; i < k && st == RESHARD_OK; i++)
         if (runs[i].lo < runs[i - 1].hi)

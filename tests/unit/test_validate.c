@@ -349,6 +349,36 @@ static void test_bad_buffer_both_ranks_fail(void **state)
     free_pair(&p);
 }
 
+/* Verification catches a wrong element, a written gap and written trailing padding. */
+static void test_verify_detects(void **state)
+{
+    (void)state;
+    pair_t p;
+    make_pair(&p);
+    /* rows 0-3 at element 0, rows 4-7 at element 20: a 4-element gap, plus trailing padding */
+    add_dst(&p, 1, 0, 4, 0);
+    add_dst(&p, 1, 4, 4, 20);
+    uint8_t buf[128];
+    reshard_buffer_t b = {buf, sizeof buf};
+    memset(buf, RESHARD_SENTINEL_BYTE, sizeof buf);
+    assert_int_equal(reshard_fill_pattern(p.dst, 1, &b, 1), RESHARD_OK);
+    uint64_t v = 0;
+    assert_int_equal(reshard_verify_pattern(p.dst, 1, &b, 1, &v), RESHARD_OK);
+    assert_int_equal(v, 64);
+    buf[3] ^= 1; /* element 1 of row 0 */
+    assert_int_equal(reshard_verify_pattern(p.dst, 1, &b, 1, &v), RESHARD_ERR_VERIFY);
+    assert_msg("tensor w, rank 1, box [0:4, 0:4]: 1 wrong elements, first at flat index 1");
+    buf[3] ^= 1;
+    buf[33] = 0; /* in the gap between the fragments */
+    assert_int_equal(reshard_verify_pattern(p.dst, 1, &b, 1, &v), RESHARD_ERR_VERIFY);
+    assert_msg("byte 33 belongs to no fragment");
+    buf[33] = RESHARD_SENTINEL_BYTE;
+    buf[127] = 0; /* trailing padding past the last fragment */
+    assert_int_equal(reshard_verify_pattern(p.dst, 1, &b, 1, &v), RESHARD_ERR_VERIFY);
+    assert_msg("byte 127 belongs to no fragment");
+    free_pair(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_staging_and_params),
         cmocka_unit_test(test_bad_buffer_moves_nothing),
         cmocka_unit_test(test_bad_buffer_both_ranks_fail),
+        cmocka_unit_test(test_verify_detects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

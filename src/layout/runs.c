@@ -1,0 +1,54 @@
+/* Fragments as lists of contiguous byte runs (overlap and padding checks). */
+#include "layout/layout_internal.h"
+
+void rs_fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs_runs_t *r)
+{
+    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+    int d = f->box.ndim - 1;
+    int64_t inner = 1; /* elements in one run */
+    if (f->stride[d] == 1 || f->box.extent[d] == 1) {
+        inner = f->box.extent[d];
+        d--;
+        while (d >= 0 && (f->box.extent[d] == 1 || f->stride[d] == inner)) {
+            inner *= f->box.extent[d];
+            d--;
+        }
+    }
+    r->nouter = d + 1;
+    r->runs = 1;
+    for (int q = 0; q <= d; q++) {
+        r->ext[q] = f->box.extent[q];
+        r->stride[q] = f->stride[q];
+        r->runs *= f->box.extent[q];
+    }
+    r->run_bytes = (uint64_t)inner * es;
+}
+
+int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t *f, int64_t frag,
+                             rs_run_t *out)
+{
+    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+    rs_runs_t r;
+    rs_fragment_runs(l, f, &r);
+    int64_t idx[RESHARD_MAX_DIMS] = {0}, pos = f->base;
+    for (int64_t q = 0; q < r.runs; q++) {
+        out[q] = (rs_run_t){(uint64_t)pos * es, (uint64_t)pos * es + r.run_bytes, frag};
+        for (int d = r.nouter - 1; d >= 0; d--) {
+            if (++idx[d] < r.ext[d]) {
+                pos += r.stride[d];
+                break;
+            }
+            pos -= (r.ext[d] - 1) * r.stride[d];
+            idx[d] = 0;
+        }
+    }
+    return r.runs;
+}
+
+int rs_run_cmp(const void *pa, const void *pb)
+{
+    const rs_run_t *a = pa, *b = pb;
+    if (a->lo != b->lo)
+        return a->lo < b->lo ? -1 : 1;
+    return a->frag < b->frag ? -1 : a->frag > b->frag;
+}
