@@ -29,12 +29,15 @@
 #include "reshard/reshard.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
+#ifdef RESHARD_HAVE_NCCL
+#include "reshard/reshard_nccl.h"
+#endif
 
 /** Distance between the two buffer bindings that alternate across refits. */
 #define REBIND_SHIFT 64
 
 typedef struct {
-    const char *model, *train, *infer, *dtype;
+    const char *model, *train, *infer, *dtype, *transport;
     long layers, iters, domain_size;
     double staging_mb, timeout_s;
     int baseline, json, mtp;
@@ -57,7 +60,9 @@ static void run_usage(FILE *out)
                  "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
                  "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
                  "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
-                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n");
+                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
+                 "  --transport T      mpi (host memory, default) or nccl (GPU memory, one\n"
+                 "                     CUDA device per rank)\n");
 }
 
 __attribute__((format(printf, 2, 3))) static int usage_error(int rank, const char *fmt, ...)
@@ -87,6 +92,7 @@ static int parse_num(int rank, const char *opt, const char *v, double min, doubl
 static int parse_args(int rank, int argc, char **argv, run_args_t *a)
 {
     *a = (run_args_t){.dtype = "bf16",
+                      .transport = "mpi",
                       .iters = 5,
                       .domain_size = -1,
                       .staging_mb = 256,
@@ -113,8 +119,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
             continue;
         }
         static const char *const with_value[] = {
-            "--model",  "--train", "--infer",       "--dtype",      "--system",
-            "--layers", "--iters", "--domain-size", "--staging-mb", "--timeout"};
+            "--model", "--train",       "--infer",      "--dtype",   "--system",   "--layers",
+            "--iters", "--domain-size", "--staging-mb", "--timeout", "--transport"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known = known || !strcmp(name, with_value[k]);
@@ -135,6 +141,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
             a->dtype = val;
         else if (!strcmp(name, "--system"))
             system = val;
+        else if (!strcmp(name, "--transport"))
+            a->transport = val;
         else if (!strcmp(name, "--layers"))
             rc = parse_num(rank, name, val, 1, &x), a->layers = (long)x;
         else if (!strcmp(name, "--iters"))
@@ -150,6 +158,11 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     }
     if (!a->model || !a->train || !a->infer)
         return usage_error(rank, "--model, --train and --infer are required");
+    if (strcmp(a->transport, "mpi") && strcmp(a->transport, "nccl"))
+        return usage_error(rank, "--transport: '%s' is not mpi or nccl", a->transport);
+    if (a->baseline && !strcmp(a->transport, "nccl"))
+        return usage_error(rank,
+                           "--baseline runs over MPI on host memory; not with --transport nccl");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
     if (system) {
@@ -170,13 +183,21 @@ typedef struct {
     int32_t n;
     unsigned char **base;
     reshard_buffer_t *bind;
-    int shift; /**< current binding offset; -1 before the first binding */
+    int shift;              /**< current binding offset; -1 before the first binding */
+    reshard_comm_t *device; /**< NCCL endpoint when the buffers are device memory, else NULL */
 } rank_bufs_t;
 
 static void bufs_free(rank_bufs_t *b)
 {
-    for (int32_t i = 0; i < b->n; i++)
+    for (int32_t i = 0; i < b->n; i++) {
+#ifdef RESHARD_HAVE_NCCL
+        if (b->device) {
+            reshard_nccl_free(b->device, b->base[i]);
+            continue;
+        }
+#endif
         free(b->base[i]);
+    }
     free(b->base);
     free(b->bind);
     memset(b, 0, sizeof *b);
@@ -184,10 +205,11 @@ static void bufs_free(rank_bufs_t *b)
 
 static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
                                    const reshard_model_buffers_t *table, int32_t rank,
-                                   rank_bufs_t *b)
+                                   reshard_comm_t *device, rank_bufs_t *b)
 {
     memset(b, 0, sizeof *b);
     b->shift = -1;
+    b->device = device;
     int32_t n = reshard_layout_buffer_count(layout, rank);
     if (n == 0)
         return RESHARD_OK;
@@ -204,7 +226,16 @@ static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
         if (need > bytes)
             bytes = need;
         void *p = NULL;
-        if (posix_memalign(&p, 4096, (size_t)bytes + REBIND_SHIFT) != 0) {
+#ifdef RESHARD_HAVE_NCCL
+        if (device) {
+            reshard_status_t st = reshard_nccl_alloc(device, bytes + REBIND_SHIFT, &p);
+            if (st != RESHARD_OK) {
+                bufs_free(b);
+                return st;
+            }
+        } else
+#endif
+            if (posix_memalign(&p, 4096, (size_t)bytes + REBIND_SHIFT) != 0) {
             bufs_free(b);
             return RESHARD_ERR_NOMEM;
         }
@@ -221,6 +252,8 @@ static bool bufs_bind(rank_bufs_t *b, long iter, bool keep_content)
 {
     int shift = (int)(iter % 2) * REBIND_SHIFT;
     bool had = b->shift >= 0;
+    if (b->device && keep_content) /* no overlapping moves on the device: source stays put */
+        shift = 0;
     for (int32_t i = 0; i < b->n; i++) {
         if (keep_content && had && shift != b->shift)
             memmove(b->base[i] + shift, b->base[i] + b->shift, (size_t)b->bind[i].bytes);
@@ -284,6 +317,85 @@ static void abort_if_transport(const run_t *r, reshard_status_t st)
     }
 }
 
+static reshard_status_t agree_setup(reshard_status_t st);
+
+/* Pattern fill, sentinel and verification on host or device buffers. */
+static reshard_status_t fill_pattern(const run_t *r, const reshard_layout_t *l, rank_bufs_t *b)
+{
+#ifdef RESHARD_HAVE_NCCL
+    if (b->device)
+        return reshard_nccl_fill_pattern(b->device, l, r->rank, b->bind, b->n);
+#endif
+    return reshard_fill_pattern(l, r->rank, b->bind, b->n);
+}
+
+static void set_sentinel(rank_bufs_t *b, int32_t i)
+{
+    const uint64_t bytes = b->bind[i].bytes + REBIND_SHIFT;
+#ifdef RESHARD_HAVE_NCCL
+    if (b->device) {
+        if (reshard_nccl_memset(b->device, b->base[i], RESHARD_SENTINEL_BYTE, bytes) !=
+            RESHARD_OK) {
+            fprintf(stderr, "reshard run: sentinel: %s\n", reshard_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        return;
+    }
+#endif
+    memset(b->base[i], RESHARD_SENTINEL_BYTE, (size_t)bytes);
+}
+
+static reshard_status_t verify_pattern(const run_t *r, const reshard_layout_t *l,
+                                       const rank_bufs_t *b, uint64_t *verified)
+{
+#ifdef RESHARD_HAVE_NCCL
+    if (b->device)
+        return reshard_nccl_verify_pattern(b->device, l, r->rank, b->bind, b->n, verified);
+#endif
+    return reshard_verify_pattern(l, r->rank, b->bind, b->n, verified);
+}
+
+/* The NCCL endpoint of this rank: every rank must see a CUDA device (agreed first, so no
+ * rank waits in NCCL for one that cannot join); rank 0 makes the unique id, MPI_Bcast
+ * spreads it; the device is the host-local rank modulo the host's devices. */
+static reshard_status_t comm_create_nccl(int rank, int size, reshard_comm_t **out)
+{
+#ifdef RESHARD_HAVE_NCCL
+    int ndev = 0;
+    reshard_status_t st = reshard_nccl_device_count(&ndev);
+    if (st != RESHARD_OK)
+        fprintf(stderr, "reshard run: rank %d: %s\n", rank, reshard_last_error());
+    if ((st = agree_setup(st)) != RESHARD_OK)
+        return st;
+    MPI_Comm node;
+    int local = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    const size_t idn = reshard_nccl_unique_id_size();
+    unsigned char *id = calloc(1, idn);
+    int idst = id ? RESHARD_OK : RESHARD_ERR_NOMEM;
+    if (rank == 0 && id && (idst = reshard_nccl_get_unique_id(id)) != RESHARD_OK)
+        fprintf(stderr, "reshard run: %s\n", reshard_last_error());
+    MPI_Bcast(&idst, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (idst == RESHARD_OK && id)
+        MPI_Bcast(id, (int)idn, MPI_BYTE, 0, MPI_COMM_WORLD);
+    st = idst == RESHARD_OK && id
+             ? reshard_comm_create_nccl_from_id(id, rank, size, local % ndev, NULL, out)
+             : (reshard_status_t)idst;
+    free(id);
+    return st;
+#else
+    (void)size;
+    *out = NULL;
+    if (rank == 0)
+        fprintf(stderr,
+                "reshard run: --transport nccl: this build has no NCCL transport "
+                "(configure with -DRESHARD_WITH_NCCL=ON where CUDA and NCCL are installed)\n");
+    return RESHARD_ERR_UNSUPPORTED;
+#endif
+}
+
 /* Prepare the buffers of refit @p iter, run it with @p use_baseline or the
  * plan, verify. Returns the agreed execution status. */
 static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
@@ -291,14 +403,14 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     const reshard_model_refit_t *f = r->refit;
     reshard_status_t st = RESHARD_OK;
     if (!bufs_bind(&r->src, iter, true) && r->src.n)
-        st = reshard_fill_pattern(f->train, r->rank, r->src.bind, r->src.n);
+        st = fill_pattern(r, f->train, &r->src);
     bufs_bind(&r->dst, iter, false);
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: fill: %s\n", r->rank, reshard_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     for (int32_t i = 0; i < r->dst.n; i++)
-        memset(r->dst.base[i], RESHARD_SENTINEL_BYTE, (size_t)r->dst.bind[i].bytes + REBIND_SHIFT);
+        set_sentinel(&r->dst, i);
 
     reshard_exec_stats_t stats = {0};
     MPI_Barrier(MPI_COMM_WORLD);
@@ -317,8 +429,7 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     uint64_t verified = 0;
     long wrong = 0;
     if (r->dst.n) {
-        reshard_status_t vs =
-            reshard_verify_pattern(f->infer, r->rank, r->dst.bind, r->dst.n, &verified);
+        reshard_status_t vs = verify_pattern(r, f->infer, &r->dst, &verified);
         if (vs != RESHARD_OK) {
             fprintf(stderr, "reshard run: rank %d: %s refit %ld: verification failed: %s\n",
                     r->rank, m->name, iter + 1, reshard_last_error());
@@ -530,11 +641,14 @@ static int run(const run_args_t *a, int rank, int size)
         goto out;
 
     /* Per-rank resources. */
-    st = reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
+    const bool nccl = !strcmp(a->transport, "nccl");
+    st = nccl ? comm_create_nccl(rank, size, &r.comm)
+              : reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
+    reshard_comm_t *device = nccl ? r.comm : NULL;
     if (st == RESHARD_OK && rank < refit.train_world)
-        st = bufs_alloc(refit.train, refit.train_buffers, rank, &r.src);
+        st = bufs_alloc(refit.train, refit.train_buffers, rank, device, &r.src);
     if (st == RESHARD_OK && rank >= refit.train_world)
-        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, &r.dst);
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, &r.dst);
     if (st == RESHARD_OK && a->baseline) {
         int32_t *roots = stage_roots(&refit);
         st = roots ? reshard_baseline_create_mpi(refit.train, refit.infer, roots, &pp, r.comm,
@@ -574,7 +688,7 @@ out:
     free(rs.seconds);
     free(bl.seconds);
     reshard_baseline_destroy(r.baseline);
-    bufs_free(&r.src);
+    bufs_free(&r.src); /* device buffers before their endpoint */
     bufs_free(&r.dst);
     reshard_comm_destroy(r.comm);
     reshard_plan_destroy(r.plan);
