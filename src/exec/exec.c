@@ -180,14 +180,9 @@ static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, 
             continue;
         uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
         uint64_t chunk = a < b ? a : b;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 256;
-            rs_landed_t *nv = realloc(v, (size_t)cap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                return NULL;
-            }
-            v = nv;
+        if (rs_grow(&v, &cap, n, sizeof *v) != 0) {
+            free(v);
+            return NULL;
         }
         v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, (int64_t)((off + p->bytes - 1) / chunk)};
         off += rs_piece_stream_bytes(p);
@@ -408,13 +403,7 @@ static int cmp_landing(const void *pa, const void *pb)
     const rs_landing_t *a = pa, *b = pb;
     if (a->frag != b->frag)
         return a->frag < b->frag ? -1 : 1;
-    for (int d = 0; d < a->box.ndim; d++) {
-        if (a->box.offset[d] != b->box.offset[d])
-            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
-        if (a->box.extent[d] != b->box.extent[d])
-            return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
-    }
-    return 0;
+    return rs_box_cmp(&a->box, &b->box);
 }
 
 static int cmp_relay(const void *pa, const void *pb)
@@ -425,13 +414,8 @@ static int cmp_relay(const void *pa, const void *pb)
 
 static int relay_push(rs_exec_t *x, int64_t piece, uint64_t off, int64_t *cap)
 {
-    if (x->nrl == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        rs_relay_t *n = realloc(x->rl, (size_t)*cap * sizeof *n);
-        if (!n)
-            return -1;
-        x->rl = n;
-    }
+    if (rs_grow(&x->rl, cap, x->nrl, sizeof *x->rl) != 0)
+        return -1;
     x->rl[x->nrl++] = (rs_relay_t){piece, off};
     return 0;
 }
@@ -452,14 +436,9 @@ static reshard_status_t relay_setup(rs_exec_t *x)
             const rs_piece_t *p = &plan->pieces[s->idx[j]];
             if (!rs_piece_is_relay(plan->dst, p))
                 continue;
-            if (nl == lcap) {
-                lcap = lcap ? 2 * lcap : 64;
-                rs_landing_t *n = realloc(l, (size_t)lcap * sizeof *n);
-                if (!n) {
-                    rc = -1;
-                    break;
-                }
-                l = n;
+            if (rs_grow(&l, &lcap, nl, sizeof *l) != 0) {
+                rc = -1;
+                break;
             }
             l[nl++] = (rs_landing_t){p->to_frag, p->box, off};
             rc = relay_push(x, s->idx[j], off, &cap);

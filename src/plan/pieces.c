@@ -74,18 +74,8 @@ reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
         const rs_cell_t *c = &cells->c[i];
         if (c->chosen < 0)
             continue;
-        const rs_tensor_t *t = &plan->dst->tensors->t[c->tensor];
-        rs_piece_t p;
-        memset(&p, 0, sizeof p);
-        p.box = c->box;
-        p.tensor = c->tensor;
-        p.from_frag = c->chosen;
-        p.to_frag = c->to_frag;
-        p.sender = plan->src->f[c->chosen].rank;
-        p.receiver = c->receiver;
-        p.stage = RS_STAGE_DIRECT;
-        p.elem_size = (uint32_t)reshard_dtype_size(t->dtype);
-        p.bytes = c->bytes;
+        rs_piece_t p =
+            rs_direct_piece(plan, &c->box, c->tensor, c->chosen, c->to_frag, c->receiver, c->bytes);
         if (rs_piece_vec_push(&v, &p) != 0) {
             free(v.p);
             return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",

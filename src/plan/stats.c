@@ -27,13 +27,7 @@ static int cmp_need(const void *pa, const void *pb)
         return a->domain < b->domain ? -1 : 1;
     if (a->tensor != b->tensor)
         return a->tensor < b->tensor ? -1 : 1;
-    for (int d = 0; d < a->box.ndim; d++) {
-        if (a->box.offset[d] != b->box.offset[d])
-            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
-        if (a->box.extent[d] != b->box.extent[d])
-            return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
-    }
-    return 0;
+    return rs_box_cmp(&a->box, &b->box);
 }
 
 /* Order by (domain, tensor, sole holder, box). */
@@ -45,12 +39,6 @@ static int cmp_need_sole(const void *pa, const void *pb)
     if (a->sole_holder != b->sole_holder)
         return a->sole_holder < b->sole_holder ? -1 : 1;
     return cmp_need(pa, pb);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Element count of the union of boxes n[0..k) (sorted, distinct). Disjoint
@@ -77,24 +65,12 @@ static int64_t union_numel(const rs_need_t *n, int64_t k)
     }
     int nd = n[0].box.ndim;
     int64_t *pts[RESHARD_MAX_DIMS] = {0}, np[RESHARD_MAX_DIMS], it[RESHARD_MAX_DIMS] = {0};
-    for (int d = 0; d < nd; d++) {
-        pts[d] = malloc((size_t)(2 * k) * sizeof(int64_t));
-        if (!pts[d]) {
+    for (int d = 0; d < nd; d++)
+        if (!(pts[d] = rs_box_cuts(&n[0].box, sizeof *n, k, d, &np[d]))) {
             for (int q = 0; q < d; q++)
                 free(pts[q]);
             return -1;
         }
-        for (int64_t i = 0; i < k; i++) {
-            pts[d][2 * i] = n[i].box.offset[d];
-            pts[d][2 * i + 1] = n[i].box.offset[d] + n[i].box.extent[d];
-        }
-        qsort(pts[d], (size_t)(2 * k), sizeof(int64_t), cmp_i64);
-        int64_t u = 0;
-        for (int64_t i = 0; i < 2 * k; i++)
-            if (u == 0 || pts[d][i] != pts[d][u - 1])
-                pts[d][u++] = pts[d][i];
-        np[d] = u;
-    }
     for (;;) {
         reshard_box_t c = {.ndim = nd};
         for (int d = 0; d < nd; d++) {

@@ -32,14 +32,8 @@
 
 int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece)
 {
-    if (v->n == v->cap) {
-        int64_t cap = v->cap ? 2 * v->cap : 1024;
-        rs_piece_t *p = realloc(v->p, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        v->p = p;
-        v->cap = cap;
-    }
+    if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
+        return -1;
     v->p[v->n++] = *piece;
     return 0;
 }
@@ -81,26 +75,9 @@ typedef struct {
 
 static int items_push(rs_items_t *a, const rs_item_t *it)
 {
-    if (a->n == a->cap) {
-        int64_t cap = a->cap ? 2 * a->cap : 1024;
-        rs_item_t *p = realloc(a->v, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        a->v = p;
-        a->cap = cap;
-    }
+    if (rs_grow(&a->v, &a->cap, a->n, sizeof *a->v) != 0)
+        return -1;
     a->v[a->n++] = *it;
-    return 0;
-}
-
-static int cmp_box(const reshard_box_t *a, const reshard_box_t *b)
-{
-    for (int d = 0; d < a->ndim; d++)
-        if (a->offset[d] != b->offset[d])
-            return a->offset[d] < b->offset[d] ? -1 : 1;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->extent[d] != b->extent[d])
-            return a->extent[d] < b->extent[d] ? -1 : 1;
     return 0;
 }
 
@@ -111,7 +88,7 @@ static int cmp_item(const void *pa, const void *pb)
         return a->domain < b->domain ? -1 : 1;
     if (a->tensor != b->tensor)
         return a->tensor < b->tensor ? -1 : 1;
-    int c = cmp_box(&a->box, &b->box);
+    int c = rs_box_cmp(&a->box, &b->box);
     if (c)
         return c;
     if (a->receiver != b->receiver)
@@ -125,23 +102,17 @@ static int cmp_item(const void *pa, const void *pb)
 static bool group_overlaps(const rs_item_t *it, int64_t n)
 {
     for (int64_t a = 0; a < n; a++) {
-        if (a > 0 && cmp_box(&it[a].box, &it[a - 1].box) == 0)
+        if (a > 0 && rs_box_cmp(&it[a].box, &it[a - 1].box) == 0)
             continue;
         int64_t end0 = it[a].box.offset[0] + it[a].box.extent[0];
         for (int64_t b = a + 1; b < n && it[b].box.offset[0] < end0; b++) {
             reshard_box_t x;
-            if (cmp_box(&it[a].box, &it[b].box) != 0 &&
+            if (rs_box_cmp(&it[a].box, &it[b].box) != 0 &&
                 rs_box_intersect(&it[a].box, &it[b].box, &x))
                 return true;
         }
     }
     return false;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Index of the first point >= x in sorted pts[0..n). */
@@ -165,23 +136,9 @@ static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
     int nd = it[0].box.ndim;
     int64_t *pts[RESHARD_MAX_DIMS] = {0}, np[RESHARD_MAX_DIMS] = {0};
     int rc = 0;
-    for (int d = 0; d < nd && rc == 0; d++) {
-        pts[d] = malloc((size_t)(2 * n) * sizeof(int64_t));
-        if (!pts[d]) {
+    for (int d = 0; d < nd && rc == 0; d++)
+        if (!(pts[d] = rs_box_cuts(&it[0].box, sizeof *it, n, d, &np[d])))
             rc = -1;
-            break;
-        }
-        for (int64_t i = 0; i < n; i++) {
-            pts[d][2 * i] = it[i].box.offset[d];
-            pts[d][2 * i + 1] = it[i].box.offset[d] + it[i].box.extent[d];
-        }
-        qsort(pts[d], (size_t)(2 * n), sizeof(int64_t), cmp_i64);
-        int64_t u = 0;
-        for (int64_t i = 0; i < 2 * n; i++)
-            if (u == 0 || pts[d][i] != pts[d][u - 1])
-                pts[d][u++] = pts[d][i];
-        np[d] = u;
-    }
     for (int64_t i = 0; i < n && rc == 0; i++) {
         int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
         for (int d = 0; d < nd; d++) {
@@ -320,7 +277,7 @@ static int build_units(rs_topo_t *t)
     for (int64_t i = 0; i < it->n;) {
         int64_t j = i + 1;
         while (j < it->n && it->v[j].domain == it->v[i].domain &&
-               it->v[j].tensor == it->v[i].tensor && cmp_box(&it->v[j].box, &it->v[i].box) == 0)
+               it->v[j].tensor == it->v[i].tensor && rs_box_cmp(&it->v[j].box, &it->v[i].box) == 0)
             j++;
         rs_unit_t *u = &t->u[t->nu++];
         memset(u, 0, sizeof *u);
@@ -370,14 +327,8 @@ static int build_units(rs_topo_t *t)
 static int dlv_push(rs_topo_t *t, const reshard_box_t *box, int64_t unit, int32_t rank,
                     int32_t frag, bool count)
 {
-    if (t->nd == t->dcap) {
-        int64_t cap = t->dcap ? 2 * t->dcap : 1024;
-        rs_dlv_t *p = realloc(t->d, (size_t)cap * sizeof *p);
-        if (!p)
-            return -1;
-        t->d = p;
-        t->dcap = cap;
-    }
+    if (rs_grow(&t->d, &t->dcap, t->nd, sizeof *t->d) != 0)
+        return -1;
     rs_dlv_t *d = &t->d[t->nd++];
     memset(d, 0, sizeof *d);
     d->box = *box;
@@ -635,17 +586,8 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
         const rs_dlv_t *d = &t->d[i];
         const rs_unit_t *u = &t->u[d->unit];
         const rs_item_t *f = &t->items.v[u->first];
-        rs_piece_t p;
-        memset(&p, 0, sizeof p);
-        p.box = d->box;
-        p.tensor = f->tensor;
-        p.from_frag = d->from_frag;
-        p.to_frag = d->land_frag;
-        p.sender = d->sender;
-        p.receiver = d->land_rank;
-        p.stage = RS_STAGE_DIRECT;
-        p.elem_size = (uint32_t)reshard_dtype_size(t->plan->dst->tensors->t[f->tensor].dtype);
-        p.bytes = d->bytes;
+        rs_piece_t p = rs_direct_piece(t->plan, &d->box, f->tensor, d->from_frag, d->land_frag,
+                                       d->land_rank, d->bytes);
         if (rs_piece_vec_push(out, &p) != 0)
             return -1;
         p.stage = RS_STAGE_FORWARD;

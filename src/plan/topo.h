@@ -17,8 +17,26 @@ typedef struct {
     int64_t n, cap;
 } rs_piece_vec_t;
 
+/** Make room for one more element in the array *@p v of *@p cap elements of
+ *  @p size bytes holding @p n: doubles it when full (from 64). -1 when out
+ *  of memory (the array is left as it was). */
+int rs_grow(void *v, int64_t *cap, int64_t n, size_t size);
+
 /** Append @p piece; -1 when out of memory. */
 int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece);
+
+/** Order of boxes of one ndim: offsets lexicographically, then extents. */
+int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b);
+
+/** Sorted distinct boundaries (offset and end) along dim @p d of @p n boxes,
+ *  the i-th at (const char *)first + i * stride; malloc'd, count in *np;
+ *  NULL when out of memory. */
+int64_t *rs_box_cuts(const reshard_box_t *first, size_t stride, int64_t n, int d, int64_t *np);
+
+/** A stage-0 piece of @p box of @p tensor from source fragment @p from_frag
+ *  (its rank sends) to destination fragment @p to_frag on @p receiver. */
+rs_piece_t rs_direct_piece(const reshard_plan_t *plan, const reshard_box_t *box, int32_t tensor,
+                           int32_t from_frag, int32_t to_frag, int32_t receiver, uint64_t bytes);
 
 /** Sort @p n records of @p size bytes by @p cmp (ties by position: stable),
  *  moving each record only twice. -1 when out of memory. */

@@ -1,5 +1,5 @@
-/* Sorting arrays of large records: qsort moves every record O(n log n)
- * times; sorting pointers and then permuting once moves each record twice. */
+/* Small planning helpers shared by the topology step, the pieces and the
+ * statistics: sorting large records, box order, box boundaries, pieces. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,5 +62,74 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
     free(r);
     free(from);
     free(tmp);
+    return 0;
+}
+
+int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b)
+{
+    for (int d = 0; d < a->ndim; d++)
+        if (a->offset[d] != b->offset[d])
+            return a->offset[d] < b->offset[d] ? -1 : 1;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->extent[d] != b->extent[d])
+            return a->extent[d] < b->extent[d] ? -1 : 1;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int64_t *rs_box_cuts(const reshard_box_t *first, size_t stride, int64_t n, int d, int64_t *np)
+{
+    int64_t *pts = malloc((size_t)(2 * n + 1) * sizeof *pts);
+    if (!pts)
+        return NULL;
+    const char *at = (const char *)first;
+    for (int64_t i = 0; i < n; i++) {
+        const reshard_box_t *b = (const reshard_box_t *)(const void *)(at + (size_t)i * stride);
+        pts[2 * i] = b->offset[d];
+        pts[2 * i + 1] = b->offset[d] + b->extent[d];
+    }
+    qsort(pts, (size_t)(2 * n), sizeof *pts, cmp_i64);
+    int64_t u = 0;
+    for (int64_t i = 0; i < 2 * n; i++)
+        if (u == 0 || pts[i] != pts[u - 1])
+            pts[u++] = pts[i];
+    *np = u;
+    return pts;
+}
+
+rs_piece_t rs_direct_piece(const reshard_plan_t *plan, const reshard_box_t *box, int32_t tensor,
+                           int32_t from_frag, int32_t to_frag, int32_t receiver, uint64_t bytes)
+{
+    rs_piece_t p;
+    memset(&p, 0, sizeof p);
+    p.box = *box;
+    p.tensor = tensor;
+    p.from_frag = from_frag;
+    p.to_frag = to_frag;
+    p.sender = plan->src->f[from_frag].rank;
+    p.receiver = receiver;
+    p.stage = RS_STAGE_DIRECT;
+    p.elem_size = (uint32_t)reshard_dtype_size(plan->dst->tensors->t[tensor].dtype);
+    p.bytes = bytes;
+    return p;
+}
+
+int rs_grow(void *v, int64_t *cap, int64_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    int64_t c = *cap ? 2 * *cap : 64;
+    void *old;
+    memcpy(&old, v, sizeof old);
+    void *p = realloc(old, (size_t)c * size);
+    if (!p)
+        return -1;
+    memcpy(v, &p, sizeof p);
+    *cap = c;
     return 0;
 }
