@@ -135,7 +135,59 @@ typedef struct {
     rs_cursor_t cur;
     uint64_t *len; /* forward streams: bytes per round; NULL for stage 0 */
     int64_t rounds;
+    bool direct[2];   /* the chunk of the slot moves straight from/to the user buffer */
+    rs_cursor_t pcur; /* receives: where the next posted chunk starts */
 } rs_xstream_t;
+
+/* Chunks at least this large that lie inside one piece's data, dense in the
+ * user buffer, move straight from/to it: no pack, no unpack. */
+#define RS_DIRECT_MIN_BYTES (64u << 10)
+
+/* Is every element of box @p b at consecutive positions of fragment @p f? */
+static bool box_dense(const reshard_box_t *b, const reshard_fragment_t *f)
+{
+    int64_t expect = 1;
+    for (int d = b->ndim - 1; d >= 0; d--) {
+        if (b->extent[d] == 1)
+            continue;
+        if (f->stride[d] != expect)
+            return false;
+        expect *= b->extent[d];
+    }
+    return true;
+}
+
+/* When the next @p len stream bytes of @p xs lie inside one piece's data and
+ * that piece is dense in the user buffer of this side: their address. */
+static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_cursor_t *cur,
+                           uint64_t len)
+{
+    const rs_piece_t *p = &x->plan->pieces[xs->s->idx[cur->piece]];
+    if (cur->off + len > p->bytes || len < RS_DIRECT_MIN_BYTES)
+        return NULL;
+    reshard_fragment_t tmp;
+    void *buf;
+    const reshard_fragment_t *f = piece_place(x, p, xs->send, &tmp, &buf);
+    if (!box_dense(&p->box, f))
+        return NULL;
+    return (uint8_t *)buf + (size_t)rs_frag_pos(f, p->box.offset) * p->elem_size + cur->off;
+}
+
+/* Move @p cur over @p len stream bytes. */
+static void advance(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t *cur, uint64_t len)
+{
+    while (len > 0) {
+        const rs_piece_t *p = &x->plan->pieces[s->idx[cur->piece]];
+        uint64_t padded = rs_piece_stream_bytes(p);
+        uint64_t take = padded - cur->off < len ? padded - cur->off : len;
+        cur->off += take;
+        len -= take;
+        if (cur->off == padded) {
+            cur->piece++;
+            cur->off = 0;
+        }
+    }
+}
 
 static uint64_t round_len(const rs_xstream_t *x, int64_t round)
 {
@@ -325,14 +377,25 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
         uint64_t len = round_len(xs, k);
         if (!len)
             continue;
+        uint8_t *direct = direct_ptr(x, xs, xs->send ? &xs->cur : &xs->pcur, len);
+        xs->direct[slot] = direct != NULL;
         if (!xs->send) {
-            st = ops->post_recv(x->comm, slot, xs->s->peer, base + xs->slot_off, len);
+            advance(x, xs->s, &xs->pcur, len);
+            /* a direct receive moves the cursor at once: later rounds follow it */
+            st = ops->post_recv(x->comm, slot, xs->s->peer, direct ? direct : base + xs->slot_off,
+                                len);
             continue;
         }
         uint64_t payload = 0;
-        st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, true, &payload);
+        if (direct) {
+            payload = len;
+            advance(x, xs->s, &xs->cur, len);
+        } else {
+            st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, true, &payload);
+        }
         if (st == RESHARD_OK)
-            st = ops->post_send(x->comm, slot, xs->s->peer, base + xs->slot_off, len);
+            st = ops->post_send(x->comm, slot, xs->s->peer, direct ? direct : base + xs->slot_off,
+                                len);
         if (st == RESHARD_OK && x->stats) {
             bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, xs->s->peer) ==
                                                           rs_domain_of(&x->plan->p, x->rp->rank);
@@ -357,7 +420,12 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
         if (xs->send || !len)
             continue;
         uint64_t payload = 0;
-        st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, false, &payload);
+        if (xs->direct[slot]) {
+            payload = len;
+            advance(x, xs->s, &xs->cur, len);
+        } else {
+            st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, false, &payload);
+        }
         if (x->stats)
             x->stats->bytes_recv += payload;
     }
