@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_model.h"
+#include "reshard/reshard_sim.h"
 
 typedef struct {
     const char *model, *train, *infer, *system, *dtype;
@@ -194,13 +195,17 @@ int cmd_plan(int argc, char **argv)
 
     double t0 = now_s();
     reshard_model_refit_t refit;
-    s = reshard_model_refit_create(model, &ts, &is, &refit);
+    /* with NVLink domains each side fills its own domains */
+    int32_t offset = a.domain_size > 1 ? reshard_sim_infer_offset(reshard_train_world(&ts),
+                                                                  (int32_t)a.domain_size)
+                                       : -1;
+    s = reshard_model_refit_create_at(model, &ts, &is, offset, &refit);
     if (s != RESHARD_OK) {
         reshard_model_destroy(model);
         return fail("layouts", s);
     }
     double t1 = now_s();
-    int32_t world = refit.train_world + refit.infer_world;
+    int32_t world = refit.infer_offset + refit.infer_world;
     if (a.rank >= world) {
         fprintf(stderr, "reshard plan: --rank %ld is outside [0, %d)\n", a.rank, world);
         reshard_model_refit_destroy(&refit);

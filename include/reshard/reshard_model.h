@@ -241,7 +241,8 @@ reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
                                             reshard_model_buffers_t **buffers);
 
 /** A whole refit description: the catalogue, the train layout on ranks
- *  [0, T) and the inference layout on ranks [T, T + I). */
+ *  [0, T) and the inference layout on ranks [O, O + I), O = infer_offset
+ *  (T unless reshard_model_refit_create_at says otherwise). */
 typedef struct {
     reshard_tensors_t *tensors;
     reshard_layout_t *train;
@@ -252,6 +253,7 @@ typedef struct {
     reshard_infer_spec_t infer_spec;
     int32_t train_world;
     int32_t infer_world;
+    int32_t infer_offset; /**< first inference rank; world = infer_offset + infer_world */
 } reshard_model_refit_t;
 
 /**
@@ -263,6 +265,17 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
                                             const reshard_train_spec_t *train,
                                             const reshard_infer_spec_t *infer,
                                             reshard_model_refit_t *out);
+/**
+ * As reshard_model_refit_create, with the inference ranks starting at
+ * @p infer_offset (>= the train world; -1 for the train world). With NVLink
+ * domains each side fills its own domains, so the inference side starts at
+ * the next domain boundary (reshard_sim_infer_offset).
+ * Errors: CONFIG (offset inside the training ranks), and those above. Local.
+ */
+reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
+                                               const reshard_train_spec_t *train,
+                                               const reshard_infer_spec_t *infer,
+                                               int32_t infer_offset, reshard_model_refit_t *out);
 /** Free every member (layouts before the catalogue); NULL ok; zeroes *refit. */
 void reshard_model_refit_destroy(reshard_model_refit_t *refit);
 

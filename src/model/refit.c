@@ -22,6 +22,14 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
                                             const reshard_infer_spec_t *infer,
                                             reshard_model_refit_t *out)
 {
+    return reshard_model_refit_create_at(model, train, infer, -1, out);
+}
+
+reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
+                                               const reshard_train_spec_t *train,
+                                               const reshard_infer_spec_t *infer,
+                                               int32_t infer_offset, reshard_model_refit_t *out)
+{
     rs_error_clear();
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL out");
@@ -33,12 +41,17 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
     out->infer_spec = *infer;
     out->train_world = reshard_train_world(train);
     out->infer_world = reshard_infer_world(infer);
+    out->infer_offset = infer_offset < 0 ? out->train_world : infer_offset;
+    if (out->infer_offset < out->train_world)
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "inference ranks start at %d, inside the %d training ranks",
+                        out->infer_offset, out->train_world);
     s = reshard_model_tensors(model, &out->tensors);
     if (s == RESHARD_OK)
         s = reshard_model_train_layout(model, out->tensors, train, 0, &out->train,
                                        &out->train_buffers);
     if (s == RESHARD_OK)
-        s = reshard_model_infer_layout(model, out->tensors, infer, out->train_world, &out->infer,
+        s = reshard_model_infer_layout(model, out->tensors, infer, out->infer_offset, &out->infer,
                                        &out->infer_buffers);
     if (s != RESHARD_OK)
         reshard_model_refit_destroy(out);

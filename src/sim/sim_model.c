@@ -20,23 +20,9 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
     if (!model || !train || !infer || !sys || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_model: NULL argument");
     memset(out, 0, sizeof *out);
-    reshard_status_t st = reshard_model_check(model, train, infer, 0);
-    if (st != RESHARD_OK)
-        return st;
+    int32_t off = reshard_sim_infer_offset(reshard_train_world(train), sys->domain_size);
     reshard_model_refit_t r;
-    memset(&r, 0, sizeof r);
-    r.train_spec = *train;
-    r.infer_spec = *infer;
-    r.train_world = reshard_train_world(train);
-    r.infer_world = reshard_infer_world(infer);
-    if (r.train_world < 1 || r.infer_world < 1)
-        return rs_error(RESHARD_ERR_CONFIG, "reshard_sim_model: world size overflows");
-    int32_t off = reshard_sim_infer_offset(r.train_world, sys->domain_size);
-    st = reshard_model_tensors(model, &r.tensors);
-    if (st == RESHARD_OK)
-        st = reshard_model_train_layout(model, r.tensors, train, 0, &r.train, NULL);
-    if (st == RESHARD_OK)
-        st = reshard_model_infer_layout(model, r.tensors, infer, off, &r.infer, NULL);
+    reshard_status_t st = reshard_model_refit_create_at(model, train, infer, off, &r);
     reshard_plan_t *plan = NULL;
     if (st == RESHARD_OK) {
         reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
