@@ -271,6 +271,8 @@ typedef struct {
     uint64_t bytes_moved;    /**< per refit, all ranks */
     uint64_t verified_bytes; /**< per refit, all ranks */
     uint64_t max_recv_bytes; /**< busiest receiving rank, per refit */
+    uint64_t bytes_network;  /**< measured, sent across domains, per refit, all ranks */
+    uint64_t bytes_nvlink;   /**< measured, sent inside domains, per refit, all ranks */
     int32_t receivers;       /**< ranks that received bytes */
     long wrong;              /**< refits x ranks that failed verification */
     long done;               /**< refits completed */
@@ -437,18 +439,22 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
         }
     }
     double tmax = 0;
-    uint64_t sums[2] = {stats.bytes_recv, verified}, tot[2];
+    uint64_t sums[4] = {stats.bytes_recv, verified, stats.bytes_sent_network,
+                        stats.bytes_sent_nvlink},
+             tot[4];
     uint64_t recv = stats.bytes_recv, recv_max = 0;
     int got = stats.bytes_recv > 0, receivers = 0;
     long wrong_all = 0;
     MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(sums, tot, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(sums, tot, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(&recv, &recv_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&got, &receivers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     m->seconds[m->done++] = tmax;
     m->bytes_moved = tot[0];
     m->verified_bytes = tot[1];
+    m->bytes_network = tot[2];
+    m->bytes_nvlink = tot[3];
     m->max_recv_bytes = recv_max;
     m->receivers = receivers;
     m->wrong += wrong_all;
@@ -566,6 +572,14 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, d
     json_object_set_new(o, "train_world", json_integer(f->train_world));
     json_object_set_new(o, "infer_world", json_integer(f->infer_world));
     json_object_set_new(o, "plan_seconds", json_real(plan_s));
+    /* measured link-class bytes beside the plan's (they must be equal) */
+    reshard_plan_stats_t ps;
+    reshard_plan_get_stats(r->plan, &ps);
+    json_object_set_new(o, "domain_size", json_integer(r->a->domain_size));
+    json_object_set_new(o, "bytes_network", json_integer((json_int_t)rs->bytes_network));
+    json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)rs->bytes_nvlink));
+    json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps.bytes_network));
+    json_object_set_new(o, "plan_bytes_nvlink", json_integer((json_int_t)ps.bytes_nvlink));
     if (bl) {
         double bsec = median(bl->seconds, bl->done);
         json_object_set_new(o, "baseline_seconds", json_real(bsec));
@@ -672,10 +686,21 @@ static int run(const run_args_t *a, int rank, int size)
         if (st == RESHARD_OK && r.baseline)
             st = refit_once(&r, &bl, i, true);
     }
+    /* the bytes measured per link class must be the plan's, to the byte */
+    reshard_plan_stats_t ps = {0};
+    reshard_plan_get_stats(r.plan, &ps);
+    bool links_ok = rs.done == 0 ||
+                    (rs.bytes_network == ps.bytes_network && rs.bytes_nvlink == ps.bytes_nvlink);
     bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
-              rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0);
+              rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0) && links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))
         fprintf(stderr, "reshard run: the refit moved or verified zero bytes\n");
+    if (st == RESHARD_OK && rank == 0 && !links_ok)
+        fprintf(stderr,
+                "reshard run: measured network/NVLink bytes %llu/%llu differ from the plan's "
+                "%llu/%llu\n",
+                (unsigned long long)rs.bytes_network, (unsigned long long)rs.bytes_nvlink,
+                (unsigned long long)ps.bytes_network, (unsigned long long)ps.bytes_nvlink);
     if (rank == 0 && rs.done > 0) {
         if (a->json)
             print_json(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
