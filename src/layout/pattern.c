@@ -13,9 +13,62 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* Per-tensor seed, then one multiply and a fold per element: the value of
+ * consecutive elements differs in every byte, and a folded product makes
+ * even the low byte depend on all bits of the index. */
+static inline uint64_t pattern_mix(uint64_t seed, int64_t flat)
+{
+    uint64_t x = (seed + (uint64_t)flat) * 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 32);
+}
+
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat)
 {
-    return splitmix64(splitmix64((uint64_t)(uint32_t)tensor) + (uint64_t)flat);
+    return pattern_mix(splitmix64((uint64_t)(uint32_t)tensor), flat);
+}
+
+/* Little-endian load/store of the low @p es bytes of an element (es 1, 2, 4
+ * or 8, fixed-size copies so the compiler emits plain moves). */
+static inline uint64_t load_elem(const uint8_t *p, size_t es)
+{
+    uint8_t b1;
+    uint16_t b2;
+    uint32_t b4;
+    uint64_t b8;
+    switch (es) {
+    case 1:
+        memcpy(&b1, p, 1);
+        return b1;
+    case 2:
+        memcpy(&b2, p, 2);
+        return b2;
+    case 4:
+        memcpy(&b4, p, 4);
+        return b4;
+    default:
+        memcpy(&b8, p, 8);
+        return b8;
+    }
+}
+
+static inline void store_elem(uint8_t *p, uint64_t v, size_t es)
+{
+    uint8_t b1 = (uint8_t)v;
+    uint16_t b2 = (uint16_t)v;
+    uint32_t b4 = (uint32_t)v;
+    switch (es) {
+    case 1:
+        memcpy(p, &b1, 1);
+        break;
+    case 2:
+        memcpy(p, &b2, 2);
+        break;
+    case 4:
+        memcpy(p, &b4, 4);
+        break;
+    default:
+        memcpy(p, &v, 8);
+    }
 }
 
 /* Check that every fragment of @p rank has its buffer bound and large enough. */
@@ -49,15 +102,20 @@ static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragm
     uint64_t seed = splitmix64((uint64_t)(uint32_t)f->tensor);
     int last = f->box.ndim - 1;
     int64_t idx[RESHARD_MAX_DIMS], bad = 0, step = f->stride[last];
+    uint64_t mask = es == 8 ? ~(uint64_t)0 : (((uint64_t)1 << (8 * es)) - 1);
     memcpy(idx, f->box.offset, sizeof idx);
     do {
         int64_t flat = rs_flat_index(t->vndim, t->vshape, idx);
         uint8_t *p = buf + (size_t)rs_frag_pos(f, idx) * es;
-        for (int64_t j = 0; j < f->box.extent[last]; j++, p += (size_t)step * es) {
-            uint64_t v = splitmix64(seed + (uint64_t)(flat + j));
-            if (!check)
-                memcpy(p, &v, es);
-            else if (memcmp(p, &v, es) != 0 && bad++ == 0)
+        int64_t n = f->box.extent[last];
+        if (!check) {
+            for (int64_t j = 0; j < n; j++, p += (size_t)step * es) {
+                store_elem(p, pattern_mix(seed, flat + j), es);
+            }
+            continue;
+        }
+        for (int64_t j = 0; j < n; j++, p += (size_t)step * es) {
+            if (((load_elem(p, es) ^ pattern_mix(seed, flat + j)) & mask) != 0 && bad++ == 0)
                 *first_bad_flat = flat + j;
         }
     } while (rs_box_next_row(&f->box, idx));
