@@ -314,7 +314,8 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * decisions, so its counters are the global ones). Bytes throughout.
  */
 typedef struct {
-    uint64_t bytes_total;          /**< bytes written into destination buffers */
+    uint64_t bytes_total;          /**< bytes written into destination buffers (a relayed
+                                        landing is counted by its forwards only) */
     uint64_t bytes_local;          /**< of which copied within one rank */
     uint64_t bytes_network;        /**< bytes crossing a domain boundary */
     uint64_t bytes_nvlink;         /**< bytes between distinct ranks of one domain */
@@ -379,6 +380,10 @@ typedef struct {
  * call it with a plan made from the same layouts and params, with
  * my_rank == reshard_comm_rank(comm) (or a RESHARD_ALL_RANKS plan).
  * Repeatable; buffers may differ between calls.
+ * Memory: staging of at most the plan's staging bound (bytes), plus, on a
+ * rank that relays (with a topology, a rank may land pieces it does not need
+ * itself and forward them, to balance its domain's NICs), relay scratch the
+ * size of the pieces it relays.
  * @param src_bufs  this rank's source buffers indexed by buffer id (n_src of them)
  * @param dst_bufs  this rank's destination buffers indexed by buffer id
  * @param stats     optional; receives this rank's measured byte counts

@@ -4,8 +4,10 @@
 
 #include "layout/layout_internal.h"
 
-/** Stage of a piece: moved from a source fragment, or forwarded inside a
- *  domain from a destination fragment that a stage-0 piece filled. */
+/** Stage of a piece: moved from a source fragment (stage 0: direct, or a
+ *  network landing), or forwarded inside a domain (stage 1) from the
+ *  destination fragment a landing filled — or from the relay scratch when the
+ *  landing rank does not need the piece itself (rs_piece_is_relay, topo.h). */
 enum { RS_STAGE_DIRECT = 0, RS_STAGE_FORWARD = 1, RS_NSTAGES = 2 };
 
 /** One box moved from one fragment to another. */
@@ -44,7 +46,6 @@ typedef struct {
     int32_t nsend[RS_NSTAGES], nrecv[RS_NSTAGES];
     int64_t *local; /**< stage-0 pieces with sender == receiver == rank */
     int64_t nlocal;
-    uint64_t staging_bytes; /**< staging this rank allocates */
 } rs_rank_plan_t;
 
 struct reshard_plan {

@@ -14,7 +14,7 @@ typedef struct {
     int32_t receiver;
     int32_t nholders;
     int64_t holders; /**< offset into rs_cells_t.h (source fragment indices) */
-    int32_t chosen;  /**< chosen source fragment index */
+    int32_t chosen;  /**< chosen source fragment index; -1: placed by the topology step */
     uint64_t bytes;
 } rs_cell_t;
 
@@ -36,9 +36,11 @@ reshard_status_t rs_cells_build(const reshard_layout_t *src, const reshard_layou
                                 rs_cells_t *cells);
 void rs_cells_free(rs_cells_t *cells);
 
-/** Choose one sender per cell (step 2): the receiver itself when it holds
- *  the cell, else a holder in its domain, else the least-loaded holder;
- *  biggest cells first, deterministic ties. */
+/** Choose one sender per cell held inside its receiver's domain (step 2):
+ *  the receiver itself when it holds the cell, else the least-loaded holder
+ *  of the domain; biggest cells first, deterministic ties. Cells no rank of
+ *  the receiver's domain holds keep chosen = -1: the topology step
+ *  (rs_topo_pieces, topo.h) lands each of them once per domain. */
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                    rs_cells_t *cells);
 

@@ -126,19 +126,6 @@ reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs
                           recv_order[k], plan, rank) != 0)
             goto oom;
     }
-    uint64_t most = 0;
-    for (int s = 0; s < RS_NSTAGES; s++) {
-        uint64_t b = 0;
-        for (int32_t i = 0; i < rp->nsend[s]; i++)
-            b += rp->send[s][i].bytes < rp->send[s][i].chunk ? rp->send[s][i].bytes
-                                                             : rp->send[s][i].chunk;
-        for (int32_t i = 0; i < rp->nrecv[s]; i++)
-            b += rp->recv[s][i].bytes < rp->recv[s][i].chunk ? rp->recv[s][i].bytes
-                                                             : rp->recv[s][i].chunk;
-        if (b > most)
-            most = b;
-    }
-    rp->staging_bytes = 2 * most;
     free(recv_order);
     *out = rp;
     return RESHARD_OK;
