@@ -581,27 +581,6 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     return st;
 }
 
-/* Every buffer a fragment of this rank uses must be bound and large enough. */
-static reshard_status_t check_buffers(const reshard_layout_t *l, int32_t rank,
-                                      const reshard_buffer_t *bufs, int32_t n, const char *side)
-{
-    for (int64_t i = 0; i < l->n; i++) {
-        const reshard_fragment_t *f = &l->f[i];
-        if (f->rank != rank)
-            continue;
-        uint64_t need = rs_fragment_end_bytes(l, f);
-        if (f->buffer >= n || !bufs[f->buffer].ptr || bufs[f->buffer].bytes < need) {
-            char bs[256];
-            return rs_error(RESHARD_ERR_BUFFER,
-                            "tensor %s, rank %d, box %s: %s buffer %d is missing or under %llu "
-                            "bytes",
-                            l->tensors->t[f->tensor].name, rank, rs_box_str(&f->box, bs, sizeof bs),
-                            side, f->buffer, (unsigned long long)need);
-        }
-    }
-    return RESHARD_OK;
-}
-
 reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
                                       const reshard_buffer_t *src_bufs, int32_t n_src,
                                       const reshard_buffer_t *dst_bufs, int32_t n_dst,
@@ -617,9 +596,9 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
             RESHARD_ERR_INVALID_ARG,
             "reshard_plan_execute: comm is rank %d of %d, the plan is for rank %d of %d", rank,
             comm->size, plan->p.my_rank, plan->p.world_size);
-    reshard_status_t st = check_buffers(plan->src, rank, src_bufs, n_src, "source");
+    reshard_status_t st = rs_layout_check_buffers(plan->src, rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
-        st = check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
+        st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
     /* Preflight: every rank agrees its buffers are good before any byte moves,
      * so a bad buffer anywhere leaves every destination untouched. */
     char msg[1024];

@@ -133,3 +133,23 @@ int32_t reshard_layout_buffer_count(const reshard_layout_t *layout, int32_t rank
             n = layout->f[i].buffer + 1;
     return n;
 }
+
+reshard_status_t rs_layout_check_buffers(const reshard_layout_t *l, int32_t rank,
+                                         const reshard_buffer_t *bufs, int32_t n, const char *side)
+{
+    for (int64_t i = 0; i < l->n; i++) {
+        const reshard_fragment_t *f = &l->f[i];
+        if (f->rank != rank)
+            continue;
+        uint64_t need = rs_fragment_end_bytes(l, f);
+        if (f->buffer >= n || !bufs[f->buffer].ptr || bufs[f->buffer].bytes < need) {
+            char bs[256];
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "tensor %s, rank %d, box %s: %s buffer %d is missing or under %llu "
+                            "bytes",
+                            l->tensors->t[f->tensor].name, rank, rs_box_str(&f->box, bs, sizeof bs),
+                            side, f->buffer, (unsigned long long)need);
+        }
+    }
+    return RESHARD_OK;
+}

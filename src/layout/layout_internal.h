@@ -70,6 +70,12 @@ int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t
 /** qsort comparator of rs_run_t by lo. */
 int rs_run_cmp(const void *a, const void *b);
 
+/** Every fragment of @p rank in @p l has its buffer bound (non-NULL) and at
+ *  least as large as it needs; BUFFER naming tensor, rank, box and @p side
+ *  ("source", "destination") otherwise. */
+reshard_status_t rs_layout_check_buffers(const reshard_layout_t *l, int32_t rank,
+                                         const reshard_buffer_t *bufs, int32_t n, const char *side);
+
 /** The pattern value of element @p flat of tensor @p tensor (all 8 bytes). */
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat);
 

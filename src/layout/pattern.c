@@ -71,27 +71,6 @@ static inline void store_elem(uint8_t *p, uint64_t v, size_t es)
     }
 }
 
-/* Check that every fragment of @p rank has its buffer bound and large enough. */
-static reshard_status_t check_bufs(const reshard_layout_t *layout, int32_t rank,
-                                   const reshard_buffer_t *bufs, int32_t n_bufs)
-{
-    for (int64_t i = 0; i < layout->n; i++) {
-        const reshard_fragment_t *f = &layout->f[i];
-        if (f->rank != rank)
-            continue;
-        uint64_t need = rs_fragment_end_bytes(layout, f);
-        if (f->buffer >= n_bufs || !bufs[f->buffer].ptr || bufs[f->buffer].bytes < need) {
-            char bs[256];
-            return rs_error(RESHARD_ERR_BUFFER,
-                            "tensor %s, rank %d, box %s: buffer %d missing or under %llu bytes",
-                            layout->tensors->t[f->tensor].name, rank,
-                            rs_box_str(&f->box, bs, sizeof bs), f->buffer,
-                            (unsigned long long)need);
-        }
-    }
-    return RESHARD_OK;
-}
-
 /* Fill fragment @p f with the pattern (@p check false) or count the elements
  * that differ from it, remembering the first. */
 static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragment_t *f,
@@ -128,7 +107,7 @@ reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t ra
     rs_error_clear();
     if (!layout || (n_bufs > 0 && !bufs) || n_bufs < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_fill_pattern: bad argument");
-    reshard_status_t st = check_bufs(layout, rank, bufs, n_bufs);
+    reshard_status_t st = rs_layout_check_buffers(layout, rank, bufs, n_bufs, "pattern");
     if (st != RESHARD_OK)
         return st;
     for (int64_t i = 0; i < layout->n; i++)
@@ -196,7 +175,7 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
     rs_error_clear();
     if (!layout || (n_bufs > 0 && !bufs) || n_bufs < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_verify_pattern: bad argument");
-    reshard_status_t st = check_bufs(layout, rank, bufs, n_bufs);
+    reshard_status_t st = rs_layout_check_buffers(layout, rank, bufs, n_bufs, "pattern");
     if (st != RESHARD_OK)
         return st;
     uint64_t checked = 0;

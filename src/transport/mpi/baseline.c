@@ -521,26 +521,6 @@ reshard_status_t reshard_baseline_create_mpi(const reshard_layout_t *src,
 
 /* ---- execution ------------------------------------------------------------ */
 
-static reshard_status_t check_buffers(const reshard_layout_t *l, int32_t rank,
-                                      const reshard_buffer_t *bufs, int32_t n, const char *side)
-{
-    for (int64_t i = 0; i < l->n; i++) {
-        const reshard_fragment_t *f = &l->f[i];
-        if (f->rank != rank)
-            continue;
-        uint64_t need = rs_fragment_end_bytes(l, f);
-        if (f->buffer >= n || !bufs[f->buffer].ptr || bufs[f->buffer].bytes < need) {
-            char bs[256];
-            return rs_error(RESHARD_ERR_BUFFER,
-                            "baseline: tensor %s, rank %d, box %s: %s buffer %d is missing or "
-                            "under %llu bytes",
-                            l->tensors->t[f->tensor].name, rank, rs_box_str(&f->box, bs, sizeof bs),
-                            side, f->buffer, (unsigned long long)need);
-        }
-    }
-    return RESHARD_OK;
-}
-
 typedef struct {
     reshard_baseline_t *b;
     const reshard_buffer_t *src_bufs, *dst_bufs;
@@ -689,9 +669,9 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     if (m->broken)
         return rs_mpi_broken_error(m);
     rs_bexec_t x = {b, src_bufs, dst_bufs, NULL, NULL, NULL, {0}, {0}};
-    reshard_status_t st = check_buffers(b->src, m->rank, src_bufs, n_src, "source");
+    reshard_status_t st = rs_layout_check_buffers(b->src, m->rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
-        st = check_buffers(b->dst, m->rank, dst_bufs, n_dst, "destination");
+        st = rs_layout_check_buffers(b->dst, m->rank, dst_bufs, n_dst, "destination");
     if (st == RESHARD_OK && !b->bucket)
         st = alloc_buf(m, b->bucket_max, &b->bucket);
     if (st == RESHARD_OK && !b->sendbuf)
