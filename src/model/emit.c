@@ -357,3 +357,33 @@ reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t pa
     int64_t rows = V - r0 < per ? V - r0 : per;
     return rows > 0 ? rs_emit_dim0(e, t, buf, 0, r0, rows) : RESHARD_OK;
 }
+
+reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                              int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
+                              const void *spec, reshard_layout_t **out,
+                              reshard_model_buffers_t **buffers)
+{
+    rs_model_ids_t ids;
+    reshard_status_t s = rs_model_ids_for(model, tensors, &ids);
+    if (s != RESHARD_OK)
+        return s;
+    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
+    s = reshard_layout_create(tensors, &e.layout);
+    if (s == RESHARD_OK && buffers)
+        s = rs_buffers_new(&e.bufs);
+    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
+        e.rank = rank_offset + r;
+        e.next_buf = 0;
+        s = fn(&e, r, spec);
+    }
+    rs_model_ids_free(&ids);
+    if (s != RESHARD_OK) {
+        reshard_layout_destroy(e.layout);
+        reshard_model_buffers_destroy(e.bufs);
+        return s;
+    }
+    *out = e.layout;
+    if (buffers)
+        *buffers = e.bufs;
+    return RESHARD_OK;
+}

@@ -170,6 +170,19 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_train_spec_t *s,
     return RESHARD_OK;
 }
 
+/* Side rank r of the Megatron grid: dense tp fastest, then cp, dp, pp;
+ * experts etp fastest, then ep, edp, pp, in the same world. */
+static reshard_status_t train_rank(rs_emit_t *e, int32_t r, const void *spec_v)
+{
+    const reshard_train_spec_t *spec = spec_v;
+    int32_t S = spec->tp * spec->cp * spec->dp, li = r % S;
+    mg_coord_t c = {.stage = r / S,
+                    .tp = li % spec->tp,
+                    .etp = li % spec->etp,
+                    .ep = (li / spec->etp) % spec->ep};
+    return rank_params(e, spec, &c);
+}
+
 reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
                                             const reshard_tensors_t *tensors,
                                             const reshard_train_spec_t *spec, int32_t rank_offset,
@@ -182,33 +195,6 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
     reshard_status_t s = rs_check_train(model, spec);
     if (s != RESHARD_OK)
         return s;
-    rs_model_ids_t ids;
-    s = rs_model_ids_for(model, tensors, &ids);
-    if (s != RESHARD_OK)
-        return s;
-    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
-    s = reshard_layout_create(tensors, &e.layout);
-    if (s == RESHARD_OK && buffers)
-        s = rs_buffers_new(&e.bufs);
-    int32_t S = spec->tp * spec->cp * spec->dp, world = reshard_train_world(spec);
-    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
-        int32_t li = r % S;
-        mg_coord_t c = {.stage = r / S,
-                        .tp = li % spec->tp,
-                        .etp = li % spec->etp,
-                        .ep = (li / spec->etp) % spec->ep};
-        e.rank = rank_offset + r;
-        e.next_buf = 0;
-        s = rank_params(&e, spec, &c);
-    }
-    rs_model_ids_free(&ids);
-    if (s != RESHARD_OK) {
-        reshard_layout_destroy(e.layout);
-        reshard_model_buffers_destroy(e.bufs);
-        return s;
-    }
-    *out = e.layout;
-    if (buffers)
-        *buffers = e.bufs;
-    return RESHARD_OK;
+    return rs_emit_side(model, tensors, reshard_train_world(spec), rank_offset, train_rank, spec,
+                        out, buffers);
 }

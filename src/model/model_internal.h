@@ -91,6 +91,19 @@ typedef struct {
     int32_t next_buf;
 } rs_emit_t;
 
+/** Writes the parameters of side rank @p r (0-based on its side) into @p e. */
+typedef reshard_status_t (*rs_rank_params_fn)(rs_emit_t *e, int32_t r, const void *spec);
+
+/**
+ * Build one side's layout (and buffer table when @p buffers is not NULL):
+ * for every side rank r in [0, world), with e->rank = rank_offset + r and its
+ * buffer ids from 0, call @p fn. On error nothing is left allocated.
+ */
+reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                              int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
+                              const void *spec, reshard_layout_t **out,
+                              reshard_model_buffers_t **buffers);
+
 /**
  * Open the next buffer of the current rank: a matrix of @p experts x @p rows
  * x @p width elements of tensor @p like's dtype (a tensor id that will live

@@ -167,6 +167,11 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     return RESHARD_OK;
 }
 
+static reshard_status_t infer_rank(rs_emit_t *e, int32_t r, const void *spec)
+{
+    return rank_params(e, spec, r);
+}
+
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
                                             const reshard_tensors_t *tensors,
                                             const reshard_infer_spec_t *spec, int32_t rank_offset,
@@ -179,28 +184,6 @@ reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
     reshard_status_t s = rs_check_infer(model, spec);
     if (s != RESHARD_OK)
         return s;
-    rs_model_ids_t ids;
-    s = rs_model_ids_for(model, tensors, &ids);
-    if (s != RESHARD_OK)
-        return s;
-    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
-    s = reshard_layout_create(tensors, &e.layout);
-    if (s == RESHARD_OK && buffers)
-        s = rs_buffers_new(&e.bufs);
-    int32_t world = reshard_infer_world(spec);
-    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
-        e.rank = rank_offset + r;
-        e.next_buf = 0;
-        s = rank_params(&e, spec, r);
-    }
-    rs_model_ids_free(&ids);
-    if (s != RESHARD_OK) {
-        reshard_layout_destroy(e.layout);
-        reshard_model_buffers_destroy(e.bufs);
-        return s;
-    }
-    *out = e.layout;
-    if (buffers)
-        *buffers = e.bufs;
-    return RESHARD_OK;
+    return rs_emit_side(model, tensors, reshard_infer_world(spec), rank_offset, infer_rank, spec,
+                        out, buffers);
 }
