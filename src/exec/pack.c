@@ -4,56 +4,33 @@
 #include "exec/pack.h"
 #include "layout/layout_internal.h"
 
-/* Copy n elements of size es between strided (stride in elements) and contiguous memory. */
-static void gather(uint8_t *out, const uint8_t *in, int64_t n, int64_t stride, uint32_t es)
+/* Copy @p n elements of @p es bytes from @p in (every @p is-th element) to
+ * @p out (every @p os-th); contiguous runs become one memcpy, and the element
+ * sizes get fixed-size copies the compiler turns into plain moves. */
+static void copy_run(uint8_t *out, int64_t os, const uint8_t *in, int64_t is, int64_t n,
+                     uint32_t es)
 {
-    if (stride == 1) {
+    if (os == 1 && is == 1) {
         memcpy(out, in, (size_t)n * es);
         return;
     }
-    size_t step = (size_t)stride * es;
+    size_t ostep = (size_t)os * es, istep = (size_t)is * es;
     switch (es) {
     case 2:
-        for (int64_t j = 0; j < n; j++, in += step)
-            memcpy(out + 2 * j, in, 2);
+        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
+            memcpy(out, in, 2);
         break;
     case 4:
-        for (int64_t j = 0; j < n; j++, in += step)
-            memcpy(out + 4 * j, in, 4);
+        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
+            memcpy(out, in, 4);
         break;
     case 8:
-        for (int64_t j = 0; j < n; j++, in += step)
-            memcpy(out + 8 * j, in, 8);
+        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
+            memcpy(out, in, 8);
         break;
     default:
-        for (int64_t j = 0; j < n; j++, in += step)
-            memcpy(out + (size_t)j * es, in, es);
-    }
-}
-
-static void scatter(uint8_t *out, const uint8_t *in, int64_t n, int64_t stride, uint32_t es)
-{
-    if (stride == 1) {
-        memcpy(out, in, (size_t)n * es);
-        return;
-    }
-    size_t step = (size_t)stride * es;
-    switch (es) {
-    case 2:
-        for (int64_t j = 0; j < n; j++, out += step)
-            memcpy(out, in + 2 * j, 2);
-        break;
-    case 4:
-        for (int64_t j = 0; j < n; j++, out += step)
-            memcpy(out, in + 4 * j, 4);
-        break;
-    case 8:
-        for (int64_t j = 0; j < n; j++, out += step)
-            memcpy(out, in + 8 * j, 8);
-        break;
-    default:
-        for (int64_t j = 0; j < n; j++, out += step)
-            memcpy(out, in + (size_t)j * es, es);
+        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
+            memcpy(out, in, es);
     }
 }
 
@@ -79,9 +56,9 @@ static void walk_span(const rs_span_t *s, const uint8_t *in, uint8_t *out, bool 
         if (run > left)
             run = left;
         if (packing)
-            gather(out + contig, in + (size_t)pos * es, run, stride[last], s->elem_size);
+            copy_run(out + contig, 1, in + (size_t)pos * es, stride[last], run, s->elem_size);
         else
-            scatter(out + (size_t)pos * es, in + contig, run, stride[last], s->elem_size);
+            copy_run(out + (size_t)pos * es, stride[last], in + contig, 1, run, s->elem_size);
         contig += (size_t)run * es;
         left -= run;
         if (left <= 0)
@@ -121,13 +98,6 @@ void rs_copy_box_cpu(void *dst, const reshard_fragment_t *dst_frag, const void *
     do {
         uint8_t *o = (uint8_t *)dst + (size_t)rs_frag_pos(dst_frag, idx) * elem_size;
         const uint8_t *i = (const uint8_t *)src + (size_t)rs_frag_pos(src_frag, idx) * elem_size;
-        if (ds == 1)
-            gather(o, i, n, ss, elem_size);
-        else if (ss == 1)
-            scatter(o, i, n, ds, elem_size);
-        else
-            for (int64_t j = 0; j < n; j++)
-                memcpy(o + (size_t)(j * ds) * elem_size, i + (size_t)(j * ss) * elem_size,
-                       elem_size);
+        copy_run(o, ds, i, ss, n, elem_size);
     } while (rs_box_next_row(box, idx));
 }
