@@ -184,9 +184,10 @@ reshard_status_t reshard_model_baseline(const reshard_model_t *model,
     reshard_status_t s = rs_model_ids_for(model, r->tensors, &ids);
     if (s != RESHARD_OK)
         return s;
-    int32_t T = r->train_world, I = r->infer_world, S;
+    /* inference ranks where the refit puts them: [O, O + I) */
+    int32_t O = r->infer_offset > 0 ? r->infer_offset : r->train_world, I = r->infer_world, S;
     S = r->train_spec.tp * r->train_spec.cp * r->train_spec.dp;
-    bl_t b = {.world = T + I, .dsize = domain_size, .st = stats};
+    bl_t b = {.world = O + I, .dsize = domain_size, .st = stats};
     b.net_send = calloc((size_t)b.world, sizeof *b.net_send);
     b.net_recv = calloc((size_t)b.world, sizeof *b.net_recv);
     int32_t *stage_of = calloc((size_t)ids.n, sizeof *stage_of);
@@ -199,9 +200,9 @@ reshard_status_t reshard_model_baseline(const reshard_model_t *model,
         reshard_tensor_info_t info;
         reshard_tensors_info(r->tensors, t, &info);
         int32_t root = stage_of[t] == INT32_MAX ? 0 : stage_of[t] * S;
-        s = move(&b, root, T, info.bytes);
+        s = move(&b, root, O, info.bytes);
         for (int32_t i = 0; s == RESHARD_OK && i + 1 < I; i++)
-            s = move(&b, T + i, T + i + 1, info.bytes);
+            s = move(&b, O + i, O + i + 1, info.bytes);
         stats->bytes_total += info.bytes * (uint64_t)I;
     }
     if (s == RESHARD_OK) {

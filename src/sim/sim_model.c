@@ -38,8 +38,7 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
     if (st == RESHARD_OK)
         st = reshard_sim_plan(plan, sys, &out->sim);
     reshard_plan_destroy(plan);
-    /* The baseline's chain places inference ranks right after training (its
-     * own convention); its pace is set by the chain's busiest link either way. */
+    /* The baseline's chain uses the same rank placement as the plan. */
     if (st == RESHARD_OK)
         st = reshard_model_baseline(model, &r, sys->domain_size, &out->baseline);
     if (st == RESHARD_OK) {
