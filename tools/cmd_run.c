@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "reshard/reshard.h"
@@ -398,6 +399,28 @@ static reshard_status_t comm_create_nccl(int rank, int size, reshard_comm_t **ou
 #endif
 }
 
+/* Complete nonblocking collective @p req within the run's timeout; a peer
+ * that died or stalled between refits ends the job with an error instead of
+ * a hang (MPI_Abort: mpirun then ends every rank with a non-zero status). */
+static void wait_or_abort(const run_t *r, MPI_Request *req, const char *what)
+{
+    double deadline = MPI_Wtime() + r->a->timeout_s;
+    struct timespec nap = {0, 100000};
+    for (int done = 0;;) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done)
+            return;
+        if (MPI_Wtime() > deadline) {
+            fprintf(stderr,
+                    "reshard run: rank %d: RESHARD_ERR_TIMEOUT: not every rank reached %s within "
+                    "%g s (dead or stalled peer)\n",
+                    r->rank, what, r->a->timeout_s);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
 /* Prepare the buffers of refit @p iter, run it with @p use_baseline or the
  * plan, verify. Returns the agreed execution status. */
 static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
@@ -415,7 +438,9 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
         set_sentinel(&r->dst, i);
 
     reshard_exec_stats_t stats = {0};
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    wait_or_abort(r, &req, "the start of a refit");
     double t0 = MPI_Wtime();
     st = use_baseline ? reshard_baseline_execute(r->baseline, r->src.bind, r->src.n, r->dst.bind,
                                                  r->dst.n, &stats)
@@ -445,11 +470,14 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     uint64_t recv = stats.bytes_recv, recv_max = 0;
     int got = stats.bytes_recv > 0, receivers = 0;
     long wrong_all = 0;
-    MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(sums, tot, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&recv, &recv_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(&got, &receivers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Request reqs[5];
+    MPI_Iallreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Iallreduce(sums, tot, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Iallreduce(&recv, &recv_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD, &reqs[2]);
+    MPI_Iallreduce(&got, &receivers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[3]);
+    MPI_Iallreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD, &reqs[4]);
+    for (int q = 0; q < 5; q++)
+        wait_or_abort(r, &reqs[q], "the verification summary");
     m->seconds[m->done++] = tmax;
     m->bytes_moved = tot[0];
     m->verified_bytes = tot[1];
