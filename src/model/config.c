@@ -61,7 +61,8 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
             return RESHARD_OK;
         }
     }
-    if (arch) {
+    /* a model_type we do not know is refused, whatever the architecture says */
+    if (!mt && arch) {
         if (strstr(arch, "Deepseek")) {
             *fam = RS_FAM_DSV3;
             return RESHARD_OK;
@@ -85,6 +86,19 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
 static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, reshard_model_t *m)
 {
     reshard_status_t s = detect_family(root, &m->fam);
+    if (s == RESHARD_OK && m->fam == RS_FAM_DENSE) {
+        /* a dense family with experts in the config would drop the experts */
+        static const char *const moe_keys[] = {"num_experts", "n_routed_experts"};
+        for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
+            json_t *v = json_object_get(root, moe_keys[i]);
+            if (json_is_integer(v) && json_integer_value(v) > 0)
+                return rs_error(RESHARD_ERR_CONFIG,
+                                "config: model_type '%s' is a dense family but the config has "
+                                "%s = %lld",
+                                json_string_value(json_object_get(root, "model_type")), moe_keys[i],
+                                (long long)json_integer_value(v));
+        }
+    }
     if (s != RESHARD_OK)
         return s;
     const char *mt = json_string_value(json_object_get(root, "model_type"));

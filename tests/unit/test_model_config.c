@@ -286,6 +286,17 @@ static void test_load_errors(void **state)
     assert_int_equal(reshard_model_load_json("{\"model_type\": \"gpt2\"}", NULL, &m),
                      RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "unknown model family"));
+    /* an unknown model_type is refused even when the architecture looks known */
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"mamba\", \"architectures\": "
+                                             "[\"Qwen3ForCausalLM\"]}",
+                                             NULL, &m),
+                     RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "model_type 'mamba'"));
+    /* a dense family with experts would silently drop them */
+    assert_int_equal(
+        reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "num_experts = 128"));
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
         RESHARD_ERR_CONFIG);
