@@ -198,7 +198,9 @@ reshard_status_t reshard_layout_create(const reshard_tensors_t *tensors, reshard
 void reshard_layout_destroy(reshard_layout_t *layout);
 
 /**
- * Add one fragment (copied). Checked here: tensor id exists, box.ndim equals
+ * Add one fragment (copied). Whether fragments overlap (two elements at one
+ * position) is checked by reshard_plan_create, for destination layouts.
+ * Checked here: tensor id exists, box.ndim equals
  * the tensor's view ndim, the box lies inside the view shape with extents
  * >= 1, rank >= 0, buffer >= 0, base >= 0, strides >= 0, the last element's
  * position fits in 64 bits.
@@ -297,11 +299,15 @@ typedef struct reshard_plan reshard_plan_t;
  * Validate both layouts and compute the plan. Pure computation: nothing is
  * sent; every rank gets the same global decisions from the same inputs
  * (each rank may call it independently; it is not a collective).
- * Validation (DESIGN §8): same catalogue on both sides, every destination
- * element covered by a source fragment, no two destination fragments share
- * buffer bytes on a rank, ranks in range, no overflow.
- * Errors: INVALID_ARG, RANK, UNCOVERED, OVERLAP, OVERFLOW, STAGING (bound
- * under 4 KiB), NOMEM — the message names the tensor, rank and box.
+ * Validation, before anything else: both layouts describe the same tensors
+ * (the same catalogue, or catalogues with equal names, dtypes and view
+ * shapes: SHAPE or DTYPE otherwise), every destination element is covered by
+ * a source fragment (UNCOVERED), no two destination fragments of a rank
+ * share buffer bytes and no destination fragment's strides make two of its
+ * elements share one (OVERLAP), every rank is below world_size (RANK).
+ * Errors: INVALID_ARG, SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP, OVERFLOW,
+ * STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
+ * the message names the tensor, rank and box.
  */
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out);
@@ -387,9 +393,12 @@ typedef struct {
  * @param src_bufs  this rank's source buffers indexed by buffer id (n_src of them)
  * @param dst_bufs  this rank's destination buffers indexed by buffer id
  * @param stats     optional; receives this rank's measured byte counts
- * Checked before anything moves: each buffer a fragment uses is non-NULL and
- * at least reshard_layout_buffer_bytes large (BUFFER), the comm's rank/size
- * agree with the plan (INVALID_ARG).
+ * Checked before anything moves: the comm's rank/size agree with the plan
+ * (INVALID_ARG, returned at once), and each buffer a fragment of this rank
+ * uses is non-NULL and at least reshard_layout_buffer_bytes large (BUFFER).
+ * The buffer check is agreed by all ranks before any byte moves: when any
+ * rank rejects its buffers, every rank returns that rank's status (BUFFER)
+ * and no destination byte anywhere is written.
  * Errors: INVALID_ARG, BUFFER, TRANSPORT, TIMEOUT (a peer silent past the
  * plan's timeout), NOMEM. After a transport error or timeout the peer state
  * is undefined and the comm must be destroyed.

@@ -1,4 +1,5 @@
-/* The Megatron training layout (DESIGN §4, training side). */
+/* The Megatron training layout (Megatron-LM conventions: rank grids, fused QKV by query group,
+ * [gate; up] fc1, vocab padding to 128 x tp, experts by EP rank). */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -1,4 +1,5 @@
-/* The vLLM inference layout (DESIGN §4, inference side). */
+/* The vLLM inference layout (vLLM conventions: per-rank [q; k; v] with kv-head replication,
+ * gate_up, vocab padding to 64, w13/w2 expert stacks). */
 #include <stdio.h>
 #include <stdlib.h>
 

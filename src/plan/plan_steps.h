@@ -25,7 +25,7 @@ typedef struct {
     int64_t hn, hcap;
 } rs_cells_t;
 
-/** DESIGN §8 checks: catalogues agree, ranks in range, destination fragments
+/** Checks before planning: catalogues agree, ranks in range, destination fragments
  *  do not share bytes. */
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world);

@@ -1,7 +1,7 @@
 /*
  * Byte counters of a plan and the lower bounds it is judged against.
  *
- * Lower bound (DESIGN §5): every destination domain must receive, over its own
+ * Lower bound: every destination domain must receive, over its own
  * NICs, the unique elements its ranks need that no rank of the domain holds;
  * the source NICs must send the sum of those. Unique = the union of the
  * needed boxes of one tensor within one domain, so replicas inside a domain

@@ -1,5 +1,5 @@
 /*
- * Step 3 of planning (DESIGN §5): domain dedup, landing, striping, forwarding.
+ * Step 3 of planning: domain dedup, landing, striping, forwarding.
  *
  *   1. Needs: every cell no rank of its receiver's domain holds, keyed by
  *      (destination domain, tensor, box).
@@ -396,7 +396,7 @@ static reshard_box_t box_hull(const reshard_box_t *parts, int n)
     return h;
 }
 
-/* Relays (DESIGN §5 allows landing on a rank that does not need a piece):
+/* Relays (a piece may land on a rank that does not need it):
  * a rank of the domain that must land more than the domain's share (the
  * parts only it needs) hands stripes of its landings, from the end, to the
  * least-loaded ranks of the domain, which forward them. Deliveries

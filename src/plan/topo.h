@@ -1,5 +1,5 @@
 /*
- * Topology-aware planning (DESIGN §5 step 3): per destination domain, every
+ * Topology-aware planning (step 3): per destination domain, every
  * element its ranks need that no rank of the domain holds crosses the network
  * exactly once, landing on a rank that needs it (or, to balance the NICs, on
  * a relay rank's scratch); the landing rank forwards it to the other

@@ -1,4 +1,4 @@
-/* Validation of a layout pair before planning (DESIGN §8). */
+/* Validation of a layout pair before planning. */
 #include <stdlib.h>
 #include <string.h>
 
