@@ -648,11 +648,16 @@ static int run(const run_args_t *a, int rank, int size)
                                   .layers = (int32_t)a->layers,
                                   .dtype =
                                       strcmp(a->dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3};
-    reshard_status_t st = reshard_model_load(a->model, &mo, &model);
-    if (st == RESHARD_OK)
-        st = reshard_train_spec_parse(a->train, &ts);
+    /* a spec that does not parse is a malformed command line: status 2 */
+    reshard_status_t st = reshard_train_spec_parse(a->train, &ts);
     if (st == RESHARD_OK)
         st = reshard_infer_spec_parse(a->infer, &is);
+    if (st != RESHARD_OK) {
+        if (rank == 0)
+            fprintf(stderr, "reshard run: %s\n", reshard_last_error());
+        return 2;
+    }
+    st = reshard_model_load(a->model, &mo, &model);
     if (st == RESHARD_OK)
         st = reshard_model_check(model, &ts, &is, size);
     if (st == RESHARD_OK)
