@@ -387,3 +387,31 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
         *buffers = e.bufs;
     return RESHARD_OK;
 }
+
+reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
+                                const char *name)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t st = reshard_tensors_info(e->T, t, &info);
+    if (st != RESHARD_OK)
+        return st;
+    int64_t n0 = info.view_shape[0] / tp;
+    int64_t rows = info.shape[0] / tp, width = info.shape[info.ndim - 1];
+    int32_t b = rs_emit_buffer(e, t, 1, rows, width, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_dim0(e, t, b, 0, rank_tp * n0, n0);
+}
+
+reshard_status_t rs_emit_row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
+{
+    reshard_tensor_info_t info;
+    reshard_status_t st = reshard_tensors_info(e->T, t, &info);
+    if (st != RESHARD_OK)
+        return st;
+    int64_t n = info.shape[1] / tp;
+    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    return rs_emit_cols(e, t, b, rank_tp * n, n);
+}

@@ -43,32 +43,6 @@ static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, i
     return rs_emit(e, l->v, b, ko, ke, (hpg + 1) * hd * H, ks);
 }
 
-/* A column-parallel tensor split on view dim 0 (heads or rows) over tp. */
-static reshard_status_t column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
-                               const char *name)
-{
-    reshard_tensor_info_t info;
-    TRY(reshard_tensors_info(e->T, t, &info));
-    int64_t n0 = info.view_shape[0] / tp;
-    int64_t rows = info.shape[0] / tp, width = info.shape[info.ndim - 1];
-    int32_t b = rs_emit_buffer(e, t, 1, rows, width, "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_dim0(e, t, b, 0, rank_tp * n0, n0);
-}
-
-/* A row-parallel [R, C] tensor: columns split over tp. */
-static reshard_status_t row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
-{
-    reshard_tensor_info_t info;
-    TRY(reshard_tensors_info(e->T, t, &info));
-    int64_t n = info.shape[1] / tp;
-    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_cols(e, t, b, rank_tp * n, n);
-}
-
 static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
                               int32_t i)
 {
@@ -82,7 +56,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         snprintf(p, sizeof p, "mtp.layers.%d.", k);
         TRY(rs_emit_own(e, l->enorm, nm(n, sizeof n, p, "enorm.weight")));
         TRY(rs_emit_own(e, l->hnorm, nm(n, sizeof n, p, "hnorm.weight")));
-        TRY(column(e, l->eh_proj, tp, t, nm(n, sizeof n, p, "eh_proj.weight")));
+        TRY(rs_emit_column(e, l->eh_proj, tp, t, nm(n, sizeof n, p, "eh_proj.weight")));
         snprintf(p, sizeof p, "mtp.layers.%d.transformer_layer.", k);
     } else {
         snprintf(p, sizeof p, "decoder.layers.%d.", i);
@@ -103,19 +77,20 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
             TRY(rs_emit_own(
                 e, l->q_a_norm,
                 nm(n, sizeof n, p, "self_attention.linear_q_up_proj.layer_norm_weight")));
-            TRY(column(e, l->q_b, tp, t,
-                       nm(n, sizeof n, p, "self_attention.linear_q_up_proj.weight")));
+            TRY(rs_emit_column(e, l->q_b, tp, t,
+                               nm(n, sizeof n, p, "self_attention.linear_q_up_proj.weight")));
         } else {
-            TRY(column(e, l->q, tp, t, nm(n, sizeof n, p, "self_attention.linear_q_proj.weight")));
+            TRY(rs_emit_column(e, l->q, tp, t,
+                               nm(n, sizeof n, p, "self_attention.linear_q_proj.weight")));
         }
         TRY(rs_emit_own(e, l->kv_a,
                         nm(n, sizeof n, p, "self_attention.linear_kv_down_proj.weight")));
         TRY(rs_emit_own(e, l->kv_a_norm,
                         nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.layer_norm_weight")));
-        TRY(column(e, l->kv_b, tp, t,
-                   nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
+        TRY(rs_emit_column(e, l->kv_b, tp, t,
+                           nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
     }
-    TRY(row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attention.linear_proj.weight")));
+    TRY(rs_emit_row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attention.linear_proj.weight")));
     if (l->gate >= 0) {
         TRY(rs_emit_own(e, l->post_norm, nm(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));
         int64_t ni = m->I / tp;

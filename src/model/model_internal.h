@@ -127,6 +127,13 @@ reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base
                               int64_t n);
 /** Column range [c0, c0+n) of a 2-d [R, C] tensor into an [R, n] buffer. */
 reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n);
+/** A column-parallel tensor: view dim 0 (heads or rows) split over @p tp,
+ *  rank @p rank_tp's part in a buffer of its own named @p name. */
+reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
+                                const char *name);
+/** A row-parallel [R, C] tensor: columns split over @p tp, likewise. */
+reshard_status_t rs_emit_row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
+                             const char *name);
 /** A replicated or whole tensor in a buffer of its own (opened here). */
 reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name);
 /** A gated MLP: a buffer [gate rows i0..i0+n; up rows i0..i0+n] x H and a

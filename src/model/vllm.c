@@ -41,29 +41,6 @@ static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, i
     return rs_emit(e, l->v, b, ko, ke, (nq + nkv) * hd * H, ks);
 }
 
-static reshard_status_t column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
-                               const char *name)
-{
-    reshard_tensor_info_t info;
-    TRY(reshard_tensors_info(e->T, t, &info));
-    int64_t n0 = info.view_shape[0] / tp;
-    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0] / tp, info.shape[1], "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_dim0(e, t, b, 0, rank_tp * n0, n0);
-}
-
-static reshard_status_t row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
-{
-    reshard_tensor_info_t info;
-    TRY(reshard_tensors_info(e->T, t, &info));
-    int64_t n = info.shape[1] / tp;
-    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_cols(e, t, b, rank_tp * n, n);
-}
-
 /* fused_qkv_a_proj: replicated [q_a rows; kv_a rows] of H. */
 static reshard_status_t qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name)
 {
@@ -103,15 +80,15 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         if (m->q_lora) {
             TRY(qkv_a(e, l, nm(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
             TRY(rs_emit_own(e, l->q_a_norm, nm(n, sizeof n, p, "self_attn.q_a_layernorm.weight")));
-            TRY(column(e, l->q_b, tp, t, nm(n, sizeof n, p, "self_attn.q_b_proj.weight")));
+            TRY(rs_emit_column(e, l->q_b, tp, t, nm(n, sizeof n, p, "self_attn.q_b_proj.weight")));
         } else {
-            TRY(column(e, l->q, tp, t, nm(n, sizeof n, p, "self_attn.q_proj.weight")));
+            TRY(rs_emit_column(e, l->q, tp, t, nm(n, sizeof n, p, "self_attn.q_proj.weight")));
             TRY(rs_emit_own(e, l->kv_a, nm(n, sizeof n, p, "self_attn.kv_a_proj_with_mqa.weight")));
         }
         TRY(rs_emit_own(e, l->kv_a_norm, nm(n, sizeof n, p, "self_attn.kv_a_layernorm.weight")));
-        TRY(column(e, l->kv_b, tp, t, nm(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
+        TRY(rs_emit_column(e, l->kv_b, tp, t, nm(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
     }
-    TRY(row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+    TRY(rs_emit_row(e, l->o, tp, t, nm(n, sizeof n, p, "self_attn.o_proj.weight")));
     TRY(rs_emit_own(e, l->post_norm, nm(n, sizeof n, p, "post_attention_layernorm.weight")));
     if (l->gate >= 0) {
         int64_t ni = m->I / tp;
