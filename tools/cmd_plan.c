@@ -52,8 +52,10 @@ static int parse_long(const char *opt, const char *v, long min, long *out)
 {
     char *end;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || x < min)
+    if (!*v || *end)
         return bad("%s: '%s' is not a valid number", opt, v);
+    if (x < min)
+        return bad("%s: %s is below the minimum %ld", opt, v, min);
     *out = x;
     return 0;
 }

@@ -83,8 +83,10 @@ static int parse_num(int rank, const char *opt, const char *v, double min, doubl
 {
     char *end;
     double x = strtod(v, &end);
-    if (!*v || *end || !(x >= min))
+    if (!*v || *end || x != x)
         return usage_error(rank, "%s: '%s' is not a valid number", opt, v);
+    if (!(x >= min))
+        return usage_error(rank, "%s: %s is below the minimum %g", opt, v, min);
     *out = x;
     return 0;
 }
@@ -603,7 +605,8 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, d
     /* measured link-class bytes beside the plan's (they must be equal) */
     reshard_plan_stats_t ps;
     reshard_plan_get_stats(r->plan, &ps);
-    json_object_set_new(o, "domain_size", json_integer(r->a->domain_size));
+    json_object_set_new(o, "domain_size",
+                        json_integer(r->a->domain_size > 0 ? r->a->domain_size : 1));
     json_object_set_new(o, "bytes_network", json_integer((json_int_t)rs->bytes_network));
     json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)rs->bytes_nvlink));
     json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps.bytes_network));
