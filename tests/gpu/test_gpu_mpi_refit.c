@@ -16,6 +16,7 @@
 
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
+#include "device_bufs.h"
 
 typedef struct {
     const char *model;
@@ -32,36 +33,6 @@ static int all_ok(int ok)
     int all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all;
-}
-
-typedef struct {
-    int32_t n;
-    reshard_buffer_t *b;
-} bufs_t;
-
-static reshard_status_t alloc_bufs(reshard_comm_t *c, const reshard_model_buffers_t *mb,
-                                   bufs_t *out)
-{
-    out->n = reshard_model_buffer_count(mb, rank);
-    out->b = calloc((size_t)out->n + 1, sizeof *out->b);
-    if (out->b == NULL)
-        return RESHARD_ERR_NOMEM;
-    for (int32_t i = 0; i < out->n; i++) {
-        out->b[i].bytes = reshard_model_buffer_bytes(mb, rank, i);
-        reshard_status_t st = reshard_nccl_alloc(c, out->b[i].bytes, &out->b[i].ptr);
-        if (st != RESHARD_OK)
-            return st;
-    }
-    return RESHARD_OK;
-}
-
-static void free_bufs(reshard_comm_t *c, bufs_t *b)
-{
-    for (int32_t i = 0; b->b != NULL && i < b->n; i++)
-        reshard_nccl_free(c, b->b[i].ptr);
-    free(b->b);
-    b->b = NULL;
-    b->n = 0;
 }
 
 /* Bytes of @p rank's fragments in @p l. */
@@ -121,9 +92,9 @@ static int run_case(reshard_comm_t *c, const case_t *k)
         st = reshard_plan_create(refit.train, refit.infer, &p, &plan);
     const int trainer = rank < refit.train_world;
     if (st == RESHARD_OK && trainer)
-        st = alloc_bufs(c, refit.train_buffers, &sb);
+        st = alloc_bufs(c, refit.train_buffers, rank, &sb);
     if (st == RESHARD_OK && !trainer)
-        st = alloc_bufs(c, refit.infer_buffers, &db);
+        st = alloc_bufs(c, refit.infer_buffers, rank, &db);
     if (st == RESHARD_OK && trainer)
         st = reshard_nccl_fill_pattern(c, refit.train, rank, sb.b, sb.n);
     if (st != RESHARD_OK)

@@ -24,6 +24,7 @@
 #include "exec/pack.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
+#include "device_bufs.h"
 #include "transport/nccl/nccl_internal.h"
 
 #define SKIP 77
@@ -133,35 +134,6 @@ out:
 
 /* ---- 2. model refits ----------------------------------------------------------------- */
 
-typedef struct {
-    int32_t n;
-    reshard_buffer_t *b;
-} bufs_t;
-
-static reshard_status_t alloc_bufs(reshard_comm_t *c, const reshard_model_buffers_t *mb,
-                                   bufs_t *out)
-{
-    out->n = reshard_model_buffer_count(mb, 0);
-    out->b = calloc((size_t)out->n + 1, sizeof *out->b);
-    if (out->b == NULL)
-        return RESHARD_ERR_NOMEM;
-    for (int32_t i = 0; i < out->n; i++) {
-        out->b[i].bytes = reshard_model_buffer_bytes(mb, 0, i);
-        reshard_status_t st = reshard_nccl_alloc(c, out->b[i].bytes, &out->b[i].ptr);
-        if (st != RESHARD_OK)
-            return st;
-    }
-    return RESHARD_OK;
-}
-
-static void free_bufs(reshard_comm_t *c, bufs_t *b)
-{
-    for (int32_t i = 0; b->b != NULL && i < b->n; i++)
-        reshard_nccl_free(c, b->b[i].ptr);
-    free(b->b);
-    b->b = NULL;
-}
-
 static reshard_status_t set_sentinel(reshard_comm_t *c, const bufs_t *b)
 {
     for (int32_t i = 0; i < b->n; i++) {
@@ -218,8 +190,8 @@ static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dty
     p.staging_bytes = staging;
     p.timeout_s = 60.0;
     CHECK_OK(reshard_plan_create(src, dst, &p, &plan));
-    CHECK_OK(alloc_bufs(c, sbt, &sb));
-    CHECK_OK(alloc_bufs(c, dbt, &db));
+    CHECK_OK(alloc_bufs(c, sbt, 0, &sb));
+    CHECK_OK(alloc_bufs(c, dbt, 0, &db));
     CHECK_OK(reshard_nccl_fill_pattern(c, src, 0, sb.b, sb.n));
     const uint64_t want = layout_bytes(dst, T);
     for (int it = 0; it < 2; it++) {

@@ -17,6 +17,7 @@
 
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
+#include "device_bufs.h"
 
 #define MAX_RANKS 8
 
@@ -71,34 +72,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-    int32_t n;
-    reshard_buffer_t *b;
-} bufs_t;
-
-static reshard_status_t alloc_bufs(reshard_comm_t *c, const reshard_model_buffers_t *mb,
-                                   int32_t rank, bufs_t *out)
-{
-    out->n = reshard_model_buffer_count(mb, rank);
-    out->b = calloc((size_t)out->n + 1, sizeof *out->b);
-    if (out->b == NULL)
-        return RESHARD_ERR_NOMEM;
-    for (int32_t i = 0; i < out->n; i++) {
-        out->b[i].bytes = reshard_model_buffer_bytes(mb, rank, i);
-        reshard_status_t st = reshard_nccl_alloc(c, out->b[i].bytes, &out->b[i].ptr);
-        if (st != RESHARD_OK)
-            return st;
-    }
-    return RESHARD_OK;
-}
-
-static void free_bufs(reshard_comm_t *c, bufs_t *b)
-{
-    for (int32_t i = 0; b->b != NULL && i < b->n; i++)
-        reshard_nccl_free(c, b->b[i].ptr);
-    free(b->b);
 }
 
 static uint64_t rank_bytes(const reshard_layout_t *l, const reshard_tensors_t *T, int32_t rank)
