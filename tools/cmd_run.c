@@ -583,8 +583,8 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *bl, 
                       : "FAILED: see the errors above");
 }
 
-static void print_json(const run_t *r, const method_t *rs, const method_t *bl, double plan_s,
-                       bool ok)
+static void print_json(const run_t *r, const method_t *rs, const method_t *bl,
+                       const reshard_plan_stats_t *ps, double plan_s, bool ok)
 {
     const reshard_model_refit_t *f = r->refit;
     double sec = median(rs->seconds, rs->done);
@@ -603,14 +603,12 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, d
     json_object_set_new(o, "infer_world", json_integer(f->infer_world));
     json_object_set_new(o, "plan_seconds", json_real(plan_s));
     /* measured link-class bytes beside the plan's (they must be equal) */
-    reshard_plan_stats_t ps;
-    reshard_plan_get_stats(r->plan, &ps);
     json_object_set_new(o, "domain_size",
                         json_integer(r->a->domain_size > 0 ? r->a->domain_size : 1));
     json_object_set_new(o, "bytes_network", json_integer((json_int_t)rs->bytes_network));
     json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)rs->bytes_nvlink));
-    json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps.bytes_network));
-    json_object_set_new(o, "plan_bytes_nvlink", json_integer((json_int_t)ps.bytes_nvlink));
+    json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps->bytes_network));
+    json_object_set_new(o, "plan_bytes_nvlink", json_integer((json_int_t)ps->bytes_nvlink));
     if (bl) {
         double bsec = median(bl->seconds, bl->done);
         json_object_set_new(o, "baseline_seconds", json_real(bsec));
@@ -687,6 +685,16 @@ static int run(const run_args_t *a, int rank, int size)
         goto out;
     }
     st = agree_setup(st);
+    /* each rank's plan counts what it sends: their sum is the plan's */
+    reshard_plan_stats_t plan_totals = {0};
+    if (st == RESHARD_OK) {
+        reshard_plan_stats_t mine;
+        reshard_plan_get_stats(r.plan, &mine);
+        uint64_t in[2] = {mine.bytes_network, mine.bytes_nvlink}, sum[2];
+        MPI_Allreduce(in, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        plan_totals.bytes_network = sum[0];
+        plan_totals.bytes_nvlink = sum[1];
+    }
     if (st != RESHARD_OK)
         goto out;
 
@@ -723,8 +731,7 @@ static int run(const run_args_t *a, int rank, int size)
             st = refit_once(&r, &bl, i, true);
     }
     /* the bytes measured per link class must be the plan's, to the byte */
-    reshard_plan_stats_t ps = {0};
-    reshard_plan_get_stats(r.plan, &ps);
+    reshard_plan_stats_t ps = plan_totals;
     bool links_ok = rs.done == 0 ||
                     (rs.bytes_network == ps.bytes_network && rs.bytes_nvlink == ps.bytes_nvlink);
     bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
@@ -739,7 +746,7 @@ static int run(const run_args_t *a, int rank, int size)
                 (unsigned long long)ps.bytes_network, (unsigned long long)ps.bytes_nvlink);
     if (rank == 0 && rs.done > 0) {
         if (a->json)
-            print_json(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
+            print_json(&r, &rs, r.baseline ? &bl : NULL, &ps, plan_s, ok);
         else
             print_table(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
         fflush(stdout);

@@ -1,5 +1,7 @@
 /* Step 2: senders for the cells a rank of the receiver's domain holds (the
- * receiver itself first, else the domain peer with the least NVLink load);
+ * receiver itself first, else the domain peer with the least NVLink load
+ * within the cell's (domain, tensor) group, so that a rank's own plan makes
+ * the same choice from that group alone);
  * cells that must cross the network are left to the topology step (topo.c),
  * marked chosen = -1. */
 #include <stdlib.h>
@@ -8,13 +10,17 @@
 #include "plan/plan_steps.h"
 #include "util/error.h"
 
-/* Order: biggest first, then tensor, destination fragment, box offset. */
-static int cmp_cell(const rs_cell_t *a, const rs_cell_t *b)
+/* Order: by (receiver's domain, tensor) group, then biggest first, then
+ * destination fragment, box offset. */
+static int cmp_cell(const reshard_plan_params_t *p, const rs_cell_t *a, const rs_cell_t *b)
 {
-    if (a->bytes != b->bytes)
-        return a->bytes > b->bytes ? -1 : 1;
+    int32_t da = rs_domain_of(p, a->receiver), db = rs_domain_of(p, b->receiver);
+    if (da != db)
+        return da < db ? -1 : 1;
     if (a->tensor != b->tensor)
         return a->tensor < b->tensor ? -1 : 1;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
     if (a->to_frag != b->to_frag)
         return a->to_frag < b->to_frag ? -1 : 1;
     for (int d = 0; d < a->box.ndim; d++)
@@ -24,16 +30,17 @@ static int cmp_cell(const rs_cell_t *a, const rs_cell_t *b)
 }
 
 /* Merge sort of cell indices: stable, deterministic, no qsort_r needed. */
-static void sort_idx(int64_t *idx, int64_t *tmp, int64_t n, const rs_cell_t *cs)
+static void sort_idx(const reshard_plan_params_t *p, int64_t *idx, int64_t *tmp, int64_t n,
+                     const rs_cell_t *cs)
 {
     if (n < 2)
         return;
     int64_t h = n / 2;
-    sort_idx(idx, tmp, h, cs);
-    sort_idx(idx + h, tmp, n - h, cs);
+    sort_idx(p, idx, tmp, h, cs);
+    sort_idx(p, idx + h, tmp, n - h, cs);
     int64_t i = 0, j = h, k = 0;
     while (i < h && j < n)
-        tmp[k++] = cmp_cell(&cs[idx[j]], &cs[idx[i]]) < 0 ? idx[j++] : idx[i++];
+        tmp[k++] = cmp_cell(p, &cs[idx[j]], &cs[idx[i]]) < 0 ? idx[j++] : idx[i++];
     while (i < h)
         tmp[k++] = idx[i++];
     while (j < n)
@@ -41,46 +48,75 @@ static void sort_idx(int64_t *idx, int64_t *tmp, int64_t n, const rs_cell_t *cs)
     memcpy(idx, tmp, (size_t)n * sizeof *idx);
 }
 
+/* Sender of one cell: the receiver when it holds the cell, else the domain
+ * holder with the least group load (ties in rotated order), else -1. */
+static int32_t choose(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                      const rs_cells_t *cells, const rs_cell_t *c, int64_t group_cells,
+                      const uint64_t *load, int32_t *cand)
+{
+    const int32_t *h = cells->h + c->holders;
+    int32_t rdom = rs_domain_of(p, c->receiver), m = 0;
+    for (int32_t j = 0; j < c->nholders; j++) {
+        int32_t r = src->f[h[j]].rank;
+        if (r == c->receiver)
+            return h[j];
+        if (rs_domain_of(p, r) == rdom)
+            cand[m++] = h[j];
+    }
+    int32_t rot = rs_group_rotation(rdom, c->tensor, group_cells, m), best = -1;
+    for (int32_t k = 0; k < m; k++) {
+        int32_t f = cand[(rot + k) % m];
+        if (best < 0 || load[src->f[f].rank] < load[src->f[best].rank])
+            best = f;
+    }
+    return best;
+}
+
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                    rs_cells_t *cells)
 {
+    int32_t maxh = 1;
+    for (int64_t i = 0; i < cells->n; i++)
+        if (cells->c[i].nholders > maxh)
+            maxh = cells->c[i].nholders;
     int64_t *idx = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *idx);
     int64_t *tmp = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *tmp);
     uint64_t *load = calloc((size_t)p->world_size, sizeof *load);
-    if (!idx || !tmp || !load) {
+    int32_t *cand = malloc((size_t)maxh * sizeof *cand);
+    if (!idx || !tmp || !load || !cand) {
         free(idx);
         free(tmp);
         free(load);
+        free(cand);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory choosing senders");
     }
     for (int64_t i = 0; i < cells->n; i++)
         idx[i] = i;
-    sort_idx(idx, tmp, cells->n, cells->c);
-    for (int64_t q = 0; q < cells->n; q++) {
-        rs_cell_t *c = &cells->c[idx[q]];
-        const int32_t *h = cells->h + c->holders;
-        int32_t rdom = rs_domain_of(p, c->receiver);
-        int best = -1, best_class = 2;
-        for (int32_t j = 0; j < c->nholders; j++) {
-            int32_t r = src->f[h[j]].rank;
-            int cls = r == c->receiver ? 0 : rs_domain_of(p, r) == rdom ? 1 : 2;
-            if (cls == 2)
-                continue;
-            if (best < 0 || cls < best_class ||
-                (cls == best_class &&
-                 (load[r] < load[src->f[h[best]].rank] ||
-                  (load[r] == load[src->f[h[best]].rank] && r < src->f[h[best]].rank)))) {
-                best = (int)j;
-                best_class = cls;
-            }
+    sort_idx(p, idx, tmp, cells->n, cells->c);
+    for (int64_t q0 = 0; q0 < cells->n;) {
+        const rs_cell_t *c0 = &cells->c[idx[q0]];
+        int64_t q1 = q0 + 1;
+        while (q1 < cells->n && cells->c[idx[q1]].tensor == c0->tensor &&
+               rs_domain_of(p, cells->c[idx[q1]].receiver) == rs_domain_of(p, c0->receiver))
+            q1++;
+        for (int64_t q = q0; q < q1; q++) {
+            rs_cell_t *c = &cells->c[idx[q]];
+            /* no holder in the receiver's domain: the topology step places it */
+            c->chosen = choose(p, src, cells, c, q1 - q0, load, cand);
+            if (c->chosen >= 0 && src->f[c->chosen].rank != c->receiver)
+                load[src->f[c->chosen].rank] += c->bytes;
         }
-        /* no holder in the receiver's domain: the topology step places it */
-        c->chosen = best < 0 ? -1 : h[best];
-        if (best_class == 1)
-            load[src->f[h[best]].rank] += c->bytes;
+        /* loads are per group: clear what this one added */
+        for (int64_t q = q0; q < q1; q++) {
+            const rs_cell_t *c = &cells->c[idx[q]];
+            if (c->chosen >= 0)
+                load[src->f[c->chosen].rank] = 0;
+        }
+        q0 = q1;
     }
     free(idx);
     free(tmp);
     free(load);
+    free(cand);
     return RESHARD_OK;
 }

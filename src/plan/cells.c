@@ -183,9 +183,9 @@ static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
     return idx;
 }
 
-reshard_status_t rs_cells_build(const reshard_layout_t *src, const reshard_layout_t *dst,
-                                rs_cells_t *cells)
+reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cells_t *cells)
 {
+    const reshard_layout_t *src = plan->src, *dst = plan->dst;
     memset(cells, 0, sizeof *cells);
     int64_t *sstart = NULL, *dstart = NULL;
     int64_t *sidx = group_by_tensor(src, &sstart);
@@ -203,6 +203,8 @@ reshard_status_t rs_cells_build(const reshard_layout_t *src, const reshard_layou
         }
         for (int64_t q = dstart[t]; st == RESHARD_OK && q < dstart[t + 1]; q++) {
             const reshard_fragment_t *D = &dst->f[didx[q]];
+            if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
+                continue;
             int64_t nc = 0;
             for (int64_t j = sstart[t]; j < sstart[t + 1]; j++)
                 if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s.isect[nc]))

@@ -44,11 +44,13 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
                       "out of range",
                       plan->p.domain_size, plan->p.timeout_s);
     if (st == RESHARD_OK)
-        st = rs_validate(src, dst, params->world_size);
+        st = rs_validate(src, dst, params->world_size, params->my_rank);
+    if (st == RESHARD_OK)
+        st = rs_scope_build(plan);
     rs_cells_t cells;
     memset(&cells, 0, sizeof cells);
     if (st == RESHARD_OK)
-        st = rs_cells_build(src, dst, &cells);
+        st = rs_cells_build(plan, &cells);
     if (st == RESHARD_OK)
         st = rs_assign_senders(&plan->p, src, &cells);
     if (st == RESHARD_OK)
@@ -73,6 +75,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     if (!plan)
         return;
     rs_rank_plan_free(plan->mine);
+    rs_scope_free(&plan->scope);
     free(plan->pieces);
     free(plan->chunk_cap);
     free(plan);

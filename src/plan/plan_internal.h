@@ -48,8 +48,21 @@ typedef struct {
     int64_t nlocal;
 } rs_rank_plan_t;
 
+/** Which (destination domain, tensor) groups a plan computes. Every decision
+ *  of planning is made inside one group from that group's fragments alone,
+ *  so a rank's own plan needs only the groups it takes part in: its own
+ *  domain's (it receives, forwards or relays there) and, for every tensor it
+ *  holds as a source, that tensor's groups in every domain (it may send
+ *  there). */
+typedef struct {
+    int32_t rank; /**< RESHARD_ALL_RANKS: every group */
+    int32_t ndomains, ntensors;
+    uint8_t *in; /**< ndomains x ntensors flags; NULL for every group */
+} rs_scope_t;
+
 struct reshard_plan {
     reshard_plan_params_t p;
+    rs_scope_t scope;
     const reshard_layout_t *src;
     const reshard_layout_t *dst;
     rs_piece_t *pieces; /**< sorted by (stage, sender, receiver, tensor, to_frag, box) */
@@ -63,6 +76,36 @@ struct reshard_plan {
 static inline int32_t rs_domain_of(const reshard_plan_params_t *p, int32_t rank)
 {
     return p->domain_size > 1 ? rank / p->domain_size : rank;
+}
+
+/** Number of domains of @p world ranks under the plan's params. */
+static inline int32_t rs_domain_count(const reshard_plan_params_t *p)
+{
+    return p->domain_size > 1 ? (p->world_size + p->domain_size - 1) / p->domain_size
+                              : p->world_size;
+}
+
+/** The groups @p plan computes (plan->p.my_rank's, or all): fills plan->scope. */
+reshard_status_t rs_scope_build(reshard_plan_t *plan);
+void rs_scope_free(rs_scope_t *s);
+
+/** True when the group (@p domain, @p tensor) is computed. */
+static inline bool rs_scope_has(const rs_scope_t *s, int32_t domain, int32_t tensor)
+{
+    return !s->in || s->in[(int64_t)domain * s->ntensors + tensor];
+}
+
+/** True when a piece of stream (@p stage, @p sender, @p receiver) belongs in
+ *  the plan: every piece of a global plan; for a rank's own plan, the pieces
+ *  it sends or receives, and the stage-0 pieces landing in its domain (their
+ *  rounds time the forwards it receives). */
+static inline bool rs_scope_keeps(const reshard_plan_t *plan, int32_t stage, int32_t sender,
+                                  int32_t receiver)
+{
+    int32_t r = plan->scope.rank;
+    return r == RESHARD_ALL_RANKS || sender == r || receiver == r ||
+           (stage == RS_STAGE_DIRECT &&
+            rs_domain_of(&plan->p, receiver) == rs_domain_of(&plan->p, r));
 }
 
 /** Build @p rank's streams from the global pieces. */

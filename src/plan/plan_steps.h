@@ -25,22 +25,23 @@ typedef struct {
     int64_t hn, hcap;
 } rs_cells_t;
 
-/** Checks before planning: catalogues agree, ranks in range, destination fragments
- *  do not share bytes. */
+/** Checks before planning: catalogues agree, ranks in range, destination
+ *  fragments do not share bytes (those of @p rank, or of every rank for
+ *  RESHARD_ALL_RANKS: each rank checks the buffers it writes). */
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
-                             int32_t world);
+                             int32_t world, int32_t rank);
 
-/** Cut every destination fragment along source fragment boundaries (step 1);
- *  UNCOVERED when a cell has no holder. */
-reshard_status_t rs_cells_build(const reshard_layout_t *src, const reshard_layout_t *dst,
-                                rs_cells_t *cells);
+/** Cut every destination fragment of the plan's scope (plan->scope) along
+ *  source fragment boundaries (step 1); UNCOVERED when a cell has no holder. */
+reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cells_t *cells);
 void rs_cells_free(rs_cells_t *cells);
 
 /** Choose one sender per cell held inside its receiver's domain (step 2):
- *  the receiver itself when it holds the cell, else the least-loaded holder
- *  of the domain; biggest cells first, deterministic ties. Cells no rank of
- *  the receiver's domain holds keep chosen = -1: the topology step
- *  (rs_topo_pieces, topo.h) lands each of them once per domain. */
+ *  the receiver itself when it holds the cell, else the domain peer with the
+ *  least load within the cell's (domain, tensor) group; biggest cells first,
+ *  ties rotated by group (rs_group_rotation). Cells no rank of the receiver's
+ *  domain holds keep chosen = -1: the topology step (rs_topo_pieces, topo.h)
+ *  lands each of them once per domain. */
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                    rs_cells_t *cells);
 
@@ -48,10 +49,25 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
  *  order (step 4). */
 reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells);
 
-/** Fill plan->stats from the pieces and the cells (for the lower bounds). */
+/** Fill plan->stats from the pieces and the cells (for the lower bounds); for
+ *  a rank's own plan, that rank's counters only (reshard_plan_stats_t). */
 reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells);
 
-/** Per-rank chunk capacity from the staging bound (STAGING when too small). */
+/** Per-rank chunk capacity from the staging bound and a bound on each rank's
+ *  streams computed from the layouts alone (STAGING when too small). */
 reshard_status_t rs_chunk_caps(reshard_plan_t *plan);
+
+/** Start of the tie-break rotation of the group (@p domain, @p tensor) over
+ *  @p n candidates: consecutive domains continue where the previous one's
+ *  @p per_group choices ended, and tensors are staggered, so equal choices
+ *  spread over replicas without any load shared between groups. */
+static inline int32_t rs_group_rotation(int32_t domain, int32_t tensor, int64_t per_group,
+                                        int32_t n)
+{
+    if (n <= 1)
+        return 0;
+    uint64_t k = (uint64_t)domain * (uint64_t)(per_group > 0 ? per_group : 1) + (uint64_t)tensor;
+    return (int32_t)(k % (uint64_t)n);
+}
 
 #endif

@@ -1,54 +1,9 @@
-/* Per-rank streams and the chunk schedule derived from the global pieces. */
+/* A rank's streams: its pieces grouped by (stage, peer), in stream order. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_steps.h"
 #include "util/error.h"
-
-/* Count, per rank, the streams it takes part in (both directions, all stages). */
-static int32_t *stream_counts(const reshard_plan_t *plan)
-{
-    int32_t *n = calloc((size_t)plan->p.world_size, sizeof *n);
-    if (!n)
-        return NULL;
-    /* pieces are sorted by (stage, sender, receiver): one stream per run */
-    for (int64_t i = 0; i < plan->npieces; i++) {
-        const rs_piece_t *p = &plan->pieces[i];
-        if (p->sender == p->receiver && p->stage == RS_STAGE_DIRECT)
-            continue;
-        if (i > 0 && plan->pieces[i - 1].stage == p->stage &&
-            plan->pieces[i - 1].sender == p->sender && plan->pieces[i - 1].receiver == p->receiver)
-            continue;
-        n[p->sender]++;
-        n[p->receiver]++;
-    }
-    return n;
-}
-
-reshard_status_t rs_chunk_caps(reshard_plan_t *plan)
-{
-    int32_t *n = stream_counts(plan);
-    plan->chunk_cap = calloc((size_t)plan->p.world_size, sizeof *plan->chunk_cap);
-    if (!n || !plan->chunk_cap) {
-        free(n);
-        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the chunk schedule");
-    }
-    reshard_status_t st = RESHARD_OK;
-    for (int32_t r = 0; r < plan->p.world_size; r++) {
-        /* two slots, each holding one chunk of every stream of this rank */
-        uint64_t streams = n[r] ? (uint64_t)n[r] : 1;
-        uint64_t cap = (plan->p.staging_bytes / (2 * streams)) & ~(uint64_t)7;
-        if (cap < 64 && st == RESHARD_OK)
-            st = rs_error(RESHARD_ERR_STAGING,
-                          "rank %d: staging bound %llu bytes is too small for its %llu streams "
-                          "(needs at least %llu)",
-                          r, (unsigned long long)plan->p.staging_bytes, (unsigned long long)streams,
-                          (unsigned long long)(128 * streams));
-        plan->chunk_cap[r] = cap;
-    }
-    free(n);
-    return st;
-}
 
 void rs_rank_plan_free(rs_rank_plan_t *rp)
 {

@@ -166,9 +166,43 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
     return st;
 }
 
+/* Counters of one rank's own plan: what it sends (by link class), writes and
+ * receives over the network; summed over ranks they give the global ones. */
+static void rank_stats(reshard_plan_t *plan, int32_t r)
+{
+    const reshard_plan_params_t *p = &plan->p;
+    reshard_plan_stats_t *s = &plan->stats;
+    for (int64_t i = 0; i < plan->npieces; i++) {
+        const rs_piece_t *q = &plan->pieces[i];
+        bool net = rs_domain_of(p, q->sender) != rs_domain_of(p, q->receiver);
+        if (q->receiver == r && !(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
+            s->bytes_total += q->bytes;
+        if (q->receiver == r && net)
+            s->max_nic_recv_bytes += q->bytes;
+        if (q->sender != r)
+            continue;
+        s->pieces++;
+        if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
+            q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)
+            s->transfers += q->sender != q->receiver;
+        if (q->sender == q->receiver)
+            s->bytes_local += q->bytes;
+        else if (!net)
+            s->bytes_nvlink += q->bytes;
+        else
+            s->bytes_network += q->bytes;
+    }
+    s->max_nic_send_bytes = s->bytes_network;
+}
+
 reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
 {
     const reshard_plan_params_t *p = &plan->p;
+    if (plan->scope.rank != RESHARD_ALL_RANKS) {
+        memset(&plan->stats, 0, sizeof plan->stats);
+        rank_stats(plan, plan->scope.rank);
+        return RESHARD_OK;
+    }
     int32_t W = p->world_size;
     reshard_plan_stats_t *s = &plan->stats;
     memset(s, 0, sizeof *s);

@@ -6,16 +6,22 @@
  *   2. Refine: inside one (domain, tensor) group, boxes that overlap without
  *      being equal are cut along each other's boundaries, so every element a
  *      domain needs belongs to exactly one distinct box (a unit).
- *   3. Land: per domain, units needed by one rank land there; the others go,
- *      biggest first, to the needer with the fewest received bytes, large
- *      ones striped across their needers. A rank left above the domain's
- *      share (parts only it needs) relays stripes through the least-loaded
- *      ranks of the domain: they land in that rank's relay scratch and are
- *      forwarded from there.
- *   4. Send: each landing (delivery) is sent by the least-loaded rank holding
- *      it; deliveries only one rank holds first, then biggest first.
+ *   3. Land: per (domain, tensor) group, units needed by one rank land
+ *      there; the others go, biggest first, to the needer with the fewest
+ *      bytes landed in the group, large ones striped across their needers.
+ *      A rank left above the group's per-rank share (parts only it needs)
+ *      relays stripes through the ranks of the domain with the fewest: they
+ *      land in that rank's relay scratch and are forwarded from there.
+ *   4. Send: each landing (delivery) is sent by the holder with the least
+ *      bytes sent in the group; deliveries only one rank holds first, then
+ *      biggest first.
  *   5. Forward: the landing rank passes each delivery to every other
  *      fragment of its domain that needs it (stage 1).
+ * Loads are counted per group and ties broken in an order rotated per group
+ * (rs_group_rotation), so consecutive domains and tensors spread over the
+ * replicas and ranks while each group is decided from its own fragments
+ * alone: a rank's own plan computes only its groups and still makes the
+ * global plan's choices.
  * Every order is a total order on plan data, so every rank computes the same
  * pieces.
  */
@@ -25,7 +31,7 @@
 #include "plan/topo.h"
 #include "util/error.h"
 
-/* Smallest unit worth striping, and the stripe size relative to a domain's
+/* Smallest unit worth striping, and the stripe size relative to a group's
  * per-rank share of its unique bytes. */
 #define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
 #define RS_STRIPE_PER_SHARE 64
@@ -396,38 +402,57 @@ static reshard_box_t box_hull(const reshard_box_t *parts, int n)
     return h;
 }
 
-/* Relays (a piece may land on a rank that does not need it):
- * a rank of the domain that must land more than the domain's share (the
- * parts only it needs) hands stripes of its landings, from the end, to the
- * least-loaded ranks of the domain, which forward them. Deliveries
- * [d0, nd) are this domain's. */
-static int relay_domain(rs_topo_t *t, int64_t d0, int32_t domain, uint64_t total, uint64_t thr,
-                        reshard_box_t *parts)
+/* The group of units [u0, u1): one (domain, tensor). */
+typedef struct {
+    int64_t u0, u1;
+    int32_t domain, tensor;
+    int32_t lo, R; /* the domain's ranks: [lo, lo + R) */
+    uint64_t total, thr;
+} rs_group_t;
+
+/* Of the @p k ranks rk[0..k) (skipping used[i] when @p used is non-NULL and
+ * rank @p skip), the index with the least load; ties in the order rotated
+ * to start at @p rot. -1 when none is left. */
+static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, const bool *used,
+                            int32_t skip, int32_t rot)
 {
-    const reshard_plan_params_t *p = &t->plan->p;
-    int32_t R = rs_domain_ranks(p, domain);
-    if (R < 2)
+    int32_t best = -1;
+    for (int32_t q = 0; q < k; q++) {
+        int32_t i = (rot + q) % k;
+        if ((used && used[i]) || rk[i] == skip)
+            continue;
+        if (best < 0 || load[rk[i]] < load[rk[best]])
+            best = i;
+    }
+    return best;
+}
+
+/* Relays (a piece may land on a rank that does not need it): a rank of the
+ * domain that must land more than the group's share (the parts only it
+ * needs) hands stripes of its landings, from the end, to the least-loaded
+ * ranks of the domain, which forward them. Deliveries [d0, nd) are the
+ * group's; @p dom lists the domain's ranks. */
+static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int32_t *dom,
+                       reshard_box_t *parts)
+{
+    if (g->R < 2)
         return 0;
-    int32_t lo = p->domain_size > 1 ? domain * p->domain_size : domain;
-    uint64_t target = (total + (uint64_t)R - 1) / (uint64_t)R, slack = thr / 4;
+    uint64_t target = (g->total + (uint64_t)g->R - 1) / (uint64_t)g->R, slack = g->thr / 4;
+    int32_t rot = rs_group_rotation(g->domain, g->tensor, 1, g->R);
     int64_t d1 = t->nd;
     for (int64_t i = d0; i < d1; i++) {
         int32_t x = t->d[i].land_rank;
         if (t->recv_load[x] <= target + slack)
             continue;
         uint64_t b = t->d[i].bytes;
-        uint64_t want = (b + thr - 1) / thr;
+        uint64_t want = (b + g->thr - 1) / g->thr;
         int m = stripe_box(&t->d[i].box,
                            want < RS_RELAY_MAX_STRIPES ? (int)want : RS_RELAY_MAX_STRIPES, parts);
         int keep = m;
         int32_t first_y = -1;
         while (keep > 0 && t->recv_load[x] > target + slack) {
-            uint64_t sb =
-                box_bytes(t->plan, t->items.v[t->u[t->d[i].unit].first].tensor, &parts[keep - 1]);
-            int32_t y = -1;
-            for (int32_t r = lo; r < lo + R; r++)
-                if (r != x && (y < 0 || t->recv_load[r] < t->recv_load[y]))
-                    y = r;
+            uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep - 1]);
+            int32_t y = dom[least_loaded(t->recv_load, dom, g->R, NULL, x, rot)];
             if (t->recv_load[y] + sb > target)
                 break;
             keep--;
@@ -449,134 +474,189 @@ static int relay_domain(rs_topo_t *t, int64_t d0, int32_t domain, uint64_t total
         } else {
             d->box = box_hull(parts, keep);
         }
-        d->bytes = box_bytes(t->plan, t->items.v[t->u[d->unit].first].tensor, &d->box);
+        d->bytes = box_bytes(t->plan, g->tensor, &d->box);
     }
     return 0;
 }
 
-/* Landings of the units [u0, u1) of one domain. */
-static int land_domain(rs_topo_t *t, int64_t u0, int64_t u1, rs_order_t *ord, int32_t *rk,
-                       int32_t *fr, bool *used, reshard_box_t *parts, reshard_box_t *relay_parts)
+/* Scratch for landing one group. */
+typedef struct {
+    rs_order_t *ord;
+    int32_t *rk, *fr, *dom;
+    bool *used;
+    reshard_box_t *parts, *relay_parts;
+} rs_land_scratch_t;
+
+/* Landings of one group. */
+static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
 {
     const rs_item_t *it = t->items.v;
-    uint64_t total = 0;
-    for (int64_t u = u0; u < u1; u++)
-        total += t->u[u].bytes;
-    int32_t R = rs_domain_ranks(&t->plan->p, it[t->u[u0].first].domain);
-    uint64_t thr = total / (uint64_t)(R > 0 ? R : 1) / RS_STRIPE_PER_SHARE;
-    if (thr < RS_STRIPE_MIN_BYTES)
-        thr = RS_STRIPE_MIN_BYTES;
     int64_t no = 0, d0 = t->nd;
-    for (int64_t u = u0; u < u1; u++) {
+    for (int64_t u = g->u0; u < g->u1; u++) {
         const rs_item_t *f = &it[t->u[u].first];
         if (t->u[u].nranks == 1) {
             if (dlv_push(t, &f->box, u, f->receiver, f->to_frag, true) != 0)
                 return -1;
         } else {
-            ord[no++] = (rs_order_t){t->u[u].bytes, u};
+            s->ord[no++] = (rs_order_t){t->u[u].bytes, u};
         }
     }
     if (no > 1)
-        qsort(ord, (size_t)no, sizeof *ord, cmp_order);
+        qsort(s->ord, (size_t)no, sizeof *s->ord, cmp_order);
     for (int64_t q = 0; q < no; q++) {
-        const rs_unit_t *u = &t->u[ord[q].idx];
+        const rs_unit_t *u = &t->u[s->ord[q].idx];
         int32_t k = 0;
         for (int32_t i = 0; i < u->n; i++) {
             const rs_item_t *x = &it[u->first + i];
             if (i == 0 || x->receiver != it[u->first + i - 1].receiver) {
-                rk[k] = x->receiver;
-                fr[k] = x->to_frag;
-                used[k++] = false;
+                s->rk[k] = x->receiver;
+                s->fr[k] = x->to_frag;
+                s->used[k++] = false;
             }
         }
         int m = 1;
-        if (u->bytes > thr) {
-            uint64_t want = (u->bytes + thr - 1) / thr;
+        if (u->bytes > g->thr) {
+            uint64_t want = (u->bytes + g->thr - 1) / g->thr;
             m = want < (uint64_t)k ? (int)want : k;
         }
-        m = stripe_box(&it[u->first].box, m, parts);
-        int32_t nused = 0;
-        for (int s = 0; s < m; s++) {
+        m = stripe_box(&it[u->first].box, m, s->parts);
+        int32_t rot = rs_group_rotation(g->domain, g->tensor, no, k), nused = 0;
+        for (int p = 0; p < m; p++) {
             if (nused == k) {
                 for (int32_t i = 0; i < k; i++)
-                    used[i] = false;
+                    s->used[i] = false;
                 nused = 0;
             }
-            int32_t best = -1;
-            for (int32_t i = 0; i < k; i++)
-                if (!used[i] && (best < 0 || t->recv_load[rk[i]] < t->recv_load[rk[best]]))
-                    best = i;
-            used[best] = true;
+            int32_t best = least_loaded(t->recv_load, s->rk, k, s->used, -1, rot);
+            s->used[best] = true;
             nused++;
-            if (dlv_push(t, &parts[s], ord[q].idx, rk[best], fr[best], true) != 0)
+            if (dlv_push(t, &s->parts[p], s->ord[q].idx, s->rk[best], s->fr[best], true) != 0)
                 return -1;
         }
     }
-    return relay_domain(t, d0, it[t->u[u0].first].domain, total, thr, relay_parts);
+    return relay_group(t, g, d0, s->dom, s->relay_parts);
 }
 
-static int land_all(rs_topo_t *t)
-{
-    int32_t maxn = 1;
-    for (int64_t u = 0; u < t->nu; u++)
-        if (t->u[u].n > maxn)
-            maxn = t->u[u].n;
-    rs_order_t *ord = malloc((size_t)(t->nu ? t->nu : 1) * sizeof *ord);
-    int32_t *rk = malloc((size_t)maxn * sizeof *rk);
-    int32_t *fr = malloc((size_t)maxn * sizeof *fr);
-    bool *used = malloc((size_t)maxn * sizeof *used);
-    reshard_box_t *parts = malloc((size_t)maxn * sizeof *parts);
-    reshard_box_t *relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *relay_parts);
-    int rc = ord && rk && fr && used && parts && relay_parts ? 0 : -1;
-    for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
-        int64_t u1 = u0 + 1;
-        int32_t dom = t->items.v[t->u[u0].first].domain;
-        while (u1 < t->nu && t->items.v[t->u[u1].first].domain == dom)
-            u1++;
-        rc = land_domain(t, u0, u1, ord, rk, fr, used, parts, relay_parts);
-        u0 = u1;
-    }
-    free(ord);
-    free(rk);
-    free(fr);
-    free(used);
-    free(parts);
-    free(relay_parts);
-    return rc;
-}
-
-/* Choose a sender per delivery: sole-holder deliveries first (their load is
- * fixed), then the rest biggest first to the least-loaded holder. */
-static int choose_senders(rs_topo_t *t)
+/* Choose a sender per delivery [d0, d1) of one group: sole-holder deliveries
+ * first (their load is fixed), then the rest biggest first to the holder with
+ * the least bytes sent in the group. Ties go in an order rotated to start,
+ * in domain D, m*D places on (m: the group's deliveries with the same
+ * holders), so the same tensor's groups in consecutive domains continue
+ * round-robin over its replicas. */
+static int choose_senders(rs_topo_t *t, const rs_group_t *g, int64_t d0, int64_t d1,
+                          rs_order_t *ord, rs_order_t *same, int64_t *cnt, int32_t *hr)
 {
     const reshard_layout_t *src = t->plan->src;
-    rs_order_t *ord = malloc((size_t)(t->nd ? t->nd : 1) * sizeof *ord);
-    if (!ord)
-        return -1;
-    for (int64_t i = 0; i < t->nd; i++) {
+    int64_t n = d1 - d0;
+    for (int64_t i = d0; i < d1; i++) {
         const rs_unit_t *u = &t->u[t->d[i].unit];
         /* sole first: put them above every byte count */
-        ord[i] = (rs_order_t){u->sole ? UINT64_MAX : t->d[i].bytes, i};
+        ord[i - d0] = (rs_order_t){u->sole ? UINT64_MAX : t->d[i].bytes, i};
+        /* holder lists ascend by fragment: (count, first) names a replica set */
+        same[i - d0] = (rs_order_t){((uint64_t)u->nh << 32) | (uint32_t)t->hold[u->h], i - d0};
     }
-    if (t->nd > 1)
-        qsort(ord, (size_t)t->nd, sizeof *ord, cmp_order);
-    for (int64_t q = 0; q < t->nd; q++) {
+    if (n > 1) {
+        qsort(ord, (size_t)n, sizeof *ord, cmp_order);
+        qsort(same, (size_t)n, sizeof *same, cmp_order);
+    }
+    for (int64_t a = 0; a < n;) {
+        int64_t b = a + 1;
+        while (b < n && same[b].key == same[a].key)
+            b++;
+        for (int64_t q = a; q < b; q++)
+            cnt[same[q].idx] = b - a;
+        a = b;
+    }
+    for (int64_t q = 0; q < n; q++) {
         rs_dlv_t *d = &t->d[ord[q].idx];
         const rs_unit_t *u = &t->u[d->unit];
         const int32_t *h = t->hold + u->h;
-        int32_t best = -1;
-        for (int32_t j = 0; j < u->nh; j++) {
-            int32_t r = src->f[h[j]].rank;
-            if (best < 0 || t->send_load[r] < t->send_load[src->f[h[best]].rank] ||
-                (t->send_load[r] == t->send_load[src->f[h[best]].rank] && r < src->f[h[best]].rank))
-                best = j; /* holders ascend by fragment: the first of a rank wins */
-        }
-        d->sender = src->f[h[best]].rank;
+        for (int32_t j = 0; j < u->nh; j++)
+            hr[j] = src->f[h[j]].rank;
+        int64_t m = cnt[ord[q].idx - d0];
+        int32_t rot = rs_group_rotation(g->domain, g->tensor, m, u->nh);
+        int32_t best = least_loaded(t->send_load, hr, u->nh, NULL, -1, rot);
+        d->sender = hr[best];
         d->from_frag = h[best];
         t->send_load[d->sender] += d->bytes;
     }
-    free(ord);
+    /* loads are per group: clear what this one added */
+    for (int64_t i = d0; i < d1; i++)
+        t->send_load[t->d[i].sender] = 0;
     return 0;
+}
+
+/* Land and send every group, one (domain, tensor) at a time. */
+static int land_all(rs_topo_t *t)
+{
+    const reshard_plan_params_t *p = &t->plan->p;
+    int32_t maxn = 1, maxh = 1;
+    for (int64_t u = 0; u < t->nu; u++) {
+        if (t->u[u].n > maxn)
+            maxn = t->u[u].n;
+        if (t->u[u].nh > maxh)
+            maxh = t->u[u].nh;
+    }
+    int32_t maxr = p->domain_size > 1 ? p->domain_size : 1;
+    rs_land_scratch_t s = {
+        .ord = malloc((size_t)(t->nu ? t->nu : 1) * sizeof *s.ord),
+        .rk = malloc((size_t)maxn * sizeof *s.rk),
+        .fr = malloc((size_t)maxn * sizeof *s.fr),
+        .dom = malloc((size_t)maxr * sizeof *s.dom),
+        .used = malloc((size_t)maxn * sizeof *s.used),
+        .parts = malloc((size_t)maxn * sizeof *s.parts),
+        .relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *s.relay_parts),
+    };
+    int32_t *hr = malloc((size_t)maxh * sizeof *hr);
+    rs_order_t *dord = NULL, *dsame = NULL;
+    int64_t *dcnt = NULL, dcap = 0;
+    int rc = s.ord && s.rk && s.fr && s.dom && s.used && s.parts && s.relay_parts && hr ? 0 : -1;
+    for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
+        const rs_item_t *f = &t->items.v[t->u[u0].first];
+        rs_group_t g = {.u0 = u0, .u1 = u0 + 1, .domain = f->domain, .tensor = f->tensor};
+        while (g.u1 < t->nu && t->items.v[t->u[g.u1].first].domain == g.domain &&
+               t->items.v[t->u[g.u1].first].tensor == g.tensor)
+            g.u1++;
+        g.R = rs_domain_ranks(p, g.domain);
+        g.lo = p->domain_size > 1 ? g.domain * p->domain_size : g.domain;
+        for (int32_t i = 0; i < g.R; i++)
+            s.dom[i] = g.lo + i;
+        for (int64_t u = u0; u < g.u1; u++)
+            g.total += t->u[u].bytes;
+        g.thr = g.total / (uint64_t)(g.R > 0 ? g.R : 1) / RS_STRIPE_PER_SHARE;
+        if (g.thr < RS_STRIPE_MIN_BYTES)
+            g.thr = RS_STRIPE_MIN_BYTES;
+        int64_t d0 = t->nd;
+        rc = land_group(t, &g, &s);
+        if (rc == 0 && dcap < t->nd - d0) {
+            dcap = 2 * (t->nd - d0);
+            free(dord);
+            free(dsame);
+            free(dcnt);
+            dord = malloc((size_t)dcap * sizeof *dord);
+            dsame = malloc((size_t)dcap * sizeof *dsame);
+            dcnt = malloc((size_t)dcap * sizeof *dcnt);
+            rc = dord && dsame && dcnt ? 0 : -1;
+        }
+        if (rc == 0)
+            rc = choose_senders(t, &g, d0, t->nd, dord, dsame, dcnt, hr);
+        /* loads are per group: clear the domain's */
+        for (int32_t i = 0; i < g.R; i++)
+            t->recv_load[g.lo + i] = 0;
+        u0 = g.u1;
+    }
+    free(s.ord);
+    free(s.rk);
+    free(s.fr);
+    free(s.dom);
+    free(s.used);
+    free(s.parts);
+    free(s.relay_parts);
+    free(hr);
+    free(dord);
+    free(dsame);
+    free(dcnt);
+    return rc;
 }
 
 /* Stage-0 piece per delivery, stage-1 piece per other needer of its unit. */
@@ -623,8 +703,6 @@ reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *ce
         rc = build_units(&t);
     if (rc == 0)
         rc = land_all(&t);
-    if (rc == 0)
-        rc = choose_senders(&t);
     if (rc == 0)
         rc = emit(&t, out);
     free(t.items.v);

@@ -170,25 +170,29 @@ static bool strides_injective(const reshard_fragment_t *f)
     return true;
 }
 
-/* No two destination fragments (nor two elements of one) share buffer bytes. */
-static reshard_status_t check_dst_overlap(const reshard_layout_t *l)
+/* No two destination fragments (nor two elements of one) share buffer bytes,
+ * on rank @p rank (RESHARD_ALL_RANKS: on every rank). */
+static reshard_status_t check_dst_overlap(const reshard_layout_t *l, int32_t rank)
 {
     rs_extent_t *e = malloc((size_t)(l->n ? l->n : 1) * sizeof *e);
     if (!e)
         return rs_error(RESHARD_ERR_NOMEM, "overlap check: out of memory");
+    int64_t n = 0;
     for (int64_t i = 0; i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
+        if (rank != RESHARD_ALL_RANKS && f->rank != rank)
+            continue;
         size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
-        e[i] = (rs_extent_t){f->rank, f->buffer, (uint64_t)f->base * es,
-                             rs_fragment_end_bytes(l, f), i};
+        e[n++] = (rs_extent_t){f->rank, f->buffer, (uint64_t)f->base * es,
+                               rs_fragment_end_bytes(l, f), i};
     }
-    qsort(e, (size_t)l->n, sizeof *e, cmp_extent);
+    qsort(e, (size_t)n, sizeof *e, cmp_extent);
     reshard_status_t st = RESHARD_OK;
-    for (int64_t i = 0; i < l->n && st == RESHARD_OK;) {
+    for (int64_t i = 0; i < n && st == RESHARD_OK;) {
         /* A group: consecutive fragments of one buffer with overlapping bounds. */
         int64_t j = i + 1;
         uint64_t hi = e[i].hi;
-        while (j < l->n && e[j].rank == e[i].rank && e[j].buffer == e[i].buffer && e[j].lo < hi) {
+        while (j < n && e[j].rank == e[i].rank && e[j].buffer == e[i].buffer && e[j].lo < hi) {
             if (e[j].hi > hi)
                 hi = e[j].hi;
             j++;
@@ -203,7 +207,7 @@ static reshard_status_t check_dst_overlap(const reshard_layout_t *l)
 }
 
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
-                             int32_t world)
+                             int32_t world, int32_t rank)
 {
     reshard_status_t st = check_catalogues(src->tensors, dst->tensors);
     if (st == RESHARD_OK)
@@ -211,6 +215,6 @@ reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t
     if (st == RESHARD_OK)
         st = check_ranks(dst, world, "destination");
     if (st == RESHARD_OK)
-        st = check_dst_overlap(dst);
+        st = check_dst_overlap(dst, rank);
     return st;
 }
