@@ -31,7 +31,8 @@ static void plan_usage(FILE *out)
                  "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
                  "  --domain-size N    ranks per NVLink domain (default 1: every rank its own)\n"
                  "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
-                 "  --rank R           build only rank R's own plan (timing)\n"
+                 "  --rank R           build only rank R's own plan, as rank R would, and\n"
+                 "                     print its own counters and planning time\n"
                  "  --staging BYTES    staging bound per rank (default 256 MiB)\n");
 }
 
@@ -167,6 +168,41 @@ static json_t *counts_json(const reshard_plan_stats_t *s, const reshard_plan_sta
     return o;
 }
 
+/* One rank's own plan: its counters (reshard_plan_stats_t), not global ones. */
+static void print_rank(const plan_args_t *a, const reshard_plan_stats_t *st, double plan_s,
+                       double layout_s)
+{
+    if (a->json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "model", json_string(a->model));
+        json_object_set_new(o, "domain_size", json_integer(a->domain_size));
+        json_object_set_new(o, "rank", json_integer(a->rank));
+        json_object_set_new(o, "rank_bytes_sent_network",
+                            json_integer((json_int_t)st->bytes_network));
+        json_object_set_new(o, "rank_bytes_sent_nvlink",
+                            json_integer((json_int_t)st->bytes_nvlink));
+        json_object_set_new(o, "rank_bytes_local", json_integer((json_int_t)st->bytes_local));
+        json_object_set_new(o, "rank_bytes_recv_network",
+                            json_integer((json_int_t)st->max_nic_recv_bytes));
+        json_object_set_new(o, "rank_bytes_written", json_integer((json_int_t)st->bytes_total));
+        json_object_set_new(o, "rank_send_streams", json_integer(st->transfers));
+        json_object_set_new(o, "rank_pieces_sent", json_integer(st->pieces));
+        json_object_set_new(o, "plan_seconds", json_real(plan_s));
+        json_object_set_new(o, "layout_seconds", json_real(layout_s));
+        json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        printf("\n");
+        json_decref(o);
+        return;
+    }
+    printf("plan     rank %ld only: %.3f s (layouts %.3f s)\n", a->rank, plan_s, layout_s);
+    printf("  sends    %.3f GB over the network, %.3f GB over NVLink, in %lld streams "
+           "(%lld pieces); copies %.3f GB locally\n",
+           (double)st->bytes_network / 1e9, (double)st->bytes_nvlink / 1e9,
+           (long long)st->transfers, (long long)st->pieces, (double)st->bytes_local / 1e9);
+    printf("  receives %.3f GB over the network; writes %.3f GB into its buffers\n",
+           (double)st->max_nic_recv_bytes / 1e9, (double)st->bytes_total / 1e9);
+}
+
 static void row(const char *what, uint64_t a, uint64_t b)
 {
     printf("  %-22s %14.3f GB %14.3f GB %8.2fx\n", what, (double)a / 1e9, (double)b / 1e9,
@@ -228,6 +264,11 @@ int cmd_plan(int argc, char **argv)
     reshard_plan_stats_t st, bl;
     if (s == RESHARD_OK)
         s = reshard_plan_get_stats(plan, &st);
+    if (s == RESHARD_OK && a.rank != RESHARD_ALL_RANKS) {
+        print_rank(&a, &st, t2 - t1, t1 - t0);
+        rc = 0;
+        goto out;
+    }
     if (s == RESHARD_OK)
         s = reshard_model_baseline(model, &refit, (int32_t)a.domain_size, &bl);
     if (s != RESHARD_OK) {
@@ -243,8 +284,6 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "infer", json_string(reshard_infer_spec_str(&is, buf, sizeof buf)));
         json_object_set_new(o, "dtype", json_string(a.dtype));
         json_object_set_new(o, "domain_size", json_integer(a.domain_size));
-        if (a.rank != RESHARD_ALL_RANKS)
-            json_object_set_new(o, "rank", json_integer(a.rank));
         json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
         json_object_set_new(o, "train_world", json_integer(refit.train_world));
         json_object_set_new(o, "infer_world", json_integer(refit.infer_world));
@@ -281,8 +320,7 @@ int cmd_plan(int argc, char **argv)
             printf("domains  %ld ranks per NVLink domain\n", a.domain_size);
         else
             printf("domains  every rank its own domain\n");
-        printf("plan     %s: %.3f s (layouts %.3f s), %lld pieces\n",
-               a.rank == RESHARD_ALL_RANKS ? "all ranks" : "one rank", t2 - t1, t1 - t0,
+        printf("plan     all ranks: %.3f s (layouts %.3f s), %lld pieces\n", t2 - t1, t1 - t0,
                (long long)st.pieces);
         printf("\n  %-22s %17s %17s %9s\n", "", "reshard", "gather+bcast", "ratio");
         row("bytes network", st.bytes_network, bl.bytes_network);

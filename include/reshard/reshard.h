@@ -297,14 +297,26 @@ typedef struct reshard_plan reshard_plan_t;
 
 /**
  * Validate both layouts and compute the plan. Pure computation: nothing is
- * sent; every rank gets the same global decisions from the same inputs
- * (each rank may call it independently; it is not a collective).
+ * sent; every rank gets the same decisions from the same inputs (each rank
+ * may call it independently; it is not a collective).
+ *
+ * With my_rank = R, only rank R's own plan is computed: every decision of
+ * planning is made per (destination domain, tensor) group from that group's
+ * fragments alone, so rank R computes its own domain's groups and, for each
+ * tensor it holds as a source, that tensor's groups in every domain; what it
+ * executes is exactly what the RESHARD_ALL_RANKS plan gives it. Chunk sizes
+ * come from a bound on each rank's streams computed from the layouts alone.
+ * With RESHARD_ALL_RANKS, every group (global statistics, simulation).
+ *
  * Validation, before anything else: both layouts describe the same tensors
  * (the same catalogue, or catalogues with equal names, dtypes and view
  * shapes: SHAPE or DTYPE otherwise), every destination element is covered by
  * a source fragment (UNCOVERED), no two destination fragments of a rank
  * share buffer bytes and no destination fragment's strides make two of its
- * elements share one (OVERLAP), every rank is below world_size (RANK).
+ * elements share one (OVERLAP), every rank is below world_size (RANK). A
+ * rank's own plan checks coverage within its groups and overlap within its
+ * own buffers: a rank whose plan fails must not execute, and the peers that
+ * do end with TIMEOUT (reshard_plan_execute).
  * Errors: INVALID_ARG, SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP, OVERFLOW,
  * STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
  * the message names the tensor, rank and box.
@@ -315,9 +327,14 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
 void reshard_plan_destroy(reshard_plan_t *plan);
 
 /**
- * Byte counters of a plan, over all ranks (for RESHARD_ALL_RANKS plans) or
- * the ranks the plan knows (a rank's own plan still knows the global
- * decisions, so its counters are the global ones). Bytes throughout.
+ * Byte counters of a plan. Bytes throughout. For a RESHARD_ALL_RANKS plan,
+ * over all ranks, with the lower bounds. For a rank's own plan, that rank's
+ * counters, which summed over every rank give the global ones: bytes_total =
+ * bytes written into its destination buffers; bytes_local, bytes_network,
+ * bytes_nvlink, transfers and pieces = what it sends (copies); max_nic_send
+ * and max_nic_recv_bytes = its own network send and receive bytes; the
+ * bytes_lower_bound and nic_*_bound_bytes fields are 0 (they need every
+ * group).
  */
 typedef struct {
     uint64_t bytes_total;          /**< bytes written into destination buffers (a relayed

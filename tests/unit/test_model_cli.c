@@ -99,10 +99,45 @@ static void test_plan_summary_and_domains(void **state)
         fail_msg("exit %d: %s", rc, out);
     assert_non_null(strstr(out, "8 ranks per NVLink domain"));
     assert_non_null(strstr(out, "gather+bcast"));
-    rc = run("plan --model llama-3.1-8b --layers 2 --train tp=2 --infer tp=2 --rank 3 --json", out,
-             sizeof out);
-    assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "\"rank\": 3"));
+}
+
+/* Each rank's own plan (--rank R) counts what that rank sends and writes:
+ * over every rank of a two-domain layout they add up to the global plan's. */
+static void test_plan_rank_counters_add_up(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    const char *cfg = "plan --model qwen3-30b-a3b --layers 2 --train tp=2,pp=2,ep=2 "
+                      "--infer tp=2,dp=2 --domain-size 4 --json";
+    int rc = run(cfg, out, sizeof out);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, out);
+    json_t *all = json_loads(out, 0, NULL);
+    assert_non_null(all);
+    uint64_t net = 0, nvl = 0, written = 0, streams = 0;
+    int32_t world = (int32_t)(key(all, "train_world") + key(all, "infer_world"));
+    for (int32_t r = 0; r < world; r++) {
+        char args[512];
+        snprintf(args, sizeof args, "%s --rank %d", cfg, r);
+        rc = run(args, out, sizeof out);
+        if (rc != 0)
+            fail_msg("rank %d: exit %d: %s", r, rc, out);
+        json_t *o = json_loads(out, 0, NULL);
+        if (!o)
+            fail_msg("rank %d: not JSON: %s", r, out);
+        assert_int_equal(key(o, "rank"), (uint64_t)r);
+        net += key(o, "rank_bytes_sent_network");
+        nvl += key(o, "rank_bytes_sent_nvlink");
+        written += key(o, "rank_bytes_written");
+        streams += key(o, "rank_send_streams");
+        json_decref(o);
+    }
+    assert_true(key(all, "bytes_network") > 0 && key(all, "bytes_nvlink") > 0);
+    assert_int_equal(net, key(all, "bytes_network"));
+    assert_int_equal(nvl, key(all, "bytes_nvlink"));
+    assert_int_equal(written, key(all, "bytes_total"));
+    assert_int_equal(streams, key(all, "transfers"));
+    json_decref(all);
 }
 
 static void test_plan_bad_arguments(void **state)
@@ -143,6 +178,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_json),
         cmocka_unit_test(test_plan_summary_and_domains),
+        cmocka_unit_test(test_plan_rank_counters_add_up),
         cmocka_unit_test(test_plan_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

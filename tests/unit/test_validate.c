@@ -48,6 +48,23 @@ static reshard_status_t plan_status(pair_t *p, int32_t world)
     return st;
 }
 
+/* Status of rank @p rank's own plan (timeout 0.2 s when it executes). */
+static reshard_status_t rank_plan_status(pair_t *p, int32_t world, int32_t rank,
+                                         reshard_plan_t **keep)
+{
+    reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT,
+                                 .world_size = world,
+                                 .my_rank = rank,
+                                 .timeout_s = 0.2};
+    reshard_plan_t *plan = NULL;
+    reshard_status_t st = reshard_plan_create(p->src, p->dst, &prm, &plan);
+    if (keep)
+        *keep = plan;
+    else
+        reshard_plan_destroy(plan);
+    return st;
+}
+
 static void add_dst(pair_t *p, int32_t rank, int64_t row0, int64_t rows, int64_t base)
 {
     reshard_fragment_t f = {.tensor = 0,
@@ -99,6 +116,25 @@ static void test_uncovered(void **state)
     add_dst(&p, 1, 4, 4, 0);
     assert_int_equal(plan_status(&p, 2), RESHARD_ERR_UNCOVERED);
     assert_msg("tensor w, rank 1, box [6:8, 0:4]");
+    /* own plans: the rank missing rows and the source that would send them
+     * fail; a rank whose rows are all held plans, and executing alone it
+     * ends with TIMEOUT, not a hang */
+    add_dst(&p, 2, 0, 4, 0);
+    assert_int_equal(rank_plan_status(&p, 3, 1, NULL), RESHARD_ERR_UNCOVERED);
+    assert_msg("tensor w, rank 1, box [6:8, 0:4]");
+    assert_int_equal(rank_plan_status(&p, 3, 0, NULL), RESHARD_ERR_UNCOVERED);
+    reshard_plan_t *plan;
+    assert_int_equal(rank_plan_status(&p, 3, 2, &plan), RESHARD_OK);
+    reshard_inproc_group_t *g;
+    reshard_comm_t *c;
+    assert_int_equal(reshard_inproc_group_create(3, &g), RESHARD_OK);
+    assert_int_equal(reshard_comm_create_inproc(g, 2, &c), RESHARD_OK);
+    uint16_t dbuf[16];
+    reshard_buffer_t db = {dbuf, sizeof dbuf};
+    assert_int_equal(reshard_plan_execute(plan, c, NULL, 0, &db, 1, NULL), RESHARD_ERR_TIMEOUT);
+    reshard_comm_destroy(c);
+    reshard_inproc_group_destroy(g);
+    reshard_plan_destroy(plan);
     free_pair(&p);
 }
 
@@ -110,6 +146,9 @@ static void test_overlap(void **state)
     add_dst(&p, 1, 0, 4, 0);
     add_dst(&p, 1, 4, 4, 8); /* rows 4-7 start at element 8: rows 2-3 of the first overlap */
     assert_int_equal(plan_status(&p, 2), RESHARD_ERR_OVERLAP);
+    assert_msg("tensor w, rank 1");
+    /* each rank checks the buffers it writes: rank 1's own plan fails */
+    assert_int_equal(rank_plan_status(&p, 2, 1, NULL), RESHARD_ERR_OVERLAP);
     assert_msg("tensor w, rank 1");
     free_pair(&p);
     /* aliasing strides inside one fragment */
