@@ -166,43 +166,45 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
     return st;
 }
 
-/* Counters of one rank's own plan: what it sends (by link class), writes and
- * receives over the network; summed over ranks they give the global ones. */
-static void rank_stats(reshard_plan_t *plan, int32_t r)
+/* Count the pieces rank @p r sends (every piece for RESHARD_ALL_RANKS) by
+ * link class, and the bytes it writes; network bytes per sending and per
+ * receiving rank into @p nic_send and @p nic_recv. A rank's counters summed
+ * over every rank give the global ones. */
+static void count_pieces(const reshard_plan_t *plan, int32_t r, reshard_plan_stats_t *s,
+                         uint64_t *nic_send, uint64_t *nic_recv)
 {
     const reshard_plan_params_t *p = &plan->p;
-    reshard_plan_stats_t *s = &plan->stats;
+    bool all = r == RESHARD_ALL_RANKS;
     for (int64_t i = 0; i < plan->npieces; i++) {
         const rs_piece_t *q = &plan->pieces[i];
         bool net = rs_domain_of(p, q->sender) != rs_domain_of(p, q->receiver);
-        if (q->receiver == r && !(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
-            s->bytes_total += q->bytes;
-        if (q->receiver == r && net)
-            s->max_nic_recv_bytes += q->bytes;
-        if (q->sender != r)
+        if (all || q->receiver == r) {
+            /* relayed landings are forwarded, not written */
+            if (!(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
+                s->bytes_total += q->bytes;
+            if (net)
+                nic_recv[q->receiver] += q->bytes;
+        }
+        if (!all && q->sender != r)
             continue;
         s->pieces++;
         if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
             q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)
             s->transfers += q->sender != q->receiver;
-        if (q->sender == q->receiver)
+        if (q->sender == q->receiver) {
             s->bytes_local += q->bytes;
-        else if (!net)
+        } else if (!net) {
             s->bytes_nvlink += q->bytes;
-        else
+        } else {
             s->bytes_network += q->bytes;
+            nic_send[q->sender] += q->bytes;
+        }
     }
-    s->max_nic_send_bytes = s->bytes_network;
 }
 
 reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
 {
     const reshard_plan_params_t *p = &plan->p;
-    if (plan->scope.rank != RESHARD_ALL_RANKS) {
-        memset(&plan->stats, 0, sizeof plan->stats);
-        rank_stats(plan, plan->scope.rank);
-        return RESHARD_OK;
-    }
     int32_t W = p->world_size;
     reshard_plan_stats_t *s = &plan->stats;
     memset(s, 0, sizeof *s);
@@ -215,36 +217,23 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     reshard_status_t st = RESHARD_OK;
     if (!nic_send || !nic_recv || !dom_need || !sole_load || !dom_ranks || !is_src)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
-    for (int64_t i = 0; st == RESHARD_OK && i < plan->npieces; i++) {
-        const rs_piece_t *q = &plan->pieces[i];
-        if (!(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
-            s->bytes_total += q->bytes; /* relayed landings are forwarded, not written */
-        s->pieces++;
-        if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
-            q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)
-            s->transfers += q->sender != q->receiver;
-        if (q->sender == q->receiver)
-            s->bytes_local += q->bytes;
-        else if (rs_domain_of(p, q->sender) == rs_domain_of(p, q->receiver))
-            s->bytes_nvlink += q->bytes;
-        else {
-            s->bytes_network += q->bytes;
-            nic_send[q->sender] += q->bytes;
-            nic_recv[q->receiver] += q->bytes;
-        }
-    }
     if (st == RESHARD_OK)
+        count_pieces(plan, plan->scope.rank, s, nic_send, nic_recv);
+    for (int32_t r = 0; st == RESHARD_OK && r < W; r++) {
+        if (nic_send[r] > s->max_nic_send_bytes)
+            s->max_nic_send_bytes = nic_send[r];
+        if (nic_recv[r] > s->max_nic_recv_bytes)
+            s->max_nic_recv_bytes = nic_recv[r];
+    }
+    /* the bounds need every group: global plans only */
+    if (st == RESHARD_OK && plan->scope.rank == RESHARD_ALL_RANKS)
         st = lower_bounds(plan, cells, dom_need, sole_load);
-    if (st == RESHARD_OK) {
+    if (st == RESHARD_OK && plan->scope.rank == RESHARD_ALL_RANKS) {
         for (int64_t i = 0; i < plan->src->n; i++)
             is_src[plan->src->f[i].rank] = true;
         int32_t nsrc = 0;
         for (int32_t r = 0; r < W; r++) {
             nsrc += is_src[r];
-            if (nic_send[r] > s->max_nic_send_bytes)
-                s->max_nic_send_bytes = nic_send[r];
-            if (nic_recv[r] > s->max_nic_recv_bytes)
-                s->max_nic_recv_bytes = nic_recv[r];
             if (sole_load[r] > s->nic_send_bound_bytes)
                 s->nic_send_bound_bytes = sole_load[r];
             dom_ranks[rs_domain_of(p, r)]++;
