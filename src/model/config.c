@@ -1,5 +1,7 @@
 /* HF config.json -> struct reshard_model. */
+#include <dirent.h>
 #include <jansson.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,27 +222,62 @@ reshard_status_t reshard_model_load_json(const char *json_text, const reshard_mo
     return s;
 }
 
+/* The shipped model names in @p dir (files NAME.json), sorted, comma-separated. */
+static void shipped_names(const char *dir, char *out, size_t size)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(ents[i]->d_name);
+        if (len > 5 && !strcmp(ents[i]->d_name + len - 5, ".json") && used < size) {
+            int w = snprintf(out + used, size - used, "%s%.*s", used ? ", " : "", (int)(len - 5),
+                             ents[i]->d_name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (!out[0])
+        snprintf(out, size, "none found in %.900s", dir);
+}
+
 reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
                                     reshard_model_t **out)
 {
     rs_error_clear();
     if (!name_or_path || !*name_or_path || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_load: NULL or empty argument");
-    char path[4096];
+    char path[4200], dir[4096];
     size_t len = strlen(name_or_path);
-    if (strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"))) {
+    bool is_path =
+        strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"));
+    const char *data = getenv("RESHARD_DATA_DIR");
+    snprintf(dir, sizeof dir, "%s/models", data && *data ? data : RESHARD_DATA_DIR);
+    if (is_path)
         snprintf(path, sizeof path, "%s", name_or_path);
-    } else {
-        const char *dir = getenv("RESHARD_DATA_DIR");
-        snprintf(path, sizeof path, "%s/models/%s.json", dir && *dir ? dir : RESHARD_DATA_DIR,
-                 name_or_path);
+    else
+        snprintf(path, sizeof path, "%s/%s.json", dir, name_or_path);
+    if (!is_path && access(path, F_OK) != 0) {
+        char names[1024];
+        shipped_names(dir, names, sizeof names);
+        return rs_error(RESHARD_ERR_IO,
+                        "model '%s': no such shipped model (shipped: %s); or give the path of a "
+                        "HF config.json",
+                        name_or_path, names);
     }
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
-    if (!root || !json_is_object(root)) {
-        json_decref(root);
+    if (!root)
         return rs_error(RESHARD_ERR_IO, "model '%s': cannot read %s: %s", name_or_path, path,
                         err.text);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return rs_error(RESHARD_ERR_IO,
+                        "model '%s': %s is JSON but not an object (a HF config.json is one "
+                        "object of fields such as model_type and hidden_size)",
+                        name_or_path, path);
     }
     reshard_status_t s = load_root(root, name_or_path, opts, out);
     json_decref(root);

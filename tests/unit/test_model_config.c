@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <unistd.h>
 
 #include "reshard/reshard_model.h"
 
@@ -282,6 +283,18 @@ static void test_load_errors(void **state)
     reshard_model_t *m = NULL;
     assert_int_equal(reshard_model_load("no-such-model", NULL, &m), RESHARD_ERR_IO);
     assert_non_null(strstr(reshard_last_error(), "no-such-model"));
+    /* the message lists what is shipped */
+    assert_non_null(strstr(reshard_last_error(), "deepseek-v3"));
+    assert_non_null(strstr(reshard_last_error(), "qwen3-235b-a22b"));
+    /* a file that is JSON but not an object says so */
+    char path[] = "/tmp/reshard-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "[1, 2]\n", 7), 7);
+    close(fd);
+    assert_int_equal(reshard_model_load(path, NULL, &m), RESHARD_ERR_IO);
+    assert_non_null(strstr(reshard_last_error(), "not an object"));
+    unlink(path);
     assert_int_equal(reshard_model_load_json("{", NULL, &m), RESHARD_ERR_IO);
     assert_int_equal(reshard_model_load_json("{\"model_type\": \"gpt2\"}", NULL, &m),
                      RESHARD_ERR_CONFIG);
