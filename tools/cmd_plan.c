@@ -16,7 +16,7 @@ typedef struct {
     const char *model, *train, *infer, *system, *dtype;
     int json, mtp;
     long layers, domain_size, rank;
-    unsigned long long staging;
+    double staging_mb;
 } plan_args_t;
 
 static void plan_usage(FILE *out)
@@ -33,7 +33,7 @@ static void plan_usage(FILE *out)
                  "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
                  "  --rank R           build only rank R's own plan, as rank R would, and\n"
                  "                     print its own counters and planning time\n"
-                 "  --staging BYTES    staging bound per rank (default 256 MiB)\n");
+                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n");
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -83,7 +83,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
         }
         static const char *const with_value[] = {"--model",  "--train", "--infer",
                                                  "--layers", "--dtype", "--domain-size",
-                                                 "--system", "--rank",  "--staging"};
+                                                 "--system", "--rank",  "--staging-mb"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= !strcmp(name, with_value[k]);
@@ -96,7 +96,6 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
         else
             return bad("option %s needs a value", name);
         int rc = 0;
-        long x = 0;
         if (!strcmp(name, "--model"))
             a->model = val;
         else if (!strcmp(name, "--train"))
@@ -113,9 +112,11 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
             rc = parse_long(name, val, 1, &a->domain_size);
         else if (!strcmp(name, "--rank"))
             rc = parse_long(name, val, 0, &a->rank);
-        else if (!strcmp(name, "--staging")) {
-            rc = parse_long(name, val, 4096, &x);
-            a->staging = (unsigned long long)x;
+        else if (!strcmp(name, "--staging-mb")) {
+            char *end;
+            a->staging_mb = strtod(val, &end);
+            if (!*val || *end || !(a->staging_mb > 0))
+                rc = bad("%s: '%s' is not a positive number of MiB", name, val);
         }
         if (rc)
             return rc;
@@ -254,9 +255,9 @@ int cmd_plan(int argc, char **argv)
                                 .world_size = world,
                                 .my_rank = (int32_t)a.rank,
                                 .domain_size = (int32_t)a.domain_size};
-    if (a.staging) {
+    if (a.staging_mb > 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
-        pp.staging_bytes = a.staging;
+        pp.staging_bytes = (uint64_t)(a.staging_mb * 1048576.0);
     }
     reshard_plan_t *plan = NULL;
     s = reshard_plan_create(refit.train, refit.infer, &pp, &plan);
