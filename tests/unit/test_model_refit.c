@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "layout/layout_internal.h"
+#include "plan_check.h"
 #include "reshard/reshard_model.h"
 
 #define SENTINEL 0xA5
@@ -671,6 +672,12 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
     reshard_plan_t *plan;
     if (reshard_plan_create(f.train, f.infer, &pp, &plan) != RESHARD_OK)
         fail_msg("plan %s -> %s: %s", train, infer, reshard_last_error());
+    /* every rank's own plan is exactly its part of the global plan */
+    for (int32_t r = 0; r < world; r++) {
+        char why[512];
+        if (rs_test_check_rank_plan(f.train, f.infer, &pp, plan, r, why, sizeof why) != 0)
+            fail_msg("%s %s -> %s: %s", c->type, train, infer, why);
+    }
     reshard_inproc_group_t *group;
     assert_int_equal(reshard_inproc_group_create(world, &group), RESHARD_OK);
     job_t *jobs = calloc((size_t)world, sizeof *jobs);
@@ -798,6 +805,8 @@ static void test_mla(void **state)
     (void)state;
     refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,etp=2", "tp=2,dp=2,ep=on");
     refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4");
+    /* every rank plans for itself, NVLink domains of 5 ranks (relays, forwards) */
+    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on", (how_t){5, 1});
     tcfg_t no_q_lora = dsv3;
     no_q_lora.q_lora = 0;
     no_q_lora.nmtp = 0;
