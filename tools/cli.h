@@ -4,12 +4,30 @@
 #ifndef RESHARD_CLI_H
 #define RESHARD_CLI_H
 
+#include <stddef.h>
+
 /** reshard plan: build the global plan of a model refit and print its counts. */
 int cmd_plan(int argc, char **argv);
 /** reshard run: execute a refit under MPI (tools/cmd_run.c; needs MPI). */
 int cmd_run(int argc, char **argv);
 /** reshard sim: predict refit times of published cases (tools/cmd_sim.c). */
 int cmd_sim(int argc, char **argv);
+
+/** One option of a subcommand: "--name value" or "--name=value"; a flag
+ *  takes no value. */
+typedef struct {
+    const char *name; /**< e.g. "--model" */
+    enum { CLI_FLAG, CLI_STRING, CLI_INT, CLI_NUMBER } kind;
+    void *
+        dst; /**< int * (FLAG: set to 1), const char ** (STRING), long * (INT), double * (NUMBER) */
+    double min; /**< INT and NUMBER: the smallest value accepted */
+} cli_opt_t;
+
+/** Parse argv[1..argc) against the @p n options @p opts, storing each value.
+ *  Returns 0; 1 when -h or --help was given; 2 on a usage error (unknown
+ *  option, flag given a value, missing value, unparsable number or one below
+ *  its minimum) with the message in @p err. */
+int cli_parse(int argc, char **argv, const cli_opt_t *opts, size_t n, char *err, size_t err_size);
 
 /** Ranks per NVLink domain of a named system ("h100": 8, "gb200": 72), or -1. */
 int cli_system_domain_size(const char *system);

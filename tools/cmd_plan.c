@@ -49,78 +49,27 @@ static int bad(const char *fmt, ...)
     return 2;
 }
 
-static int parse_long(const char *opt, const char *v, long min, long *out)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end)
-        return bad("%s: '%s' is not a valid number", opt, v);
-    if (x < min)
-        return bad("%s: %s is below the minimum %ld", opt, v, min);
-    *out = x;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, plan_args_t *a)
 {
-    *a = (plan_args_t){.dtype = "bf16", .rank = RESHARD_ALL_RANKS, .domain_size = -1};
-    for (int i = 1; i < argc; i++) {
-        char *arg = argv[i], *val = NULL;
-        char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
-            plan_usage(stdout);
-            return 1;
-        }
-        if (!strcmp(name, "--json")) {
-            a->json = 1;
-            continue;
-        }
-        if (!strcmp(name, "--mtp")) {
-            a->mtp = 1;
-            continue;
-        }
-        static const char *const with_value[] = {"--model",  "--train", "--infer",
-                                                 "--layers", "--dtype", "--domain-size",
-                                                 "--system", "--rank",  "--staging-mb"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known |= !strcmp(name, with_value[k]);
-        if (!known)
-            return bad("unknown option '%s'", arg);
-        if (eq)
-            val = eq + 1;
-        else if (i + 1 < argc)
-            val = argv[++i];
-        else
-            return bad("option %s needs a value", name);
-        int rc = 0;
-        if (!strcmp(name, "--model"))
-            a->model = val;
-        else if (!strcmp(name, "--train"))
-            a->train = val;
-        else if (!strcmp(name, "--infer"))
-            a->infer = val;
-        else if (!strcmp(name, "--dtype"))
-            a->dtype = val;
-        else if (!strcmp(name, "--system"))
-            a->system = val;
-        else if (!strcmp(name, "--layers"))
-            rc = parse_long(name, val, 1, &a->layers);
-        else if (!strcmp(name, "--domain-size"))
-            rc = parse_long(name, val, 1, &a->domain_size);
-        else if (!strcmp(name, "--rank"))
-            rc = parse_long(name, val, 0, &a->rank);
-        else if (!strcmp(name, "--staging-mb")) {
-            char *end;
-            a->staging_mb = strtod(val, &end);
-            if (!*val || *end || !(a->staging_mb > 0))
-                rc = bad("%s: '%s' is not a positive number of MiB", name, val);
-        }
-        if (rc)
-            return rc;
-    }
+    *a = (plan_args_t){
+        .dtype = "bf16", .rank = RESHARD_ALL_RANKS, .domain_size = -1, .staging_mb = -1};
+    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0},
+                              {"--train", CLI_STRING, &a->train, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0},
+                              {"--system", CLI_STRING, &a->system, 0},
+                              {"--json", CLI_FLAG, &a->json, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0},
+                              {"--layers", CLI_INT, &a->layers, 1},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1},
+                              {"--rank", CLI_INT, &a->rank, 0},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0}};
+    char err[512];
+    int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
+    if (rc == 1)
+        plan_usage(stdout);
+    if (rc)
+        return rc == 1 ? 1 : bad("%s", err);
     if (!a->model || !a->train || !a->infer)
         return bad("--model, --train and --infer are required");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
@@ -255,7 +204,7 @@ int cmd_plan(int argc, char **argv)
                                 .world_size = world,
                                 .my_rank = (int32_t)a.rank,
                                 .domain_size = (int32_t)a.domain_size};
-    if (a.staging_mb > 0) {
+    if (a.staging_mb >= 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
         pp.staging_bytes = (uint64_t)(a.staging_mb * 1048576.0);
     }

@@ -79,18 +79,6 @@ __attribute__((format(printf, 2, 3))) static int usage_error(int rank, const cha
     return 2;
 }
 
-static int parse_num(int rank, const char *opt, const char *v, double min, double *out)
-{
-    char *end;
-    double x = strtod(v, &end);
-    if (!*v || *end || x != x)
-        return usage_error(rank, "%s: '%s' is not a valid number", opt, v);
-    if (!(x >= min))
-        return usage_error(rank, "%s: %s is below the minimum %g", opt, v, min);
-    *out = x;
-    return 0;
-}
-
 /* 0 ok, 1 --help shown, 2 usage error. */
 static int parse_args(int rank, int argc, char **argv, run_args_t *a)
 {
@@ -101,64 +89,26 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                       .staging_mb = 256,
                       .timeout_s = RESHARD_DEFAULT_TIMEOUT_S};
     const char *system = NULL;
-    for (int i = 1; i < argc; i++) {
-        char *arg = argv[i];
-        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        int *flag = !strcmp(name, "--baseline") ? &a->baseline
-                    : !strcmp(name, "--json")   ? &a->json
-                    : !strcmp(name, "--mtp")    ? &a->mtp
-                                                : NULL;
-        if (!strcmp(name, "-h") || !strcmp(name, "--help")) {
-            if (rank == 0)
-                run_usage(stdout);
-            return 1;
-        }
-        if (flag) {
-            if (eq)
-                return usage_error(rank, "%s takes no value", name);
-            *flag = 1;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "--model", "--train",       "--infer",      "--dtype",   "--system",   "--layers",
-            "--iters", "--domain-size", "--staging-mb", "--timeout", "--transport"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known = known || !strcmp(name, with_value[k]);
-        if (!known)
-            return usage_error(rank, "unknown option '%s'", arg);
-        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!val)
-            return usage_error(rank, "%s needs a value", name);
-        double x = 0;
-        int rc = 0;
-        if (!strcmp(name, "--model"))
-            a->model = val;
-        else if (!strcmp(name, "--train"))
-            a->train = val;
-        else if (!strcmp(name, "--infer"))
-            a->infer = val;
-        else if (!strcmp(name, "--dtype"))
-            a->dtype = val;
-        else if (!strcmp(name, "--system"))
-            system = val;
-        else if (!strcmp(name, "--transport"))
-            a->transport = val;
-        else if (!strcmp(name, "--layers"))
-            rc = parse_num(rank, name, val, 1, &x), a->layers = (long)x;
-        else if (!strcmp(name, "--iters"))
-            rc = parse_num(rank, name, val, 1, &x), a->iters = (long)x;
-        else if (!strcmp(name, "--domain-size"))
-            rc = parse_num(rank, name, val, 1, &x), a->domain_size = (long)x;
-        else if (!strcmp(name, "--staging-mb"))
-            rc = parse_num(rank, name, val, 0, &a->staging_mb);
-        else /* --timeout */
-            rc = parse_num(rank, name, val, 0.001, &a->timeout_s);
-        if (rc)
-            return rc;
-    }
+    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0},
+                              {"--train", CLI_STRING, &a->train, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0},
+                              {"--system", CLI_STRING, &system, 0},
+                              {"--transport", CLI_STRING, &a->transport, 0},
+                              {"--baseline", CLI_FLAG, &a->baseline, 0},
+                              {"--json", CLI_FLAG, &a->json, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0},
+                              {"--layers", CLI_INT, &a->layers, 1},
+                              {"--iters", CLI_INT, &a->iters, 1},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0},
+                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001}};
+    char err[512];
+    int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
+    if (rc == 1 && rank == 0)
+        run_usage(stdout);
+    if (rc)
+        return rc == 1 ? 1 : usage_error(rank, "%s", err);
     if (!a->model || !a->train || !a->infer)
         return usage_error(rank, "--model, --train and --infer are required");
     if (strcmp(a->transport, "mpi") && strcmp(a->transport, "nccl"))

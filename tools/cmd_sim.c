@@ -47,29 +47,17 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     memset(a, 0, sizeof *a);
     a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            sim_usage(stdout);
-            return 1;
-        }
-        if (!strcmp(o, "--json")) {
-            a->json = 1;
-            continue;
-        }
-        const char **slot = !strcmp(o, "--case")     ? &a->only
-                            : !strcmp(o, "--cases")  ? &a->cases
-                            : !strcmp(o, "--model")  ? &a->model
-                            : !strcmp(o, "--train")  ? &a->train
-                            : !strcmp(o, "--infer")  ? &a->infer
-                            : !strcmp(o, "--system") ? &a->system
-                                                     : NULL;
-        if (!slot)
-            return sim_bad("unknown option", o);
-        if (i + 1 >= argc)
-            return sim_bad("missing value after", o);
-        *slot = argv[++i];
-    }
+    const cli_opt_t opts[] = {
+        {"--case", CLI_STRING, &a->only, 0},   {"--cases", CLI_STRING, &a->cases, 0},
+        {"--model", CLI_STRING, &a->model, 0}, {"--train", CLI_STRING, &a->train, 0},
+        {"--infer", CLI_STRING, &a->infer, 0}, {"--system", CLI_STRING, &a->system, 0},
+        {"--json", CLI_FLAG, &a->json, 0}};
+    char err[512];
+    int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
+    if (rc == 1)
+        sim_usage(stdout);
+    if (rc)
+        return rc == 1 ? 1 : sim_bad(err, NULL);
     bool custom = a->model || a->train || a->infer || a->system;
     if (custom && (!a->model || !a->train || !a->infer || !a->system))
         return sim_bad("give all of --model, --train, --infer and --system", NULL);

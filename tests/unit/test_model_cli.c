@@ -159,6 +159,12 @@ static void test_plan_bad_arguments(void **state)
         {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --layers", "needs a value", 2},
         {"plan --model nosuch --train tp=1 --infer tp=1", "RESHARD_ERR_IO", 1},
         {"plan --model qwen3-0.6b --train tp=3 --infer tp=1", "tp=3 does not divide", 1},
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --layers 1.5", "not a valid whole", 2},
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --json=1", "takes no value", 2},
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb 0", "under the minimum",
+         1},
+        {"sim --case", "--case needs a value", 2},
+        {"sim --system=h100 --bogus", "unknown option '--bogus'", 2},
         {"frobnicate", "unknown command", 2},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
