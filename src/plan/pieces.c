@@ -1,6 +1,6 @@
 /* Step 4: pieces from assigned cells (in-domain) and from the topology step
- * (network landings and forwards), kept when in the plan's scope, merged where
- * boxes touch, in stream order. */
+ * (network landings and forwards), kept when in the plan's scope (whole
+ * streams: rs_piece_vec_push), merged where boxes touch, in stream order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,7 +77,7 @@ reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
             continue;
         rs_piece_t p =
             rs_direct_piece(plan, &c->box, c->tensor, c->chosen, c->to_frag, c->receiver, c->bytes);
-        if (rs_piece_vec_push(&v, &p) != 0) {
+        if (rs_piece_vec_push(plan, &v, &p) != 0) {
             free(v.p);
             return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
                             (long long)cells->n);
@@ -88,12 +88,6 @@ reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
         free(v.p);
         return st;
     }
-    /* a rank's own plan keeps whole streams: the ones it needs (plan_internal.h) */
-    int64_t w = 0;
-    for (int64_t i = 0; i < v.n; i++)
-        if (rs_scope_keeps(plan, v.p[i].stage, v.p[i].sender, v.p[i].receiver))
-            v.p[w++] = v.p[i];
-    v.n = w;
     if (!v.p && !(v.p = malloc(sizeof *v.p)))
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
     plan->pieces = v.p;

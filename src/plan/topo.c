@@ -36,8 +36,10 @@
 #define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
 #define RS_STRIPE_PER_SHARE 64
 
-int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece)
+int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece)
 {
+    if (!rs_scope_keeps(plan, piece->stage, piece->sender, piece->receiver))
+        return 0;
     if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
         return -1;
     v->p[v->n++] = *piece;
@@ -668,7 +670,7 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
         const rs_item_t *f = &t->items.v[u->first];
         rs_piece_t p = rs_direct_piece(t->plan, &d->box, f->tensor, d->from_frag, d->land_frag,
                                        d->land_rank, d->bytes);
-        if (rs_piece_vec_push(out, &p) != 0)
+        if (rs_piece_vec_push(t->plan, out, &p) != 0)
             return -1;
         p.stage = RS_STAGE_FORWARD;
         p.from_frag = d->land_frag;
@@ -679,7 +681,7 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
                 continue; /* landed there (a relay rank needs none of it) */
             p.to_frag = x->to_frag;
             p.receiver = x->receiver;
-            if (rs_piece_vec_push(out, &p) != 0)
+            if (rs_piece_vec_push(t->plan, out, &p) != 0)
                 return -1;
         }
     }

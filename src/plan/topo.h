@@ -22,8 +22,9 @@ typedef struct {
  *  of memory (the array is left as it was). */
 int rs_grow(void *v, int64_t *cap, int64_t n, size_t size);
 
-/** Append @p piece; -1 when out of memory. */
-int rs_piece_vec_push(rs_piece_vec_t *v, const rs_piece_t *piece);
+/** Append @p piece when @p plan's scope keeps its stream (rs_scope_keeps);
+ *  -1 when out of memory. */
+int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece);
 
 /** Order of boxes of one ndim: offsets lexicographically, then extents. */
 int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b);
