@@ -21,12 +21,13 @@ typedef struct {
     void *
         dst; /**< int * (FLAG: set to 1), const char ** (STRING), long * (INT), double * (NUMBER) */
     double min; /**< INT and NUMBER: the smallest value accepted */
+    double max; /**< INT and NUMBER: the largest (0: INT32_MAX for INT, none for NUMBER) */
 } cli_opt_t;
 
 /** Parse argv[1..argc) against the @p n options @p opts, storing each value.
  *  Returns 0; 1 when -h or --help was given; 2 on a usage error (unknown
- *  option, flag given a value, missing value, unparsable number or one below
- *  its minimum) with the message in @p err. */
+ *  option, flag given a value, missing value, unparsable number or one out of
+ *  its range) with the message in @p err. */
 int cli_parse(int argc, char **argv, const cli_opt_t *opts, size_t n, char *err, size_t err_size);
 
 /** Ranks per NVLink domain of a named system ("h100": 8, "gb200": 72), or -1. */

@@ -1,5 +1,5 @@
 /* Option parsing shared by the subcommands: one table per command. */
-#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +30,16 @@ static int store(const cli_opt_t *o, const char *val, char *err, size_t err_size
         return 2;
     }
     if (!(x >= o->min)) {
-        snprintf(err, err_size, "%s: %s is below the minimum %g", o->name, val, o->min);
+        snprintf(err, err_size, "%s: %s is below the minimum %.15g", o->name, val, o->min);
+        return 2;
+    }
+    double max = o->max > 0 ? o->max : o->kind == CLI_INT ? (double)INT32_MAX : INFINITY;
+    if (!(x <= max)) {
+        snprintf(err, err_size, "%s: %s is above the maximum %.15g", o->name, val, max);
         return 2;
     }
     if (o->kind == CLI_INT)
-        *(long *)o->dst = x > (double)LONG_MAX ? LONG_MAX : (long)x;
+        *(long *)o->dst = (long)x;
     else
         *(double *)o->dst = x;
     return 0;

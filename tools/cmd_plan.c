@@ -29,7 +29,11 @@ static void plan_usage(FILE *out)
                  "  --layers K         keep only the first K decoder layers\n"
                  "  --mtp              include the multi-token-prediction layers\n"
                  "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
-                 "  --domain-size N    ranks per NVLink domain (default 1: every rank its own)\n"
+                 "  --domain-size N    ranks per NVLink domain (default 1: every rank its own);\n"
+                 "                     each side starts at a domain boundary, so inference\n"
+                 "                     ranks start at the first boundary after training\n"
+                 "                     (reshard run, bound to its MPI world, starts them\n"
+                 "                     right after the training ranks)\n"
                  "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
                  "  --rank R           build only rank R's own plan, as rank R would, and\n"
                  "                     print its own counters and planning time\n"
@@ -53,17 +57,17 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
 {
     *a = (plan_args_t){
         .dtype = "bf16", .rank = RESHARD_ALL_RANKS, .domain_size = -1, .staging_mb = -1};
-    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0},
-                              {"--train", CLI_STRING, &a->train, 0},
-                              {"--infer", CLI_STRING, &a->infer, 0},
-                              {"--dtype", CLI_STRING, &a->dtype, 0},
-                              {"--system", CLI_STRING, &a->system, 0},
-                              {"--json", CLI_FLAG, &a->json, 0},
-                              {"--mtp", CLI_FLAG, &a->mtp, 0},
-                              {"--layers", CLI_INT, &a->layers, 1},
-                              {"--domain-size", CLI_INT, &a->domain_size, 1},
-                              {"--rank", CLI_INT, &a->rank, 0},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0}};
+    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
+                              {"--train", CLI_STRING, &a->train, 0, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--system", CLI_STRING, &a->system, 0, 0},
+                              {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--layers", CLI_INT, &a->layers, 1, 0},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+                              {"--rank", CLI_INT, &a->rank, 0, 0},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
@@ -119,14 +123,16 @@ static json_t *counts_json(const reshard_plan_stats_t *s, const reshard_plan_sta
 }
 
 /* One rank's own plan: its counters (reshard_plan_stats_t), not global ones. */
-static void print_rank(const plan_args_t *a, const reshard_plan_stats_t *st, double plan_s,
-                       double layout_s)
+static void print_rank(const plan_args_t *a, int32_t world, int32_t infer_offset,
+                       const reshard_plan_stats_t *st, double plan_s, double layout_s)
 {
     if (a->json) {
         json_t *o = json_object();
         json_object_set_new(o, "model", json_string(a->model));
         json_object_set_new(o, "domain_size", json_integer(a->domain_size));
         json_object_set_new(o, "rank", json_integer(a->rank));
+        json_object_set_new(o, "world", json_integer(world));
+        json_object_set_new(o, "infer_offset", json_integer(infer_offset));
         json_object_set_new(o, "rank_bytes_sent_network",
                             json_integer((json_int_t)st->bytes_network));
         json_object_set_new(o, "rank_bytes_sent_nvlink",
@@ -173,6 +179,12 @@ int cmd_plan(int argc, char **argv)
     s = reshard_infer_spec_parse(a.infer, &is);
     if (s != RESHARD_OK)
         return bad("%s", reshard_last_error());
+    int32_t tw = reshard_train_world(&ts), iw = reshard_infer_world(&is);
+    if (!a.system && a.domain_size > (tw > iw ? tw : iw))
+        return bad("--domain-size %ld is larger than either side (%d training, %d inference "
+                   "ranks): each side starts at a domain boundary, so a larger domain only adds "
+                   "empty ranks",
+                   a.domain_size, tw, iw);
     reshard_model_options_t mo = {.mtp = a.mtp,
                                   .dtype = strcmp(a.dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3,
                                   .layers = (int32_t)a.layers};
@@ -215,7 +227,7 @@ int cmd_plan(int argc, char **argv)
     if (s == RESHARD_OK)
         s = reshard_plan_get_stats(plan, &st);
     if (s == RESHARD_OK && a.rank != RESHARD_ALL_RANKS) {
-        print_rank(&a, &st, t2 - t1, t1 - t0);
+        print_rank(&a, world, refit.infer_offset, &st, t2 - t1, t1 - t0);
         rc = 0;
         goto out;
     }
@@ -237,6 +249,7 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
         json_object_set_new(o, "train_world", json_integer(refit.train_world));
         json_object_set_new(o, "infer_world", json_integer(refit.infer_world));
+        json_object_set_new(o, "infer_offset", json_integer(refit.infer_offset));
         json_t *counts = counts_json(&st, &st);
         json_object_update(o, counts);
         json_decref(counts);
@@ -263,8 +276,8 @@ int cmd_plan(int argc, char **argv)
         printf("train    %s: %d ranks, %lld fragments\n",
                reshard_train_spec_str(&ts, b1, sizeof b1), refit.train_world,
                (long long)reshard_layout_count(refit.train));
-        printf("infer    %s: %d ranks, %lld fragments\n",
-               reshard_infer_spec_str(&is, b2, sizeof b2), refit.infer_world,
+        printf("infer    %s: %d ranks from rank %d, %lld fragments\n",
+               reshard_infer_spec_str(&is, b2, sizeof b2), refit.infer_world, refit.infer_offset,
                (long long)reshard_layout_count(refit.infer));
         if (a.domain_size > 1)
             printf("domains  %ld ranks per NVLink domain\n", a.domain_size);

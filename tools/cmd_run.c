@@ -89,20 +89,20 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                       .staging_mb = 256,
                       .timeout_s = RESHARD_DEFAULT_TIMEOUT_S};
     const char *system = NULL;
-    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0},
-                              {"--train", CLI_STRING, &a->train, 0},
-                              {"--infer", CLI_STRING, &a->infer, 0},
-                              {"--dtype", CLI_STRING, &a->dtype, 0},
-                              {"--system", CLI_STRING, &system, 0},
-                              {"--transport", CLI_STRING, &a->transport, 0},
-                              {"--baseline", CLI_FLAG, &a->baseline, 0},
-                              {"--json", CLI_FLAG, &a->json, 0},
-                              {"--mtp", CLI_FLAG, &a->mtp, 0},
-                              {"--layers", CLI_INT, &a->layers, 1},
-                              {"--iters", CLI_INT, &a->iters, 1},
-                              {"--domain-size", CLI_INT, &a->domain_size, 1},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0},
-                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001}};
+    const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
+                              {"--train", CLI_STRING, &a->train, 0, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--system", CLI_STRING, &system, 0, 0},
+                              {"--transport", CLI_STRING, &a->transport, 0, 0},
+                              {"--baseline", CLI_FLAG, &a->baseline, 0, 0},
+                              {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--layers", CLI_INT, &a->layers, 1, 0},
+                              {"--iters", CLI_INT, &a->iters, 1, 0},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1 && rank == 0)

@@ -48,10 +48,10 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     memset(a, 0, sizeof *a);
     a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
     const cli_opt_t opts[] = {
-        {"--case", CLI_STRING, &a->only, 0},   {"--cases", CLI_STRING, &a->cases, 0},
-        {"--model", CLI_STRING, &a->model, 0}, {"--train", CLI_STRING, &a->train, 0},
-        {"--infer", CLI_STRING, &a->infer, 0}, {"--system", CLI_STRING, &a->system, 0},
-        {"--json", CLI_FLAG, &a->json, 0}};
+        {"--case", CLI_STRING, &a->only, 0, 0},   {"--cases", CLI_STRING, &a->cases, 0, 0},
+        {"--model", CLI_STRING, &a->model, 0, 0}, {"--train", CLI_STRING, &a->train, 0, 0},
+        {"--infer", CLI_STRING, &a->infer, 0, 0}, {"--system", CLI_STRING, &a->system, 0, 0},
+        {"--json", CLI_FLAG, &a->json, 0, 0}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)

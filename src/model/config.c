@@ -29,8 +29,9 @@ static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int6
         return rs_error(RESHARD_ERR_CONFIG, "config: field '%s' is not an integer", key);
     *out = json_integer_value(v);
     if (*out < min || *out > ((int64_t)1 << 40))
-        return rs_error(RESHARD_ERR_CONFIG, "config: field '%s' = %lld is out of range (min %lld)",
-                        key, (long long)*out, (long long)min);
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "config: field '%s' = %lld is out of range [%lld, 2^40]", key,
+                        (long long)*out, (long long)min);
     return RESHARD_OK;
 }
 

@@ -115,7 +115,7 @@ static void test_plan_rank_counters_add_up(void **state)
     json_t *all = json_loads(out, 0, NULL);
     assert_non_null(all);
     uint64_t net = 0, nvl = 0, written = 0, streams = 0;
-    int32_t world = (int32_t)(key(all, "train_world") + key(all, "infer_world"));
+    int32_t world = (int32_t)(key(all, "infer_offset") + key(all, "infer_world"));
     for (int32_t r = 0; r < world; r++) {
         char args[512];
         snprintf(args, sizeof args, "%s --rank %d", cfg, r);
@@ -164,6 +164,10 @@ static void test_plan_bad_arguments(void **state)
         {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb 0", "under the minimum",
          1},
         {"sim --case", "--case needs a value", 2},
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb inf", "above the maximum",
+         2},
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=2 --domain-size 3", "larger than either",
+         2},
         {"sim --system=h100 --bogus", "unknown option '--bogus'", 2},
         {"frobnicate", "unknown command", 2},
     };
