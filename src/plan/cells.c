@@ -56,7 +56,16 @@ static int64_t cut_points(const reshard_box_t *dbox, const reshard_box_t *isect,
         pts[n++] = isect[c].offset[d];
         pts[n++] = isect[c].offset[d] + isect[c].extent[d];
     }
-    qsort(pts, (size_t)n, sizeof *pts, cmp_i64);
+    if (n > 64) {
+        qsort(pts, (size_t)n, sizeof *pts, cmp_i64);
+    } else {
+        for (int64_t i = 1; i < n; i++) { /* usually a few points: insertion sort */
+            int64_t x = pts[i], j = i;
+            for (; j > 0 && pts[j - 1] > x; j--)
+                pts[j] = pts[j - 1];
+            pts[j] = x;
+        }
+    }
     int64_t u = 0;
     for (int64_t i = 0; i < n; i++)
         if (u == 0 || pts[i] != pts[u - 1])

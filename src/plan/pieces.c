@@ -50,12 +50,22 @@ static bool try_merge(const reshard_layout_t *dst, rs_piece_t *a, const rs_piece
     return true;
 }
 
-/* Sort and merge until nothing merges (at most one pass per dim helps). */
+/* Leading key of cmp_piece: (stage, sender, receiver), each below 2^31. */
+static uint64_t key_piece(const void *pp)
+{
+    const rs_piece_t *p = pp;
+    return ((uint64_t)p->stage << 62) | ((uint64_t)(uint32_t)p->sender << 31) |
+           (uint64_t)(uint32_t)p->receiver;
+}
+
+/* Sort into stream order (stable), then merge neighbours until nothing
+ * merges: a merge keeps the first piece's offsets, so the order stays
+ * sorted and each further pass only rescans. */
 static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n)
 {
+    if (rs_sort_records(p, (size_t)*n, sizeof *p, cmp_piece, key_piece) != 0)
+        return -1;
     for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
-        if (rs_sort_records(p, (size_t)*n, sizeof *p, cmp_piece) != 0)
-            return -1;
         int64_t w = 0;
         for (int64_t i = 0; i < *n; i++)
             if (w == 0 || !try_merge(dst, &p[w - 1], &p[i]))

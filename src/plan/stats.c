@@ -30,6 +30,13 @@ static int cmp_need(const void *pa, const void *pb)
     return rs_box_cmp(&a->box, &b->box);
 }
 
+/* Leading key of both orders: (domain, tensor). */
+static uint64_t key_need(const void *p)
+{
+    const rs_need_t *n = p;
+    return ((uint64_t)(uint32_t)n->domain << 32) | (uint32_t)n->tensor;
+}
+
 /* Order by (domain, tensor, sole holder, box). */
 static int cmp_need_sole(const void *pa, const void *pb)
 {
@@ -118,7 +125,7 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
         if (!inside)
             need[nn++] = (rs_need_t){dom, c->tensor, sole >= 0 ? sole : -1, c->box};
     }
-    if (rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need) != 0) {
+    if (rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need, key_need) != 0) {
         free(need);
         return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     }
@@ -145,7 +152,8 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
     }
     /* what only one rank holds: the union per (domain, tensor, holder), since
      * needed boxes of one domain may overlap */
-    if (st == RESHARD_OK && rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need_sole) != 0)
+    if (st == RESHARD_OK &&
+        rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need_sole, key_need) != 0)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     for (int64_t i = 0; i < nn && st == RESHARD_OK;) {
         int64_t j = i;

@@ -106,6 +106,13 @@ static int cmp_item(const void *pa, const void *pb)
     return a->cell < b->cell ? -1 : a->cell > b->cell;
 }
 
+/* Leading key of cmp_item: (domain, tensor). */
+static uint64_t key_item(const void *p)
+{
+    const rs_item_t *it = p;
+    return ((uint64_t)(uint32_t)it->domain << 32) | (uint32_t)it->tensor;
+}
+
 /* True when two distinct boxes of the sorted group it[0..n) overlap. */
 static bool group_overlaps(const rs_item_t *it, int64_t n)
 {
@@ -194,8 +201,21 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
         if (items_push(&raw, &it) != 0)
             goto oom;
     }
-    if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item) != 0)
+    if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item, key_item) != 0)
         goto oom;
+    bool any = false; /* usually no two boxes of a group overlap: keep raw as it is */
+    for (int64_t i = 0; i < raw.n && !any;) {
+        int64_t j = i + 1;
+        while (j < raw.n && raw.v[j].domain == raw.v[i].domain &&
+               raw.v[j].tensor == raw.v[i].tensor)
+            j++;
+        any = group_overlaps(&raw.v[i], j - i);
+        i = j;
+    }
+    if (!any) {
+        *out = raw;
+        return RESHARD_OK;
+    }
     for (int64_t i = 0; i < raw.n;) {
         int64_t j = i + 1;
         while (j < raw.n && raw.v[j].domain == raw.v[i].domain &&
@@ -205,8 +225,8 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
             int64_t start = out->n;
             if (refine_group(&raw.v[i], j - i, out) != 0)
                 goto oom;
-            if (rs_sort_records(out->v + start, (size_t)(out->n - start), sizeof *out->v,
-                                cmp_item) != 0)
+            if (rs_sort_records(out->v + start, (size_t)(out->n - start), sizeof *out->v, cmp_item,
+                                NULL) != 0)
                 goto oom;
         } else {
             for (int64_t q = i; q < j; q++)

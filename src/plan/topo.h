@@ -40,8 +40,11 @@ rs_piece_t rs_direct_piece(const reshard_plan_t *plan, const reshard_box_t *box,
                            int32_t from_frag, int32_t to_frag, int32_t receiver, uint64_t bytes);
 
 /** Sort @p n records of @p size bytes by @p cmp (ties by position: stable),
- *  moving each record only twice. -1 when out of memory. */
-int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+ *  moving each record only twice. @p key, when not NULL, gives a leading key
+ *  that orders records as @p cmp does where keys differ (comparisons of
+ *  distinct keys then skip @p cmp). -1 when out of memory. */
+int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
+                    uint64_t (*key)(const void *));
 
 /** True when a source fragment holding cell @p c lives in the domain of its
  *  receiver (the cell then moves over NVLink or by a local copy, never over

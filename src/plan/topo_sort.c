@@ -5,8 +5,9 @@
 
 #include "plan/topo.h"
 
-/* What is sorted: a record's address and the records' comparator. */
+/* What is sorted: a record's leading key, its address and the comparator. */
 typedef struct {
+    uint64_t key;
     const void *rec;
     int (*cmp)(const void *, const void *);
 } rs_ref_t;
@@ -14,6 +15,8 @@ typedef struct {
 static int cmp_ref(const void *pa, const void *pb)
 {
     const rs_ref_t *a = pa, *b = pb;
+    if (a->key != b->key)
+        return a->key < b->key ? -1 : 1;
     int c = a->cmp(a->rec, b->rec);
     if (c)
         return c;
@@ -23,7 +26,8 @@ static int cmp_ref(const void *pa, const void *pb)
                : (const char *)a->rec > (const char *)b->rec;
 }
 
-int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
+                    uint64_t (*key)(const void *))
 {
     if (n < 2)
         return 0;
@@ -38,7 +42,7 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
     }
     unsigned char *b = base;
     for (size_t i = 0; i < n; i++)
-        r[i] = (rs_ref_t){b + i * size, cmp};
+        r[i] = (rs_ref_t){key ? key(b + i * size) : 0, b + i * size, cmp};
     qsort(r, n, sizeof *r, cmp_ref);
     /* position i takes record src(i); follow each cycle once */
     for (size_t i = 0; i < n; i++)
