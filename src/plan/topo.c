@@ -432,16 +432,15 @@ typedef struct {
     uint64_t total, thr;
 } rs_group_t;
 
-/* Of the @p k ranks rk[0..k) (skipping used[i] when @p used is non-NULL and
- * rank @p skip), the index with the least load; ties in the order rotated
- * to start at @p rot. -1 when none is left. */
-static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, const bool *used,
-                            int32_t skip, int32_t rot)
+/* Of the @p k ranks rk[0..k) other than rank @p skip, the index with the
+ * least load; ties in the order rotated to start at @p rot. -1 when none. */
+static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, int32_t skip,
+                            int32_t rot)
 {
     int32_t best = -1;
     for (int32_t q = 0; q < k; q++) {
         int32_t i = (rot + q) % k;
-        if ((used && used[i]) || rk[i] == skip)
+        if (rk[i] == skip)
             continue;
         if (best < 0 || load[rk[i]] < load[rk[best]])
             best = i;
@@ -474,7 +473,7 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
         int32_t first_y = -1;
         while (keep > 0 && t->recv_load[x] > target + slack) {
             uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep - 1]);
-            int32_t y = dom[least_loaded(t->recv_load, dom, g->R, NULL, x, rot)];
+            int32_t y = dom[least_loaded(t->recv_load, dom, g->R, x, rot)];
             if (t->recv_load[y] + sb > target)
                 break;
             keep--;
@@ -503,9 +502,8 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
 
 /* Scratch for landing one group. */
 typedef struct {
-    rs_order_t *ord;
+    rs_order_t *ord, *nord;
     int32_t *rk, *fr, *dom;
-    bool *used;
     reshard_box_t *parts, *relay_parts;
 } rs_land_scratch_t;
 
@@ -532,8 +530,7 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
             const rs_item_t *x = &it[u->first + i];
             if (i == 0 || x->receiver != it[u->first + i - 1].receiver) {
                 s->rk[k] = x->receiver;
-                s->fr[k] = x->to_frag;
-                s->used[k++] = false;
+                s->fr[k++] = x->to_frag;
             }
         }
         int m = 1;
@@ -542,16 +539,15 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
             m = want < (uint64_t)k ? (int)want : k;
         }
         m = stripe_box(&it[u->first].box, m, s->parts);
-        int32_t rot = rs_group_rotation(g->domain, g->tensor, no, k), nused = 0;
+        /* stripes go to distinct needers, least landed first (ties in the
+         * rotated order): their loads do not change until chosen */
+        int32_t rot = rs_group_rotation(g->domain, g->tensor, no, k);
+        for (int32_t q2 = 0; q2 < k; q2++)
+            s->nord[q2] = (rs_order_t){UINT64_MAX - t->recv_load[s->rk[(rot + q2) % k]], q2};
+        if (k > 1)
+            qsort(s->nord, (size_t)k, sizeof *s->nord, cmp_order);
         for (int p = 0; p < m; p++) {
-            if (nused == k) {
-                for (int32_t i = 0; i < k; i++)
-                    s->used[i] = false;
-                nused = 0;
-            }
-            int32_t best = least_loaded(t->recv_load, s->rk, k, s->used, -1, rot);
-            s->used[best] = true;
-            nused++;
+            int32_t best = (int32_t)((rot + s->nord[p].idx) % k);
             if (dlv_push(t, &s->parts[p], s->ord[q].idx, s->rk[best], s->fr[best], true) != 0)
                 return -1;
         }
@@ -597,7 +593,7 @@ static int choose_senders(rs_topo_t *t, const rs_group_t *g, int64_t d0, int64_t
             hr[j] = src->f[h[j]].rank;
         int64_t m = cnt[ord[q].idx - d0];
         int32_t rot = rs_group_rotation(g->domain, g->tensor, m, u->nh);
-        int32_t best = least_loaded(t->send_load, hr, u->nh, NULL, -1, rot);
+        int32_t best = least_loaded(t->send_load, hr, u->nh, -1, rot);
         d->sender = hr[best];
         d->from_frag = h[best];
         t->send_load[d->sender] += d->bytes;
@@ -625,14 +621,14 @@ static int land_all(rs_topo_t *t)
         .rk = malloc((size_t)maxn * sizeof *s.rk),
         .fr = malloc((size_t)maxn * sizeof *s.fr),
         .dom = malloc((size_t)maxr * sizeof *s.dom),
-        .used = malloc((size_t)maxn * sizeof *s.used),
+        .nord = malloc((size_t)maxn * sizeof *s.nord),
         .parts = malloc((size_t)maxn * sizeof *s.parts),
         .relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *s.relay_parts),
     };
     int32_t *hr = malloc((size_t)maxh * sizeof *hr);
     rs_order_t *dord = NULL, *dsame = NULL;
     int64_t *dcnt = NULL, dcap = 0;
-    int rc = s.ord && s.rk && s.fr && s.dom && s.used && s.parts && s.relay_parts && hr ? 0 : -1;
+    int rc = s.ord && s.nord && s.rk && s.fr && s.dom && s.parts && s.relay_parts && hr ? 0 : -1;
     for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
         const rs_item_t *f = &t->items.v[t->u[u0].first];
         rs_group_t g = {.u0 = u0, .u1 = u0 + 1, .domain = f->domain, .tensor = f->tensor};
@@ -671,7 +667,7 @@ static int land_all(rs_topo_t *t)
     free(s.rk);
     free(s.fr);
     free(s.dom);
-    free(s.used);
+    free(s.nord);
     free(s.parts);
     free(s.relay_parts);
     free(hr);
