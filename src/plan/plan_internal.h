@@ -1,4 +1,5 @@
-/* Internal form of a plan: the global list of pieces and per-rank streams. */
+/* Internal form of a plan: its pieces (all, or those of one rank's own plan)
+ * and per-rank streams. */
 #ifndef RS_PLAN_INTERNAL_H
 #define RS_PLAN_INTERNAL_H
 
@@ -108,7 +109,7 @@ static inline bool rs_scope_keeps(const reshard_plan_t *plan, int32_t stage, int
             rs_domain_of(&plan->p, receiver) == rs_domain_of(&plan->p, r));
 }
 
-/** Build @p rank's streams from the global pieces. */
+/** Build @p rank's streams from the plan's pieces. */
 reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs_rank_plan_t **out);
 void rs_rank_plan_free(rs_rank_plan_t *rp);
 

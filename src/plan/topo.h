@@ -68,11 +68,13 @@ int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
  * Pieces for every cell that must cross the network (chosen < 0, see
  * rs_assign_senders): per (destination domain, tensor) the needed boxes are
  * refined until any two are equal or disjoint; each distinct box (a unit)
- * lands once, on a rank that needs it (least received bytes first; a large
- * unit needed by several ranks is striped across them), is sent by the
- * least-loaded holder (biggest first, sole holders first), and is forwarded
- * to every other fragment of the domain that needs it. Appends to @p out;
- * deterministic.
+ * lands once, on a rank that needs it (least bytes landed in the group
+ * first; a large unit needed by several ranks is striped across them), is
+ * sent by the holder with the least bytes sent in the group (biggest first,
+ * sole holders first), and is forwarded to every other fragment of the
+ * domain that needs it. Loads are per group, so the groups of the plan's
+ * scope alone decide their pieces. Appends the pieces the scope keeps to
+ * @p out; deterministic.
  */
 reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
                                 rs_piece_vec_t *out);
