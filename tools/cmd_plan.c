@@ -16,7 +16,7 @@ typedef struct {
     const char *model, *train, *infer, *system, *dtype;
     int json, mtp;
     long layers, domain_size, rank;
-    double staging_mb;
+    double staging_mb, relay_mb;
 } plan_args_t;
 
 static void plan_usage(FILE *out)
@@ -37,7 +37,9 @@ static void plan_usage(FILE *out)
                  "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
                  "  --rank R           build only rank R's own plan, as rank R would, and\n"
                  "                     print its own counters and planning time\n"
-                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n");
+                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
+                 "  --relay-mb S       relay scratch bound per rank in MiB (default: none;\n"
+                 "                     less relaying may leave a busier NIC)\n");
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -55,8 +57,11 @@ static int bad(const char *fmt, ...)
 
 static int parse_args(int argc, char **argv, plan_args_t *a)
 {
-    *a = (plan_args_t){
-        .dtype = "bf16", .rank = RESHARD_ALL_RANKS, .domain_size = -1, .staging_mb = -1};
+    *a = (plan_args_t){.dtype = "bf16",
+                       .rank = RESHARD_ALL_RANKS,
+                       .domain_size = -1,
+                       .staging_mb = -1,
+                       .relay_mb = -1};
     const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
@@ -67,7 +72,8 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
                               {"--rank", CLI_INT, &a->rank, 0, 0},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20}};
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--relay-mb", CLI_NUMBER, &a->relay_mb, 0, 1 << 30}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
@@ -143,6 +149,7 @@ static void print_rank(const plan_args_t *a, int32_t world, int32_t infer_offset
         json_object_set_new(o, "rank_bytes_written", json_integer((json_int_t)st->bytes_total));
         json_object_set_new(o, "rank_send_streams", json_integer(st->transfers));
         json_object_set_new(o, "rank_pieces_sent", json_integer(st->pieces));
+        json_object_set_new(o, "rank_relay_bytes", json_integer((json_int_t)st->max_relay_bytes));
         json_object_set_new(o, "plan_seconds", json_real(plan_s));
         json_object_set_new(o, "layout_seconds", json_real(layout_s));
         json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -155,8 +162,10 @@ static void print_rank(const plan_args_t *a, int32_t world, int32_t infer_offset
            "(%lld pieces); copies %.3f GB locally\n",
            (double)st->bytes_network / 1e9, (double)st->bytes_nvlink / 1e9,
            (long long)st->transfers, (long long)st->pieces, (double)st->bytes_local / 1e9);
-    printf("  receives %.3f GB over the network; writes %.3f GB into its buffers\n",
-           (double)st->max_nic_recv_bytes / 1e9, (double)st->bytes_total / 1e9);
+    printf("  receives %.3f GB over the network; writes %.3f GB into its buffers; relays "
+           "%.3f GB\n",
+           (double)st->max_nic_recv_bytes / 1e9, (double)st->bytes_total / 1e9,
+           (double)st->max_relay_bytes / 1e9);
 }
 
 static void row(const char *what, uint64_t a, uint64_t b)
@@ -220,6 +229,10 @@ int cmd_plan(int argc, char **argv)
         pp.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
         pp.staging_bytes = (uint64_t)(a.staging_mb * 1048576.0);
     }
+    if (a.relay_mb >= 0) {
+        pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
+        pp.relay_bytes = (uint64_t)(a.relay_mb * 1048576.0);
+    }
     reshard_plan_t *plan = NULL;
     s = reshard_plan_create(refit.train, refit.infer, &pp, &plan);
     double t2 = now_s();
@@ -255,6 +268,7 @@ int cmd_plan(int argc, char **argv)
         json_decref(counts);
         json_object_set_new(o, "pieces", json_integer(st.pieces));
         json_object_set_new(o, "bytes_local", json_integer((json_int_t)st.bytes_local));
+        json_object_set_new(o, "max_relay_bytes", json_integer((json_int_t)st.max_relay_bytes));
         json_object_set_new(o, "plan_seconds", json_real(t2 - t1));
         json_object_set_new(o, "layout_seconds", json_real(t1 - t0));
         json_object_set_new(o, "baseline", counts_json(&bl, &st));
@@ -295,6 +309,8 @@ int cmd_plan(int argc, char **argv)
         printf("\n  lower bound: %.3f GB across domains; NIC send >= %.3f GB, receive >= %.3f GB\n",
                (double)st.bytes_lower_bound / 1e9, (double)st.nic_send_bound_bytes / 1e9,
                (double)st.nic_recv_bound_bytes / 1e9);
+        printf("  relay scratch: %.3f GB on the rank that needs the most\n",
+               (double)st.max_relay_bytes / 1e9);
     }
     rc = 0;
 out:

@@ -40,7 +40,7 @@
 typedef struct {
     const char *model, *train, *infer, *dtype, *transport;
     long layers, iters, domain_size;
-    double staging_mb, timeout_s;
+    double staging_mb, timeout_s, relay_mb;
     int baseline, json, mtp;
 } run_args_t;
 
@@ -59,6 +59,7 @@ static void run_usage(FILE *out)
                  "  --baseline         also run gather+broadcast on the same data and ranks\n"
                  "  --json             print one JSON object (rank 0) instead of the table\n"
                  "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
+                 "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
                  "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
                  "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
                  "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
@@ -87,6 +88,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                       .iters = 5,
                       .domain_size = -1,
                       .staging_mb = 256,
+                      .relay_mb = -1,
                       .timeout_s = RESHARD_DEFAULT_TIMEOUT_S};
     const char *system = NULL;
     const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
@@ -102,6 +104,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
                               {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--relay-mb", CLI_NUMBER, &a->relay_mb, 0, 1 << 30},
                               {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
@@ -559,6 +562,7 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl,
     json_object_set_new(o, "bytes_nvlink", json_integer((json_int_t)rs->bytes_nvlink));
     json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps->bytes_network));
     json_object_set_new(o, "plan_bytes_nvlink", json_integer((json_int_t)ps->bytes_nvlink));
+    json_object_set_new(o, "plan_max_relay_bytes", json_integer((json_int_t)ps->max_relay_bytes));
     if (bl) {
         double bsec = median(bl->seconds, bl->done);
         json_object_set_new(o, "baseline_seconds", json_real(bsec));
@@ -622,6 +626,10 @@ static int run(const run_args_t *a, int rank, int size)
                                 .staging_bytes = (uint64_t)(a->staging_mb * 1048576.0),
                                 .domain_size = a->domain_size > 0 ? (int32_t)a->domain_size : 1,
                                 .timeout_s = a->timeout_s};
+    if (a->relay_mb >= 0) {
+        pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
+        pp.relay_bytes = (uint64_t)(a->relay_mb * 1048576.0);
+    }
     if (st == RESHARD_OK) {
         double t0 = MPI_Wtime();
         st = reshard_plan_create(refit.train, refit.infer, &pp, &r.plan);
@@ -644,6 +652,8 @@ static int run(const run_args_t *a, int rank, int size)
         MPI_Allreduce(in, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
         plan_totals.bytes_network = sum[0];
         plan_totals.bytes_nvlink = sum[1];
+        MPI_Allreduce(&mine.max_relay_bytes, &plan_totals.max_relay_bytes, 1, MPI_UINT64_T, MPI_MAX,
+                      MPI_COMM_WORLD);
     }
     if (st != RESHARD_OK)
         goto out;

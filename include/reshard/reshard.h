@@ -276,6 +276,7 @@ enum {
     RESHARD_PLAN_PARAM_STAGING_BYTES = 1u << 0,
     RESHARD_PLAN_PARAM_DOMAIN_SIZE = 1u << 1,
     RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
+    RESHARD_PLAN_PARAM_RELAY_BYTES = 1u << 3,
 };
 
 /** Default staging memory per rank: 256 MiB. */
@@ -291,6 +292,10 @@ typedef struct {
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
                                  order); 0 or 1 = every rank its own domain */
     double timeout_s;       /**< peer timeout for execution, seconds */
+    uint64_t relay_bytes;   /**< relay scratch bound per rank, bytes (default: none).
+                                 Relays balance a domain's NICs by landing pieces on
+                                 ranks that do not need them; a smaller bound relays
+                                 less and may leave a busier NIC */
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;
@@ -350,6 +355,8 @@ typedef struct {
     uint64_t nic_recv_bound_bytes; /**< no plan can have a smaller max receive */
     int64_t transfers;             /**< (sender, receiver) streams between distinct ranks */
     int64_t pieces;                /**< boxes moved (before coalescing into streams) */
+    uint64_t max_relay_bytes;      /**< relay scratch of the rank that needs the most,
+                                        bytes (reshard_plan_execute allocates it) */
 } reshard_plan_stats_t;
 
 /** Fill @p stats. Errors: INVALID_ARG. */

@@ -32,6 +32,8 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         plan->p.domain_size = 0;
     if (!(params->field_mask & RESHARD_PLAN_PARAM_TIMEOUT))
         plan->p.timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    if (!(params->field_mask & RESHARD_PLAN_PARAM_RELAY_BYTES))
+        plan->p.relay_bytes = UINT64_MAX;
     plan->src = src;
     plan->dst = dst;
     reshard_status_t st = RESHARD_OK;

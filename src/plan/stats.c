@@ -176,10 +176,11 @@ static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cel
 
 /* Count the pieces rank @p r sends (every piece for RESHARD_ALL_RANKS) by
  * link class, and the bytes it writes; network bytes per sending and per
- * receiving rank into @p nic_send and @p nic_recv. A rank's counters summed
- * over every rank give the global ones. */
+ * receiving rank into @p nic_send and @p nic_recv, relay scratch per rank
+ * into @p relay. A rank's counters summed over every rank give the global
+ * ones. */
 static void count_pieces(const reshard_plan_t *plan, int32_t r, reshard_plan_stats_t *s,
-                         uint64_t *nic_send, uint64_t *nic_recv)
+                         uint64_t *nic_send, uint64_t *nic_recv, uint64_t *relay)
 {
     const reshard_plan_params_t *p = &plan->p;
     bool all = r == RESHARD_ALL_RANKS;
@@ -187,9 +188,11 @@ static void count_pieces(const reshard_plan_t *plan, int32_t r, reshard_plan_sta
         const rs_piece_t *q = &plan->pieces[i];
         bool net = rs_domain_of(p, q->sender) != rs_domain_of(p, q->receiver);
         if (all || q->receiver == r) {
-            /* relayed landings are forwarded, not written */
+            /* relayed landings are forwarded, not written: they take scratch */
             if (!(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
                 s->bytes_total += q->bytes;
+            else
+                relay[q->receiver] += rs_piece_stream_bytes(q);
             if (net)
                 nic_recv[q->receiver] += q->bytes;
         }
@@ -218,20 +221,23 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     memset(s, 0, sizeof *s);
     uint64_t *nic_send = calloc((size_t)W, sizeof *nic_send);
     uint64_t *nic_recv = calloc((size_t)W, sizeof *nic_recv);
+    uint64_t *relay = calloc((size_t)W, sizeof *relay);
     uint64_t *dom_need = calloc((size_t)W, sizeof *dom_need);
     uint64_t *sole_load = calloc((size_t)W, sizeof *sole_load);
     int32_t *dom_ranks = calloc((size_t)W, sizeof *dom_ranks);
     bool *is_src = calloc((size_t)W, sizeof *is_src);
     reshard_status_t st = RESHARD_OK;
-    if (!nic_send || !nic_recv || !dom_need || !sole_load || !dom_ranks || !is_src)
+    if (!nic_send || !nic_recv || !relay || !dom_need || !sole_load || !dom_ranks || !is_src)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     if (st == RESHARD_OK)
-        count_pieces(plan, plan->scope.rank, s, nic_send, nic_recv);
+        count_pieces(plan, plan->scope.rank, s, nic_send, nic_recv, relay);
     for (int32_t r = 0; st == RESHARD_OK && r < W; r++) {
         if (nic_send[r] > s->max_nic_send_bytes)
             s->max_nic_send_bytes = nic_send[r];
         if (nic_recv[r] > s->max_nic_recv_bytes)
             s->max_nic_recv_bytes = nic_recv[r];
+        if (relay[r] > s->max_relay_bytes)
+            s->max_relay_bytes = relay[r];
     }
     /* the bounds need every group: global plans only */
     if (st == RESHARD_OK && plan->scope.rank == RESHARD_ALL_RANKS)
@@ -260,6 +266,7 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     }
     free(nic_send);
     free(nic_recv);
+    free(relay);
     free(dom_need);
     free(sole_load);
     free(dom_ranks);

@@ -279,6 +279,8 @@ typedef struct {
     rs_dlv_t *d;
     int64_t nd, dcap;
     uint64_t *recv_load, *send_load;
+    uint64_t *relay_used; /* per rank: relay scratch taken in the current group */
+    uint64_t *dom_bytes;  /* per domain: bytes of its destination fragments */
 } rs_topo_t;
 
 static uint64_t box_bytes(const reshard_plan_t *plan, int32_t tensor, const reshard_box_t *b)
@@ -432,16 +434,13 @@ typedef struct {
     uint64_t total, thr;
 } rs_group_t;
 
-/* Of the @p k ranks rk[0..k) other than rank @p skip, the index with the
- * least load; ties in the order rotated to start at @p rot. -1 when none. */
-static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, int32_t skip,
-                            int32_t rot)
+/* Of the @p k ranks rk[0..k), the index with the least load; ties in the
+ * order rotated to start at @p rot. */
+static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, int32_t rot)
 {
     int32_t best = -1;
     for (int32_t q = 0; q < k; q++) {
         int32_t i = (rot + q) % k;
-        if (rk[i] == skip)
-            continue;
         if (best < 0 || load[rk[i]] < load[rk[best]])
             best = i;
     }
@@ -459,6 +458,13 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
     if (g->R < 2)
         return 0;
     uint64_t target = (g->total + (uint64_t)g->R - 1) / (uint64_t)g->R, slack = g->thr / 4;
+    /* the relay scratch bound, shared by the domain's groups in proportion
+     * to their bytes (their sum is at most the domain's fragment bytes) */
+    uint64_t cap = t->plan->p.relay_bytes, budget = UINT64_MAX;
+    if (cap != UINT64_MAX)
+        budget = t->dom_bytes[g->domain]
+                     ? (uint64_t)((unsigned __int128)cap * g->total / t->dom_bytes[g->domain])
+                     : 0;
     int32_t rot = rs_group_rotation(g->domain, g->tensor, 1, g->R);
     int64_t d1 = t->nd;
     for (int64_t i = d0; i < d1; i++) {
@@ -473,12 +479,20 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
         int32_t first_y = -1;
         while (keep > 0 && t->recv_load[x] > target + slack) {
             uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep - 1]);
-            int32_t y = dom[least_loaded(t->recv_load, dom, g->R, x, rot)];
-            if (t->recv_load[y] + sb > target)
+            uint64_t scratch = (sb + 7u) & ~(uint64_t)7u; /* as the stream holds it */
+            int32_t y = -1;
+            for (int32_t q = 0; q < g->R; q++) { /* least loaded with room; ties rotated */
+                int32_t r = dom[(rot + q) % g->R];
+                if (r != x && t->relay_used[r] + scratch <= budget &&
+                    (y < 0 || t->recv_load[r] < t->recv_load[y]))
+                    y = r;
+            }
+            if (y < 0 || t->recv_load[y] + sb > target)
                 break;
             keep--;
             t->recv_load[x] -= sb;
             t->recv_load[y] += sb;
+            t->relay_used[y] += scratch;
             if (keep == 0) {
                 first_y = y; /* the whole landing moves: reuse it below */
                 break;
@@ -593,7 +607,7 @@ static int choose_senders(rs_topo_t *t, const rs_group_t *g, int64_t d0, int64_t
             hr[j] = src->f[h[j]].rank;
         int64_t m = cnt[ord[q].idx - d0];
         int32_t rot = rs_group_rotation(g->domain, g->tensor, m, u->nh);
-        int32_t best = least_loaded(t->send_load, hr, u->nh, -1, rot);
+        int32_t best = least_loaded(t->send_load, hr, u->nh, rot);
         d->sender = hr[best];
         d->from_frag = h[best];
         t->send_load[d->sender] += d->bytes;
@@ -660,7 +674,7 @@ static int land_all(rs_topo_t *t)
             rc = choose_senders(t, &g, d0, t->nd, dord, dsame, dcnt, hr);
         /* loads are per group: clear the domain's */
         for (int32_t i = 0; i < g.R; i++)
-            t->recv_load[g.lo + i] = 0;
+            t->recv_load[g.lo + i] = t->relay_used[g.lo + i] = 0;
         u0 = g.u1;
     }
     free(s.ord);
@@ -716,7 +730,14 @@ reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *ce
         return st;
     t.recv_load = calloc((size_t)plan->p.world_size, sizeof *t.recv_load);
     t.send_load = calloc((size_t)plan->p.world_size, sizeof *t.send_load);
-    int rc = t.recv_load && t.send_load ? 0 : -1;
+    t.relay_used = calloc((size_t)plan->p.world_size, sizeof *t.relay_used);
+    t.dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t.dom_bytes);
+    int rc = t.recv_load && t.send_load && t.relay_used && t.dom_bytes ? 0 : -1;
+    /* every rank sums the same fragments, whatever its plan's scope */
+    for (int64_t i = 0; rc == 0 && i < plan->dst->n; i++) {
+        const reshard_fragment_t *f = &plan->dst->f[i];
+        t.dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
+    }
     if (rc == 0)
         rc = build_units(&t);
     if (rc == 0)
@@ -729,6 +750,8 @@ reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *ce
     free(t.d);
     free(t.recv_load);
     free(t.send_load);
+    free(t.relay_used);
+    free(t.dom_bytes);
     if (rc != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
     return RESHARD_OK;

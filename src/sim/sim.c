@@ -117,13 +117,11 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
     rs_link_t net = {0}, nvl = {0};
     uint64_t *local = calloc((size_t)W, sizeof *local);
     uint64_t *fwd = calloc((size_t)W, sizeof *fwd); /* per domain */
-    uint64_t *relay = calloc((size_t)W, sizeof *relay);
-    if (link_alloc(&net, W) != 0 || link_alloc(&nvl, W) != 0 || !local || !fwd || !relay) {
+    if (link_alloc(&net, W) != 0 || link_alloc(&nvl, W) != 0 || !local || !fwd) {
         link_free(&net);
         link_free(&nvl);
         free(local);
         free(fwd);
-        free(relay);
         return rs_error(RESHARD_ERR_NOMEM, "reshard_sim_plan: out of memory");
     }
     uint64_t run = 0;
@@ -137,8 +135,6 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
             }
         }
         run += rs_piece_stream_bytes(p);
-        if (p->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, p))
-            relay[p->receiver] += rs_piece_stream_bytes(p);
         int32_t ds = rs_domain_of(&plan->p, p->sender), dr = rs_domain_of(&plan->p, p->receiver);
         if (p->sender == p->receiver) {
             local[p->sender] += p->bytes;
@@ -154,6 +150,7 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
     }
     if (plan->npieces > 0)
         end_stream(plan, &plan->pieces[plan->npieces - 1], run, &net, &nvl);
+    out->max_relay_bytes = plan->stats.max_relay_bytes;
     out->network_s =
         link_time(&net, W, sys->nic_bytes_per_s, sys->nic_latency_s, &out->network_rounds, NULL);
     out->nvlink_s = link_time(&nvl, W, sys->nvlink_bytes_per_s, sys->nvlink_latency_s,
@@ -162,8 +159,6 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
     for (int32_t r = 0; r < W; r++) {
         if (local[r] > most_local)
             most_local = local[r];
-        if (relay[r] > out->max_relay_bytes)
-            out->max_relay_bytes = relay[r];
         int32_t ranks = rs_domain_ranks(&plan->p, r); /* r as a domain */
         if (ranks > 0 && fwd[r]) {
             uint64_t b = (fwd[r] + (uint64_t)ranks - 1) / (uint64_t)ranks;
@@ -193,6 +188,5 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
     link_free(&nvl);
     free(local);
     free(fwd);
-    free(relay);
     return RESHARD_OK;
 }

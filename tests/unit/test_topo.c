@@ -201,10 +201,26 @@ static void test_domain_straddles_replicas(void **state)
     assert_int_equal(s.nic_recv_bound_bytes, (2 * H + 2) / 3); /* 1 MiB over 3 ranks */
     assert_int_equal(s.max_nic_send_bytes, 2 * H);             /* each half to two domains */
     assert_int_equal(s.nic_send_bound_bytes, 2 * H);
+    assert_int_equal(s.max_relay_bytes, 65536); /* ranks 0 and 2 hold one stripe each */
     check_exec(&f, &p, &s);
     p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES; /* relays over many rounds */
     p.staging_bytes = 16384;
     check_exec(&f, &p, &s);
+    /* a relay scratch bound: the group (1 MiB of the domain's 1.5 MiB of
+     * fragments) gets 2/3 of it; 96 KiB leaves room for a stripe per rank,
+     * 64 KiB for none: rank 1 then lands all of B itself */
+    p.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
+    p.relay_bytes = 96 * 1024;
+    reshard_plan_stats_t r = plan_stats(&f, &p);
+    assert_int_equal(r.max_relay_bytes, 65536);
+    assert_int_equal(r.max_nic_recv_bytes, 384 * 1024);
+    p.relay_bytes = 64 * 1024;
+    r = plan_stats(&f, &p);
+    assert_int_equal(r.max_relay_bytes, 0);
+    assert_int_equal(r.bytes_nvlink, 2 * H);
+    assert_int_equal(r.max_nic_recv_bytes, H);
+    assert_int_equal(r.bytes_network, 4 * H);
+    check_exec(&f, &p, &r);
     fx_free(&f);
 }
 

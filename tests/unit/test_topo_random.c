@@ -93,10 +93,17 @@ static void one_case(int c, int64_t max_rows, int64_t max_cols)
                                .my_rank = RESHARD_ALL_RANKS,
                                .domain_size = domain,
                                .staging_bytes = 4096u << pick(4)};
+    if (pick(3) == 0) { /* a relay scratch bound, sometimes none at all */
+        p.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
+        p.relay_bytes = pick(2) ? 0 : (uint64_t)pick(1 << 20);
+    }
     reshard_plan_t *all;
     assert_int_equal(reshard_plan_create(src.l, dst.l, &p, &all), RESHARD_OK);
     reshard_plan_stats_t s;
     reshard_plan_get_stats(all, &s);
+    if ((p.field_mask & RESHARD_PLAN_PARAM_RELAY_BYTES) && s.max_relay_bytes > p.relay_bytes)
+        fail_msg("case %d: relay scratch %llu over the bound %llu", c,
+                 (unsigned long long)s.max_relay_bytes, (unsigned long long)p.relay_bytes);
     if (s.bytes_network != s.bytes_lower_bound)
         fail_msg("case %d: network %llu != lower bound %llu", c,
                  (unsigned long long)s.bytes_network, (unsigned long long)s.bytes_lower_bound);
