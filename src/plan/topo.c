@@ -447,15 +447,18 @@ static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, 
     return best;
 }
 
-/* Relays (a piece may land on a rank that does not need it): a rank of the
- * domain that must land more than the group's share (the parts only it
- * needs) hands stripes of its landings, from the end, to the least-loaded
- * ranks of the domain, which forward them. Deliveries [d0, nd) are the
- * group's; @p dom lists the domain's ranks. */
+/* Relays (a piece may land on a rank that does not need it): while a rank
+ * of the domain lands more than the group's share (the parts only it
+ * needs), the most loaded such rank hands a stripe of its landings, from the
+ * end, to the least loaded rank of the domain with room in its relay
+ * scratch (its part of the bound), which forwards it. Taking turns between
+ * the overloaded ranks spreads a tight scratch bound over all of them.
+ * Deliveries [d0, nd) are the group's; @p dom lists the domain's ranks. */
 static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int32_t *dom,
                        reshard_box_t *parts)
 {
-    if (g->R < 2)
+    int64_t n = t->nd - d0;
+    if (g->R < 2 || n == 0)
         return 0;
     uint64_t target = (g->total + (uint64_t)g->R - 1) / (uint64_t)g->R, slack = g->thr / 4;
     /* the relay scratch bound, shared by the domain's groups in proportion
@@ -466,52 +469,83 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
                      ? (uint64_t)((unsigned __int128)cap * g->total / t->dom_bytes[g->domain])
                      : 0;
     int32_t rot = rs_group_rotation(g->domain, g->tensor, 1, g->R);
-    int64_t d1 = t->nd;
-    for (int64_t i = d0; i < d1; i++) {
-        int32_t x = t->d[i].land_rank;
-        if (t->recv_load[x] <= target + slack)
-            continue;
-        uint64_t b = t->d[i].bytes;
-        uint64_t want = (b + g->thr - 1) / g->thr;
-        int m = stripe_box(&t->d[i].box,
-                           want < RS_RELAY_MAX_STRIPES ? (int)want : RS_RELAY_MAX_STRIPES, parts);
-        int keep = m;
-        int32_t first_y = -1;
-        while (keep > 0 && t->recv_load[x] > target + slack) {
-            uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep - 1]);
-            uint64_t scratch = (sb + 7u) & ~(uint64_t)7u; /* as the stream holds it */
-            int32_t y = -1;
-            for (int32_t q = 0; q < g->R; q++) { /* least loaded with room; ties rotated */
-                int32_t r = dom[(rot + q) % g->R];
-                if (r != x && t->relay_used[r] + scratch <= budget &&
-                    (y < 0 || t->recv_load[r] < t->recv_load[y]))
-                    y = r;
-            }
-            if (y < 0 || t->recv_load[y] + sb > target)
-                break;
-            keep--;
-            t->recv_load[x] -= sb;
-            t->recv_load[y] += sb;
-            t->relay_used[y] += scratch;
-            if (keep == 0) {
-                first_y = y; /* the whole landing moves: reuse it below */
-                break;
-            }
-            if (dlv_push(t, &parts[keep], t->d[i].unit, y, t->d[i].land_frag, false) != 0)
-                return -1;
+    /* per delivery: its stripes and how many it keeps; per rank: its last
+     * delivery with stripes left, the earlier ones chained by prev */
+    int32_t *m = malloc((size_t)n * sizeof *m), *keep = malloc((size_t)n * sizeof *keep);
+    int64_t *prev = malloc((size_t)n * sizeof *prev), *last = malloc((size_t)g->R * sizeof *last);
+    int32_t *moved_to = malloc((size_t)n * sizeof *moved_to);
+    int rc = m && keep && prev && last && moved_to ? 0 : -1;
+    for (int32_t q = 0; rc == 0 && q < g->R; q++)
+        last[q] = -1;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        const rs_dlv_t *d = &t->d[d0 + i];
+        uint64_t want = (d->bytes + g->thr - 1) / g->thr;
+        m[i] = keep[i] = stripe_box(
+            &d->box, want < RS_RELAY_MAX_STRIPES ? (int)want : RS_RELAY_MAX_STRIPES, parts);
+        moved_to[i] = -1;
+        int32_t x = d->land_rank - g->lo;
+        prev[i] = last[x];
+        last[x] = i;
+    }
+    while (rc == 0) {
+        int32_t xq = -1; /* the most loaded rank over the share with stripes left */
+        for (int32_t q = 0; q < g->R; q++) {
+            int32_t r = (rot + q) % g->R;
+            if (last[r] >= 0 && t->recv_load[dom[r]] > target + slack &&
+                (xq < 0 || t->recv_load[dom[r]] > t->recv_load[dom[xq]]))
+                xq = r;
         }
-        if (keep == m)
+        if (xq < 0)
+            break;
+        int32_t x = dom[xq];
+        int64_t i = last[xq];
+        stripe_box(&t->d[d0 + i].box, m[i], parts);
+        uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep[i] - 1]);
+        uint64_t scratch = (sb + 7u) & ~(uint64_t)7u; /* as the stream holds it */
+        int32_t y = -1; /* the least loaded rank with room; ties rotated */
+        for (int32_t q = 0; q < g->R; q++) {
+            int32_t r = dom[(rot + q) % g->R];
+            if (r != x && t->relay_used[r] + scratch <= budget &&
+                (y < 0 || t->recv_load[r] < t->recv_load[y]))
+                y = r;
+        }
+        if (y < 0 || t->recv_load[y] + sb > target) {
+            last[xq] = -1; /* nowhere to go: this rank relays no more */
             continue;
-        rs_dlv_t *d = &t->d[i];
-        if (first_y >= 0) {
-            d->box = parts[0];
-            d->land_rank = first_y;
+        }
+        keep[i]--;
+        t->recv_load[x] -= sb;
+        t->recv_load[y] += sb;
+        t->relay_used[y] += scratch;
+        if (keep[i] == 0) {
+            moved_to[i] = y; /* the whole landing moves: it is reused below */
         } else {
-            d->box = box_hull(parts, keep);
+            int32_t frag = t->d[d0 + i].land_frag;
+            if (dlv_push(t, &parts[keep[i]], t->d[d0 + i].unit, y, frag, false) != 0)
+                rc = -1;
+        }
+        if (keep[i] == 0) /* all of it has gone: on to the rank's previous landing */
+            last[xq] = prev[i];
+    }
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        if (keep[i] == m[i])
+            continue;
+        rs_dlv_t *d = &t->d[d0 + i];
+        stripe_box(&d->box, m[i], parts);
+        if (moved_to[i] >= 0) {
+            d->box = parts[0];
+            d->land_rank = moved_to[i];
+        } else {
+            d->box = box_hull(parts, keep[i]);
         }
         d->bytes = box_bytes(t->plan, g->tensor, &d->box);
     }
-    return 0;
+    free(m);
+    free(keep);
+    free(prev);
+    free(last);
+    free(moved_to);
+    return rc;
 }
 
 /* Scratch for landing one group. */
