@@ -18,8 +18,8 @@ int cmd_sim(int argc, char **argv);
 typedef struct {
     const char *name; /**< e.g. "--model" */
     enum { CLI_FLAG, CLI_STRING, CLI_INT, CLI_NUMBER } kind;
-    void *
-        dst; /**< int * (FLAG: set to 1), const char ** (STRING), long * (INT), double * (NUMBER) */
+    /** int * (FLAG: set to 1), const char ** (STRING), long * (INT), double * (NUMBER) */
+    void *dst;
     double min; /**< INT and NUMBER: the smallest value accepted */
     double max; /**< INT and NUMBER: the largest (0: INT32_MAX for INT, none for NUMBER) */
 } cli_opt_t;

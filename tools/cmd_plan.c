@@ -205,9 +205,7 @@ int cmd_plan(int argc, char **argv)
     double t0 = now_s();
     reshard_model_refit_t refit;
     /* with NVLink domains each side fills its own domains */
-    int32_t offset = a.domain_size > 1 ? reshard_sim_infer_offset(reshard_train_world(&ts),
-                                                                  (int32_t)a.domain_size)
-                                       : -1;
+    int32_t offset = a.domain_size > 1 ? reshard_sim_infer_offset(tw, (int32_t)a.domain_size) : -1;
     s = reshard_model_refit_create_at(model, &ts, &is, offset, &refit);
     if (s != RESHARD_OK) {
         reshard_model_destroy(model);

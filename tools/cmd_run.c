@@ -691,9 +691,8 @@ static int run(const run_args_t *a, int rank, int size)
             st = refit_once(&r, &bl, i, true);
     }
     /* the bytes measured per link class must be the plan's, to the byte */
-    reshard_plan_stats_t ps = plan_totals;
-    bool links_ok = rs.done == 0 ||
-                    (rs.bytes_network == ps.bytes_network && rs.bytes_nvlink == ps.bytes_nvlink);
+    bool links_ok = rs.done == 0 || (rs.bytes_network == plan_totals.bytes_network &&
+                                     rs.bytes_nvlink == plan_totals.bytes_nvlink);
     bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
               rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0) && links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))
@@ -703,10 +702,11 @@ static int run(const run_args_t *a, int rank, int size)
                 "reshard run: measured network/NVLink bytes %llu/%llu differ from the plan's "
                 "%llu/%llu\n",
                 (unsigned long long)rs.bytes_network, (unsigned long long)rs.bytes_nvlink,
-                (unsigned long long)ps.bytes_network, (unsigned long long)ps.bytes_nvlink);
+                (unsigned long long)plan_totals.bytes_network,
+                (unsigned long long)plan_totals.bytes_nvlink);
     if (rank == 0 && rs.done > 0) {
         if (a->json)
-            print_json(&r, &rs, r.baseline ? &bl : NULL, &ps, plan_s, ok);
+            print_json(&r, &rs, r.baseline ? &bl : NULL, &plan_totals, plan_s, ok);
         else
             print_table(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
         fflush(stdout);

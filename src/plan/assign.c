@@ -52,7 +52,7 @@ static void sort_idx(const reshard_plan_params_t *p, int64_t *idx, int64_t *tmp,
  * holder with the least group load (ties in rotated order), else -1. */
 static int32_t choose(const reshard_plan_params_t *p, const reshard_layout_t *src,
                       const rs_cells_t *cells, const rs_cell_t *c, int64_t group_cells,
-                      const uint64_t *load, int32_t *cand)
+                      const uint64_t *load, int32_t *cand, int32_t *crank)
 {
     const int32_t *h = cells->h + c->holders;
     int32_t rdom = rs_domain_of(p, c->receiver), m = 0;
@@ -60,16 +60,15 @@ static int32_t choose(const reshard_plan_params_t *p, const reshard_layout_t *sr
         int32_t r = src->f[h[j]].rank;
         if (r == c->receiver)
             return h[j];
-        if (rs_domain_of(p, r) == rdom)
-            cand[m++] = h[j];
+        if (rs_domain_of(p, r) == rdom) {
+            cand[m] = h[j];
+            crank[m++] = r;
+        }
     }
-    int32_t rot = rs_group_rotation(rdom, c->tensor, group_cells, m), best = -1;
-    for (int32_t k = 0; k < m; k++) {
-        int32_t f = cand[(rot + k) % m];
-        if (best < 0 || load[src->f[f].rank] < load[src->f[best].rank])
-            best = f;
-    }
-    return best;
+    if (m == 0)
+        return -1;
+    int32_t rot = rs_group_rotation(rdom, c->tensor, group_cells, m);
+    return cand[rs_least_loaded(load, crank, m, rot)];
 }
 
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
@@ -83,11 +82,13 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
     int64_t *tmp = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *tmp);
     uint64_t *load = calloc((size_t)p->world_size, sizeof *load);
     int32_t *cand = malloc((size_t)maxh * sizeof *cand);
-    if (!idx || !tmp || !load || !cand) {
+    int32_t *crank = malloc((size_t)maxh * sizeof *crank);
+    if (!idx || !tmp || !load || !cand || !crank) {
         free(idx);
         free(tmp);
         free(load);
         free(cand);
+        free(crank);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory choosing senders");
     }
     for (int64_t i = 0; i < cells->n; i++)
@@ -102,7 +103,7 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
         for (int64_t q = q0; q < q1; q++) {
             rs_cell_t *c = &cells->c[idx[q]];
             /* no holder in the receiver's domain: the topology step places it */
-            c->chosen = choose(p, src, cells, c, q1 - q0, load, cand);
+            c->chosen = choose(p, src, cells, c, q1 - q0, load, cand, crank);
             if (c->chosen >= 0 && src->f[c->chosen].rank != c->receiver)
                 load[src->f[c->chosen].rank] += c->bytes;
         }
@@ -118,5 +119,6 @@ reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard
     free(tmp);
     free(load);
     free(cand);
+    free(crank);
     return RESHARD_OK;
 }

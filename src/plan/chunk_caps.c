@@ -24,6 +24,7 @@ typedef struct {
     uint64_t *tsrc;   /* per tensor: ranks holding a source fragment of it */
     uint64_t *sendto; /* per rank: domains it may send to */
     uint64_t *recvf;  /* per domain: ranks its ranks may receive from */
+    bool *forwards;   /* per domain: it has destination fragments (forward streams) */
 } rs_bound_sets_t;
 
 static void set_bit(uint64_t *w, int64_t i)
@@ -53,8 +54,9 @@ static int bound_sets(const reshard_plan_t *plan, rs_bound_sets_t *b)
     b->tsrc = calloc(ntt * (size_t)b->ww, sizeof *b->tsrc);
     b->sendto = calloc((size_t)W * (size_t)b->wd, sizeof *b->sendto);
     b->recvf = calloc((size_t)ND * (size_t)b->ww, sizeof *b->recvf);
+    b->forwards = calloc((size_t)ND, sizeof *b->forwards);
     uint8_t *need = calloc((size_t)ND * ntt, 1); /* (domain, tensor) pairs needed */
-    if (!b->tdom || !b->tsrc || !b->sendto || !b->recvf || !need) {
+    if (!b->tdom || !b->tsrc || !b->sendto || !b->recvf || !b->forwards || !need) {
         free(need);
         return -1;
     }
@@ -63,6 +65,7 @@ static int bound_sets(const reshard_plan_t *plan, rs_bound_sets_t *b)
         int32_t d = rs_domain_of(p, f->rank);
         set_bit(b->tdom + (int64_t)f->tensor * b->wd, d);
         need[(int64_t)d * nt + f->tensor] = 1;
+        b->forwards[d] = true;
     }
     for (int64_t i = 0; i < plan->src->n; i++) {
         const reshard_fragment_t *f = &plan->src->f[i];
@@ -86,6 +89,7 @@ static void bound_sets_free(rs_bound_sets_t *b)
     free(b->tsrc);
     free(b->sendto);
     free(b->recvf);
+    free(b->forwards);
 }
 
 /* At most how many streams rank @p r takes part in (both directions, all stages). */
@@ -102,11 +106,8 @@ static uint64_t stream_bound(const reshard_plan_t *plan, const rs_bound_sets_t *
     for (int64_t w = 0; w < b->ww; w++)
         n += (uint64_t)__builtin_popcountll(from[w]);
     n -= has_bit(from, r);
-    bool forwards = false;
-    for (int32_t t = 0; t < plan->dst->tensors->n && !forwards; t++)
-        forwards = has_bit(b->tdom + (int64_t)t * b->wd, dom);
     int32_t R = rs_domain_ranks(p, dom);
-    if (forwards && R > 1)
+    if (b->forwards[dom] && R > 1)
         n += 2 * (uint64_t)(R - 1);
     return n;
 }

@@ -103,7 +103,7 @@ static inline bool rs_scope_has(const rs_scope_t *s, int32_t domain, int32_t ten
 static inline bool rs_scope_keeps(const reshard_plan_t *plan, int32_t stage, int32_t sender,
                                   int32_t receiver)
 {
-    int32_t r = plan->scope.rank;
+    int32_t r = plan->p.my_rank;
     return r == RESHARD_ALL_RANKS || sender == r || receiver == r ||
            (stage == RS_STAGE_DIRECT &&
             rs_domain_of(&plan->p, receiver) == rs_domain_of(&plan->p, r));

@@ -70,4 +70,18 @@ static inline int32_t rs_group_rotation(int32_t domain, int32_t tensor, int64_t 
     return (int32_t)(k % (uint64_t)n);
 }
 
+/** Of the @p k ranks rk[0..k), the index of the one with the least @p load
+ *  (indexed by rank); ties go in the order rotated to start at @p rot. */
+static inline int32_t rs_least_loaded(const uint64_t *load, const int32_t *rk, int32_t k,
+                                      int32_t rot)
+{
+    int32_t best = -1;
+    for (int32_t q = 0; q < k; q++) {
+        int32_t i = (rot + q) % k;
+        if (best < 0 || load[rk[i]] < load[rk[best]])
+            best = i;
+    }
+    return best;
+}
+
 #endif

@@ -15,21 +15,21 @@ void rs_scope_free(rs_scope_t *s)
 reshard_status_t rs_scope_build(reshard_plan_t *plan)
 {
     rs_scope_t *s = &plan->scope;
-    s->rank = plan->p.my_rank;
+    int32_t rank = plan->p.my_rank;
     s->ndomains = rs_domain_count(&plan->p);
     s->ntensors = plan->dst->tensors->n;
     s->in = NULL;
-    if (s->rank == RESHARD_ALL_RANKS)
+    if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
     s->in = calloc((size_t)s->ndomains * (size_t)(s->ntensors ? s->ntensors : 1), 1);
     if (!s->in)
-        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", s->rank);
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     /* its own domain: everything it may receive, forward or relay */
-    memset(s->in + (int64_t)rs_domain_of(&plan->p, s->rank) * s->ntensors, 1, (size_t)s->ntensors);
+    memset(s->in + (int64_t)rs_domain_of(&plan->p, rank) * s->ntensors, 1, (size_t)s->ntensors);
     /* every domain, for each tensor it holds: what it may send */
     for (int64_t i = 0; i < plan->src->n; i++) {
         const reshard_fragment_t *f = &plan->src->f[i];
-        if (f->rank != s->rank)
+        if (f->rank != rank)
             continue;
         for (int32_t d = 0; d < s->ndomains; d++)
             s->in[(int64_t)d * s->ntensors + f->tensor] = 1;

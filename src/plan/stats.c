@@ -230,7 +230,7 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     if (!nic_send || !nic_recv || !relay || !dom_need || !sole_load || !dom_ranks || !is_src)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     if (st == RESHARD_OK)
-        count_pieces(plan, plan->scope.rank, s, nic_send, nic_recv, relay);
+        count_pieces(plan, plan->p.my_rank, s, nic_send, nic_recv, relay);
     for (int32_t r = 0; st == RESHARD_OK && r < W; r++) {
         if (nic_send[r] > s->max_nic_send_bytes)
             s->max_nic_send_bytes = nic_send[r];
@@ -240,9 +240,9 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
             s->max_relay_bytes = relay[r];
     }
     /* the bounds need every group: global plans only */
-    if (st == RESHARD_OK && plan->scope.rank == RESHARD_ALL_RANKS)
+    if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS)
         st = lower_bounds(plan, cells, dom_need, sole_load);
-    if (st == RESHARD_OK && plan->scope.rank == RESHARD_ALL_RANKS) {
+    if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS) {
         for (int64_t i = 0; i < plan->src->n; i++)
             is_src[plan->src->f[i].rank] = true;
         int32_t nsrc = 0;

@@ -203,25 +203,19 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
     }
     if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item, key_item) != 0)
         goto oom;
-    bool any = false; /* usually no two boxes of a group overlap: keep raw as it is */
-    for (int64_t i = 0; i < raw.n && !any;) {
-        int64_t j = i + 1;
-        while (j < raw.n && raw.v[j].domain == raw.v[i].domain &&
-               raw.v[j].tensor == raw.v[i].tensor)
-            j++;
-        any = group_overlaps(&raw.v[i], j - i);
-        i = j;
-    }
-    if (!any) {
-        *out = raw;
-        return RESHARD_OK;
-    }
+    /* usually no two boxes of a group overlap and raw is the result; from
+     * the first group that does, out takes the items over */
+    bool refined = false;
     for (int64_t i = 0; i < raw.n;) {
         int64_t j = i + 1;
         while (j < raw.n && raw.v[j].domain == raw.v[i].domain &&
                raw.v[j].tensor == raw.v[i].tensor)
             j++;
         if (group_overlaps(&raw.v[i], j - i)) {
+            for (int64_t q = 0; !refined && q < i; q++)
+                if (items_push(out, &raw.v[q]) != 0)
+                    goto oom;
+            refined = true;
             int64_t start = out->n;
             if (refine_group(&raw.v[i], j - i, out) != 0)
                 goto oom;
@@ -229,11 +223,15 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
                                 NULL) != 0)
                 goto oom;
         } else {
-            for (int64_t q = i; q < j; q++)
+            for (int64_t q = i; refined && q < j; q++)
                 if (items_push(out, &raw.v[q]) != 0)
                     goto oom;
         }
         i = j;
+    }
+    if (!refined) {
+        *out = raw;
+        return RESHARD_OK;
     }
     free(raw.v);
     return RESHARD_OK;
@@ -280,7 +278,8 @@ typedef struct {
     int64_t nd, dcap;
     uint64_t *recv_load, *send_load;
     uint64_t *relay_used; /* per rank: relay scratch taken in the current group */
-    uint64_t *dom_bytes;  /* per domain: bytes of its destination fragments */
+    uint64_t *dom_bytes;  /* per domain: bytes of its destination fragments (with a
+                             relay scratch bound) */
 } rs_topo_t;
 
 static uint64_t box_bytes(const reshard_plan_t *plan, int32_t tensor, const reshard_box_t *b)
@@ -434,28 +433,14 @@ typedef struct {
     uint64_t total, thr;
 } rs_group_t;
 
-/* Of the @p k ranks rk[0..k), the index with the least load; ties in the
- * order rotated to start at @p rot. */
-static int32_t least_loaded(const uint64_t *load, const int32_t *rk, int32_t k, int32_t rot)
-{
-    int32_t best = -1;
-    for (int32_t q = 0; q < k; q++) {
-        int32_t i = (rot + q) % k;
-        if (best < 0 || load[rk[i]] < load[rk[best]])
-            best = i;
-    }
-    return best;
-}
-
 /* Relays (a piece may land on a rank that does not need it): while a rank
  * of the domain lands more than the group's share (the parts only it
  * needs), the most loaded such rank hands a stripe of its landings, from the
  * end, to the least loaded rank of the domain with room in its relay
  * scratch (its part of the bound), which forwards it. Taking turns between
  * the overloaded ranks spreads a tight scratch bound over all of them.
- * Deliveries [d0, nd) are the group's; @p dom lists the domain's ranks. */
-static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int32_t *dom,
-                       reshard_box_t *parts)
+ * Deliveries [d0, nd) are the group's. */
+static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, reshard_box_t *parts)
 {
     int64_t n = t->nd - d0;
     if (g->R < 2 || n == 0)
@@ -491,20 +476,20 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
         int32_t xq = -1; /* the most loaded rank over the share with stripes left */
         for (int32_t q = 0; q < g->R; q++) {
             int32_t r = (rot + q) % g->R;
-            if (last[r] >= 0 && t->recv_load[dom[r]] > target + slack &&
-                (xq < 0 || t->recv_load[dom[r]] > t->recv_load[dom[xq]]))
+            if (last[r] >= 0 && t->recv_load[g->lo + r] > target + slack &&
+                (xq < 0 || t->recv_load[g->lo + r] > t->recv_load[g->lo + xq]))
                 xq = r;
         }
         if (xq < 0)
             break;
-        int32_t x = dom[xq];
+        int32_t x = g->lo + xq;
         int64_t i = last[xq];
         stripe_box(&t->d[d0 + i].box, m[i], parts);
         uint64_t sb = box_bytes(t->plan, g->tensor, &parts[keep[i] - 1]);
         uint64_t scratch = (sb + 7u) & ~(uint64_t)7u; /* as the stream holds it */
         int32_t y = -1; /* the least loaded rank with room; ties rotated */
         for (int32_t q = 0; q < g->R; q++) {
-            int32_t r = dom[(rot + q) % g->R];
+            int32_t r = g->lo + (rot + q) % g->R;
             if (r != x && t->relay_used[r] + scratch <= budget &&
                 (y < 0 || t->recv_load[r] < t->recv_load[y]))
                 y = r;
@@ -518,14 +503,13 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
         t->recv_load[y] += sb;
         t->relay_used[y] += scratch;
         if (keep[i] == 0) {
-            moved_to[i] = y; /* the whole landing moves: it is reused below */
+            moved_to[i] = y;    /* the whole landing moves: it is reused below */
+            last[xq] = prev[i]; /* on to the rank's previous landing */
         } else {
             int32_t frag = t->d[d0 + i].land_frag;
             if (dlv_push(t, &parts[keep[i]], t->d[d0 + i].unit, y, frag, false) != 0)
                 rc = -1;
         }
-        if (keep[i] == 0) /* all of it has gone: on to the rank's previous landing */
-            last[xq] = prev[i];
     }
     for (int64_t i = 0; rc == 0 && i < n; i++) {
         if (keep[i] == m[i])
@@ -551,7 +535,7 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, const int3
 /* Scratch for landing one group. */
 typedef struct {
     rs_order_t *ord, *nord;
-    int32_t *rk, *fr, *dom;
+    int32_t *rk, *fr;
     reshard_box_t *parts, *relay_parts;
 } rs_land_scratch_t;
 
@@ -600,7 +584,7 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
                 return -1;
         }
     }
-    return relay_group(t, g, d0, s->dom, s->relay_parts);
+    return relay_group(t, g, d0, s->relay_parts);
 }
 
 /* Choose a sender per delivery [d0, d1) of one group: sole-holder deliveries
@@ -641,7 +625,7 @@ static int choose_senders(rs_topo_t *t, const rs_group_t *g, int64_t d0, int64_t
             hr[j] = src->f[h[j]].rank;
         int64_t m = cnt[ord[q].idx - d0];
         int32_t rot = rs_group_rotation(g->domain, g->tensor, m, u->nh);
-        int32_t best = least_loaded(t->send_load, hr, u->nh, rot);
+        int32_t best = rs_least_loaded(t->send_load, hr, u->nh, rot);
         d->sender = hr[best];
         d->from_frag = h[best];
         t->send_load[d->sender] += d->bytes;
@@ -663,12 +647,10 @@ static int land_all(rs_topo_t *t)
         if (t->u[u].nh > maxh)
             maxh = t->u[u].nh;
     }
-    int32_t maxr = p->domain_size > 1 ? p->domain_size : 1;
     rs_land_scratch_t s = {
         .ord = malloc((size_t)(t->nu ? t->nu : 1) * sizeof *s.ord),
         .rk = malloc((size_t)maxn * sizeof *s.rk),
         .fr = malloc((size_t)maxn * sizeof *s.fr),
-        .dom = malloc((size_t)maxr * sizeof *s.dom),
         .nord = malloc((size_t)maxn * sizeof *s.nord),
         .parts = malloc((size_t)maxn * sizeof *s.parts),
         .relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *s.relay_parts),
@@ -676,7 +658,7 @@ static int land_all(rs_topo_t *t)
     int32_t *hr = malloc((size_t)maxh * sizeof *hr);
     rs_order_t *dord = NULL, *dsame = NULL;
     int64_t *dcnt = NULL, dcap = 0;
-    int rc = s.ord && s.nord && s.rk && s.fr && s.dom && s.parts && s.relay_parts && hr ? 0 : -1;
+    int rc = s.ord && s.nord && s.rk && s.fr && s.parts && s.relay_parts && hr ? 0 : -1;
     for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
         const rs_item_t *f = &t->items.v[t->u[u0].first];
         rs_group_t g = {.u0 = u0, .u1 = u0 + 1, .domain = f->domain, .tensor = f->tensor};
@@ -685,8 +667,6 @@ static int land_all(rs_topo_t *t)
             g.u1++;
         g.R = rs_domain_ranks(p, g.domain);
         g.lo = p->domain_size > 1 ? g.domain * p->domain_size : g.domain;
-        for (int32_t i = 0; i < g.R; i++)
-            s.dom[i] = g.lo + i;
         for (int64_t u = u0; u < g.u1; u++)
             g.total += t->u[u].bytes;
         g.thr = g.total / (uint64_t)(g.R > 0 ? g.R : 1) / RS_STRIPE_PER_SHARE;
@@ -714,7 +694,6 @@ static int land_all(rs_topo_t *t)
     free(s.ord);
     free(s.rk);
     free(s.fr);
-    free(s.dom);
     free(s.nord);
     free(s.parts);
     free(s.relay_parts);
@@ -767,8 +746,9 @@ reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *ce
     t.relay_used = calloc((size_t)plan->p.world_size, sizeof *t.relay_used);
     t.dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t.dom_bytes);
     int rc = t.recv_load && t.send_load && t.relay_used && t.dom_bytes ? 0 : -1;
-    /* every rank sums the same fragments, whatever its plan's scope */
-    for (int64_t i = 0; rc == 0 && i < plan->dst->n; i++) {
+    /* for a relay scratch bound only; every rank sums the same fragments,
+     * whatever its plan's scope */
+    for (int64_t i = 0; rc == 0 && plan->p.relay_bytes != UINT64_MAX && i < plan->dst->n; i++) {
         const reshard_fragment_t *f = &plan->dst->f[i];
         t.dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
     }
