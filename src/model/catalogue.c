@@ -148,13 +148,6 @@ static reshard_status_t mat(cat_t *c, int32_t *id, bool linear, int64_t r, int64
     return add(c, id, linear, 2, s, 0, NULL, "%s", name);
 }
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        reshard_status_t s_ = (x);                                                                 \
-        if (s_ != RESHARD_OK)                                                                      \
-            return s_;                                                                             \
-    } while (0)
-
 static reshard_status_t attention(cat_t *c, rs_layer_ids_t *l)
 {
     const reshard_model_t *m = c->m;

@@ -6,13 +6,6 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        reshard_status_t s_ = (x);                                                                 \
-        if (s_ != RESHARD_OK)                                                                      \
-            return s_;                                                                             \
-    } while (0)
-
 /* Coordinates of one training rank. */
 typedef struct {
     int32_t stage, tp, etp, ep;

@@ -161,4 +161,12 @@ static inline int64_t rs_roundup(int64_t a, int64_t b)
     return rs_cdiv(a, b) * b;
 }
 
+/** Return the status of @p x from the calling function unless it is RESHARD_OK. */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        reshard_status_t s_ = (x);                                                                 \
+        if (s_ != RESHARD_OK)                                                                      \
+            return s_;                                                                             \
+    } while (0)
+
 #endif

@@ -6,13 +6,6 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        reshard_status_t s_ = (x);                                                                 \
-        if (s_ != RESHARD_OK)                                                                      \
-            return s_;                                                                             \
-    } while (0)
-
 static const char *nm(char *buf, size_t size, const char *prefix, const char *param)
 {
     snprintf(buf, size, "%s%s", prefix, param);
