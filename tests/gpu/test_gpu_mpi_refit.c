@@ -35,25 +35,6 @@ static int all_ok(int ok)
     return all;
 }
 
-/* Bytes of @p rank's fragments in @p l. */
-static uint64_t rank_bytes(const reshard_layout_t *l, const reshard_tensors_t *T)
-{
-    uint64_t sum = 0;
-    for (int64_t i = 0; i < reshard_layout_count(l); i++) {
-        reshard_fragment_t f;
-        reshard_tensor_info_t ti;
-        reshard_layout_fragment(l, i, &f);
-        if (f.rank != rank)
-            continue;
-        reshard_tensors_info(T, f.tensor, &ti);
-        uint64_t n = reshard_dtype_size(ti.dtype);
-        for (int k = 0; k < f.box.ndim; k++)
-            n *= (uint64_t)f.box.extent[k];
-        sum += n;
-    }
-    return sum;
-}
-
 /* One case; returns 1 when it passed on this rank. */
 static int run_case(reshard_comm_t *c, const case_t *k)
 {
@@ -102,7 +83,7 @@ static int run_case(reshard_comm_t *c, const case_t *k)
                 reshard_last_error());
     if (!all_ok(st == RESHARD_OK))
         goto out;
-    const uint64_t want = trainer ? 0 : rank_bytes(refit.infer, refit.tensors);
+    const uint64_t want = trainer ? 0 : layout_rank_bytes(refit.infer, refit.tensors, rank);
     for (int it = 0; it < 2; it++) {
         for (int32_t i = 0; i < db.n; i++)
             st = st == RESHARD_OK

@@ -145,22 +145,6 @@ static reshard_status_t set_sentinel(reshard_comm_t *c, const bufs_t *b)
     return RESHARD_OK;
 }
 
-static uint64_t layout_bytes(const reshard_layout_t *l, const reshard_tensors_t *T)
-{
-    uint64_t sum = 0;
-    for (int64_t i = 0; i < reshard_layout_count(l); i++) {
-        reshard_fragment_t f;
-        reshard_tensor_info_t ti;
-        reshard_layout_fragment(l, i, &f);
-        reshard_tensors_info(T, f.tensor, &ti);
-        uint64_t n = reshard_dtype_size(ti.dtype);
-        for (int k = 0; k < f.box.ndim; k++)
-            n *= (uint64_t)f.box.extent[k];
-        sum += n;
-    }
-    return sum;
-}
-
 /* Two executions (the second reuses the endpoint's cached staging); @p verify_first: also
  * verify the first (host-side verification costs ~10 s per GB; the second is always). */
 static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dtype, int32_t layers,
@@ -193,7 +177,7 @@ static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dty
     CHECK_OK(alloc_bufs(c, sbt, 0, &sb));
     CHECK_OK(alloc_bufs(c, dbt, 0, &db));
     CHECK_OK(reshard_nccl_fill_pattern(c, src, 0, sb.b, sb.n));
-    const uint64_t want = layout_bytes(dst, T);
+    const uint64_t want = layout_rank_bytes(dst, T, RESHARD_ALL_RANKS);
     for (int it = 0; it < 2; it++) {
         CHECK_OK(set_sentinel(c, &db));
         reshard_exec_stats_t es;

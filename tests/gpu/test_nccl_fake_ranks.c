@@ -74,24 +74,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t rank_bytes(const reshard_layout_t *l, const reshard_tensors_t *T, int32_t rank)
-{
-    uint64_t sum = 0;
-    for (int64_t i = 0; i < reshard_layout_count(l); i++) {
-        reshard_fragment_t f;
-        reshard_tensor_info_t ti;
-        reshard_layout_fragment(l, i, &f);
-        if (f.rank != rank)
-            continue;
-        reshard_tensors_info(T, f.tensor, &ti);
-        uint64_t n = reshard_dtype_size(ti.dtype);
-        for (int k = 0; k < f.box.ndim; k++)
-            n *= (uint64_t)f.box.extent[k];
-        sum += n;
-    }
-    return sum;
-}
-
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
         snprintf(j->msg, sizeof j->msg, __VA_ARGS__);                                              \
@@ -179,7 +161,7 @@ static void *rank_main(void *arg)
         if (st != RESHARD_ERR_BUFFER)
             FAIL("one short buffer: %s, want BUFFER on every rank", reshard_status_string(st));
     }
-    const uint64_t want = trainer ? 0 : rank_bytes(refit.infer, refit.tensors, j->rank);
+    const uint64_t want = trainer ? 0 : layout_rank_bytes(refit.infer, refit.tensors, j->rank);
     for (int it = 0; it < 2; it++) {
         for (int32_t i = 0; i < db.n && st != RESHARD_ERR_NOMEM; i++)
             reshard_nccl_memset(c, db.b[i].ptr, RESHARD_SENTINEL_BYTE, db.b[i].bytes);
