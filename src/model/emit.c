@@ -257,7 +257,10 @@ static void dense_strides(const reshard_tensor_info_t *info, int64_t *off, int64
     }
 }
 
-reshard_status_t rs_emit_full(rs_emit_t *e, int32_t t, int32_t buf, int64_t base)
+/* Tensor @p t dense at @p base of buffer @p buf: all of it, or only rows
+ * [rows[0], rows[0] + rows[1]) of dim 0 when @p rows is not NULL. */
+static reshard_status_t emit_dense(rs_emit_t *e, int32_t t, int32_t buf, int64_t base,
+                                   const int64_t *rows)
 {
     reshard_tensor_info_t info;
     reshard_status_t s = reshard_tensors_info(e->T, t, &info);
@@ -265,21 +268,22 @@ reshard_status_t rs_emit_full(rs_emit_t *e, int32_t t, int32_t buf, int64_t base
         return s;
     int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
     dense_strides(&info, off, ext, st);
+    if (rows) {
+        off[0] = rows[0];
+        ext[0] = rows[1];
+    }
     return rs_emit(e, t, buf, off, ext, base, st);
+}
+
+reshard_status_t rs_emit_full(rs_emit_t *e, int32_t t, int32_t buf, int64_t base)
+{
+    return emit_dense(e, t, buf, base, NULL);
 }
 
 reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base, int64_t o,
                               int64_t n)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
-    if (s != RESHARD_OK)
-        return s;
-    int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
-    dense_strides(&info, off, ext, st);
-    off[0] = o;
-    ext[0] = n;
-    return rs_emit(e, t, buf, off, ext, base, st);
+    return emit_dense(e, t, buf, base, (const int64_t[2]){o, n});
 }
 
 reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n)
