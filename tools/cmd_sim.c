@@ -16,21 +16,29 @@
 #endif
 
 typedef struct {
-    const char *cases, *only, *model, *train, *infer, *system;
-    int json;
+    const char *cases, *only, *model, *train, *infer, *system, *dtype;
+    long layers, domain_size;
+    double nic_gbps, link_gbps, staging_mb;
+    int json, mtp;
 } sim_args_t;
 
 static void sim_usage(FILE *out)
 {
     fprintf(out,
             "usage: reshard sim [--case ID | --model M --train SPEC --infer SPEC --system S]\n"
-            "                   [--json] [--cases FILE]\n"
+            "                   [system and model options] [--json] [--cases FILE]\n"
             "  (no arguments)     predict every case of the shipped table\n"
             "  --case ID          one case of the table\n"
-            "  --model M --train SPEC --infer SPEC --system h100|gb200\n"
+            "  --model M --train SPEC --infer SPEC --system h100|gb200|emulated\n"
             "                     one configuration of your own\n"
             "  --json             one JSON object: {\"cases\": [...]}\n"
             "  --cases FILE       the case table (default %s/cases/refit-cases.json)\n"
+            "system options (override the system's own figures):\n"
+            "  --domain-size N    ranks per NVLink domain\n"
+            "  --nic-gbps G       each rank's NIC, Gbit/s per direction\n"
+            "  --link-gbps G      each rank's link inside a domain, Gbit/s per direction\n"
+            "  --staging-mb S     staging per rank of the refit, MiB (default 256)\n"
+            "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
             "predicted figures come from reshard's cost model (see reshard_sim.h).\n",
             RESHARD_DATA_DIR);
@@ -47,17 +55,28 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     memset(a, 0, sizeof *a);
     a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
-    const cli_opt_t opts[] = {
-        {"--case", CLI_STRING, &a->only, 0, 0},   {"--cases", CLI_STRING, &a->cases, 0, 0},
-        {"--model", CLI_STRING, &a->model, 0, 0}, {"--train", CLI_STRING, &a->train, 0, 0},
-        {"--infer", CLI_STRING, &a->infer, 0, 0}, {"--system", CLI_STRING, &a->system, 0, 0},
-        {"--json", CLI_FLAG, &a->json, 0, 0}};
+    const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
+                              {"--cases", CLI_STRING, &a->cases, 0, 0},
+                              {"--model", CLI_STRING, &a->model, 0, 0},
+                              {"--train", CLI_STRING, &a->train, 0, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0, 0},
+                              {"--system", CLI_STRING, &a->system, 0, 0},
+                              {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--layers", CLI_INT, &a->layers, 1, 0},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+                              {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
+                              {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0.001, 1 << 20}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
         sim_usage(stdout);
     if (rc)
         return rc == 1 ? 1 : sim_bad(err, NULL);
+    if (a->dtype && strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
+        return sim_bad("--dtype: not bf16 or fp8:", a->dtype);
     bool custom = a->model || a->train || a->infer || a->system;
     if (custom && (!a->model || !a->train || !a->infer || !a->system))
         return sim_bad("give all of --model, --train, --infer and --system", NULL);
@@ -70,8 +89,9 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
  * prediction (or why there is none). */
 typedef struct {
     char id[128], system[32], model[160], train[128], infer[96];
-    json_t *published; /* object: published key -> number or [lo, hi] */
-    char reason[512];  /* non-empty: no prediction */
+    json_t *published;    /* object: published key -> number or [lo, hi] */
+    char reason[512];     /* non-empty: no prediction */
+    reshard_system_t sys; /* as modelled, options applied */
     reshard_sim_refit_t r;
 } sim_row_t;
 
@@ -108,15 +128,28 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
 }
 
 static void predict(sim_row_t *row, const char *model_name, const reshard_train_spec_t *ts,
-                    const reshard_infer_spec_t *is)
+                    const reshard_infer_spec_t *is, const sim_args_t *a)
 {
     reshard_train_spec_str(ts, row->train, sizeof row->train);
     reshard_infer_spec_str(is, row->infer, sizeof row->infer);
     reshard_system_t sys;
     reshard_model_t *m = NULL;
+    reshard_model_options_t mo = {.mtp = a->mtp,
+                                  .layers = (int32_t)a->layers,
+                                  .dtype = a->dtype && !strcmp(a->dtype, "fp8") ? RESHARD_FP8_E4M3
+                                                                                : RESHARD_BF16};
     reshard_status_t st = reshard_system_lookup(row->system, &sys);
+    if (a->domain_size > 0)
+        sys.domain_size = (int32_t)a->domain_size;
+    if (a->nic_gbps > 0)
+        sys.nic_bytes_per_s = a->nic_gbps * 1e9 / 8;
+    if (a->link_gbps > 0)
+        sys.nvlink_bytes_per_s = a->link_gbps * 1e9 / 8;
+    if (a->staging_mb > 0)
+        sys.staging_bytes = (uint64_t)(a->staging_mb * 1048576.0);
+    row->sys = sys;
     if (st == RESHARD_OK)
-        st = reshard_model_load(model_name, NULL, &m);
+        st = reshard_model_load(model_name, &mo, &m);
     if (st == RESHARD_ERR_IO) {
         snprintf(row->reason, sizeof row->reason,
                  "config not available: no shipped config or file for '%s'", model_name);
@@ -132,7 +165,7 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
     reshard_model_destroy(m);
 }
 
-static void case_row(json_t *c, sim_row_t *row)
+static void case_row(json_t *c, sim_row_t *row, const sim_args_t *a)
 {
     memset(row, 0, sizeof *row);
     const char *id = json_string_value(json_object_get(c, "id"));
@@ -153,7 +186,7 @@ static void case_row(json_t *c, sim_row_t *row)
     memset(&ts, 0, sizeof ts);
     memset(&is, 0, sizeof is);
     case_specs(c, &ts, &is);
-    predict(row, row->model, &ts, &is);
+    predict(row, row->model, &ts, &is, a);
 }
 
 /* "6.4", "0.74-1.00" or "-" for a published figure. */
@@ -290,7 +323,7 @@ int cmd_sim(int argc, char **argv)
         snprintf(rows[0].system, sizeof rows[0].system, "%s", a.system);
         snprintf(rows[0].model, sizeof rows[0].model, "%s", a.model);
         rows[0].published = json_object();
-        predict(&rows[0], a.model, &ts, &is);
+        predict(&rows[0], a.model, &ts, &is, &a);
         n = 1;
     } else {
         json_error_t err;
@@ -312,7 +345,7 @@ int cmd_sim(int argc, char **argv)
             const char *id = json_string_value(json_object_get(c, "id"));
             if (a.only && (!id || strcmp(id, a.only)))
                 continue;
-            case_row(c, &rows[n++]);
+            case_row(c, &rows[n++], &a);
         }
         if (a.only && n == 0) {
             fprintf(stderr, "reshard sim: no case '%s' in %s\n", a.only, a.cases);

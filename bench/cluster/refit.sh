@@ -74,7 +74,8 @@ done
 
 # The arguments `reshard plan` and `reshard sim` share with `reshard run`; those
 # the script sets itself are refused.
-plan_args=()
+plan_args=() # reshard plan's (and reshard sim's, but for --relay-mb)
+sim_args=()
 for ((i = 0; i < ${#run_args[@]}; i++)); do
   a=${run_args[i]}
   case $a in
@@ -82,9 +83,12 @@ for ((i = 0; i < ${#run_args[@]}; i++)); do
     bad "'$a' is set by refit.sh; leave it out of the reshard run arguments" ;;
   --model | --train | --infer | --layers | --dtype | --staging-mb | --relay-mb)
     [ $((i + 1)) -lt ${#run_args[@]} ] || bad "$a needs a value"
-    plan_args+=("$a" "${run_args[i + 1]}"); i=$((i + 1)) ;;
+    plan_args+=("$a" "${run_args[i + 1]}")
+    [ "$a" = --relay-mb ] || sim_args+=("$a" "${run_args[i + 1]}")
+    i=$((i + 1)) ;;
   --model=* | --train=* | --infer=* | --layers=* | --dtype=* | --staging-mb=* | --relay-mb=* | --mtp)
-    plan_args+=("$a") ;;
+    plan_args+=("$a")
+    [ "${a%%=*}" = --relay-mb ] || sim_args+=("$a") ;;
   esac
 done
 
@@ -236,9 +240,9 @@ if [ $run_rc != 0 ] || ! $py -c 'import json,sys; json.load(open(sys.argv[1]))' 
 fi
 
 # ---- the prediction -------------------------------------------------------------
-link_gbps=$(awk -v m="$nic_mbit" 'BEGIN { printf "%g", m / 1000 }')
-"$reshard" sim "${plan_args[@]}" --domain-size "$domain_size" --nic-gbps "$link_gbps" \
-  --emulated --json >"$tmp/sim.json" || die "reshard sim failed (message above)"
+nic_gbps=$(awk -v m="$nic_mbit" 'BEGIN { printf "%g", m / 1000 }')
+"$reshard" sim "${sim_args[@]}" --system emulated --domain-size "$domain_size" \
+  --nic-gbps "$nic_gbps" --json >"$tmp/sim.json" || die "reshard sim failed (message above)"
 
 $py - "$tmp/plan.json" "$tmp/run.json" "$tmp/sim.json" "$nic_mbit" "$domain_size" "$json" \
   "$nic_bytes" "${run_args[*]}" <<'EOF'

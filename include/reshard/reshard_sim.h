@@ -28,12 +28,26 @@
  *     can have a less busy NIC), the NVLink bound the forwarded bytes of the
  *     busiest domain spread evenly over its ranks / NVLink bandwidth (every
  *     plan that lands each byte on a rank needing it forwards that volume).
- *   - Baseline (gather + broadcast, reshard_model_baseline's byte counts):
- *     pipelined chains, so the busiest link sets the pace:
- *       max(max_nic_send, max_nic_recv) / NIC bandwidth, or
- *       model bytes / NVLink bandwidth (every inference rank receives the
- *       whole model), whichever is larger.
- * These are predictions from bandwidths and byte counts, not measurements.
+ *   - Baseline: what reshard_baseline_execute runs (reshard_mpi.h). Bucket
+ *     after bucket, with no overlap between them: the root gathers the
+ *     bucket, then passes it down the chain root -> inference ranks in
+ *     order (pipelined segments), then every inference rank copies its part
+ *     out. Hence a sum, not a max:
+ *       T_gather = max(gathered network bytes / NIC bandwidth,
+ *                      gathered NVLink bytes / NVLink bandwidth)
+ *                  (each root's NIC takes its stage's gather; roots in turn)
+ *       T_chain  = model bytes / the chain's slowest link (the NIC when
+ *                  any link of the chain crosses domains)
+ *       T_copy   = (model bytes + model bytes / infer tp) / copy bandwidth
+ *                  (the root assembles every bucket; the slowest inference
+ *                  rank copies its part out of it)
+ *       T_fill   = buckets x chain links x one segment / the chain's rate
+ *       predicted = T_gather + T_chain + T_copy + T_fill
+ *     with the gathered bytes from reshard_model_baseline's counts less the
+ *     chain's.
+ * These are predictions from bandwidths and byte counts. Which parameters
+ * were measured on an emulated cluster (bench/cluster/refit.sh) and which
+ * are hardware facts: see reshard_system_lookup.
  */
 #ifndef RESHARD_SIM_H
 #define RESHARD_SIM_H
@@ -54,6 +68,9 @@ typedef struct {
     double nvlink_bytes_per_s; /**< NVLink, per rank */
     double nvlink_latency_s;   /**< NVLink, per message round */
     double copy_bytes_per_s;   /**< copies within a rank (device memory) */
+    uint64_t staging_bytes;    /**< staging per rank of the refit modelled (its chunk
+                                    size; the baseline's bucket size); 0 = the default,
+                                    RESHARD_DEFAULT_STAGING_BYTES */
 } reshard_system_t;
 
 /**
@@ -94,10 +111,25 @@ typedef struct {
 reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
                                   reshard_sim_t *out);
 
-/** Predicted seconds of the gather+broadcast baseline from its byte counts
- *  (reshard_model_baseline) and the model's bytes. */
-double reshard_sim_baseline_seconds(const reshard_plan_stats_t *baseline, uint64_t model_bytes,
-                                    const reshard_system_t *sys);
+/** The baseline's prediction, in seconds (see the cost model above). */
+typedef struct {
+    double seconds;
+    double gather_s, chain_s, copy_s, fill_s;
+    int64_t buckets;     /**< buckets of at most staging_bytes (per root, in turn) */
+    int32_t chain_links; /**< links of one chain; chain_network_links cross domains */
+    int32_t chain_network_links;
+} reshard_sim_baseline_t;
+
+/**
+ * Predict the gather+broadcast baseline of @p refit on @p sys from its byte
+ * counts @p counts (reshard_model_baseline with the system's domain size).
+ * Roots are the first ranks of the pipeline stages, the chain runs through
+ * the inference ranks from refit->infer_offset (or train_world when 0).
+ * Errors: INVALID_ARG (NULL, a bandwidth that is not positive).
+ */
+reshard_status_t reshard_sim_baseline(const reshard_model_refit_t *refit,
+                                      const reshard_plan_stats_t *counts,
+                                      const reshard_system_t *sys, reshard_sim_baseline_t *out);
 
 /** First inference rank when each side fills its own domains: the training
  *  world rounded up to a whole number of domains. */
@@ -113,6 +145,7 @@ typedef struct {
     reshard_plan_stats_t baseline; /**< gather+broadcast byte counts */
     reshard_sim_t sim;             /**< the plan's prediction and the lower bound */
     double baseline_s;             /**< predicted baseline seconds */
+    reshard_sim_baseline_t base;   /**< the baseline's prediction, part by part */
 } reshard_sim_refit_t;
 
 /**

@@ -12,15 +12,41 @@ reshard_status_t reshard_system_lookup(const char *name, reshard_system_t *out)
     rs_error_clear();
     if (!name || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_system_lookup: NULL argument");
+    /* hardware facts: vendors' data sheets */
     if (!strcmp(name, "h100")) {
-        *out = (reshard_system_t){"h100", 8, 50e9, 5e-6, 450e9, 2e-6, 1.5e12};
+        *out = (reshard_system_t){.name = "h100",
+                                  .domain_size = 8,
+                                  .nic_bytes_per_s = 50e9,
+                                  .nic_latency_s = 5e-6,
+                                  .nvlink_bytes_per_s = 450e9,
+                                  .nvlink_latency_s = 2e-6,
+                                  .copy_bytes_per_s = 1.5e12};
         return RESHARD_OK;
     }
     if (!strcmp(name, "gb200")) {
-        *out = (reshard_system_t){"gb200", 72, 50e9, 5e-6, 900e9, 2e-6, 3e12};
+        *out = (reshard_system_t){.name = "gb200",
+                                  .domain_size = 72,
+                                  .nic_bytes_per_s = 50e9,
+                                  .nic_latency_s = 5e-6,
+                                  .nvlink_bytes_per_s = 900e9,
+                                  .nvlink_latency_s = 2e-6,
+                                  .copy_bytes_per_s = 3e12};
         return RESHARD_OK;
     }
-    return rs_error(RESHARD_ERR_INVALID_ARG, "unknown system '%s' (known: h100, gb200)", name);
+    /* measured: the emulated cluster of bench/cluster/refit.sh on a 2-core
+     * machine (see EMULATED_* in reshard_sim.h) */
+    if (!strcmp(name, "emulated")) {
+        *out = (reshard_system_t){.name = "emulated",
+                                  .domain_size = 2,
+                                  .nic_bytes_per_s = 800e6 / 8,
+                                  .nic_latency_s = 1e-4,
+                                  .nvlink_bytes_per_s = 1e9,
+                                  .nvlink_latency_s = 1e-4,
+                                  .copy_bytes_per_s = 2e9};
+        return RESHARD_OK;
+    }
+    return rs_error(RESHARD_ERR_INVALID_ARG, "unknown system '%s' (known: h100, gb200, emulated)",
+                    name);
 }
 
 int32_t reshard_sim_infer_offset(int32_t train_world, int32_t domain_size)
@@ -30,16 +56,47 @@ int32_t reshard_sim_infer_offset(int32_t train_world, int32_t domain_size)
     return (int32_t)(((int64_t)train_world + domain_size - 1) / domain_size * domain_size);
 }
 
-double reshard_sim_baseline_seconds(const reshard_plan_stats_t *b, uint64_t model_bytes,
-                                    const reshard_system_t *sys)
+/* The baseline's broadcast segment (RS_CHAIN_SEGMENT of the MPI baseline). */
+#define SIM_CHAIN_SEGMENT ((double)(1 << 20))
+
+reshard_status_t reshard_sim_baseline(const reshard_model_refit_t *r, const reshard_plan_stats_t *b,
+                                      const reshard_system_t *sys, reshard_sim_baseline_t *out)
 {
-    if (!b || !sys || !(sys->nic_bytes_per_s > 0) || !(sys->nvlink_bytes_per_s > 0))
-        return 0;
-    uint64_t nic = b->max_nic_send_bytes > b->max_nic_recv_bytes ? b->max_nic_send_bytes
-                                                                 : b->max_nic_recv_bytes;
-    double t_nic = (double)nic / sys->nic_bytes_per_s;
-    double t_nvl = (double)model_bytes / sys->nvlink_bytes_per_s;
-    return t_nic > t_nvl ? t_nic : t_nvl;
+    if (!r || !b || !sys || !out || !(sys->nic_bytes_per_s > 0) || !(sys->nvlink_bytes_per_s > 0) ||
+        !(sys->copy_bytes_per_s > 0))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_baseline: NULL argument or a "
+                                                 "bandwidth that is not positive");
+    memset(out, 0, sizeof *out);
+    const int32_t K = sys->domain_size > 1 ? sys->domain_size : 1;
+    const int32_t O = r->infer_offset > 0 ? r->infer_offset : r->train_world, I = r->infer_world;
+    const int32_t pp = r->train_spec.pp > 0 ? r->train_spec.pp : 1;
+    const double M = (double)reshard_tensors_bytes(r->tensors);
+    /* the chain of the first root; every root sits on the training side */
+    out->chain_links = I;
+    out->chain_network_links = O / K != 0;
+    for (int32_t i = 0; i + 1 < I; i++)
+        out->chain_network_links += (O + i) / K != (O + i + 1) / K;
+    double chain_net = M * out->chain_network_links;
+    double chain_nvl = M * (out->chain_links - out->chain_network_links);
+    double g_net = (double)b->bytes_network - chain_net,
+           g_nvl = (double)b->bytes_nvlink - chain_nvl;
+    g_net = g_net > 0 ? g_net : 0;
+    g_nvl = g_nvl > 0 ? g_nvl : 0;
+    double rate = out->chain_network_links ? sys->nic_bytes_per_s : sys->nvlink_bytes_per_s;
+    double t_gn = g_net / sys->nic_bytes_per_s, t_gv = g_nvl / sys->nvlink_bytes_per_s;
+    out->gather_s = t_gn > t_gv ? t_gn : t_gv;
+    out->chain_s = M / rate;
+    int32_t tp = r->infer_spec.tp > 0 ? r->infer_spec.tp : 1;
+    out->copy_s = (M + M / tp) / sys->copy_bytes_per_s;
+    double bucket =
+        (double)(sys->staging_bytes ? sys->staging_bytes : RESHARD_DEFAULT_STAGING_BYTES);
+    out->buckets = (int64_t)((M + bucket - 1) / bucket) + pp - 1;
+    double seg =
+        M / (double)out->buckets < SIM_CHAIN_SEGMENT ? M / (double)out->buckets : SIM_CHAIN_SEGMENT;
+    out->fill_s = (double)out->buckets *
+                  ((out->chain_links - 1) * seg / rate + out->chain_links * sys->nic_latency_s);
+    out->seconds = out->gather_s + out->chain_s + out->copy_s + out->fill_s;
+    return RESHARD_OK;
 }
 
 /* Per-rank counters of one link class. */

@@ -59,7 +59,7 @@ static void test_cost_model_by_hand(void **state)
                                .domain_size = 4};
     reshard_plan_t *plan;
     assert_int_equal(reshard_plan_create(src, dst, &p, &plan), RESHARD_OK);
-    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9};
+    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9, 0};
     reshard_sim_t r;
     assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_OK);
     assert_int_equal(r.network_rounds, 1);
