@@ -500,10 +500,12 @@ static int32_t *stage_roots(const reshard_model_refit_t *f)
 
 /* ---- raw MPI: the plan's pairs as plain messages ----------------------- */
 
-/** This rank's raw-MPI buffers: everything it sends, everything it receives. */
+/** This rank's raw-MPI buffers: one message's worth to send from (every send
+ *  reads the same bytes; MPI allows concurrent sends from one buffer), and
+ *  everything it receives. */
 typedef struct {
     char *sbuf, *rbuf;
-    uint64_t sbytes, rbytes;
+    uint64_t sbytes, rbytes; /**< largest message sent; bytes received */
 } raw_bufs_t;
 
 static reshard_status_t raw_alloc(const run_t *r, raw_bufs_t *x)
@@ -512,9 +514,11 @@ static reshard_status_t raw_alloc(const run_t *r, raw_bufs_t *x)
     for (int p = 0; p < r->size; p++) {
         if (p == r->rank)
             continue;
-        x->sbytes += reshard_plan_pair_bytes(r->plan, r->rank, p);
+        uint64_t out = reshard_plan_pair_bytes(r->plan, r->rank, p);
+        x->sbytes = out > x->sbytes ? out : x->sbytes;
         x->rbytes += reshard_plan_pair_bytes(r->plan, p, r->rank);
     }
+    x->sbytes = x->sbytes < ((uint64_t)1 << 30) ? x->sbytes : (uint64_t)1 << 30;
     x->sbuf = malloc((size_t)x->sbytes + 1);
     x->rbuf = malloc((size_t)x->rbytes + 1);
     if (!x->sbuf || !x->rbuf)
@@ -536,7 +540,7 @@ static void raw_once(const run_t *r, method_t *m, const raw_bufs_t *x)
     MPI_Ibarrier(MPI_COMM_WORLD, &bar);
     wait_or_abort(r, &bar, "the start of a raw MPI exchange");
     double t0 = MPI_Wtime();
-    uint64_t off[2] = {0, 0};
+    uint64_t roff = 0;
     for (int pass = 0; pass < 2 && req; pass++) {
         for (int p = 0; p < r->size && req; p++) {
             if (p == r->rank)
@@ -554,11 +558,11 @@ static void raw_once(const run_t *r, method_t *m, const raw_bufs_t *x)
                         break;
                 }
                 if (pass == 0)
-                    MPI_Irecv(x->rbuf + off[0] + o, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
+                    MPI_Irecv(x->rbuf + roff + o, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
                 else
-                    MPI_Isend(x->sbuf + off[1] + o, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
+                    MPI_Isend(x->sbuf, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
             }
-            off[pass] += bytes;
+            roff += pass == 0 ? bytes : 0;
         }
     }
     if (!req) {
