@@ -710,9 +710,6 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
         json_object_set_new(o, "baseline_verified_bytes",
                             json_integer((json_int_t)bl->verified_bytes));
         json_object_set_new(o, "baseline_wrong", json_integer(bl->wrong));
-        json_object_set_new(o, "baseline_bytes_network",
-                            json_integer((json_int_t)bl->bytes_network));
-        json_object_set_new(o, "baseline_bytes_nvlink", json_integer((json_int_t)bl->bytes_nvlink));
     }
     if (raw) {
         json_object_set_new(o, "raw_seconds", json_real(median(raw->seconds, raw->done)));

@@ -277,6 +277,15 @@ static json_t *row_json(const sim_row_t *r)
     json_object_set_new(o, "network_s", json_real(x->sim.network_s));
     json_object_set_new(o, "nvlink_s", json_real(x->sim.nvlink_s));
     json_object_set_new(o, "fill_s", json_real(x->sim.fill_s));
+    json_object_set_new(o, "copy_s", json_real(x->sim.copy_s));
+    json_object_set_new(o, "network_rounds", json_integer(x->sim.network_rounds));
+    json_object_set_new(o, "nvlink_rounds", json_integer(x->sim.nvlink_rounds));
+    json_object_set_new(o, "network_streams", json_real(x->sim.network_streams));
+    json_object_set_new(o, "tail_s", json_real(x->sim.tail_s));
+    json_object_set_new(o, "baseline_gather_s", json_real(x->base.gather_s));
+    json_object_set_new(o, "baseline_chain_s", json_real(x->base.chain_s));
+    json_object_set_new(o, "baseline_copy_s", json_real(x->base.copy_s));
+    json_object_set_new(o, "baseline_fill_s", json_real(x->base.fill_s));
     json_object_set_new(o, "max_relay_bytes", json_integer((json_int_t)x->sim.max_relay_bytes));
     json_object_set_new(o, "train_world", json_integer(x->train_world));
     json_object_set_new(o, "infer_world", json_integer(x->infer_world));

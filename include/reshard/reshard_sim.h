@@ -20,9 +20,18 @@
  *     over ranks of t_nvlink. The stages are pipelined over the R rounds of
  *     stage 1: the forward of chunk k goes out with round k+2, so
  *       predicted = T_local + max(T_net + T_nvl / R, T_nvl + min(R, 2) * T_net / R)
- *     (just max(T_net, T_nvl) when one stage is empty); fill is what this
- *     adds to max(T_net, T_nvl). T_local = max over ranks of the bytes copied
- *     within the rank / copy bandwidth (before the loop).
+ *     (just max(T_net, T_nvl) when one stage is empty). Packing and
+ *     unpacking (T_copy: the busiest rank's bytes that do not move straight
+ *     from/to the user buffer, packed or unpacked, / copy bandwidth) overlap
+ *     the transfers except for the first pack and the last unpack:
+ *     and the last network round ends with a tail: a NIC shared by f streams
+ *     does not finish them together, and no later round fills the gap:
+ *       tail = max over ranks and directions of (1 - 1/f) x t / R
+ *     with t the rank's network bytes / NIC bandwidth, R its rounds and f
+ *     its effective number of streams, (sum of bytes)^2 / sum of squares
+ *       predicted = T_local + max(pipelined, T_copy) + T_copy / R + tail
+ *     fill is what this adds to max(T_net, T_nvl). T_local = max over ranks
+ *     of the bytes copied within the rank / copy bandwidth (before the loop).
  *   - Lower bound: max(NIC bound, NVLink bound), the NIC bound being
  *     max(nic_send_bound_bytes, nic_recv_bound_bytes) / NIC bandwidth (no plan
  *     can have a less busy NIC), the NVLink bound the forwarded bytes of the
@@ -91,12 +100,15 @@ typedef struct {
     double network_s; /**< stage 1 alone: T_net */
     double nvlink_s;  /**< stage 2 alone: T_nvl */
     double local_s;   /**< copies within a rank: T_local */
+    double copy_s;    /**< packing and unpacking of the busiest rank: T_copy */
+    double tail_s;    /**< the last network round's tail */
     double fill_s;    /**< pipeline fill and drain */
     double bound_s;   /**< lower bound: max(nic_bound_s, nvlink_bound_s) */
     double nic_bound_s;
     double nvlink_bound_s;
     int64_t network_rounds;      /**< R_net */
     int64_t nvlink_rounds;       /**< R_nvl */
+    double network_streams;      /**< f of the rank with the longest tail (see above) */
     uint64_t max_nvlink_bytes;   /**< busiest rank's NVLink bytes (sent or received) */
     uint64_t nvlink_bound_bytes; /**< forwarded bytes of the busiest domain / its ranks */
     uint64_t max_relay_bytes;    /**< most relay scratch one rank needs (bytes it lands
