@@ -209,8 +209,16 @@ static void print_table(const sim_row_t *rows, size_t n)
            "Published figures are measurements on the vendors' own clusters (we did not "
            "reproduce them);\n"
            "predicted figures are reshard's cost model for the same configuration on the "
-           "modelled system\n"
-           "(h100: 8 GPUs/domain; gb200: 72; one 400 Gb/s NIC per GPU; see reshard_sim.h).\n\n");
+           "modelled system.\n"
+           "Hardware facts (data sheets): h100 8 GPUs/domain, gb200 72; one 400 Gb/s NIC per "
+           "GPU; NVLink 450 (h100)\n"
+           "or 900 (gb200) GB/s per GPU and direction. From measurement (bench/cluster/refit.sh, "
+           "an emulated\n"
+           "cluster): the model's form -- the baseline as run (gather, then a chain, bucket after "
+           "bucket),\n"
+           "packing outside the transfers' overlap, the last round's tail of a shared NIC -- "
+           "checked against\n"
+           "measured reshard and baseline times; see reshard_sim.h.\n\n");
     printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s\n", "case", "system", "model",
            "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
     char a[32], b[32], c[32];
@@ -227,7 +235,10 @@ static void print_table(const sim_row_t *rows, size_t n)
                    r->r.sim.seconds / r->r.sim.bound_s);
     }
     printf("\nseconds; pub.* = published, pred.* = predicted, bound = lower bound of any plan "
-           "(busiest NIC at its bound, NVLink stage at its bound).\n");
+           "(busiest NIC at its bound, NVLink stage at its bound).\n"
+           "pred.base is reshard's built-in baseline as it runs (reshard run --baseline: the "
+           "stage roots one after\nanother, each gathering, then broadcasting down a chain); "
+           "the vendors' baselines overlap their stages.\n");
     for (size_t i = 0; i < n; i++) {
         const sim_row_t *r = &rows[i];
         if (r->reason[0])

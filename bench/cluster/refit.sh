@@ -4,6 +4,12 @@
 #   bench/cluster/refit.sh [--nic-mbit R] [--domain-size K] [--json] [--build DIR]
 #                          -- <reshard run arguments>
 #
+#   --nic-mbit R     each rank's NIC, Mbit/s per direction (default 800)
+#   --domain-size K  ranks per NVLink domain (default 2)
+#   --json           one JSON object instead of the table
+#   --build DIR      the build holding the reshard binary (default build; a
+#                    relative path is taken from the repository root)
+#
 # Builds, as root, one network namespace per NVLink domain (rank r lives in
 # domain r / K, as the planner assumes) and one "switch" namespace holding a
 # bridge. Every rank gets its own NIC: a veth pair from its domain namespace
@@ -26,8 +32,8 @@
 # baseline_s, raw_s, bound_s, sim_reshard_s, sim_baseline_s, verified,
 # nic_mbit, domain_size (and the bytes the NICs' queues counted).
 # Everything is torn down on exit, failure or Ctrl-C; a leftover of a crashed
-# run (namespaces named rshc-*) is removed first. Two runs at a time are
-# refused (a lock file). Exit status: 0 ok and verified, 1 a failed or
+# run (namespaces named rshc-*) is removed first. A second run waits for
+# the first (a lock file, at most 15 minutes). Exit status: 0 ok and verified, 1 a failed or
 # unverified refit or setup, 2 bad usage.
 set -euo pipefail
 
@@ -98,14 +104,17 @@ for tool in ip tc mpirun; do
   command -v $tool >/dev/null || die "'$tool' not found: install iproute2 (ip, tc) and Open MPI (mpirun)"
 done
 cd "$(dirname "$0")/../.."
-reshard=$PWD/$build/reshard
+case $build in /*) reshard=$build/reshard ;; *) reshard=$PWD/$build/reshard ;; esac
 [ -x "$reshard" ] || die "$reshard not found: build first (tools/setup.sh $build)"
 py=/usr/bin/python3
 [ -x $py ] || py=python3
 command -v $py >/dev/null || die "python3 is needed to read the JSON of reshard plan/run/sim"
 
 exec 9>"$LOCK"
-flock -n 9 || die "another refit.sh holds $LOCK; wait for it to finish"
+if ! flock -n 9; then
+  say "another refit.sh holds $LOCK; waiting for it (at most 15 minutes)"
+  flock -w 900 9 || die "another refit.sh still holds $LOCK after 15 minutes"
+fi
 
 # ---- what the job needs: world sizes, lower bound, prediction ----------------
 jget() { $py -c 'import json,sys
@@ -158,11 +167,9 @@ addr() { echo "10.77.$(($1 / 250)).$(($1 % 250 + 1))"; } # rank -> its NIC's add
 teardown                                                  # leftovers of a crashed run
 say "building the cluster: $ndomains domains of $domain_size ranks, one ${nic_mbit} Mbit/s NIC per rank"
 # token bucket: the rate, a burst of 1 ms at that rate (at least 64 KiB, a
-# segmentation-offload packet), a queue of queue_ms at that rate: deep enough
-# that flows converging on one NIC are not dropped (the fabrics refit runs on
-# are lossless: RoCE with PFC, InfiniBand), TCP then keeps the queue full
-# instead of backing off for a retransmission timeout
-queue_ms=${RESHARD_CLUSTER_QUEUE_MS:-200}
+# segmentation-offload packet), a drop-tail queue of 20 ms at that rate (this
+# kernel offers no AQM under tbf; 200 ms queues lost fewer packets but added
+# their delay to every MPI handshake and measured slower)
 burst=$((nic_mbit * 1000 / 8))
 [ $burst -ge 65536 ] || burst=65536
 ip netns add $SW
@@ -192,8 +199,8 @@ for ((r = 0; r < world; r++)); do
   ip -n "$ns" rule add from "$a" lookup $((100 + r))
   ip -n "$ns" route add $SUBNET dev "nic$r" src "$a" table $((100 + r))
   [ $((r % domain_size)) != 0 ] || ip -n "$ns" route add $SUBNET dev "nic$r" src "$a"
-  ip netns exec "$ns" tc qdisc replace dev "nic$r" root tbf rate "${nic_mbit}mbit" burst "$burst" latency "$queue_ms"ms
-  ip netns exec $SW tc qdisc replace dev "p$r" root tbf rate "${nic_mbit}mbit" burst "$burst" latency "$queue_ms"ms
+  ip netns exec "$ns" tc qdisc replace dev "nic$r" root tbf rate "${nic_mbit}mbit" burst "$burst" latency 20ms
+  ip netns exec $SW tc qdisc replace dev "p$r" root tbf rate "${nic_mbit}mbit" burst "$burst" latency 20ms
 done
 # every NIC reaches the switch before the job starts: a TCP connection from
 # the NIC's address to a closed port of the bridge is refused (reachable), not

@@ -41,7 +41,7 @@ reshard_status_t reshard_system_lookup(const char *name, reshard_system_t *out)
                                   .domain_size = 2,
                                   .nic_bytes_per_s = 800e6 / 8,
                                   .nic_latency_s = 1e-4,
-                                  .nvlink_bytes_per_s = 150e6,
+                                  .nvlink_bytes_per_s = 400e6,
                                   .nvlink_latency_s = 1e-4,
                                   .copy_bytes_per_s = 1e9};
         return RESHARD_OK;
