@@ -282,21 +282,26 @@ static json_t *row_json(const sim_row_t *r)
         return o;
     }
     const reshard_sim_refit_t *x = &r->r;
-    json_object_set_new(o, "predicted_s", json_real(x->sim.seconds));
-    json_object_set_new(o, "baseline_predicted_s", json_real(x->baseline_s));
-    json_object_set_new(o, "bound_s", json_real(x->sim.bound_s));
-    json_object_set_new(o, "network_s", json_real(x->sim.network_s));
-    json_object_set_new(o, "nvlink_s", json_real(x->sim.nvlink_s));
-    json_object_set_new(o, "fill_s", json_real(x->sim.fill_s));
-    json_object_set_new(o, "copy_s", json_real(x->sim.copy_s));
-    json_object_set_new(o, "network_rounds", json_integer(x->sim.network_rounds));
-    json_object_set_new(o, "nvlink_rounds", json_integer(x->sim.nvlink_rounds));
-    json_object_set_new(o, "network_streams", json_real(x->sim.network_streams));
-    json_object_set_new(o, "tail_s", json_real(x->sim.tail_s));
-    json_object_set_new(o, "baseline_gather_s", json_real(x->base.gather_s));
-    json_object_set_new(o, "baseline_chain_s", json_real(x->base.chain_s));
-    json_object_set_new(o, "baseline_copy_s", json_real(x->base.copy_s));
-    json_object_set_new(o, "baseline_fill_s", json_real(x->base.fill_s));
+    const struct {
+        const char *key;
+        double v;
+    } reals[] = {{"predicted_s", x->sim.seconds},
+                 {"baseline_predicted_s", x->baseline_s},
+                 {"bound_s", x->sim.bound_s},
+                 {"network_s", x->sim.network_s},
+                 {"nvlink_s", x->sim.nvlink_s},
+                 {"fill_s", x->sim.fill_s},
+                 {"copy_s", x->sim.copy_s},
+                 {"tail_s", x->sim.tail_s},
+                 {"network_streams", x->sim.network_streams},
+                 {"network_rounds", (double)x->sim.network_rounds},
+                 {"nvlink_rounds", (double)x->sim.nvlink_rounds},
+                 {"baseline_gather_s", x->base.gather_s},
+                 {"baseline_chain_s", x->base.chain_s},
+                 {"baseline_copy_s", x->base.copy_s},
+                 {"baseline_fill_s", x->base.fill_s}};
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
+        json_object_set_new(o, reals[i].key, json_real(reals[i].v));
     json_object_set_new(o, "max_relay_bytes", json_integer((json_int_t)x->sim.max_relay_bytes));
     json_object_set_new(o, "train_world", json_integer(x->train_world));
     json_object_set_new(o, "infer_world", json_integer(x->infer_world));

@@ -90,6 +90,11 @@ typedef struct {
  *   "gb200": GB200 NVL72, 72 GPUs per NVLink domain, one 400 Gb/s NIC per GPU
  *            (50e9 B/s, 5 us), NVLink 5 900e9 B/s per direction (2 us),
  *            copies 3e12 B/s.
+ *   (hardware facts from the data sheets)
+ *   "emulated": the emulated cluster of bench/cluster/refit.sh on a 2-core
+ *            machine: 2 ranks per domain, an 800 Mbit/s NIC (1e8 B/s, the tc
+ *            rate; the script passes its own), loopback 4e8 B/s per rank,
+ *            copies 1e9 B/s, 100 us per message round (measured there).
  * Errors: INVALID_ARG (NULL or an unknown name; the message lists the names).
  */
 reshard_status_t reshard_system_lookup(const char *name, reshard_system_t *out);
