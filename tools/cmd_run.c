@@ -644,9 +644,12 @@ static void print_header(const run_t *r, double plan_s)
     fmt_bytes(r->dst_bytes, need, sizeof need);
     printf("reshard run: %s, %s of weights (%d tensors); the inference side needs %s\n", a->model,
            model_b, reshard_tensors_count(f->tensors), need);
-    printf("  train %s on ranks 0-%d, infer %s on ranks %d-%d; domains of %ld ranks\n", tspec,
-           f->train_world - 1, ispec, f->train_world, f->train_world + f->infer_world - 1,
-           a->domain_size > 0 ? a->domain_size : 1);
+    printf("  train %s on ranks 0-%d, infer %s on ranks %d-%d; ", tspec, f->train_world - 1, ispec,
+           f->train_world, f->train_world + f->infer_world - 1);
+    if (a->domain_size > 1)
+        printf("NVLink domains of %ld ranks\n", a->domain_size);
+    else
+        printf("no NVLink domains (every rank its own)\n");
     printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
            "timeout %.0f s; plan built in %.3f s\n\n",
            a->iters, a->staging_mb, a->timeout_s, plan_s);

@@ -203,7 +203,8 @@ static const char *fig(json_t *pub, const char *key, char *buf, size_t n)
     return buf;
 }
 
-static void print_table(const sim_row_t *rows, size_t n)
+/* The header, printed before the predictions are computed. */
+static void print_header(void)
 {
     printf("reshard sim: refit time, published vs predicted\n"
            "Published figures are measurements on the vendors' own clusters (we did not "
@@ -221,19 +222,28 @@ static void print_table(const sim_row_t *rows, size_t n)
            "measured reshard and baseline times; see reshard_sim.h.\n\n");
     printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s\n", "case", "system", "model",
            "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
+    fflush(stdout);
+}
+
+/* One row, printed as soon as it is predicted. */
+static void print_row(const sim_row_t *r)
+{
     char a[32], b[32], c[32];
-    for (size_t i = 0; i < n; i++) {
-        const sim_row_t *r = &rows[i];
-        printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
-               fig(r->published, "baseline_s", a, sizeof a),
-               fig(r->published, "reshard_s", b, sizeof b),
-               fig(r->published, "direct_p2p_s", c, sizeof c));
-        if (r->reason[0])
-            printf("not predicted: %s\n", r->reason);
-        else
-            printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
-                   r->r.sim.seconds / r->r.sim.bound_s);
-    }
+    printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
+           fig(r->published, "baseline_s", a, sizeof a),
+           fig(r->published, "reshard_s", b, sizeof b),
+           fig(r->published, "direct_p2p_s", c, sizeof c));
+    if (r->reason[0])
+        printf("not predicted: %s\n", r->reason);
+    else
+        printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
+               r->r.sim.seconds / r->r.sim.bound_s);
+    fflush(stdout);
+}
+
+/* What follows the rows. */
+static void print_footer(const sim_row_t *rows, size_t n)
+{
     printf("\nseconds; pub.* = published, pred.* = predicted, bound = lower bound of any plan "
            "(busiest NIC at its bound, NVLink stage at its bound).\n"
            "pred.base is reshard's built-in baseline as it runs (reshard run --baseline: the "
@@ -348,8 +358,12 @@ int cmd_sim(int argc, char **argv)
         snprintf(rows[0].system, sizeof rows[0].system, "%s", a.system);
         snprintf(rows[0].model, sizeof rows[0].model, "%s", a.model);
         rows[0].published = json_object();
+        if (!a.json)
+            print_header();
         predict(&rows[0], a.model, &ts, &is, &a);
         n = 1;
+        if (!a.json)
+            print_row(&rows[0]);
     } else {
         json_error_t err;
         root = json_load_file(a.cases, 0, &err);
@@ -370,7 +384,12 @@ int cmd_sim(int argc, char **argv)
             const char *id = json_string_value(json_object_get(c, "id"));
             if (a.only && (!id || strcmp(id, a.only)))
                 continue;
-            case_row(c, &rows[n++], &a);
+            if (n == 0 && !a.json)
+                print_header();
+            case_row(c, &rows[n], &a);
+            if (!a.json)
+                print_row(&rows[n]);
+            n++;
         }
         if (a.only && n == 0) {
             fprintf(stderr, "reshard sim: no case '%s' in %s\n", a.only, a.cases);
@@ -392,8 +411,8 @@ int cmd_sim(int argc, char **argv)
         json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("\n");
         json_decref(o);
-    } else {
-        print_table(rows, n);
+    } else if (n > 0) {
+        print_footer(rows, n);
     }
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
