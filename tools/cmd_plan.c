@@ -258,6 +258,9 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "dtype", json_string(a.dtype));
         json_object_set_new(o, "domain_size", json_integer(a.domain_size));
         json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
+        reshard_model_info_t info;
+        if (reshard_model_info(model, &info) == RESHARD_OK)
+            json_object_set_new(o, "params", json_integer((json_int_t)info.params));
         json_object_set_new(o, "train_world", json_integer(refit.train_world));
         json_object_set_new(o, "infer_world", json_integer(refit.infer_world));
         json_object_set_new(o, "infer_offset", json_integer(refit.infer_offset));

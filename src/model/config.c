@@ -35,6 +35,12 @@ static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int6
     return RESHARD_OK;
 }
 
+reshard_status_t rs_config_int(json_t *root, const char *key, int64_t def, int64_t min,
+                               int64_t *out)
+{
+    return get_int(root, key, def, min, out);
+}
+
 #define GET(key, def, min, dst)                                                                    \
     do {                                                                                           \
         int64_t v_;                                                                                \
@@ -59,6 +65,10 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
             *fam = RS_FAM_QWEN3_MOE;
             return RESHARD_OK;
         }
+        if (!strcmp(mt, "nemotron_h")) {
+            *fam = RS_FAM_NEMOTRON_H;
+            return RESHARD_OK;
+        }
         if (!strcmp(mt, "deepseek_v3") || !strcmp(mt, "deepseek_v2") || !strcmp(mt, "kimi_k2")) {
             *fam = RS_FAM_DSV3;
             return RESHARD_OK;
@@ -79,11 +89,12 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
             return RESHARD_OK;
         }
     }
-    return rs_error(RESHARD_ERR_CONFIG,
-                    "config: unknown model family (model_type '%s', architecture '%s'); known: "
-                    "llama, mistral, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2 (qwen2 "
-                    "has qkv biases: not supported)",
-                    mt ? mt : "?", arch ? arch : "?");
+    return rs_error(
+        RESHARD_ERR_CONFIG,
+        "config: unknown model family (model_type '%s', architecture '%s'); known: "
+        "llama, mistral, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, nemotron_h (qwen2 "
+        "has qkv biases: not supported)",
+        mt ? mt : "?", arch ? arch : "?");
 }
 
 static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, reshard_model_t *m)
@@ -127,6 +138,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     if (o->layers > 0)
         L = o->layers;
     m->L = L;
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        return rs_hybrid_parse(root, o, m);
 
     int64_t step = 1, first_k = 0, freq = 1;
     json_t *mlp_only = NULL;
@@ -295,6 +308,7 @@ void reshard_model_destroy(reshard_model_t *model)
     if (!model)
         return;
     free(model->moe);
+    rs_hybrid_free(&model->hy);
     free(model->name);
     free(model);
 }
@@ -323,7 +337,7 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3"};
+    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3", "nemotron_h"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

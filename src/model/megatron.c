@@ -144,6 +144,8 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_train_spec_t *s,
 static reshard_status_t train_rank(rs_emit_t *e, int32_t r, const void *spec_v)
 {
     const reshard_train_spec_t *spec = spec_v;
+    if (e->m->fam == RS_FAM_NEMOTRON_H)
+        return rs_hybrid_train_rank(e, r, spec);
     int32_t S = spec->tp * spec->cp * spec->dp, li = r % S;
     mg_coord_t c = {.stage = r / S,
                     .tp = li % spec->tp,
@@ -166,4 +168,10 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
         return s;
     return rs_emit_side(model, tensors, reshard_train_world(spec), rank_offset, train_rank, spec,
                         out, buffers);
+}
+
+reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                 const char *name)
+{
+    return qkv(e, l, tp, t, name);
 }

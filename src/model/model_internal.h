@@ -10,7 +10,18 @@
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
 
-typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3 } rs_family_t;
+typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3, RS_FAM_NEMOTRON_H } rs_family_t;
+
+/** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */
+typedef struct {
+    char *kind;       /**< per kept layer: 'M' Mamba, '*' attention, '-' MLP, 'E' MoE */
+    int32_t *stage0;  /**< first layer of each '|' segment of the pattern (stage0[0] = 0) */
+    int32_t segments; /**< '|' segments of the kept layers (1: no '|') */
+    int32_t mh, mhd;  /**< mamba heads Hm, head dim; I = mh * mhd */
+    int32_t G, N, K;  /**< n_groups, ssm_state_size, conv_kernel */
+    int64_t Is;       /**< shared-expert intermediate size (times n_shared_experts) */
+    int64_t latent;   /**< moe_latent_size (0: none): routed experts work in it */
+} rs_hybrid_t;
 
 struct reshard_model {
     char *name;
@@ -25,7 +36,8 @@ struct reshard_model {
     int32_t Lcfg;    /**< num_hidden_layers of the config (MTP layers are numbered from it) */
     int32_t nmtp;    /**< MTP layers included */
     reshard_dtype_t dtype;
-    bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
+    bool *moe;      /**< per layer 0..L+nmtp-1: MoE MLP */
+    rs_hybrid_t hy; /**< nemotron_h only */
 };
 
 /** Tensor ids of one decoder (or MTP) layer; -1 where absent. */
@@ -38,7 +50,9 @@ typedef struct {
     int32_t e_gate, e_up, e_down;             /* stacked routed experts */
     int32_t s_gate, s_up, s_down;             /* shared experts */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
-    int32_t hf_index;                         /**< layer number in HF names */
+    int32_t m_in, m_conv_w, m_conv_b, m_A_log, m_D, m_dt_bias, m_norm, m_out; /* Mamba mixer */
+    int32_t lat1, lat2; /* MoE latent projections */
+    int32_t hf_index;   /**< layer number in HF names */
 } rs_layer_ids_t;
 
 /** The catalogue's structure: which id plays which role. */
@@ -59,6 +73,33 @@ void rs_model_ids_free(rs_model_ids_t *ids);
 /** Ids for a layout over @p tensors: checks the catalogue matches the model. */
 reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensors_t *tensors,
                                   rs_model_ids_t *ids);
+
+/* --- catalogue building (catalogue.c) ------------------------------------- */
+
+/** A catalogue being built (catalogue.c). */
+typedef struct rs_cat rs_cat_t;
+const reshard_model_t *rs_cat_model(const rs_cat_t *c);
+rs_model_ids_t *rs_cat_ids(rs_cat_t *c);
+/** Add tensor "<fmt>" (printf) of dtype @p dt, shape @p shape and planning
+ *  view @p view (@p vnd dims; 0 = the shape) to the catalogue; its id goes
+ *  to @p id. Tensors whose name has ".experts." are routed-expert tensors.
+ *  No FP8 scale tensor. */
+reshard_status_t rs_cat_add(rs_cat_t *c, int32_t *id, reshard_dtype_t dt, int nd,
+                            const int64_t *shape, int vnd, const int64_t *view, const char *fmt,
+                            ...) __attribute__((format(printf, 8, 9)));
+
+/* --- nemotron_h hooks (mamba.c) ------------------------------------------- */
+struct json_t;
+/** Read the hybrid fields of a nemotron_h config (after the common ones). */
+reshard_status_t rs_hybrid_parse(struct json_t *root, const reshard_model_options_t *o,
+                                 reshard_model_t *m);
+void rs_hybrid_free(rs_hybrid_t *hy);
+reshard_status_t rs_hybrid_catalogue(rs_cat_t *c);
+reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
+reshard_status_t rs_hybrid_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** An integer config field (config.c): required when @p def < 0; null = absent. */
+reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def, int64_t min,
+                               int64_t *out);
 
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
@@ -168,5 +209,17 @@ static inline int64_t rs_roundup(int64_t a, int64_t b)
         if (s_ != RESHARD_OK)                                                                      \
             return s_;                                                                             \
     } while (0)
+
+/* --- fused attention of each side, shared with the hybrid stack ----------- */
+/** Megatron linear_qkv of TP rank @p t (megatron.c). */
+reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                 const char *name);
+/** vLLM qkv_proj of TP rank @p t (vllm.c). */
+reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                             const char *name);
+/** The parameters of Megatron side rank @p r (HybridStack) and of vLLM side
+ *  rank @p r (NemotronH) of a nemotron_h model (mamba.c). */
+reshard_status_t rs_hybrid_train_rank(rs_emit_t *e, int32_t r, const reshard_train_spec_t *s);
+reshard_status_t rs_hybrid_infer_rank(rs_emit_t *e, int32_t r, const reshard_infer_spec_t *s);
 
 #endif

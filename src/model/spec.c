@@ -215,6 +215,8 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
     if (m->nmtp)
         RULE(m->H % s->tp == 0, "train: tp=%d does not divide the hidden size %lld (MTP eh_proj)",
              s->tp, (long long)m->H);
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        TRY(rs_hybrid_check_train(m, s));
     if (!has_moe(m)) {
         RULE(s->ep == 1 && s->etp == 1, "train: ep=%d etp=%d: the model has no experts", s->ep,
              s->etp);
@@ -248,6 +250,8 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
         RULE((m->Im * m->nshared) % tp == 0,
              "infer: tp=%d does not divide the shared-expert intermediate size %lld", tp,
              (long long)(m->Im * m->nshared));
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        TRY(rs_hybrid_check_infer(m, s));
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         return RESHARD_OK;

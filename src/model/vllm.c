@@ -140,6 +140,8 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
 
 static reshard_status_t infer_rank(rs_emit_t *e, int32_t r, const void *spec)
 {
+    if (e->m->fam == RS_FAM_NEMOTRON_H)
+        return rs_hybrid_infer_rank(e, r, spec);
     return rank_params(e, spec, r);
 }
 
@@ -157,4 +159,10 @@ reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
         return s;
     return rs_emit_side(model, tensors, reshard_infer_world(spec), rank_offset, infer_rank, spec,
                         out, buffers);
+}
+
+reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                             const char *name)
+{
+    return qkv(e, l, tp, t, name);
 }
