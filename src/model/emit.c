@@ -131,6 +131,22 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     return s == RESHARD_OK ? id : s;
 }
 
+int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_t *shape,
+                              const char *fmt, ...)
+{
+    reshard_tensor_info_t info;
+    if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK || e->ids->scale[like] >= 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_buffer_shaped: bad tensor %d", like);
+    int32_t id = e->next_buf++;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    reshard_status_t s = open_one(e, id, name, "", info.dtype, ndim, shape);
+    return s == RESHARD_OK ? id : s;
+}
+
 /* The FP8 scale fragment of weight fragment @p w: the same box in 128x128
  * blocks, in the scale buffer that mirrors the weight buffer's rows and
  * columns block by block. */

@@ -397,7 +397,8 @@ static reshard_status_t mixer(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp,
     /* conv1d weight and bias: [x; B; C] */
     const int32_t conv[2] = {l->m_conv_w, l->m_conv_b};
     for (int k = 0; k < 2; k++) {
-        b = rs_emit_buffer(e, conv[k], 1, zi + 2 * gi, k ? 1 : hy->K, "%s", names[MX_CONV_W + k]);
+        int64_t shape[3] = {zi + 2 * gi, 1, hy->K}; /* weight [channels, 1, K], bias [channels] */
+        b = rs_emit_buffer_shaped(e, conv[k], k ? 1 : 3, shape, "%s", names[MX_CONV_W + k]);
         if (b < 0)
             return (reshard_status_t)b;
         TRY(rows_at(e, conv[k], b, 0, t * zi, zi));
@@ -450,12 +451,15 @@ static reshard_status_t experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e
         char n1[192], n2[192];
         snprintf(n1, sizeof n1, per_expert ? "%s%lld" : "%s", fc1, (long long)j);
         snprintf(n2, sizeof n2, per_expert ? "%s%lld" : "%s", fc2, (long long)j);
-        int32_t b1 = rs_emit_buffer(e, l->e_up, per, n, Hin, "%s", n1);
+        /* Megatron: each expert [n, Hin]; vLLM: [experts, n, Hin] */
+        int64_t sh1[3] = {per, n, Hin}, sh2[3] = {per, Hin, n};
+        int nd = per_expert ? 2 : 3;
+        int32_t b1 = rs_emit_buffer_shaped(e, l->e_up, nd, sh1 + 3 - nd, "%s", n1);
         if (b1 < 0)
             return (reshard_status_t)b1;
         int64_t o1[3] = {first, i0, 0}, x1[3] = {per, n, Hin}, s1[3] = {n * Hin, Hin, 1};
         TRY(rs_emit(e, l->e_up, b1, o1, x1, 0, s1));
-        int32_t b2 = rs_emit_buffer(e, l->e_down, per, Hin, n, "%s", n2);
+        int32_t b2 = rs_emit_buffer_shaped(e, l->e_down, nd, sh2 + 3 - nd, "%s", n2);
         if (b2 < 0)
             return (reshard_status_t)b2;
         int64_t o2[3] = {first, 0, i0}, x2[3] = {per, Hin, n}, s2[3] = {Hin * n, n, 1};

@@ -155,6 +155,11 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
 int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/** As rs_emit_buffer, of the framework's own shape @p shape (@p ndim dims)
+ *  for a tensor without an FP8 scale. */
+int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_t *shape,
+                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /** Add a fragment of tensor @p t (box in its view: offsets @p off, extents
  *  @p ext, strides @p st, base @p base) in buffer @p buf of the current rank,
  *  and its scale fragment in buffer buf+1 when @p t has one. */

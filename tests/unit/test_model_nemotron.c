@@ -187,6 +187,8 @@ typedef struct {
     char name[160];
     int64_t experts, rows, width, e0, col0, pad_from;
     reshard_dtype_t dt;
+    int nd; /* the framework's shape of the parameter */
+    int64_t shape[3];
     int nseg;
     struct {
         int64_t start, n, row0;
@@ -217,7 +219,18 @@ static param_t *newp(plist_t *l, int64_t experts, int64_t rows, int64_t width, c
     p->width = width;
     p->pad_from = INT64_MAX;
     p->dt = RESHARD_BF16;
+    p->nd = 2;
+    p->shape[0] = rows;
+    p->shape[1] = width;
     return p;
+}
+
+static void shape_of(param_t *p, int nd, int64_t a, int64_t b, int64_t c)
+{
+    p->nd = nd;
+    p->shape[0] = a;
+    p->shape[1] = b;
+    p->shape[2] = c;
 }
 
 /* Append local rows [rows so far, + n) = HF rows [row0, row0 + n) of @p hf. */
@@ -242,6 +255,7 @@ static void whole(const ncfg_t *c, plist_t *l, const char *name, const char *hf)
     param_t *p = newp(l, 1, nd == 1 ? s[0] : s[0], nd == 1 ? 1 : s[nd - 1] * (nd == 3 ? s[1] : 1),
                       "%s", name);
     p->dt = dt;
+    shape_of(p, nd, s[0], s[1], s[2]);
     seg(p, hf, 0, s[0]);
 }
 
@@ -255,6 +269,8 @@ static param_t *rows(const ncfg_t *c, plist_t *l, const char *name, const char *
     REQUIRE(hf_shape(c, hf, s, &nd, &dt));
     param_t *p = newp(l, 1, n, nd == 1 ? 1 : s[nd - 1], "%s", name);
     p->dt = dt;
+    if (nd == 1)
+        shape_of(p, 1, n, 0, 0);
     seg(p, hf, r0, n);
     return p;
 }
@@ -301,6 +317,7 @@ static void mamba(const ncfg_t *c, plist_t *l, const char *lp, const char *hp, i
         snprintf(n, sizeof n, "%smixer.conv1d%s%s", lp, megatron ? "_" : ".",
                  b ? "bias" : "weight");
         p = newp(l, 1, zi + 2 * gi, b ? 1 : c->K, "%s", n);
+        shape_of(p, b ? 1 : 3, zi + 2 * gi, 1, c->K); /* weight [channels, 1, K] */
         seg(p, hf, t * zi, zi);
         seg(p, hf, I + g0, gi);
         seg(p, hf, I + GN + g0, gi);
@@ -333,10 +350,14 @@ static void experts(const ncfg_t *c, plist_t *l, const char *fc1, const char *fc
         param_t *p = per_expert ? newp(l, 1, ni, Hin, "%s%lld", fc1, (long long)j)
                                 : newp(l, ne, ni, Hin, "%s", fc1);
         p->e0 = e0 + j * n;
+        if (!per_expert)
+            shape_of(p, 3, ne, ni, Hin);
         seg(p, up, i0, ni);
         p = per_expert ? newp(l, 1, Hin, ni, "%s%lld", fc2, (long long)j)
                        : newp(l, ne, Hin, ni, "%s", fc2);
         p->e0 = e0 + j * n;
+        if (!per_expert)
+            shape_of(p, 3, ne, Hin, ni);
         p->col0 = i0;
         seg(p, down, 0, Hin);
     }
@@ -629,6 +650,23 @@ static int64_t check_rank(void *ctxv, int32_t rank, int dst, const reshard_buffe
             continue;
         }
         p->seen = 1;
+        reshard_buffer_info_t d;
+        const reshard_layout_t *lay = train ? x->f->train : x->f->infer;
+        int same = reshard_layout_declared_buffer(lay, rank, b.buffer, &d) == RESHARD_OK &&
+                   d.dtype == p->dt && d.ndim == p->nd && !strcmp(d.name, p->name);
+        for (int q = 0; same && q < p->nd; q++)
+            same = d.shape[q] == p->shape[q];
+        if (!same) {
+            snprintf(msg, size,
+                     "%s: declared %s [%lld, %lld, %lld] (%d dims), the framework's %s [%lld, "
+                     "%lld, %lld] (%d dims)",
+                     b.name, reshard_dtype_name(d.dtype), (long long)d.shape[0],
+                     (long long)d.shape[1], (long long)d.shape[2], d.ndim,
+                     reshard_dtype_name(p->dt), (long long)p->shape[0], (long long)p->shape[1],
+                     (long long)p->shape[2], p->nd);
+            bad++;
+            continue;
+        }
         uint64_t want = (uint64_t)(p->experts * p->rows * p->width) * reshard_dtype_size(p->dt);
         if (b.bytes != want) {
             snprintf(msg, size, "%s: %llu bytes, the framework has %llu", b.name,
