@@ -276,35 +276,36 @@ reshard_status_t rs_hybrid_catalogue(rs_cat_t *c)
 /* Rules                                                               */
 /* ------------------------------------------------------------------ */
 
-#define RULE(cond, ...)                                                                            \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
-    } while (0)
-
 static bool has_kind(const reshard_model_t *m, char k)
 {
     return memchr(m->hy.kind, k, (size_t)m->L) != NULL;
 }
 
+/* The rules both sides share: whole Mamba heads and shared-expert rows per
+ * TP rank. @p side names the side in the message. */
+static reshard_status_t tp_rules(const reshard_model_t *m, const char *side, int32_t tp)
+{
+    const rs_hybrid_t *hy = &m->hy;
+    if (has_kind(m, 'M'))
+        RULE(hy->mh % tp == 0,
+             "%s: tp=%d does not divide the %d Mamba heads (Megatron MambaMixer and vLLM "
+             "MambaMixer2 split whole heads)",
+             side, tp, hy->mh);
+    if (hy->Is)
+        RULE(hy->Is % tp == 0, "%s: tp=%d does not divide the shared-expert intermediate size %lld",
+             side, tp, (long long)hy->Is);
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     const rs_hybrid_t *hy = &m->hy;
-    int32_t tp = s->tp;
-    if (has_kind(m, 'M')) {
-        RULE(hy->mh % tp == 0,
-             "train: tp=%d does not divide the %d Mamba heads (Megatron MambaMixer: nheads %% "
-             "tp_size == 0)",
-             tp, hy->mh);
-        RULE(hy->G % tp == 0,
+    TRY(tp_rules(m, "train", s->tp));
+    if (has_kind(m, 'M'))
+        RULE(hy->G % s->tp == 0,
              "train: tp=%d does not divide the %d Mamba groups (Megatron MambaMixer: ngroups %% "
              "tp_size == 0; it does not replicate groups)",
-             tp, hy->G);
-    }
-    if (hy->Is)
-        RULE(hy->Is % tp == 0,
-             "train: tp=%d does not divide the shared-expert intermediate size %lld", tp,
-             (long long)hy->Is);
+             s->tp, hy->G);
     if (hy->segments > 1)
         RULE(hy->segments == s->pp,
              "train: hybrid_override_pattern has %d '|' pipeline segments but pp=%d (Megatron: "
@@ -322,18 +323,12 @@ reshard_status_t rs_hybrid_check_infer(const reshard_model_t *m, const reshard_i
 {
     const rs_hybrid_t *hy = &m->hy;
     int32_t tp = s->tp;
-    if (has_kind(m, 'M')) {
-        RULE(hy->mh % tp == 0, "infer: tp=%d does not divide the %d Mamba heads (vLLM MambaMixer2)",
-             tp, hy->mh);
+    TRY(tp_rules(m, "infer", tp));
+    if (has_kind(m, 'M'))
         RULE(hy->G % tp == 0 || hy->G == 1,
              "infer: tp=%d does not divide the %d Mamba groups (vLLM MambaMixer2 replicates "
              "groups only when n_groups == 1)",
              tp, hy->G);
-    }
-    if (hy->Is)
-        RULE(hy->Is % tp == 0,
-             "infer: tp=%d does not divide the shared-expert intermediate size %lld", tp,
-             (long long)hy->Is);
     if (has_kind(m, 'E') && !s->ep)
         RULE(m->Im % ((int64_t)tp * s->dp) == 0,
              "infer: tp*dp=%d does not divide the expert intermediate size %lld (without EP vLLM "
@@ -600,7 +595,8 @@ reshard_status_t rs_hybrid_train_rank(rs_emit_t *e, int32_t r, const reshard_tra
 /* vLLM: NemotronHForCausalLM                                          */
 /* ------------------------------------------------------------------ */
 
-static reshard_status_t vl_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r, int32_t i)
+reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
+                                      int32_t i)
 {
     const reshard_model_t *m = e->m;
     const rs_layer_ids_t *l = &e->ids->layer[i];
@@ -652,19 +648,4 @@ static reshard_status_t vl_layer(rs_emit_t *e, const reshard_infer_spec_t *s, in
         return ne > 0 ? experts(e, l, e0, ne, i0, ni, false, names[6], names[7]) : RESHARD_OK;
     }
     }
-}
-
-reshard_status_t rs_hybrid_infer_rank(rs_emit_t *e, int32_t r, const reshard_infer_spec_t *s)
-{
-    const reshard_model_t *m = e->m;
-    const rs_model_ids_t *ids = e->ids;
-    int64_t vpad = rs_roundup(m->V, 64);
-    int32_t t = r % s->tp;
-    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
-    for (int32_t i = 0; i < m->L; i++)
-        TRY(vl_layer(e, s, r, i));
-    TRY(rs_emit_own(e, ids->norm, "model.norm_f.weight"));
-    if (!m->tied)
-        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, t, "lm_head.weight"));
-    return RESHARD_OK;
 }

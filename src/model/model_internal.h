@@ -215,6 +215,13 @@ static inline int64_t rs_roundup(int64_t a, int64_t b)
             return s_;                                                                             \
     } while (0)
 
+/** Return a CONFIG error with the printf message unless @p cond holds. */
+#define RULE(cond, ...)                                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
+    } while (0)
+
 /* --- fused attention of each side, shared with the hybrid stack ----------- */
 /** Megatron linear_qkv of TP rank @p t (megatron.c). */
 reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
@@ -222,9 +229,11 @@ reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t 
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);
-/** The parameters of Megatron side rank @p r (HybridStack) and of vLLM side
- *  rank @p r (NemotronH) of a nemotron_h model (mamba.c). */
+/** nemotron_h (mamba.c): the parameters of Megatron side rank @p r
+ *  (HybridStack), and those of decoder layer @p i on vLLM side rank @p r
+ *  (NemotronH). */
 reshard_status_t rs_hybrid_train_rank(rs_emit_t *e, int32_t r, const reshard_train_spec_t *s);
-reshard_status_t rs_hybrid_infer_rank(rs_emit_t *e, int32_t r, const reshard_infer_spec_t *s);
+reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
+                                      int32_t i);
 
 #endif

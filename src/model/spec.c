@@ -189,12 +189,6 @@ static bool has_moe(const reshard_model_t *m)
     return false;
 }
 
-#define RULE(cond, ...)                                                                            \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
-    } while (0)
-
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     RULE(reshard_train_world(s) > 0, "train: sizes must be >= 1 and the world fit in int32");

@@ -129,9 +129,10 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     int64_t vpad = rs_roundup(m->V, 64);
     int32_t t = r % s->tp;
     TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
+    bool hybrid = m->fam == RS_FAM_NEMOTRON_H;
     for (int32_t i = 0; i < ids->nlayers; i++)
-        TRY(layer(e, s, r, i));
-    TRY(rs_emit_own(e, ids->norm, "model.norm.weight"));
+        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i) : layer(e, s, r, i));
+    TRY(rs_emit_own(e, ids->norm, hybrid ? "model.norm_f.weight" : "model.norm.weight"));
     /* Tied: lm_head is embed_tokens (one parameter). */
     if (!m->tied)
         TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, t, "lm_head.weight"));
@@ -140,8 +141,6 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
 
 static reshard_status_t infer_rank(rs_emit_t *e, int32_t r, const void *spec)
 {
-    if (e->m->fam == RS_FAM_NEMOTRON_H)
-        return rs_hybrid_infer_rank(e, r, spec);
     return rank_params(e, spec, r);
 }
 

@@ -729,60 +729,16 @@ static void refused(const ncfg_t *c, const char *train, const char *infer, const
 /* Cases                                                               */
 /* ------------------------------------------------------------------ */
 
+/* Fields: pattern, H, V, I, nh, kv, hd, mh, mhd, G, N, K, E, Im, nshared, Is, latent. */
+
 /* Four Mamba groups: every tp of both sides up to 4 splits them. */
-static const ncfg_t groups4 = {.pattern = "ME*-EM",
-                               .H = 32,
-                               .V = 100,
-                               .I = 24,
-                               .nh = 4,
-                               .kv = 2,
-                               .hd = 8,
-                               .mh = 8,
-                               .mhd = 4,
-                               .G = 4,
-                               .N = 4,
-                               .K = 3,
-                               .E = 4,
-                               .Im = 8,
-                               .nshared = 1,
-                               .Is = 16};
+static const ncfg_t groups4 = {"ME*-EM", 32, 100, 24, 4, 2, 8, 8, 4, 4, 4, 3, 4, 8, 1, 16, 0};
 
 /* One Mamba group: vLLM with tp > 1 replicates B and C; Megatron refuses tp > 1. */
-static const ncfg_t groups1 = {.pattern = "M*ME",
-                               .H = 32,
-                               .V = 70,
-                               .I = 24,
-                               .nh = 4,
-                               .kv = 2,
-                               .hd = 8,
-                               .mh = 8,
-                               .mhd = 4,
-                               .G = 1,
-                               .N = 6,
-                               .K = 4,
-                               .E = 4,
-                               .Im = 8,
-                               .nshared = 1,
-                               .Is = 8};
+static const ncfg_t groups1 = {"M*ME", 32, 70, 24, 4, 2, 8, 8, 4, 1, 6, 4, 4, 8, 1, 8, 0};
 
-/* Super's shape: latent MoE, '|' stage boundaries in the pattern. */
-static const ncfg_t latent = {.pattern = "ME*|EM-E",
-                              .H = 32,
-                              .V = 90,
-                              .I = 16,
-                              .nh = 4,
-                              .kv = 2,
-                              .hd = 8,
-                              .mh = 8,
-                              .mhd = 4,
-                              .G = 2,
-                              .N = 4,
-                              .K = 4,
-                              .E = 4,
-                              .Im = 8,
-                              .nshared = 2,
-                              .Is = 4,
-                              .latent = 16};
+/* Super's shape: latent MoE, two shared experts, '|' stage boundaries. */
+static const ncfg_t latent = {"ME*|EM-E", 32, 90, 16, 4, 2, 8, 8, 4, 2, 4, 4, 4, 8, 2, 4, 16};
 
 static void test_catalogue_and_count(void **state)
 {
