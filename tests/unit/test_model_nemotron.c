@@ -288,6 +288,21 @@ static void cols(const ncfg_t *c, plist_t *l, const char *name, const char *hf, 
     seg(p, hf, 0, s[0]);
 }
 
+/* A column-parallel up projection and its row-parallel down projection
+ * (names lp + @p names[0..1]): rows / columns [t*n, (t+1)*n) of HF
+ * hp + sub + "up_proj.weight" / "down_proj.weight". */
+static void up_down(const ncfg_t *c, plist_t *l, const char *lp, const char *const *names,
+                    const char *hp, const char *sub, int64_t n, int64_t t)
+{
+    char a[160], hf[160];
+    snprintf(a, sizeof a, "%s%s", lp, names[0]);
+    snprintf(hf, sizeof hf, "%s%sup_proj.weight", hp, sub);
+    rows(c, l, a, hf, t * n, n);
+    snprintf(a, sizeof a, "%s%s", lp, names[1]);
+    snprintf(hf, sizeof hf, "%s%sdown_proj.weight", hp, sub);
+    cols(c, l, a, hf, t * n, n);
+}
+
 static void vocab(const ncfg_t *c, plist_t *l, const char *name, const char *hf, int64_t vpad,
                   int64_t tp, int64_t t)
 {
@@ -415,15 +430,8 @@ static void shared_and_router(const ncfg_t *c, plist_t *l, const char *lp, const
     snprintf(n, sizeof n, "%s%s", lp, nm[1]);
     snprintf(hf, sizeof hf, "%sgate.e_score_correction_bias", hp);
     whole(c, l, n, hf);
-    if (c->nshared) {
-        int64_t ns = c->Is * c->nshared / tp;
-        snprintf(n, sizeof n, "%s%s", lp, nm[2]);
-        snprintf(hf, sizeof hf, "%sshared_experts.up_proj.weight", hp);
-        rows(c, l, n, hf, t * ns, ns);
-        snprintf(n, sizeof n, "%s%s", lp, nm[3]);
-        snprintf(hf, sizeof hf, "%sshared_experts.down_proj.weight", hp);
-        cols(c, l, n, hf, t * ns, ns);
-    }
+    if (c->nshared)
+        up_down(c, l, lp, nm + 2, hp, "shared_experts.", c->Is * c->nshared / tp, t);
     if (c->latent)
         for (int k = 0; k < 2; k++) {
             snprintf(n, sizeof n, "%s%s", lp, nm[4 + k]);
@@ -479,13 +487,8 @@ static void megatron_params(const ctx_t *x, int32_t rank, plist_t *l)
             snprintf(hf, sizeof hf, "%so_proj.weight", hp);
             cols(c, l, n, hf, t * (c->nh * hd / tp), c->nh * hd / tp);
         } else if (k == '-') {
-            int64_t ni = c->I / tp;
-            snprintf(n, sizeof n, "%smlp.linear_fc1.weight", lp);
-            snprintf(hf, sizeof hf, "%sup_proj.weight", hp);
-            rows(c, l, n, hf, t * ni, ni);
-            snprintf(n, sizeof n, "%smlp.linear_fc2.weight", lp);
-            snprintf(hf, sizeof hf, "%sdown_proj.weight", hp);
-            cols(c, l, n, hf, t * ni, ni);
+            static const char *const fc[] = {"mlp.linear_fc1.weight", "mlp.linear_fc2.weight"};
+            up_down(c, l, lp, fc, hp, "", c->I / tp, t);
         } else {
             static const char *const nm[] = {"mlp.router.weight",
                                              "mlp.router.expert_bias",
@@ -539,13 +542,8 @@ static void vllm_params(const ctx_t *x, int32_t r, plist_t *l)
             snprintf(hf, sizeof hf, "%so_proj.weight", hp);
             cols(c, l, n, hf, t * nq * hd, nq * hd);
         } else if (k == '-') {
-            int64_t ni = c->I / tp;
-            snprintf(n, sizeof n, "%smixer.up_proj.weight", lp);
-            snprintf(hf, sizeof hf, "%sup_proj.weight", hp);
-            rows(c, l, n, hf, t * ni, ni);
-            snprintf(n, sizeof n, "%smixer.down_proj.weight", lp);
-            snprintf(hf, sizeof hf, "%sdown_proj.weight", hp);
-            cols(c, l, n, hf, t * ni, ni);
+            static const char *const fc[] = {"mixer.up_proj.weight", "mixer.down_proj.weight"};
+            up_down(c, l, lp, fc, hp, "", c->I / tp, t);
         } else {
             static const char *const nm[] = {"mixer.gate.weight",
                                              "mixer.gate.e_score_correction_bias",
