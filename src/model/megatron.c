@@ -36,8 +36,10 @@ static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, i
     return rs_emit(e, l->v, b, ko, ke, (hpg + 1) * hd * H, ks);
 }
 
+/* Layer @p i (catalogue index) as the @p local-th layer of its model chunk,
+ * whose parameter names start with @p chunk ("" or "c." with vpp). */
 static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
-                              int32_t i)
+                              const char *chunk, int32_t i, int32_t local)
 {
     const reshard_model_t *m = e->m;
     const rs_layer_ids_t *l = &e->ids->layer[i];
@@ -46,13 +48,14 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     int32_t tp = s->tp, t = c->tp;
     if (mtp) {
         int32_t k = i - m->L;
-        snprintf(p, sizeof p, "mtp.layers.%d.", k);
+        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, k);
         TRY(rs_emit_own(e, l->enorm, nm(n, sizeof n, p, "enorm.weight")));
         TRY(rs_emit_own(e, l->hnorm, nm(n, sizeof n, p, "hnorm.weight")));
         TRY(rs_emit_column(e, l->eh_proj, tp, t, nm(n, sizeof n, p, "eh_proj.weight")));
-        snprintf(p, sizeof p, "mtp.layers.%d.transformer_layer.", k);
+        /* multi_token_prediction.py: the inner layer is mtp_model_layer */
+        snprintf(p, sizeof p, "%smtp.layers.%d.mtp_model_layer.", chunk, k);
     } else {
-        snprintf(p, sizeof p, "decoder.layers.%d.", i);
+        snprintf(p, sizeof p, "%sdecoder.layers.%d.", chunk, local);
     }
     if (m->fam != RS_FAM_DSV3) {
         TRY(rs_emit_own(e, l->in_norm,
@@ -96,9 +99,10 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         TRY(rs_emit_own(e, l->router, nm(n, sizeof n, p, "mlp.router.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias, nm(n, sizeof n, p, "mlp.router.expert_bias")));
-        int64_t ne = m->E / s->ep, ni = m->Im / s->etp;
+        int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
         char n2[160];
-        TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni,
+        /* TEGroupedMLP: one parameter per local expert, weight0..ne-1 */
+        TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni, true,
                             nm(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
                             nm(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
         if (l->s_gate >= 0) {
@@ -109,33 +113,51 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         }
     }
     if (mtp) {
-        snprintf(p, sizeof p, "mtp.layers.%d.", i - m->L);
+        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, i - m->L);
         TRY(rs_emit_own(e, l->head_norm, nm(n, sizeof n, p, "final_layernorm.weight")));
     }
+    return RESHARD_OK;
+}
+
+/* Model chunk @p chunk of the rank's stage, in GPTModel's parameter order:
+ * embedding (first stage; with MTP also the last), decoder layers, final
+ * layernorm, MTP layers, output layer (last stage). */
+static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s,
+                                     const mg_coord_t *c, int32_t chunk)
+{
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
+    int32_t v = rs_vpp(s);
+    bool pre = c->stage == 0 && chunk == 0, post = c->stage == s->pp - 1 && chunk == v - 1;
+    char pfx[16] = "", n[96];
+    if (v > 1) /* the chunks are a list of models: name them as nn.ModuleList does */
+        snprintf(pfx, sizeof pfx, "%d.", chunk);
+    /* gpt_model.py: with MTP the last stage holds its own embedding copy */
+    if (pre || (post && m->nmtp > 0))
+        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp,
+                          nm(n, sizeof n, pfx, "embedding.word_embeddings.weight")));
+    int32_t first, count;
+    rs_stage_layers(m->L, s, c->stage, chunk, &first, &count);
+    for (int32_t i = first; i < first + count; i++)
+        TRY(layer(e, s, c, pfx, i, i - first));
+    if (!post)
+        return RESHARD_OK;
+    TRY(rs_emit_own(e, ids->norm, nm(n, sizeof n, pfx, "decoder.final_layernorm.weight")));
+    for (int32_t i = m->L; i < m->L + m->nmtp; i++)
+        TRY(layer(e, s, c, pfx, i, i - m->L));
+    /* Tied and one stage: the output layer uses the embedding's weight. */
+    if (!m->tied || s->pp > 1)
+        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp,
+                          nm(n, sizeof n, pfx, "output_layer.weight")));
     return RESHARD_OK;
 }
 
 static reshard_status_t rank_params(rs_emit_t *e, const reshard_train_spec_t *s,
                                     const mg_coord_t *c)
 {
-    const reshard_model_t *m = e->m;
-    const rs_model_ids_t *ids = e->ids;
-    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
-    bool last = c->stage == s->pp - 1;
-    if (c->stage == 0)
-        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp, "embedding.word_embeddings.weight"));
-    int32_t first, count;
-    rs_stage_layers(m->L, s->pp, c->stage, &first, &count);
-    for (int32_t i = first; i < first + count; i++)
-        TRY(layer(e, s, c, i));
-    if (!last)
-        return RESHARD_OK;
-    for (int32_t i = m->L; i < m->L + m->nmtp; i++)
-        TRY(layer(e, s, c, i));
-    TRY(rs_emit_own(e, ids->norm, "decoder.final_layernorm.weight"));
-    /* Tied and one stage: the output layer uses the embedding's weight. */
-    if (!m->tied || s->pp > 1)
-        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp, "output_layer.weight"));
+    for (int32_t chunk = 0; chunk < rs_vpp(s); chunk++)
+        TRY(chunk_params(e, s, c, chunk));
     return RESHARD_OK;
 }
 
@@ -147,8 +169,8 @@ static reshard_status_t train_rank(rs_emit_t *e, int32_t r, const void *spec_v)
     int32_t S = spec->tp * spec->cp * spec->dp, li = r % S;
     mg_coord_t c = {.stage = r / S,
                     .tp = li % spec->tp,
-                    .etp = li % spec->etp,
-                    .ep = (li / spec->etp) % spec->ep};
+                    .etp = li % rs_etp(spec),
+                    .ep = (li / rs_etp(spec)) % spec->ep};
     return rank_params(e, spec, &c);
 }
 

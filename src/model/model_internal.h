@@ -63,8 +63,19 @@ reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensor
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
-/** Megatron layers of stage @p p: [first, first+count). */
-void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count);
+/** Megatron layers of model chunk @p chunk of stage @p p: global decoder
+ *  layers [first, first+count) (spec checked by rs_check_train). */
+void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
+                     int32_t *first, int32_t *count);
+/** Expert tensor-parallel size (0 means tp) and model chunks per stage. */
+static inline int32_t rs_etp(const reshard_train_spec_t *s)
+{
+    return s->etp > 0 ? s->etp : s->tp;
+}
+static inline int32_t rs_vpp(const reshard_train_spec_t *s)
+{
+    return s->vpp > 1 ? s->vpp : 1;
+}
 
 /* --- emission ------------------------------------------------------------- */
 
@@ -140,10 +151,14 @@ reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name);
  *  buffer [H, n] for the down projection's columns i0..i0+n. */
 reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t down, int64_t i0,
                              int64_t n, const char *fc1_name, const char *fc2_name);
-/** Stacked experts e0..e0+ne, intermediate rows i0..i0+n of each:
- *  [ne, 2n, H] (per expert gate then up) and [ne, H, n]. */
+/** Experts e0..e0+ne, intermediate rows i0..i0+n of each. Stacked
+ *  (@p per_expert false, vLLM w13/w2): one buffer [ne, 2n, H] (per expert gate
+ *  then up) named @p fc1_name and one [ne, H, n]. Per expert (Megatron
+ *  TEGroupedMLP): buffers "<fc1_name>k" [2n, H] for k = 0..ne-1, then
+ *  "<fc2_name>k" [H, n]. */
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name);
+                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
+                                 const char *fc2_name);
 /** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
  *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

@@ -101,12 +101,15 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
             i0 = 0;
             ni = m->Im;
         } else {
+            /* fused_moe/config.py: without EP the expert-TP group is
+             * flattened to tp*dp; rank r = dp_rank*tp + tp_rank holds slice r */
             e0 = 0;
             ne = m->E;
-            ni = m->Im / tp;
-            i0 = t * ni;
+            ni = m->Im / ((int64_t)tp * s->dp);
+            i0 = r * ni;
         }
-        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, nm(n, sizeof n, p, "mlp.experts.w13_weight"),
+        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, false,
+                            nm(n, sizeof n, p, "mlp.experts.w13_weight"),
                             nm(n2, sizeof n2, p, "mlp.experts.w2_weight")));
         if (l->s_gate >= 0) {
             int64_t ns = m->Im * m->nshared / tp;

@@ -161,8 +161,20 @@ static void test_spec_parse(void **state)
     assert_int_equal(t.ep, 16);
     assert_int_equal(t.dp, 4);
     assert_int_equal(t.cp, 1);
-    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.etp, 4); /* Megatron: --expert-tensor-parallel-size defaults to tp */
+    assert_int_equal(t.vpp, 1);
+    assert_int_equal(t.first, 0);
+    assert_int_equal(t.last, 0);
     assert_int_equal(reshard_train_world(&t), 128);
+    assert_int_equal(reshard_train_spec_parse("tp=2,pp=4,vpp=2,first=3,last=5,etp=1", &t),
+                     RESHARD_OK);
+    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.vpp, 2);
+    assert_int_equal(t.first, 3);
+    assert_int_equal(t.last, 5);
+    char text[96];
+    assert_string_equal(reshard_train_spec_str(&t, text, sizeof text),
+                        "tp=2,pp=4,dp=1,cp=1,ep=1,etp=1,vpp=2,first=3,last=5");
     assert_int_equal(reshard_infer_spec_parse("tp=8,dp=16,ep=on", &i), RESHARD_OK);
     assert_int_equal(reshard_infer_world(&i), 128);
     assert_int_equal(i.ep, 1);
@@ -209,14 +221,35 @@ static void test_config_rules(void **state)
     expect_rule("llama-3.1-8b", B, "tp=3", "tp=1", 0,
                 "tp=3 does not divide the 32 attention heads");
     expect_rule("llama-3.1-8b", B, "tp=16", "tp=1", 0, "does not divide the 8 query groups");
-    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 is more than the 32 layers");
+    /* Megatron: pp divides the layers unless first/last stage counts are given */
+    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 does not divide the 32 layers");
+    expect_rule("llama-3.1-8b", B, "pp=3", "tp=1", 0, "--decoder-first-pipeline-num-layers");
+    expect_rule("llama-3.1-8b", B, "pp=4,first=4", "tp=1", 0,
+                "28 layers left after first=4, last=0 do not split evenly over the 3");
+    expect_rule("llama-3.1-8b", B, "pp=2,first=5,last=5", "tp=1", 0,
+                "must be the 32 layers when pp=2 has no middle stages");
+    expect_rule("llama-3.1-8b", B, "pp=1,first=5", "tp=1", 0, "need pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=1,vpp=2", "tp=1", 0, "needs pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=4,vpp=3", "tp=1", 0,
+                "vpp=3 does not divide the 8 layers of pipeline stage 0");
+    expect_rule("llama-3.1-8b", B, "pp=3,first=2,last=15,vpp=2", "tp=1", 0,
+                "vpp=2 does not divide the 15 layers of pipeline stage 1");
     expect_rule("llama-3.1-8b", B, "tp=2,ep=2,dp=2", "tp=1", 0, "has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=1,ep=on", 0, "ep=on: the model has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=3", 0, "tp=3 does not divide the 32 attention");
     expect_rule("qwen3-30b-a3b", B, "dp=7,ep=7", "tp=1", 0, "ep=7 does not divide the 128 experts");
-    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4", "tp=1", 0, "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4,etp=1", "tp=1", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    /* etp defaults to tp (Megatron): TP2 EP2 on 2 ranks per stage needs etp=1 */
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0, "give etp=1");
     expect_rule("qwen3-30b-a3b", B, "dp=4,ep=4,etp=5", "tp=1", 0, "etp=5 does not divide");
     expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=8,ep=on", 0, "EP size tp*dp=256 is more");
+    /* vLLM without EP splits each expert over tp*dp ranks: 768 / (32*16) */
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0,
+                "tp*dp=512 does not divide the expert intermediate size 768");
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0, "--enable-expert-parallel");
     expect_rule("deepseek-v3", B, "tp=1", "tp=256", 0, "tp=256 does not divide the 128 attention");
     expect_rule("llama-3.1-8b", B, "tp=2", "tp=4", 7, "world size 7 != train world 2 + infer");
     /* FP8: shards must be whole 128x128 blocks: 768/32 = 24 expert rows per rank */
@@ -236,7 +269,7 @@ static void test_kv_head_rule(void **state)
                                              "\"num_key_value_heads\": 4, \"vocab_size\": 640}",
                                              NULL, &m),
                      RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
     reshard_infer_spec_t i = {6, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
@@ -330,7 +363,7 @@ static void test_buffer_table(void **state)
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
     reshard_train_spec_t t;
     reshard_infer_spec_t i;
-    reshard_train_spec_parse("tp=2,pp=2,ep=2", &t);
+    reshard_train_spec_parse("tp=2,pp=2,ep=2,etp=1", &t);
     reshard_infer_spec_parse("tp=4,dp=2,ep=on", &i);
     reshard_model_refit_t f;
     assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
