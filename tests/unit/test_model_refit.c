@@ -902,6 +902,26 @@ static void test_mla(void **state)
     refit_case(&no_q_lora, RESHARD_BF16, "tp=4", "tp=2,dp=2,ep=on");
 }
 
+/* Megatron pipeline splits: uneven first/last stages and virtual pipeline
+ * chunks (chunk c of stage p holds the (c*pp + p)-th block), names numbered
+ * from 0 in each chunk and prefixed by the chunk index. */
+static void test_pipeline_chunks(void **state)
+{
+    (void)state;
+    tcfg_t l8 = llama;
+    l8.L = 8;
+    refit_case(&l8, RESHARD_BF16, "tp=2,pp=2,vpp=2", "tp=2,dp=2");
+    refit_case(&l8, RESHARD_BF16, "tp=1,pp=4,vpp=2", "tp=4");
+    /* first stage 2 layers, last 2, the middle two 2 each; with vpp=2 one per chunk */
+    refit_case(&l8, RESHARD_BF16, "tp=1,pp=3,first=2,last=2", "tp=2");
+    refit_case(&l8, RESHARD_BF16, "tp=2,pp=3,first=2,last=4,vpp=2", "tp=1,dp=2");
+    /* MTP on the last stage's last chunk with its own embedding copy */
+    tcfg_t d4 = dsv3;
+    d4.L = 4;
+    refit_case(&d4, RESHARD_BF16, "tp=1,pp=2,vpp=2,dp=5,ep=5", "tp=2,dp=2,ep=on");
+    refit_case(&d4, RESHARD_BF16, "tp=2,pp=2,first=1,last=3,etp=1", "tp=2");
+}
+
 /* FP8: e4m3 weights and 128x128 fp32 block scales, sharded at block
  * granularity (head_dim 128, intermediate sizes in whole blocks). */
 static const tcfg_t qwen3_moe_fp8 = {.type = "qwen3_moe",
@@ -947,6 +967,7 @@ int main(void)
         cmocka_unit_test(test_gqa_tp_over_kv_heads_tied),
         cmocka_unit_test(test_fused_qkv_groups),
         cmocka_unit_test(test_moe_experts),
+        cmocka_unit_test(test_pipeline_chunks),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_fp8),
     };
