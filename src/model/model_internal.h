@@ -10,7 +10,13 @@
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
 
-typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3 } rs_family_t;
+typedef enum {
+    RS_FAM_DENSE = 0,
+    RS_FAM_QWEN3_MOE,
+    RS_FAM_DSV3,
+    RS_FAM_QWEN2_MOE,
+    RS_FAM_MIXTRAL
+} rs_family_t;
 
 struct reshard_model {
     char *name;
@@ -20,10 +26,15 @@ struct reshard_model {
     int32_t E, nshared, topk; /**< routed experts, shared experts */
     int32_t q_lora, kv_lora, nope, rope, vhd; /**< MLA */
     int tied, qk_norm;
-    int router_bias; /**< MoE router has e_score_correction_bias */
-    int32_t L;       /**< decoder layers kept */
-    int32_t Lcfg;    /**< num_hidden_layers of the config (MTP layers are numbered from it) */
-    int32_t nmtp;    /**< MTP layers included */
+    int qkv_bias;          /**< q/k/v projections have biases (qwen2, qwen2_moe) */
+    int router_bias;       /**< MoE router has e_score_correction_bias (fp32; noaux_tc routing) */
+    int64_t Is;            /**< shared-expert intermediate size (0: none) */
+    int shared_gate;       /**< shared expert has a sigmoid gate [1, H] (qwen2_moe) */
+    const char *moe_block; /**< HF/vLLM MoE module: "mlp" or "block_sparse_moe" (mixtral) */
+    const char *shared;    /**< HF/vLLM shared-expert module: "shared_experts" or "shared_expert" */
+    int32_t L;             /**< decoder layers kept */
+    int32_t Lcfg;          /**< num_hidden_layers of the config (MTP layers are numbered from it) */
+    int32_t nmtp;          /**< MTP layers included */
     reshard_dtype_t dtype;
     bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
 };
@@ -32,11 +43,13 @@ struct reshard_model {
 typedef struct {
     int32_t in_norm, post_norm;
     int32_t q, k, v, o, q_norm, k_norm;                /* GQA (q also MLA without q_lora) */
+    int32_t q_bias, k_bias, v_bias;                    /* qwen2 */
     int32_t q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b; /* MLA */
     int32_t gate, up, down;                            /* dense MLP */
     int32_t router, router_bias;
     int32_t e_gate, e_up, e_down;             /* stacked routed experts */
     int32_t s_gate, s_up, s_down;             /* shared experts */
+    int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
     int32_t hf_index;                         /**< layer number in HF names */
 } rs_layer_ids_t;

@@ -274,17 +274,25 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
     RULE(reshard_train_world(s) > 0, "train: sizes must be >= 1 and the world fit in int32");
     TRY(check_stages(m, s));
     RULE(m->nh % s->tp == 0, "train: tp=%d does not divide the %d attention heads", s->tp, m->nh);
-    if (m->fam != RS_FAM_DSV3)
-        RULE(m->kv % s->tp == 0,
-             "train: tp=%d does not divide the %d query groups (kv heads); Megatron splits whole "
-             "groups",
+    if (m->fam != RS_FAM_DSV3) {
+        /* attention.py: linear_qkv rows split evenly, whole query groups or
+         * (tp a multiple of the groups) an equal part of one group's rows */
+        RULE(m->kv % s->tp == 0 || s->tp % m->kv == 0,
+             "train: tp=%d does not divide the %d query groups (kv heads) nor is a multiple of "
+             "them (Megatron's linear_qkv split)",
              s->tp, m->kv);
+        int64_t gs = (m->nh / m->kv + 2) * (int64_t)m->hd;
+        RULE(s->tp <= m->kv || gs % (s->tp / m->kv) == 0,
+             "train: tp=%d: the %lld linear_qkv rows of a query group do not split evenly over "
+             "its %d ranks",
+             s->tp, (long long)gs, s->tp / m->kv);
+    }
     RULE(m->I % s->tp == 0, "train: tp=%d does not divide the MLP intermediate size %lld", s->tp,
          (long long)m->I);
-    if (m->nshared)
-        RULE((m->Im * m->nshared) % s->tp == 0,
+    if (m->Is)
+        RULE(m->Is % s->tp == 0,
              "train: tp=%d does not divide the shared-expert intermediate size %lld", s->tp,
-             (long long)(m->Im * m->nshared));
+             (long long)m->Is);
     if (m->nmtp)
         RULE(m->H % s->tp == 0, "train: tp=%d does not divide the hidden size %lld (MTP eh_proj)",
              s->tp, (long long)m->H);
@@ -318,10 +326,10 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
     RULE(rs_roundup(m->V, 64) % tp == 0,
          "infer: tp=%d does not divide the vocabulary padded to 64 (%lld)", tp,
          (long long)rs_roundup(m->V, 64));
-    if (m->nshared)
-        RULE((m->Im * m->nshared) % tp == 0,
+    if (m->Is)
+        RULE(m->Is % tp == 0,
              "infer: tp=%d does not divide the shared-expert intermediate size %lld", tp,
-             (long long)(m->Im * m->nshared));
+             (long long)m->Is);
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         return RESHARD_OK;
