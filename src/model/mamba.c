@@ -136,7 +136,7 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
         if (nshared) {
             int64_t is;
             GETI("moe_shared_expert_intermediate_size", -1, 1, is);
-            hy->Is = is * nshared;
+            m->Is = is * nshared;
         }
         GETI("moe_latent_size", 0, 0, hy->latent);
         m->router_bias = 1; /* e_score_correction_bias: vLLM always creates it */
@@ -223,8 +223,8 @@ static reshard_status_t moe_tensors(rs_cat_t *c, rs_layer_ids_t *l, const char *
     TRY(rs_cat_add(c, &l->router_bias, FP32, 1, &E, 0, NULL, "%sgate.e_score_correction_bias", p));
     TRY(rs_cat_add(c, &l->e_up, BF16, 3, eu, 0, NULL, "%sexperts.up_proj.weight", p));
     TRY(rs_cat_add(c, &l->e_down, BF16, 3, ed, 0, NULL, "%sexperts.down_proj.weight", p));
-    if (m->hy.Is)
-        TRY(mlp_tensors(c, &l->s_up, &l->s_down, m->hy.Is, p, "shared_experts."));
+    if (m->Is)
+        TRY(mlp_tensors(c, &l->s_up, &l->s_down, m->Is, p, "shared_experts."));
     if (m->hy.latent) {
         int64_t f1[2] = {m->hy.latent, H}, f2[2] = {H, m->hy.latent};
         TRY(rs_cat_add(c, &l->lat1, BF16, 2, f1, 0, NULL, "%sfc1_latent_proj.weight", p));
@@ -281,41 +281,35 @@ static bool has_kind(const reshard_model_t *m, char k)
     return memchr(m->hy.kind, k, (size_t)m->L) != NULL;
 }
 
-/* The rules both sides share: whole Mamba heads and shared-expert rows per
- * TP rank. @p side names the side in the message. */
-static reshard_status_t tp_rules(const reshard_model_t *m, const char *side, int32_t tp)
-{
-    const rs_hybrid_t *hy = &m->hy;
-    if (has_kind(m, 'M'))
-        RULE(hy->mh % tp == 0,
-             "%s: tp=%d does not divide the %d Mamba heads (Megatron MambaMixer and vLLM "
-             "MambaMixer2 split whole heads)",
-             side, tp, hy->mh);
-    if (hy->Is)
-        RULE(hy->Is % tp == 0, "%s: tp=%d does not divide the shared-expert intermediate size %lld",
-             side, tp, (long long)hy->Is);
-    return RESHARD_OK;
-}
-
 reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     const rs_hybrid_t *hy = &m->hy;
-    TRY(tp_rules(m, "train", s->tp));
-    if (has_kind(m, 'M'))
-        RULE(hy->G % s->tp == 0,
+    int32_t tp = s->tp, v = rs_vpp(s);
+    if (has_kind(m, 'M')) {
+        RULE(hy->mh % tp == 0,
+             "train: tp=%d does not divide the %d Mamba heads (Megatron MambaMixer: nheads %% "
+             "tp_size == 0)",
+             tp, hy->mh);
+        RULE(hy->G % tp == 0,
              "train: tp=%d does not divide the %d Mamba groups (Megatron MambaMixer: ngroups %% "
              "tp_size == 0; it does not replicate groups)",
-             s->tp, hy->G);
-    if (hy->segments > 1)
-        RULE(hy->segments == s->pp,
-             "train: hybrid_override_pattern has %d '|' pipeline segments but pp=%d (Megatron: "
-             "one segment per pipeline stage)",
-             hy->segments, s->pp);
-    else
-        RULE(m->L % s->pp == 0,
-             "train: pp=%d does not divide the %d layers (Megatron's hybrid stack: add '|' stage "
-             "boundaries to hybrid_override_pattern, or give first/last stage layer counts)",
-             s->pp, m->L);
+             tp, hy->G);
+    }
+    /* hybrid_layer_allocation.py select_pipeline_segment */
+    if (hy->segments == 1) {
+        RULE(v == 1,
+             "train: vpp=%d needs '|' stage boundaries in hybrid_override_pattern (Megatron's "
+             "hybrid stack has no virtual pipeline without them)",
+             v);
+        return RESHARD_OK;
+    }
+    RULE(s->first == 0 && s->last == 0,
+         "train: first=/last= stage layer counts with '|' in hybrid_override_pattern (Megatron: "
+         "the '|' separators already define the stages)");
+    RULE(hy->segments == s->pp * v,
+         "train: hybrid_override_pattern has %d '|' pipeline segments but pp*vpp=%d (Megatron: "
+         "one segment per pipeline stage and model chunk)",
+         hy->segments, s->pp * v);
     return RESHARD_OK;
 }
 
@@ -323,17 +317,14 @@ reshard_status_t rs_hybrid_check_infer(const reshard_model_t *m, const reshard_i
 {
     const rs_hybrid_t *hy = &m->hy;
     int32_t tp = s->tp;
-    TRY(tp_rules(m, "infer", tp));
-    if (has_kind(m, 'M'))
+    if (has_kind(m, 'M')) {
+        RULE(hy->mh % tp == 0, "infer: tp=%d does not divide the %d Mamba heads (vLLM MambaMixer2)",
+             tp, hy->mh);
         RULE(hy->G % tp == 0 || hy->G == 1,
              "infer: tp=%d does not divide the %d Mamba groups (vLLM MambaMixer2 replicates "
              "groups only when n_groups == 1)",
              tp, hy->G);
-    if (has_kind(m, 'E') && !s->ep)
-        RULE(m->Im % ((int64_t)tp * s->dp) == 0,
-             "infer: tp*dp=%d does not divide the expert intermediate size %lld (without EP vLLM "
-             "splits every expert over all tp*dp ranks)",
-             tp * s->dp, (long long)m->Im);
+    }
     return RESHARD_OK;
 }
 
@@ -495,37 +486,35 @@ static void names_of(char (*buf)[160], const char **names, const char *p, const 
 /* Megatron: HybridStack                                               */
 /* ------------------------------------------------------------------ */
 
-/* Layers of pipeline stage @p p: the '|' segment, or an even split. */
-static void stage_layers(const reshard_model_t *m, int32_t pp, int32_t p, int32_t *first,
-                         int32_t *count)
+void rs_hybrid_stage_layers(const reshard_model_t *m, const reshard_train_spec_t *s, int32_t p,
+                            int32_t chunk, int32_t *first, int32_t *count)
 {
     const rs_hybrid_t *hy = &m->hy;
-    if (hy->segments > 1) {
-        *first = hy->stage0[p];
-        *count = (p + 1 < hy->segments ? hy->stage0[p + 1] : m->L) - *first;
+    if (hy->segments == 1) {
+        rs_stage_layers(m->L, s, p, chunk, first, count);
         return;
     }
-    rs_stage_layers(m->L, pp, p, first, count);
+    int32_t k = chunk * s->pp + p; /* segment of model chunk `chunk` of stage p */
+    *first = hy->stage0[k];
+    *count = (k + 1 < hy->segments ? hy->stage0[k + 1] : m->L) - *first;
 }
 
-typedef struct {
-    int32_t tp, t, etp, et, ep, epr;
-} mg_rank_t;
-
-static reshard_status_t mg_layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_rank_t *c,
-                                 int32_t i, int32_t local)
+reshard_status_t rs_hybrid_megatron_layer(rs_emit_t *e, const reshard_train_spec_t *s, int32_t t,
+                                          int32_t et, int32_t epr, const char *pfx, int32_t i,
+                                          int32_t local)
 {
     const reshard_model_t *m = e->m;
     const rs_layer_ids_t *l = &e->ids->layer[i];
     char p[64], buf[8][160];
     const char *names[8];
-    snprintf(p, sizeof p, "decoder.layers.%d.", local);
+    int32_t tp = s->tp;
+    snprintf(p, sizeof p, "%sdecoder.layers.%d.", pfx, local);
     switch (m->hy.kind[i]) {
     case 'M': {
         names_of(buf, names, p, (const char *const[]){"mixer.in_proj.layer_norm_weight"}, 1);
         TRY(rs_emit_own(e, l->in_norm, names[0]));
         mixer_names(buf, names, p, false);
-        return mixer(e, l, c->tp, c->t, names);
+        return mixer(e, l, tp, t, names);
     }
     case '*': {
         static const char *const sfx[] = {"self_attention.linear_qkv.layer_norm_weight",
@@ -533,16 +522,16 @@ static reshard_status_t mg_layer(rs_emit_t *e, const reshard_train_spec_t *s, co
                                           "self_attention.linear_proj.weight"};
         names_of(buf, names, p, sfx, 3);
         TRY(rs_emit_own(e, l->in_norm, names[0]));
-        TRY(rs_megatron_qkv(e, l, c->tp, c->t, names[1]));
-        return rs_emit_row(e, l->o, c->tp, c->t, names[2]);
+        TRY(rs_megatron_qkv(e, l, tp, t, names[1]));
+        return rs_emit_row(e, l->o, tp, t, names[2]);
     }
     case '-': {
         static const char *const sfx[] = {"mlp.linear_fc1.layer_norm_weight",
                                           "mlp.linear_fc1.weight", "mlp.linear_fc2.weight"};
         names_of(buf, names, p, sfx, 3);
         TRY(rs_emit_own(e, l->in_norm, names[0]));
-        TRY(rs_emit_column(e, l->up, c->tp, c->t, names[1]));
-        return rs_emit_row(e, l->down, c->tp, c->t, names[2]);
+        TRY(rs_emit_column(e, l->up, tp, t, names[1]));
+        return rs_emit_row(e, l->down, tp, t, names[2]);
     }
     default: {
         static const char *const sfx[] = {"mlp.router.weight",
@@ -557,38 +546,11 @@ static reshard_status_t mg_layer(rs_emit_t *e, const reshard_train_spec_t *s, co
         snprintf(n, sizeof n, "%spre_mlp_layernorm.weight", p);
         TRY(rs_emit_own(e, l->in_norm, n));
         names_of(buf, names, p, sfx, 8);
-        TRY(moe_common(e, l, c->tp, c->t, names));
-        int64_t ne = m->E / s->ep, ni = m->Im / s->etp;
-        return experts(e, l, c->epr * ne, ne, c->et * ni, ni, true, names[6], names[7]);
+        TRY(moe_common(e, l, tp, t, names));
+        int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
+        return experts(e, l, epr * ne, ne, et * ni, ni, true, names[6], names[7]);
     }
     }
-}
-
-reshard_status_t rs_hybrid_train_rank(rs_emit_t *e, int32_t r, const reshard_train_spec_t *s)
-{
-    const reshard_model_t *m = e->m;
-    const rs_model_ids_t *ids = e->ids;
-    int32_t S = s->tp * s->cp * s->dp, li = r % S, stage = r / S;
-    mg_rank_t c = {.tp = s->tp,
-                   .t = li % s->tp,
-                   .etp = s->etp,
-                   .et = li % s->etp,
-                   .ep = s->ep,
-                   .epr = (li / s->etp) % s->ep};
-    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
-    if (stage == 0)
-        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c.t, "embedding.word_embeddings.weight"));
-    int32_t first, count;
-    stage_layers(m, s->pp, stage, &first, &count);
-    /* named_parameters(): the stage's nn.ModuleList counts from 0 */
-    for (int32_t i = first; i < first + count; i++)
-        TRY(mg_layer(e, s, &c, i, i - first));
-    if (stage != s->pp - 1)
-        return RESHARD_OK;
-    TRY(rs_emit_own(e, ids->norm, "decoder.final_norm.weight"));
-    if (!m->tied || s->pp > 1)
-        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c.t, "output_layer.weight"));
-    return RESHARD_OK;
 }
 
 /* ------------------------------------------------------------------ */

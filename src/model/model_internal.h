@@ -10,7 +10,14 @@
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
 
-typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3, RS_FAM_NEMOTRON_H } rs_family_t;
+typedef enum {
+    RS_FAM_DENSE = 0,
+    RS_FAM_QWEN3_MOE,
+    RS_FAM_DSV3,
+    RS_FAM_QWEN2_MOE,
+    RS_FAM_MIXTRAL,
+    RS_FAM_NEMOTRON_H
+} rs_family_t;
 
 /** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */
 typedef struct {
@@ -19,7 +26,6 @@ typedef struct {
     int32_t segments; /**< '|' segments of the kept layers (1: no '|') */
     int32_t mh, mhd;  /**< mamba heads Hm, head dim; I = mh * mhd */
     int32_t G, N, K;  /**< n_groups, ssm_state_size, conv_kernel */
-    int64_t Is;       /**< shared-expert intermediate size (times n_shared_experts) */
     int64_t latent;   /**< moe_latent_size (0: none): routed experts work in it */
 } rs_hybrid_t;
 
@@ -31,10 +37,15 @@ struct reshard_model {
     int32_t E, nshared, topk; /**< routed experts, shared experts */
     int32_t q_lora, kv_lora, nope, rope, vhd; /**< MLA */
     int tied, qk_norm;
-    int router_bias; /**< MoE router has e_score_correction_bias */
-    int32_t L;       /**< decoder layers kept */
-    int32_t Lcfg;    /**< num_hidden_layers of the config (MTP layers are numbered from it) */
-    int32_t nmtp;    /**< MTP layers included */
+    int qkv_bias;          /**< q/k/v projections have biases (qwen2, qwen2_moe) */
+    int router_bias;       /**< MoE router has e_score_correction_bias (fp32; noaux_tc routing) */
+    int64_t Is;            /**< shared-expert intermediate size (0: none) */
+    int shared_gate;       /**< shared expert has a sigmoid gate [1, H] (qwen2_moe) */
+    const char *moe_block; /**< HF/vLLM MoE module: "mlp" or "block_sparse_moe" (mixtral) */
+    const char *shared;    /**< HF/vLLM shared-expert module: "shared_experts" or "shared_expert" */
+    int32_t L;             /**< decoder layers kept */
+    int32_t Lcfg;          /**< num_hidden_layers of the config (MTP layers are numbered from it) */
+    int32_t nmtp;          /**< MTP layers included */
     reshard_dtype_t dtype;
     bool *moe;      /**< per layer 0..L+nmtp-1: MoE MLP */
     rs_hybrid_t hy; /**< nemotron_h only */
@@ -44,11 +55,13 @@ struct reshard_model {
 typedef struct {
     int32_t in_norm, post_norm;
     int32_t q, k, v, o, q_norm, k_norm;                /* GQA (q also MLA without q_lora) */
+    int32_t q_bias, k_bias, v_bias;                    /* qwen2 */
     int32_t q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b; /* MLA */
     int32_t gate, up, down;                            /* dense MLP */
     int32_t router, router_bias;
     int32_t e_gate, e_up, e_down;             /* stacked routed experts */
     int32_t s_gate, s_up, s_down;             /* shared experts */
+    int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
     int32_t m_in, m_conv_w, m_conv_b, m_A_log, m_D, m_dt_bias, m_norm, m_out; /* Mamba mixer */
     int32_t lat1, lat2; /* MoE latent projections */
@@ -97,6 +110,10 @@ void rs_hybrid_free(rs_hybrid_t *hy);
 reshard_status_t rs_hybrid_catalogue(rs_cat_t *c);
 reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_hybrid_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** Megatron layers of model chunk @p chunk of stage @p p: the '|' segments
+ *  of the pattern, else rs_stage_layers. */
+void rs_hybrid_stage_layers(const reshard_model_t *m, const reshard_train_spec_t *s, int32_t p,
+                            int32_t chunk, int32_t *first, int32_t *count);
 /** An integer config field (config.c): required when @p def < 0; null = absent. */
 reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def, int64_t min,
                                int64_t *out);
@@ -104,8 +121,19 @@ reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
-/** Megatron layers of stage @p p: [first, first+count). */
-void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count);
+/** Megatron layers of model chunk @p chunk of stage @p p: global decoder
+ *  layers [first, first+count) (spec checked by rs_check_train). */
+void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
+                     int32_t *first, int32_t *count);
+/** Expert tensor-parallel size (0 means tp) and model chunks per stage. */
+static inline int32_t rs_etp(const reshard_train_spec_t *s)
+{
+    return s->etp > 0 ? s->etp : s->tp;
+}
+static inline int32_t rs_vpp(const reshard_train_spec_t *s)
+{
+    return s->vpp > 1 ? s->vpp : 1;
+}
 
 /* --- emission ------------------------------------------------------------- */
 
@@ -186,10 +214,14 @@ reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name);
  *  buffer [H, n] for the down projection's columns i0..i0+n. */
 reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t down, int64_t i0,
                              int64_t n, const char *fc1_name, const char *fc2_name);
-/** Stacked experts e0..e0+ne, intermediate rows i0..i0+n of each:
- *  [ne, 2n, H] (per expert gate then up) and [ne, H, n]. */
+/** Experts e0..e0+ne, intermediate rows i0..i0+n of each. Stacked
+ *  (@p per_expert false, vLLM w13/w2): one buffer [ne, 2n, H] (per expert gate
+ *  then up) named @p fc1_name and one [ne, H, n]. Per expert (Megatron
+ *  TEGroupedMLP): buffers "<fc1_name>k" [2n, H] for k = 0..ne-1, then
+ *  "<fc2_name>k" [H, n]. */
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name);
+                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
+                                 const char *fc2_name);
 /** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
  *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,
@@ -229,10 +261,13 @@ reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t 
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);
-/** nemotron_h (mamba.c): the parameters of Megatron side rank @p r
- *  (HybridStack), and those of decoder layer @p i on vLLM side rank @p r
- *  (NemotronH). */
-reshard_status_t rs_hybrid_train_rank(rs_emit_t *e, int32_t r, const reshard_train_spec_t *s);
+/** nemotron_h (mamba.c): decoder layer @p i as Megatron's HybridStack holds
+ *  it on a rank of TP rank @p t, expert-TP rank @p et and EP rank @p epr
+ *  (names "<pfx>decoder.layers.<local>."), and as vLLM's NemotronH holds it
+ *  on inference side rank @p r. */
+reshard_status_t rs_hybrid_megatron_layer(rs_emit_t *e, const reshard_train_spec_t *s, int32_t t,
+                                          int32_t et, int32_t epr, const char *pfx, int32_t i,
+                                          int32_t local);
 reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
                                       int32_t i);
 

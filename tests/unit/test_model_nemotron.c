@@ -386,19 +386,23 @@ typedef struct {
     const reshard_model_refit_t *f;
 } ctx_t;
 
-/* Megatron layers of stage p: the '|' segments, or an even split. */
-static void stage_range(const ncfg_t *c, int64_t pp, int64_t p, int64_t *first, int64_t *count)
+/* Megatron layers of model chunk @p chunk of stage p (hybrid_layer_allocation.py
+ * select_pipeline_segment): '|' segment chunk*pp + p; without '|' the
+ * first/last stage counts when given, the rest split evenly. */
+static void stage_range(const ncfg_t *c, const reshard_train_spec_t *ts, int64_t p, int64_t chunk,
+                        int64_t *first, int64_t *count)
 {
+    int64_t pp = ts->pp, L = layers_of(c);
     if (strchr(c->pattern, '|')) {
-        int64_t s = 0, i = 0;
+        int64_t seg = 0, i = 0, want = chunk * pp + p;
         *first = -1;
         *count = 0;
         for (const char *q = c->pattern; *q; q++) {
             if (*q == '|') {
-                s++;
+                seg++;
                 continue;
             }
-            if (s == p) {
+            if (seg == want) {
                 if (*first < 0)
                     *first = i;
                 (*count)++;
@@ -407,8 +411,10 @@ static void stage_range(const ncfg_t *c, int64_t pp, int64_t p, int64_t *first, 
         }
         return;
     }
-    *count = layers_of(c) / pp;
-    *first = p * *count;
+    int64_t f = ts->first, l = ts->last, mid = pp - (f > 0) - (l > 0),
+            per = mid ? (L - f - l) / mid : 0;
+    *first = p == 0 && f ? 0 : (f ? f + (p - 1) * per : p * per);
+    *count = p == 0 && f ? f : p == pp - 1 && l ? l : per;
 }
 
 static char kind_of(const ncfg_t *c, int64_t layer)
@@ -445,68 +451,81 @@ static void megatron_params(const ctx_t *x, int32_t rank, plist_t *l)
     const ncfg_t *c = x->c;
     const reshard_train_spec_t *s = &x->ts;
     int64_t S = s->tp * s->cp * s->dp, li = rank % S, stage = rank / S, tp = s->tp, t = li % tp;
-    int64_t et = li % s->etp, epr = (li / s->etp) % s->ep;
+    int64_t etp = s->etp > 0 ? s->etp : tp; /* Megatron: etp defaults to tp */
+    int64_t et = li % etp, epr = (li / etp) % s->ep;
     int64_t vpad = (c->V + 128 * tp - 1) / (128 * tp) * (128 * tp);
-    if (stage == 0)
-        vocab(c, l, "embedding.word_embeddings.weight", "backbone.embeddings.weight", vpad, tp, t);
-    int64_t first, count;
-    stage_range(c, s->pp, stage, &first, &count);
-    for (int64_t i = first; i < first + count; i++) {
-        char lp[64], hp[64], n[160], hf[160];
-        snprintf(lp, sizeof lp, "decoder.layers.%lld.", (long long)(i - first)); /* from 0 */
-        snprintf(hp, sizeof hp, "backbone.layers.%lld.mixer.", (long long)i);
-        snprintf(hf, sizeof hf, "backbone.layers.%lld.norm.weight", (long long)i);
-        char k = kind_of(c, i);
-        static const char *const norm[] = {
-            "mixer.in_proj.layer_norm_weight", "self_attention.linear_qkv.layer_norm_weight",
-            "mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"};
-        snprintf(n, sizeof n, "%s%s", lp, norm[k == 'M' ? 0 : k == '*' ? 1 : k == '-' ? 2 : 3]);
-        whole(c, l, n, hf);
-        if (k == 'M') {
-            mamba(c, l, lp, hp, tp, t, 1);
-        } else if (k == '*') {
-            /* rows grouped by query group g: [q heads of g; k head g; v head g],
-             * split evenly into tp contiguous ranges (also when tp > groups) */
-            int64_t hpg = c->nh / c->kv, hd = c->hd, gs = (hpg + 2) * hd, R = c->kv * gs;
-            int64_t a = t * R / tp, b = (t + 1) * R / tp;
-            param_t *p = newp(l, 1, b - a, c->H, "%sself_attention.linear_qkv.weight", lp);
-            for (int64_t g = 0; g < c->kv; g++) {
-                static const char *const part[] = {"q_proj.weight", "k_proj.weight",
-                                                   "v_proj.weight"};
-                int64_t ps[3] = {g * gs, g * gs + hpg * hd, g * gs + (hpg + 1) * hd};
-                int64_t r0[3] = {g * hpg * hd, g * hd, g * hd}, pn[3] = {hpg * hd, hd, hd};
-                for (int q = 0; q < 3; q++) {
-                    int64_t lo = ps[q] > a ? ps[q] : a, hi = ps[q] + pn[q] < b ? ps[q] + pn[q] : b;
-                    char nmq[160];
-                    snprintf(nmq, sizeof nmq, "%s%s", hp, part[q]);
-                    if (lo < hi)
-                        seg(p, nmq, r0[q] + (lo - ps[q]), hi - lo);
-                }
-            }
-            snprintf(n, sizeof n, "%sself_attention.linear_proj.weight", lp);
-            snprintf(hf, sizeof hf, "%so_proj.weight", hp);
-            cols(c, l, n, hf, t * (c->nh * hd / tp), c->nh * hd / tp);
-        } else if (k == '-') {
-            static const char *const fc[] = {"mlp.linear_fc1.weight", "mlp.linear_fc2.weight"};
-            up_down(c, l, lp, fc, hp, "", c->I / tp, t);
-        } else {
-            static const char *const nm[] = {"mlp.router.weight",
-                                             "mlp.router.expert_bias",
-                                             "mlp.shared_experts.linear_fc1.weight",
-                                             "mlp.shared_experts.linear_fc2.weight",
-                                             "mlp.fc1_latent_proj.weight",
-                                             "mlp.fc2_latent_proj.weight"};
-            shared_and_router(c, l, lp, hp, tp, t, nm);
-            int64_t ne = c->E / s->ep, ni = c->Im / s->etp;
-            char f1[160], f2[160];
-            snprintf(f1, sizeof f1, "%smlp.experts.linear_fc1.weight", lp);
-            snprintf(f2, sizeof f2, "%smlp.experts.linear_fc2.weight", lp);
-            experts(c, l, f1, f2, hp, epr * ne, ne, et * ni, ni, 1);
+    int64_t v = s->vpp > 1 ? s->vpp : 1;
+    for (int64_t chunk = 0; chunk < v; chunk++) {
+        char pfx[16] = "", n0[160];
+        if (v > 1) /* a list of model chunks */
+            snprintf(pfx, sizeof pfx, "%lld.", (long long)chunk);
+        if (stage == 0 && chunk == 0) {
+            snprintf(n0, sizeof n0, "%sembedding.word_embeddings.weight", pfx);
+            vocab(c, l, n0, "backbone.embeddings.weight", vpad, tp, t);
         }
-    }
-    if (stage == s->pp - 1) {
-        whole(c, l, "decoder.final_norm.weight", "backbone.norm_f.weight");
-        vocab(c, l, "output_layer.weight", "lm_head.weight", vpad, tp, t);
+        int64_t first, count;
+        stage_range(c, s, stage, chunk, &first, &count);
+        for (int64_t i = first; i < first + count; i++) {
+            char lp[64], hp[64], n[160], hf[160];
+            /* named_parameters(): each chunk's nn.ModuleList counts from 0 */
+            snprintf(lp, sizeof lp, "%sdecoder.layers.%lld.", pfx, (long long)(i - first));
+            snprintf(hp, sizeof hp, "backbone.layers.%lld.mixer.", (long long)i);
+            snprintf(hf, sizeof hf, "backbone.layers.%lld.norm.weight", (long long)i);
+            char k = kind_of(c, i);
+            static const char *const norm[] = {
+                "mixer.in_proj.layer_norm_weight", "self_attention.linear_qkv.layer_norm_weight",
+                "mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"};
+            snprintf(n, sizeof n, "%s%s", lp, norm[k == 'M' ? 0 : k == '*' ? 1 : k == '-' ? 2 : 3]);
+            whole(c, l, n, hf);
+            if (k == 'M') {
+                mamba(c, l, lp, hp, tp, t, 1);
+            } else if (k == '*') {
+                /* rows grouped by query group g: [q heads of g; k head g; v head g],
+                 * split evenly into tp contiguous ranges (also when tp > groups) */
+                int64_t hpg = c->nh / c->kv, hd = c->hd, gs = (hpg + 2) * hd, R = c->kv * gs;
+                int64_t a = t * R / tp, b = (t + 1) * R / tp;
+                param_t *p = newp(l, 1, b - a, c->H, "%sself_attention.linear_qkv.weight", lp);
+                for (int64_t g = 0; g < c->kv; g++) {
+                    static const char *const part[] = {"q_proj.weight", "k_proj.weight",
+                                                       "v_proj.weight"};
+                    int64_t ps[3] = {g * gs, g * gs + hpg * hd, g * gs + (hpg + 1) * hd};
+                    int64_t r0[3] = {g * hpg * hd, g * hd, g * hd}, pn[3] = {hpg * hd, hd, hd};
+                    for (int q = 0; q < 3; q++) {
+                        int64_t lo = ps[q] > a ? ps[q] : a,
+                                hi = ps[q] + pn[q] < b ? ps[q] + pn[q] : b;
+                        char nmq[160];
+                        snprintf(nmq, sizeof nmq, "%s%s", hp, part[q]);
+                        if (lo < hi)
+                            seg(p, nmq, r0[q] + (lo - ps[q]), hi - lo);
+                    }
+                }
+                snprintf(n, sizeof n, "%sself_attention.linear_proj.weight", lp);
+                snprintf(hf, sizeof hf, "%so_proj.weight", hp);
+                cols(c, l, n, hf, t * (c->nh * hd / tp), c->nh * hd / tp);
+            } else if (k == '-') {
+                static const char *const fc[] = {"mlp.linear_fc1.weight", "mlp.linear_fc2.weight"};
+                up_down(c, l, lp, fc, hp, "", c->I / tp, t);
+            } else {
+                static const char *const nm[] = {"mlp.router.weight",
+                                                 "mlp.router.expert_bias",
+                                                 "mlp.shared_experts.linear_fc1.weight",
+                                                 "mlp.shared_experts.linear_fc2.weight",
+                                                 "mlp.fc1_latent_proj.weight",
+                                                 "mlp.fc2_latent_proj.weight"};
+                shared_and_router(c, l, lp, hp, tp, t, nm);
+                int64_t ne = c->E / s->ep, ni = c->Im / etp;
+                char f1[160], f2[160];
+                snprintf(f1, sizeof f1, "%smlp.experts.linear_fc1.weight", lp);
+                snprintf(f2, sizeof f2, "%smlp.experts.linear_fc2.weight", lp);
+                experts(c, l, f1, f2, hp, epr * ne, ne, et * ni, ni, 1);
+            }
+        }
+        if (stage == s->pp - 1 && chunk == v - 1) {
+            snprintf(n0, sizeof n0, "%sdecoder.final_norm.weight", pfx);
+            whole(c, l, n0, "backbone.norm_f.weight");
+            snprintf(n0, sizeof n0, "%soutput_layer.weight", pfx);
+            vocab(c, l, n0, "lm_head.weight", vpad, tp, t);
+        }
     }
 }
 
@@ -849,6 +868,10 @@ static void test_groups_split(void **state)
     refit(&groups4, "tp=1,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
     refit(&groups4, "tp=2,pp=3,ep=2,etp=1", "tp=1,dp=3,ep=on");
     refit(&groups4, "tp=2,dp=2,ep=4,etp=1", "tp=2,dp=2");
+    /* Megatron tp=4 over 2 query groups: each rank half a group's linear_qkv rows */
+    refit(&groups4, "tp=4,ep=2,etp=2", "tp=2,dp=2,ep=on");
+    /* uneven stages from first/last counts (no '|'): the 6 layers as 1, 2, 2, 1 */
+    refit(&groups4, "tp=1,pp=4,first=1,last=1", "tp=2");
 }
 
 /* n_groups == 1: vLLM's tp > 1 holds B and C whole on every rank. */
@@ -866,6 +889,11 @@ static void test_latent_and_pipe_stages(void **state)
     (void)state;
     refit(&latent, "tp=2,pp=2,ep=2,etp=1", "tp=2,dp=2");
     refit(&latent, "tp=1,pp=2,dp=4,ep=4", "tp=2,ep=on");
+    /* virtual pipeline: four '|' segments over pp=2 x vpp=2, chunk c of stage p
+     * is segment c*pp + p */
+    static const ncfg_t chunks = {
+        "ME|*E|M-|EM", 32, 90, 16, 4, 2, 8, 8, 4, 2, 4, 4, 4, 8, 2, 4, 16};
+    refit(&chunks, "tp=2,pp=2,vpp=2,etp=1", "tp=2");
 }
 
 static void test_refusals(void **state)
@@ -876,7 +904,9 @@ static void test_refusals(void **state)
     /* vLLM replicates groups only when n_groups == 1 */
     refused(&latent, "tp=2,pp=2", "tp=4", "replicates groups only when n_groups == 1");
     /* '|' segments must match pp; without '|' the layers must split evenly */
-    refused(&latent, "tp=1,pp=3", "tp=1", "2 '|' pipeline segments but pp=3");
+    refused(&latent, "tp=1,pp=3", "tp=1", "2 '|' pipeline segments but pp*vpp=3");
+    refused(&latent, "tp=1,pp=2,first=3", "tp=1", "the '|' separators already define the stages");
+    refused(&groups4, "tp=1,pp=2,vpp=3", "tp=1", "vpp=3 needs '|' stage boundaries");
     refused(&groups4, "tp=1,pp=4", "tp=1", "pp=4 does not divide the 6 layers");
     /* without EP, every expert is split over all tp*dp ranks */
     refused(&groups4, "tp=1", "tp=4,dp=4", "tp*dp=16 does not divide the expert intermediate");
