@@ -809,15 +809,16 @@ static void test_catalogue_and_count(void **state)
     }
 }
 
-/* The shipped configs: the parameter count from their fields (31.58 G for
- * Nano 30B-A3B, 120.67 G for Super 120B-A12B without its MTP layer). */
+/* The shipped configs: the parameter count from their fields; for Nano
+ * 30B-A3B also the published total (31.6 G). Super's 120.67 G (without its
+ * MTP layer) has no published figure to this precision. */
 static void test_shipped_counts(void **state)
 {
     (void)state;
     static const struct {
         const char *name;
         int64_t published_g10; /* published total, in units of 0.1 G */
-    } ms[] = {{"nemotron-3-nano-30b-a3b", 316}, {"nemotron-3-super-120b-a12b", 1207}};
+    } ms[] = {{"nemotron-3-nano-30b-a3b", 316}, {"nemotron-3-super-120b-a12b", 0}};
     for (size_t k = 0; k < 2; k++) {
         char path[512];
         snprintf(path, sizeof path, "%s/models/%s.json", RESHARD_DATA_DIR, ms[k].name);
@@ -854,7 +855,8 @@ static void test_shipped_counts(void **state)
         assert_int_equal(reshard_model_info(m, &info), RESHARD_OK);
         assert_int_equal(info.params, want);
         /* and the published total, rounded to 0.1 G */
-        assert_int_equal((want + 50000000) / 100000000, ms[k].published_g10);
+        if (ms[k].published_g10)
+            assert_int_equal((want + 50000000) / 100000000, ms[k].published_g10);
         reshard_model_destroy(m);
     }
 }
