@@ -63,6 +63,11 @@ reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensor
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/* The rules the layout builders apply while emitting fragments (FP8: every
+ * shard on 128x128 block bounds, vLLM fp8_utils): both layouts are built
+ * and dropped; CONFIG names the side and the rule. */
+reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_spec_t *train,
+                                  const reshard_infer_spec_t *infer);
 /** Megatron layers of stage @p p: [first, first+count). */
 void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count);
 
