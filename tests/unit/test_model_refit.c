@@ -37,6 +37,7 @@ typedef struct {
     int64_t H, I, Im, V;
     int64_t nh, kv, hd;
     int64_t E, nshared, first_dense, mlp_only0;
+    int64_t Is; /* qwen2_moe shared_expert_intermediate_size */
     int64_t q_lora, kv_lora, nope, rope, vhd, nmtp;
     int64_t L;
     int tied;
@@ -53,11 +54,16 @@ static char *config_json(const tcfg_t *c)
                  "\"tie_word_embeddings\": %s",
                  c->type, (long long)c->H, (long long)c->I, (long long)c->L, (long long)c->nh,
                  (long long)c->kv, (long long)c->hd, (long long)c->V, c->tied ? "true" : "false");
-    if (!strcmp(c->type, "qwen3_moe"))
+    if (!strcmp(c->type, "qwen3_moe") || !strcmp(c->type, "qwen2_moe"))
         n += snprintf(s + n, 4096 - (size_t)n,
                       ", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, "
                       "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [%s]",
                       (long long)c->Im, (long long)c->E, c->mlp_only0 ? "0" : "");
+    if (!strcmp(c->type, "qwen2_moe"))
+        n += snprintf(s + n, 4096 - (size_t)n, ", \"shared_expert_intermediate_size\": %lld",
+                      (long long)c->Is);
+    if (!strcmp(c->type, "mixtral"))
+        n += snprintf(s + n, 4096 - (size_t)n, ", \"num_local_experts\": %lld", (long long)c->E);
     if (!strcmp(c->type, "deepseek_v3"))
         n +=
             snprintf(s + n, 4096 - (size_t)n,
@@ -65,7 +71,7 @@ static char *config_json(const tcfg_t *c)
                      "\"n_shared_experts\": %lld, \"first_k_dense_replace\": %lld, "
                      "\"q_lora_rank\": %lld, \"kv_lora_rank\": %lld, \"qk_nope_head_dim\": %lld, "
                      "\"qk_rope_head_dim\": %lld, \"v_head_dim\": %lld, "
-                     "\"num_nextn_predict_layers\": %lld",
+                     "\"num_nextn_predict_layers\": %lld, \"topk_method\": \"noaux_tc\"",
                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
                      (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
                      (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
@@ -76,6 +82,30 @@ static char *config_json(const tcfg_t *c)
 static int is_mla(const tcfg_t *c)
 {
     return !strcmp(c->type, "deepseek_v3");
+}
+
+/* HF/vLLM module names of the family's MoE block and shared expert. */
+static const char *moe_block(const tcfg_t *c)
+{
+    return !strcmp(c->type, "mixtral") ? "block_sparse_moe." : "mlp.";
+}
+
+static int64_t shared_I(const tcfg_t *c)
+{
+    return !strcmp(c->type, "qwen2_moe") ? c->Is : c->Im * c->nshared;
+}
+
+static const char *shared_hf(const tcfg_t *c)
+{
+    return !strcmp(c->type, "qwen2_moe") ? "mlp.shared_expert." : "mlp.shared_experts.";
+}
+
+/* Expert projection names in HF: gate/up/down (mixtral: w1/w3/w2). */
+static const char *expert_hf(const tcfg_t *c, int which)
+{
+    static const char *const std[] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const mx[] = {"w1", "w3", "w2"};
+    return !strcmp(c->type, "mixtral") ? mx[which] : std[which];
 }
 
 /* ------------------------------------------------------------------ */
@@ -194,23 +224,35 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     char hf[192];
     snprintf(hf, sizeof hf, "%s%s", pre, rest);
     int64_t vdim = is_mla(c) ? c->vhd : c->hd;
-    if (ends(rest, "norm.weight") || !strcmp(rest, "mlp.gate.weight") ||
-        !strcmp(rest, "mlp.gate.e_score_correction_bias") || !strcmp(rest, "eh_proj.weight") ||
-        !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight")) {
+    char router[96], rbias[96];
+    snprintf(router, sizeof router, "%sgate.weight", moe_block(c));
+    snprintf(rbias, sizeof rbias, "%sgate.e_score_correction_bias", moe_block(c));
+    if (ends(rest, "norm.weight") || !strcmp(rest, router) || !strcmp(rest, rbias) ||
+        !strcmp(rest, "eh_proj.weight") || !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight") ||
+        !strcmp(rest, "mlp.shared_expert_gate.weight")) {
         whole(x, hf, g, w, i, col);
         return 1;
     }
-    if (!strcmp(rest, "self_attn.qkv_proj.weight")) {
+    int bias = !strcmp(rest, "self_attn.qkv_proj.bias");
+    if (!strcmp(rest, "self_attn.qkv_proj.weight") || bias) {
         int64_t hd = c->hd, nq = c->nh / tp;
         int64_t nkv = tp <= c->kv ? c->kv / tp : 1;
         int64_t k0 = tp <= c->kv ? t * nkv : t / (tp / c->kv); /* kv head replicated */
-        *g = (geom_t){1, (nq + 2 * nkv) * hd, H};
+        *g = (geom_t){1, (nq + 2 * nkv) * hd, bias ? 1 : H};
         if (w) {
+            const char *sfx = bias ? "bias" : "weight";
+            char q[64], kk[64], vv[64];
+            snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
+            snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
+            snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
             if (i < nq * hd)
-                at(w, pre, "self_attn.q_proj.weight", 0, t * nq * hd + i, col);
+                at(w, pre, q, 0, t * nq * hd + i, col);
             else
-                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", nkv * hd,
-                     k0 * hd, 0, i - nq * hd, col);
+                pair(w, pre, kk, vv, nkv * hd, k0 * hd, 0, i - nq * hd, col);
+            if (bias) { /* a 1-d tensor: the element index is the column */
+                w->c = w->r;
+                w->r = 0;
+            }
         }
         return 1;
     }
@@ -236,9 +278,9 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
             at(w, "", hf, 0, i, t * n + col);
         return 1;
     }
-    int shared = !strncmp(rest, "mlp.shared_experts.", 19);
-    int64_t I = shared ? c->Im * c->nshared : c->I, n = I / tp;
-    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    int shared = !strncmp(rest, shared_hf(c), strlen(shared_hf(c)));
+    int64_t I = shared ? shared_I(c) : c->I, n = I / tp;
+    const char *sub = shared ? shared_hf(c) : "mlp.";
     char a[96], b[96];
     if (ends(rest, "gate_up_proj.weight")) {
         *g = (geom_t){1, 2 * n, H};
@@ -261,17 +303,22 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     int64_t ne = x->vllm_ep ? x->ne : c->E, e = (x->vllm_ep ? x->e0 : 0) + el;
     int64_t ni = x->vllm_ep ? c->Im : c->Im / (tp * x->dp);
     int64_t i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
-    if (!strcmp(rest, "mlp.experts.w13_weight")) {
+    char e13[96], e2[96], eg[96], eu[96], ed[96];
+    snprintf(e13, sizeof e13, "%sexperts.w13_weight", moe_block(c));
+    snprintf(e2, sizeof e2, "%sexperts.w2_weight", moe_block(c));
+    snprintf(eg, sizeof eg, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 0));
+    snprintf(eu, sizeof eu, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 1));
+    snprintf(ed, sizeof ed, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 2));
+    if (!strcmp(rest, e13)) {
         *g = (geom_t){ne, 2 * ni, H};
         if (w)
-            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0, e, i,
-                 col);
+            pair(w, pre, eg, eu, ni, i0, e, i, col);
         return 1;
     }
-    if (!strcmp(rest, "mlp.experts.w2_weight")) {
+    if (!strcmp(rest, e2)) {
         *g = (geom_t){ne, H, ni};
         if (w)
-            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+            at(w, pre, ed, e, i, i0 + col);
         return 1;
     }
     return 0;
@@ -384,26 +431,42 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         {"self_attention.linear_kv_up_proj.layer_norm_weight", "self_attn.kv_a_layernorm.weight"},
         {"mlp.linear_fc1.layer_norm_weight", "post_attention_layernorm.weight"},
         {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
-        {"mlp.router.weight", "mlp.gate.weight"},
-        {"mlp.router.expert_bias", "mlp.gate.e_score_correction_bias"},
+        {"mlp.shared_experts.gate_weight", "mlp.shared_expert_gate.weight"},
     };
+    if (!strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.expert_bias")) {
+        snprintf(hf, sizeof hf, "%s%s%s", pre, moe_block(c),
+                 ends(rest, "weight") ? "gate.weight" : "gate.e_score_correction_bias");
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
     for (size_t s = 0; s < sizeof same / sizeof *same; s++)
         if (!strcmp(rest, same[s].mg)) {
             snprintf(hf, sizeof hf, "%s%s", pre, same[s].hf);
             whole(x, hf, g, w, i, col);
             return 1;
         }
-    if (!strcmp(rest, "self_attention.linear_qkv.weight")) {
-        /* per query group g: [q heads of g; k head g; v head g] */
-        int64_t hd = c->hd, hpg = c->nh / c->kv, ng = c->kv / tp, gs = (hpg + 2) * hd;
-        *g = (geom_t){1, ng * gs, H};
+    int bias = !strcmp(rest, "self_attention.linear_qkv.bias");
+    if (!strcmp(rest, "self_attention.linear_qkv.weight") || bias) {
+        /* rows interleaved per query group g: [q heads of g; k head g; v head
+         * g], the whole row sequence split evenly over tp (tp may be a
+         * multiple of the groups: then a part of one group per rank) */
+        int64_t hd = c->hd, hpg = c->nh / c->kv, gs = (hpg + 2) * hd, rows = c->kv * gs / tp;
+        *g = (geom_t){1, rows, bias ? 1 : H};
         if (w) {
-            int64_t grp = t * ng + i / gs, j = i % gs;
+            int64_t idx = t * rows + i, grp = idx / gs, j = idx % gs;
+            const char *sfx = bias ? "bias" : "weight";
+            char q[64], kk[64], vv[64];
+            snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
+            snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
+            snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
             if (j < hpg * hd)
-                at(w, pre, "self_attn.q_proj.weight", 0, grp * hpg * hd + j, col);
+                at(w, pre, q, 0, grp * hpg * hd + j, col);
             else
-                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", hd, grp * hd, 0,
-                     j - hpg * hd, col);
+                pair(w, pre, kk, vv, hd, grp * hd, 0, j - hpg * hd, col);
+            if (bias) {
+                w->c = w->r;
+                w->r = 0;
+            }
         }
         return 1;
     }
@@ -431,8 +494,8 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         return 1;
     }
     int shared = !strncmp(rest, "mlp.shared_experts.", 19);
-    int64_t n = (shared ? c->Im * c->nshared : c->I) / tp;
-    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    int64_t n = (shared ? shared_I(c) : c->I) / tp;
+    const char *sub = shared ? shared_hf(c) : "mlp.";
     char a[96], b[96];
     if (!strcmp(rest, "mlp.linear_fc1.weight") ||
         !strcmp(rest, "mlp.shared_experts.linear_fc1.weight")) {
@@ -457,19 +520,22 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
     int j = -1;
     k = 0;
     (void)el;
+    char eg[96], eu[96], ed[96];
+    snprintf(eg, sizeof eg, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 0));
+    snprintf(eu, sizeof eu, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 1));
+    snprintf(ed, sizeof ed, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 2));
     if (sscanf(rest, "mlp.experts.linear_fc1.weight%d%n", &j, &k) == 1 && !rest[k]) {
         assert_true(j >= 0 && j < ne);
         *g = (geom_t){1, 2 * ni, H};
         if (w)
-            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0,
-                 x->epr * ne + j, i, col);
+            pair(w, pre, eg, eu, ni, i0, x->epr * ne + j, i, col);
         return 1;
     }
     if (sscanf(rest, "mlp.experts.linear_fc2.weight%d%n", &j, &k) == 1 && !rest[k]) {
         assert_true(j >= 0 && j < ne);
         *g = (geom_t){1, H, ni};
         if (w)
-            at(w, pre, "mlp.experts.down_proj.weight", x->epr * ne + j, i, i0 + col);
+            at(w, pre, ed, x->epr * ne + j, i, i0 + col);
         return 1;
     }
     return 0;
@@ -922,6 +988,57 @@ static void test_pipeline_chunks(void **state)
     refit_case(&d4, RESHARD_BF16, "tp=2,pp=2,first=1,last=3,etp=1", "tp=2");
 }
 
+/* Qwen2: q/k/v biases. Megatron tp=4 and tp=8 over 2 query groups: each
+ * rank holds a half / a quarter of one group's [q; k; v] rows (tp=8: 12 rows,
+ * one and a half heads). */
+static const tcfg_t qwen2 = {
+    .type = "qwen2", .H = 32, .I = 24, .V = 100, .nh = 8, .kv = 2, .hd = 8, .L = 2};
+
+static void test_qwen2_biases(void **state)
+{
+    (void)state;
+    refit_case(&qwen2, RESHARD_BF16, "tp=1,pp=2", "tp=4");
+    refit_case(&qwen2, RESHARD_BF16, "tp=4", "tp=2,dp=2");
+    refit_case(&qwen2, RESHARD_BF16, "tp=8", "tp=8");
+    refit_case(&qwen2, RESHARD_BF16, "tp=2,dp=2", "tp=1,dp=2");
+}
+
+/* Qwen2-MoE: 4 experts, a shared expert (24 rows) with its sigmoid gate;
+ * Mixtral: block_sparse_moe with w1/w3/w2 experts. EP on and off, dp > 1. */
+static const tcfg_t qwen2_moe = {.type = "qwen2_moe",
+                                 .H = 32,
+                                 .I = 48,
+                                 .Im = 16,
+                                 .Is = 24,
+                                 .V = 90,
+                                 .nh = 4,
+                                 .kv = 2,
+                                 .hd = 8,
+                                 .E = 4,
+                                 .L = 2};
+/* (mixtral's experts are intermediate_size wide: Im mirrors I for the oracles) */
+static const tcfg_t mixtral = {.type = "mixtral",
+                               .H = 32,
+                               .I = 16,
+                               .Im = 16,
+                               .V = 70,
+                               .nh = 4,
+                               .kv = 2,
+                               .hd = 8,
+                               .E = 4,
+                               .L = 2};
+
+static void test_qwen2_moe_mixtral(void **state)
+{
+    (void)state;
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=1,dp=2,ep=2,pp=2", "tp=2,dp=2");
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=2,pp=2", "tp=4,ep=on");
+    refit_case(&mixtral, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2");
+    refit_case(&mixtral, RESHARD_BF16, "tp=2,pp=2", "tp=1,dp=4,ep=on");
+    refit_case(&mixtral, RESHARD_BF16, "tp=1,dp=4,ep=4", "tp=2,dp=2,ep=on");
+}
+
 /* FP8: e4m3 weights and 128x128 fp32 block scales, sharded at block
  * granularity (head_dim 128, intermediate sizes in whole blocks). */
 static const tcfg_t qwen3_moe_fp8 = {.type = "qwen3_moe",
@@ -968,6 +1085,8 @@ int main(void)
         cmocka_unit_test(test_fused_qkv_groups),
         cmocka_unit_test(test_moe_experts),
         cmocka_unit_test(test_pipeline_chunks),
+        cmocka_unit_test(test_qwen2_biases),
+        cmocka_unit_test(test_qwen2_moe_mixtral),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_fp8),
     };
