@@ -444,6 +444,116 @@ static void test_buffer_table(void **state)
     reshard_model_destroy(m);
 }
 
+/* The exact parameter list of one rank, in order. */
+static void expect_names(const reshard_model_buffers_t *tab, int32_t rank, const char *const *names,
+                         int32_t n)
+{
+    assert_int_equal(reshard_model_buffer_count(tab, rank), n);
+    int32_t k = 0;
+    for (int64_t i = 0; i < reshard_model_buffers_count(tab); i++) {
+        reshard_model_buffer_t b;
+        reshard_model_buffers_get(tab, i, &b);
+        if (b.rank != rank)
+            continue;
+        if (strcmp(b.name, names[k]))
+            fail_msg("rank %d parameter %d: %s, Megatron/vLLM name it %s", rank, k, b.name,
+                     names[k]);
+        k++;
+    }
+}
+
+/* Names as named_parameters() gives them. Megatron stage 1 of a 2-layer
+ * Qwen2-MoE (pp=2, ep=2): its one layer is decoder.layers.0, EP rank 0's two
+ * experts are TEGroupedMLP weight0/weight1, the shared expert has its gate;
+ * vLLM: qkv_proj.bias, shared_expert (singular) and shared_expert_gate. */
+static void test_parameter_names(void **state)
+{
+    (void)state;
+    const char *cfg = "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64, "
+                      "\"intermediate_size\": 96, \"moe_intermediate_size\": 16, "
+                      "\"shared_expert_intermediate_size\": 32, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                      "\"num_experts\": 4, \"vocab_size\": 100}";
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(cfg, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_train_spec_parse("pp=2,ep=2,dp=2", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &i), RESHARD_OK);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    static const char *const mg[] = {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.bias",
+                                     "decoder.layers.0.self_attention.linear_proj.weight",
+                                     "decoder.layers.0.pre_mlp_layernorm.weight",
+                                     "decoder.layers.0.mlp.router.weight",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight1",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight1",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc1.weight",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc2.weight",
+                                     "decoder.layers.0.mlp.shared_experts.gate_weight",
+                                     "decoder.final_layernorm.weight",
+                                     "output_layer.weight"};
+    expect_names(f.train_buffers, 2, mg, sizeof mg / sizeof *mg);
+    /* Megatron's router weight: params_dtype (bf16; router.py reset_parameters) */
+    reshard_buffer_info_t bi;
+    int32_t b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.router.weight");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.dtype, RESHARD_BF16);
+    /* one expert's parameter: [2 * I / etp, H] */
+    b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.experts.linear_fc1.weight1");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.ndim, 2);
+    assert_int_equal(bi.shape[0], 32);
+    assert_int_equal(bi.shape[1], 64);
+    static const char *const vl[] = {"model.layers.1.input_layernorm.weight",
+                                     "model.layers.1.self_attn.qkv_proj.weight",
+                                     "model.layers.1.self_attn.qkv_proj.bias",
+                                     "model.layers.1.self_attn.o_proj.weight",
+                                     "model.layers.1.post_attention_layernorm.weight",
+                                     "model.layers.1.mlp.gate.weight",
+                                     "model.layers.1.mlp.experts.w13_weight",
+                                     "model.layers.1.mlp.experts.w2_weight",
+                                     "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
+                                     "model.layers.1.mlp.shared_expert.down_proj.weight",
+                                     "model.layers.1.mlp.shared_expert_gate.weight"};
+    int32_t r = f.train_world + 1; /* vLLM TP rank 1 */
+    for (size_t k = 0; k < sizeof vl / sizeof *vl; k++)
+        if (reshard_layout_find_buffer(f.infer, r, vl[k]) < 0)
+            fail_msg("vLLM rank 1 lacks %s", vl[k]);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+
+    /* DeepSeek-V3 MTP at pp=2: the last stage holds its own embedding copy,
+     * the MTP inner layer is mtp_model_layer */
+    m = load("deepseek-v3", 1, RESHARD_BF16);
+    assert_int_equal(reshard_train_spec_parse("pp=2,first=31,last=30", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=1", &i), RESHARD_OK);
+    reshard_tensors_t *T;
+    reshard_layout_t *L;
+    assert_int_equal(reshard_model_tensors(m, &T), RESHARD_OK);
+    assert_int_equal(reshard_model_train_layout(m, T, &t, 0, &L, NULL), RESHARD_OK);
+    static const char *const last[] = {
+        "embedding.word_embeddings.weight",
+        "decoder.layers.29.mlp.experts.linear_fc1.weight255",
+        "decoder.final_layernorm.weight",
+        "mtp.layers.0.eh_proj.weight",
+        "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc2.weight0",
+        "mtp.layers.0.final_layernorm.weight",
+        "output_layer.weight"};
+    for (size_t k = 0; k < sizeof last / sizeof *last; k++)
+        if (reshard_layout_find_buffer(L, 1, last[k]) < 0)
+            fail_msg("Megatron stage 1 lacks %s", last[k]);
+    assert_true(reshard_layout_find_buffer(L, 1, "decoder.layers.30.input_layernorm.weight") < 0);
+    assert_true(reshard_layout_find_buffer(L, 0, "decoder.layers.30.input_layernorm.weight") >= 0);
+    reshard_layout_destroy(L);
+    reshard_tensors_destroy(T);
+    reshard_model_destroy(m);
+}
+
 /* Gather+broadcast: per stage the root gathers the stage's tensors from its
  * TP (and EP) peers, then every inference rank receives the whole model. */
 static void test_baseline_counts(void **state)
@@ -486,7 +596,7 @@ int main(void)
         cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
         cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
         cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
-        cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_baseline_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
