@@ -360,6 +360,22 @@ static void test_deepseek_v2_shapes(void **state)
         reshard_tensors_destroy(t);
         reshard_model_destroy(m);
     }
+    /* vLLM creates the bias only with topk_method "noaux_tc", whatever the
+     * model_type: a deepseek_v3 config without it, or with greedy routing, has none */
+    static const char *const v3[] = {"", ", \"topk_method\": \"greedy\"",
+                                     ", \"topk_method\": \"noaux_tc\""};
+    for (int k = 0; k < 3; k++) {
+        snprintf(text, sizeof text, "%s%s}", cfg, v3[k]);
+        memcpy(strstr(text, "deepseek_v2"), "deepseek_v3", 11);
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load_json(text, NULL, &m), RESHARD_OK);
+        reshard_tensors_t *t;
+        assert_int_equal(reshard_model_tensors(m, &t), RESHARD_OK);
+        int32_t id = reshard_tensors_find(t, "model.layers.1.mlp.gate.e_score_correction_bias");
+        assert_int_equal(id >= 0, k == 2);
+        reshard_tensors_destroy(t);
+        reshard_model_destroy(m);
+    }
 }
 
 static void test_load_errors(void **state)
@@ -395,6 +411,31 @@ static void test_load_errors(void **state)
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
         RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "num_experts set: routed experts"));
+    /* fields implying tensors the family does not build: refused by name */
+    static const struct {
+        const char *json, *words;
+    } unbuilt[] = {
+        {"{\"model_type\": \"llama\", \"attention_bias\": true}", "attention_bias set: q/k/v/o"},
+        {"{\"model_type\": \"llama\", \"mlp_bias\": true}", "mlp_bias set: MLP projection"},
+        {"{\"model_type\": \"qwen3_moe\", \"shared_expert_intermediate_size\": 512}",
+         "shared_expert_intermediate_size set: shared experts"},
+        {"{\"model_type\": \"mistral\", \"num_local_experts\": 8}",
+         "num_local_experts set: routed experts"},
+    };
+    for (size_t k = 0; k < sizeof unbuilt / sizeof *unbuilt; k++) {
+        assert_int_equal(reshard_model_load_json(unbuilt[k].json, NULL, &m), RESHARD_ERR_CONFIG);
+        if (!strstr(reshard_last_error(), unbuilt[k].words))
+            fail_msg("%s: %s", unbuilt[k].json, reshard_last_error());
+    }
+    /* false biases are the default: accepted */
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"llama\", \"attention_bias\": "
+                                             "false, \"mlp_bias\": false, \"hidden_size\": 8, "
+                                             "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                                             "\"num_attention_heads\": 2, \"vocab_size\": 10}",
+                                             NULL, &m),
+                     RESHARD_OK);
+    reshard_model_destroy(m);
+    m = NULL;
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
         RESHARD_ERR_CONFIG);
