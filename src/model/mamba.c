@@ -219,7 +219,9 @@ static reshard_status_t moe_tensors(rs_cat_t *c, rs_layer_ids_t *l, const char *
     const reshard_model_t *m = rs_cat_model(c);
     int64_t H = m->H, E = m->E, Hin = expert_in(m), rs[2] = {E, H};
     int64_t eu[3] = {E, m->Im, Hin}, ed[3] = {E, Hin, m->Im};
-    TRY(rs_cat_add(c, &l->router, FP32, 2, rs, 0, NULL, "%sgate.weight", p));
+    /* gate.weight: bf16 in Megatron (router.py casts to params_dtype) and in
+     * vLLM's GateLinear on SM90+ (fp32 only without its kernels) */
+    TRY(rs_cat_add(c, &l->router, BF16, 2, rs, 0, NULL, "%sgate.weight", p));
     TRY(rs_cat_add(c, &l->router_bias, FP32, 1, &E, 0, NULL, "%sgate.e_score_correction_bias", p));
     TRY(rs_cat_add(c, &l->e_up, BF16, 3, eu, 0, NULL, "%sexperts.up_proj.weight", p));
     TRY(rs_cat_add(c, &l->e_down, BF16, 3, ed, 0, NULL, "%sexperts.down_proj.weight", p));
@@ -422,38 +424,6 @@ static void mixer_names(char (*buf)[160], const char **names, const char *p, boo
     }
 }
 
-/* One expert-parallel block of non-gated routed experts: experts
- * [e0, e0+ne), intermediate rows [i0, i0+n) of each. @p per_expert: one
- * buffer per expert named fc1/fc2 + its local index (Megatron TEGroupedMLP),
- * else one stacked buffer each (vLLM w13/w2). */
-static reshard_status_t experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                int64_t i0, int64_t n, bool per_expert, const char *fc1,
-                                const char *fc2)
-{
-    int64_t Hin = expert_in(e->m);
-    int64_t groups = per_expert ? ne : 1, per = per_expert ? 1 : ne;
-    for (int64_t j = 0; j < groups; j++) {
-        int64_t first = e0 + j * per;
-        char n1[192], n2[192];
-        snprintf(n1, sizeof n1, per_expert ? "%s%lld" : "%s", fc1, (long long)j);
-        snprintf(n2, sizeof n2, per_expert ? "%s%lld" : "%s", fc2, (long long)j);
-        /* Megatron: each expert [n, Hin]; vLLM: [experts, n, Hin] */
-        int64_t sh1[3] = {per, n, Hin}, sh2[3] = {per, Hin, n};
-        int nd = per_expert ? 2 : 3;
-        int32_t b1 = rs_emit_buffer_shaped(e, l->e_up, nd, sh1 + 3 - nd, "%s", n1);
-        if (b1 < 0)
-            return (reshard_status_t)b1;
-        int64_t o1[3] = {first, i0, 0}, x1[3] = {per, n, Hin}, s1[3] = {n * Hin, Hin, 1};
-        TRY(rs_emit(e, l->e_up, b1, o1, x1, 0, s1));
-        int32_t b2 = rs_emit_buffer_shaped(e, l->e_down, nd, sh2 + 3 - nd, "%s", n2);
-        if (b2 < 0)
-            return (reshard_status_t)b2;
-        int64_t o2[3] = {first, 0, i0}, x2[3] = {per, Hin, n}, s2[3] = {Hin * n, n, 1};
-        TRY(rs_emit(e, l->e_down, b2, o2, x2, 0, s2));
-    }
-    return RESHARD_OK;
-}
-
 /* The parts of a MoE layer both sides hold alike: router, bias, latent
  * projections (replicated) and the TP-split shared expert. */
 static reshard_status_t moe_common(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
@@ -548,7 +518,7 @@ reshard_status_t rs_hybrid_megatron_layer(rs_emit_t *e, const reshard_train_spec
         names_of(buf, names, p, sfx, 8);
         TRY(moe_common(e, l, tp, t, names));
         int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
-        return experts(e, l, epr * ne, ne, et * ni, ni, true, names[6], names[7]);
+        return rs_emit_experts(e, l, epr * ne, ne, et * ni, ni, true, names[6], names[7]);
     }
     }
 }
@@ -607,7 +577,7 @@ reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *
             ni = m->Im / eps;
             i0 = r * ni;
         }
-        return ne > 0 ? experts(e, l, e0, ne, i0, ni, false, names[6], names[7]) : RESHARD_OK;
+        return rs_emit_experts(e, l, e0, ne, i0, ni, false, names[6], names[7]);
     }
     }
 }

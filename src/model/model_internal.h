@@ -181,8 +181,10 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
 /**
  * Open the next buffer of the current rank: a matrix of @p experts x @p rows
  * x @p width elements of tensor @p like's dtype (a tensor id that will live
- * in it). When @p like has an FP8 scale tensor, the following buffer id is its
- * scale buffer (experts x ceil(rows/128) x ceil(width/128) fp32).
+ * in it), declared [experts, rows, width] when @p like is a stacked expert
+ * tensor, [rows, width] for a matrix (@p experts 0: one expert's own
+ * parameter, a matrix), [rows * width] for a vector. When @p like has an FP8 scale tensor, the
+ * following buffer id is its scale buffer (experts x ceil(rows/128) x ceil(width/128) fp32).
  * @p fmt names the buffer (printf). Returns the buffer id or a negative status.
  */
 int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
@@ -223,7 +225,8 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
  *  (@p per_expert false, vLLM w13/w2): one buffer [ne, 2n, H] (per expert gate
  *  then up) named @p fc1_name and one [ne, H, n]. Per expert (Megatron
  *  TEGroupedMLP): buffers "<fc1_name>k" [2n, H] for k = 0..ne-1, then
- *  "<fc2_name>k" [H, n]. */
+ *  "<fc2_name>k" [H, n]. Without a gate tensor (l->e_gate < 0) fc1 is the up
+ *  rows alone ([ne, n, H]); H is the experts' input width (down_proj's rows). */
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name);

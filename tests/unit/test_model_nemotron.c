@@ -116,8 +116,10 @@ static int hf_shape(const ncfg_t *c, const char *name, int64_t *shape, int *nd, 
     if (strncmp(r, "mixer.", 6))
         return 0;
     r += 6;
-    static const char *const fp32[] = {"A_log", "D", "gate.weight", "gate.e_score_correction_bias"};
-    for (size_t i = 0; i < 4; i++)
+    /* fp32: A_log, D (MambaMixer, MambaMixer2) and the router's score-correction
+     * bias; the router weight is bf16 (Megatron params_dtype, vLLM GateLinear on SM90+) */
+    static const char *const fp32[] = {"A_log", "D", "gate.e_score_correction_bias"};
+    for (size_t i = 0; i < 3; i++)
         if (!strcmp(r, fp32[i]))
             *dt = RESHARD_FP32;
     if (!strcmp(r, "in_proj.weight"))
