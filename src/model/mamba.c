@@ -563,21 +563,7 @@ reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *
                                           "mixer.experts.w2_weight"};
         names_of(buf, names, p, sfx, 8);
         TRY(moe_common(e, l, tp, t, names));
-        int64_t e0, ne, i0, ni;
-        int64_t eps = (int64_t)tp * s->dp;
-        if (s->ep) { /* whole experts, remainder to the first ranks */
-            int64_t base = m->E / eps, rem = m->E % eps;
-            ne = base + (r < rem);
-            e0 = r * base + (r < rem ? r : rem);
-            i0 = 0;
-            ni = m->Im;
-        } else { /* every expert split over all tp*dp ranks */
-            e0 = 0;
-            ne = m->E;
-            ni = m->Im / eps;
-            i0 = r * ni;
-        }
-        return rs_emit_experts(e, l, e0, ne, i0, ni, false, names[6], names[7]);
+        return rs_vllm_experts(e, l, s, r, names[6], names[7]);
     }
     }
 }

@@ -266,6 +266,12 @@ static inline int64_t rs_roundup(int64_t a, int64_t b)
 /** Megatron linear_qkv of TP rank @p t (megatron.c). */
 reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                                  const char *name);
+/** vLLM FusedMoE w13/w2 of inference side rank @p r (vllm.c): with EP whole
+ *  experts (remainder to the first ranks), else every expert's intermediate
+ *  rows split over all tp*dp ranks. */
+reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
+                                 const reshard_infer_spec_t *s, int32_t r, const char *w13,
+                                 const char *w2);
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);
