@@ -104,8 +104,7 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
     if (o->dtype != RESHARD_BF16)
         return rs_error(RESHARD_ERR_CONFIG, "nemotron_h: only the bf16 form is modelled, not %s",
                         reshard_dtype_name(o->dtype));
-    TRY(refuse_true(root, "attention_bias", "q/k/v/o biases"));
-    TRY(refuse_true(root, "mlp_bias", "MLP, expert and latent projection biases"));
+    /* attention_bias and mlp_bias are refused for every family (config.c) */
     TRY(refuse_true(root, "mamba_proj_bias", "in_proj/out_proj biases"));
     TRY(refuse_true(root, "use_bias", "in_proj/out_proj biases"));
     if (!get_bool(root, "use_conv_bias", 1))
@@ -115,7 +114,7 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
     m->qk_norm = 0;
     GETI("mamba_num_heads", -1, 1, hy->mh);
     GETI("mamba_head_dim", -1, 1, hy->mhd);
-    GETI("n_groups", 1, 1, hy->G);
+    GETI("n_groups", -1, 1, hy->G);
     GETI("ssm_state_size", -1, 1, hy->N);
     GETI("conv_kernel", -1, 1, hy->K);
     if (hy->mh % hy->G)
