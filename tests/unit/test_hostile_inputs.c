@@ -368,7 +368,16 @@ static void test_spec_grammar(void **state)
     assert_int_equal(i.ep, 0);
     /* what the formatters write parses back to the same spec */
     char buf[128];
-    reshard_train_spec_t t0 = {2, 3, 5, 7, 11, 13}, t1;
+    reshard_train_spec_t t0 = {.tp = 2,
+                               .pp = 3,
+                               .dp = 5,
+                               .cp = 7,
+                               .ep = 11,
+                               .etp = 13,
+                               .vpp = 2,
+                               .first = 3,
+                               .last = 4},
+                         t1;
     assert_int_equal(reshard_train_spec_parse(reshard_train_spec_str(&t0, buf, sizeof buf), &t1),
                      RESHARD_OK);
     assert_memory_equal(&t0, &t1, sizeof t0);
@@ -385,19 +394,19 @@ static void test_model_check_fp8_blocks(void **state)
     reshard_model_options_t o = {.dtype = RESHARD_FP8_E4M3, .layers = 1};
     reshard_model_t *m;
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
     reshard_infer_spec_t i = {4, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("infer: fp8:");
     assert_msg("not sharded at 128x128 block granularity");
     assert_msg("rows [0, 192) of 768 are not on 128-row block bounds");
     /* the same split on the training side (etp=4) */
-    t = (reshard_train_spec_t){4, 1, 1, 1, 1, 4};
+    t = (reshard_train_spec_t){.tp = 4, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 4};
     i = (reshard_infer_spec_t){1, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("train: fp8:");
     /* 768 / 2 = 384 = 3 blocks: accepted, and its layouts build */
-    t = (reshard_train_spec_t){2, 1, 1, 1, 1, 2};
+    t = (reshard_train_spec_t){.tp = 2, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 2};
     i = (reshard_infer_spec_t){2, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_OK);
     reshard_model_refit_t r;
