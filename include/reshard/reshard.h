@@ -69,6 +69,8 @@ typedef enum {
     RESHARD_ERR_IO = -15,          /**< a file could not be read or parsed */
     RESHARD_ERR_VERIFY = -16,      /**< verification found a wrong or unwritten element */
     RESHARD_ERR_STAGING = -17,     /**< staging bound too small for the plan */
+    RESHARD_ERR_MISMATCH = -18,    /**< ranks planned from different inputs (plan
+                                        fingerprints differ) */
 } reshard_status_t;
 
 /** Static English name of a status ("RESHARD_ERR_UNCOVERED"). Never NULL. */
@@ -256,9 +258,10 @@ reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t
                                          reshard_fragment_t *out);
 
 /**
- * Bytes buffer @p buffer of rank @p rank must have to hold every fragment of
- * this layout placed in it (one past the last element any fragment touches).
- * 0 when no fragment uses that buffer.
+ * Bytes buffer @p buffer of rank @p rank must have: its declared bytes when
+ * it is declared (reshard_layout_declare_buffer below), else enough to hold
+ * every fragment of this layout placed in it (one past the last element any
+ * fragment touches). 0 when neither.
  */
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer);
 /** One more than the largest buffer id used by @p rank's fragments (0 if none). */
@@ -455,10 +458,22 @@ void reshard_comm_destroy(reshard_comm_t *comm);
 int32_t reshard_comm_rank(const reshard_comm_t *comm);
 int32_t reshard_comm_size(const reshard_comm_t *comm);
 
-/** A caller's buffer: base pointer and size in bytes. */
+/** reshard_buffer_t.flags: the dtype field is given. */
+#define RESHARD_BUFFER_DTYPE 1u
+
+/**
+ * A caller's buffer: base pointer and size in bytes, and optionally what the
+ * caller believes it is. Zero-initialise it: {ptr, bytes} alone is a valid
+ * buffer; name NULL and flags 0 mean "not given".
+ */
 typedef struct {
     void *ptr;
     uint64_t bytes;
+    const char *name;      /**< optional: the parameter this buffer holds (checked against
+                                the layout's declared name) */
+    uint32_t flags;        /**< RESHARD_BUFFER_DTYPE when dtype is given */
+    reshard_dtype_t dtype; /**< element type, read only with RESHARD_BUFFER_DTYPE (so that
+                                RESHARD_BF16 == 0 is never assumed) */
 } reshard_buffer_t;
 
 /** Link-class byte counters measured during one execution on one rank. */
@@ -497,6 +512,22 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
                                       const reshard_buffer_t *src_bufs, int32_t n_src,
                                       const reshard_buffer_t *dst_bufs, int32_t n_dst,
                                       reshard_exec_stats_t *stats);
+
+/**
+ * Tell the peers that this rank's reshard_plan_create failed with @p status,
+ * instead of leaving them to time out: call it where reshard_plan_execute
+ * would have been called. It takes part in the first agreement of the
+ * peers' execution, so every peer's reshard_plan_execute returns @p status
+ * at once, naming this rank ("rank R could not create its plan"), and no
+ * destination byte anywhere is written.
+ * @param status     the failed status (negative) reshard_plan_create returned
+ * @param timeout_s  how long to wait for the peers to arrive; <= 0: the
+ *                   default RESHARD_DEFAULT_TIMEOUT_S
+ * Returns OK once every peer was told. Errors: INVALID_ARG (NULL comm, status
+ * not negative), TIMEOUT (a peer did not arrive), TRANSPORT; the comm must
+ * then be destroyed.
+ */
+reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status, double timeout_s);
 
 /* ------------------------------------------------------------------ */
 /* 7. Verification pattern                                             */
