@@ -194,7 +194,8 @@ typedef struct {
 typedef struct reshard_layout reshard_layout_t;
 
 /** Create an empty layout over @p tensors (kept by pointer: it must outlive
- *  the layout). Errors: INVALID_ARG, NOMEM. Local. */
+ *  the layout; plans made from the layout need neither). Errors:
+ *  INVALID_ARG, NOMEM. Local. */
 reshard_status_t reshard_layout_create(const reshard_tensors_t *tensors, reshard_layout_t **out);
 /** Free a layout; NULL ok. */
 void reshard_layout_destroy(reshard_layout_t *layout);
@@ -387,13 +388,23 @@ typedef struct reshard_plan reshard_plan_t;
  * shapes: SHAPE or DTYPE otherwise), every destination element is covered by
  * a source fragment (UNCOVERED), no two destination fragments of a rank
  * share buffer bytes and no destination fragment's strides make two of its
- * elements share one (OVERLAP), every rank is below world_size (RANK). A
- * rank's own plan checks coverage within its groups and overlap within its
- * own buffers: a rank whose plan fails must not execute, and the peers that
- * do end with TIMEOUT (reshard_plan_execute).
+ * elements share one (OVERLAP), every rank is below world_size (RANK),
+ * fragments in declared buffers lie inside them and have their dtype
+ * (BUFFER, DTYPE). A rank's own plan checks coverage within its groups and
+ * overlap within its own buffers: a rank whose plan fails must not execute;
+ * it calls reshard_plan_fail instead, so that its peers' executions fail at
+ * once, naming it.
+ *
+ * The plan owns what it executes with: it copies the catalogue and the
+ * fragments and declared buffers it needs, so @p src, @p dst and their
+ * catalogue may be destroyed (or changed) as soon as this returns. It also
+ * records a fingerprint of its inputs — the catalogue, both layouts'
+ * fragments and declared buffers, world_size, domain_size, staging, relay
+ * and timeout (not my_rank) — which reshard_plan_execute compares across
+ * ranks.
  * Errors: INVALID_ARG, SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP, OVERFLOW,
- * STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
- * the message names the tensor, rank and box.
+ * STAGING (bound under 4 KiB, or too small for a rank's streams), BUFFER,
+ * NOMEM — the message names the tensor, rank and box (and buffer).
  */
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out);
@@ -499,14 +510,23 @@ typedef struct {
  * @param dst_bufs  this rank's destination buffers indexed by buffer id
  * @param stats     optional; receives this rank's measured byte counts
  * Checked before anything moves: the comm's rank/size agree with the plan
- * (INVALID_ARG, returned at once), and each buffer a fragment of this rank
- * uses is non-NULL and at least reshard_layout_buffer_bytes large (BUFFER).
- * The buffer check is agreed by all ranks before any byte moves: when any
- * rank rejects its buffers, every rank returns that rank's status (BUFFER)
- * and no destination byte anywhere is written.
- * Errors: INVALID_ARG, BUFFER, TRANSPORT, TIMEOUT (a peer silent past the
- * plan's timeout), NOMEM. After a transport error or timeout the peer state
- * is undefined and the comm must be destroyed.
+ * (INVALID_ARG, returned at once); each buffer a fragment of this rank uses
+ * is non-NULL; a declared buffer (reshard_layout_declare_buffer) that is
+ * given has exactly its declared bytes, and its declared name and dtype
+ * where the caller set reshard_buffer_t.name / RESHARD_BUFFER_DTYPE; an
+ * undeclared one is at least reshard_layout_buffer_bytes large (BUFFER,
+ * naming the rank, the buffer's id and name, and both sizes).
+ * Then the first agreement, before any byte moves, over all ranks: every
+ * rank's plan exists (a rank whose plan failed calls reshard_plan_fail:
+ * every rank returns that rank's status, naming it), every plan has the same
+ * fingerprint (MISMATCH on every rank, naming a rank that planned from
+ * different inputs), every rank's buffers passed (BUFFER on every rank). In
+ * each case every rank returns at once and no destination byte anywhere is
+ * written.
+ * Errors: INVALID_ARG, BUFFER, MISMATCH, a failed plan's status, TRANSPORT,
+ * TIMEOUT (a peer silent past the plan's timeout), NOMEM. After a transport
+ * error or timeout the peer state is undefined and the comm must be
+ * destroyed.
  */
 reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
                                       const reshard_buffer_t *src_bufs, int32_t n_src,
