@@ -154,14 +154,20 @@ typedef struct {
 
 /**
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
- * last; each an integer >= 1; missing keys are 1 except etp, which is tp,
- * and first/last, which are not given (0); order free). Errors: INVALID_ARG
- * with a message naming the offending text (unknown key, missing '=', not a
- * positive integer, duplicate key, empty spec). Local.
+ * last; missing keys are 1 except etp, which is tp, and first/last, which
+ * are not given (0); order free). Grammar of both spec parsers:
+ *   spec  := item ("," item)*          item := key "=" value
+ *   value := size | "on" | "off"       size := [1-9][0-9]*, at most 2^24
+ * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
+ * a size has no sign and no leading zero ("+4", "04" and "4.0" are refused).
+ * Errors: INVALID_ARG with a message naming the offending text (unknown key,
+ * missing '=', not a size, duplicate key, empty item or spec, a world
+ * that overflows int32). Local.
  */
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
-/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: integers >= 1; ep: on|off).
+/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: sizes; ep: exactly "on" or
+ *  "off"), in the grammar of reshard_train_spec_parse.
  *  Errors as reshard_train_spec_parse. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 

@@ -76,6 +76,11 @@ reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensor
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/* The rules the layout builders apply while emitting fragments (FP8: every
+ * shard on 128x128 block bounds, vLLM fp8_utils): both layouts are built
+ * and dropped; CONFIG names the side and the rule. */
+reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_spec_t *train,
+                                  const reshard_infer_spec_t *infer);
 /** Megatron layers of model chunk @p chunk of stage @p p: global decoder
  *  layers [first, first+count) (spec checked by rs_check_train). */
 void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,

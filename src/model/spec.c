@@ -1,5 +1,4 @@
 /* Parallel specs: parsing, world sizes and the rules a model imposes. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +6,19 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-/* Split "k=v,k=v" and call @p set for each pair; errors name the text. */
+/* Drop the spaces and tabs around @p s (in place). */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Split "k=v,k=v" (spaces around keys and values allowed) and call @p set for
+ * each trimmed pair; errors name the text. */
 typedef reshard_status_t (*spec_set_fn)(void *spec, const char *side, const char *key,
                                         const char *val, unsigned *seen);
 
@@ -32,7 +43,7 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
             return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": item \"%s\" is not key=value",
                             side, text, item);
         *eq = '\0';
-        reshard_status_t s = set(spec, side, item, eq + 1, &seen);
+        reshard_status_t s = set(spec, side, trim(item), trim(eq + 1), &seen);
         if (s != RESHARD_OK)
             return s;
         p = end ? end + 1 : p + len;
@@ -42,12 +53,12 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
     return RESHARD_OK;
 }
 
+/* A size: decimal digits, no sign, no leading zero, 1..2^24. */
 static reshard_status_t positive(const char *side, const char *key, const char *val, int32_t *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(val, &end, 10);
-    if (!*val || *end || errno || v < 1 || v > (1L << 24))
+    size_t n = strspn(val, "0123456789");
+    long v = n >= 1 && n <= 8 && !val[n] && val[0] != '0' ? strtol(val, NULL, 10) : 0;
+    if (v < 1 || v > (1L << 24))
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "%s spec: %s=%s is not a positive integer (1..16777216)", side, key, val);
     *out = (int32_t)v;
@@ -91,9 +102,9 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
         reshard_status_t st = mark(side, key, 4u, seen);
         if (st != RESHARD_OK)
             return st;
-        if (!strcmp(val, "on") || !strcmp(val, "1") || !strcmp(val, "true"))
+        if (!strcmp(val, "on"))
             s->ep = 1;
-        else if (!strcmp(val, "off") || !strcmp(val, "0") || !strcmp(val, "false"))
+        else if (!strcmp(val, "off"))
             s->ep = 0;
         else
             return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -357,6 +368,8 @@ reshard_status_t reshard_model_check(const reshard_model_t *model,
     reshard_status_t s = rs_check_train(model, train);
     if (s == RESHARD_OK)
         s = rs_check_infer(model, infer);
+    if (s == RESHARD_OK)
+        s = rs_check_layouts(model, train, infer);
     if (s == RESHARD_OK && world > 0) {
         int64_t tw = reshard_train_world(train), iw = reshard_infer_world(infer);
         RULE(tw + iw == world, "world size %d != train world %lld + infer world %lld", world,
