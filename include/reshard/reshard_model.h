@@ -49,8 +49,12 @@
  *                             vLLM's parameter mixer.A holds -exp(A_log): a post-load value
  *                             reshard does not compute; the vLLM layout has a buffer
  *                             "model.layers.N.mixer.A_log" ([Hm/tp] fp32) that receives the
- *                             rank's A_log slice, from which the worker sets A. Refused:
- *                             biases, use_conv_bias false, the MTP layers, FP8.
+ *                             rank's A_log slice, from which the worker sets A. A_log and
+ *                             D are fp32 as MambaMixer creates them; Megatron's bf16
+ *                             Float16Module casts them to bf16 (module.py: only tensors
+ *                             marked keep_in_fp32 stay fp32), a cast reshard does not do:
+ *                             such a trainer binds fp32 copies. Refused: biases,
+ *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
  * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, experts on a dense
  * family) is refused naming the field.
