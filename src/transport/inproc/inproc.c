@@ -12,6 +12,7 @@
 
 #include "transport/transport.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 typedef struct rs_msg {
     struct rs_msg *next;
@@ -32,6 +33,7 @@ struct reshard_inproc_group {
     int32_t arrived;
     uint64_t generation;
     reshard_status_t worst, result;
+    int64_t wmin[RS_AGREE_WORDS], wresult[RS_AGREE_WORDS];
 };
 
 typedef struct {
@@ -59,6 +61,8 @@ reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_grou
         return rs_error(RESHARD_ERR_NOMEM, "reshard_inproc_group_create: out of memory");
     }
     g->n = nranks;
+    for (int i = 0; i < RS_AGREE_WORDS; i++)
+        g->wmin[i] = INT64_MAX;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     *out = g;
@@ -148,8 +152,10 @@ static reshard_status_t ip_end(reshard_comm_t *c, int slot)
     return RESHARD_OK;
 }
 
+/* The absolute time @p s seconds from now (clamped: it always fits a timespec). */
 static struct timespec deadline_after(double s)
 {
+    s = rs_timeout_s(s);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)s;
@@ -171,10 +177,15 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
     for (int32_t i = 0; i < ip->npend[slot] && st == RESHARD_OK; i++) {
         rs_pending_t *p = &ip->pend[slot][i];
         rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
-        while (!f->head && st == RESHARD_OK)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && !f->head)
+        while (!f->head && st == RESHARD_OK) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && !f->head)
                 st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
-                              c->rank, p->peer, timeout_s);
+                              c->rank, p->peer, rs_timeout_s(timeout_s));
+            else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for rank %d failed (%d)",
+                              c->rank, p->peer, rc);
+        }
         if (st != RESHARD_OK)
             break;
         rs_msg_t *m = f->head;
@@ -194,7 +205,8 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
     return st;
 }
 
-static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                  int64_t *min_words, double timeout_s)
 {
     rs_inproc_t *ip = c->impl;
     reshard_inproc_group_t *g = ip->g;
@@ -203,22 +215,37 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
     uint64_t gen = g->generation;
     if (local != RESHARD_OK && (g->worst == RESHARD_OK || local > g->worst))
         g->worst = local;
+    for (int i = 0; words && i < RS_AGREE_WORDS; i++)
+        if (words[i] < g->wmin[i])
+            g->wmin[i] = words[i];
     reshard_status_t st = RESHARD_OK;
     if (++g->arrived == g->n) {
         g->result = g->worst;
         g->worst = RESHARD_OK;
+        for (int i = 0; i < RS_AGREE_WORDS; i++) {
+            g->wresult[i] = g->wmin[i];
+            g->wmin[i] = INT64_MAX;
+        }
         g->arrived = 0;
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        while (g->generation == gen && st == RESHARD_OK)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && g->generation == gen)
+        while (g->generation == gen && st == RESHARD_OK) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && g->generation == gen)
                 st = rs_error(RESHARD_ERR_TIMEOUT,
                               "rank %d: not every rank finished the refit within %g s", c->rank,
-                              timeout_s);
+                              rs_timeout_s(timeout_s));
+            else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for the others failed (%d)",
+                              c->rank, rc);
+        }
     }
-    if (st == RESHARD_OK)
+    if (st == RESHARD_OK) {
         st = g->result;
+        if (min_words)
+            memcpy(min_words, g->wresult, sizeof g->wresult);
+    }
     pthread_mutex_unlock(&g->mu);
     return st;
 }
