@@ -133,7 +133,8 @@ def raise_problems(problems, c_message=None):
     msg = problems[0] if len(problems) == 1 else "%d problems: %s" % (len(problems),
                                                                         "; ".join(problems))
     if c_message:
-        msg += " [library: %s]" % c_message
+        msg += " (this rank withheld its buffers so that every rank fails before a byte " \
+               "moves; the library said: %s)" % c_message
     status = Status.DTYPE if " dtype " in problems[0] else Status.BUFFER
     raise error(status, msg)
 

@@ -1,0 +1,269 @@
+"""Every misuse is a ReshardError with the library's (or the binding check's) message,
+raised before anything moves, on every rank of the refit; never a crash, never a
+silently wrong element."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import reshard
+from reshard import Shard, Status
+
+WORLD = 4
+
+
+def layouts():
+    tensors = reshard.Tensors()
+    tensors.add("layer.weight", (4, 6), np.float32)
+    tensors.add("layer.norm", (6,), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"layer.weight": ([0, 1], [Shard(0)]),
+                                                   "layer.norm": ([0, 1], [reshard.Replicate()])})
+    dst = reshard.Layout.from_placements(tensors, {"layer.weight": ([2, 3], [Shard(1)]),
+                                                   "layer.norm": ([2, 3], [Shard(0)])})
+    return tensors, src, dst
+
+
+def good_buffers(layout, rank):
+    return layout.new_buffers(rank, library="numpy", fill=0x11)
+
+
+def outcomes(edit):
+    """Run a refit where rank r's (src, dst) dicts pass through edit(r, src, dst);
+    returns per rank the exception raised (or None) and the destination dicts."""
+    _, src, dst = layouts()
+    errs, dsts = [None] * WORLD, [None] * WORLD
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)
+        s, d = edit(r, s, d)
+        dsts[r] = d
+        try:
+            plan.execute(comm, src=s, dst=d)
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    return errs, dsts
+
+
+def assert_all_fail(errs, bad_rank, *words):
+    """The rank at fault names the problem; every other rank fails too (BUFFER, the
+    library's agreement); no destination byte was written."""
+    for r, e in enumerate(errs):
+        assert isinstance(e, reshard.ReshardError), "rank %d did not fail" % r
+    for w in words:
+        assert w in str(errs[bad_rank]), str(errs[bad_rank])
+    for r, e in enumerate(errs):
+        if r != bad_rank:
+            assert e.status == Status.BUFFER and "another rank rejected" in e.message, str(e)
+
+
+def assert_untouched(dsts):
+    for d in dsts:
+        for name, t in (d or {}).items():
+            t = getattr(t, "_t", t)  # FakeCudaTensor below
+            assert (np.asarray(t).view(np.uint8) == 0x11).all(), name
+
+
+def test_wrong_name():
+    def edit(r, s, d):
+        if r == 2:
+            d["layer.wieght"] = d.pop("layer.weight")
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 2, "'layer.wieght' is not in the layout", "'layer.weight'",
+                    "is missing")
+    assert_untouched(dsts)
+
+
+def test_missing_parameter():
+    def edit(r, s, d):
+        if r == 0:
+            del s["layer.norm"]
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 0, "source rank 0", "'layer.norm'", "is missing")
+    assert errs[0].status == Status.BUFFER
+    assert_untouched(dsts)
+
+
+def test_extra_parameter():
+    def edit(r, s, d):
+        if r == 3:
+            d["lm_head.weight"] = np.full(4, 0x11111111, np.uint32).view(np.float32)
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 3, "'lm_head.weight' is not in the layout")
+    assert_untouched(dsts)
+
+
+def test_wrong_dtype():
+    def edit(r, s, d):
+        if r == 1:
+            s["layer.norm"] = s["layer.norm"].astype(np.float64)
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 1, "'layer.norm'", "dtype fp64", "declares fp32")
+    assert errs[1].status == Status.DTYPE
+    assert_untouched(dsts)
+
+
+def test_wrong_shape_same_bytes():
+    def edit(r, s, d):
+        if r == 2:
+            d["layer.weight"] = np.full((3, 4), 0x11111111, np.uint32).view(np.float32)
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 2, "'layer.weight'", "shape [3, 4]", "declares [4, 3]")
+    assert_untouched(dsts)
+
+
+def test_non_contiguous_tensor():
+    def edit(r, s, d):
+        if r == 0:
+            w = torch.from_numpy(s["layer.weight"])  # (2, 6)
+            s["layer.weight"] = torch.empty(6, 2).t()  # (2, 6), strides (1, 2)
+            assert s["layer.weight"].shape == w.shape
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 0, "'layer.weight'", "not contiguous")
+    assert_untouched(dsts)
+
+
+class FakeCudaTensor:
+    """A CPU tensor that says it lives on a CUDA device: how a CUDA tensor handed to
+    a CPU transport looks to the binding (this machine has no GPU)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.device = torch.device("cuda", 0)
+        self.dtype, self.shape = t.dtype, t.shape
+
+    def data_ptr(self):
+        return self._t.data_ptr()
+
+    def numel(self):
+        return self._t.numel()
+
+    def element_size(self):
+        return self._t.element_size()
+
+    def is_contiguous(self):
+        return True
+
+
+def test_tensor_on_wrong_device():
+    def edit(r, s, d):
+        if r == 3:
+            d["layer.norm"] = FakeCudaTensor(torch.from_numpy(d["layer.norm"]))
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 3, "'layer.norm'", "is on cuda", "CPU memory")
+    assert_untouched(dsts)
+
+
+def test_read_only_destination():
+    def edit(r, s, d):
+        if r == 2:
+            d["layer.norm"].flags.writeable = False
+        return s, d
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, 2, "'layer.norm'", "read-only")
+
+
+def test_not_a_tensor():
+    _, src, dst = layouts()
+    plan = reshard.Plan(src, dst, rank=0, world=WORLD)
+    group = reshard.InprocGroup(WORLD)
+    with pytest.raises(TypeError, match="torch.Tensor or a numpy.ndarray"):
+        plan.execute(group.comm(0), src={"layer.weight": [1.0, 2.0]})
+
+
+def test_rank_out_of_range():
+    _, src, dst = layouts()
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=WORLD, world=WORLD)
+    assert e.value.status == Status.RANK and "my_rank 4 outside [0, 4)" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=0, world=3)  # the layouts use rank 3
+    assert e.value.status == Status.RANK and "rank 3" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        src.add_fragment("layer.weight", -1, 0, (0, 0), (1, 1))
+    assert e.value.status == Status.RANK and "negative rank" in e.value.message
+
+
+def test_another_plans_tensors():
+    """Tensors bound for plan A handed to plan B: by name they do not match; by
+    buffer id the library's exact size check refuses them on every rank."""
+    _, src, dst = layouts()
+    tensors_b = reshard.Tensors()
+    tensors_b.add("other.weight", (4, 6), np.float32)
+    src_b = reshard.Layout.from_placements(tensors_b, {"other.weight": ([0, 1], [Shard(1)])})
+    dst_b = reshard.Layout.from_placements(tensors_b, {"other.weight": ([2, 3], [Shard(0)])})
+    errs = [None] * WORLD
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan_b = reshard.Plan(src_b, dst_b, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)  # plan A's tensors
+        try:
+            plan_b.execute(comm, src=s, dst=d)
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    assert all(e is not None for e in errs)
+    assert "'layer.weight' is not in the layout" in str(errs[0])
+
+    errs = [None] * WORLD
+
+    def by_id(comm):
+        r = comm.rank
+        plan_b = reshard.Plan(src_b, dst_b, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)
+        try:  # by position: plan A's weight shard (2, 6) where plan B wants (4, 3)
+            plan_b.execute(comm, src=list(s.values())[:1], dst=list(d.values())[:1])
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, by_id)
+    assert all(e is not None and e.status == Status.BUFFER for e in errs)
+    assert "'other.weight'" in str(errs[0]) and "[2, 6]" in str(errs[0])
+
+
+def test_bad_model_and_spec_carry_c_message():
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Model("no-such-model")
+    assert e.value.status == Status.IO and "no such shipped model" in e.value.message
+    m = reshard.Model("qwen3-0.6b", layers=2)
+    with pytest.raises(reshard.ReshardError) as e:
+        m.refit("tp=3", "tp=2")
+    assert e.value.status == Status.CONFIG and "tp=3 does not divide" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        m.refit("tq=2", "tp=2")
+    assert e.value.status == Status.INVALID_ARG and "unknown key 'tq'" in e.value.message
+
+
+def test_last_error_is_per_thread():
+    """Each thread's exception carries its own C message, even when another
+    thread fails in between (reshard_last_error is per thread)."""
+    tensors = reshard.Tensors()
+    tensors.add("t", (2,), "fp32")
+    barrier, seen = threading.Barrier(2), {}
+
+    def fail(name, call):
+        try:
+            call()
+        except reshard.ReshardError as e:
+            barrier.wait()  # both have failed before either reads its message
+            seen[name] = e.message
+
+    a = threading.Thread(target=fail, args=("a", lambda: tensors.add("t", (2,), "fp32")))
+    b = threading.Thread(target=fail, args=("b", lambda: reshard.Model("/no/such.json")))
+    a.start(), b.start(), a.join(), b.join()
+    assert "t" in seen["a"] and "json" not in seen["a"]
+    assert "/no/such.json" in seen["b"]
