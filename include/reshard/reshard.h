@@ -264,6 +264,72 @@ uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t ran
 /** One more than the largest buffer id used by @p rank's fragments (0 if none). */
 int32_t reshard_layout_buffer_count(const reshard_layout_t *layout, int32_t rank);
 
+/*
+ * Declared buffers. A layout may say, per (rank, buffer id), what the buffer
+ * is: the framework's parameter name (what that rank's
+ * module.named_parameters() calls it, e.g.
+ * "decoder.layers.0.self_attention.linear_qkv.weight"), its dtype and its
+ * shape (row-major, as torch.Tensor.shape). Its size is then exact:
+ * numel(shape) * dtype size bytes. Model layouts (reshard_model.h) declare
+ * every buffer they use; a hand-written layout may declare some, all or none.
+ *
+ * What a declaration changes:
+ *   - reshard_plan_create: every fragment in a declared buffer must lie
+ *     inside the declared bytes (BUFFER) and its tensor's dtype must be the
+ *     buffer's dtype (DTYPE);
+ *   - reshard_plan_execute: a declared buffer must be given with exactly the
+ *     declared bytes (and, when the caller names its buffers, the declared
+ *     name and dtype); an undeclared buffer only needs to be at least
+ *     reshard_layout_buffer_bytes large.
+ */
+
+/** One declared buffer (name points into the layout: valid while it lives). */
+typedef struct {
+    int32_t rank;
+    int32_t buffer;
+    const char *name;                /**< framework parameter name */
+    reshard_dtype_t dtype;           /**< element type */
+    int ndim;                        /**< 1..RESHARD_MAX_DIMS */
+    int64_t shape[RESHARD_MAX_DIMS]; /**< row-major shape in elements (dims >= ndim are 0) */
+    int64_t numel;                   /**< product of shape */
+    uint64_t bytes;                  /**< numel * reshard_dtype_size(dtype) */
+} reshard_buffer_info_t;
+
+/**
+ * Declare buffer @p buffer of rank @p rank: parameter @p name (copied),
+ * @p dtype, shape @p shape of @p ndim dims (every extent >= 1).
+ * Errors: INVALID_ARG (NULL layout/name/shape, empty name, rank or buffer
+ * < 0, ndim outside 1..RESHARD_MAX_DIMS, invalid dtype, (rank, buffer)
+ * already declared, or @p name already declared on @p rank — the message
+ * names the rank, buffer and name), SHAPE (an extent < 1), OVERFLOW (bytes
+ * over 2^63), NOMEM. Local.
+ */
+reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t rank,
+                                               int32_t buffer, const char *name,
+                                               reshard_dtype_t dtype, int ndim,
+                                               const int64_t *shape);
+
+/** Number of declared buffers of @p rank, or of every rank with
+ *  RESHARD_ALL_RANKS (-1). 0 for a NULL layout. */
+int64_t reshard_layout_declared_count(const reshard_layout_t *layout, int32_t rank);
+
+/**
+ * Describe the @p i-th declared buffer of @p rank (or of all ranks with
+ * RESHARD_ALL_RANKS), in order of (rank, buffer id),
+ * 0 <= i < reshard_layout_declared_count(layout, rank).
+ * Errors: INVALID_ARG (NULL, i out of range). Local.
+ */
+reshard_status_t reshard_layout_buffer_info(const reshard_layout_t *layout, int32_t rank, int64_t i,
+                                            reshard_buffer_info_t *info);
+
+/** Buffer id that @p rank declared under @p name, or -1 when none. */
+int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank, const char *name);
+
+/** Describe buffer @p buffer of @p rank. Errors: INVALID_ARG (NULL, or that
+ *  buffer is not declared). Local. */
+reshard_status_t reshard_layout_declared_buffer(const reshard_layout_t *layout, int32_t rank,
+                                                int32_t buffer, reshard_buffer_info_t *info);
+
 /* ------------------------------------------------------------------ */
 /* 5. Plans                                                            */
 /* ------------------------------------------------------------------ */

@@ -170,7 +170,11 @@ reshard_status_t reshard_model_tensors(const reshard_model_t *model, reshard_ten
 
 /** The buffers a layout uses: per rank, buffer ids 0..n-1, one per framework
  *  parameter (fused ones included) of that rank, with names and full sizes
- *  (vocabulary padding included). */
+ *  (vocabulary padding included). The layouts themselves also declare every
+ *  buffer with its name, dtype and shape (reshard_layout_declared_count,
+ *  reshard_layout_buffer_info in reshard.h): matrices [rows, cols], stacked
+ *  experts [experts, rows, cols], norms and biases [n], FP8 scales fp32
+ *  [ceil(rows/128), ceil(cols/128)] (expert dim first when stacked). */
 typedef struct reshard_model_buffers reshard_model_buffers_t;
 
 typedef struct {

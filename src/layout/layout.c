@@ -22,6 +22,7 @@ void reshard_layout_destroy(reshard_layout_t *layout)
     if (!layout)
         return;
     free(layout->f);
+    rs_decls_free(&layout->decls);
     free(layout);
 }
 

@@ -22,11 +22,40 @@ struct reshard_tensors {
     int32_t n, cap;
 };
 
+/** A declared buffer (reshard_layout_declare_buffer). */
+typedef struct {
+    int32_t rank, buffer;
+    char *name;
+    reshard_dtype_t dtype;
+    int ndim;
+    int64_t shape[RESHARD_MAX_DIMS];
+    int64_t numel;
+    uint64_t bytes;
+} rs_decl_t;
+
+/** The declared buffers of a layout: entries in order of declaration, an
+ *  index sorted by (rank, buffer), and two hash indexes (open addressing,
+ *  -1 = empty slot) on (rank, buffer) and on (rank, name). */
+typedef struct {
+    rs_decl_t *e;
+    int64_t n, cap;
+    int64_t *order;   /**< n entry indices sorted by (rank, buffer) */
+    int64_t *by_id;   /**< hcap slots */
+    int64_t *by_name; /**< hcap slots */
+    int64_t hcap;     /**< power of two, > 2n */
+} rs_decls_t;
+
 struct reshard_layout {
     const reshard_tensors_t *tensors;
     reshard_fragment_t *f;
     int64_t n, cap;
+    rs_decls_t decls;
 };
+
+/** The declared buffer (rank, buffer), or NULL. */
+const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);
+/** Free the declared buffers. */
+void rs_decls_free(rs_decls_t *d);
 
 /** Elements in a box (0 if any extent is 0). */
 int64_t rs_box_numel(const reshard_box_t *b);

@@ -70,10 +70,17 @@ uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *b, int32_t ra
     return i < b->n && b->e[i].rank == rank && b->e[i].buffer == buffer ? b->e[i].bytes : 0;
 }
 
-static reshard_status_t table_add(rs_emit_t *e, int32_t id, uint64_t bytes, const char *name,
-                                  const char *suffix)
+/* Declare buffer @p id of the current rank as parameter name+suffix of
+ * @p dtype and @p shape, and list it in the buffer table when one is wanted. */
+static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,
+                                 reshard_dtype_t dtype, int ndim, const int64_t *shape)
 {
+    char full[320];
+    snprintf(full, sizeof full, "%s%s", name, suffix);
+    TRY(reshard_layout_declare_buffer(e->layout, e->rank, id, full, dtype, ndim, shape));
     reshard_model_buffers_t *b = e->bufs;
+    if (!b)
+        return RESHARD_OK;
     if (b->n == b->cap) {
         int64_t cap = b->cap ? 2 * b->cap : 1024;
         rs_buf_entry_t *ne = realloc(b->e, (size_t)cap * sizeof *ne);
@@ -82,12 +89,12 @@ static reshard_status_t table_add(rs_emit_t *e, int32_t id, uint64_t bytes, cons
         b->e = ne;
         b->cap = cap;
     }
-    size_t len = strlen(name) + strlen(suffix) + 1;
-    char *nm = malloc(len);
+    char *nm = strdup(full);
     if (!nm)
         return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
-    snprintf(nm, len, "%s%s", name, suffix);
-    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, bytes, nm};
+    reshard_buffer_info_t info;
+    TRY(reshard_layout_declared_buffer(e->layout, e->rank, id, &info));
+    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, info.bytes, nm};
     return RESHARD_OK;
 }
 
@@ -101,24 +108,25 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     int32_t sid = e->ids->scale[like];
     if (sid >= 0)
         e->next_buf++;
-    if (!e->bufs)
-        return id;
     char name[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    uint64_t bytes =
-        (uint64_t)experts * (uint64_t)rows * (uint64_t)width * reshard_dtype_size(info.dtype);
-    reshard_status_t s = table_add(e, id, bytes, name, "");
+    /* The parameter's shape: a vector, a matrix, or stacked expert matrices. */
+    int ndim = info.ndim == 3 ? 3 : 2;
+    int64_t shape[3] = {experts, rows, width}, vec = experts * rows * width;
+    reshard_status_t s = info.ndim == 1
+                             ? open_one(e, id, name, "", info.dtype, 1, &vec)
+                             : open_one(e, id, name, "", info.dtype, ndim, shape + 3 - ndim);
     if (s == RESHARD_OK && sid >= 0) {
-        uint64_t sb = (uint64_t)experts * (uint64_t)rs_cdiv(rows, RS_FP8_BLOCK) *
-                      (uint64_t)rs_cdiv(width, RS_FP8_BLOCK) * 4u;
+        int64_t ss[3] = {experts, rs_cdiv(rows, RS_FP8_BLOCK), rs_cdiv(width, RS_FP8_BLOCK)};
         size_t len = strlen(name);
         bool dot_weight = len > 7 && !strcmp(name + len - 7, ".weight");
         if (dot_weight)
             name[len - 7] = '\0';
-        s = table_add(e, id + 1, sb, name, dot_weight ? ".weight_scale_inv" : "_scale_inv");
+        s = open_one(e, id + 1, name, dot_weight ? ".weight_scale_inv" : "_scale_inv", RESHARD_FP32,
+                     ndim, ss + 3 - ndim);
     }
     return s == RESHARD_OK ? id : s;
 }

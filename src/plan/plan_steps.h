@@ -25,7 +25,8 @@ typedef struct {
     int64_t hn, hcap;
 } rs_cells_t;
 
-/** Checks before planning: catalogues agree, ranks in range, destination
+/** Checks before planning: catalogues agree, ranks in range, fragments in
+ *  declared buffers fit them and have their dtype, destination
  *  fragments do not share bytes (those of @p rank, or of every rank for
  *  RESHARD_ALL_RANKS: each rank checks the buffers it writes). */
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,

@@ -46,6 +46,34 @@ static reshard_status_t check_ranks(const reshard_layout_t *l, int32_t world, co
     return RESHARD_OK;
 }
 
+/* Every fragment in a declared buffer lies inside its bytes and has its dtype. */
+static reshard_status_t check_declared(const reshard_layout_t *l, const char *side)
+{
+    for (int64_t i = 0; l->decls.n > 0 && i < l->n; i++) {
+        const reshard_fragment_t *f = &l->f[i];
+        const rs_decl_t *b = rs_decl_find(&l->decls, f->rank, f->buffer);
+        if (!b)
+            continue;
+        const rs_tensor_t *t = &l->tensors->t[f->tensor];
+        char bs[256];
+        if (t->dtype != b->dtype)
+            return rs_error(RESHARD_ERR_DTYPE,
+                            "tensor %s (%s), rank %d, box %s: %s buffer %d (%s) is declared %s",
+                            t->name, reshard_dtype_name(t->dtype), f->rank,
+                            rs_box_str(&f->box, bs, sizeof bs), side, f->buffer, b->name,
+                            reshard_dtype_name(b->dtype));
+        uint64_t end = rs_fragment_end_bytes(l, f);
+        if (end > b->bytes)
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "tensor %s, rank %d, box %s: needs %llu bytes of %s buffer %d (%s), "
+                            "declared %llu bytes",
+                            t->name, f->rank, rs_box_str(&f->box, bs, sizeof bs),
+                            (unsigned long long)end, side, f->buffer, b->name,
+                            (unsigned long long)b->bytes);
+    }
+    return RESHARD_OK;
+}
+
 typedef struct {
     int32_t rank, buffer;
     uint64_t lo, hi; /* byte range [lo, hi) that bounds the fragment */
@@ -214,6 +242,10 @@ reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t
         st = check_ranks(src, world, "source");
     if (st == RESHARD_OK)
         st = check_ranks(dst, world, "destination");
+    if (st == RESHARD_OK)
+        st = check_declared(src, "source");
+    if (st == RESHARD_OK)
+        st = check_declared(dst, "destination");
     if (st == RESHARD_OK)
         st = check_dst_overlap(dst, rank);
     return st;

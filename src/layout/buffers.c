@@ -1,0 +1,264 @@
+/* Declared buffers of a layout: per (rank, buffer id) the framework's
+ * parameter name, dtype and shape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout/layout_internal.h"
+#include "util/error.h"
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t hash_id(int32_t rank, int32_t buffer)
+{
+    return mix64(((uint64_t)(uint32_t)rank << 32) | (uint32_t)buffer);
+}
+
+static uint64_t hash_name(int32_t rank, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ mix64((uint64_t)(uint32_t)rank);
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return mix64(h);
+}
+
+/* Slot of (rank, buffer) in d->by_id: the entry's slot, or the empty slot
+ * where it would go. */
+static int64_t slot_id(const rs_decls_t *d, int32_t rank, int32_t buffer)
+{
+    uint64_t mask = (uint64_t)d->hcap - 1;
+    for (uint64_t s = hash_id(rank, buffer) & mask;; s = (s + 1) & mask) {
+        int64_t i = d->by_id[s];
+        if (i < 0 || (d->e[i].rank == rank && d->e[i].buffer == buffer))
+            return (int64_t)s;
+    }
+}
+
+static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name)
+{
+    uint64_t mask = (uint64_t)d->hcap - 1;
+    for (uint64_t s = hash_name(rank, name) & mask;; s = (s + 1) & mask) {
+        int64_t i = d->by_name[s];
+        if (i < 0 || (d->e[i].rank == rank && strcmp(d->e[i].name, name) == 0))
+            return (int64_t)s;
+    }
+}
+
+const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer)
+{
+    if (d->n == 0)
+        return NULL;
+    int64_t i = d->by_id[slot_id(d, rank, buffer)];
+    return i < 0 ? NULL : &d->e[i];
+}
+
+void rs_decls_free(rs_decls_t *d)
+{
+    for (int64_t i = 0; i < d->n; i++)
+        free(d->e[i].name);
+    free(d->e);
+    free(d->order);
+    free(d->by_id);
+    free(d->by_name);
+    memset(d, 0, sizeof *d);
+}
+
+/* Make room for one more entry: entry array, order and (rehashed) indexes. */
+static int reserve(rs_decls_t *d)
+{
+    if (d->n == d->cap) {
+        int64_t cap = d->cap ? 2 * d->cap : 64;
+        rs_decl_t *e = realloc(d->e, (size_t)cap * sizeof *e);
+        if (!e)
+            return -1;
+        d->e = e;
+        int64_t *o = realloc(d->order, (size_t)cap * sizeof *o);
+        if (!o)
+            return -1;
+        d->order = o;
+        d->cap = cap;
+    }
+    if (2 * (d->n + 1) < d->hcap)
+        return 0;
+    int64_t hcap = d->hcap ? 2 * d->hcap : 128;
+    int64_t *a = malloc((size_t)hcap * sizeof *a), *b = malloc((size_t)hcap * sizeof *b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return -1;
+    }
+    memset(a, 0xff, (size_t)hcap * sizeof *a);
+    memset(b, 0xff, (size_t)hcap * sizeof *b);
+    free(d->by_id);
+    free(d->by_name);
+    d->by_id = a;
+    d->by_name = b;
+    d->hcap = hcap;
+    for (int64_t i = 0; i < d->n; i++) {
+        d->by_id[slot_id(d, d->e[i].rank, d->e[i].buffer)] = i;
+        d->by_name[slot_name(d, d->e[i].rank, d->e[i].name)] = i;
+    }
+    return 0;
+}
+
+static bool before(const rs_decl_t *a, const rs_decl_t *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->buffer < b->buffer);
+}
+
+reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t rank,
+                                               int32_t buffer, const char *name,
+                                               reshard_dtype_t dtype, int ndim,
+                                               const int64_t *shape)
+{
+    rs_error_clear();
+    if (!layout || !name || !shape)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_declare_buffer: NULL argument");
+    const char *nm = name[0] ? name : "(empty)";
+    if (!name[0] || rank < 0 || buffer < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "declared buffer %s: rank %d, buffer %d: empty name or negative rank or "
+                        "buffer id",
+                        nm, rank, buffer);
+    if (ndim < 1 || ndim > RESHARD_MAX_DIMS || reshard_dtype_size(dtype) == 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "declared buffer %s, rank %d, buffer %d: ndim %d outside 1..%d or invalid "
+                        "dtype %d",
+                        name, rank, buffer, ndim, RESHARD_MAX_DIMS, (int)dtype);
+    uint64_t numel = 1, esz = reshard_dtype_size(dtype);
+    for (int k = 0; k < ndim; k++) {
+        if (shape[k] < 1)
+            return rs_error(RESHARD_ERR_SHAPE,
+                            "declared buffer %s, rank %d, buffer %d: extent %lld of dim %d is < 1",
+                            name, rank, buffer, (long long)shape[k], k);
+        if (numel > (uint64_t)INT64_MAX / esz / (uint64_t)shape[k])
+            return rs_error(RESHARD_ERR_OVERFLOW,
+                            "declared buffer %s, rank %d, buffer %d: size overflows", name, rank,
+                            buffer);
+        numel *= (uint64_t)shape[k];
+    }
+    rs_decls_t *d = &layout->decls;
+    if (d->n > 0) {
+        int64_t i = d->by_id[slot_id(d, rank, buffer)];
+        if (i >= 0)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
+                            d->e[i].name, name);
+        i = d->by_name[slot_name(d, rank, name)];
+        if (i >= 0)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
+                            d->e[i].buffer, buffer);
+    }
+    char *copy = strdup(name);
+    if (!copy || reserve(d) != 0) {
+        free(copy);
+        return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
+                        rank);
+    }
+    rs_decl_t *e = &d->e[d->n];
+    memset(e, 0, sizeof *e);
+    *e = (rs_decl_t){.rank = rank,
+                     .buffer = buffer,
+                     .name = copy,
+                     .dtype = dtype,
+                     .ndim = ndim,
+                     .numel = (int64_t)numel,
+                     .bytes = numel * esz};
+    memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
+    d->by_id[slot_id(d, rank, buffer)] = d->n;
+    d->by_name[slot_name(d, rank, name)] = d->n;
+    /* keep order sorted: model layouts declare in order, so this is an append */
+    int64_t k = d->n;
+    while (k > 0 && before(e, &d->e[d->order[k - 1]])) {
+        d->order[k] = d->order[k - 1];
+        k--;
+    }
+    d->order[k] = d->n++;
+    return RESHARD_OK;
+}
+
+/* First position in d->order of an entry of rank > @p rank (@p after) or
+ * >= @p rank. */
+static int64_t rank_bound(const rs_decls_t *d, int32_t rank, bool after)
+{
+    int64_t lo = 0, hi = d->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int32_t r = d->e[d->order[mid]].rank;
+        if (r < rank || (after && r == rank))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int64_t reshard_layout_declared_count(const reshard_layout_t *layout, int32_t rank)
+{
+    if (!layout)
+        return 0;
+    const rs_decls_t *d = &layout->decls;
+    if (rank == RESHARD_ALL_RANKS)
+        return d->n;
+    if (rank < 0)
+        return 0;
+    return rank_bound(d, rank, true) - rank_bound(d, rank, false);
+}
+
+static void fill_info(const rs_decl_t *e, reshard_buffer_info_t *info)
+{
+    memset(info, 0, sizeof *info);
+    info->rank = e->rank;
+    info->buffer = e->buffer;
+    info->name = e->name;
+    info->dtype = e->dtype;
+    info->ndim = e->ndim;
+    memcpy(info->shape, e->shape, sizeof e->shape);
+    info->numel = e->numel;
+    info->bytes = e->bytes;
+}
+
+reshard_status_t reshard_layout_buffer_info(const reshard_layout_t *layout, int32_t rank, int64_t i,
+                                            reshard_buffer_info_t *info)
+{
+    rs_error_clear();
+    int64_t n = reshard_layout_declared_count(layout, rank);
+    if (!layout || !info || i < 0 || i >= n)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_layout_buffer_info: rank %d has %lld declared buffers, no %lld",
+                        rank, (long long)n, (long long)i);
+    const rs_decls_t *d = &layout->decls;
+    int64_t first = rank == RESHARD_ALL_RANKS ? 0 : rank_bound(d, rank, false);
+    fill_info(&d->e[d->order[first + i]], info);
+    return RESHARD_OK;
+}
+
+int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank, const char *name)
+{
+    if (!layout || !name || layout->decls.n == 0)
+        return -1;
+    const rs_decls_t *d = &layout->decls;
+    int64_t i = d->by_name[slot_name(d, rank, name)];
+    return i < 0 ? -1 : d->e[i].buffer;
+}
+
+reshard_status_t reshard_layout_declared_buffer(const reshard_layout_t *layout, int32_t rank,
+                                                int32_t buffer, reshard_buffer_info_t *info)
+{
+    rs_error_clear();
+    if (!layout || !info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_declared_buffer: NULL argument");
+    const rs_decl_t *e = rs_decl_find(&layout->decls, rank, buffer);
+    if (!e)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d, buffer %d: not declared", rank, buffer);
+    fill_info(e, info);
+    return RESHARD_OK;
+}
