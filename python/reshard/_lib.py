@@ -2,12 +2,11 @@
 
 The library is looked for, in order:
   1. the path in the RESHARD_LIBRARY environment variable;
-  2. an installed prefix next to this package (<prefix>/lib/libreshard.so for a
-     package under <prefix>/lib/python3/dist-packages/reshard or
-     <prefix>/lib/pythonX.Y/site-packages/reshard);
-  3. a build directory of the source tree (<repo>/build*/libreshard.so, for a
-     package imported with PYTHONPATH=<repo>/python);
-  4. the dynamic linker's search path (libreshard.so.0, libreshard.so).
+  2. for an installed package (cmake --install), the library directory recorded
+     in _install.py, relative to the package;
+  3. for the source tree (PYTHONPATH=<repo>/python), its build directories:
+     <repo>/build/libreshard.so, then <repo>/build*/libreshard.so;
+  4. the dynamic linker's search path (libreshard.so).
 Everything here is private: the public classes wrap it.
 """
 
@@ -182,22 +181,16 @@ def _candidates():
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
     found = []
-    # installed: <prefix>/lib/python3/dist-packages/reshard -> <prefix>/lib
-    for up in (2, 3):
-        d = here
-        for _ in range(up):
-            d = os.path.dirname(d)
-        found += [os.path.join(d, "libreshard.so"), os.path.join(d, "lib", "libreshard.so")]
-    # source tree: <repo>/python/reshard -> <repo>/build*/
-    repo = os.path.dirname(os.path.dirname(here))
-    for d in ["build"] + sorted(os.path.basename(p) for p in glob.glob(os.path.join(repo, "build*"))):
-        found += [os.path.join(repo, d, "libreshard.so"), os.path.join(repo, d, "lib", "libreshard.so")]
-    found += ["libreshard.so.0", "libreshard.so"]
-    seen = []
-    for f in found:
-        if f not in seen:
-            seen.append(f)
-    return seen
+    try:
+        from . import _install  # written by cmake --install
+        libdir = os.path.normpath(os.path.join(here, _install.LIBDIR))
+        found += [os.path.join(libdir, "libreshard.so")]
+        found += sorted(glob.glob(os.path.join(libdir, "libreshard.so.*")))
+    except ImportError:
+        repo = os.path.dirname(os.path.dirname(here))
+        builds = [os.path.join(repo, "build")] + sorted(glob.glob(os.path.join(repo, "build?*")))
+        found += [os.path.join(b, "libreshard.so") for b in builds]
+    return found + ["libreshard.so"]
 
 
 def _load():
