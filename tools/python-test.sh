@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Test the Python package against a build's libreshard.so: install Debian's python3
+# packages when missing, run pytest in one process, the MPI tests under mpirun, and
+# the refit example. usage: tools/python-test.sh [build-dir (default build)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+pkgs=(python3 python3-numpy python3-mpi4py python3-pytest python3-torch)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "python-test: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" = 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export RESHARD_LIBRARY="$PWD/$build/libreshard.so" PYTHONPATH="$PWD/python"
+py=(/usr/bin/python3 -m pytest -q -p no:cacheprovider --color=no -rsx)
+echo "== pytest tests/python (one process)"
+timeout 600 "${py[@]}" tests/python
+echo "== pytest tests/python/test_mpi.py (mpirun -np 4)"
+timeout 600 mpirun -np 4 "${py[@]}" tests/python/test_mpi.py
+echo "== examples/python/refit.py (mpirun -np 4)"
+timeout 600 mpirun -np 4 /usr/bin/python3 examples/python/refit.py --model qwen3-0.6b --layers 1 \
+  --train tp=2 --infer tp=1,dp=2
