@@ -5,18 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-pkgs=(python3 python3-numpy python3-mpi4py python3-pytest python3-torch)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "python-test: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" = 0 ] || sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+tools/apt-install.sh python3 python3-numpy python3-mpi4py python3-pytest python3-torch
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export RESHARD_LIBRARY="$PWD/$build/libreshard.so" PYTHONPATH="$PWD/python"

@@ -135,6 +135,42 @@ def parse_spec(text):
     return spec
 
 
+# The pieces of a dense layer both frameworks cut alike (norms whole, o_proj and
+# down_proj split on dim 1, [gate; up] rows of the tp rank), by framework name.
+MEGATRON_NAMES = {
+    "input_layernorm": "self_attention.linear_qkv.layer_norm_weight",
+    "q_norm": "self_attention.q_layernorm.weight", "k_norm": "self_attention.k_layernorm.weight",
+    "o_proj": "self_attention.linear_proj.weight",
+    "post_attention_layernorm": "mlp.linear_fc1.layer_norm_weight",
+    "gate_up": "mlp.linear_fc1.weight", "down": "mlp.linear_fc2.weight",
+}
+VLLM_NAMES = {
+    "input_layernorm": "input_layernorm.weight", "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight", "o_proj": "self_attn.o_proj.weight",
+    "post_attention_layernorm": "post_attention_layernorm.weight",
+    "gate_up": "mlp.gate_up_proj.weight", "down": "mlp.down_proj.weight",
+}
+
+
+def dense_pieces(w, hf, tp, t):
+    """Of HF layer prefix ``hf``, what tp rank ``t`` of ``tp`` holds besides q/k/v."""
+    cfg = w.cfg
+    a, b = chunk(cfg["nh"] * cfg["hd"], tp, t)
+    i0, i1 = chunk(cfg["I"], tp, t)
+    out = {
+        "input_layernorm": w[hf + "input_layernorm.weight"],
+        "o_proj": w[hf + "self_attn.o_proj.weight"][:, a:b],
+        "post_attention_layernorm": w[hf + "post_attention_layernorm.weight"],
+        "gate_up": torch.cat([w[hf + "mlp.gate_proj.weight"][i0:i1],
+                              w[hf + "mlp.up_proj.weight"][i0:i1]]),
+        "down": w[hf + "mlp.down_proj.weight"][:, i0:i1],
+    }
+    if cfg["qk_norm"]:
+        out["q_norm"] = w[hf + "self_attn.q_norm.weight"]
+        out["k_norm"] = w[hf + "self_attn.k_norm.weight"]
+    return out
+
+
 def megatron_state_dict(w, train, rank, pad_fill=0):
     """Megatron-Core named_parameters() of training rank ``rank`` for spec ``train``
     ("tp=2,pp=2,dp=2"), as bf16 torch tensors."""
@@ -152,23 +188,14 @@ def megatron_state_dict(w, train, rank, pad_fill=0):
                                                               vpad, tp, t, pad_fill)
     for local in range(per):
         hf, p = "model.layers.%d." % (stage * per + local), "decoder.layers.%d." % local
-        out[p + "self_attention.linear_qkv.layer_norm_weight"] = w[hf + "input_layernorm.weight"]
+        for piece, x in dense_pieces(w, hf, tp, t).items():
+            out[p + MEGATRON_NAMES[piece]] = x
         q = w[hf + "self_attn.q_proj.weight"].reshape(kv, hpg * hd, H)
         k = w[hf + "self_attn.k_proj.weight"].reshape(kv, hd, H)
         v = w[hf + "self_attn.v_proj.weight"].reshape(kv, hd, H)
         qkv = torch.cat([q, k, v], dim=1).reshape(kv * (hpg + 2) * hd, H)
         a, b = chunk(qkv.shape[0], tp, t)
         out[p + "self_attention.linear_qkv.weight"] = qkv[a:b]
-        if cfg["qk_norm"]:
-            out[p + "self_attention.q_layernorm.weight"] = w[hf + "self_attn.q_norm.weight"]
-            out[p + "self_attention.k_layernorm.weight"] = w[hf + "self_attn.k_norm.weight"]
-        a, b = chunk(cfg["nh"] * hd, tp, t)
-        out[p + "self_attention.linear_proj.weight"] = w[hf + "self_attn.o_proj.weight"][:, a:b]
-        out[p + "mlp.linear_fc1.layer_norm_weight"] = w[hf + "post_attention_layernorm.weight"]
-        a, b = chunk(cfg["I"], tp, t)
-        out[p + "mlp.linear_fc1.weight"] = torch.cat([w[hf + "mlp.gate_proj.weight"][a:b],
-                                                     w[hf + "mlp.up_proj.weight"][a:b]])
-        out[p + "mlp.linear_fc2.weight"] = w[hf + "mlp.down_proj.weight"][:, a:b]
     if stage == pp - 1:
         out["decoder.final_layernorm.weight"] = w["model.norm.weight"]
         if not cfg["tied"] or pp > 1:
@@ -183,13 +210,14 @@ def vllm_state_dict(w, infer, rank, pad_fill):
     cfg, s = w.cfg, parse_spec(infer)
     tp = int(s.get("tp", 1))
     t = rank % tp
-    H, hd, kv, nh = cfg["H"], cfg["hd"], cfg["kv"], cfg["nh"]
+    hd, kv, nh = cfg["hd"], cfg["kv"], cfg["nh"]
     vpad = roundup(cfg["V"], 64)
     out = {"model.embed_tokens.weight": padded_rows(w, "model.embed_tokens.weight", vpad, tp, t,
                                                     pad_fill)}
     for n in range(cfg["L"]):
         p = "model.layers.%d." % n
-        out[p + "input_layernorm.weight"] = w[p + "input_layernorm.weight"]
+        for piece, x in dense_pieces(w, p, tp, t).items():
+            out[p + VLLM_NAMES[piece]] = x
         a, b = chunk(nh * hd, tp, t)
         q = w[p + "self_attn.q_proj.weight"][a:b]
         if tp <= kv:
@@ -200,16 +228,6 @@ def vllm_state_dict(w, infer, rank, pad_fill):
         k = w[p + "self_attn.k_proj.weight"][a:b]
         v = w[p + "self_attn.v_proj.weight"][a:b]
         out[p + "self_attn.qkv_proj.weight"] = torch.cat([q, k, v])
-        if cfg["qk_norm"]:
-            out[p + "self_attn.q_norm.weight"] = w[p + "self_attn.q_norm.weight"]
-            out[p + "self_attn.k_norm.weight"] = w[p + "self_attn.k_norm.weight"]
-        a, b = chunk(nh * hd, tp, t)
-        out[p + "self_attn.o_proj.weight"] = w[p + "self_attn.o_proj.weight"][:, a:b]
-        out[p + "post_attention_layernorm.weight"] = w[p + "post_attention_layernorm.weight"]
-        a, b = chunk(cfg["I"], tp, t)
-        out[p + "mlp.gate_up_proj.weight"] = torch.cat([w[p + "mlp.gate_proj.weight"][a:b],
-                                                       w[p + "mlp.up_proj.weight"][a:b]])
-        out[p + "mlp.down_proj.weight"] = w[p + "mlp.down_proj.weight"][:, a:b]
     out["model.norm.weight"] = w["model.norm.weight"]
     if not cfg["tied"]:
         out["lm_head.weight"] = padded_rows(w, "lm_head.weight", vpad, tp, t, pad_fill)

@@ -69,71 +69,6 @@ def assert_untouched(dsts):
             assert (np.asarray(t).view(np.uint8) == 0x11).all(), name
 
 
-def test_wrong_name():
-    def edit(r, s, d):
-        if r == 2:
-            d["layer.wieght"] = d.pop("layer.weight")
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 2, "'layer.wieght' is not in the layout", "'layer.weight'",
-                    "is missing")
-    assert_untouched(dsts)
-
-
-def test_missing_parameter():
-    def edit(r, s, d):
-        if r == 0:
-            del s["layer.norm"]
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 0, "source rank 0", "'layer.norm'", "is missing")
-    assert errs[0].status == Status.BUFFER
-    assert_untouched(dsts)
-
-
-def test_extra_parameter():
-    def edit(r, s, d):
-        if r == 3:
-            d["lm_head.weight"] = np.full(4, 0x11111111, np.uint32).view(np.float32)
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 3, "'lm_head.weight' is not in the layout")
-    assert_untouched(dsts)
-
-
-def test_wrong_dtype():
-    def edit(r, s, d):
-        if r == 1:
-            s["layer.norm"] = s["layer.norm"].astype(np.float64)
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 1, "'layer.norm'", "dtype fp64", "declares fp32")
-    assert errs[1].status == Status.DTYPE
-    assert_untouched(dsts)
-
-
-def test_wrong_shape_same_bytes():
-    def edit(r, s, d):
-        if r == 2:
-            d["layer.weight"] = np.full((3, 4), 0x11111111, np.uint32).view(np.float32)
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 2, "'layer.weight'", "shape [3, 4]", "declares [4, 3]")
-    assert_untouched(dsts)
-
-
-def test_non_contiguous_tensor():
-    def edit(r, s, d):
-        if r == 0:
-            w = torch.from_numpy(s["layer.weight"])  # (2, 6)
-            s["layer.weight"] = torch.empty(6, 2).t()  # (2, 6), strides (1, 2)
-            assert s["layer.weight"].shape == w.shape
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 0, "'layer.weight'", "not contiguous")
-    assert_untouched(dsts)
-
-
 class FakeCudaTensor:
     """A CPU tensor that says it lives on a CUDA device: how a CUDA tensor handed to
     a CPU transport looks to the binding (this machine has no GPU)."""
@@ -156,23 +91,67 @@ class FakeCudaTensor:
         return True
 
 
-def test_tensor_on_wrong_device():
+def _rename(s, d):
+    d["layer.wieght"] = d.pop("layer.weight")
+
+
+def _drop(s, d):
+    del s["layer.norm"]
+
+
+def _extra(s, d):
+    d["lm_head.weight"] = np.full(4, 0x11111111, np.uint32).view(np.float32)
+
+
+def _fp64(s, d):
+    s["layer.norm"] = s["layer.norm"].astype(np.float64)
+
+
+def _reshaped(s, d):  # the right bytes, the wrong shape
+    d["layer.weight"] = np.full((3, 4), 0x11111111, np.uint32).view(np.float32)
+
+
+def _strided(s, d):  # (2, 6) with strides (1, 2)
+    s["layer.weight"] = torch.empty(6, 2).t()
+
+
+def _on_cuda(s, d):
+    d["layer.norm"] = FakeCudaTensor(torch.from_numpy(d["layer.norm"]))
+
+
+def _read_only(s, d):
+    d["layer.norm"].flags.writeable = False
+
+
+# misuse: (the rank that makes it, what it does, its status, words its message has)
+MISUSES = {
+    "wrong_name": (2, _rename, Status.BUFFER,
+                   ["'layer.wieght' is not in the layout", "'layer.weight'", "is missing"]),
+    "missing_parameter": (0, _drop, Status.BUFFER, ["source rank 0", "'layer.norm'",
+                                                    "is missing"]),
+    "extra_parameter": (3, _extra, Status.BUFFER, ["'lm_head.weight' is not in the layout"]),
+    "wrong_dtype": (1, _fp64, Status.DTYPE, ["'layer.norm'", "dtype fp64", "declares fp32"]),
+    "wrong_shape_same_bytes": (2, _reshaped, Status.BUFFER,
+                               ["'layer.weight'", "shape [3, 4]", "declares [4, 3]"]),
+    "non_contiguous": (0, _strided, Status.BUFFER, ["'layer.weight'", "not contiguous"]),
+    "wrong_device": (3, _on_cuda, Status.BUFFER, ["'layer.norm'", "is on cuda", "CPU memory"]),
+    "read_only_destination": (2, _read_only, Status.BUFFER, ["'layer.norm'", "read-only"]),
+}
+
+
+@pytest.mark.parametrize("misuse", sorted(MISUSES))
+def test_misuse(misuse):
+    bad_rank, act, status, words = MISUSES[misuse]
+
     def edit(r, s, d):
-        if r == 3:
-            d["layer.norm"] = FakeCudaTensor(torch.from_numpy(d["layer.norm"]))
+        if r == bad_rank:
+            act(s, d)
         return s, d
+
     errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 3, "'layer.norm'", "is on cuda", "CPU memory")
+    assert_all_fail(errs, bad_rank, *words)
+    assert errs[bad_rank].status == status
     assert_untouched(dsts)
-
-
-def test_read_only_destination():
-    def edit(r, s, d):
-        if r == 2:
-            d["layer.norm"].flags.writeable = False
-        return s, d
-    errs, dsts = outcomes(edit)
-    assert_all_fail(errs, 2, "'layer.norm'", "read-only")
 
 
 def test_not_a_tensor():
