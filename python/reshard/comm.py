@@ -1,8 +1,10 @@
 """Communicators (reshard_comm_t): in-process threads (tests), MPI from an mpi4py
 communicator (CPU memory), NCCL bootstrapped through a key-value store (GPU memory)."""
 
+import atexit
 import ctypes
 import threading
+import weakref
 
 from . import _lib
 from .errors import Status, error
@@ -28,7 +30,12 @@ class Comm:
         return _lib.lib.reshard_comm_size(self._h)
 
     def close(self):
+        """Free the endpoint (local; an MPI one frees its duplicate communicator, so
+        before MPI_Finalize: after it, the endpoint is left to the process's end)."""
         if self._h:
+            if self.kind == "mpi" and _mpi_finalized():
+                self._h = None
+                return
             _lib.lib.reshard_comm_destroy(self._h)
             self._h = None
 
@@ -43,6 +50,11 @@ class Comm:
 
     def __repr__(self):
         return "Comm(kind=%r, rank=%d, size=%d)" % (self.kind, self.rank, self.size)
+
+
+def _mpi_finalized():
+    from mpi4py import MPI
+    return MPI.Is_finalized()
 
 
 # --- in-process ----------------------------------------------------------------------------
@@ -107,10 +119,21 @@ def run_threads(nranks, fn):
 # --- MPI -----------------------------------------------------------------------------------
 
 
+_open_mpi_comms = weakref.WeakSet()
+
+
+def _close_mpi_comms():
+    """Registered after mpi4py's own exit handler, so it runs first: endpoints still
+    open at exit are freed before MPI_Finalize."""
+    for c in list(_open_mpi_comms):
+        c.close()
+
+
 def from_mpi(mpi_comm):
     """An MPI endpoint on a duplicate of an mpi4py communicator (collective over it,
     as reshard_comm_create_mpi). The library must be built with MPI (the same MPI
-    mpi4py uses)."""
+    mpi4py uses). Close it before MPI_Finalize; endpoints left open are closed at
+    interpreter exit, before mpi4py finalizes MPI."""
     if not _lib.has("reshard_comm_create_mpi"):
         raise error(Status.UNSUPPORTED, "this libreshard was built without MPI")
     from mpi4py import MPI
@@ -120,7 +143,14 @@ def from_mpi(mpi_comm):
     fn.argtypes = [handle_type, ctypes.POINTER(_lib.c_vp)]
     h = _lib.c_vp()
     _lib.check(fn(handle_type(MPI._handleof(mpi_comm)), ctypes.byref(h)))
-    return Comm(h.value, "mpi", "cpu", keep=mpi_comm)
+    c = Comm(h.value, "mpi", "cpu", keep=mpi_comm)
+    if not _open_mpi_comms:
+        # registered after mpi4py's handler, so it runs before it; unregistered
+        # first so that it is registered once however often the set empties
+        atexit.unregister(_close_mpi_comms)
+        atexit.register(_close_mpi_comms)
+    _open_mpi_comms.add(c)
+    return c
 
 
 # --- NCCL ----------------------------------------------------------------------------------

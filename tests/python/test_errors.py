@@ -246,3 +246,15 @@ def test_last_error_is_per_thread():
     a.start(), b.start(), a.join(), b.join()
     assert "t" in seen["a"] and "json" not in seen["a"]
     assert "/no/such.json" in seen["b"]
+
+
+def test_cpu_tensor_for_the_nccl_transport():
+    """An NCCL communicator moves CUDA memory: a CPU tensor is refused by the binding
+    (checked through bind() itself, which Plan.execute calls with the comm's memory
+    kind; a real NCCL comm needs a GPU, see test_nccl_bootstrap.py)."""
+    from reshard.buffers import bind
+    _, src, _ = layouts()
+    arr, n, views, problems = bind(src, 0, good_buffers(src, 0), "source", "cuda", False)
+    assert len(problems) == 2 and all("is on cpu but this communicator moves CUDA memory" in p
+                                      for p in problems)
+    assert all(arr[b].ptr is None for b in range(n))  # withheld: nothing can move
