@@ -243,3 +243,27 @@ def test_dtensor_from_torch():
         assert [p.shape for p in lay.parameters(0)] == [tuple(t.to_local().shape)]
     finally:
         dist.destroy_process_group()
+
+
+def test_fill_and_verify_pattern_helpers():
+    """fill_pattern / verify_pattern (the library's check, for examples): a refit
+    verifies every byte; one flipped element is reported, naming the tensor."""
+    _, src, dst = build(CASE)
+    bufs = {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD)
+        s = src.new_buffers(r, library="numpy", fill=0)
+        reshard.fill_pattern(src, r, s)
+        d = dst.new_buffers(r, library="numpy", fill=reshard.SENTINEL_BYTE)
+        plan.execute(comm, src=s, dst=d)
+        bufs[r] = d
+
+    reshard.run_threads(WORLD, rank_fn)
+    total = sum(reshard.verify_pattern(dst, r, bufs[r]) for r in range(2, WORLD))
+    assert total == sum(p.bytes for r in range(2, WORLD) for p in dst.parameters(r))
+    bufs[2]["a"].reshape(-1)[1] += 1
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.verify_pattern(dst, 2, bufs[2])
+    assert e.value.status == reshard.Status.VERIFY and "tensor a" in e.value.message
