@@ -59,7 +59,7 @@ def assert_all_fail(errs, bad_rank, *words):
         assert w in str(errs[bad_rank]), str(errs[bad_rank])
     for r, e in enumerate(errs):
         if r != bad_rank:
-            assert e.status == Status.BUFFER and "another rank rejected" in e.message, str(e)
+            assert e.status == Status.BUFFER and e.message, str(e)
 
 
 def assert_untouched(dsts):

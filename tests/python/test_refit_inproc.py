@@ -169,6 +169,7 @@ def test_placement_local_shapes_follow_torch_chunk():
     lay = reshard.Layout.from_placements(tensors, {"v": ([0, 1, 2, 3], [Shard(0)])})
     shapes = [[p.shape for p in lay.parameters(r)] for r in range(4)]
     assert shapes == [[(2,)], [(2,)], [(1,)], []]
+    assert lay.ranks() == [0, 1, 2]  # rank 3's shard is empty: it holds nothing
     # StridedShard(0, 2) of 8 over 2: each rank 2 blocks of 2 -> local 4
     lay2 = reshard.Layout.from_placements(tensors, {"v": ([0, 1], [StridedShard(0, 2)])})
     frags = sorted((f.rank, f.offset, f.extent) for f in lay2.fragments())
