@@ -26,7 +26,6 @@ from .tensors import TensorInfo, Tensors
 
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)
-Comm.inproc_threads = staticmethod(run_threads)
 
 __version__ = "0.1.0"
 
