@@ -18,19 +18,6 @@ TINY = {  # a qwen3 shaped like the real one, small enough for threads
 }
 
 
-def xfail_if_global_layer_numbers(refit, train):
-    """Megatron counts decoder layers from 0 on every pipeline stage (FRAMEWORKS.md,
-    transformer_block.py); a library that still numbers them globally is a known gap
-    (the fidelity work), reported as xfail until it lands."""
-    if "pp=1" in train or "pp=" not in train:
-        return
-    last = refit.train_world - 1
-    names = [p.name for p in refit.train.parameters(last)]
-    if not any(n.startswith("decoder.layers.0.") for n in names):
-        pytest.xfail("the library names Megatron layers globally on stage > 0 (%s)"
-                     % next(n for n in names if n.startswith("decoder.layers.")))
-
-
 @pytest.fixture(params=[True, False], ids=["tied", "untied"])
 def config_path(tmp_path, request):
     cfg = dict(TINY, tie_word_embeddings=request.param)
@@ -51,7 +38,6 @@ def test_catalogue_is_the_hf_checkpoint(config_path):
                                          ("tp=1,pp=2", "tp=1")])
 def test_model_refit_threads(config_path, train, infer):
     refit = reshard.Model(config_path).refit(train, infer)
-    xfail_if_global_layer_numbers(refit, train)
     w = conventions.Weights(conventions.load_config(config_path))
     sentinel = reshard.SENTINEL_BYTE
     got, want = {}, {}
@@ -82,7 +68,6 @@ def test_parameters_name_what_the_frameworks_hold(config_path, train):
     """Layout.parameters(rank) lists exactly the names, shapes and dtypes of the
     framework state dicts (so a rank can allocate from it)."""
     refit = reshard.Model(config_path).refit(train, "tp=4")
-    xfail_if_global_layer_numbers(refit, train)
     w = conventions.Weights(conventions.load_config(config_path))
     for r in range(refit.train_world):
         sd = conventions.megatron_state_dict(w, train, r)
