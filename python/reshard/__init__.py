@@ -21,7 +21,7 @@ from .layout import Fragment, Layout, Parameter
 from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
-from .plan import ALL_RANKS, Plan
+from .plan import ALL_RANKS, Plan, plan_fail
 from .tensors import TensorInfo, Tensors
 
 Comm.from_mpi = staticmethod(from_mpi)
@@ -33,4 +33,4 @@ __all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "M
            "Placement", "Plan", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
            "fill_pattern", "from_mpi", "from_nccl_store", "library_path", "nccl_available",
-           "nccl_unique_id", "run_threads", "to_dtype", "torch_dtype", "verify_pattern"]
+           "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "torch_dtype", "verify_pattern"]

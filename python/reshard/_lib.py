@@ -77,8 +77,12 @@ class PlanStats(ctypes.Structure):
                 ("transfers", c_i64), ("pieces", c_i64), ("max_relay_bytes", c_u64)]
 
 
+BUFFER_DTYPE = 1  # reshard_buffer_t.flags: dtype is given
+
+
 class Buffer(ctypes.Structure):
-    _fields_ = [("ptr", c_vp), ("bytes", c_u64)]
+    _fields_ = [("ptr", c_vp), ("bytes", c_u64), ("name", c_str), ("flags", ctypes.c_uint32),
+                ("dtype", ctypes.c_int)]
 
 
 class ExecStats(ctypes.Structure):
@@ -151,6 +155,7 @@ _SIGNATURES = {
     "reshard_comm_rank": (c_i32, [c_vp]),
     "reshard_comm_size": (c_i32, [c_vp]),
     "reshard_plan_execute": (st, [c_vp, c_vp, P(Buffer), c_i32, P(Buffer), c_i32, P(ExecStats)]),
+    "reshard_plan_fail": (st, [c_vp, st, ctypes.c_double]),
     "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),
     "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
     "reshard_model_load": (st, [c_str, P(ModelOptions), P(c_vp)]),

@@ -113,9 +113,14 @@ def bind(layout, rank, buffers, side, device, writable):
     n = max([layout.buffer_count(rank)] + [b + 1 for b in slots])
     arr = (_lib.Buffer * max(n, 1))()
     if not problems:
-        for b, (_, v) in slots.items():
+        for b, (name, v) in slots.items():
             arr[b].ptr = v.ptr
             arr[b].bytes = v.nbytes
+            if name is not None:  # the library checks them again against its table
+                arr[b].name = name.encode()
+            if v.dtype is not None:
+                arr[b].flags = _lib.BUFFER_DTYPE
+                arr[b].dtype = int(v.dtype)
     views = [v for _, v in slots.values()]
     return arr, n, views, problems
 

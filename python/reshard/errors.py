@@ -24,6 +24,7 @@ class Status(enum.IntEnum):
     IO = -15
     VERIFY = -16
     STAGING = -17
+    MISMATCH = -18
 
 
 class ReshardError(RuntimeError):

@@ -4,6 +4,7 @@ import ctypes
 
 from . import _lib
 from .buffers import bind, raise_problems
+from .errors import ReshardError
 from .layout import Layout
 
 ALL_RANKS = _lib.ALL_RANKS
@@ -20,13 +21,16 @@ class Plan:
     staging_mb   staging memory bound per rank, MiB (default 256)
     relay_mb     relay scratch bound per rank, MiB (default none)
     timeout_s    a silent peer fails the execution after this many seconds (default 60)
+    comm         optional: when planning fails, tell the peers through this comm
+                 (plan_fail: their execute fails at once, naming this rank), then
+                 raise; this waits until the peers reach execute
 
     Raises ReshardError with the C message (SHAPE, DTYPE, UNCOVERED, OVERLAP, RANK,
     BUFFER, STAGING, ...). Python adds no planning of its own.
     """
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
-                 relay_mb=None, timeout_s=None):
+                 relay_mb=None, timeout_s=None, comm=None):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         p = _lib.PlanParams(world_size=int(world), my_rank=int(rank))
@@ -46,7 +50,12 @@ class Plan:
         self.rank, self.world = int(rank), int(world)
         self._h = None
         h = _lib.c_vp()
-        _lib.check(_lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h)))
+        status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
+        if status != 0 and comm is not None:
+            name, message = _lib.lib.reshard_status_string(status).decode(), _lib.last_error()
+            plan_fail(comm, status, timeout_s)
+            raise ReshardError(status, name, message)
+        _lib.check(status)
         self._h = h.value
 
     def __del__(self):
@@ -95,3 +104,14 @@ class Plan:
         _lib.check(status)
         del keep
         return {k: getattr(st, k) for k in _EXEC_KEYS}
+
+
+def plan_fail(comm, status, timeout_s=None):
+    """Tell the peers on ``comm`` that this rank could not make its plan (``status``:
+    a Status, an int, or the ReshardError Plan raised), where execute would have
+    been called: every peer's execute then fails at once with that status, naming
+    this rank, and nothing moves. Waits for the peers to arrive (``timeout_s``,
+    default 60 s). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
+    if isinstance(status, ReshardError):
+        status = status.status
+    _lib.check(_lib.lib.reshard_plan_fail(comm._h, int(status), float(timeout_s or 0)))

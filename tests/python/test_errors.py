@@ -258,3 +258,57 @@ def test_cpu_tensor_for_the_nccl_transport():
     assert len(problems) == 2 and all("is on cpu but this communicator moves CUDA memory" in p
                                       for p in problems)
     assert all(arr[b].ptr is None for b in range(n))  # withheld: nothing can move
+
+
+def _every_rank(fn):
+    errs = [None] * WORLD
+
+    def rank_fn(comm):
+        try:
+            fn(comm)
+        except reshard.ReshardError as e:
+            errs[comm.rank] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    return errs
+
+
+def test_failed_plan_tells_the_peers():
+    """Rank 1 plans for a world of 3 (its layouts name rank 3): with comm= it tells
+    its peers, whose execute fails at once with its status, naming it."""
+    _, src, dst = layouts()
+    written = []
+
+    def fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=3 if r == 1 else WORLD, comm=comm,
+                            timeout_s=30)
+        d = good_buffers(dst, r)
+        written.append(d)
+        plan.execute(comm, src=good_buffers(src, r), dst=d)
+
+    errs = _every_rank(fn)
+    assert errs[1].status == Status.RANK and "world size 3" in errs[1].message
+    for r in (0, 2, 3):
+        assert errs[r].status == Status.RANK, str(errs[r])
+        assert "rank 1 could not create its plan" in errs[r].message, str(errs[r])
+    assert_untouched(written)
+
+
+def test_plans_from_different_inputs_fail_every_rank():
+    """Rank 2 planned with another staging bound: the fingerprints differ, every
+    rank fails with MISMATCH before a byte moves."""
+    _, src, dst = layouts()
+    written = []
+
+    def fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=2 if r == 2 else 1)
+        d = good_buffers(dst, r)
+        written.append(d)
+        plan.execute(comm, src=good_buffers(src, r), dst=d)
+
+    errs = _every_rank(fn)
+    assert all(e is not None and e.status == Status.MISMATCH for e in errs), errs
+    assert all("different inputs" in e.message for e in errs)
+    assert_untouched(written)

@@ -106,3 +106,23 @@ def test_misuse_on_one_rank_fails_every_rank_over_mpi(comm):
         assert e.value.status == reshard.Status.BUFFER
     for t in d.values():
         assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
+
+
+def test_rank_planning_from_other_layouts_fails_every_rank_over_mpi(comm):
+    """Rank 3 builds its destination layout with another placement: every rank
+    fails with MISMATCH at the first agreement (not after the timeout), and no
+    destination byte is written."""
+    tensors = reshard.Tensors()
+    tensors.add("x", (8, 4), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"x": ([0, 1], [Shard(0)])})
+    placement = Shard(0) if WORLD.rank == 3 else Shard(1)
+    dst = reshard.Layout.from_placements(tensors, {"x": ([2, 3], [placement])})
+    r = WORLD.rank
+    plan = reshard.Plan(src, dst, rank=r, world=4, timeout_s=30)
+    s = src.new_buffers(r, library="numpy", fill=1)
+    d = dst.new_buffers(r, library="numpy", fill=reshard.SENTINEL_BYTE)
+    with pytest.raises(reshard.ReshardError) as e:
+        plan.execute(comm, src=s, dst=d)
+    assert e.value.status == reshard.Status.MISMATCH and "different inputs" in e.value.message
+    for t in d.values():
+        assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
