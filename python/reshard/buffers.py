@@ -67,9 +67,9 @@ def bind(layout, rank, buffers, side, device, writable):
     """Turn ``buffers`` (name -> tensor dict, or a list by buffer id with None for
     unused ids) into the ctypes array of reshard_buffer_t for ``rank`` of ``layout``.
 
-    Returns (array, n, views, problems): problems is a list of messages, each naming
-    the parameter, rank and buffer; when it is not empty the array holds NULL for the
-    offending buffers so the C call fails on every rank (see Plan.execute)."""
+    Returns (array, n, views, problems): problems is a list of (Status, message), each
+    message naming the parameter, rank and buffer; when it is not empty the array is
+    left empty (Plan.execute then withholds every buffer, see there)."""
     problems = []
     if buffers is None:
         buffers = {}
@@ -79,14 +79,15 @@ def bind(layout, rank, buffers, side, device, writable):
         for name, obj in buffers.items():
             p = params.get(name)
             if p is None:
-                problems.append("%s rank %d: parameter %r is not in the layout (it declares %s)"
-                                % (side, rank, name, _names(params)))
+                problems.append((Status.BUFFER, "%s rank %d: parameter %r is not in the layout "
+                                 "(it declares %s)" % (side, rank, name, _names(params))))
                 continue
             slots[p.buffer] = (name, View(obj))
         for name, p in params.items():
             if name not in buffers:
-                problems.append("%s rank %d: parameter %r (buffer %d, %s %s) is missing"
-                                % (side, rank, name, p.buffer, p.dtype.name, list(p.shape)))
+                problems.append((Status.BUFFER, "%s rank %d: parameter %r (buffer %d, %s %s) "
+                                 "is missing" % (side, rank, name, p.buffer, p.dtype.name,
+                                                 list(p.shape))))
     else:
         by_id = {p.buffer: p for p in params.values()}
         for b, obj in enumerate(buffers):
@@ -97,19 +98,20 @@ def bind(layout, rank, buffers, side, device, writable):
         what = "%s rank %d buffer %d%s" % (side, rank, b, " (%r)" % name if name else "")
         p = params.get(name) if name else None
         if p is not None and v.dtype != p.dtype:
-            problems.append("%s: dtype %s, the layout declares %s" % (what, _dtype_text(v),
-                                                                       p.dtype.name))
+            problems.append((Status.DTYPE, "%s: dtype %s, the layout declares %s"
+                             % (what, _dtype_text(v), p.dtype.name)))
         elif p is not None and v.shape != p.shape:
-            problems.append("%s: shape %s, the layout declares %s" % (what, list(v.shape),
-                                                                       list(p.shape)))
+            problems.append((Status.BUFFER, "%s: shape %s, the layout declares %s"
+                             % (what, list(v.shape), list(p.shape))))
         if not v.contiguous:
-            problems.append("%s: the tensor is not contiguous (call .contiguous() on a copy "
-                            "and copy back, or bind the original)" % what)
+            problems.append((Status.BUFFER, "%s: the tensor is not contiguous (call "
+                             ".contiguous() on a copy and copy back, or bind the original)"
+                             % what))
         dev = _device_problem(v, device)
         if dev:
-            problems.append("%s: %s" % (what, dev))
+            problems.append((Status.BUFFER, "%s: %s" % (what, dev)))
         if writable and not v.writable:
-            problems.append("%s: the array is read-only" % what)
+            problems.append((Status.BUFFER, "%s: the array is read-only" % what))
     n = max([layout.buffer_count(rank)] + [b + 1 for b in slots])
     arr = (_lib.Buffer * max(n, 1))()
     if not problems:
@@ -135,13 +137,13 @@ def _names(params):
 
 
 def raise_problems(problems, c_message=None):
-    msg = problems[0] if len(problems) == 1 else "%d problems: %s" % (len(problems),
-                                                                        "; ".join(problems))
+    """Raise ReshardError with the first problem's status and every message."""
+    texts = [m for _, m in problems]
+    msg = texts[0] if len(texts) == 1 else "%d problems: %s" % (len(texts), "; ".join(texts))
     if c_message:
         msg += " (this rank withheld its buffers so that every rank fails before a byte " \
                "moves; the library said: %s)" % c_message
-    status = Status.DTYPE if " dtype " in problems[0] else Status.BUFFER
-    raise error(status, msg)
+    raise error(problems[0][0], msg)
 
 
 def allocate(param, library="torch", fill=None, device=None):

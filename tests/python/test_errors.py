@@ -255,8 +255,8 @@ def test_cpu_tensor_for_the_nccl_transport():
     from reshard.buffers import bind
     _, src, _ = layouts()
     arr, n, views, problems = bind(src, 0, good_buffers(src, 0), "source", "cuda", False)
-    assert len(problems) == 2 and all("is on cpu but this communicator moves CUDA memory" in p
-                                      for p in problems)
+    assert len(problems) == 2 and all("is on cpu but this communicator moves CUDA memory" in m
+                                      for _, m in problems)
     assert all(arr[b].ptr is None for b in range(n))  # withheld: nothing can move
 
 
