@@ -355,13 +355,18 @@ enum {
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
 /** Default time after which a silent peer is declared dead: 60 s. */
 #define RESHARD_DEFAULT_TIMEOUT_S 60.0
+/** Most ranks a plan takes (2^20): planning keeps per-rank and per-domain
+ *  tables, so a larger world_size is refused (INVALID_ARG) rather than
+ *  allocated. */
+#define RESHARD_MAX_WORLD_SIZE (1 << 20)
 /** Longest peer timeout, seconds (about 31 years): a larger finite timeout_s
  *  is taken as this bound ("wait as long as it takes"). */
 #define RESHARD_MAX_TIMEOUT_S 1e9
 
 typedef struct {
     uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
-    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size) */
+    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size),
+                                 1 <= world_size <= RESHARD_MAX_WORLD_SIZE */
     int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
     uint64_t staging_bytes; /**< staging memory bound per rank, bytes */
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
@@ -412,7 +417,8 @@ typedef struct reshard_plan reshard_plan_t;
  * and timeout (not my_rank) — which reshard_plan_execute compares across
  * ranks.
  * Errors: INVALID_ARG (also: a set timeout_s that is NaN, infinite or not
- * positive; a negative domain_size), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
+ * positive; a negative domain_size; world_size outside
+ * 1..RESHARD_MAX_WORLD_SIZE), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
  * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams),
  * BUFFER, NOMEM — the message names the tensor, rank and box (and buffer).
  */

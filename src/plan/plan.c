@@ -17,9 +17,10 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     if (!src || !dst || !params || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: NULL argument");
     *out = NULL;
-    if (params->world_size < 1)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: world_size %d < 1",
-                        params->world_size);
+    if (params->world_size < 1 || params->world_size > RESHARD_MAX_WORLD_SIZE)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_create: world_size %d outside [1, %d]", params->world_size,
+                        RESHARD_MAX_WORLD_SIZE);
     if (params->my_rank != RESHARD_ALL_RANKS &&
         (params->my_rank < 0 || params->my_rank >= params->world_size))
         return rs_error(RESHARD_ERR_RANK, "reshard_plan_create: my_rank %d outside [0, %d)",
