@@ -17,3 +17,14 @@ timeout 600 mpirun -np 4 "${py[@]}" tests/python/test_mpi.py
 echo "== examples/python/refit.py (mpirun -np 4)"
 timeout 600 mpirun -np 4 /usr/bin/python3 examples/python/refit.py --model qwen3-0.6b --layers 1 \
   --train tp=2 --infer tp=1,dp=2
+echo "== the installed package (cmake --install into a temporary prefix, imported from elsewhere)"
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+site=$(dirname "$(dirname "$(find "$prefix" -path '*/reshard/__init__.py' | head -1)")")
+(cd "$prefix" && env -u RESHARD_LIBRARY -u PYTHONPATH PYTHONPATH="$site" /usr/bin/python3 -c '
+import reshard
+refit = reshard.Model("qwen3-0.6b", layers=1).refit("tp=2", "tp=1")
+assert reshard.library_path.startswith("'"$prefix"'"), reshard.library_path
+print("installed:", reshard.library_path, "-", len(refit.train.parameters(0)), "parameters on train rank 0")
+')
