@@ -186,7 +186,7 @@ typedef struct {
 typedef struct {
     int32_t tensor;
     int32_t rank;
-    int32_t buffer; /**< caller's buffer id on that rank, >= 0 */
+    int32_t buffer; /**< caller's buffer id on that rank, in [0, INT32_MAX) */
     reshard_box_t box;
     int64_t base;
     int64_t stride[RESHARD_MAX_DIMS];
@@ -204,11 +204,13 @@ void reshard_layout_destroy(reshard_layout_t *layout);
 
 /**
  * Add one fragment (copied). Whether fragments overlap (two elements at one
- * position) is checked by reshard_plan_create, for destination layouts.
+ * position) is checked by reshard_plan_create: a fragment with itself on
+ * both sides, two fragments with each other for destination layouts.
  * Checked here: tensor id exists, box.ndim equals
  * the tensor's view ndim, the box lies inside the view shape with extents
- * >= 1, rank >= 0, buffer >= 0, base >= 0, strides >= 0, the last element's
- * position fits in 64 bits.
+ * >= 1, rank >= 0, 0 <= buffer < INT32_MAX (so every buffer count fits an
+ * int32), base >= 0, strides >= 0, the last element's position fits in 64
+ * bits.
  * Errors: INVALID_ARG, BOX, RANK, OVERFLOW, NOMEM — the message names the
  * tensor, the rank and the box. Local.
  */
@@ -355,15 +357,26 @@ enum {
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
 /** Default time after which a silent peer is declared dead: 60 s. */
 #define RESHARD_DEFAULT_TIMEOUT_S 60.0
+/** Most ranks a plan takes (2^20): planning keeps per-rank and per-domain
+ *  tables, so a larger world_size is refused (INVALID_ARG) rather than
+ *  allocated. */
+#define RESHARD_MAX_WORLD_SIZE (1 << 20)
+/** Longest peer timeout, seconds (about 31 years): a larger finite timeout_s
+ *  is taken as this bound ("wait as long as it takes"). */
+#define RESHARD_MAX_TIMEOUT_S 1e9
 
 typedef struct {
     uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
-    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size) */
+    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size),
+                                 1 <= world_size <= RESHARD_MAX_WORLD_SIZE */
     int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
     uint64_t staging_bytes; /**< staging memory bound per rank, bytes */
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
-                                 order); 0 or 1 = every rank its own domain */
-    double timeout_s;       /**< peer timeout for execution, seconds */
+                                 order); 0 or 1 = every rank its own domain;
+                                 >= world_size = one domain; < 0: INVALID_ARG */
+    double timeout_s;       /**< peer timeout for execution, seconds: finite and > 0
+                                 (INVALID_ARG otherwise); values over
+                                 RESHARD_MAX_TIMEOUT_S wait that long */
     uint64_t relay_bytes;   /**< relay scratch bound per rank, bytes (default: none).
                                  Relays balance a domain's NICs by landing pieces on
                                  ranks that do not need them; a smaller bound relays
@@ -388,14 +401,15 @@ typedef struct reshard_plan reshard_plan_t;
  * Validation, before anything else: both layouts describe the same tensors
  * (the same catalogue, or catalogues with equal names, dtypes and view
  * shapes: SHAPE or DTYPE otherwise), every destination element is covered by
- * a source fragment (UNCOVERED), no two destination fragments of a rank
- * share buffer bytes and no destination fragment's strides make two of its
- * elements share one (OVERLAP), every rank is below world_size (RANK),
+ * a source fragment (UNCOVERED), no fragment of either side, on any rank,
+ * has strides that make two of its elements share a position (OVERLAP: "the
+ * source fragment overlaps itself"), no two destination fragments of a rank
+ * share buffer bytes (OVERLAP), every rank is below world_size (RANK),
  * fragments in declared buffers lie inside them and have their dtype
  * (BUFFER, DTYPE). A rank's own plan checks coverage within its groups and
- * overlap within its own buffers: a rank whose plan fails must not execute;
- * it calls reshard_plan_fail instead, so that its peers' executions fail at
- * once, naming it.
+ * overlap between fragments within its own buffers: a rank whose plan fails
+ * must not execute; it calls reshard_plan_fail instead, so that its peers'
+ * executions fail at once, naming it.
  *
  * The plan owns what it executes with: it copies the catalogue and the
  * fragments and declared buffers it needs, so @p src, @p dst and their
@@ -404,9 +418,11 @@ typedef struct reshard_plan reshard_plan_t;
  * fragments and declared buffers, world_size, domain_size, staging, relay
  * and timeout (not my_rank) — which reshard_plan_execute compares across
  * ranks.
- * Errors: INVALID_ARG, SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP, OVERFLOW,
- * STAGING (bound under 4 KiB, or too small for a rank's streams), BUFFER,
- * NOMEM — the message names the tensor, rank and box (and buffer).
+ * Errors: INVALID_ARG (also: a set timeout_s that is NaN, infinite or not
+ * positive; a negative domain_size; world_size outside
+ * 1..RESHARD_MAX_WORLD_SIZE), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
+ * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams),
+ * BUFFER, NOMEM — the message names the tensor, rank and box (and buffer).
  */
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out);
