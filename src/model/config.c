@@ -9,10 +9,6 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-#ifndef RESHARD_DATA_DIR
-#define RESHARD_DATA_DIR "data"
-#endif
-
 /* An integer field: required (def < 0 means required) or defaulted. A JSON
  * null counts as absent. */
 static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int64_t min,
@@ -272,8 +268,9 @@ reshard_status_t reshard_model_load(const char *name_or_path, const reshard_mode
     size_t len = strlen(name_or_path);
     bool is_path =
         strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"));
-    const char *data = getenv("RESHARD_DATA_DIR");
-    snprintf(dir, sizeof dir, "%s/models", data && *data ? data : RESHARD_DATA_DIR);
+    const char *data = reshard_data_dir();
+    snprintf(dir, sizeof dir, "%s/models",
+             data ? data : "(no data directory: set RESHARD_DATA_DIR)");
     if (is_path)
         snprintf(path, sizeof path, "%s", name_or_path);
     else

@@ -155,8 +155,8 @@ static void test_huge_timeout_completes(void **state)
         for (int i = 0; i < 8; i++)
             in[i] = 100 + i;
         memset(out, 0, sizeof out);
-        run_two_ranks(plan, (reshard_buffer_t){in, sizeof in}, (reshard_buffer_t){out, sizeof out},
-                      1);
+        run_two_ranks(plan, (reshard_buffer_t){.ptr = in, .bytes = sizeof in},
+                      (reshard_buffer_t){.ptr = out, .bytes = sizeof out}, 1);
         for (int i = 0; i < 8; i++)
             assert_int_equal(out[i], 100 + i);
         reshard_plan_destroy(plan);
@@ -272,7 +272,8 @@ static void test_pack_huge_stride_extent_one(void **state)
         assert_int_equal(plan_with(src, dst, prm, &plan), RESHARD_OK);
         int32_t in[4] = {11, 22, 33, 44}, out[7];
         memset(out, 0xA5, sizeof out);
-        reshard_buffer_t sb = {in, sizeof in}, db = {out, sizeof out};
+        reshard_buffer_t sb = {.ptr = in, .bytes = sizeof in},
+                         db = {.ptr = out, .bytes = sizeof out};
         run_two_ranks(plan, sb, db, to);
         for (int i = 0; i < 4; i++)
             assert_int_equal(out[2 * i], in[i]);
@@ -346,8 +347,8 @@ static void test_sim_domain_size_int32_max(void **state)
     assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
     reshard_system_t sys;
     assert_int_equal(reshard_system_lookup("h100", &sys), RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
-    reshard_infer_spec_t i = {2, 1, 0};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
+    reshard_infer_spec_t i = {.tp = 2, .dp = 1, .ep = 0};
     reshard_sim_refit_t out;
     const int32_t sizes[] = {INT32_MAX, -1};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
