@@ -189,7 +189,7 @@ static reshard_status_t gather(bl_t *b, const reshard_model_refit_t *r, const rs
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t st = f[i].rank / S, li = f[i].rank % S;
-        int32_t width = ids->expert[f[i].tensor] ? s->etp * s->ep : s->tp;
+        int32_t width = ids->expert[f[i].tensor] ? rs_etp(s) * s->ep : s->tp;
         if (st == stage_of[f[i].tensor] && li < width)
             f[kept++] = f[i];
     }

@@ -73,6 +73,10 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         st = rs_chunk_caps(plan);
     if (st == RESHARD_OK && plan->p.my_rank != RESHARD_ALL_RANKS)
         st = rs_rank_plan_build(plan, plan->p.my_rank, &plan->mine);
+    if (st == RESHARD_OK) {
+        plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
+        st = rs_plan_own_inputs(plan);
+    }
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);
         return st;
@@ -87,6 +91,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
         return;
     rs_rank_plan_free(plan->mine);
     rs_scope_free(&plan->scope);
+    rs_plan_own_free(plan);
     free(plan->pieces);
     free(plan->chunk_cap);
     free(plan);

@@ -156,8 +156,8 @@ static void test_huge_timeout_completes(void **state)
         for (int i = 0; i < 8; i++)
             in[i] = 100 + i;
         memset(out, 0, sizeof out);
-        run_two_ranks(plan, (reshard_buffer_t){in, sizeof in}, (reshard_buffer_t){out, sizeof out},
-                      1);
+        run_two_ranks(plan, (reshard_buffer_t){.ptr = in, .bytes = sizeof in},
+                      (reshard_buffer_t){.ptr = out, .bytes = sizeof out}, 1);
         for (int i = 0; i < 8; i++)
             assert_int_equal(out[i], 100 + i);
         reshard_plan_destroy(plan);
@@ -273,7 +273,8 @@ static void test_pack_huge_stride_extent_one(void **state)
         assert_int_equal(plan_with(src, dst, prm, &plan), RESHARD_OK);
         int32_t in[4] = {11, 22, 33, 44}, out[7];
         memset(out, 0xA5, sizeof out);
-        reshard_buffer_t sb = {in, sizeof in}, db = {out, sizeof out};
+        reshard_buffer_t sb = {.ptr = in, .bytes = sizeof in},
+                         db = {.ptr = out, .bytes = sizeof out};
         run_two_ranks(plan, sb, db, to);
         for (int i = 0; i < 4; i++)
             assert_int_equal(out[2 * i], in[i]);
@@ -347,8 +348,8 @@ static void test_sim_domain_size_int32_max(void **state)
     assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
     reshard_system_t sys;
     assert_int_equal(reshard_system_lookup("h100", &sys), RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
-    reshard_infer_spec_t i = {2, 1, 0};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
+    reshard_infer_spec_t i = {.tp = 2, .dp = 1, .ep = 0};
     reshard_sim_refit_t out;
     const int32_t sizes[] = {INT32_MAX, -1};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -434,7 +435,16 @@ static void test_spec_grammar(void **state)
     assert_int_equal(i.ep, 0);
     /* what the formatters write parses back to the same spec */
     char buf[128];
-    reshard_train_spec_t t0 = {2, 3, 5, 7, 11, 13}, t1;
+    reshard_train_spec_t t0 = {.tp = 2,
+                               .pp = 3,
+                               .dp = 5,
+                               .cp = 7,
+                               .ep = 11,
+                               .etp = 13,
+                               .vpp = 2,
+                               .first = 3,
+                               .last = 4},
+                         t1;
     assert_int_equal(reshard_train_spec_parse(reshard_train_spec_str(&t0, buf, sizeof buf), &t1),
                      RESHARD_OK);
     assert_memory_equal(&t0, &t1, sizeof t0);
@@ -451,19 +461,19 @@ static void test_model_check_fp8_blocks(void **state)
     reshard_model_options_t o = {.dtype = RESHARD_FP8_E4M3, .layers = 1};
     reshard_model_t *m;
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
     reshard_infer_spec_t i = {4, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("infer: fp8:");
     assert_msg("not sharded at 128x128 block granularity");
     assert_msg("rows [0, 192) of 768 are not on 128-row block bounds");
     /* the same split on the training side (etp=4) */
-    t = (reshard_train_spec_t){4, 1, 1, 1, 1, 4};
+    t = (reshard_train_spec_t){.tp = 4, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 4};
     i = (reshard_infer_spec_t){1, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("train: fp8:");
     /* 768 / 2 = 384 = 3 blocks: accepted, and its layouts build */
-    t = (reshard_train_spec_t){2, 1, 1, 1, 1, 2};
+    t = (reshard_train_spec_t){.tp = 2, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 2};
     i = (reshard_infer_spec_t){2, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_OK);
     reshard_model_refit_t r;

@@ -44,6 +44,30 @@ static int64_t dense_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t
     return V * H * (tied ? 1 : 2) + H + L * (2 * H + attn + 3 * H * I);
 }
 
+/* Qwen2 adds q/k/v biases (nh*hd + 2*kv*hd per layer). */
+static int64_t qwen2_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                            int64_t V)
+{
+    return dense_params(H, I, L, nh, kv, hd, V, 0, 0) + L * (nh * hd + 2 * kv * hd);
+}
+
+/* Qwen2-MoE, every layer sparse: q/k/v biases, router [E, H], E experts of
+ * 3*Im*H, a shared expert of 3*Is*H and its sigmoid gate [1, H]. */
+static int64_t qwen2_moe_params(int64_t H, int64_t Im, int64_t Is, int64_t L, int64_t nh,
+                                int64_t kv, int64_t hd, int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + nh * hd + 2 * kv * hd;
+    return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * Im * H + 3 * Is * H + H);
+}
+
+/* Mixtral: every layer E experts of 3*I*H (w1, w3, w2) and a router. */
+static int64_t mixtral_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                              int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2;
+    return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * I * H);
+}
+
 static int64_t qwen3_moe_params(int64_t H, int64_t Im, int64_t L, int64_t nh, int64_t kv,
                                 int64_t hd, int64_t V, int64_t E)
 {
@@ -73,13 +97,16 @@ static int64_t dsv3_params(const mla_cfg_t *c)
     return 2 * c->V * c->H + c->H + c->L * (2 * c->H + mla_attn(c)) + dense + moe;
 }
 
-static void expect_params(const char *name, int64_t want, double published, double tol)
+/* @p fp32 of the parameters are fp32 (router score-correction biases), the
+ * rest bf16. */
+static void expect_params(const char *name, int64_t want, int64_t fp32, double published,
+                          double tol)
 {
     reshard_model_t *m = load(name, 0, RESHARD_BF16);
     reshard_model_info_t info;
     assert_int_equal(reshard_model_info(m, &info), RESHARD_OK);
     assert_int_equal(info.params, want);
-    assert_int_equal(model_bytes(m), 2 * (uint64_t)want);
+    assert_int_equal(model_bytes(m), 2 * (uint64_t)want + 2 * (uint64_t)fp32);
     if (published > 0 && (double)want < published * (1 - tol))
         fail_msg("%s: %lld params, published %.4g", name, (long long)want, published);
     if (published > 0 && (double)want > published * (1 + tol))
@@ -93,20 +120,33 @@ static const mla_cfg_t dsv3 = {7168, 18432, 2048, 61,     128, 1536, 512,
 static void test_shipped_model_bytes(void **state)
 {
     (void)state;
-    expect_params("deepseek-v3", dsv3_params(&dsv3), 671.0e9, 0.001);
+    /* noaux_tc routing: one fp32 e_score_correction_bias [E] per MoE layer */
+    expect_params("deepseek-v3", dsv3_params(&dsv3), (61 - 3) * 256, 671.0e9, 0.001);
     mla_cfg_t kimi = dsv3;
     kimi.nh = 64;
     kimi.E = 384;
     kimi.first_k = 1;
     kimi.V = 163840;
-    expect_params("kimi-k2", dsv3_params(&kimi), 1.0e12, 0.05); /* "1T total parameters" */
-    expect_params("qwen3-235b-a22b", qwen3_moe_params(4096, 1536, 94, 64, 4, 128, 151936, 128),
+    expect_params("kimi-k2", dsv3_params(&kimi), (61 - 1) * 384, 1.0e12,
+                  0.05); /* "1T total parameters" */
+    expect_params("qwen3-235b-a22b", qwen3_moe_params(4096, 1536, 94, 64, 4, 128, 151936, 128), 0,
                   235.1e9, 0.001);
-    expect_params("qwen3-30b-a3b", qwen3_moe_params(2048, 768, 48, 32, 4, 128, 151936, 128), 30.5e9,
-                  0.002);
-    expect_params("llama-3.1-8b", dense_params(4096, 14336, 32, 32, 8, 128, 128256, 0, 0), 8.03e9,
+    expect_params("qwen3-30b-a3b", qwen3_moe_params(2048, 768, 48, 32, 4, 128, 151936, 128), 0,
+                  30.5e9, 0.002);
+    expect_params("llama-3.1-8b", dense_params(4096, 14336, 32, 32, 8, 128, 128256, 0, 0), 0,
+                  8.03e9, 0.001);
+    expect_params("qwen3-0.6b", dense_params(1024, 3072, 28, 16, 8, 128, 151936, 1, 1), 0, 0.596e9,
                   0.001);
-    expect_params("qwen3-0.6b", dense_params(1024, 3072, 28, 16, 8, 128, 151936, 1, 1), 0.596e9,
+    /* published: 70.6B, 7.61B, 72.7B, 57.4B (card: "57B"), 46.7B */
+    expect_params("llama-3.3-70b", dense_params(8192, 28672, 80, 64, 8, 128, 128256, 0, 0), 0,
+                  70.6e9, 0.001);
+    expect_params("qwen2.5-7b-instruct", qwen2_params(3584, 18944, 28, 28, 4, 128, 152064), 0,
+                  7.61e9, 0.001);
+    expect_params("qwen2.5-72b-instruct", qwen2_params(8192, 29568, 80, 64, 8, 128, 152064), 0,
+                  72.7e9, 0.001);
+    expect_params("qwen2-57b-a14b", qwen2_moe_params(3584, 2560, 20480, 28, 28, 4, 128, 151936, 64),
+                  0, 57.4e9, 0.001);
+    expect_params("mixtral-8x7b", mixtral_params(4096, 14336, 32, 32, 8, 128, 32000, 8), 0, 46.7e9,
                   0.001);
 }
 
@@ -122,6 +162,16 @@ static void test_mtp_and_fp8(void **state)
     assert_int_equal(info.params, dsv3_params(&dsv3) + mtp);
     reshard_tensors_t *t;
     reshard_model_tensors(m, &t);
+    /* the router score-correction bias is fp32 (vLLM deepseek_v2.py, Megatron router.py) */
+    int32_t bid = reshard_tensors_find(t, "model.layers.60.mlp.gate.e_score_correction_bias");
+    reshard_tensor_info_t bi;
+    assert_int_equal(reshard_tensors_info(t, bid, &bi), RESHARD_OK);
+    assert_int_equal(bi.dtype, RESHARD_FP32);
+    assert_int_equal(bi.shape[0], 256);
+    /* the router weight is bf16 in both frameworks (see reshard_model.h) */
+    assert_int_equal(reshard_tensors_info(t, bid - 1, &bi), RESHARD_OK);
+    assert_string_equal(bi.name, "model.layers.60.mlp.gate.weight");
+    assert_int_equal(bi.dtype, RESHARD_BF16);
     assert_true(reshard_tensors_find(t, "model.layers.61.eh_proj.weight") >= 0);
     assert_true(reshard_tensors_find(t, "model.layers.61.mlp.experts.gate_proj.weight") >= 0);
     assert_true(reshard_tensors_find(t, "model.layers.60.mlp.gate.e_score_correction_bias") >= 0);
@@ -161,8 +211,20 @@ static void test_spec_parse(void **state)
     assert_int_equal(t.ep, 16);
     assert_int_equal(t.dp, 4);
     assert_int_equal(t.cp, 1);
-    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.etp, 4); /* Megatron: --expert-tensor-parallel-size defaults to tp */
+    assert_int_equal(t.vpp, 1);
+    assert_int_equal(t.first, 0);
+    assert_int_equal(t.last, 0);
     assert_int_equal(reshard_train_world(&t), 128);
+    assert_int_equal(reshard_train_spec_parse("tp=2,pp=4,vpp=2,first=3,last=5,etp=1", &t),
+                     RESHARD_OK);
+    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.vpp, 2);
+    assert_int_equal(t.first, 3);
+    assert_int_equal(t.last, 5);
+    char text[96];
+    assert_string_equal(reshard_train_spec_str(&t, text, sizeof text),
+                        "tp=2,pp=4,dp=1,cp=1,ep=1,etp=1,vpp=2,first=3,last=5");
     assert_int_equal(reshard_infer_spec_parse("tp=8,dp=16,ep=on", &i), RESHARD_OK);
     assert_int_equal(reshard_infer_world(&i), 128);
     assert_int_equal(i.ep, 1);
@@ -208,15 +270,38 @@ static void test_config_rules(void **state)
     const reshard_dtype_t B = RESHARD_BF16;
     expect_rule("llama-3.1-8b", B, "tp=3", "tp=1", 0,
                 "tp=3 does not divide the 32 attention heads");
-    expect_rule("llama-3.1-8b", B, "tp=16", "tp=1", 0, "does not divide the 8 query groups");
-    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 is more than the 32 layers");
+    /* Megatron: tp a multiple of the query groups is legal, tp=14 over 4 groups is not */
+    expect_rule("qwen2.5-7b-instruct", B, "tp=14", "tp=1", 0,
+                "tp=14 does not divide the 4 query groups (kv heads) nor is a multiple");
+    /* Megatron: pp divides the layers unless first/last stage counts are given */
+    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 does not divide the 32 layers");
+    expect_rule("llama-3.1-8b", B, "pp=3", "tp=1", 0, "--decoder-first-pipeline-num-layers");
+    expect_rule("llama-3.1-8b", B, "pp=4,first=4", "tp=1", 0,
+                "28 layers left after first=4, last=0 do not split evenly over the 3");
+    expect_rule("llama-3.1-8b", B, "pp=2,first=5,last=5", "tp=1", 0,
+                "must be the 32 layers when pp=2 has no middle stages");
+    expect_rule("llama-3.1-8b", B, "pp=1,first=5", "tp=1", 0, "need pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=1,vpp=2", "tp=1", 0, "needs pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=4,vpp=3", "tp=1", 0,
+                "vpp=3 does not divide the 8 layers of pipeline stage 0");
+    expect_rule("llama-3.1-8b", B, "pp=3,first=2,last=15,vpp=2", "tp=1", 0,
+                "vpp=2 does not divide the 15 layers of pipeline stage 1");
     expect_rule("llama-3.1-8b", B, "tp=2,ep=2,dp=2", "tp=1", 0, "has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=1,ep=on", 0, "ep=on: the model has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=3", 0, "tp=3 does not divide the 32 attention");
     expect_rule("qwen3-30b-a3b", B, "dp=7,ep=7", "tp=1", 0, "ep=7 does not divide the 128 experts");
-    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4", "tp=1", 0, "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4,etp=1", "tp=1", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    /* etp defaults to tp (Megatron): TP2 EP2 on 2 ranks per stage needs etp=1 */
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0, "give etp=1");
     expect_rule("qwen3-30b-a3b", B, "dp=4,ep=4,etp=5", "tp=1", 0, "etp=5 does not divide");
     expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=8,ep=on", 0, "EP size tp*dp=256 is more");
+    /* vLLM without EP splits each expert over tp*dp ranks: 768 / (32*16) */
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0,
+                "tp*dp=512 does not divide the expert intermediate size 768");
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0, "--enable-expert-parallel");
     expect_rule("deepseek-v3", B, "tp=1", "tp=256", 0, "tp=256 does not divide the 128 attention");
     expect_rule("llama-3.1-8b", B, "tp=2", "tp=4", 7, "world size 7 != train world 2 + infer");
     /* FP8: shards must be whole 128x128 blocks: 768/32 = 24 expert rows per rank */
@@ -236,7 +321,7 @@ static void test_kv_head_rule(void **state)
                                              "\"num_key_value_heads\": 4, \"vocab_size\": 640}",
                                              NULL, &m),
                      RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
     reshard_infer_spec_t i = {6, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
@@ -275,6 +360,22 @@ static void test_deepseek_v2_shapes(void **state)
         reshard_tensors_destroy(t);
         reshard_model_destroy(m);
     }
+    /* vLLM creates the bias only with topk_method "noaux_tc", whatever the
+     * model_type: a deepseek_v3 config without it, or with greedy routing, has none */
+    static const char *const v3[] = {"", ", \"topk_method\": \"greedy\"",
+                                     ", \"topk_method\": \"noaux_tc\""};
+    for (int k = 0; k < 3; k++) {
+        snprintf(text, sizeof text, "%s%s}", cfg, v3[k]);
+        memcpy(strstr(text, "deepseek_v2"), "deepseek_v3", 11);
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load_json(text, NULL, &m), RESHARD_OK);
+        reshard_tensors_t *t;
+        assert_int_equal(reshard_model_tensors(m, &t), RESHARD_OK);
+        int32_t id = reshard_tensors_find(t, "model.layers.1.mlp.gate.e_score_correction_bias");
+        assert_int_equal(id >= 0, k == 2);
+        reshard_tensors_destroy(t);
+        reshard_model_destroy(m);
+    }
 }
 
 static void test_load_errors(void **state)
@@ -309,7 +410,32 @@ static void test_load_errors(void **state)
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
         RESHARD_ERR_CONFIG);
-    assert_non_null(strstr(reshard_last_error(), "num_experts = 128"));
+    assert_non_null(strstr(reshard_last_error(), "num_experts set: routed experts"));
+    /* fields implying tensors the family does not build: refused by name */
+    static const struct {
+        const char *json, *words;
+    } unbuilt[] = {
+        {"{\"model_type\": \"llama\", \"attention_bias\": true}", "attention_bias set: q/k/v/o"},
+        {"{\"model_type\": \"llama\", \"mlp_bias\": true}", "mlp_bias set: MLP projection"},
+        {"{\"model_type\": \"qwen3_moe\", \"shared_expert_intermediate_size\": 512}",
+         "shared_expert_intermediate_size set: shared experts"},
+        {"{\"model_type\": \"mistral\", \"num_local_experts\": 8}",
+         "num_local_experts set: routed experts"},
+    };
+    for (size_t k = 0; k < sizeof unbuilt / sizeof *unbuilt; k++) {
+        assert_int_equal(reshard_model_load_json(unbuilt[k].json, NULL, &m), RESHARD_ERR_CONFIG);
+        if (!strstr(reshard_last_error(), unbuilt[k].words))
+            fail_msg("%s: %s", unbuilt[k].json, reshard_last_error());
+    }
+    /* false biases are the default: accepted */
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"llama\", \"attention_bias\": "
+                                             "false, \"mlp_bias\": false, \"hidden_size\": 8, "
+                                             "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                                             "\"num_attention_heads\": 2, \"vocab_size\": 10}",
+                                             NULL, &m),
+                     RESHARD_OK);
+    reshard_model_destroy(m);
+    m = NULL;
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
         RESHARD_ERR_CONFIG);
@@ -330,7 +456,7 @@ static void test_buffer_table(void **state)
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
     reshard_train_spec_t t;
     reshard_infer_spec_t i;
-    reshard_train_spec_parse("tp=2,pp=2,ep=2", &t);
+    reshard_train_spec_parse("tp=2,pp=2,ep=2,etp=1", &t);
     reshard_infer_spec_parse("tp=4,dp=2,ep=on", &i);
     reshard_model_refit_t f;
     assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
@@ -349,13 +475,129 @@ static void test_buffer_table(void **state)
         }
     }
     /* Megatron pads the vocabulary 151936 to a multiple of 128*tp = 152064:
-     * TP rank 1's embedding holds 128 padding rows past its fragment */
+     * TP rank 1's embedding holds 128 padding rows past its fragment, and the
+     * layout declares the whole padded parameter */
     assert_int_equal(reshard_model_buffer_bytes(f.train_buffers, 1, 0), 152064 / 2 * 2048 * 2);
-    assert_int_equal(reshard_layout_buffer_bytes(f.train, 1, 0), (152064 / 2 - 128) * 2048 * 2);
+    assert_int_equal(reshard_layout_buffer_bytes(f.train, 1, 0), 152064 / 2 * 2048 * 2);
+    reshard_fragment_t fr;
+    for (int64_t k = 0; k < reshard_layout_count(f.train); k++)
+        if (reshard_layout_fragment(f.train, k, &fr) == RESHARD_OK && fr.rank == 1 &&
+            fr.buffer == 0)
+            assert_int_equal(fr.box.extent[0], 152064 / 2 - 128);
     reshard_model_buffer_t e;
     assert_int_equal(reshard_model_buffers_get(f.infer_buffers, 0, &e), RESHARD_OK);
     assert_string_equal(e.name, "model.embed_tokens.weight");
     reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
+/* The exact parameter list of one rank, in order. */
+static void expect_names(const reshard_model_buffers_t *tab, int32_t rank, const char *const *names,
+                         int32_t n)
+{
+    assert_int_equal(reshard_model_buffer_count(tab, rank), n);
+    int32_t k = 0;
+    for (int64_t i = 0; i < reshard_model_buffers_count(tab); i++) {
+        reshard_model_buffer_t b;
+        reshard_model_buffers_get(tab, i, &b);
+        if (b.rank != rank)
+            continue;
+        if (strcmp(b.name, names[k]))
+            fail_msg("rank %d parameter %d: %s, Megatron/vLLM name it %s", rank, k, b.name,
+                     names[k]);
+        k++;
+    }
+}
+
+/* Names as named_parameters() gives them. Megatron stage 1 of a 2-layer
+ * Qwen2-MoE (pp=2, ep=2): its one layer is decoder.layers.0, EP rank 0's two
+ * experts are TEGroupedMLP weight0/weight1, the shared expert has its gate;
+ * vLLM: qkv_proj.bias, shared_expert (singular) and shared_expert_gate. */
+static void test_parameter_names(void **state)
+{
+    (void)state;
+    const char *cfg = "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64, "
+                      "\"intermediate_size\": 96, \"moe_intermediate_size\": 16, "
+                      "\"shared_expert_intermediate_size\": 32, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                      "\"num_experts\": 4, \"vocab_size\": 100}";
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(cfg, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_train_spec_parse("pp=2,ep=2,dp=2", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &i), RESHARD_OK);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    static const char *const mg[] = {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.bias",
+                                     "decoder.layers.0.self_attention.linear_proj.weight",
+                                     "decoder.layers.0.pre_mlp_layernorm.weight",
+                                     "decoder.layers.0.mlp.router.weight",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight1",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight1",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc1.weight",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc2.weight",
+                                     "decoder.layers.0.mlp.shared_experts.gate_weight",
+                                     "decoder.final_layernorm.weight",
+                                     "output_layer.weight"};
+    expect_names(f.train_buffers, 2, mg, sizeof mg / sizeof *mg);
+    /* Megatron's router weight: params_dtype (bf16; router.py reset_parameters) */
+    reshard_buffer_info_t bi;
+    int32_t b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.router.weight");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.dtype, RESHARD_BF16);
+    /* one expert's parameter: [2 * I / etp, H] */
+    b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.experts.linear_fc1.weight1");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.ndim, 2);
+    assert_int_equal(bi.shape[0], 32);
+    assert_int_equal(bi.shape[1], 64);
+    static const char *const vl[] = {"model.layers.1.input_layernorm.weight",
+                                     "model.layers.1.self_attn.qkv_proj.weight",
+                                     "model.layers.1.self_attn.qkv_proj.bias",
+                                     "model.layers.1.self_attn.o_proj.weight",
+                                     "model.layers.1.post_attention_layernorm.weight",
+                                     "model.layers.1.mlp.gate.weight",
+                                     "model.layers.1.mlp.experts.w13_weight",
+                                     "model.layers.1.mlp.experts.w2_weight",
+                                     "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
+                                     "model.layers.1.mlp.shared_expert.down_proj.weight",
+                                     "model.layers.1.mlp.shared_expert_gate.weight"};
+    int32_t r = f.train_world + 1; /* vLLM TP rank 1 */
+    for (size_t k = 0; k < sizeof vl / sizeof *vl; k++)
+        if (reshard_layout_find_buffer(f.infer, r, vl[k]) < 0)
+            fail_msg("vLLM rank 1 lacks %s", vl[k]);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+
+    /* DeepSeek-V3 MTP at pp=2: the last stage holds its own embedding copy,
+     * the MTP inner layer is mtp_model_layer */
+    m = load("deepseek-v3", 1, RESHARD_BF16);
+    assert_int_equal(reshard_train_spec_parse("pp=2,first=31,last=30", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=1", &i), RESHARD_OK);
+    reshard_tensors_t *T;
+    reshard_layout_t *L;
+    assert_int_equal(reshard_model_tensors(m, &T), RESHARD_OK);
+    assert_int_equal(reshard_model_train_layout(m, T, &t, 0, &L, NULL), RESHARD_OK);
+    static const char *const last[] = {
+        "embedding.word_embeddings.weight",
+        "decoder.layers.29.mlp.experts.linear_fc1.weight255",
+        "decoder.final_layernorm.weight",
+        "mtp.layers.0.eh_proj.weight",
+        "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc2.weight0",
+        "mtp.layers.0.final_layernorm.weight",
+        "output_layer.weight"};
+    for (size_t k = 0; k < sizeof last / sizeof *last; k++)
+        if (reshard_layout_find_buffer(L, 1, last[k]) < 0)
+            fail_msg("Megatron stage 1 lacks %s", last[k]);
+    assert_true(reshard_layout_find_buffer(L, 1, "decoder.layers.30.input_layernorm.weight") < 0);
+    assert_true(reshard_layout_find_buffer(L, 0, "decoder.layers.30.input_layernorm.weight") >= 0);
+    reshard_layout_destroy(L);
+    reshard_tensors_destroy(T);
     reshard_model_destroy(m);
 }
 
@@ -401,7 +643,7 @@ int main(void)
         cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
         cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
         cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
-        cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_baseline_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
