@@ -129,7 +129,10 @@ const char *reshard_data_dir(void);
  * @param opts          NULL for defaults
  * Errors: INVALID_ARG (NULL name/out, bad option), IO (file missing or not
  * JSON; the message names the file), CONFIG (unknown family, a required field
- * missing or out of range; the message names the field), NOMEM. Local.
+ * missing or out of range; the message names the field: integer fields are in
+ * [1 or 0, 2^31-1], defaults included (head_dim = hidden_size /
+ * num_attention_heads must be >= 1), at most 65536 decoder + MTP layers, every
+ * tensor and the whole model under 2^62 bytes), NOMEM. Local.
  */
 reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
                                     reshard_model_t **out);
