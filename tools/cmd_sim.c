@@ -11,10 +11,6 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_sim.h"
 
-#ifndef RESHARD_DATA_DIR
-#define RESHARD_DATA_DIR "data"
-#endif
-
 typedef struct {
     const char *cases, *only, *model, *train, *infer, *system, *dtype;
     long layers, domain_size;
@@ -32,7 +28,8 @@ static void sim_usage(FILE *out)
             "  --model M --train SPEC --infer SPEC --system h100|gb200|emulated\n"
             "                     one configuration of your own\n"
             "  --json             one JSON object: {\"cases\": [...]}\n"
-            "  --cases FILE       the case table (default %s/cases/refit-cases.json)\n"
+            "  --cases FILE       the case table (default <data dir>/cases/refit-cases.json,\n"
+            "                     data dir %s; RESHARD_DATA_DIR overrides it)\n"
             "system options (override the system's own figures):\n"
             "  --domain-size N    ranks per NVLink domain\n"
             "  --nic-gbps G       each rank's NIC, Gbit/s per direction\n"
@@ -41,7 +38,7 @@ static void sim_usage(FILE *out)
             "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
             "predicted figures come from reshard's cost model (see reshard_sim.h).\n",
-            RESHARD_DATA_DIR);
+            reshard_data_dir() ? reshard_data_dir() : "not found");
 }
 
 static int sim_bad(const char *msg, const char *arg)
@@ -54,7 +51,10 @@ static int sim_bad(const char *msg, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     memset(a, 0, sizeof *a);
-    a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
+    static char cases[4200];
+    const char *data = reshard_data_dir();
+    snprintf(cases, sizeof cases, "%s/cases/refit-cases.json", data ? data : ".");
+    a->cases = cases;
     const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
                               {"--cases", CLI_STRING, &a->cases, 0, 0},
                               {"--model", CLI_STRING, &a->model, 0, 0},
