@@ -192,41 +192,58 @@ static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
     return idx;
 }
 
-reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cells_t *cells)
+struct rs_cutter {
+    int64_t *sstart, *sidx, *dstart, *didx;
+    rs_scratch_t s;
+};
+
+reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out)
+{
+    rs_cutter_t *c = calloc(1, sizeof *c);
+    if (c) {
+        c->sidx = group_by_tensor(plan->src, &c->sstart);
+        c->didx = group_by_tensor(plan->dst, &c->dstart);
+    }
+    if (!c || !c->sidx || !c->didx) {
+        rs_cutter_free(c);
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
+    }
+    *out = c;
+    return RESHARD_OK;
+}
+
+void rs_cutter_free(rs_cutter_t *c)
+{
+    if (!c)
+        return;
+    scratch_free(&c->s);
+    free(c->sstart);
+    free(c->dstart);
+    free(c->sidx);
+    free(c->didx);
+    free(c);
+}
+
+reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, int32_t t,
+                                rs_cells_t *cells)
 {
     const reshard_layout_t *src = plan->src, *dst = plan->dst;
-    memset(cells, 0, sizeof *cells);
-    int64_t *sstart = NULL, *dstart = NULL;
-    int64_t *sidx = group_by_tensor(src, &sstart);
-    int64_t *didx = group_by_tensor(dst, &dstart);
-    rs_scratch_t s;
-    memset(&s, 0, sizeof s);
+    cells->n = cells->hn = 0;
+    rs_scratch_t *s = &cut->s;
+    const int64_t *sidx = cut->sidx, *didx = cut->didx;
+    int64_t s0 = cut->sstart[t], s1 = cut->sstart[t + 1];
+    if (scratch_reserve(s, s1 - s0 + 1) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
     reshard_status_t st = RESHARD_OK;
-    if (!sidx || !didx)
-        st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
-    for (int32_t t = 0; st == RESHARD_OK && t < dst->tensors->n; t++) {
-        int64_t ns = sstart[t + 1] - sstart[t];
-        if (scratch_reserve(&s, ns + 1) != 0) {
-            st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
-            break;
-        }
-        for (int64_t q = dstart[t]; st == RESHARD_OK && q < dstart[t + 1]; q++) {
-            const reshard_fragment_t *D = &dst->f[didx[q]];
-            if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
-                continue;
-            int64_t nc = 0;
-            for (int64_t j = sstart[t]; j < sstart[t + 1]; j++)
-                if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s.isect[nc]))
-                    s.cand[nc++] = (int32_t)sidx[j];
-            st = cut_fragment(dst, didx[q], &s, nc, cells);
-        }
+    for (int64_t q = cut->dstart[t]; st == RESHARD_OK && q < cut->dstart[t + 1]; q++) {
+        const reshard_fragment_t *D = &dst->f[didx[q]];
+        if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
+            continue;
+        int64_t nc = 0;
+        for (int64_t j = s0; j < s1; j++)
+            if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s->isect[nc]))
+                s->cand[nc++] = (int32_t)sidx[j];
+        st = cut_fragment(dst, didx[q], s, nc, cells);
     }
-    scratch_free(&s);
-    free(sstart);
-    free(dstart);
-    free(sidx);
-    free(didx);
-    if (st != RESHARD_OK)
-        rs_cells_free(cells);
     return st;
 }

@@ -1,6 +1,7 @@
 /* Step 4: pieces from assigned cells (in-domain) and from the topology step
  * (network landings and forwards), kept when in the plan's scope (whole
- * streams: rs_piece_vec_push), merged where boxes touch, in stream order. */
+ * streams: rs_piece_vec_push), one tensor's cells at a time; then merged
+ * where boxes touch, in stream order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,30 +79,29 @@ static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n
     return 0;
 }
 
-reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
+reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
+                               rs_piece_vec_t *v)
 {
-    rs_piece_vec_t v = {0};
     for (int64_t i = 0; i < cells->n; i++) {
         const rs_cell_t *c = &cells->c[i];
         if (c->chosen < 0)
             continue;
         rs_piece_t p =
             rs_direct_piece(plan, &c->box, c->tensor, c->chosen, c->to_frag, c->receiver, c->bytes);
-        if (rs_piece_vec_push(plan, &v, &p) != 0) {
-            free(v.p);
+        if (rs_piece_vec_push(plan, v, &p) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
-                            (long long)cells->n);
-        }
+                            (long long)v->n);
     }
-    reshard_status_t st = rs_topo_pieces(plan, cells, &v);
-    if (st != RESHARD_OK) {
-        free(v.p);
-        return st;
-    }
-    if (!v.p && !(v.p = malloc(sizeof *v.p)))
+    return rs_topo_pieces(topo, cells, v);
+}
+
+reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v)
+{
+    if (!v->p && !(v->p = malloc(sizeof *v->p)))
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
-    plan->pieces = v.p;
-    plan->npieces = v.n;
+    plan->pieces = v->p;
+    plan->npieces = v->n;
+    memset(v, 0, sizeof *v);
     if (sort_and_merge(plan->dst, plan->pieces, &plan->npieces) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
     return RESHARD_OK;

@@ -266,7 +266,7 @@ typedef struct {
     int32_t sender, from_frag;
 } rs_dlv_t;
 
-typedef struct {
+struct rs_topo {
     const reshard_plan_t *plan;
     const rs_cells_t *cells;
     rs_items_t items;
@@ -280,7 +280,7 @@ typedef struct {
     uint64_t *relay_used; /* per rank: relay scratch taken in the current group */
     uint64_t *dom_bytes;  /* per domain: bytes of its destination fragments (with a
                              relay scratch bound) */
-} rs_topo_t;
+};
 
 static uint64_t box_bytes(const reshard_plan_t *plan, int32_t tensor, const reshard_box_t *b)
 {
@@ -731,41 +731,69 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
     return 0;
 }
 
-reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
-                                rs_piece_vec_t *out)
+reshard_status_t rs_topo_create(const reshard_plan_t *plan, rs_topo_t **out)
 {
-    rs_topo_t t;
-    memset(&t, 0, sizeof t);
-    t.plan = plan;
-    t.cells = cells;
-    reshard_status_t st = collect_needs(plan, cells, &t.items);
-    if (st != RESHARD_OK)
-        return st;
-    t.recv_load = calloc((size_t)plan->p.world_size, sizeof *t.recv_load);
-    t.send_load = calloc((size_t)plan->p.world_size, sizeof *t.send_load);
-    t.relay_used = calloc((size_t)plan->p.world_size, sizeof *t.relay_used);
-    t.dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t.dom_bytes);
-    int rc = t.recv_load && t.send_load && t.relay_used && t.dom_bytes ? 0 : -1;
+    rs_topo_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
+    t->plan = plan;
+    t->recv_load = calloc((size_t)plan->p.world_size, sizeof *t->recv_load);
+    t->send_load = calloc((size_t)plan->p.world_size, sizeof *t->send_load);
+    t->relay_used = calloc((size_t)plan->p.world_size, sizeof *t->relay_used);
+    t->dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t->dom_bytes);
+    if (!t->recv_load || !t->send_load || !t->relay_used || !t->dom_bytes) {
+        rs_topo_free(t);
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
+    }
     /* for a relay scratch bound only; every rank sums the same fragments,
      * whatever its plan's scope */
-    for (int64_t i = 0; rc == 0 && plan->p.relay_bytes != UINT64_MAX && i < plan->dst->n; i++) {
+    for (int64_t i = 0; plan->p.relay_bytes != UINT64_MAX && i < plan->dst->n; i++) {
         const reshard_fragment_t *f = &plan->dst->f[i];
-        t.dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
+        t->dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
     }
+    *out = t;
+    return RESHARD_OK;
+}
+
+/* Drop what one call of rs_topo_pieces built (the loads are clear already). */
+static void topo_reset(rs_topo_t *t)
+{
+    free(t->items.v);
+    free(t->u);
+    free(t->hold);
+    free(t->d);
+    memset(&t->items, 0, sizeof t->items);
+    t->u = NULL;
+    t->hold = NULL;
+    t->d = NULL;
+    t->nu = t->nhold = t->nd = t->dcap = 0;
+    t->cells = NULL;
+}
+
+void rs_topo_free(rs_topo_t *t)
+{
+    if (!t)
+        return;
+    topo_reset(t);
+    free(t->recv_load);
+    free(t->send_load);
+    free(t->relay_used);
+    free(t->dom_bytes);
+    free(t);
+}
+
+reshard_status_t rs_topo_pieces(rs_topo_t *t, const rs_cells_t *cells, rs_piece_vec_t *out)
+{
+    t->cells = cells;
+    reshard_status_t st = collect_needs(t->plan, cells, &t->items);
+    if (st != RESHARD_OK)
+        return st;
+    int rc = build_units(t);
     if (rc == 0)
-        rc = build_units(&t);
+        rc = land_all(t);
     if (rc == 0)
-        rc = land_all(&t);
-    if (rc == 0)
-        rc = emit(&t, out);
-    free(t.items.v);
-    free(t.u);
-    free(t.hold);
-    free(t.d);
-    free(t.recv_load);
-    free(t.send_load);
-    free(t.relay_used);
-    free(t.dom_bytes);
+        rc = emit(t, out);
+    topo_reset(t);
     if (rc != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
     return RESHARD_OK;

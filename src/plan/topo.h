@@ -17,6 +17,10 @@ typedef struct {
     int64_t n, cap;
 } rs_piece_vec_t;
 
+/** State of the topology step kept across tensors: per-rank loads (cleared
+ *  after each group) and per-domain fragment bytes. */
+typedef struct rs_topo rs_topo_t;
+
 /** Make room for one more element in the array *@p v of *@p cap elements of
  *  @p size bytes holding @p n: doubles it when full (from 64). -1 when out
  *  of memory (the array is left as it was). */
@@ -61,12 +65,26 @@ static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece
                                        : dst->f[p->from_frag].rank != p->sender;
 }
 
+/** Pieces of assigned @p cells (step 4: in-domain moves) and of those that
+ *  cross the network (rs_topo_pieces), appended to @p v where the plan's
+ *  scope keeps them. */
+reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
+                               rs_piece_vec_t *v);
+
+/** Move the pieces of @p v into the plan, merged where boxes touch and
+ *  sorted into stream order. */
+reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v);
+
 /** Ranks in domain @p domain (the last domain may be short). */
 int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
 
+reshard_status_t rs_topo_create(const reshard_plan_t *plan, rs_topo_t **out);
+void rs_topo_free(rs_topo_t *t);
+
 /**
- * Pieces for every cell that must cross the network (chosen < 0, see
- * rs_assign_senders): per (destination domain, tensor) the needed boxes are
+ * Pieces for every cell of @p cells (any tensors) that must cross the
+ * network (chosen < 0, see rs_assign_senders): per (destination domain,
+ * tensor) the needed boxes are
  * refined until any two are equal or disjoint; each distinct box (a unit)
  * lands once, on a rank that needs it (least bytes landed in the group
  * first; a large unit needed by several ranks is striped across them), is
@@ -76,7 +94,6 @@ int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
  * scope alone decide their pieces. Appends the pieces the scope keeps to
  * @p out; deterministic.
  */
-reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
-                                rs_piece_vec_t *out);
+reshard_status_t rs_topo_pieces(rs_topo_t *t, const rs_cells_t *cells, rs_piece_vec_t *out);
 
 #endif
