@@ -33,6 +33,21 @@ int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_pi
 /** Order of boxes of one ndim: offsets lexicographically, then extents. */
 int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b);
 
+/** What is sorted: a record's leading key, its address and the comparator. */
+typedef struct {
+    uint64_t key;
+    const void *rec;
+    int (*cmp)(const void *, const void *);
+} rs_ref_t;
+
+/** Sort @p n refs by (key, cmp, address): stable for refs in address order. */
+void rs_sort_refs(rs_ref_t *r, size_t n);
+
+/** Reorder @p n records of @p size bytes so that position i holds the
+ *  record that was at @p from[i] (a permutation, overwritten); each record
+ *  moves once, through @p tmp (@p size bytes). */
+void rs_permute_records(void *base, size_t n, size_t size, size_t *from, void *tmp);
+
 /** Sorted distinct boundaries (offset and end) along dim @p d of @p n boxes,
  *  the i-th at (const char *)first + i * stride; malloc'd, count in *np;
  *  NULL when out of memory. */

@@ -5,13 +5,6 @@
 
 #include "plan/topo.h"
 
-/* What is sorted: a record's leading key, its address and the comparator. */
-typedef struct {
-    uint64_t key;
-    const void *rec;
-    int (*cmp)(const void *, const void *);
-} rs_ref_t;
-
 static int cmp_ref(const void *pa, const void *pb)
 {
     const rs_ref_t *a = pa, *b = pb;
@@ -24,6 +17,34 @@ static int cmp_ref(const void *pa, const void *pb)
     return (const char *)a->rec < (const char *)b->rec
                ? -1
                : (const char *)a->rec > (const char *)b->rec;
+}
+
+void rs_permute_records(void *base, size_t n, size_t size, size_t *from, void *tmp)
+{
+    unsigned char *b = base;
+    /* position i takes record from[i]; follow each cycle once */
+    for (size_t i = 0; i < n; i++) {
+        if (from[i] == i || from[i] == (size_t)-1)
+            continue;
+        memcpy(tmp, b + i * size, size);
+        size_t j = i;
+        for (;;) {
+            size_t k = from[j];
+            from[j] = (size_t)-1;
+            if (k == i) {
+                memcpy(b + j * size, tmp, size);
+                break;
+            }
+            memcpy(b + j * size, b + k * size, size);
+            j = k;
+        }
+    }
+}
+
+void rs_sort_refs(rs_ref_t *r, size_t n)
+{
+    if (n > 1)
+        qsort(r, n, sizeof *r, cmp_ref);
 }
 
 int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
@@ -43,26 +64,10 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
     unsigned char *b = base;
     for (size_t i = 0; i < n; i++)
         r[i] = (rs_ref_t){key ? key(b + i * size) : 0, b + i * size, cmp};
-    qsort(r, n, sizeof *r, cmp_ref);
-    /* position i takes record src(i); follow each cycle once */
+    rs_sort_refs(r, n);
     for (size_t i = 0; i < n; i++)
         from[i] = (size_t)((const unsigned char *)r[i].rec - b) / size;
-    for (size_t i = 0; i < n; i++) {
-        if (from[i] == i || from[i] == (size_t)-1)
-            continue;
-        memcpy(tmp, b + i * size, size);
-        size_t j = i;
-        for (;;) {
-            size_t k = from[j];
-            from[j] = (size_t)-1;
-            if (k == i) {
-                memcpy(b + j * size, tmp, size);
-                break;
-            }
-            memcpy(b + j * size, b + k * size, size);
-            j = k;
-        }
-    }
+    rs_permute_records(base, n, size, from, tmp);
     free(r);
     free(from);
     free(tmp);
