@@ -12,6 +12,7 @@
 
 #include "transport/transport.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 typedef struct rs_msg {
     struct rs_msg *next;
@@ -148,8 +149,10 @@ static reshard_status_t ip_end(reshard_comm_t *c, int slot)
     return RESHARD_OK;
 }
 
+/* The absolute time @p s seconds from now (clamped: it always fits a timespec). */
 static struct timespec deadline_after(double s)
 {
+    s = rs_timeout_s(s);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)s;
@@ -171,10 +174,15 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
     for (int32_t i = 0; i < ip->npend[slot] && st == RESHARD_OK; i++) {
         rs_pending_t *p = &ip->pend[slot][i];
         rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
-        while (!f->head && st == RESHARD_OK)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && !f->head)
+        while (!f->head && st == RESHARD_OK) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && !f->head)
                 st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
-                              c->rank, p->peer, timeout_s);
+                              c->rank, p->peer, rs_timeout_s(timeout_s));
+            else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for rank %d failed (%d)",
+                              c->rank, p->peer, rc);
+        }
         if (st != RESHARD_OK)
             break;
         rs_msg_t *m = f->head;
@@ -211,11 +219,16 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        while (g->generation == gen && st == RESHARD_OK)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && g->generation == gen)
+        while (g->generation == gen && st == RESHARD_OK) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && g->generation == gen)
                 st = rs_error(RESHARD_ERR_TIMEOUT,
                               "rank %d: not every rank finished the refit within %g s", c->rank,
-                              timeout_s);
+                              rs_timeout_s(timeout_s));
+            else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for the others failed (%d)",
+                              c->rank, rc);
+        }
     }
     if (st == RESHARD_OK)
         st = g->result;
