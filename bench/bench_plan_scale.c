@@ -2,14 +2,17 @@
  * Planning cost at scale: a rank's own plan and the global plan of a large
  * MoE refit, time and peak memory, at several sizes per side, in one run.
  *
- * Size N per side: training tp=1,pp=16,ep=N/16,dp=N/16,etp=1; inference
+ * Size N per side: training tp=1,pp=16,ep=N/16,dp=N/16,etp=1 (plus
+ * --stages, by default first=3,last=2: 61 layers over 16 stages); inference
  * tp=32,dp=N/32; N = 256, 512, 1024 by default. Each measurement runs in a
  * child process (this program re-run with --one), so its peak memory
  * (ru_maxrss) is its own.
  *
  * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
- *                         [--rank R] [--no-global] [--check K]
+ *                         [--rank R] [--no-global] [--check K] [--layers K]
+ *                         [--stages first=F,last=L | --stages none]
  *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
+ *                         [--layers K] [--stages ...]
  *
  *   --rank R    the rank whose own plan is built (default 5, a training rank)
  *   --check K   also check, in each global child, that K sampled ranks' own
@@ -121,7 +124,9 @@ static uint64_t plan_digest(const reshard_plan_t *plan)
 
 typedef struct {
     const char *model, *system;
-    int32_t size; /* ranks per side */
+    int32_t size;       /* ranks per side */
+    const char *stages; /* appended to the training spec, or "none" */
+    int32_t layers;     /* 0: all */
 } config_t;
 
 typedef struct {
@@ -142,11 +147,12 @@ static int setup(const config_t *c, setup_t *s)
 {
     memset(s, 0, sizeof *s);
     char train[128], infer[64];
-    snprintf(train, sizeof train, "tp=1,pp=16,ep=%d,dp=%d,etp=1", c->size / 16, c->size / 16);
+    snprintf(train, sizeof train, "tp=1,pp=16,ep=%d,dp=%d,etp=1%s%s", c->size / 16, c->size / 16,
+             strcmp(c->stages, "none") ? "," : "", strcmp(c->stages, "none") ? c->stages : "");
     snprintf(infer, sizeof infer, "tp=32,dp=%d", c->size / 32);
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    reshard_model_options_t mo = {.dtype = RESHARD_BF16};
+    reshard_model_options_t mo = {.dtype = RESHARD_BF16, .layers = c->layers};
     if (reshard_train_spec_parse(train, &ts) != RESHARD_OK ||
         reshard_infer_spec_parse(infer, &is) != RESHARD_OK ||
         reshard_model_load(c->model, &mo, &s->model) != RESHARD_OK) {
@@ -255,8 +261,9 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
     int fd[2];
     if (pipe(fd) != 0)
         return -1;
-    char size[16], rk[16], ck[16];
+    char size[16], rk[16], ck[16], ly[16];
     snprintf(size, sizeof size, "%d", c->size);
+    snprintf(ly, sizeof ly, "%d", c->layers);
     snprintf(rk, sizeof rk, "%d", rank);
     snprintf(ck, sizeof ck, "%d", check);
     double t0 = now();
@@ -268,7 +275,7 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
         close(fd[0]);
         close(fd[1]);
         execl(self, self, "--one", c->model, c->system ? c->system : "none", size, rk, ck,
-              (char *)NULL);
+              c->stages, ly, (char *)NULL);
         _exit(127);
     }
     close(fd[1]);
@@ -329,11 +336,12 @@ static int hash_mode(const config_t *c, const int32_t *ranks, int nranks)
 
 int main(int argc, char **argv)
 {
-    if (argc == 7 && !strcmp(argv[1], "--one")) {
-        config_t c = {argv[2], strcmp(argv[3], "none") ? argv[3] : NULL, atoi(argv[4])};
+    if (argc == 9 && !strcmp(argv[1], "--one")) {
+        config_t c = {argv[2], strcmp(argv[3], "none") ? argv[3] : NULL, atoi(argv[4]), argv[7],
+                      atoi(argv[8])};
         return run_one(&c, atoi(argv[5]), atoi(argv[6]));
     }
-    config_t c = {"kimi-k2", "h100", 256};
+    config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
     int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0;
     int32_t ranks[16] = {5, -1}, nranks = 2;
     for (int i = 1; i < argc; i++) {
@@ -352,6 +360,10 @@ int main(int argc, char **argv)
             nranks = parse_list(argv[++i], ranks, 16);
         else if (!strcmp(a, "--check") && v)
             check = atoi(argv[++i]);
+        else if (!strcmp(a, "--stages") && v)
+            c.stages = argv[++i];
+        else if (!strcmp(a, "--layers") && v)
+            c.layers = atoi(argv[++i]);
         else if (!strcmp(a, "--no-global"))
             global = 0;
         else if (!strcmp(a, "--hash"))
@@ -368,9 +380,10 @@ int main(int argc, char **argv)
     if (len <= 0)
         return 1;
     self[len] = 0;
-    printf("# reshard plan of %s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1, infer "
+    printf("# reshard plan of %s%s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1,%s, infer "
            "tp=32,dp=N/32; own plan of rank %d\n",
-           c.model, c.system ? c.system : "none", rank);
+           c.model, c.layers ? " (first layers only)" : "", c.system ? c.system : "none", c.stages,
+           rank);
     printf("# times in seconds (wall; cpu = this process's CPU time, steadier on a shared "
            "machine), peak = max RSS\n");
     printf("%-11s %-6s %9s %9s %9s %9s %9s %9s %17s %s\n", "ranks", "plan", "layout_s",
