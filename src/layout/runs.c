@@ -72,8 +72,10 @@ void rs_run_sort(rs_run_t *r, int64_t n)
 {
     /* the runs of one fragment mostly ascend: merge the ascending stretches
      * pairwise (natural merge sort), linear when a few fragments interleave */
-    rs_run_t *tmp = n > 1 ? malloc((size_t)n * sizeof *tmp) : NULL;
-    if (n > 1 && !tmp) {
+    if (n < 2)
+        return;
+    rs_run_t *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) {
         qsort(r, (size_t)n, sizeof *r, rs_run_cmp);
         return;
     }
