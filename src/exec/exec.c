@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "exec/pack.h"
-#include "plan/topo.h"
+#include "plan/plan_util.h"
 #include "util/error.h"
 
 /* Where a stream stands: next piece and the bytes of it already moved. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/topo.h" /* rs_topo_pieces */
 #include "util/error.h"
 
 static int cmp_piece(const void *pa, const void *pb)

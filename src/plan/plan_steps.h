@@ -1,9 +1,10 @@
 /* The steps of planning, one file each: validate, cut into cells, choose
- * senders, build and order pieces, count bytes. */
+ * senders, build and order pieces (with the topology step, topo.h), count
+ * bytes. Below them: plan_util.h (helpers) and plan_internal.h (the plan). */
 #ifndef RS_PLAN_STEPS_H
 #define RS_PLAN_STEPS_H
 
-#include "plan/plan_internal.h"
+#include "plan/plan_util.h"
 
 /** A cell: a part of one destination fragment that every one of its holders
  *  (source fragments) holds whole. */
@@ -55,6 +56,20 @@ void rs_cells_free(rs_cells_t *cells);
  *  lands each of them once per domain. */
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                    rs_cells_t *cells);
+
+/** State of the topology step (topo.h) kept across tensors: per-rank loads (cleared
+ *  after each group) and per-domain fragment bytes. */
+typedef struct rs_topo rs_topo_t;
+
+/** Pieces of assigned @p cells (step 4: in-domain moves) and of those that
+ *  cross the network (rs_topo_pieces), appended to @p v where the plan's
+ *  scope keeps them. */
+reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
+                               rs_piece_vec_t *v);
+
+/** Move the pieces of @p v into the plan, merged where boxes touch and
+ *  sorted into stream order. */
+reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v);
 
 /** The lower bounds' sums, per domain and per rank (reshard_plan_stats_t),
  *  gathered one tensor's cells at a time. */

@@ -1,9 +1,9 @@
-/* Small planning helpers shared by the topology step, the pieces and the
- * statistics: sorting large records, box order, box boundaries, pieces. */
+/* Small planning helpers shared by the steps (plan_util.h): growable
+ * arrays, sorting large records, box order, box boundaries, pieces. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/plan_util.h"
 
 static int cmp_ref(const void *pa, const void *pb)
 {
@@ -140,5 +140,15 @@ int rs_grow(void *v, int64_t *cap, int64_t n, size_t size)
         return -1;
     memcpy(v, &p, sizeof p);
     *cap = c;
+    return 0;
+}
+
+int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece)
+{
+    if (!rs_scope_keeps(plan, piece->stage, piece->sender, piece->receiver))
+        return 0;
+    if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
+        return -1;
+    v->p[v->n++] = *piece;
     return 0;
 }

@@ -36,36 +36,6 @@
 #define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
 #define RS_STRIPE_PER_SHARE 64
 
-int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece)
-{
-    if (!rs_scope_keeps(plan, piece->stage, piece->sender, piece->receiver))
-        return 0;
-    if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
-        return -1;
-    v->p[v->n++] = *piece;
-    return 0;
-}
-
-bool rs_cell_in_domain(const reshard_plan_params_t *p, const reshard_layout_t *src,
-                       const rs_cells_t *cells, const rs_cell_t *c)
-{
-    int32_t dom = rs_domain_of(p, c->receiver);
-    for (int32_t j = 0; j < c->nholders; j++)
-        if (rs_domain_of(p, src->f[cells->h[c->holders + j]].rank) == dom)
-            return true;
-    return false;
-}
-
-int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain)
-{
-    if (p->domain_size <= 1)
-        return 1;
-    int64_t lo = (int64_t)domain * p->domain_size, hi = lo + p->domain_size;
-    if (hi > p->world_size)
-        hi = p->world_size;
-    return hi > lo ? (int32_t)(hi - lo) : 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* Needs and their refinement                                          */
 /* ------------------------------------------------------------------ */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/plan_internal.h"
 #include "reshard/reshard_sim.h"
 #include "util/error.h"
 
