@@ -9,12 +9,15 @@
  * (ru_maxrss) is its own.
  *
  * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
- *                         [--rank R] [--no-global] [--check K] [--layers K]
+ *                         [--rank R] [--no-global | --global-max N] [--check K]
+ *                         [--layers K]
  *                         [--stages first=F,last=L | --stages none]
  *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
  *                         [--layers K] [--stages ...]
  *
  *   --rank R    the rank whose own plan is built (default 5, a training rank)
+ *   --global-max N  global plans only at sizes up to N per side (they hold
+ *               every piece of every rank: memory grows with the square)
  *   --check K   also check, in each global child, that K sampled ranks' own
  *               plans equal their part of the global plan (plan_check.c)
  *   --hash      print a digest of the global plan and of the listed ranks'
@@ -22,6 +25,7 @@
  *               compare two builds of the planner
  */
 #define _DEFAULT_SOURCE /* wait4 */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,7 +346,8 @@ int main(int argc, char **argv)
         return run_one(&c, atoi(argv[5]), atoi(argv[6]));
     }
     config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
-    int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0;
+    int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0,
+            global_max = INT32_MAX;
     int32_t ranks[16] = {5, -1}, nranks = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -364,6 +369,8 @@ int main(int argc, char **argv)
             c.stages = argv[++i];
         else if (!strcmp(a, "--layers") && v)
             c.layers = atoi(argv[++i]);
+        else if (!strcmp(a, "--global-max") && v)
+            global_max = atoi(argv[++i]);
         else if (!strcmp(a, "--no-global"))
             global = 0;
         else if (!strcmp(a, "--hash"))
@@ -392,7 +399,7 @@ int main(int argc, char **argv)
     double own_first = 0;
     for (int i = 0; i < nsizes; i++) {
         c.size = sizes[i];
-        for (int g = 0; g < 1 + global; g++) {
+        for (int g = 0; g < 1 + (global && c.size <= global_max); g++) {
             result_t r;
             if (measure(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0, &r) != 0) {
                 printf("%5d+%-5d %-6s failed\n", c.size, c.size, g ? "global" : "own");
