@@ -35,6 +35,12 @@ static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int6
     return RESHARD_OK;
 }
 
+reshard_status_t rs_config_int(json_t *root, const char *key, int64_t def, int64_t min,
+                               int64_t *out)
+{
+    return get_int(root, key, def, min, out);
+}
+
 #define GET(key, def, min, dst)                                                                    \
     do {                                                                                           \
         int64_t v_;                                                                                \
@@ -59,6 +65,7 @@ static const struct {
     {"deepseek_v3", "DeepseekV3", RS_FAM_DSV3},
     {"deepseek_v2", "DeepseekV2", RS_FAM_DSV3},
     {"kimi_k2", NULL, RS_FAM_DSV3},
+    {"nemotron_h", "NemotronH", RS_FAM_NEMOTRON_H},
 };
 
 static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
@@ -76,7 +83,7 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
                     "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
-                    "deepseek_v3, kimi_k2",
+                    "deepseek_v3, kimi_k2, nemotron_h",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -134,6 +141,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     if (o->layers > 0)
         L = o->layers;
     m->L = L;
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        return rs_hybrid_parse(root, o, m);
 
     int64_t step = 1, first_k = 0, freq = 1;
     json_t *mlp_only = NULL;
@@ -313,6 +322,7 @@ void reshard_model_destroy(reshard_model_t *model)
     if (!model)
         return;
     free(model->moe);
+    rs_hybrid_free(&model->hy);
     free(model->name);
     free(model);
 }
@@ -341,7 +351,8 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral"};
+    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
+                                      "qwen2_moe", "mixtral",   "nemotron_h"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

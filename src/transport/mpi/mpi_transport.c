@@ -259,7 +259,8 @@ static void send_aborts(rs_mpi_t *m, reshard_status_t st)
  * then the lower rank. */
 enum { KEY_OWN = 0, KEY_REACTION = 1, KEY_OK = 2, KEY_SCALE = 1024, KEY_BIAS = 512 };
 
-reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s)
+reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
+                              int64_t *min_words, double timeout_s)
 {
     if (m->broken)
         return rs_mpi_broken_error(m);
@@ -275,12 +276,15 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
         if (prio == KEY_OWN)
             send_aborts(m, local);
     }
-    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any) */
-    int64_t in[2] = {((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank,
-                     in_flight ? -1 : 0};
-    int64_t out[2] = {0, 0};
+    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words */
+    int64_t in[2 + RS_AGREE_WORDS] = {
+        ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank,
+        in_flight ? -1 : 0};
+    int64_t out[2 + RS_AGREE_WORDS] = {0};
+    for (int i = 0; i < RS_AGREE_WORDS; i++)
+        in[2 + i] = words ? words[i] : INT64_MAX;
     MPI_Request req;
-    int rc = MPI_Iallreduce(in, out, 2, MPI_INT64_T, MPI_MIN, m->comm, &req);
+    int rc = MPI_Iallreduce(in, out, 2 + RS_AGREE_WORDS, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
         m->broken = true;
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
@@ -302,6 +306,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
     }
     int key = (int)(out[0] >> 32);
     int who = (int)(out[0] & 0xffffffff);
+    if (min_words)
+        memcpy(min_words, out + 2, RS_AGREE_WORDS * sizeof *out);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
     if (out[1] < 0)
         m->broken = true; /* transfers in flight somewhere: state unknown */
@@ -446,14 +452,15 @@ static reshard_status_t mpi_round_wait(reshard_comm_t *c, int slot, double timeo
     return rs_mpi_wait(m, &m->slot[slot], timeout_s, true, what);
 }
 
-static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                   int64_t *min_words, double timeout_s)
 {
     rs_mpi_t *m = impl(c);
     if (local == RESHARD_OK && (m->slot[0].n > 0 || m->slot[1].n > 0))
         local = rs_error(RESHARD_ERR_INVALID_ARG,
                          "rank %d: agreement reached with %d transfers in flight", m->rank,
                          m->slot[0].n + m->slot[1].n);
-    return rs_mpi_agree(m, local, timeout_s);
+    return rs_mpi_agree(m, local, words, min_words, timeout_s);
 }
 
 static void mpi_destroy(reshard_comm_t *c)
