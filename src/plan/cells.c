@@ -149,20 +149,6 @@ static void scratch_free(rs_scratch_t *s)
         free(s->pts[d]);
 }
 
-/* Index of @p x in the sorted points pts[0..n) (it is one of them). */
-static int64_t point_index(const int64_t *pts, int64_t n, int64_t x)
-{
-    int64_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (pts[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* For every cell of the grid (s->pts, row-major) that candidate box @p b
  * covers: count one more holder (@p fill false), or append @p cand to its
  * holders (@p fill true; s->start[cell] is the next free slot). */
@@ -171,8 +157,8 @@ static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const reshard_bo
 {
     int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
     for (int d = 0; d < nd; d++) {
-        lo[d] = k[d] = point_index(s->pts[d], npts[d], b->offset[d]);
-        hi[d] = point_index(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
+        lo[d] = k[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d]);
+        hi[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
     }
     for (;;) {
         int64_t cell = 0;
@@ -182,13 +168,7 @@ static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const reshard_bo
             s->grid_h[s->start[cell]++] = cand;
         else
             s->start[cell + 1]++;
-        int d = nd - 1;
-        for (; d >= 0; d--) {
-            if (++k[d] < hi[d])
-                break;
-            k[d] = lo[d];
-        }
-        if (d < 0)
+        if (!rs_grid_next(nd, k, lo, hi))
             return;
     }
 }

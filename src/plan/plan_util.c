@@ -91,6 +91,29 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+bool rs_grid_next(int nd, int64_t *k, const int64_t *lo, const int64_t *hi)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++k[d] < hi[d])
+            return true;
+        k[d] = lo[d];
+    }
+    return false;
+}
+
+int64_t rs_lower_bound(const int64_t *pts, int64_t n, int64_t x)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pts[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 int64_t *rs_box_cuts(const reshard_box_t *first, size_t stride, int64_t n, int d, int64_t *np)
 {
     int64_t *pts = malloc((size_t)(2 * n + 1) * sizeof *pts);

@@ -39,6 +39,14 @@ void rs_sort_refs(rs_ref_t *r, size_t n);
  *  moves once, through @p tmp (@p size bytes). */
 void rs_permute_records(void *base, size_t n, size_t size, size_t *from, void *tmp);
 
+/** Step the index @p k (lo[d] <= k[d] < hi[d] per dim, last dim fastest)
+ *  to the next point of its grid; false, with @p k back at @p lo, after
+ *  the last. */
+bool rs_grid_next(int nd, int64_t *k, const int64_t *lo, const int64_t *hi);
+
+/** Index of the first of the sorted @p n points @p pts that is >= @p x. */
+int64_t rs_lower_bound(const int64_t *pts, int64_t n, int64_t x);
+
 /** Sorted distinct boundaries (offset and end) along dim @p d of @p n boxes,
  *  the i-th at (const char *)first + i * stride; malloc'd, count in *np;
  *  NULL when out of memory. */

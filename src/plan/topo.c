@@ -100,20 +100,6 @@ static bool group_overlaps(const rs_item_t *it, int64_t n)
     return false;
 }
 
-/* Index of the first point >= x in sorted pts[0..n). */
-static int64_t lower_bound(const int64_t *pts, int64_t n, int64_t x)
-{
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (pts[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* Cut every box of the group it[0..n) along every boundary of the group, so
  * that any two resulting boxes are equal or disjoint; append to @p out. */
 static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
@@ -127,8 +113,8 @@ static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
     for (int64_t i = 0; i < n && rc == 0; i++) {
         int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
         for (int d = 0; d < nd; d++) {
-            lo[d] = lower_bound(pts[d], np[d], it[i].box.offset[d]);
-            hi[d] = lower_bound(pts[d], np[d], it[i].box.offset[d] + it[i].box.extent[d]);
+            lo[d] = rs_lower_bound(pts[d], np[d], it[i].box.offset[d]);
+            hi[d] = rs_lower_bound(pts[d], np[d], it[i].box.offset[d] + it[i].box.extent[d]);
             k[d] = lo[d];
         }
         for (;;) {
@@ -141,13 +127,7 @@ static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
                 rc = -1;
                 break;
             }
-            int d = nd - 1;
-            for (; d >= 0; d--) {
-                if (++k[d] < hi[d])
-                    break;
-                k[d] = lo[d];
-            }
-            if (d < 0)
+            if (!rs_grid_next(nd, k, lo, hi))
                 break;
         }
     }
