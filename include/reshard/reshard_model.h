@@ -108,13 +108,31 @@ typedef struct {
 } reshard_model_options_t;
 
 /**
+ * The directory of the shipped data (models/<name>.json, cases/), found at
+ * run time, in this order:
+ *   1. the environment variable RESHARD_DATA_DIR when set and not empty;
+ *   2. <dir>/../share/reshard, where <dir> holds the file with this
+ *      library's code (libreshard.so, or a program linking libreshard.a):
+ *      the installed layout (<prefix>/lib and <prefix>/bin beside
+ *      <prefix>/share/reshard);
+ *   3. the reshard-data link CMake makes in a build directory (to the source
+ *      tree's data/), next to <dir> or up to two directories above it.
+ * No path is compiled into the library. Returns a thread-local string valid
+ * until the next call on this thread, or NULL when none is found. Local.
+ */
+const char *reshard_data_dir(void);
+
+/**
  * Load a model.
- * @param name_or_path  a shipped name (file data/models/<name>.json, e.g.
- *                      "qwen3-235b-a22b") or a path to a HF config.json
+ * @param name_or_path  a shipped name (file <reshard_data_dir()>/models/<name>.json,
+ *                      e.g. "qwen3-235b-a22b") or a path to a HF config.json
  * @param opts          NULL for defaults
  * Errors: INVALID_ARG (NULL name/out, bad option), IO (file missing or not
  * JSON; the message names the file), CONFIG (unknown family, a required field
- * missing or out of range; the message names the field), NOMEM. Local.
+ * missing or out of range; the message names the field: integer fields are in
+ * [1 or 0, 2^31-1], defaults included (head_dim = hidden_size /
+ * num_attention_heads must be >= 1), at most 65536 decoder + MTP layers, every
+ * tensor and the whole model under 2^62 bytes), NOMEM. Local.
  */
 reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
                                     reshard_model_t **out);

@@ -9,6 +9,8 @@
 
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
+/* Most decoder + MTP layers a config may have. */
+#define RS_MAX_LAYERS (1 << 16)
 
 typedef enum {
     RS_FAM_DENSE = 0,

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -359,6 +360,35 @@ static void test_sim_domain_size_int32_max(void **state)
     reshard_model_destroy(m);
 }
 
+/* Config fields found by fuzzing the loader: a derived head_dim of 0
+ * (hidden_size 1 over 64 heads), a field past int32, a tensor past 2^63
+ * bytes; each is CONFIG at load, naming the field. */
+static void test_config_sizes_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *words;
+    } bad[] = {
+        {"\"hidden_size\": 1, \"num_attention_heads\": 64",
+         "'head_dim' is missing and its default 0"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4294967296", "'num_attention_heads'"},
+        {"\"hidden_size\": 2147483647, \"num_attention_heads\": 1, \"head_dim\": 2147483647",
+         "out of range"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"model_type\": \"llama\", %s, \"intermediate_size\": 8, "
+                 "\"num_hidden_layers\": 2, \"vocab_size\": 2147483647}",
+                 bad[k].fields);
+        reshard_model_t *m = NULL;
+        if (reshard_model_load_json(json, NULL, &m) != RESHARD_ERR_CONFIG)
+            fail_msg("config %s accepted", json);
+        assert_null(m);
+        assert_msg(bad[k].words);
+    }
+}
+
 /* ---- 6. the spec grammar -------------------------------------------------------- */
 
 static void test_spec_grammar(void **state)
@@ -467,6 +497,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pack_huge_stride_extent_one),
         cmocka_unit_test(test_plan_params_int32_max),
         cmocka_unit_test(test_sim_domain_size_int32_max),
+        cmocka_unit_test(test_config_sizes_refused),
         cmocka_unit_test(test_spec_grammar),
         cmocka_unit_test(test_model_check_fp8_blocks),
     };

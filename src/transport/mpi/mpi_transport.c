@@ -276,16 +276,21 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         if (prio == KEY_OWN)
             send_aborts(m, local);
     }
-    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words */
-    int64_t in[2 + RS_AGREE_WORDS] = {
-        ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank,
-        in_flight ? -1 : 0};
-    int64_t out[2 + RS_AGREE_WORDS] = {0};
+    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
+     * On the heap: when the wait gives up, MPI may still write them, so they are then
+     * left allocated with the broken comm's request. */
+    enum { N = 2 + RS_AGREE_WORDS };
+    int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
+    if (!in)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement", m->rank);
+    in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
+    in[1] = in_flight ? -1 : 0;
     for (int i = 0; i < RS_AGREE_WORDS; i++)
         in[2 + i] = words ? words[i] : INT64_MAX;
     MPI_Request req;
-    int rc = MPI_Iallreduce(in, out, 2 + RS_AGREE_WORDS, MPI_INT64_T, MPI_MIN, m->comm, &req);
+    int rc = MPI_Iallreduce(in, out, N, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
+        free(in);
         m->broken = true;
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
     }
@@ -295,7 +300,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
     rs_mpi_reqs_free(&l);
     if (st != RESHARD_OK) {
-        m->broken = true;
+        m->broken = true; /* `in` stays allocated: MPI may still touch it */
         if (st == RESHARD_ERR_TIMEOUT)
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: not every rank reached the end of the execution within "
@@ -306,10 +311,12 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     }
     int key = (int)(out[0] >> 32);
     int who = (int)(out[0] & 0xffffffff);
+    bool flight = out[1] < 0;
     if (min_words)
         memcpy(min_words, out + 2, RS_AGREE_WORDS * sizeof *out);
+    free(in);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
-    if (out[1] < 0)
+    if (flight)
         m->broken = true; /* transfers in flight somewhere: state unknown */
     /* next epoch: forget this one's aborts */
     m->epoch++;
