@@ -13,7 +13,7 @@
 
 #include "exec/agree.h"
 #include "exec/pack.h"
-#include "plan/topo.h"
+#include "plan/plan_util.h"
 #include "util/error.h"
 
 /* Where a stream stands: next piece and the bytes of it already moved. */

@@ -51,6 +51,16 @@ static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name)
     }
 }
 
+/* The first empty slot of @p table from hash @p h (rehashing: every entry
+ * is distinct, so nothing needs comparing). */
+static int64_t slot_empty(const int64_t *table, int64_t hcap, uint64_t h)
+{
+    uint64_t mask = (uint64_t)hcap - 1, s = h & mask;
+    while (table[s] >= 0)
+        s = (s + 1) & mask;
+    return (int64_t)s;
+}
+
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer)
 {
     if (d->n == 0)
@@ -102,8 +112,8 @@ static int reserve(rs_decls_t *d)
     d->by_name = b;
     d->hcap = hcap;
     for (int64_t i = 0; i < d->n; i++) {
-        d->by_id[slot_id(d, d->e[i].rank, d->e[i].buffer)] = i;
-        d->by_name[slot_name(d, d->e[i].rank, d->e[i].name)] = i;
+        d->by_id[slot_empty(a, hcap, hash_id(d->e[i].rank, d->e[i].buffer))] = i;
+        d->by_name[slot_empty(b, hcap, hash_name(d->e[i].rank, d->e[i].name))] = i;
     }
     return 0;
 }
@@ -145,23 +155,27 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
         numel *= (uint64_t)shape[k];
     }
     rs_decls_t *d = &layout->decls;
-    if (d->n > 0) {
-        int64_t i = d->by_id[slot_id(d, rank, buffer)];
-        if (i >= 0)
-            return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
-                            d->e[i].name, name);
-        i = d->by_name[slot_name(d, rank, name)];
-        if (i >= 0)
-            return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
-                            d->e[i].buffer, buffer);
-    }
     char *copy = strdup(name);
     if (!copy || reserve(d) != 0) {
         free(copy);
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);
+    }
+    /* room made first: the slots found empty below are where the entry goes */
+    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, name);
+    int64_t i = d->by_id[sid];
+    if (i >= 0) {
+        free(copy);
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
+                        d->e[i].name, name);
+    }
+    i = d->by_name[sname];
+    if (i >= 0) {
+        free(copy);
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
+                        d->e[i].buffer, buffer);
     }
     rs_decl_t *e = &d->e[d->n];
     memset(e, 0, sizeof *e);
@@ -173,8 +187,8 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                      .numel = (int64_t)numel,
                      .bytes = numel * esz};
     memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
-    d->by_id[slot_id(d, rank, buffer)] = d->n;
-    d->by_name[slot_name(d, rank, name)] = d->n;
+    d->by_id[sid] = d->n;
+    d->by_name[sname] = d->n;
     /* keep order sorted: model layouts declare in order, so this is an append */
     int64_t k = d->n;
     while (k > 0 && before(e, &d->e[d->order[k - 1]])) {

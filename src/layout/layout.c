@@ -41,34 +41,35 @@ reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout, const res
         return rs_error(RESHARD_ERR_BOX,
                         "tensor %s, rank %d: box has %d dims, the view shape has %d", t->name,
                         fr->rank, fr->box.ndim, t->vndim);
-    rs_box_str(&fr->box, bs, sizeof bs);
+    /* the box as text only for an error: formatting it every time costs more
+     * than the checks */
     if (fr->rank < 0)
         return rs_error(RESHARD_ERR_RANK, "tensor %s, rank %d, box %s: negative rank", t->name,
-                        fr->rank, bs);
+                        fr->rank, rs_box_str(&fr->box, bs, sizeof bs));
     if (fr->buffer < 0 || fr->buffer == INT32_MAX || fr->base < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "tensor %s, rank %d, box %s: buffer id %d outside [0, INT32_MAX) or "
                         "negative base",
-                        t->name, fr->rank, bs, fr->buffer);
+                        t->name, fr->rank, rs_box_str(&fr->box, bs, sizeof bs), fr->buffer);
     /* Highest element position, with overflow checks. */
     uint64_t last = (uint64_t)fr->base;
     for (int d = 0; d < t->vndim; d++) {
         if (fr->box.offset[d] < 0 || fr->box.extent[d] < 1 ||
             fr->box.offset[d] > t->vshape[d] - fr->box.extent[d])
-            return rs_error(RESHARD_ERR_BOX,
-                            "tensor %s, rank %d: box %s is outside shape dim %d (%lld)", t->name,
-                            fr->rank, bs, d, (long long)t->vshape[d]);
+            return rs_error(
+                RESHARD_ERR_BOX, "tensor %s, rank %d: box %s is outside shape dim %d (%lld)",
+                t->name, fr->rank, rs_box_str(&fr->box, bs, sizeof bs), d, (long long)t->vshape[d]);
         if (fr->stride[d] < 0)
             return rs_error(RESHARD_ERR_INVALID_ARG, "tensor %s, rank %d, box %s: negative stride",
-                            t->name, fr->rank, bs);
+                            t->name, fr->rank, rs_box_str(&fr->box, bs, sizeof bs));
         uint64_t step = (uint64_t)(fr->box.extent[d] - 1);
         if (fr->stride[d] && step > (UINT64_MAX / 16) / (uint64_t)fr->stride[d])
             return rs_error(RESHARD_ERR_OVERFLOW, "tensor %s, rank %d, box %s: position overflows",
-                            t->name, fr->rank, bs);
+                            t->name, fr->rank, rs_box_str(&fr->box, bs, sizeof bs));
         last += step * (uint64_t)fr->stride[d];
         if (last > (uint64_t)INT64_MAX / 16)
             return rs_error(RESHARD_ERR_OVERFLOW, "tensor %s, rank %d, box %s: position overflows",
-                            t->name, fr->rank, bs);
+                            t->name, fr->rank, rs_box_str(&fr->box, bs, sizeof bs));
     }
     if (layout->n == layout->cap) {
         int64_t cap = layout->cap ? layout->cap * 2 : 256;

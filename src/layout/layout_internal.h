@@ -99,8 +99,11 @@ void rs_fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs
 /** Write the runs of @p f (tagged @p frag) to @p out; returns how many. */
 int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t *f, int64_t frag,
                              rs_run_t *out);
-/** qsort comparator of rs_run_t by lo. */
+/** qsort comparator of rs_run_t by lo (then fragment). */
 int rs_run_cmp(const void *a, const void *b);
+/** Sort @p n runs as qsort with rs_run_cmp would, in linear time when they
+ *  are a few ascending stretches (a few fragments' runs interleaved). */
+void rs_run_sort(rs_run_t *r, int64_t n);
 
 /** Every declared buffer of @p rank in @p l that is given (non-NULL) has
  *  exactly the declared bytes, and the declared name and dtype where the

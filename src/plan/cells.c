@@ -45,18 +45,29 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Sorted unique cut points of dim d inside the destination box. */
+/* Sorted unique cut points of dim d inside the destination box. A
+ * candidate with the bounds of the one before adds nothing; candidates in
+ * ascending, disjoint order along d leave the points sorted, with nothing
+ * to sort. */
 static int64_t cut_points(const reshard_box_t *dbox, const reshard_box_t *isect, int64_t ncand,
                           int d, int64_t *pts)
 {
     int64_t n = 0;
     pts[n++] = dbox->offset[d];
-    pts[n++] = dbox->offset[d] + dbox->extent[d];
     for (int64_t c = 0; c < ncand; c++) {
+        if (c > 0 && isect[c].offset[d] == isect[c - 1].offset[d] &&
+            isect[c].extent[d] == isect[c - 1].extent[d])
+            continue;
         pts[n++] = isect[c].offset[d];
         pts[n++] = isect[c].offset[d] + isect[c].extent[d];
     }
-    if (n > 64) {
+    pts[n++] = dbox->offset[d] + dbox->extent[d];
+    bool sorted = true;
+    for (int64_t i = 1; i < n && sorted; i++)
+        sorted = pts[i - 1] <= pts[i];
+    if (sorted) {
+        /* nothing to move */
+    } else if (n > 64) {
         qsort(pts, (size_t)n, sizeof *pts, cmp_i64);
     } else {
         for (int64_t i = 1; i < n; i++) { /* usually a few points: insertion sort */
@@ -78,8 +89,11 @@ typedef struct {
     int32_t *cand;
     reshard_box_t *isect;
     int64_t *pts[RESHARD_MAX_DIMS];
-    int32_t *holders;
     int64_t cap;
+    int64_t *start; /* per cell of the grid: first of its holders in grid_h */
+    int64_t gcap;
+    int32_t *grid_h; /* holders of every cell, cell by cell */
+    int64_t hcap;
 } rs_scratch_t;
 
 static int scratch_reserve(rs_scratch_t *s, int64_t n)
@@ -93,10 +107,7 @@ static int scratch_reserve(rs_scratch_t *s, int64_t n)
     reshard_box_t *is = realloc(s->isect, (size_t)cap * sizeof *is);
     if (is)
         s->isect = is;
-    int32_t *h = realloc(s->holders, (size_t)cap * sizeof *h);
-    if (h)
-        s->holders = h;
-    if (!cand || !is || !h)
+    if (!cand || !is)
         return -1;
     for (int d = 0; d < RESHARD_MAX_DIMS; d++) {
         int64_t *p = realloc(s->pts[d], (size_t)(2 * cap + 2) * sizeof *p);
@@ -108,26 +119,88 @@ static int scratch_reserve(rs_scratch_t *s, int64_t n)
     return 0;
 }
 
+/* Room for a grid of @p cells cells, and @p holders holders in all. */
+static int scratch_grid(rs_scratch_t *s, int64_t cells, int64_t holders)
+{
+    if (cells + 1 > s->gcap) {
+        int64_t *p = realloc(s->start, (size_t)(2 * (cells + 1)) * sizeof *p);
+        if (!p)
+            return -1;
+        s->start = p;
+        s->gcap = 2 * (cells + 1);
+    }
+    if (holders > s->hcap) {
+        int32_t *h = realloc(s->grid_h, (size_t)(2 * holders) * sizeof *h);
+        if (!h)
+            return -1;
+        s->grid_h = h;
+        s->hcap = 2 * holders;
+    }
+    return 0;
+}
+
 static void scratch_free(rs_scratch_t *s)
 {
+    free(s->start);
+    free(s->grid_h);
     free(s->cand);
     free(s->isect);
-    free(s->holders);
     for (int d = 0; d < RESHARD_MAX_DIMS; d++)
         free(s->pts[d]);
 }
 
-/* Cut destination fragment @p di into cells over the candidates in scratch. */
+/* For every cell of the grid (s->pts, row-major) that candidate box @p b
+ * covers: count one more holder (@p fill false), or append @p cand to its
+ * holders (@p fill true; s->start[cell] is the next free slot). */
+static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const reshard_box_t *b, bool fill,
+                  int32_t cand)
+{
+    int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        lo[d] = k[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d]);
+        hi[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
+    }
+    for (;;) {
+        int64_t cell = 0;
+        for (int d = 0; d < nd; d++)
+            cell = cell * (npts[d] - 1) + k[d];
+        if (fill)
+            s->grid_h[s->start[cell]++] = cand;
+        else
+            s->start[cell + 1]++;
+        if (!rs_grid_next(nd, k, lo, hi))
+            return;
+    }
+}
+
+/* Cut destination fragment @p di into cells over the candidates in scratch.
+ * Each candidate lists itself in the grid cells it covers, in candidate
+ * order, so a cell's holders cost what they are, not a scan of every
+ * candidate. */
 static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs_scratch_t *s,
                                      int64_t ncand, rs_cells_t *cells)
 {
     const reshard_fragment_t *D = &dst->f[di];
     const rs_tensor_t *t = &dst->tensors->t[D->tensor];
     int nd = D->box.ndim;
-    int64_t npts[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS] = {0};
-    for (int d = 0; d < nd; d++)
+    int64_t npts[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS] = {0}, ncells = 1;
+    for (int d = 0; d < nd; d++) {
         npts[d] = cut_points(&D->box, s->isect, ncand, d, s->pts[d]);
-    for (;;) {
+        ncells *= npts[d] - 1;
+    }
+    if (scratch_grid(s, ncells, 0) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
+    memset(s->start, 0, (size_t)(ncells + 1) * sizeof *s->start);
+    for (int64_t j = 0; j < ncand; j++)
+        cover(s, npts, nd, &s->isect[j], false, 0);
+    for (int64_t c = 0; c < ncells; c++)
+        s->start[c + 1] += s->start[c];
+    if (scratch_grid(s, ncells, s->start[ncells]) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
+    for (int64_t j = 0; j < ncand; j++)
+        cover(s, npts, nd, &s->isect[j], true, s->cand[j]);
+    /* start[c] is now the end of cell c's holders: cell c is [start[c-1], start[c]) */
+    for (int64_t cell = 0;; cell++) {
         rs_cell_t c;
         memset(&c, 0, sizeof c);
         c.box.ndim = nd;
@@ -135,10 +208,8 @@ static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs
             c.box.offset[d] = s->pts[d][k[d]];
             c.box.extent[d] = s->pts[d][k[d] + 1] - s->pts[d][k[d]];
         }
-        int32_t nh = 0;
-        for (int64_t j = 0; j < ncand; j++)
-            if (rs_box_contains(&s->isect[j], &c.box))
-                s->holders[nh++] = s->cand[j];
+        int64_t h0 = cell ? s->start[cell - 1] : 0;
+        int32_t nh = (int32_t)(s->start[cell] - h0);
         if (nh == 0) {
             char bs[256];
             return rs_error(RESHARD_ERR_UNCOVERED,
@@ -150,7 +221,7 @@ static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs
         c.to_frag = (int32_t)di;
         c.receiver = D->rank;
         c.bytes = (uint64_t)rs_box_numel(&c.box) * reshard_dtype_size(t->dtype);
-        if (push_cell(cells, &c, s->holders, nh) != 0)
+        if (push_cell(cells, &c, s->grid_h + h0, nh) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
         int d = nd - 1;
         for (; d >= 0; d--) {
@@ -192,41 +263,58 @@ static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
     return idx;
 }
 
-reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cells_t *cells)
+struct rs_cutter {
+    int64_t *sstart, *sidx, *dstart, *didx;
+    rs_scratch_t s;
+};
+
+reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out)
+{
+    rs_cutter_t *c = calloc(1, sizeof *c);
+    if (c) {
+        c->sidx = group_by_tensor(plan->src, &c->sstart);
+        c->didx = group_by_tensor(plan->dst, &c->dstart);
+    }
+    if (!c || !c->sidx || !c->didx) {
+        rs_cutter_free(c);
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
+    }
+    *out = c;
+    return RESHARD_OK;
+}
+
+void rs_cutter_free(rs_cutter_t *c)
+{
+    if (!c)
+        return;
+    scratch_free(&c->s);
+    free(c->sstart);
+    free(c->dstart);
+    free(c->sidx);
+    free(c->didx);
+    free(c);
+}
+
+reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, int32_t t,
+                                rs_cells_t *cells)
 {
     const reshard_layout_t *src = plan->src, *dst = plan->dst;
-    memset(cells, 0, sizeof *cells);
-    int64_t *sstart = NULL, *dstart = NULL;
-    int64_t *sidx = group_by_tensor(src, &sstart);
-    int64_t *didx = group_by_tensor(dst, &dstart);
-    rs_scratch_t s;
-    memset(&s, 0, sizeof s);
+    cells->n = cells->hn = 0;
+    rs_scratch_t *s = &cut->s;
+    const int64_t *sidx = cut->sidx, *didx = cut->didx;
+    int64_t s0 = cut->sstart[t], s1 = cut->sstart[t + 1];
+    if (scratch_reserve(s, s1 - s0 + 1) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
     reshard_status_t st = RESHARD_OK;
-    if (!sidx || !didx)
-        st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
-    for (int32_t t = 0; st == RESHARD_OK && t < dst->tensors->n; t++) {
-        int64_t ns = sstart[t + 1] - sstart[t];
-        if (scratch_reserve(&s, ns + 1) != 0) {
-            st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory");
-            break;
-        }
-        for (int64_t q = dstart[t]; st == RESHARD_OK && q < dstart[t + 1]; q++) {
-            const reshard_fragment_t *D = &dst->f[didx[q]];
-            if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
-                continue;
-            int64_t nc = 0;
-            for (int64_t j = sstart[t]; j < sstart[t + 1]; j++)
-                if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s.isect[nc]))
-                    s.cand[nc++] = (int32_t)sidx[j];
-            st = cut_fragment(dst, didx[q], &s, nc, cells);
-        }
+    for (int64_t q = cut->dstart[t]; st == RESHARD_OK && q < cut->dstart[t + 1]; q++) {
+        const reshard_fragment_t *D = &dst->f[didx[q]];
+        if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
+            continue;
+        int64_t nc = 0;
+        for (int64_t j = s0; j < s1; j++)
+            if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s->isect[nc]))
+                s->cand[nc++] = (int32_t)sidx[j];
+        st = cut_fragment(dst, didx[q], s, nc, cells);
     }
-    scratch_free(&s);
-    free(sstart);
-    free(dstart);
-    free(sidx);
-    free(didx);
-    if (st != RESHARD_OK)
-        rs_cells_free(cells);
     return st;
 }

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/plan_steps.h"
 #include "util/error.h"
 
 typedef struct {

@@ -1,10 +1,11 @@
 /* Step 4: pieces from assigned cells (in-domain) and from the topology step
  * (network landings and forwards), kept when in the plan's scope (whole
- * streams: rs_piece_vec_push), merged where boxes touch, in stream order. */
+ * streams: rs_piece_vec_push), one tensor's cells at a time; then merged
+ * where boxes touch, in stream order. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/topo.h" /* rs_topo_pieces */
 #include "util/error.h"
 
 static int cmp_piece(const void *pa, const void *pb)
@@ -50,20 +51,80 @@ static bool try_merge(const reshard_layout_t *dst, rs_piece_t *a, const rs_piece
     return true;
 }
 
-/* Leading key of cmp_piece: (stage, sender, receiver), each below 2^31. */
-static uint64_t key_piece(const void *pp)
+/* Stream order (cmp_piece, ties by position: stable) without comparing
+ * most pairs: counting sorts by receiver, then by (stage, sender), give the
+ * order of the leading fields; the pieces of one stream then keep the order
+ * they were made in (tensor by tensor), and only streams found out of order
+ * are sorted. */
+static int sort_pieces(rs_piece_t *p, int64_t n, int32_t world)
 {
-    const rs_piece_t *p = pp;
-    return ((uint64_t)p->stage << 62) | ((uint64_t)(uint32_t)p->sender << 31) |
-           (uint64_t)(uint32_t)p->receiver;
+    size_t nb = (size_t)RS_NSTAGES * (size_t)world + 1;
+    size_t *cnt = calloc(nb, sizeof *cnt), *a = malloc((size_t)(n ? n : 1) * sizeof *a),
+           *b = malloc((size_t)(n ? n : 1) * sizeof *b);
+    rs_ref_t *r = NULL;
+    rs_piece_t tmp;
+    int rc = cnt && a && b ? 0 : -1;
+    if (rc == 0) {
+        for (int64_t i = 0; i < n; i++)
+            cnt[p[i].receiver + 1]++;
+        for (int32_t k = 0; k < world; k++)
+            cnt[k + 1] += cnt[k];
+        for (int64_t i = 0; i < n; i++)
+            a[cnt[p[i].receiver]++] = (size_t)i;
+        memset(cnt, 0, nb * sizeof *cnt);
+        for (int64_t i = 0; i < n; i++)
+            cnt[(size_t)p[i].stage * (size_t)world + (size_t)p[i].sender + 1]++;
+        for (size_t k = 0; k + 1 < nb; k++)
+            cnt[k + 1] += cnt[k];
+        for (int64_t i = 0; i < n; i++) {
+            const rs_piece_t *q = &p[a[i]];
+            b[cnt[(size_t)q->stage * (size_t)world + (size_t)q->sender]++] = a[i];
+        }
+    }
+    /* streams (stage, sender, receiver) out of order: sort them */
+    int64_t rcap = 0;
+    for (int64_t i = 0; rc == 0 && i < n;) {
+        const rs_piece_t *f = &p[b[i]];
+        int64_t j = i + 1;
+        bool sorted = true;
+        while (j < n && p[b[j]].stage == f->stage && p[b[j]].sender == f->sender &&
+               p[b[j]].receiver == f->receiver) {
+            sorted = sorted && cmp_piece(&p[b[j - 1]], &p[b[j]]) <= 0;
+            j++;
+        }
+        if (!sorted) {
+            if (j - i > rcap) {
+                rcap = 2 * (j - i);
+                rs_ref_t *nr = realloc(r, (size_t)rcap * sizeof *nr);
+                if (!nr) {
+                    rc = -1;
+                    break;
+                }
+                r = nr;
+            }
+            for (int64_t k = i; k < j; k++)
+                r[k - i] = (rs_ref_t){0, &p[b[k]], cmp_piece};
+            rs_sort_refs(r, (size_t)(j - i));
+            for (int64_t k = i; k < j; k++)
+                b[k] = (size_t)((const rs_piece_t *)r[k - i].rec - p);
+        }
+        i = j;
+    }
+    if (rc == 0)
+        rs_permute_records(p, (size_t)n, sizeof *p, b, &tmp);
+    free(cnt);
+    free(a);
+    free(b);
+    free(r);
+    return rc;
 }
 
 /* Sort into stream order (stable), then merge neighbours until nothing
  * merges: a merge keeps the first piece's offsets, so the order stays
  * sorted and each further pass only rescans. */
-static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n)
+static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n, int32_t world)
 {
-    if (rs_sort_records(p, (size_t)*n, sizeof *p, cmp_piece, key_piece) != 0)
+    if (sort_pieces(p, *n, world) != 0)
         return -1;
     for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
         int64_t w = 0;
@@ -78,31 +139,30 @@ static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n
     return 0;
 }
 
-reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells)
+reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
+                               rs_piece_vec_t *v)
 {
-    rs_piece_vec_t v = {0};
     for (int64_t i = 0; i < cells->n; i++) {
         const rs_cell_t *c = &cells->c[i];
         if (c->chosen < 0)
             continue;
         rs_piece_t p =
             rs_direct_piece(plan, &c->box, c->tensor, c->chosen, c->to_frag, c->receiver, c->bytes);
-        if (rs_piece_vec_push(plan, &v, &p) != 0) {
-            free(v.p);
+        if (rs_piece_vec_push(plan, v, &p) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
-                            (long long)cells->n);
-        }
+                            (long long)v->n);
     }
-    reshard_status_t st = rs_topo_pieces(plan, cells, &v);
-    if (st != RESHARD_OK) {
-        free(v.p);
-        return st;
-    }
-    if (!v.p && !(v.p = malloc(sizeof *v.p)))
+    return rs_topo_pieces(topo, cells, v);
+}
+
+reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v)
+{
+    if (!v->p && !(v->p = malloc(sizeof *v->p)))
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for pieces");
-    plan->pieces = v.p;
-    plan->npieces = v.n;
-    if (sort_and_merge(plan->dst, plan->pieces, &plan->npieces) != 0)
+    plan->pieces = v->p;
+    plan->npieces = v->n;
+    memset(v, 0, sizeof *v);
+    if (sort_and_merge(plan->dst, plan->pieces, &plan->npieces, plan->p.world_size) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
     return RESHARD_OK;
 }

@@ -3,12 +3,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_steps.h"
+#include "plan/topo.h"
 #include "util/error.h"
 #include "util/timeout.h"
 
 /* Minimum staging bound: a chunk per stream and slot must be worth a message. */
 #define RS_MIN_STAGING_BYTES 4096u
+
+/* Steps 1-4 one tensor at a time (every decision is made inside one
+ * (domain, tensor) group), so only one tensor's cells are held at once; then
+ * the pieces of all tensors are merged and sorted into streams. */
+static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
+{
+    rs_cutter_t *cut = NULL;
+    rs_topo_t *topo = NULL;
+    rs_cells_t cells = {0};
+    rs_piece_vec_t v = {0};
+    reshard_status_t st = rs_cutter_create(plan, &cut);
+    if (st == RESHARD_OK)
+        st = rs_topo_create(plan, &topo);
+    for (int32_t t = 0; st == RESHARD_OK && t < plan->dst->tensors->n; t++) {
+        st = rs_cells_build(plan, cut, t, &cells);
+        if (st == RESHARD_OK)
+            st = rs_assign_senders(&plan->p, plan->src, &cells);
+        if (st == RESHARD_OK)
+            st = rs_pieces_add(plan, &cells, topo, &v);
+        if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS)
+            st = rs_bounds_add(plan, &cells, bounds);
+    }
+    rs_cells_free(&cells);
+    rs_topo_free(topo);
+    rs_cutter_free(cut);
+    if (st == RESHARD_OK)
+        return rs_pieces_finish(plan, &v);
+    free(v.p);
+    return st;
+}
 
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out)
@@ -58,17 +88,14 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         st = rs_validate(src, dst, params->world_size, params->my_rank);
     if (st == RESHARD_OK)
         st = rs_scope_build(plan);
-    rs_cells_t cells;
-    memset(&cells, 0, sizeof cells);
+    rs_bounds_t bounds = {0};
     if (st == RESHARD_OK)
-        st = rs_cells_build(plan, &cells);
+        st = rs_bounds_create(plan, &bounds);
     if (st == RESHARD_OK)
-        st = rs_assign_senders(&plan->p, src, &cells);
+        st = plan_tensors(plan, &bounds);
     if (st == RESHARD_OK)
-        st = rs_pieces_build(plan, &cells);
-    if (st == RESHARD_OK)
-        st = rs_stats_compute(plan, &cells);
-    rs_cells_free(&cells);
+        st = rs_stats_compute(plan, &bounds);
+    rs_bounds_free(&bounds);
     if (st == RESHARD_OK)
         st = rs_chunk_caps(plan);
     if (st == RESHARD_OK && plan->p.my_rank != RESHARD_ALL_RANKS)

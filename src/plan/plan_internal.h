@@ -8,7 +8,7 @@
 /** Stage of a piece: moved from a source fragment (stage 0: direct, or a
  *  network landing), or forwarded inside a domain (stage 1) from the
  *  destination fragment a landing filled — or from the relay scratch when the
- *  landing rank does not need the piece itself (rs_piece_is_relay, topo.h). */
+ *  landing rank does not need the piece itself (rs_piece_is_relay). */
 enum { RS_STAGE_DIRECT = 0, RS_STAGE_FORWARD = 1, RS_NSTAGES = 2 };
 
 /** One box moved from one fragment to another. */
@@ -89,6 +89,26 @@ static inline int32_t rs_domain_count(const reshard_plan_params_t *p)
 {
     return p->domain_size > 1 ? (p->world_size + p->domain_size - 1) / p->domain_size
                               : p->world_size;
+}
+
+/** Ranks in domain @p domain (the last domain may be short). */
+static inline int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain)
+{
+    if (p->domain_size <= 1)
+        return 1;
+    int64_t lo = (int64_t)domain * p->domain_size, hi = lo + p->domain_size;
+    if (hi > p->world_size)
+        hi = p->world_size;
+    return hi > lo ? (int32_t)(hi - lo) : 0;
+}
+
+/** True for a relay piece: a stage-0 piece landing on a rank that does not
+ *  own its destination fragment (it lands in that rank's relay scratch), or
+ *  a stage-1 piece forwarding from such scratch. */
+static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece_t *p)
+{
+    return p->stage == RS_STAGE_DIRECT ? dst->f[p->to_frag].rank != p->receiver
+                                       : dst->f[p->from_frag].rank != p->sender;
 }
 
 /** The groups @p plan computes (plan->p.my_rank's, or all): fills plan->scope. */

@@ -1,9 +1,10 @@
 /* The steps of planning, one file each: validate, cut into cells, choose
- * senders, build and order pieces, count bytes. */
+ * senders, build and order pieces (with the topology step, topo.h), count
+ * bytes. Below them: plan_util.h (helpers) and plan_internal.h (the plan). */
 #ifndef RS_PLAN_STEPS_H
 #define RS_PLAN_STEPS_H
 
-#include "plan/plan_internal.h"
+#include "plan/plan_util.h"
 
 /** A cell: a part of one destination fragment that every one of its holders
  *  (source fragments) holds whole. */
@@ -32,9 +33,19 @@ typedef struct {
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world, int32_t rank);
 
-/** Cut every destination fragment of the plan's scope (plan->scope) along
- *  source fragment boundaries (step 1); UNCOVERED when a cell has no holder. */
-reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cells_t *cells);
+/** Fragments of both layouts grouped by tensor, and scratch, for cutting one
+ *  tensor at a time. */
+typedef struct rs_cutter rs_cutter_t;
+
+reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out);
+void rs_cutter_free(rs_cutter_t *c);
+
+/** Replace @p cells by the cells of tensor @p t: every destination fragment
+ *  of @p t in the plan's scope (plan->scope) cut along source fragment
+ *  boundaries (step 1); UNCOVERED when a cell has no holder. Cells come in
+ *  the order of their destination fragments in the layout. */
+reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, int32_t t,
+                                rs_cells_t *cells);
 void rs_cells_free(rs_cells_t *cells);
 
 /** Choose one sender per cell held inside its receiver's domain (step 2):
@@ -46,13 +57,36 @@ void rs_cells_free(rs_cells_t *cells);
 reshard_status_t rs_assign_senders(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                    rs_cells_t *cells);
 
-/** Turn assigned cells into pieces, merge neighbours and sort into stream
- *  order (step 4). */
-reshard_status_t rs_pieces_build(reshard_plan_t *plan, const rs_cells_t *cells);
+/** State of the topology step (topo.h) kept across tensors: per-rank loads (cleared
+ *  after each group) and per-domain fragment bytes. */
+typedef struct rs_topo rs_topo_t;
 
-/** Fill plan->stats from the pieces and the cells (for the lower bounds); for
- *  a rank's own plan, that rank's counters only (reshard_plan_stats_t). */
-reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells);
+/** Pieces of assigned @p cells (step 4: in-domain moves) and of those that
+ *  cross the network (rs_topo_pieces), appended to @p v where the plan's
+ *  scope keeps them. */
+reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
+                               rs_piece_vec_t *v);
+
+/** Move the pieces of @p v into the plan, merged where boxes touch and
+ *  sorted into stream order. */
+reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v);
+
+/** The lower bounds' sums, per domain and per rank (reshard_plan_stats_t),
+ *  gathered one tensor's cells at a time. */
+typedef struct {
+    uint64_t *dom_need;  /**< per domain: unique bytes it needs from outside */
+    uint64_t *sole_load; /**< per rank: bytes only it holds that other domains need */
+} rs_bounds_t;
+
+reshard_status_t rs_bounds_create(const reshard_plan_t *plan, rs_bounds_t *b);
+void rs_bounds_free(rs_bounds_t *b);
+
+/** Add the needs of @p cells (all of their (domain, tensor) groups) to @p b. */
+reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_bounds_t *b);
+
+/** Fill plan->stats from the pieces and, for a global plan, the bounds @p b;
+ *  for a rank's own plan, that rank's counters only (reshard_plan_stats_t). */
+reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b);
 
 /** Per-rank chunk capacity from the staging bound and a bound on each rank's
  *  streams computed from the layouts alone (STAGING when too small). */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
+#include "plan/plan_steps.h"
 #include "util/error.h"
 
 typedef struct {
@@ -103,12 +103,28 @@ static int64_t union_numel(const rs_need_t *n, int64_t k)
     return total;
 }
 
-/* The per-domain unique bytes needed from outside, and the send load that
- * sole holders cannot shed. */
-static reshard_status_t lower_bounds(reshard_plan_t *plan, const rs_cells_t *cells,
-                                     uint64_t *dom_need, uint64_t *sole_load)
+reshard_status_t rs_bounds_create(const reshard_plan_t *plan, rs_bounds_t *b)
+{
+    b->dom_need = calloc((size_t)plan->p.world_size, sizeof *b->dom_need);
+    b->sole_load = calloc((size_t)plan->p.world_size, sizeof *b->sole_load);
+    if (!b->dom_need || !b->sole_load) {
+        rs_bounds_free(b);
+        return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
+    }
+    return RESHARD_OK;
+}
+
+void rs_bounds_free(rs_bounds_t *b)
+{
+    free(b->dom_need);
+    free(b->sole_load);
+    b->dom_need = b->sole_load = NULL;
+}
+
+reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_bounds_t *b)
 {
     const reshard_plan_params_t *p = &plan->p;
+    uint64_t *dom_need = b->dom_need, *sole_load = b->sole_load;
     rs_need_t *need = malloc((size_t)(cells->n ? cells->n : 1) * sizeof *need);
     if (!need)
         return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
@@ -213,7 +229,7 @@ static void count_pieces(const reshard_plan_t *plan, int32_t r, reshard_plan_sta
     }
 }
 
-reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
+reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b)
 {
     const reshard_plan_params_t *p = &plan->p;
     int32_t W = p->world_size;
@@ -222,12 +238,11 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     uint64_t *nic_send = calloc((size_t)W, sizeof *nic_send);
     uint64_t *nic_recv = calloc((size_t)W, sizeof *nic_recv);
     uint64_t *relay = calloc((size_t)W, sizeof *relay);
-    uint64_t *dom_need = calloc((size_t)W, sizeof *dom_need);
-    uint64_t *sole_load = calloc((size_t)W, sizeof *sole_load);
+    const uint64_t *dom_need = b->dom_need, *sole_load = b->sole_load;
     int32_t *dom_ranks = calloc((size_t)W, sizeof *dom_ranks);
     bool *is_src = calloc((size_t)W, sizeof *is_src);
     reshard_status_t st = RESHARD_OK;
-    if (!nic_send || !nic_recv || !relay || !dom_need || !sole_load || !dom_ranks || !is_src)
+    if (!nic_send || !nic_recv || !relay || !dom_ranks || !is_src)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     if (st == RESHARD_OK)
         count_pieces(plan, plan->p.my_rank, s, nic_send, nic_recv, relay);
@@ -240,8 +255,6 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
             s->max_relay_bytes = relay[r];
     }
     /* the bounds need every group: global plans only */
-    if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS)
-        st = lower_bounds(plan, cells, dom_need, sole_load);
     if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS) {
         for (int64_t i = 0; i < plan->src->n; i++)
             is_src[plan->src->f[i].rank] = true;
@@ -255,9 +268,10 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
         for (int32_t d = 0; d < W; d++) {
             s->bytes_lower_bound += dom_need[d];
             if (dom_ranks[d]) {
-                uint64_t b = (dom_need[d] + (uint64_t)dom_ranks[d] - 1) / (uint64_t)dom_ranks[d];
-                if (b > s->nic_recv_bound_bytes)
-                    s->nic_recv_bound_bytes = b;
+                uint64_t share =
+                    (dom_need[d] + (uint64_t)dom_ranks[d] - 1) / (uint64_t)dom_ranks[d];
+                if (share > s->nic_recv_bound_bytes)
+                    s->nic_recv_bound_bytes = share;
             }
         }
         uint64_t mean = nsrc ? (s->bytes_lower_bound + (uint64_t)nsrc - 1) / (uint64_t)nsrc : 0;
@@ -267,8 +281,6 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_cells_t *cells)
     free(nic_send);
     free(nic_recv);
     free(relay);
-    free(dom_need);
-    free(sole_load);
     free(dom_ranks);
     free(is_src);
     return st;

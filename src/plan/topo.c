@@ -36,36 +36,6 @@
 #define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
 #define RS_STRIPE_PER_SHARE 64
 
-int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece)
-{
-    if (!rs_scope_keeps(plan, piece->stage, piece->sender, piece->receiver))
-        return 0;
-    if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
-        return -1;
-    v->p[v->n++] = *piece;
-    return 0;
-}
-
-bool rs_cell_in_domain(const reshard_plan_params_t *p, const reshard_layout_t *src,
-                       const rs_cells_t *cells, const rs_cell_t *c)
-{
-    int32_t dom = rs_domain_of(p, c->receiver);
-    for (int32_t j = 0; j < c->nholders; j++)
-        if (rs_domain_of(p, src->f[cells->h[c->holders + j]].rank) == dom)
-            return true;
-    return false;
-}
-
-int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain)
-{
-    if (p->domain_size <= 1)
-        return 1;
-    int64_t lo = (int64_t)domain * p->domain_size, hi = lo + p->domain_size;
-    if (hi > p->world_size)
-        hi = p->world_size;
-    return hi > lo ? (int32_t)(hi - lo) : 0;
-}
-
 /* ------------------------------------------------------------------ */
 /* Needs and their refinement                                          */
 /* ------------------------------------------------------------------ */
@@ -130,20 +100,6 @@ static bool group_overlaps(const rs_item_t *it, int64_t n)
     return false;
 }
 
-/* Index of the first point >= x in sorted pts[0..n). */
-static int64_t lower_bound(const int64_t *pts, int64_t n, int64_t x)
-{
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (pts[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* Cut every box of the group it[0..n) along every boundary of the group, so
  * that any two resulting boxes are equal or disjoint; append to @p out. */
 static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
@@ -157,8 +113,8 @@ static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
     for (int64_t i = 0; i < n && rc == 0; i++) {
         int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
         for (int d = 0; d < nd; d++) {
-            lo[d] = lower_bound(pts[d], np[d], it[i].box.offset[d]);
-            hi[d] = lower_bound(pts[d], np[d], it[i].box.offset[d] + it[i].box.extent[d]);
+            lo[d] = rs_lower_bound(pts[d], np[d], it[i].box.offset[d]);
+            hi[d] = rs_lower_bound(pts[d], np[d], it[i].box.offset[d] + it[i].box.extent[d]);
             k[d] = lo[d];
         }
         for (;;) {
@@ -171,13 +127,7 @@ static int refine_group(const rs_item_t *it, int64_t n, rs_items_t *out)
                 rc = -1;
                 break;
             }
-            int d = nd - 1;
-            for (; d >= 0; d--) {
-                if (++k[d] < hi[d])
-                    break;
-                k[d] = lo[d];
-            }
-            if (d < 0)
+            if (!rs_grid_next(nd, k, lo, hi))
                 break;
         }
     }
@@ -266,7 +216,7 @@ typedef struct {
     int32_t sender, from_frag;
 } rs_dlv_t;
 
-typedef struct {
+struct rs_topo {
     const reshard_plan_t *plan;
     const rs_cells_t *cells;
     rs_items_t items;
@@ -280,7 +230,7 @@ typedef struct {
     uint64_t *relay_used; /* per rank: relay scratch taken in the current group */
     uint64_t *dom_bytes;  /* per domain: bytes of its destination fragments (with a
                              relay scratch bound) */
-} rs_topo_t;
+};
 
 static uint64_t box_bytes(const reshard_plan_t *plan, int32_t tensor, const reshard_box_t *b)
 {
@@ -731,41 +681,69 @@ static int emit(const rs_topo_t *t, rs_piece_vec_t *out)
     return 0;
 }
 
-reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
-                                rs_piece_vec_t *out)
+reshard_status_t rs_topo_create(const reshard_plan_t *plan, rs_topo_t **out)
 {
-    rs_topo_t t;
-    memset(&t, 0, sizeof t);
-    t.plan = plan;
-    t.cells = cells;
-    reshard_status_t st = collect_needs(plan, cells, &t.items);
-    if (st != RESHARD_OK)
-        return st;
-    t.recv_load = calloc((size_t)plan->p.world_size, sizeof *t.recv_load);
-    t.send_load = calloc((size_t)plan->p.world_size, sizeof *t.send_load);
-    t.relay_used = calloc((size_t)plan->p.world_size, sizeof *t.relay_used);
-    t.dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t.dom_bytes);
-    int rc = t.recv_load && t.send_load && t.relay_used && t.dom_bytes ? 0 : -1;
+    rs_topo_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
+    t->plan = plan;
+    t->recv_load = calloc((size_t)plan->p.world_size, sizeof *t->recv_load);
+    t->send_load = calloc((size_t)plan->p.world_size, sizeof *t->send_load);
+    t->relay_used = calloc((size_t)plan->p.world_size, sizeof *t->relay_used);
+    t->dom_bytes = calloc((size_t)rs_domain_count(&plan->p), sizeof *t->dom_bytes);
+    if (!t->recv_load || !t->send_load || !t->relay_used || !t->dom_bytes) {
+        rs_topo_free(t);
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
+    }
     /* for a relay scratch bound only; every rank sums the same fragments,
      * whatever its plan's scope */
-    for (int64_t i = 0; rc == 0 && plan->p.relay_bytes != UINT64_MAX && i < plan->dst->n; i++) {
+    for (int64_t i = 0; plan->p.relay_bytes != UINT64_MAX && i < plan->dst->n; i++) {
         const reshard_fragment_t *f = &plan->dst->f[i];
-        t.dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
+        t->dom_bytes[rs_domain_of(&plan->p, f->rank)] += box_bytes(plan, f->tensor, &f->box);
     }
+    *out = t;
+    return RESHARD_OK;
+}
+
+/* Drop what one call of rs_topo_pieces built (the loads are clear already). */
+static void topo_reset(rs_topo_t *t)
+{
+    free(t->items.v);
+    free(t->u);
+    free(t->hold);
+    free(t->d);
+    memset(&t->items, 0, sizeof t->items);
+    t->u = NULL;
+    t->hold = NULL;
+    t->d = NULL;
+    t->nu = t->nhold = t->nd = t->dcap = 0;
+    t->cells = NULL;
+}
+
+void rs_topo_free(rs_topo_t *t)
+{
+    if (!t)
+        return;
+    topo_reset(t);
+    free(t->recv_load);
+    free(t->send_load);
+    free(t->relay_used);
+    free(t->dom_bytes);
+    free(t);
+}
+
+reshard_status_t rs_topo_pieces(rs_topo_t *t, const rs_cells_t *cells, rs_piece_vec_t *out)
+{
+    t->cells = cells;
+    reshard_status_t st = collect_needs(t->plan, cells, &t->items);
+    if (st != RESHARD_OK)
+        return st;
+    int rc = build_units(t);
     if (rc == 0)
-        rc = build_units(&t);
+        rc = land_all(t);
     if (rc == 0)
-        rc = land_all(&t);
-    if (rc == 0)
-        rc = emit(&t, out);
-    free(t.items.v);
-    free(t.u);
-    free(t.hold);
-    free(t.d);
-    free(t.recv_load);
-    free(t.send_load);
-    free(t.relay_used);
-    free(t.dom_bytes);
+        rc = emit(t, out);
+    topo_reset(t);
     if (rc != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory placing network pieces");
     return RESHARD_OK;

@@ -11,62 +11,13 @@
 
 #include "plan/plan_steps.h"
 
-/** A growable array of pieces. */
-typedef struct {
-    rs_piece_t *p;
-    int64_t n, cap;
-} rs_piece_vec_t;
-
-/** Make room for one more element in the array *@p v of *@p cap elements of
- *  @p size bytes holding @p n: doubles it when full (from 64). -1 when out
- *  of memory (the array is left as it was). */
-int rs_grow(void *v, int64_t *cap, int64_t n, size_t size);
-
-/** Append @p piece when @p plan's scope keeps its stream (rs_scope_keeps);
- *  -1 when out of memory. */
-int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece);
-
-/** Order of boxes of one ndim: offsets lexicographically, then extents. */
-int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b);
-
-/** Sorted distinct boundaries (offset and end) along dim @p d of @p n boxes,
- *  the i-th at (const char *)first + i * stride; malloc'd, count in *np;
- *  NULL when out of memory. */
-int64_t *rs_box_cuts(const reshard_box_t *first, size_t stride, int64_t n, int d, int64_t *np);
-
-/** A stage-0 piece of @p box of @p tensor from source fragment @p from_frag
- *  (its rank sends) to destination fragment @p to_frag on @p receiver. */
-rs_piece_t rs_direct_piece(const reshard_plan_t *plan, const reshard_box_t *box, int32_t tensor,
-                           int32_t from_frag, int32_t to_frag, int32_t receiver, uint64_t bytes);
-
-/** Sort @p n records of @p size bytes by @p cmp (ties by position: stable),
- *  moving each record only twice. @p key, when not NULL, gives a leading key
- *  that orders records as @p cmp does where keys differ (comparisons of
- *  distinct keys then skip @p cmp). -1 when out of memory. */
-int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
-                    uint64_t (*key)(const void *));
-
-/** True when a source fragment holding cell @p c lives in the domain of its
- *  receiver (the cell then moves over NVLink or by a local copy, never over
- *  the network). */
-bool rs_cell_in_domain(const reshard_plan_params_t *p, const reshard_layout_t *src,
-                       const rs_cells_t *cells, const rs_cell_t *c);
-
-/** True for a relay piece: a stage-0 piece landing on a rank that does not
- *  own its destination fragment (it lands in that rank's relay scratch), or
- *  a stage-1 piece forwarding from such scratch. */
-static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece_t *p)
-{
-    return p->stage == RS_STAGE_DIRECT ? dst->f[p->to_frag].rank != p->receiver
-                                       : dst->f[p->from_frag].rank != p->sender;
-}
-
-/** Ranks in domain @p domain (the last domain may be short). */
-int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
+reshard_status_t rs_topo_create(const reshard_plan_t *plan, rs_topo_t **out);
+void rs_topo_free(rs_topo_t *t);
 
 /**
- * Pieces for every cell that must cross the network (chosen < 0, see
- * rs_assign_senders): per (destination domain, tensor) the needed boxes are
+ * Pieces for every cell of @p cells (any tensors) that must cross the
+ * network (chosen < 0, see rs_assign_senders): per (destination domain,
+ * tensor) the needed boxes are
  * refined until any two are equal or disjoint; each distinct box (a unit)
  * lands once, on a rank that needs it (least bytes landed in the group
  * first; a large unit needed by several ranks is striped across them), is
@@ -76,7 +27,6 @@ int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain);
  * scope alone decide their pieces. Appends the pieces the scope keeps to
  * @p out; deterministic.
  */
-reshard_status_t rs_topo_pieces(const reshard_plan_t *plan, const rs_cells_t *cells,
-                                rs_piece_vec_t *out);
+reshard_status_t rs_topo_pieces(rs_topo_t *t, const rs_cells_t *cells, rs_piece_vec_t *out);
 
 #endif

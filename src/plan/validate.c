@@ -170,7 +170,7 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
         k += rs_fragment_run_list(l, &l->f[e[i].frag], e[i].frag, runs + k);
-    qsort(runs, (size_t)k, sizeof *runs, rs_run_cmp);
+    rs_run_sort(runs, k);
     reshard_status_t st = RESHARD_OK;
     for (int64_t i = 1; i < k && st == RESHARD_OK; i++)
         if (runs[i].lo < runs[i - 1].hi)

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "exec/pack.h"
-#include "plan/topo.h"
+#include "plan/plan_internal.h"
 #include "reshard/reshard_sim.h"
 #include "util/error.h"
 

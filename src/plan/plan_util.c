@@ -1,16 +1,9 @@
-/* Small planning helpers shared by the topology step, the pieces and the
- * statistics: sorting large records, box order, box boundaries, pieces. */
+/* Small planning helpers shared by the steps (plan_util.h): growable
+ * arrays, sorting large records, box order, box boundaries, pieces. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h"
-
-/* What is sorted: a record's leading key, its address and the comparator. */
-typedef struct {
-    uint64_t key;
-    const void *rec;
-    int (*cmp)(const void *, const void *);
-} rs_ref_t;
+#include "plan/plan_util.h"
 
 static int cmp_ref(const void *pa, const void *pb)
 {
@@ -24,6 +17,34 @@ static int cmp_ref(const void *pa, const void *pb)
     return (const char *)a->rec < (const char *)b->rec
                ? -1
                : (const char *)a->rec > (const char *)b->rec;
+}
+
+void rs_permute_records(void *base, size_t n, size_t size, size_t *from, void *tmp)
+{
+    unsigned char *b = base;
+    /* position i takes record from[i]; follow each cycle once */
+    for (size_t i = 0; i < n; i++) {
+        if (from[i] == i || from[i] == (size_t)-1)
+            continue;
+        memcpy(tmp, b + i * size, size);
+        size_t j = i;
+        for (;;) {
+            size_t k = from[j];
+            from[j] = (size_t)-1;
+            if (k == i) {
+                memcpy(b + j * size, tmp, size);
+                break;
+            }
+            memcpy(b + j * size, b + k * size, size);
+            j = k;
+        }
+    }
+}
+
+void rs_sort_refs(rs_ref_t *r, size_t n)
+{
+    if (n > 1)
+        qsort(r, n, sizeof *r, cmp_ref);
 }
 
 int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
@@ -43,26 +64,10 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
     unsigned char *b = base;
     for (size_t i = 0; i < n; i++)
         r[i] = (rs_ref_t){key ? key(b + i * size) : 0, b + i * size, cmp};
-    qsort(r, n, sizeof *r, cmp_ref);
-    /* position i takes record src(i); follow each cycle once */
+    rs_sort_refs(r, n);
     for (size_t i = 0; i < n; i++)
         from[i] = (size_t)((const unsigned char *)r[i].rec - b) / size;
-    for (size_t i = 0; i < n; i++) {
-        if (from[i] == i || from[i] == (size_t)-1)
-            continue;
-        memcpy(tmp, b + i * size, size);
-        size_t j = i;
-        for (;;) {
-            size_t k = from[j];
-            from[j] = (size_t)-1;
-            if (k == i) {
-                memcpy(b + j * size, tmp, size);
-                break;
-            }
-            memcpy(b + j * size, b + k * size, size);
-            j = k;
-        }
-    }
+    rs_permute_records(base, n, size, from, tmp);
     free(r);
     free(from);
     free(tmp);
@@ -84,6 +89,29 @@ static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+bool rs_grid_next(int nd, int64_t *k, const int64_t *lo, const int64_t *hi)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        if (++k[d] < hi[d])
+            return true;
+        k[d] = lo[d];
+    }
+    return false;
+}
+
+int64_t rs_lower_bound(const int64_t *pts, int64_t n, int64_t x)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pts[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 int64_t *rs_box_cuts(const reshard_box_t *first, size_t stride, int64_t n, int d, int64_t *np)
@@ -135,5 +163,15 @@ int rs_grow(void *v, int64_t *cap, int64_t n, size_t size)
         return -1;
     memcpy(v, &p, sizeof p);
     *cap = c;
+    return 0;
+}
+
+int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_piece_t *piece)
+{
+    if (!rs_scope_keeps(plan, piece->stage, piece->sender, piece->receiver))
+        return 0;
+    if (rs_grow(&v->p, &v->cap, v->n, sizeof *v->p) != 0)
+        return -1;
+    v->p[v->n++] = *piece;
     return 0;
 }

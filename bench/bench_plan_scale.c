@@ -1,0 +1,421 @@
+/*
+ * Planning cost at scale: a rank's own plan and the global plan of a large
+ * MoE refit, time and peak memory, at several sizes per side, in one run.
+ *
+ * Size N per side: training tp=1,pp=16,ep=N/16,dp=N/16,etp=1 (plus
+ * --stages, by default first=3,last=2: 61 layers over 16 stages); inference
+ * tp=32,dp=N/32; N = 256, 512, 1024 by default. Each measurement runs in a
+ * child process (this program re-run with --one), so its peak memory
+ * (ru_maxrss) is its own.
+ *
+ * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
+ *                         [--rank R] [--no-global | --global-max N] [--check K]
+ *                         [--layers K]
+ *                         [--stages first=F,last=L | --stages none]
+ *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
+ *                         [--layers K] [--stages ...]
+ *
+ *   --rank R    the rank whose own plan is built (default 5, a training rank)
+ *   --global-max N  global plans only at sizes up to N per side (they hold
+ *               every piece of every rank: memory grows with the square)
+ *   --check K   also check, in each global child, that K sampled ranks' own
+ *               plans equal their part of the global plan (plan_check.c)
+ *   --hash      print a digest of the global plan and of the listed ranks'
+ *               own plans (every piece, stream, chunk size and counter), to
+ *               compare two builds of the planner
+ */
+#define _DEFAULT_SOURCE /* wait4 */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "plan/plan_internal.h"
+#include "plan_check.h"
+#include "reshard/reshard.h"
+#include "reshard/reshard_model.h"
+#include "reshard/reshard_sim.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of this process: on a shared machine, steadier than wall time. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ */
+/* Digest of a plan (FNV-1a, 64 bit, over explicit fields)             */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t h;
+} digest_t;
+
+static void dg(digest_t *d, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        d->h ^= (v >> (8 * i)) & 0xffu;
+        d->h *= 0x100000001b3ULL;
+    }
+}
+
+static void dg_piece(digest_t *d, const rs_piece_t *p)
+{
+    dg(d, (uint64_t)p->stage);
+    dg(d, (uint64_t)p->sender);
+    dg(d, (uint64_t)p->receiver);
+    dg(d, (uint64_t)p->tensor);
+    dg(d, (uint64_t)p->from_frag);
+    dg(d, (uint64_t)p->to_frag);
+    dg(d, p->elem_size);
+    dg(d, p->bytes);
+    dg(d, (uint64_t)p->box.ndim);
+    for (int k = 0; k < p->box.ndim; k++) {
+        dg(d, (uint64_t)p->box.offset[k]);
+        dg(d, (uint64_t)p->box.extent[k]);
+    }
+}
+
+static uint64_t plan_digest(const reshard_plan_t *plan)
+{
+    digest_t d = {0xcbf29ce484222325ULL};
+    dg(&d, (uint64_t)plan->npieces);
+    for (int64_t i = 0; i < plan->npieces; i++)
+        dg_piece(&d, &plan->pieces[i]);
+    for (int32_t r = 0; r < plan->p.world_size; r++)
+        dg(&d, plan->chunk_cap[r]);
+    const reshard_plan_stats_t *s = &plan->stats;
+    const uint64_t v[] = {s->bytes_total,         s->bytes_local,          s->bytes_network,
+                          s->bytes_nvlink,        s->bytes_lower_bound,    s->max_nic_send_bytes,
+                          s->max_nic_recv_bytes,  s->nic_send_bound_bytes, s->nic_recv_bound_bytes,
+                          (uint64_t)s->transfers, (uint64_t)s->pieces,     s->max_relay_bytes};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        dg(&d, v[i]);
+    const rs_rank_plan_t *m = plan->mine;
+    for (int st = 0; m && st < RS_NSTAGES; st++)
+        for (int dir = 0; dir < 2; dir++) {
+            const rs_stream_t *sv = dir ? m->recv[st] : m->send[st];
+            int32_t n = dir ? m->nrecv[st] : m->nsend[st];
+            dg(&d, (uint64_t)n);
+            for (int32_t i = 0; i < n; i++) {
+                dg(&d, (uint64_t)sv[i].peer);
+                dg(&d, sv[i].bytes);
+                dg(&d, sv[i].chunk);
+                for (int64_t k = 0; k < sv[i].n; k++)
+                    dg_piece(&d, &plan->pieces[sv[i].idx[k]]);
+            }
+        }
+    for (int64_t i = 0; m && i < m->nlocal; i++)
+        dg_piece(&d, &plan->pieces[m->local[i]]);
+    return d.h;
+}
+
+/* ------------------------------------------------------------------ */
+/* One configuration                                                   */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *model, *system;
+    int32_t size;       /* ranks per side */
+    const char *stages; /* appended to the training spec, or "none" */
+    int32_t layers;     /* 0: all */
+} config_t;
+
+typedef struct {
+    reshard_model_t *model;
+    reshard_model_refit_t refit;
+    int32_t world, domain_size;
+    double layout_s, layout_cpu;
+} setup_t;
+
+static int domain_size_of(const char *system)
+{
+    if (!system || !strcmp(system, "none"))
+        return 1;
+    return !strcmp(system, "gb200") ? 72 : 8;
+}
+
+static int setup(const config_t *c, setup_t *s)
+{
+    memset(s, 0, sizeof *s);
+    char train[128], infer[64];
+    snprintf(train, sizeof train, "tp=1,pp=16,ep=%d,dp=%d,etp=1%s%s", c->size / 16, c->size / 16,
+             strcmp(c->stages, "none") ? "," : "", strcmp(c->stages, "none") ? c->stages : "");
+    snprintf(infer, sizeof infer, "tp=32,dp=%d", c->size / 32);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_options_t mo = {.dtype = RESHARD_BF16, .layers = c->layers};
+    if (reshard_train_spec_parse(train, &ts) != RESHARD_OK ||
+        reshard_infer_spec_parse(infer, &is) != RESHARD_OK ||
+        reshard_model_load(c->model, &mo, &s->model) != RESHARD_OK) {
+        fprintf(stderr, "bench_plan_scale: %s\n", reshard_last_error());
+        return -1;
+    }
+    s->domain_size = domain_size_of(c->system);
+    int32_t tw = reshard_train_world(&ts);
+    int32_t offset = s->domain_size > 1 ? reshard_sim_infer_offset(tw, s->domain_size) : -1;
+    double t0 = now(), c0 = cpu_now();
+    if (reshard_model_refit_create_at(s->model, &ts, &is, offset, &s->refit) != RESHARD_OK) {
+        fprintf(stderr, "bench_plan_scale: layouts: %s\n", reshard_last_error());
+        reshard_model_destroy(s->model);
+        return -1;
+    }
+    s->layout_s = now() - t0;
+    s->layout_cpu = cpu_now() - c0;
+    s->world = s->refit.infer_offset + s->refit.infer_world;
+    return 0;
+}
+
+static void teardown(setup_t *s)
+{
+    reshard_model_refit_destroy(&s->refit);
+    reshard_model_destroy(s->model);
+}
+
+static reshard_plan_params_t params_of(const setup_t *s, int32_t rank)
+{
+    return (reshard_plan_params_t){.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                                   .world_size = s->world,
+                                   .my_rank = rank,
+                                   .domain_size = s->domain_size};
+}
+
+static reshard_plan_t *plan_for(const setup_t *s, int32_t rank, double *secs, double *cpu)
+{
+    reshard_plan_params_t p = params_of(s, rank);
+    reshard_plan_t *plan = NULL;
+    double t0 = now(), c0 = cpu_now();
+    if (reshard_plan_create(s->refit.train, s->refit.infer, &p, &plan) != RESHARD_OK) {
+        fprintf(stderr, "bench_plan_scale: plan (rank %d): %s\n", rank, reshard_last_error());
+        return NULL;
+    }
+    *secs = now() - t0;
+    *cpu = cpu_now() - c0;
+    return plan;
+}
+
+/* Sampled ranks: both ends and middles of each side, and the given rank. */
+static int sample_ranks(const setup_t *s, int k, int32_t *out)
+{
+    int32_t T = s->refit.train_world, I0 = s->refit.infer_offset, W = s->world;
+    const int32_t cand[] = {0, T - 1, T / 2 + 3, I0, W - 1, I0 + (W - I0) / 2 + 5, T / 3, W - 9};
+    int n = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof *cand && n < k; i++)
+        if (cand[i] >= 0 && cand[i] < W)
+            out[n++] = cand[i];
+    return n;
+}
+
+/* Child: one measurement, printed as "layout_s layout_cpu plan_s plan_cpu
+ * digest checked". */
+static int run_one(const config_t *c, int32_t rank, int check)
+{
+    setup_t s;
+    if (setup(c, &s) != 0)
+        return 1;
+    double secs = 0, cpu = 0;
+    reshard_plan_t *plan = plan_for(&s, rank, &secs, &cpu);
+    if (!plan) {
+        teardown(&s);
+        return 1;
+    }
+    int rc = 0, checked = 0;
+    int32_t ranks[16];
+    int n = check > 0 ? sample_ranks(&s, check < 16 ? check : 16, ranks) : 0;
+    for (int i = 0; i < n && rank == RESHARD_ALL_RANKS; i++) {
+        char why[512];
+        reshard_plan_params_t p = params_of(&s, RESHARD_ALL_RANKS);
+        if (rs_test_check_rank_plan(s.refit.train, s.refit.infer, &p, plan, ranks[i], why,
+                                    sizeof why) != 0) {
+            fprintf(stderr, "bench_plan_scale: %s\n", why);
+            rc = 1;
+        } else {
+            checked++;
+        }
+    }
+    printf("%.3f %.3f %.3f %.3f %016llx %d\n", s.layout_s, s.layout_cpu, secs, cpu,
+           (unsigned long long)plan_digest(plan), checked);
+    reshard_plan_destroy(plan);
+    teardown(&s);
+    return rc;
+}
+
+/* Parent: run a child for one measurement; its output line and peak memory. */
+typedef struct {
+    double layout_s, layout_cpu, plan_s, plan_cpu, wall;
+    char digest[32];
+    int checked;
+    long maxrss_kb;
+} result_t;
+
+static int measure(const char *self, const config_t *c, int32_t rank, int check, result_t *r)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return -1;
+    char size[16], rk[16], ck[16], ly[16];
+    snprintf(size, sizeof size, "%d", c->size);
+    snprintf(ly, sizeof ly, "%d", c->layers);
+    snprintf(rk, sizeof rk, "%d", rank);
+    snprintf(ck, sizeof ck, "%d", check);
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execl(self, self, "--one", c->model, c->system ? c->system : "none", size, rk, ck,
+              c->stages, ly, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char line[256] = {0};
+    FILE *f = fdopen(fd[0], "r");
+    if (!f || !fgets(line, sizeof line, f))
+        line[0] = 0;
+    if (f)
+        fclose(f);
+    int status = 0;
+    struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) < 0)
+        return -1;
+    r->wall = now() - t0;
+    r->maxrss_kb = ru.ru_maxrss;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        sscanf(line, "%lf %lf %lf %lf %16s %d", &r->layout_s, &r->layout_cpu, &r->plan_s,
+               &r->plan_cpu, r->digest, &r->checked) != 6)
+        return -1;
+    return 0;
+}
+
+static int parse_list(const char *s, int32_t *out, int max)
+{
+    int n = 0;
+    char *end;
+    while (s && *s && n < max) {
+        out[n++] = (int32_t)strtol(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static int hash_mode(const config_t *c, const int32_t *ranks, int nranks)
+{
+    setup_t s;
+    if (setup(c, &s) != 0)
+        return 1;
+    double secs, cpu;
+    reshard_plan_t *all = plan_for(&s, RESHARD_ALL_RANKS, &secs, &cpu);
+    if (!all)
+        return 1;
+    printf("%s %s %d+%d global %016llx\n", c->model, c->system ? c->system : "none", c->size,
+           c->size, (unsigned long long)plan_digest(all));
+    reshard_plan_destroy(all);
+    for (int i = 0; i < nranks; i++) {
+        int32_t r = ranks[i] < 0 ? s.world + ranks[i] : ranks[i];
+        reshard_plan_t *one = plan_for(&s, r, &secs, &cpu);
+        if (!one)
+            return 1;
+        printf("%s %s %d+%d rank %d %016llx\n", c->model, c->system ? c->system : "none", c->size,
+               c->size, r, (unsigned long long)plan_digest(one));
+        reshard_plan_destroy(one);
+    }
+    teardown(&s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 9 && !strcmp(argv[1], "--one")) {
+        config_t c = {argv[2], strcmp(argv[3], "none") ? argv[3] : NULL, atoi(argv[4]), argv[7],
+                      atoi(argv[8])};
+        return run_one(&c, atoi(argv[5]), atoi(argv[6]));
+    }
+    config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
+    int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0,
+            global_max = INT32_MAX;
+    int32_t ranks[16] = {5, -1}, nranks = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--model") && v)
+            c.model = argv[++i];
+        else if (!strcmp(a, "--system") && v)
+            c.system = strcmp(argv[++i], "none") ? v : NULL;
+        else if (!strcmp(a, "--sizes") && v)
+            nsizes = parse_list(argv[++i], sizes, 8);
+        else if (!strcmp(a, "--size") && v)
+            c.size = atoi(argv[++i]);
+        else if (!strcmp(a, "--rank") && v)
+            rank = atoi(argv[++i]);
+        else if (!strcmp(a, "--ranks") && v)
+            nranks = parse_list(argv[++i], ranks, 16);
+        else if (!strcmp(a, "--check") && v)
+            check = atoi(argv[++i]);
+        else if (!strcmp(a, "--stages") && v)
+            c.stages = argv[++i];
+        else if (!strcmp(a, "--layers") && v)
+            c.layers = atoi(argv[++i]);
+        else if (!strcmp(a, "--global-max") && v)
+            global_max = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-global"))
+            global = 0;
+        else if (!strcmp(a, "--hash"))
+            hash = 1;
+        else {
+            fprintf(stderr, "usage: see the comment at the top of bench/bench_plan_scale.c\n");
+            return 2;
+        }
+    }
+    if (hash)
+        return hash_mode(&c, ranks, nranks);
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return 1;
+    self[len] = 0;
+    printf("# reshard plan of %s%s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1,%s, infer "
+           "tp=32,dp=N/32; own plan of rank %d\n",
+           c.model, c.layers ? " (first layers only)" : "", c.system ? c.system : "none", c.stages,
+           rank);
+    printf("# times in seconds (wall; cpu = this process's CPU time, steadier on a shared "
+           "machine), peak = max RSS\n");
+    printf("%-11s %-6s %9s %9s %9s %9s %9s %9s %17s %s\n", "ranks", "plan", "layout_s",
+           "layout_cpu", "plan_s", "plan_cpu", "total_cpu", "peak_MiB", "digest", "checked");
+    int bad = 0;
+    double own_first = 0;
+    for (int i = 0; i < nsizes; i++) {
+        c.size = sizes[i];
+        for (int g = 0; g < 1 + (global && c.size <= global_max); g++) {
+            result_t r;
+            if (measure(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0, &r) != 0) {
+                printf("%5d+%-5d %-6s failed\n", c.size, c.size, g ? "global" : "own");
+                bad = 1;
+                continue;
+            }
+            printf("%5d+%-5d %-6s %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %17s %d\n", c.size, c.size,
+                   g ? "global" : "own", r.layout_s, r.layout_cpu, r.plan_s, r.plan_cpu,
+                   r.layout_cpu + r.plan_cpu, (double)r.maxrss_kb / 1024.0, r.digest, r.checked);
+            if (!g && i == 0)
+                own_first = r.layout_cpu + r.plan_cpu;
+            if (!g && i == nsizes - 1 && nsizes > 1 && own_first > 0)
+                printf("# own plan (layouts included) cpu, %d vs %d per side: %.2fx\n", c.size,
+                       sizes[0], (r.layout_cpu + r.plan_cpu) / own_first);
+        }
+        fflush(stdout);
+    }
+    return bad;
+}
