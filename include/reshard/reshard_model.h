@@ -35,11 +35,12 @@
  *                             - squared-ReLU MLP, E MoE; '|' = Megatron stage boundary).
  *                             HF names "backbone.layers.N.norm.weight" and
  *                             "backbone.layers.N.mixer.*": Mamba in_proj [z; x; B; C; dt] x H,
- *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log and D
- *                             (fp32), dt_bias [Hm], norm.weight [I], out_proj [H, I]; MoE
- *                             gate.weight (bf16) and gate.e_score_correction_bias (fp32),
- *                             stacked non-gated experts "mixer.experts.up_proj.weight"
- *                             [E, I, latent or H] and down_proj, shared_experts up/down,
+ *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log
+ *                             (fp32), D and dt_bias [Hm] (bf16), norm.weight [I],
+ *                             out_proj [H, I]; MoE gate.weight (bf16) and
+ *                             gate.e_score_correction_bias (fp32), stacked non-gated
+ *                             experts "mixer.experts.up_proj.weight" [E, I, latent or H]
+ *                             and down_proj, shared_experts up/down,
  *                             fc1/fc2_latent_proj (replicated). Megatron: HybridStack names
  *                             (mixer.in_proj.layer_norm_weight, mixer.conv1d_weight,
  *                             decoder.final_norm; '|' segment c*pp + p is model chunk c of
@@ -49,11 +50,11 @@
  *                             vLLM's parameter mixer.A holds -exp(A_log): a post-load value
  *                             reshard does not compute; the vLLM layout has a buffer
  *                             "model.layers.N.mixer.A_log" ([Hm/tp] fp32) that receives the
- *                             rank's A_log slice, from which the worker sets A. A_log and
- *                             D are fp32 as MambaMixer creates them; Megatron's bf16
- *                             Float16Module casts them to bf16 (module.py: only tensors
- *                             marked keep_in_fp32 stay fp32), a cast reshard does not do:
- *                             such a trainer binds fp32 copies. Refused: biases,
+ *                             rank's A_log slice, from which the worker sets A. One dtype
+ *                             per tensor on both sides: A_log fp32 (Megatron keeps A_log
+ *                             fp32; vLLM's A is fp32), D and dt_bias bf16 (vLLM MambaMixer2
+ *                             creates them in the model dtype). A trainer whose A_log is
+ *                             bf16 binds an fp32 copy. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
  * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, experts on a dense

@@ -18,6 +18,10 @@
  * slice); the caller computes its parameter mixer.A from it after the refit
  * (as vLLM's weight loader does when it loads a checkpoint). reshard never
  * writes A_log bytes into a buffer named mixer.A.
+ *
+ * One dtype per logical tensor on both sides: A_log fp32 (Megatron keeps it
+ * fp32; vLLM's A is fp32), D and dt_bias bf16 (vLLM's MambaMixer2 creates
+ * them with no dtype, i.e. the model dtype; Megatron does not keep them fp32).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -186,7 +190,7 @@ static reshard_status_t mamba_tensors(rs_cat_t *c, rs_layer_ids_t *l, const char
     TRY(rs_cat_add(c, &l->m_conv_w, BF16, 3, cw, 0, NULL, "%sconv1d.weight", p));
     TRY(rs_cat_add(c, &l->m_conv_b, BF16, 1, &cb, 0, NULL, "%sconv1d.bias", p));
     TRY(rs_cat_add(c, &l->m_A_log, FP32, 1, &Hm, 0, NULL, "%sA_log", p));
-    TRY(rs_cat_add(c, &l->m_D, FP32, 1, &Hm, 0, NULL, "%sD", p));
+    TRY(rs_cat_add(c, &l->m_D, BF16, 1, &Hm, 0, NULL, "%sD", p));
     TRY(rs_cat_add(c, &l->m_dt_bias, BF16, 1, &Hm, 0, NULL, "%sdt_bias", p));
     TRY(rs_cat_add(c, &l->m_norm, BF16, 1, &I, 0, NULL, "%snorm.weight", p));
     return rs_cat_add(c, &l->m_out, BF16, 2, out, 0, NULL, "%sout_proj.weight", p);

@@ -116,10 +116,14 @@ static int hf_shape(const ncfg_t *c, const char *name, int64_t *shape, int *nd, 
     if (strncmp(r, "mixer.", 6))
         return 0;
     r += 6;
-    /* fp32: A_log, D (MambaMixer, MambaMixer2) and the router's score-correction
-     * bias; the router weight is bf16 (Megatron params_dtype, vLLM GateLinear on SM90+) */
-    static const char *const fp32[] = {"A_log", "D", "gate.e_score_correction_bias"};
-    for (size_t i = 0; i < 3; i++)
+    /* fp32: A_log (Megatron MambaMixer keeps A_log fp32; vLLM MambaMixer2 creates
+     * A fp32, so the A_log it is computed from lands fp32) and the router's
+     * score-correction bias. D and dt_bias are bf16: MambaMixer2 creates them
+     * with no dtype (torch.ones(num_heads // tp): the model dtype) and the sheet
+     * names no fp32 for them on Megatron's side. The router weight is bf16
+     * (Megatron params_dtype, vLLM GateLinear on SM90+). */
+    static const char *const fp32[] = {"A_log", "gate.e_score_correction_bias"};
+    for (size_t i = 0; i < 2; i++)
         if (!strcmp(r, fp32[i]))
             *dt = RESHARD_FP32;
     if (!strcmp(r, "in_proj.weight"))
