@@ -77,6 +77,14 @@ static reshard_status_t parse_pattern(json_t *root, reshard_model_t *m)
     for (size_t i = 0; i < n; i++) {
         char k = pat[i];
         if (k == '|') {
+            /* a segment is a stage or model chunk: an empty one is no stage,
+             * refused rather than read as fewer segments */
+            if (i == 0 || pat[i - 1] == '|' || i + 1 == n)
+                return rs_error(RESHARD_ERR_CONFIG,
+                                "config: hybrid_override_pattern '%.200s' has an empty '|' "
+                                "segment at %zu (each '|' segment is a pipeline stage or model "
+                                "chunk of at least one layer)",
+                                pat, i);
             if (layers < m->L && layers > hy->stage0[segs - 1])
                 hy->stage0[segs++] = layers;
             continue;

@@ -947,6 +947,23 @@ static void test_refusals(void **state)
     assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "'X'"));
     free(json);
+    /* an empty '|' segment (leading, doubled, trailing) is no stage: refused
+     * naming the pattern and the position, never read as fewer segments */
+    static const struct {
+        const char *pattern;
+        size_t at;
+    } empty[] = {{"ME||*-EM", 3}, {"|ME*-EM", 0}, {"ME*-EM|", 6}, {"ME|*-|EM||", 9}};
+    for (size_t k = 0; k < sizeof empty / sizeof *empty; k++) {
+        bad.pattern = empty[k].pattern;
+        json = config_json(&bad, NULL);
+        assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_ERR_CONFIG);
+        char words[96];
+        snprintf(words, sizeof words, "'%s' has an empty '|' segment at %zu", empty[k].pattern,
+                 empty[k].at);
+        if (!strstr(reshard_last_error(), words))
+            fail_msg("%s: %s", empty[k].pattern, reshard_last_error());
+        free(json);
+    }
     json = config_json(&groups4, NULL);
     reshard_model_options_t o = {.mtp = 1};
     assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);
