@@ -221,7 +221,11 @@ int32_t reshard_train_world(const reshard_train_spec_t *spec);
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
- *  ",first=3", ",last=2" when set) into @p out. */
+ *  ",first=3", ",last=2" when set; infer: "tp=8,dp=16,ep=on") into @p out
+ *  of @p size bytes, truncated to fit and always terminated. Any rank, any
+ *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is
+ *  returned; with a NULL @p out or @p size 0, a static "" is returned and
+ *  nothing is written. No error is set. */
 const char *reshard_train_spec_str(const reshard_train_spec_t *spec, char *out, size_t size);
 const char *reshard_infer_spec_str(const reshard_infer_spec_t *spec, char *out, size_t size);
 

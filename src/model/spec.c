@@ -178,6 +178,11 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *s)
 
 const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, size_t size)
 {
+    if (!out || !size)
+        return "";
+    out[0] = '\0';
+    if (!s)
+        return out;
     int n = snprintf(out, size, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,etp=%d", s->tp, s->pp, s->dp, s->cp,
                      s->ep, rs_etp(s));
     if (n >= 0 && (size_t)n < size && rs_vpp(s) > 1)
@@ -191,6 +196,11 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, siz
 
 const char *reshard_infer_spec_str(const reshard_infer_spec_t *s, char *out, size_t size)
 {
+    if (!out || !size)
+        return "";
+    out[0] = '\0';
+    if (!s)
+        return out;
     snprintf(out, size, "tp=%d,dp=%d,ep=%s", s->tp, s->dp, s->ep ? "on" : "off");
     return out;
 }

@@ -225,6 +225,20 @@ static void test_spec_parse(void **state)
     char text[96];
     assert_string_equal(reshard_train_spec_str(&t, text, sizeof text),
                         "tp=2,pp=4,dp=1,cp=1,ep=1,etp=1,vpp=2,first=3,last=5");
+    /* NULL spec: "" written to out; NULL out or size 0: a static "" (never a crash) */
+    memset(text, 'x', sizeof text);
+    assert_ptr_equal(reshard_train_spec_str(NULL, text, sizeof text), text);
+    assert_string_equal(text, "");
+    memset(text, 'x', sizeof text);
+    assert_ptr_equal(reshard_infer_spec_str(NULL, text, sizeof text), text);
+    assert_string_equal(text, "");
+    assert_string_equal(reshard_train_spec_str(&t, NULL, 0), "");
+    assert_string_equal(reshard_train_spec_str(&t, NULL, sizeof text), "");
+    assert_string_equal(reshard_infer_spec_str(&i, NULL, 64), "");
+    assert_string_equal(reshard_infer_spec_str(NULL, NULL, 0), "");
+    text[0] = 'x';
+    assert_ptr_not_equal(reshard_train_spec_str(&t, text, 0), text); /* size 0: out untouched */
+    assert_int_equal(text[0], 'x');
     assert_int_equal(reshard_infer_spec_parse("tp=8,dp=16,ep=on", &i), RESHARD_OK);
     assert_int_equal(reshard_infer_world(&i), 128);
     assert_int_equal(i.ep, 1);
