@@ -42,6 +42,19 @@ reshard_status_t rs_config_int(json_t *root, const char *key, int64_t def, int64
     return get_int(root, key, def, min, out);
 }
 
+reshard_status_t rs_config_bool(json_t *root, const char *key, int def, int *out)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v))
+        *out = def;
+    else if (json_is_boolean(v))
+        *out = json_is_true(v);
+    else
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "config: field '%s' is not a boolean (JSON true or false)", key);
+    return RESHARD_OK;
+}
+
 #define GET(key, def, min, dst)                                                                    \
     do {                                                                                           \
         int64_t v_;                                                                                \
@@ -94,6 +107,10 @@ static reshard_status_t refuse_field(json_t *root, const char *type, const char 
                                      const char *what)
 {
     json_t *v = json_object_get(root, key);
+    if (v && !json_is_null(v) && !json_is_boolean(v) && !json_is_integer(v))
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "config: field '%s' is not a boolean or an integer (model_type '%s')", key,
+                        type);
     if (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) > 0))
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: model_type '%s' with %s set: %s are not modelled (refused rather "
@@ -115,6 +132,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     }
     if (m->fam != RS_FAM_QWEN2_MOE)
         TRY(refuse_field(root, mt, "shared_expert_intermediate_size", "shared experts"));
+    if (m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_NEMOTRON_H)
+        TRY(refuse_field(root, mt, "n_shared_experts", "shared experts"));
     TRY(refuse_field(root, mt, "attention_bias", "q/k/v/o projection biases"));
     TRY(refuse_field(root, mt, "mlp_bias", "MLP projection biases"));
     m->qkv_bias = !strcmp(mt, "qwen2") || m->fam == RS_FAM_QWEN2_MOE;
@@ -130,8 +149,7 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     GET("num_key_value_heads", m->nh, 1, m->kv);
     GET("head_dim", m->H / m->nh, 1, m->hd);
     GET("vocab_size", -1, 1, m->V);
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    m->tied = tie && json_is_true(tie);
+    TRY(rs_config_bool(root, "tie_word_embeddings", 0, &m->tied));
     m->qk_norm = m->fam == RS_FAM_QWEN3_MOE || !strcmp(mt, "qwen3");
     if (m->kv > m->nh || m->nh % m->kv)
         return rs_error(RESHARD_ERR_CONFIG,
@@ -279,7 +297,7 @@ reshard_status_t reshard_model_load_json(const char *json_text, const reshard_mo
     if (!json_text || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_load_json: NULL argument");
     json_error_t err;
-    json_t *root = json_loads(json_text, 0, &err);
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &err);
     if (!root || !json_is_object(root)) {
         json_decref(root);
         return rs_error(RESHARD_ERR_IO, "config: not a JSON object (line %d: %s)", err.line,
@@ -337,7 +355,7 @@ reshard_status_t reshard_model_load(const char *name_or_path, const reshard_mode
                         name_or_path, names);
     }
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!root)
         return rs_error(RESHARD_ERR_IO, "model '%s': cannot read %s: %s", name_or_path, path,
                         err.text);

@@ -42,18 +42,13 @@
         dst = v_;                                                                                  \
     } while (0)
 
-/* A boolean field; absent or null reads as @p def. */
-static int get_bool(json_t *root, const char *key, int def)
-{
-    json_t *v = json_object_get(root, key);
-    return !v || json_is_null(v) ? def : json_is_true(v);
-}
-
 /* Refuse a config whose field @p key is true: it implies tensors that are
  * not built. */
 static reshard_status_t refuse_true(json_t *root, const char *key, const char *what)
 {
-    if (get_bool(root, key, 0))
+    int on;
+    TRY(rs_config_bool(root, key, 0, &on));
+    if (on)
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: nemotron_h with %s = true (%s) is not modelled", key, what);
     return RESHARD_OK;
@@ -119,7 +114,9 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
     /* attention_bias and mlp_bias are refused for every family (config.c) */
     TRY(refuse_true(root, "mamba_proj_bias", "in_proj/out_proj biases"));
     TRY(refuse_true(root, "use_bias", "in_proj/out_proj biases"));
-    if (!get_bool(root, "use_conv_bias", 1))
+    int conv_bias;
+    TRY(rs_config_bool(root, "use_conv_bias", 1, &conv_bias));
+    if (!conv_bias)
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: nemotron_h with use_conv_bias = false is not modelled (Megatron's "
                         "MambaMixer asserts conv_bias)");

@@ -119,6 +119,9 @@ void rs_hybrid_stage_layers(const reshard_model_t *m, const reshard_train_spec_t
 /** An integer config field (config.c): required when @p def < 0; null = absent. */
 reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def, int64_t min,
                                int64_t *out);
+/* A boolean field: JSON true or false; absent or null reads as @p def;
+ * anything else is CONFIG naming the field. */
+reshard_status_t rs_config_bool(struct json_t *root, const char *key, int def, int *out);
 
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);

@@ -441,6 +441,45 @@ static void test_load_errors(void **state)
         if (!strstr(reshard_last_error(), unbuilt[k].words))
             fail_msg("%s: %s", unbuilt[k].json, reshard_last_error());
     }
+    /* shared experts on a family without them: refused by name */
+    assert_int_equal(
+        reshard_model_load_json("{\"model_type\": \"llama\", \"n_shared_experts\": 1}", NULL, &m),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "n_shared_experts set: shared experts"));
+    /* booleans are JSON true or false: "yes" is not read as false */
+    static const char *const base = "{\"model_type\": \"llama\", \"hidden_size\": 8, "
+                                    "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                                    "\"num_attention_heads\": 2, \"vocab_size\": 10, ";
+    static const struct {
+        const char *tail, *words;
+        reshard_status_t st;
+    } typed[] = {
+        {"\"tie_word_embeddings\": \"yes\"}", "'tie_word_embeddings' is not a boolean",
+         RESHARD_ERR_CONFIG},
+        {"\"tie_word_embeddings\": 1}", "'tie_word_embeddings' is not a boolean",
+         RESHARD_ERR_CONFIG},
+        {"\"attention_bias\": \"no\"}", "'attention_bias' is not a boolean", RESHARD_ERR_CONFIG},
+        /* a duplicate key is refused (jansson would keep the later value) */
+        {"\"hidden_size\": 16}", "duplicate object key", RESHARD_ERR_IO},
+    };
+    for (size_t k = 0; k < sizeof typed / sizeof *typed; k++) {
+        char json[512];
+        snprintf(json, sizeof json, "%s%s", base, typed[k].tail);
+        reshard_status_t st = reshard_model_load_json(json, NULL, &m);
+        if (st != typed[k].st || !strstr(reshard_last_error(), typed[k].words))
+            fail_msg("%s: %s \"%s\"", typed[k].tail, reshard_status_string(st),
+                     reshard_last_error());
+    }
+    char dup[] = "/tmp/reshard-config-XXXXXX";
+    fd = mkstemp(dup);
+    assert_true(fd >= 0);
+    static const char two[] = "{\"model_type\": \"llama\", \"vocab_size\": 1, \"vocab_size\": 2}";
+    assert_int_equal(write(fd, two, sizeof two - 1), (ssize_t)(sizeof two - 1));
+    close(fd);
+    assert_int_equal(reshard_model_load(dup, NULL, &m), RESHARD_ERR_IO);
+    assert_non_null(strstr(reshard_last_error(), "duplicate object key"));
+    assert_non_null(strstr(reshard_last_error(), "vocab_size"));
+    unlink(dup);
     /* false biases are the default: accepted */
     assert_int_equal(reshard_model_load_json("{\"model_type\": \"llama\", \"attention_bias\": "
                                              "false, \"mlp_bias\": false, \"hidden_size\": 8, "
