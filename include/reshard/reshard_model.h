@@ -57,8 +57,9 @@
  *                             bf16 binds an fp32 copy. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
- * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, experts on a dense
- * family) is refused naming the field.
+ * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, n_shared_experts
+ * outside deepseek and nemotron_h, experts on a dense family) is refused naming
+ * the field. Booleans must be JSON true or false; a duplicate key is refused (IO).
  *
  * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
  * frameworks (Megatron's router.py creates the weight fp32 and casts it to
