@@ -133,7 +133,7 @@ void reshard_tensors_destroy(reshard_tensors_t *tensors);
  *                    order) in which boxes of this tensor are expressed,
  *                    e.g. [heads, head_dim, hidden] for [heads*head_dim, hidden]
  * @param id_out      receives the tensor id (may be NULL)
- * Errors: INVALID_ARG (NULL, ndim out of range, duplicate name), SHAPE (an
+ * Errors: INVALID_ARG (NULL, empty name, ndim out of range, duplicate name), SHAPE (an
  * extent < 1, or the view's element count differs), OVERFLOW (element count
  * or byte size over 2^63), NOMEM. Local; no communication.
  */
@@ -352,6 +352,8 @@ enum {
     RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
     RESHARD_PLAN_PARAM_RELAY_BYTES = 1u << 3,
 };
+/** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0xf)
 
 /** Default staging memory per rank: 256 MiB. */
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
@@ -361,12 +363,16 @@ enum {
  *  tables, so a larger world_size is refused (INVALID_ARG) rather than
  *  allocated. */
 #define RESHARD_MAX_WORLD_SIZE (1 << 20)
+/** Shortest peer timeout, seconds (1 ms): a smaller timeout_s is
+ *  INVALID_ARG (a denormal one would time every execution out). */
+#define RESHARD_MIN_TIMEOUT_S 1e-3
 /** Longest peer timeout, seconds (about 31 years): a larger finite timeout_s
  *  is taken as this bound ("wait as long as it takes"). */
 #define RESHARD_MAX_TIMEOUT_S 1e9
 
 typedef struct {
-    uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
+    uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below; other
+                                 bits: INVALID_ARG */
     int32_t world_size;     /**< required: ranks of both sides are in [0, world_size),
                                  1 <= world_size <= RESHARD_MAX_WORLD_SIZE */
     int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
@@ -374,9 +380,9 @@ typedef struct {
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
                                  order); 0 or 1 = every rank its own domain;
                                  >= world_size = one domain; < 0: INVALID_ARG */
-    double timeout_s;       /**< peer timeout for execution, seconds: finite and > 0
-                                 (INVALID_ARG otherwise); values over
-                                 RESHARD_MAX_TIMEOUT_S wait that long */
+    double timeout_s;       /**< peer timeout for execution, seconds: finite and
+                                 >= RESHARD_MIN_TIMEOUT_S (INVALID_ARG otherwise);
+                                 values over RESHARD_MAX_TIMEOUT_S wait that long */
     uint64_t relay_bytes;   /**< relay scratch bound per rank, bytes (default: none).
                                  Relays balance a domain's NICs by landing pieces on
                                  ranks that do not need them; a smaller bound relays
@@ -418,8 +424,9 @@ typedef struct reshard_plan reshard_plan_t;
  * fragments and declared buffers, world_size, domain_size, staging, relay
  * and timeout (not my_rank) — which reshard_plan_execute compares across
  * ranks.
- * Errors: INVALID_ARG (also: a set timeout_s that is NaN, infinite or not
- * positive; a negative domain_size; world_size outside
+ * Errors: INVALID_ARG (also: field_mask bits outside RESHARD_PLAN_PARAM_ALL,
+ * named in hex; a set timeout_s that is NaN, infinite or under
+ * RESHARD_MIN_TIMEOUT_S; a negative domain_size; world_size outside
  * 1..RESHARD_MAX_WORLD_SIZE), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
  * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams),
  * BUFFER, NOMEM — the message names the tensor, rank and box (and buffer).

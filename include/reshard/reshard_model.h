@@ -216,9 +216,10 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
  *  Errors as reshard_train_spec_parse. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 
-/** Ranks of a training spec (tp*cp*dp*pp), or -1 when it overflows int32. */
+/** Ranks of a training spec (tp*cp*dp*pp), or -1 for a NULL or invalid spec
+ *  (a size below 1, e.g. tp=0) or a product that overflows int32. */
 int32_t reshard_train_world(const reshard_train_spec_t *spec);
-/** Ranks of an inference spec (tp*dp), or -1 when it overflows int32. */
+/** Ranks of an inference spec (tp*dp), or -1 as reshard_train_world. */
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",

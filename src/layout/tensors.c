@@ -45,6 +45,8 @@ reshard_status_t reshard_tensors_add(reshard_tensors_t *tensors, const char *nam
     rs_error_clear();
     if (!tensors || !name || !shape || (view_ndim > 0 && !view_shape))
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_tensors_add: NULL argument");
+    if (!*name)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_tensors_add: empty tensor name");
     if (ndim < 1 || ndim > RESHARD_MAX_DIMS || view_ndim < 0 || view_ndim > RESHARD_MAX_DIMS)
         return rs_error(RESHARD_ERR_INVALID_ARG, "tensor %s: ndim %d / view ndim %d out of range",
                         name, ndim, view_ndim);

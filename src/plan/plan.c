@@ -47,6 +47,12 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     if (!src || !dst || !params || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: NULL argument");
     *out = NULL;
+    if (params->field_mask & ~RESHARD_PLAN_PARAM_ALL)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_create: field_mask bits 0x%llx are not RESHARD_PLAN_PARAM_* "
+                        "bits (known: 0x%llx)",
+                        (unsigned long long)(params->field_mask & ~RESHARD_PLAN_PARAM_ALL),
+                        (unsigned long long)RESHARD_PLAN_PARAM_ALL);
     if (params->world_size < 1 || params->world_size > RESHARD_MAX_WORLD_SIZE)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_plan_create: world_size %d outside [1, %d]", params->world_size,
@@ -76,11 +82,11 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     else if (plan->p.domain_size < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: domain_size %d is negative",
                       plan->p.domain_size);
-    else if (!isfinite(plan->p.timeout_s) || !(plan->p.timeout_s > 0))
+    else if (!isfinite(plan->p.timeout_s) || !(plan->p.timeout_s >= RESHARD_MIN_TIMEOUT_S))
         st = rs_error(RESHARD_ERR_INVALID_ARG,
-                      "reshard_plan_create: timeout %g s is not a finite number > 0 (at most "
-                      "%g s is waited)",
-                      plan->p.timeout_s, RESHARD_MAX_TIMEOUT_S);
+                      "reshard_plan_create: timeout %g s is not a finite number >= %g s (at "
+                      "most %g s is waited)",
+                      plan->p.timeout_s, RESHARD_MIN_TIMEOUT_S, RESHARD_MAX_TIMEOUT_S);
     plan->p.timeout_s = rs_timeout_s(plan->p.timeout_s);
     if (plan->p.domain_size > plan->p.world_size) /* one domain holds every rank */
         plan->p.domain_size = plan->p.world_size;

@@ -120,7 +120,8 @@ static void test_timeout_not_finite_refused(void **state)
     reshard_layout_t *src = layout(ts, &f);
     f.rank = 1;
     reshard_layout_t *dst = layout(ts, &f);
-    const double bad[] = {INFINITY, -INFINITY, NAN, 0.0, -1.0};
+    /* and under RESHARD_MIN_TIMEOUT_S (a denormal made every execute TIMEOUT) */
+    const double bad[] = {INFINITY, -INFINITY, NAN, 0.0, -1.0, 5e-324, 9.99e-4};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT,
                                      .world_size = 2,
@@ -129,6 +130,50 @@ static void test_timeout_not_finite_refused(void **state)
         assert_int_equal(plan_with(src, dst, prm, NULL), RESHARD_ERR_INVALID_ARG);
         assert_msg("timeout");
     }
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+/* API arguments found by a hostile tester: an empty tensor name, unknown
+ * field_mask bits; and the minimum timeout itself is accepted. */
+static void test_api_arguments_refused(void **state)
+{
+    (void)state;
+    reshard_tensors_t *ts = catalogue(1, 8);
+    int64_t shape[1] = {4};
+    assert_int_equal(reshard_tensors_add(ts, "", RESHARD_FP32, 1, shape, 0, NULL, NULL),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_msg("empty");
+    assert_int_equal(reshard_tensors_count(ts), 1);
+    reshard_fragment_t f = {.tensor = 0, .rank = 0, .box = {1, {0}, {8}}, .stride = {1}};
+    reshard_layout_t *src = layout(ts, &f);
+    f.rank = 1;
+    reshard_layout_t *dst = layout(ts, &f);
+    const uint64_t unknown[] = {1u << 4, (uint64_t)1 << 63, 0xf0};
+    for (size_t k = 0; k < sizeof unknown / sizeof *unknown; k++) {
+        reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT | unknown[k],
+                                     .world_size = 2,
+                                     .my_rank = RESHARD_ALL_RANKS,
+                                     .timeout_s = 1.0};
+        assert_int_equal(plan_with(src, dst, prm, NULL), RESHARD_ERR_INVALID_ARG);
+        char want[64];
+        snprintf(want, sizeof want, "0x%llx", (unsigned long long)unknown[k]);
+        assert_msg(want);
+    }
+    reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT,
+                                 .world_size = 2,
+                                 .my_rank = RESHARD_ALL_RANKS,
+                                 .timeout_s = RESHARD_MIN_TIMEOUT_S};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(plan_with(src, dst, prm, &plan), RESHARD_OK);
+    reshard_plan_destroy(plan);
+    /* reshard_train_world: -1 for a size below 1 (tp=0) or an overflow */
+    reshard_train_spec_t t = {.tp = 0, .pp = 1, .dp = 1, .cp = 1, .ep = 1};
+    assert_int_equal(reshard_train_world(&t), -1);
+    t.tp = 65536;
+    t.pp = 65536;
+    assert_int_equal(reshard_train_world(&t), -1);
     reshard_layout_destroy(src);
     reshard_layout_destroy(dst);
     reshard_tensors_destroy(ts);
@@ -490,6 +535,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeout_not_finite_refused),
         cmocka_unit_test(test_huge_timeout_completes),
+        cmocka_unit_test(test_api_arguments_refused),
         cmocka_unit_test(test_source_aliasing_strides_refused),
         cmocka_unit_test(test_self_overlap_message),
         cmocka_unit_test(test_buffer_id_int32_max),
