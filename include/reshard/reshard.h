@@ -359,10 +359,13 @@ enum {
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
 /** Default time after which a silent peer is declared dead: 60 s. */
 #define RESHARD_DEFAULT_TIMEOUT_S 60.0
-/** Most ranks a plan takes (2^20): planning keeps per-rank and per-domain
- *  tables, so a larger world_size is refused (INVALID_ARG) rather than
- *  allocated. */
-#define RESHARD_MAX_WORLD_SIZE (1 << 20)
+/** Most ranks a plan takes (2^14 = 16384). Planning cost grows with
+ *  world_size^2 whatever the layout: the chunk schedule keeps, per rank, a
+ *  bit set over the world's ranks and domains (world_size^2 / 8 bytes with
+ *  one rank per domain) and scans it for every rank. At 16384 ranks a
+ *  one-tensor plan takes ~0.3 s and 32 MiB; at 2^20 it needed 128 GiB. A
+ *  larger world_size is refused (INVALID_ARG) rather than allocated. */
+#define RESHARD_MAX_WORLD_SIZE (1 << 14)
 /** Shortest peer timeout, seconds (1 ms): a smaller timeout_s is
  *  INVALID_ARG (a denormal one would time every execution out). */
 #define RESHARD_MIN_TIMEOUT_S 1e-3
