@@ -24,6 +24,11 @@ typedef struct {
     double max; /**< INT and NUMBER: the largest (0: INT32_MAX for INT, none for NUMBER) */
 } cli_opt_t;
 
+/** Smallest --staging-mb the option parser takes (MiB): a zero or negative
+ *  bound is bad usage (exit 2); one over it but under the plan's 4 KiB
+ *  minimum is a plan error (STAGING, exit 1). */
+#define STAGING_MB_MIN 0.001
+
 /** Parse argv[1..argc) against the @p n options @p opts, storing each value.
  *  Returns 0; 1 when -h or --help was given; 2 on a usage error (unknown
  *  option, flag given a value, missing value, unparsable number or one out of

@@ -74,7 +74,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
                               {"--rank", CLI_INT, &a->rank, 0, 0},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
                               {"--relay-mb", CLI_NUMBER, &a->relay_mb, 0, 1 << 30}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);

@@ -107,7 +107,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
                               {"--relay-mb", CLI_NUMBER, &a->relay_mb, 0, 1 << 30},
                               {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
     char err[512];

@@ -55,20 +55,21 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     const char *data = reshard_data_dir();
     snprintf(cases, sizeof cases, "%s/cases/refit-cases.json", data ? data : ".");
     a->cases = cases;
-    const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
-                              {"--cases", CLI_STRING, &a->cases, 0, 0},
-                              {"--model", CLI_STRING, &a->model, 0, 0},
-                              {"--train", CLI_STRING, &a->train, 0, 0},
-                              {"--infer", CLI_STRING, &a->infer, 0, 0},
-                              {"--system", CLI_STRING, &a->system, 0, 0},
-                              {"--json", CLI_FLAG, &a->json, 0, 0},
-                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
-                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
-                              {"--layers", CLI_INT, &a->layers, 1, 0},
-                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
-                              {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
-                              {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0.001, 1 << 20}};
+    const cli_opt_t opts[] = {
+        {"--case", CLI_STRING, &a->only, 0, 0},
+        {"--cases", CLI_STRING, &a->cases, 0, 0},
+        {"--model", CLI_STRING, &a->model, 0, 0},
+        {"--train", CLI_STRING, &a->train, 0, 0},
+        {"--infer", CLI_STRING, &a->infer, 0, 0},
+        {"--system", CLI_STRING, &a->system, 0, 0},
+        {"--json", CLI_FLAG, &a->json, 0, 0},
+        {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+        {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+        {"--layers", CLI_INT, &a->layers, 1, 0},
+        {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+        {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
+        {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
+        {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)

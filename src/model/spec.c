@@ -22,6 +22,19 @@ static char *trim(char *s)
 typedef reshard_status_t (*spec_set_fn)(void *spec, const char *side, const char *key,
                                         const char *val, unsigned *seen);
 
+/* A spec as error messages quote it: its first 64 characters, then "..."
+ * when longer, so that a huge argument is not echoed whole. */
+typedef struct {
+    char s[72];
+} spec_quote_t;
+
+static spec_quote_t quote(const char *text)
+{
+    spec_quote_t q;
+    snprintf(q.s, sizeof q.s, "%.64s%s", text, strlen(text) > 64 ? "..." : "");
+    return q;
+}
+
 static reshard_status_t parse_pairs(const char *side, const char *text, void *spec, spec_set_fn set)
 {
     if (!text || !*text)
@@ -35,20 +48,21 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
         char item[64];
         if (len == 0 || len >= sizeof item)
             return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": empty or too long item", side,
-                            text);
+                            quote(text).s);
         memcpy(item, p, len);
         item[len] = '\0';
         char *eq = strchr(item, '=');
         if (!eq)
             return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": item \"%s\" is not key=value",
-                            side, text, item);
+                            side, quote(text).s, item);
         *eq = '\0';
         reshard_status_t s = set(spec, side, trim(item), trim(eq + 1), &seen);
         if (s != RESHARD_OK)
             return s;
         p = end ? end + 1 : p + len;
         if (end && !*p)
-            return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": trailing comma", side, text);
+            return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": trailing comma", side,
+                            quote(text).s);
     }
     return RESHARD_OK;
 }
@@ -127,7 +141,8 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
     if (s.etp == 0) /* Megatron: --expert-tensor-parallel-size defaults to tp */
         s.etp = s.tp;
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
-        st = rs_error(RESHARD_ERR_INVALID_ARG, "train spec \"%s\": world size overflows", text);
+        st = rs_error(RESHARD_ERR_INVALID_ARG, "train spec \"%s\": world size overflows",
+                      quote(text).s);
     if (st == RESHARD_OK)
         *out = s;
     return st;
@@ -141,7 +156,8 @@ reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t
     reshard_infer_spec_t s = {1, 1, 0};
     reshard_status_t st = parse_pairs("infer", text, &s, infer_set);
     if (st == RESHARD_OK && reshard_infer_world(&s) < 0)
-        st = rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": world size overflows", text);
+        st = rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": world size overflows",
+                      quote(text).s);
     if (st == RESHARD_OK)
         *out = s;
     return st;

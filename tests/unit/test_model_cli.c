@@ -194,8 +194,13 @@ static void test_plan_bad_arguments(void **state)
         {"plan --model qwen3-0.6b --train tp=3 --infer tp=1", "tp=3 does not divide", 1},
         {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --layers 1.5", "not a valid whole", 2},
         {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --json=1", "takes no value", 2},
-        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb 0", "under the minimum",
-         1},
+        /* a zero staging bound is bad usage, named by the option parser */
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb 0",
+         "--staging-mb: 0 is below the minimum", 2},
+        {"sim --staging-mb 0", "--staging-mb: 0 is below the minimum", 2},
+        /* a bound over zero but under the plan's 4 KiB: a plan error */
+        {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb 0.001",
+         "under the minimum 4096", 1},
         {"sim --case", "--case needs a value", 2},
         {"plan --model qwen3-0.6b --train tp=1 --infer tp=1 --staging-mb inf", "above the maximum",
          2},
@@ -204,6 +209,17 @@ static void test_plan_bad_arguments(void **state)
         {"sim --system=h100 --bogus", "unknown option '--bogus'", 2},
         {"frobnicate", "unknown command", 2},
     };
+    /* a long spec is not echoed whole: its first 64 characters, then "..." */
+    char args[1200];
+    int n = snprintf(args, sizeof args, "plan --model qwen3-0.6b --infer tp=1 --train '");
+    memset(args + n, ' ', 1000);
+    snprintf(args + n + 1000, sizeof args - (size_t)n - 1000, "tp=x'");
+    assert_int_equal(run(args, out, sizeof out), 2);
+    if (!strstr(
+            out,
+            "train spec \"                                                                ...\"") ||
+        strlen(out) > 400)
+        fail_msg("long spec echoed: %zu bytes: %.300s", strlen(out), out);
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         int rc = run(cases[k].args, out, sizeof out);
         if (rc != cases[k].rc || !strstr(out, cases[k].says))

@@ -254,6 +254,24 @@ static void test_spec_parse(void **state)
     assert_int_equal(reshard_infer_spec_parse("tp=8,pp=2", &i), RESHARD_ERR_INVALID_ARG);
     assert_non_null(strstr(reshard_last_error(), "unknown key 'pp'"));
     assert_int_equal(reshard_train_spec_parse("tp=65536,pp=65536", &t), RESHARD_ERR_INVALID_ARG);
+    /* a long spec is echoed as its first 64 characters and "...", not whole */
+    size_t big = (size_t)1 << 20;
+    char *spaces = malloc(big + 8);
+    assert_non_null(spaces);
+    memset(spaces, ' ', big);
+    strcpy(spaces + big, "tp=1");
+    for (int side = 0; side < 2; side++) {
+        assert_int_equal(side ? reshard_infer_spec_parse(spaces, &i)
+                              : reshard_train_spec_parse(spaces, &t),
+                         RESHARD_ERR_INVALID_ARG);
+        const char *msg = reshard_last_error();
+        char want[160];
+        snprintf(want, sizeof want, "%s spec \"%64s...\": empty or too long item",
+                 side ? "infer" : "train", "");
+        if (!strstr(msg, want) || strlen(msg) > 200)
+            fail_msg("%zu bytes: %.300s", strlen(msg), msg);
+    }
+    free(spaces);
 }
 
 /* A rule violation: CONFIG with a message containing @p words. */
