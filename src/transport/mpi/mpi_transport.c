@@ -217,6 +217,9 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
         if (now > deadline) {
             char peers[256];
             describe_peers(l, peers, sizeof peers);
+            for (int i = 0; m->lost && i < l->n; i++)
+                if (l->peer[i] >= 0 && l->peer[i] < m->size)
+                    m->lost[l->peer[i]] = 1;
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: %s: no transfer completed for %.1f s; %d outstanding, "
                             "waiting for rank(s) %s (dead or stalled peer?)",
@@ -277,13 +280,22 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
             send_aborts(m, local);
     }
     /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any) */
-    int64_t in[2] = {((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank,
-                     in_flight ? -1 : 0};
-    int64_t out[2] = {0, 0};
+    /* on the heap: after a timeout the collective stays posted (a stopped
+     * peer may resume and complete it), so its buffers are leaked with it */
+    int64_t *io = malloc(4 * sizeof *io);
+    if (!io) {
+        m->broken = true;
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory in the agreement", m->rank);
+    }
+    int64_t *in = io, *out = io + 2;
+    in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
+    in[1] = in_flight ? -1 : 0;
+    out[0] = out[1] = 0;
     MPI_Request req;
     int rc = MPI_Iallreduce(in, out, 2, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
         m->broken = true;
+        free(io);
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
     }
     rs_mpi_reqs_t l = {0};
@@ -291,6 +303,9 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
     if (st == RESHARD_OK)
         st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
     rs_mpi_reqs_free(&l);
+    int64_t agreed[2] = {out[0], out[1]};
+    if (st == RESHARD_OK)
+        free(io);
     if (st != RESHARD_OK) {
         m->broken = true;
         if (st == RESHARD_ERR_TIMEOUT)
@@ -301,10 +316,10 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
                             local != RESHARD_OK ? local_msg : "");
         return st;
     }
-    int key = (int)(out[0] >> 32);
-    int who = (int)(out[0] & 0xffffffff);
+    int key = (int)(agreed[0] >> 32);
+    int who = (int)(agreed[0] & 0xffffffff);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
-    if (out[1] < 0)
+    if (agreed[1] < 0)
         m->broken = true; /* transfers in flight somewhere: state unknown */
     /* next epoch: forget this one's aborts */
     m->epoch++;
@@ -482,6 +497,7 @@ static void mpi_destroy(reshard_comm_t *c)
     rs_mpi_reqs_free(&m->slot[0]);
     rs_mpi_reqs_free(&m->slot[1]);
     rs_mpi_reqs_free(&m->abort_sends);
+    free(m->lost);
     free(m);
     c->impl = NULL;
 }
@@ -500,6 +516,8 @@ static const rs_transport_ops_t rs_mpi_ops = {
     .unpack = NULL,
     .local_copy = NULL,
     .finish = mpi_finish,
+    .unresponsive = rs_mpi_unresponsive,
+    .agree_exchange = rs_mpi_agree_exchange,
     .destroy = mpi_destroy,
 };
 
@@ -545,9 +563,17 @@ reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out)
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
+    m->lost = calloc((size_t)m->size, 1);
+    if (!m->lost) {
+        MPI_Comm_free(&m->comm);
+        free(m);
+        free(c);
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_comm_create_mpi: out of memory");
+    }
     reshard_status_t st = post_abort_recv(m);
     if (st != RESHARD_OK) {
         MPI_Comm_free(&m->comm);
+        free(m->lost);
         free(m);
         free(c);
         return st;
