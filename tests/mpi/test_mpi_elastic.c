@@ -32,14 +32,15 @@
 
 static rs_transport_ops_t stopping;
 static reshard_status_t (*real_round_wait)(reshard_comm_t *, int, double);
-static int g_waits;
+static int g_waits, g_kill;
 
 static reshard_status_t stopping_round_wait(reshard_comm_t *c, int slot, double timeout_s)
 {
     if (++g_waits == 3) {
-        fprintf(stderr, "rank %d: victim stops (SIGSTOP) mid-refit\n", c->rank);
+        fprintf(stderr, "rank %d: victim %s mid-refit\n", c->rank,
+                g_kill ? "is killed (SIGKILL)" : "stops (SIGSTOP)");
         fflush(stderr);
-        raise(SIGSTOP);
+        raise(g_kill ? SIGKILL : SIGSTOP);
         fprintf(stderr, "rank %d: victim resumed\n", c->rank);
     }
     return real_round_wait(c, slot, timeout_s);
@@ -111,13 +112,14 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc != 4 || size != 5) {
+    if (argc < 4 || argc > 5 || size != 5) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -np 5 %s CONFIG VICTIM TIMEOUT_S\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -np 5 %s CONFIG VICTIM TIMEOUT_S [kill]\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int victim = atoi(argv[2]);
     double timeout = atof(argv[3]);
+    g_kill = argc == 5 && !strcmp(argv[4], "kill");
     int pids[5], me = (int)getpid();
     MPI_Allgather(&me, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
 
@@ -206,7 +208,8 @@ int main(int argc, char **argv)
                    victim, size - 1, total, worst[0], worst[1], worst[2], worst[3], t4 - t3,
                    timeout);
             fflush(stdout);
-            kill((pid_t)pids[victim], SIGCONT); /* the victim resumes and rejoins */
+            if (!g_kill)
+                kill((pid_t)pids[victim], SIGCONT); /* the victim resumes and rejoins */
         }
         MPI_Comm_free(&surv);
         MPI_Group_free(&sg);
@@ -216,6 +219,12 @@ int main(int argc, char **argv)
         reshard_comm_destroy(next);
     }
     reshard_comm_destroy(comm);
+    if (g_kill) { /* no rejoin of a dead process; MPI_Finalize needs every rank */
+        reshard_model_refit_destroy(&r);
+        reshard_model_destroy(model);
+        fflush(stdout);
+        _exit(0);
+    }
 
     /* rejoin: a new comm of every rank, the original layouts; the victim's
      * buffers are fresh (sentinel only) and refit completely */
