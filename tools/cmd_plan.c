@@ -249,6 +249,8 @@ int cmd_plan(int argc, char **argv)
         goto out;
     }
     uint64_t model_bytes = reshard_tensors_bytes(refit.tensors);
+    reshard_model_info_t mi;
+    reshard_model_info(model, &mi);
     if (a.json) {
         json_t *o = json_object();
         char buf[128];
@@ -258,6 +260,7 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "dtype", json_string(a.dtype));
         json_object_set_new(o, "domain_size", json_integer(a.domain_size));
         json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
+        json_object_set_new(o, "params", json_integer((json_int_t)mi.params));
         json_object_set_new(o, "train_world", json_integer(refit.train_world));
         json_object_set_new(o, "infer_world", json_integer(refit.infer_world));
         json_object_set_new(o, "infer_offset", json_integer(refit.infer_offset));
@@ -279,8 +282,6 @@ int cmd_plan(int argc, char **argv)
         printf("%s\n", text);
         free(text);
     } else {
-        reshard_model_info_t mi;
-        reshard_model_info(model, &mi);
         char b1[128], b2[128];
         printf("model    %s (%s, %d layers%s, %s): %.2f G params, %.3f GB\n", a.model, mi.family,
                mi.layers, mi.mtp_layers ? " + MTP" : "", a.dtype, (double)mi.params / 1e9,

@@ -94,7 +94,10 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
     ts->pp = (int32_t)get_int(t, "pp", 1);
     ts->cp = (int32_t)get_int(t, "cp", 1);
     ts->ep = (int32_t)get_int(t, "ep", 1);
-    ts->etp = (int32_t)get_int(t, "etp", 1);
+    ts->etp = (int32_t)get_int(t, "etp", ts->tp); /* Megatron's default: tp */
+    ts->vpp = (int32_t)get_int(t, "vpp", 1);
+    ts->first = (int32_t)get_int(t, "first", 0);
+    ts->last = (int32_t)get_int(t, "last", 0);
     int64_t per_dp = (int64_t)ts->tp * ts->cp * ts->pp;
     int64_t world = get_int(t, "world", 0);
     if (world > 0)

@@ -12,4 +12,4 @@ export OMPI_MCA_mpi_yield_when_idle=1
 mpi_flags=(--oversubscribe)
 [ "$(id -u)" = 0 ] && mpi_flags+=(--allow-run-as-root)
 exec mpirun "${mpi_flags[@]}" -np 8 build/reshard run --model qwen3-30b-a3b --layers 2 \
-  --train tp=2,pp=2,ep=2 --infer tp=4 --iters 3 --staging-mb 32 --baseline "$@"
+  --train tp=2,pp=2,ep=2,etp=1 --infer tp=4 --iters 3 --staging-mb 32 --baseline "$@"

@@ -182,7 +182,7 @@ typedef struct {
 typedef struct {
     int32_t tensor;
     int32_t rank;
-    int32_t buffer; /**< caller's buffer id on that rank, >= 0 */
+    int32_t buffer; /**< caller's buffer id on that rank, in [0, INT32_MAX) */
     reshard_box_t box;
     int64_t base;
     int64_t stride[RESHARD_MAX_DIMS];
@@ -199,11 +199,13 @@ void reshard_layout_destroy(reshard_layout_t *layout);
 
 /**
  * Add one fragment (copied). Whether fragments overlap (two elements at one
- * position) is checked by reshard_plan_create, for destination layouts.
+ * position) is checked by reshard_plan_create: a fragment with itself on
+ * both sides, two fragments with each other for destination layouts.
  * Checked here: tensor id exists, box.ndim equals
  * the tensor's view ndim, the box lies inside the view shape with extents
- * >= 1, rank >= 0, buffer >= 0, base >= 0, strides >= 0, the last element's
- * position fits in 64 bits.
+ * >= 1, rank >= 0, 0 <= buffer < INT32_MAX (so every buffer count fits an
+ * int32), base >= 0, strides >= 0, the last element's position fits in 64
+ * bits.
  * Errors: INVALID_ARG, BOX, RANK, OVERFLOW, NOMEM — the message names the
  * tensor, the rank and the box. Local.
  */
@@ -349,6 +351,9 @@ enum {
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
 /** Default time after which a silent peer is declared dead: 60 s. */
 #define RESHARD_DEFAULT_TIMEOUT_S 60.0
+/** Longest peer timeout, seconds (about 31 years): a larger finite timeout_s
+ *  is taken as this bound ("wait as long as it takes"). */
+#define RESHARD_MAX_TIMEOUT_S 1e9
 
 typedef struct {
     uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
@@ -356,8 +361,11 @@ typedef struct {
     int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
     uint64_t staging_bytes; /**< staging memory bound per rank, bytes */
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
-                                 order); 0 or 1 = every rank its own domain */
-    double timeout_s;       /**< peer timeout for execution, seconds */
+                                 order); 0 or 1 = every rank its own domain;
+                                 >= world_size = one domain; < 0: INVALID_ARG */
+    double timeout_s;       /**< peer timeout for execution, seconds: finite and > 0
+                                 (INVALID_ARG otherwise); values over
+                                 RESHARD_MAX_TIMEOUT_S wait that long */
     uint64_t relay_bytes;   /**< relay scratch bound per rank, bytes (default: none).
                                  Relays balance a domain's NICs by landing pieces on
                                  ranks that do not need them; a smaller bound relays
@@ -382,14 +390,16 @@ typedef struct reshard_plan reshard_plan_t;
  * Validation, before anything else: both layouts describe the same tensors
  * (the same catalogue, or catalogues with equal names, dtypes and view
  * shapes: SHAPE or DTYPE otherwise), every destination element is covered by
- * a source fragment (UNCOVERED), no two destination fragments of a rank
- * share buffer bytes and no destination fragment's strides make two of its
- * elements share one (OVERLAP), every rank is below world_size (RANK). A
- * rank's own plan checks coverage within its groups and overlap within its
- * own buffers: a rank whose plan fails must not execute, and the peers that
- * do end with TIMEOUT (reshard_plan_execute).
- * Errors: INVALID_ARG, SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP, OVERFLOW,
- * STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
+ * a source fragment (UNCOVERED), no fragment of either side, on any rank,
+ * has strides that make two of its elements share a position (OVERLAP: "the
+ * source fragment overlaps itself"), no two destination fragments of a rank
+ * share buffer bytes (OVERLAP), every rank is below world_size (RANK). A
+ * rank's own plan checks coverage within its groups and overlap between
+ * fragments within its own buffers: a rank whose plan fails must not
+ * execute, and the peers that do end with TIMEOUT (reshard_plan_execute).
+ * Errors: INVALID_ARG (also: a set timeout_s that is NaN, infinite or not
+ * positive; a negative domain_size), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
+ * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
  * the message names the tensor, rank and box.
  */
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,

@@ -106,10 +106,22 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
 
 /** Megatron sizes. world = tp*cp*dp*pp; experts use the grid
  *  etp (fastest), ep, edp, pp of the same world, edp = tp*cp*dp/(etp*ep).
- *  etp defaults to 1 (Megatron's --expert-tensor-parallel-size; Megatron
- *  itself defaults it to tp). */
+ *  etp 0 means tp: Megatron's --expert-tensor-parallel-size defaults to the
+ *  tensor-parallel size (parallel_state.py, arguments.py), so expert
+ *  parallelism with tp > 1 usually needs etp=1 given explicitly.
+ *  Pipeline (transformer_block.py get_num_layers_to_build): without first and
+ *  last, pp must divide the layers; first/last (> 0) fix the layers of the
+ *  first/last stage (--decoder-first-pipeline-num-layers,
+ *  --decoder-last-pipeline-num-layers) and the rest split evenly over the other
+ *  stages. vpp (0 or 1: none) model chunks per stage
+ *  (--virtual-pipeline-model-parallel-size): chunk c of stage p holds the
+ *  c-th vpp-th of the stage's layers, which in layer order come after all
+ *  stages' chunks c-1 and the chunks c of stages 0..p-1 (with an even split:
+ *  the (c*pp + p)-th block of L/(pp*vpp) layers). */
 typedef struct {
     int32_t tp, pp, dp, cp, ep, etp;
+    int32_t vpp;         /**< model chunks per pipeline stage; 0 or 1: none */
+    int32_t first, last; /**< layers of the first / last stage; 0: not given */
 } reshard_train_spec_t;
 
 /** vLLM sizes: tp ranks per DP replica, dp replicas; ep non-zero = expert
@@ -120,14 +132,21 @@ typedef struct {
 } reshard_infer_spec_t;
 
 /**
- * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp; each an integer
- * >= 1; missing keys are 1; order free). Errors: INVALID_ARG with a message
- * naming the offending text (unknown key, missing '=', not a positive
- * integer, duplicate key, empty spec). Local.
+ * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
+ * last; missing keys are 1 except etp, which is tp, and first/last, which
+ * are not given (0); order free). Grammar of both spec parsers:
+ *   spec  := item ("," item)*          item := key "=" value
+ *   value := size | "on" | "off"       size := [1-9][0-9]*, at most 2^24
+ * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
+ * a size has no sign and no leading zero ("+4", "04" and "4.0" are refused).
+ * Errors: INVALID_ARG with a message naming the offending text (unknown key,
+ * missing '=', not a size, duplicate key, empty item or spec, a world
+ * that overflows int32). Local.
  */
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
-/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: integers >= 1; ep: on|off).
+/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: sizes; ep: exactly "on" or
+ *  "off"), in the grammar of reshard_train_spec_parse.
  *  Errors as reshard_train_spec_parse. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 
@@ -136,7 +155,8 @@ int32_t reshard_train_world(const reshard_train_spec_t *spec);
 /** Ranks of an inference spec (tp*dp), or -1 when it overflows int32. */
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
-/** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1") into @p out. */
+/** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
+ *  ",first=3", ",last=2" when set) into @p out. */
 const char *reshard_train_spec_str(const reshard_train_spec_t *spec, char *out, size_t size);
 const char *reshard_infer_spec_str(const reshard_infer_spec_t *spec, char *out, size_t size);
 

@@ -6,7 +6,13 @@
 
 /* Copy @p n elements of @p es bytes from @p in (every @p is-th element) to
  * @p out (every @p os-th); contiguous runs become one memcpy, and the element
- * sizes get fixed-size copies the compiler turns into plain moves. */
+ * sizes get fixed-size copies the compiler turns into plain moves. Offsets
+ * are formed only for elements that exist (j < n), so a huge stride over an
+ * extent of 1 never forms an out-of-range pointer. */
+#define RS_COPY_EACH(size)                                                                         \
+    for (int64_t j = 0; j < n; j++)                                                                \
+    memcpy(out + (size_t)(j * os) * es, in + (size_t)(j * is) * es, size)
+
 static void copy_run(uint8_t *out, int64_t os, const uint8_t *in, int64_t is, int64_t n,
                      uint32_t es)
 {
@@ -14,23 +20,18 @@ static void copy_run(uint8_t *out, int64_t os, const uint8_t *in, int64_t is, in
         memcpy(out, in, (size_t)n * es);
         return;
     }
-    size_t ostep = (size_t)os * es, istep = (size_t)is * es;
     switch (es) {
     case 2:
-        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
-            memcpy(out, in, 2);
+        RS_COPY_EACH(2);
         break;
     case 4:
-        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
-            memcpy(out, in, 4);
+        RS_COPY_EACH(4);
         break;
     case 8:
-        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
-            memcpy(out, in, 8);
+        RS_COPY_EACH(8);
         break;
     default:
-        for (int64_t j = 0; j < n; j++, out += ostep, in += istep)
-            memcpy(out, in, es);
+        RS_COPY_EACH(es);
     }
 }
 

@@ -45,10 +45,11 @@ reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout, const res
     if (fr->rank < 0)
         return rs_error(RESHARD_ERR_RANK, "tensor %s, rank %d, box %s: negative rank", t->name,
                         fr->rank, bs);
-    if (fr->buffer < 0 || fr->base < 0)
+    if (fr->buffer < 0 || fr->buffer == INT32_MAX || fr->base < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "tensor %s, rank %d, box %s: negative buffer id or base", t->name, fr->rank,
-                        bs);
+                        "tensor %s, rank %d, box %s: buffer id %d outside [0, INT32_MAX) or "
+                        "negative base",
+                        t->name, fr->rank, bs, fr->buffer);
     /* Highest element position, with overflow checks. */
     uint64_t last = (uint64_t)fr->base;
     for (int d = 0; d < t->vndim; d++) {

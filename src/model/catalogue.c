@@ -78,7 +78,7 @@ static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const in
     va_start(ap, fmt);
     vsnprintf(name + k, sizeof name - (size_t)k, fmt, ap);
     va_end(ap);
-    bool expert = strstr(name, ".mlp.experts.") != NULL;
+    bool expert = strstr(name, ".mlp.experts.") || strstr(name, ".block_sparse_moe.experts.");
     bool fp8 = linear && c->m->dtype == RESHARD_FP8_E4M3;
     reshard_status_t s =
         add_one(c, name, fp8 ? RESHARD_FP8_E4M3 : RESHARD_BF16, nd, shape, vnd, view, expert, id);
@@ -141,6 +141,16 @@ static reshard_status_t vec(cat_t *c, int32_t *id, int64_t n, const char *name)
     return add(c, id, false, 1, &n, 0, NULL, "%s", name);
 }
 
+/* A 1-d fp32 tensor (router score-correction bias: fp32 in both frameworks,
+ * vLLM deepseek_v2.py, Megatron router.py _maintain_float32_expert_bias). */
+static reshard_status_t vec_fp32(cat_t *c, int32_t *id, int64_t n, const char *name)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", c->prefix, name);
+    bool expert = false;
+    return add_one(c, full, RESHARD_FP32, 1, &n, 0, NULL, expert, id);
+}
+
 static reshard_status_t mat(cat_t *c, int32_t *id, bool linear, int64_t r, int64_t col,
                             const char *name)
 {
@@ -158,6 +168,12 @@ static reshard_status_t attention(cat_t *c, rs_layer_ids_t *l)
         TRY(add(c, &l->q, true, 2, qs, 4, qv, "self_attn.q_proj.weight"));
         TRY(add(c, &l->k, true, 2, ks, 3, kvv, "self_attn.k_proj.weight"));
         TRY(add(c, &l->v, true, 2, ks, 3, kvv, "self_attn.v_proj.weight"));
+        if (m->qkv_bias) { /* views as the weights' without the hidden dim */
+            int64_t qb = nh * hd, kb = kv * hd;
+            TRY(add(c, &l->q_bias, false, 1, &qb, 3, qv, "self_attn.q_proj.bias"));
+            TRY(add(c, &l->k_bias, false, 1, &kb, 2, kvv, "self_attn.k_proj.bias"));
+            TRY(add(c, &l->v_bias, false, 1, &kb, 2, kvv, "self_attn.v_proj.bias"));
+        }
         TRY(mat(c, &l->o, true, H, nh * hd, "self_attn.o_proj.weight"));
         if (m->qk_norm) {
             TRY(vec(c, &l->q_norm, hd, "self_attn.q_norm.weight"));
@@ -193,18 +209,33 @@ static reshard_status_t mlp(cat_t *c, rs_layer_ids_t *l, bool moe)
         TRY(mat(c, &l->down, true, H, m->I, "mlp.down_proj.weight"));
         return RESHARD_OK;
     }
-    TRY(mat(c, &l->router, false, m->E, H, "mlp.gate.weight"));
-    if (m->router_bias)
-        TRY(vec(c, &l->router_bias, m->E, "mlp.gate.e_score_correction_bias"));
+    /* HF and vLLM: "mlp." (mixtral: "block_sparse_moe."); the routed experts
+     * stacked, gate/up/down (mixtral: w1/w3/w2) */
+    bool mx = m->fam == RS_FAM_MIXTRAL;
+    const char *b = m->moe_block;
+    char nm[128];
+    snprintf(nm, sizeof nm, "%s.gate.weight", b);
+    TRY(mat(c, &l->router, false, m->E, H, nm));
+    if (m->router_bias) {
+        snprintf(nm, sizeof nm, "%s.gate.e_score_correction_bias", b);
+        TRY(vec_fp32(c, &l->router_bias, m->E, nm));
+    }
     int64_t eg[3] = {m->E, m->Im, H}, ed[3] = {m->E, H, m->Im};
-    TRY(add(c, &l->e_gate, true, 3, eg, 0, NULL, "mlp.experts.gate_proj.weight"));
-    TRY(add(c, &l->e_up, true, 3, eg, 0, NULL, "mlp.experts.up_proj.weight"));
-    TRY(add(c, &l->e_down, true, 3, ed, 0, NULL, "mlp.experts.down_proj.weight"));
-    if (m->nshared) {
-        int64_t Is = m->Im * m->nshared;
-        TRY(mat(c, &l->s_gate, true, Is, H, "mlp.shared_experts.gate_proj.weight"));
-        TRY(mat(c, &l->s_up, true, Is, H, "mlp.shared_experts.up_proj.weight"));
-        TRY(mat(c, &l->s_down, true, H, Is, "mlp.shared_experts.down_proj.weight"));
+    TRY(add(c, &l->e_gate, true, 3, eg, 0, NULL, "%s.experts.%s.weight", b,
+            mx ? "w1" : "gate_proj"));
+    TRY(add(c, &l->e_up, true, 3, eg, 0, NULL, "%s.experts.%s.weight", b, mx ? "w3" : "up_proj"));
+    TRY(add(c, &l->e_down, true, 3, ed, 0, NULL, "%s.experts.%s.weight", b,
+            mx ? "w2" : "down_proj"));
+    if (m->Is) {
+        const char *sh = m->shared;
+        TRY(add(c, &l->s_gate, true, 2, (int64_t[2]){m->Is, H}, 0, NULL, "mlp.%s.gate_proj.weight",
+                sh));
+        TRY(add(c, &l->s_up, true, 2, (int64_t[2]){m->Is, H}, 0, NULL, "mlp.%s.up_proj.weight",
+                sh));
+        TRY(add(c, &l->s_down, true, 2, (int64_t[2]){H, m->Is}, 0, NULL, "mlp.%s.down_proj.weight",
+                sh));
+        if (m->shared_gate)
+            TRY(mat(c, &l->s_sigmoid, false, 1, H, "mlp.shared_expert_gate.weight"));
     }
     return RESHARD_OK;
 }

@@ -44,67 +44,74 @@ static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int6
         dst = v_;                                                                                  \
     } while (0)
 
-static reshard_status_t detect_family(json_t *root, rs_family_t *fam)
+/* Families by model_type; the architecture decides only when model_type is absent. */
+static const struct {
+    const char *model_type, *arch;
+    rs_family_t fam;
+} families[] = {
+    {"llama", "Llama", RS_FAM_DENSE},
+    {"mistral", "Mistral", RS_FAM_DENSE},
+    {"qwen2", "Qwen2ForCausalLM", RS_FAM_DENSE},
+    {"qwen3", "Qwen3ForCausalLM", RS_FAM_DENSE},
+    {"qwen3_moe", "Qwen3Moe", RS_FAM_QWEN3_MOE},
+    {"qwen2_moe", "Qwen2Moe", RS_FAM_QWEN2_MOE},
+    {"mixtral", "Mixtral", RS_FAM_MIXTRAL},
+    {"deepseek_v3", "DeepseekV3", RS_FAM_DSV3},
+    {"deepseek_v2", "DeepseekV2", RS_FAM_DSV3},
+    {"kimi_k2", NULL, RS_FAM_DSV3},
+};
+
+static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
 {
     const char *mt = json_string_value(json_object_get(root, "model_type"));
     const char *arch = json_string_value(json_array_get(json_object_get(root, "architectures"), 0));
-    static const char *const dense[] = {"llama", "qwen3", "mistral"};
-    if (mt) {
-        for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
-            if (!strcmp(mt, dense[i])) {
-                *fam = RS_FAM_DENSE;
-                return RESHARD_OK;
-            }
-        if (!strcmp(mt, "qwen3_moe")) {
-            *fam = RS_FAM_QWEN3_MOE;
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++)
+        if (mt ? !strcmp(mt, families[i].model_type)
+               : arch && families[i].arch && strstr(arch, families[i].arch)) {
+            *fam = families[i].fam;
+            *type = families[i].model_type;
             return RESHARD_OK;
         }
-        if (!strcmp(mt, "deepseek_v3") || !strcmp(mt, "deepseek_v2") || !strcmp(mt, "kimi_k2")) {
-            *fam = RS_FAM_DSV3;
-            return RESHARD_OK;
-        }
-    }
     /* a model_type we do not know is refused, whatever the architecture says */
-    if (!mt && arch) {
-        if (strstr(arch, "Deepseek")) {
-            *fam = RS_FAM_DSV3;
-            return RESHARD_OK;
-        }
-        if (strstr(arch, "Qwen3Moe")) {
-            *fam = RS_FAM_QWEN3_MOE;
-            return RESHARD_OK;
-        }
-        if (strstr(arch, "Llama") || strstr(arch, "Qwen3")) {
-            *fam = RS_FAM_DENSE;
-            return RESHARD_OK;
-        }
-    }
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
-                    "llama, mistral, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2 (qwen2 "
-                    "has qkv biases: not supported)",
+                    "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
+                    "deepseek_v3, kimi_k2",
                     mt ? mt : "?", arch ? arch : "?");
+}
+
+/* A field whose true or positive value implies tensors the family's model
+ * does not build is refused by name (never planned without them). */
+static reshard_status_t refuse_field(json_t *root, const char *type, const char *key,
+                                     const char *what)
+{
+    json_t *v = json_object_get(root, key);
+    if (json_is_true(v) || (json_is_integer(v) && json_integer_value(v) > 0))
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "config: model_type '%s' with %s set: %s are not modelled (refused rather "
+                        "than refit without them)",
+                        type, key, what);
+    return RESHARD_OK;
 }
 
 static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, reshard_model_t *m)
 {
-    reshard_status_t s = detect_family(root, &m->fam);
-    if (s == RESHARD_OK && m->fam == RS_FAM_DENSE) {
-        /* a dense family with experts in the config would drop the experts */
-        static const char *const moe_keys[] = {"num_experts", "n_routed_experts"};
-        for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++) {
-            json_t *v = json_object_get(root, moe_keys[i]);
-            if (json_is_integer(v) && json_integer_value(v) > 0)
-                return rs_error(RESHARD_ERR_CONFIG,
-                                "config: model_type '%s' is a dense family but the config has "
-                                "%s = %lld",
-                                json_string_value(json_object_get(root, "model_type")), moe_keys[i],
-                                (long long)json_integer_value(v));
-        }
+    const char *mt = "";
+    TRY(detect_family(root, &m->fam, &mt));
+    bool dense = m->fam == RS_FAM_DENSE;
+    /* fields implying tensors this model does not build */
+    if (dense) {
+        TRY(refuse_field(root, mt, "num_experts", "routed experts"));
+        TRY(refuse_field(root, mt, "n_routed_experts", "routed experts"));
+        TRY(refuse_field(root, mt, "num_local_experts", "routed experts"));
     }
-    if (s != RESHARD_OK)
-        return s;
-    const char *mt = json_string_value(json_object_get(root, "model_type"));
+    if (m->fam != RS_FAM_QWEN2_MOE)
+        TRY(refuse_field(root, mt, "shared_expert_intermediate_size", "shared experts"));
+    TRY(refuse_field(root, mt, "attention_bias", "q/k/v/o projection biases"));
+    TRY(refuse_field(root, mt, "mlp_bias", "MLP projection biases"));
+    m->qkv_bias = !strcmp(mt, "qwen2") || m->fam == RS_FAM_QWEN2_MOE;
+    m->moe_block = m->fam == RS_FAM_MIXTRAL ? "block_sparse_moe" : "mlp";
+    m->shared = m->fam == RS_FAM_QWEN2_MOE ? "shared_expert" : "shared_experts";
     GET("hidden_size", -1, 1, m->H);
     GET("intermediate_size", -1, 1, m->I);
     GET("num_hidden_layers", -1, 1, m->Lcfg);
@@ -114,7 +121,7 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     GET("vocab_size", -1, 1, m->V);
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     m->tied = tie && json_is_true(tie);
-    m->qk_norm = (m->fam == RS_FAM_QWEN3_MOE) || (mt && !strcmp(mt, "qwen3"));
+    m->qk_norm = m->fam == RS_FAM_QWEN3_MOE || !strcmp(mt, "qwen3");
     if (m->kv > m->nh || m->nh % m->kv)
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: num_key_value_heads %d does not divide num_attention_heads %d",
@@ -130,12 +137,20 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
 
     int64_t step = 1, first_k = 0, freq = 1;
     json_t *mlp_only = NULL;
-    if (m->fam == RS_FAM_QWEN3_MOE) {
+    if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE) {
         GET("moe_intermediate_size", -1, 1, m->Im);
         GET("num_experts", -1, 1, m->E);
         GET("num_experts_per_tok", 1, 1, m->topk);
         GET("decoder_sparse_step", 1, 1, step);
         mlp_only = json_object_get(root, "mlp_only_layers");
+        if (m->fam == RS_FAM_QWEN2_MOE) {
+            GET("shared_expert_intermediate_size", 0, 0, m->Is);
+            m->shared_gate = m->Is > 0; /* Qwen2MoeSparseMoeBlock.shared_expert_gate */
+        }
+    } else if (m->fam == RS_FAM_MIXTRAL) {
+        m->Im = m->I;
+        GET("num_local_experts", -1, 1, m->E);
+        GET("num_experts_per_tok", 1, 1, m->topk);
     } else if (m->fam == RS_FAM_DSV3) {
         GET("moe_intermediate_size", -1, 1, m->Im);
         GET("n_routed_experts", 0, 0, m->E);
@@ -151,11 +166,12 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         int64_t nmtp;
         GET("num_nextn_predict_layers", 0, 0, nmtp);
         m->nmtp = o->mtp ? (int32_t)nmtp : 0;
-        /* The router's score-correction bias exists with noaux_tc routing
-         * (DeepSeek-V3, Kimi-K2), not with DeepSeek-V2's greedy routing. */
+        m->Is = m->Im * m->nshared;
+        /* vLLM deepseek_v2.py creates the score-correction bias only with
+         * topk_method "noaux_tc" (DeepSeek-V3, Kimi-K2 configs), not with
+         * greedy routing or when the field is absent. */
         const char *topk = json_string_value(json_object_get(root, "topk_method"));
-        m->router_bias =
-            topk ? !strcmp(topk, "noaux_tc") : strcmp(mt ? mt : "", "deepseek_v2") != 0;
+        m->router_bias = topk && !strcmp(topk, "noaux_tc");
         m->kv = m->nh; /* MLA: every head has its own latent up-projection */
         m->hd = m->nope + m->rope;
     }
@@ -165,7 +181,7 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     for (int32_t i = 0; i < m->L + m->nmtp; i++) {
         int32_t hf = i < m->L ? i : m->Lcfg + (i - m->L);
         bool moe = false;
-        if (m->fam == RS_FAM_QWEN3_MOE) {
+        if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE) {
             moe = (hf + 1) % step == 0;
             size_t k;
             json_t *x;
@@ -176,6 +192,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
             }
         } else if (m->fam == RS_FAM_DSV3) {
             moe = m->E > 0 && hf >= first_k && hf % freq == 0;
+        } else if (m->fam == RS_FAM_MIXTRAL) {
+            moe = true;
         }
         m->moe[i] = moe;
     }
@@ -323,7 +341,7 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3"};
+    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

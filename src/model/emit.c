@@ -337,26 +337,49 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
     return rs_emit_cols(e, down, b2, i0, n);
 }
 
+/* Experts [e0, e0+ne) of one projection pair: one buffer per expert named
+ * by its local index (@p per_expert), or one stacked buffer. */
+static reshard_status_t experts_fc1(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
+                                    int64_t i0, int64_t n, bool per_expert, const char *name)
+{
+    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = ne / nb;
+    for (int64_t k = 0; k < nb; k++) {
+        int32_t b = per_expert
+                        ? rs_emit_buffer(e, l->e_gate, per, 2 * n, H, "%s%lld", name, (long long)k)
+                        : rs_emit_buffer(e, l->e_gate, per, 2 * n, H, "%s", name);
+        if (b < 0)
+            return (reshard_status_t)b;
+        int64_t off[3] = {e0 + k * per, i0, 0}, ext[3] = {per, n, H}, st[3] = {2 * n * H, H, 1};
+        TRY(rs_emit(e, l->e_gate, b, off, ext, 0, st));
+        TRY(rs_emit(e, l->e_up, b, off, ext, n * H, st));
+    }
+    return RESHARD_OK;
+}
+
+static reshard_status_t experts_fc2(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
+                                    int64_t i0, int64_t n, bool per_expert, const char *name)
+{
+    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = ne / nb;
+    for (int64_t k = 0; k < nb; k++) {
+        int32_t b = per_expert
+                        ? rs_emit_buffer(e, l->e_down, per, H, n, "%s%lld", name, (long long)k)
+                        : rs_emit_buffer(e, l->e_down, per, H, n, "%s", name);
+        if (b < 0)
+            return (reshard_status_t)b;
+        int64_t off[3] = {e0 + k * per, 0, i0}, ext[3] = {per, H, n}, st[3] = {H * n, n, 1};
+        TRY(rs_emit(e, l->e_down, b, off, ext, 0, st));
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name)
+                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
+                                 const char *fc2_name)
 {
     if (ne <= 0)
         return RESHARD_OK;
-    int64_t H = e->m->H;
-    int32_t b1 = rs_emit_buffer(e, l->e_gate, ne, 2 * n, H, "%s", fc1_name);
-    if (b1 < 0)
-        return (reshard_status_t)b1;
-    int64_t off[3] = {e0, i0, 0}, ext[3] = {ne, n, H}, st[3] = {2 * n * H, H, 1};
-    reshard_status_t s = rs_emit(e, l->e_gate, b1, off, ext, 0, st);
-    if (s == RESHARD_OK)
-        s = rs_emit(e, l->e_up, b1, off, ext, n * H, st);
-    if (s != RESHARD_OK)
-        return s;
-    int32_t b2 = rs_emit_buffer(e, l->e_down, ne, H, n, "%s", fc2_name);
-    if (b2 < 0)
-        return (reshard_status_t)b2;
-    int64_t off2[3] = {e0, 0, i0}, ext2[3] = {ne, H, n}, st2[3] = {H * n, n, 1};
-    return rs_emit(e, l->e_down, b2, off2, ext2, 0, st2);
+    TRY(experts_fc1(e, l, e0, ne, i0, n, per_expert, fc1_name));
+    return experts_fc2(e, l, e0, ne, i0, n, per_expert, fc2_name);
 }
 
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

@@ -18,26 +18,71 @@ static const char *nm(char *buf, size_t size, const char *prefix, const char *pa
     return buf;
 }
 
-/* linear_qkv: per local query group [q heads of the group; k head; v head],
- * each head_dim rows of H; TP splits whole groups. */
-static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+/* Rows [a, b) of query group g's block [q heads of g; k_g; v_g] (head_dim
+ * rows each) of the weights (@p bias false: rows of H) or biases @p t[3],
+ * into buffer @p buf from buffer row @p r0. Heads cut by [a, b) become
+ * boxes of part of a head. */
+static reshard_status_t group_rows(rs_emit_t *e, const int32_t t[3], bool bias, int32_t buf,
+                                   int64_t g, int64_t a, int64_t b, int64_t r0)
+{
+    const reshard_model_t *m = e->m;
+    int64_t hd = m->hd, hpg = m->nh / m->kv, W = bias ? 1 : m->H;
+    int64_t start[3] = {0, hpg * hd, (hpg + 1) * hd}, len[3] = {hpg * hd, hd, hd};
+    for (int p = 0; p < 3; p++) {
+        int64_t x = (a > start[p] ? a : start[p]) - start[p];
+        int64_t y = (b < start[p] + len[p] ? b : start[p] + len[p]) - start[p];
+        while (x < y) {
+            int64_t h = x / hd, in = x % hd, heads = 1, rows;
+            if (in == 0 && y - x >= hd) { /* whole heads */
+                heads = (y - x) / hd;
+                rows = hd;
+            } else {
+                rows = (hd - in < y - x) ? hd - in : y - x;
+            }
+            int64_t base = (r0 + start[p] + x - a) * W;
+            /* view q [kv, hpg, hd, (H)], k/v [kv, hd, (H)] */
+            int64_t gst = (hpg + 2) * hd * W; /* (extent 1: any stride) */
+            int64_t off[4] = {g, h, in, 0}, ext[4] = {1, heads, rows, W},
+                    st[4] = {gst, hd * W, W, 1};
+            if (p > 0) {
+                int64_t ko[3] = {g, in, 0}, ke[3] = {1, rows, W}, ks[3] = {gst, W, 1};
+                TRY(rs_emit(e, t[p], buf, ko, ke, base, ks));
+            } else {
+                TRY(rs_emit(e, t[p], buf, off, ext, base, st));
+            }
+            x += heads * rows;
+        }
+    }
+    return RESHARD_OK;
+}
+
+/* linear_qkv weight or bias of TP rank @p r: rows interleaved by query group
+ * [q heads of g; k_g; v_g] (transformer_config.py, attention.py), split
+ * evenly by rows: whole groups when tp <= groups, else 1/(tp/groups) of one
+ * group's rows. */
+static reshard_status_t qkv(rs_emit_t *e, const int32_t t[3], bool bias, int32_t tp, int32_t r,
                             const char *name)
 {
     const reshard_model_t *m = e->m;
-    int64_t H = m->H, hd = m->hd, hpg = m->nh / m->kv, ng = m->kv / tp, g0 = t * ng;
-    int64_t gs = (hpg + 2) * hd * H; /* buffer elements per group */
-    int32_t b = rs_emit_buffer(e, l->q, 1, ng * (hpg + 2) * hd, H, "%s", name);
+    int64_t gs = (m->nh / m->kv + 2) * m->hd; /* rows per group */
+    int64_t rows = m->kv * gs / tp, W = bias ? 1 : m->H;
+    int32_t b = rs_emit_buffer(e, t[0], 1, rows, W, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;
-    int64_t qo[4] = {g0, 0, 0, 0}, qe[4] = {ng, hpg, hd, H}, qs[4] = {gs, hd * H, H, 1};
-    TRY(rs_emit(e, l->q, b, qo, qe, 0, qs));
-    int64_t ko[3] = {g0, 0, 0}, ke[3] = {ng, hd, H}, ks[3] = {gs, H, 1};
-    TRY(rs_emit(e, l->k, b, ko, ke, hpg * hd * H, ks));
-    return rs_emit(e, l->v, b, ko, ke, (hpg + 1) * hd * H, ks);
+    if (tp > m->kv) {
+        int64_t per = tp / m->kv, g = r / per, a = (r % per) * rows;
+        return group_rows(e, t, bias, b, g, a, a + rows, 0);
+    }
+    int64_t ng = m->kv / tp;
+    for (int64_t k = 0; k < ng; k++)
+        TRY(group_rows(e, t, bias, b, r * ng + k, 0, gs, k * gs));
+    return RESHARD_OK;
 }
 
+/* Layer @p i (catalogue index) as the @p local-th layer of its model chunk,
+ * whose parameter names start with @p chunk ("" or "c." with vpp). */
 static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
-                              int32_t i)
+                              const char *chunk, int32_t i, int32_t local)
 {
     const reshard_model_t *m = e->m;
     const rs_layer_ids_t *l = &e->ids->layer[i];
@@ -46,18 +91,23 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     int32_t tp = s->tp, t = c->tp;
     if (mtp) {
         int32_t k = i - m->L;
-        snprintf(p, sizeof p, "mtp.layers.%d.", k);
+        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, k);
         TRY(rs_emit_own(e, l->enorm, nm(n, sizeof n, p, "enorm.weight")));
         TRY(rs_emit_own(e, l->hnorm, nm(n, sizeof n, p, "hnorm.weight")));
         TRY(rs_emit_column(e, l->eh_proj, tp, t, nm(n, sizeof n, p, "eh_proj.weight")));
-        snprintf(p, sizeof p, "mtp.layers.%d.transformer_layer.", k);
+        /* multi_token_prediction.py: the inner layer is mtp_model_layer */
+        snprintf(p, sizeof p, "%smtp.layers.%d.mtp_model_layer.", chunk, k);
     } else {
-        snprintf(p, sizeof p, "decoder.layers.%d.", i);
+        snprintf(p, sizeof p, "%sdecoder.layers.%d.", chunk, local);
     }
     if (m->fam != RS_FAM_DSV3) {
         TRY(rs_emit_own(e, l->in_norm,
                         nm(n, sizeof n, p, "self_attention.linear_qkv.layer_norm_weight")));
-        TRY(qkv(e, l, tp, t, nm(n, sizeof n, p, "self_attention.linear_qkv.weight")));
+        TRY(qkv(e, (int32_t[3]){l->q, l->k, l->v}, false, tp, t,
+                nm(n, sizeof n, p, "self_attention.linear_qkv.weight")));
+        if (l->q_bias >= 0)
+            TRY(qkv(e, (int32_t[3]){l->q_bias, l->k_bias, l->v_bias}, true, tp, t,
+                    nm(n, sizeof n, p, "self_attention.linear_qkv.bias")));
         if (m->qk_norm) {
             TRY(rs_emit_own(e, l->q_norm, nm(n, sizeof n, p, "self_attention.q_layernorm.weight")));
             TRY(rs_emit_own(e, l->k_norm, nm(n, sizeof n, p, "self_attention.k_layernorm.weight")));
@@ -96,46 +146,69 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         TRY(rs_emit_own(e, l->router, nm(n, sizeof n, p, "mlp.router.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias, nm(n, sizeof n, p, "mlp.router.expert_bias")));
-        int64_t ne = m->E / s->ep, ni = m->Im / s->etp;
+        int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
         char n2[160];
-        TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni,
+        /* TEGroupedMLP: one parameter per local expert, weight0..ne-1 */
+        TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni, true,
                             nm(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
                             nm(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
         if (l->s_gate >= 0) {
-            int64_t ns = m->Im * m->nshared / tp;
+            int64_t ns = m->Is / tp;
             TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
                             nm(n, sizeof n, p, "mlp.shared_experts.linear_fc1.weight"),
                             nm(n2, sizeof n2, p, "mlp.shared_experts.linear_fc2.weight")));
+            /* shared_experts.py: the sigmoid gate, replicated */
+            if (l->s_sigmoid >= 0)
+                TRY(rs_emit_own(e, l->s_sigmoid,
+                                nm(n, sizeof n, p, "mlp.shared_experts.gate_weight")));
         }
     }
     if (mtp) {
-        snprintf(p, sizeof p, "mtp.layers.%d.", i - m->L);
+        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, i - m->L);
         TRY(rs_emit_own(e, l->head_norm, nm(n, sizeof n, p, "final_layernorm.weight")));
     }
+    return RESHARD_OK;
+}
+
+/* Model chunk @p chunk of the rank's stage, in GPTModel's parameter order:
+ * embedding (first stage; with MTP also the last), decoder layers, final
+ * layernorm, MTP layers, output layer (last stage). */
+static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s,
+                                     const mg_coord_t *c, int32_t chunk)
+{
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
+    int32_t v = rs_vpp(s);
+    bool pre = c->stage == 0 && chunk == 0, post = c->stage == s->pp - 1 && chunk == v - 1;
+    char pfx[16] = "", n[96];
+    if (v > 1) /* the chunks are a list of models: name them as nn.ModuleList does */
+        snprintf(pfx, sizeof pfx, "%d.", chunk);
+    /* gpt_model.py: with MTP the last stage holds its own embedding copy */
+    if (pre || (post && m->nmtp > 0))
+        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp,
+                          nm(n, sizeof n, pfx, "embedding.word_embeddings.weight")));
+    int32_t first, count;
+    rs_stage_layers(m->L, s, c->stage, chunk, &first, &count);
+    for (int32_t i = first; i < first + count; i++)
+        TRY(layer(e, s, c, pfx, i, i - first));
+    if (!post)
+        return RESHARD_OK;
+    TRY(rs_emit_own(e, ids->norm, nm(n, sizeof n, pfx, "decoder.final_layernorm.weight")));
+    for (int32_t i = m->L; i < m->L + m->nmtp; i++)
+        TRY(layer(e, s, c, pfx, i, i - m->L));
+    /* Tied and one stage: the output layer uses the embedding's weight. */
+    if (!m->tied || s->pp > 1)
+        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp,
+                          nm(n, sizeof n, pfx, "output_layer.weight")));
     return RESHARD_OK;
 }
 
 static reshard_status_t rank_params(rs_emit_t *e, const reshard_train_spec_t *s,
                                     const mg_coord_t *c)
 {
-    const reshard_model_t *m = e->m;
-    const rs_model_ids_t *ids = e->ids;
-    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
-    bool last = c->stage == s->pp - 1;
-    if (c->stage == 0)
-        TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp, "embedding.word_embeddings.weight"));
-    int32_t first, count;
-    rs_stage_layers(m->L, s->pp, c->stage, &first, &count);
-    for (int32_t i = first; i < first + count; i++)
-        TRY(layer(e, s, c, i));
-    if (!last)
-        return RESHARD_OK;
-    for (int32_t i = m->L; i < m->L + m->nmtp; i++)
-        TRY(layer(e, s, c, i));
-    TRY(rs_emit_own(e, ids->norm, "decoder.final_layernorm.weight"));
-    /* Tied and one stage: the output layer uses the embedding's weight. */
-    if (!m->tied || s->pp > 1)
-        TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp, "output_layer.weight"));
+    for (int32_t chunk = 0; chunk < rs_vpp(s); chunk++)
+        TRY(chunk_params(e, s, c, chunk));
     return RESHARD_OK;
 }
 
@@ -147,8 +220,8 @@ static reshard_status_t train_rank(rs_emit_t *e, int32_t r, const void *spec_v)
     int32_t S = spec->tp * spec->cp * spec->dp, li = r % S;
     mg_coord_t c = {.stage = r / S,
                     .tp = li % spec->tp,
-                    .etp = li % spec->etp,
-                    .ep = (li / spec->etp) % spec->ep};
+                    .etp = li % rs_etp(spec),
+                    .ep = (li / rs_etp(spec)) % spec->ep};
     return rank_params(e, spec, &c);
 }
 

@@ -10,7 +10,13 @@
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
 
-typedef enum { RS_FAM_DENSE = 0, RS_FAM_QWEN3_MOE, RS_FAM_DSV3 } rs_family_t;
+typedef enum {
+    RS_FAM_DENSE = 0,
+    RS_FAM_QWEN3_MOE,
+    RS_FAM_DSV3,
+    RS_FAM_QWEN2_MOE,
+    RS_FAM_MIXTRAL
+} rs_family_t;
 
 struct reshard_model {
     char *name;
@@ -20,10 +26,15 @@ struct reshard_model {
     int32_t E, nshared, topk; /**< routed experts, shared experts */
     int32_t q_lora, kv_lora, nope, rope, vhd; /**< MLA */
     int tied, qk_norm;
-    int router_bias; /**< MoE router has e_score_correction_bias */
-    int32_t L;       /**< decoder layers kept */
-    int32_t Lcfg;    /**< num_hidden_layers of the config (MTP layers are numbered from it) */
-    int32_t nmtp;    /**< MTP layers included */
+    int qkv_bias;          /**< q/k/v projections have biases (qwen2, qwen2_moe) */
+    int router_bias;       /**< MoE router has e_score_correction_bias (fp32; noaux_tc routing) */
+    int64_t Is;            /**< shared-expert intermediate size (0: none) */
+    int shared_gate;       /**< shared expert has a sigmoid gate [1, H] (qwen2_moe) */
+    const char *moe_block; /**< HF/vLLM MoE module: "mlp" or "block_sparse_moe" (mixtral) */
+    const char *shared;    /**< HF/vLLM shared-expert module: "shared_experts" or "shared_expert" */
+    int32_t L;             /**< decoder layers kept */
+    int32_t Lcfg;          /**< num_hidden_layers of the config (MTP layers are numbered from it) */
+    int32_t nmtp;          /**< MTP layers included */
     reshard_dtype_t dtype;
     bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
 };
@@ -32,11 +43,13 @@ struct reshard_model {
 typedef struct {
     int32_t in_norm, post_norm;
     int32_t q, k, v, o, q_norm, k_norm;                /* GQA (q also MLA without q_lora) */
+    int32_t q_bias, k_bias, v_bias;                    /* qwen2 */
     int32_t q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b; /* MLA */
     int32_t gate, up, down;                            /* dense MLP */
     int32_t router, router_bias;
     int32_t e_gate, e_up, e_down;             /* stacked routed experts */
     int32_t s_gate, s_up, s_down;             /* shared experts */
+    int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
     int32_t hf_index;                         /**< layer number in HF names */
 } rs_layer_ids_t;
@@ -63,8 +76,24 @@ reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensor
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
-/** Megatron layers of stage @p p: [first, first+count). */
-void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count);
+/* The rules the layout builders apply while emitting fragments (FP8: every
+ * shard on 128x128 block bounds, vLLM fp8_utils): both layouts are built
+ * and dropped; CONFIG names the side and the rule. */
+reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_spec_t *train,
+                                  const reshard_infer_spec_t *infer);
+/** Megatron layers of model chunk @p chunk of stage @p p: global decoder
+ *  layers [first, first+count) (spec checked by rs_check_train). */
+void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
+                     int32_t *first, int32_t *count);
+/** Expert tensor-parallel size (0 means tp) and model chunks per stage. */
+static inline int32_t rs_etp(const reshard_train_spec_t *s)
+{
+    return s->etp > 0 ? s->etp : s->tp;
+}
+static inline int32_t rs_vpp(const reshard_train_spec_t *s)
+{
+    return s->vpp > 1 ? s->vpp : 1;
+}
 
 /* --- emission ------------------------------------------------------------- */
 
@@ -140,10 +169,14 @@ reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name);
  *  buffer [H, n] for the down projection's columns i0..i0+n. */
 reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t down, int64_t i0,
                              int64_t n, const char *fc1_name, const char *fc2_name);
-/** Stacked experts e0..e0+ne, intermediate rows i0..i0+n of each:
- *  [ne, 2n, H] (per expert gate then up) and [ne, H, n]. */
+/** Experts e0..e0+ne, intermediate rows i0..i0+n of each. Stacked
+ *  (@p per_expert false, vLLM w13/w2): one buffer [ne, 2n, H] (per expert gate
+ *  then up) named @p fc1_name and one [ne, H, n]. Per expert (Megatron
+ *  TEGroupedMLP): buffers "<fc1_name>k" [2n, H] for k = 0..ne-1, then
+ *  "<fc2_name>k" [H, n]. */
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                 int64_t i0, int64_t n, const char *fc1_name, const char *fc2_name);
+                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
+                                 const char *fc2_name);
 /** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
  *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

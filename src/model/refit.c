@@ -1,4 +1,5 @@
 /* A whole refit description, and what gather+broadcast would move. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,36 @@ void reshard_model_refit_destroy(reshard_model_refit_t *r)
     reshard_model_buffers_destroy(r->infer_buffers);
     reshard_tensors_destroy(r->tensors);
     memset(r, 0, sizeof *r);
+}
+
+/* Re-raise the builder's CONFIG error with the side it came from. */
+static reshard_status_t layout_rule(reshard_status_t s, const char *side)
+{
+    if (s != RESHARD_ERR_CONFIG)
+        return s;
+    char why[512];
+    snprintf(why, sizeof why, "%s", reshard_last_error());
+    return rs_error(RESHARD_ERR_CONFIG, "%s: %s", side, why);
+}
+
+reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_spec_t *train,
+                                  const reshard_infer_spec_t *infer)
+{
+    /* Only the FP8 form has rules the spec checks cannot see. */
+    if (m->dtype != RESHARD_FP8_E4M3)
+        return RESHARD_OK;
+    reshard_tensors_t *ts = NULL;
+    reshard_layout_t *l = NULL;
+    reshard_status_t s = reshard_model_tensors(m, &ts);
+    if (s == RESHARD_OK)
+        s = layout_rule(reshard_model_train_layout(m, ts, train, 0, &l, NULL), "train");
+    reshard_layout_destroy(l);
+    l = NULL;
+    if (s == RESHARD_OK)
+        s = layout_rule(reshard_model_infer_layout(m, ts, infer, 0, &l, NULL), "infer");
+    reshard_layout_destroy(l);
+    reshard_tensors_destroy(ts);
+    return s;
 }
 
 reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
@@ -34,7 +65,12 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL out");
     memset(out, 0, sizeof *out);
-    reshard_status_t s = reshard_model_check(model, train, infer, 0);
+    if (!model || !train || !infer)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL argument");
+    /* The spec rules; the layout rules are applied by building the layouts below. */
+    reshard_status_t s = rs_check_train(model, train);
+    if (s == RESHARD_OK)
+        s = rs_check_infer(model, infer);
     if (s != RESHARD_OK)
         return s;
     out->train_spec = *train;
@@ -48,11 +84,13 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
                         out->infer_offset, out->train_world);
     s = reshard_model_tensors(model, &out->tensors);
     if (s == RESHARD_OK)
-        s = reshard_model_train_layout(model, out->tensors, train, 0, &out->train,
-                                       &out->train_buffers);
+        s = layout_rule(reshard_model_train_layout(model, out->tensors, train, 0, &out->train,
+                                                   &out->train_buffers),
+                        "train");
     if (s == RESHARD_OK)
-        s = reshard_model_infer_layout(model, out->tensors, infer, out->infer_offset, &out->infer,
-                                       &out->infer_buffers);
+        s = layout_rule(reshard_model_infer_layout(model, out->tensors, infer, out->infer_offset,
+                                                   &out->infer, &out->infer_buffers),
+                        "infer");
     if (s != RESHARD_OK)
         reshard_model_refit_destroy(out);
     return s;
@@ -151,7 +189,7 @@ static reshard_status_t gather(bl_t *b, const reshard_model_refit_t *r, const rs
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t st = f[i].rank / S, li = f[i].rank % S;
-        int32_t width = ids->expert[f[i].tensor] ? s->etp * s->ep : s->tp;
+        int32_t width = ids->expert[f[i].tensor] ? rs_etp(s) * s->ep : s->tp;
         if (st == stage_of[f[i].tensor] && li < width)
             f[kept++] = f[i];
     }

@@ -1,5 +1,4 @@
 /* Parallel specs: parsing, world sizes and the rules a model imposes. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +6,19 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-/* Split "k=v,k=v" and call @p set for each pair; errors name the text. */
+/* Drop the spaces and tabs around @p s (in place). */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Split "k=v,k=v" (spaces around keys and values allowed) and call @p set for
+ * each trimmed pair; errors name the text. */
 typedef reshard_status_t (*spec_set_fn)(void *spec, const char *side, const char *key,
                                         const char *val, unsigned *seen);
 
@@ -32,7 +43,7 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
             return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": item \"%s\" is not key=value",
                             side, text, item);
         *eq = '\0';
-        reshard_status_t s = set(spec, side, item, eq + 1, &seen);
+        reshard_status_t s = set(spec, side, trim(item), trim(eq + 1), &seen);
         if (s != RESHARD_OK)
             return s;
         p = end ? end + 1 : p + len;
@@ -42,12 +53,12 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
     return RESHARD_OK;
 }
 
+/* A size: decimal digits, no sign, no leading zero, 1..2^24. */
 static reshard_status_t positive(const char *side, const char *key, const char *val, int32_t *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(val, &end, 10);
-    if (!*val || *end || errno || v < 1 || v > (1L << 24))
+    size_t n = strspn(val, "0123456789");
+    long v = n >= 1 && n <= 8 && !val[n] && val[0] != '0' ? strtol(val, NULL, 10) : 0;
+    if (v < 1 || v > (1L << 24))
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "%s spec: %s=%s is not a positive integer (1..16777216)", side, key, val);
     *out = (int32_t)v;
@@ -66,15 +77,17 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
                                   unsigned *seen)
 {
     reshard_train_spec_t *s = spec;
-    static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp"};
-    int32_t *dst[] = {&s->tp, &s->pp, &s->dp, &s->cp, &s->ep, &s->etp};
-    for (unsigned i = 0; i < 6; i++)
+    static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last"};
+    int32_t *dst[] = {&s->tp,  &s->pp,  &s->dp,    &s->cp,  &s->ep,
+                      &s->etp, &s->vpp, &s->first, &s->last};
+    for (unsigned i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strcmp(key, keys[i])) {
             reshard_status_t st = mark(side, key, 1u << i, seen);
             return st != RESHARD_OK ? st : positive(side, key, val, dst[i]);
         }
     return rs_error(RESHARD_ERR_INVALID_ARG,
-                    "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp)", side, key);
+                    "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp, vpp, first, last)",
+                    side, key);
 }
 
 static reshard_status_t infer_set(void *spec, const char *side, const char *key, const char *val,
@@ -89,9 +102,9 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
         reshard_status_t st = mark(side, key, 4u, seen);
         if (st != RESHARD_OK)
             return st;
-        if (!strcmp(val, "on") || !strcmp(val, "1") || !strcmp(val, "true"))
+        if (!strcmp(val, "on"))
             s->ep = 1;
-        else if (!strcmp(val, "off") || !strcmp(val, "0") || !strcmp(val, "false"))
+        else if (!strcmp(val, "off"))
             s->ep = 0;
         else
             return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -109,8 +122,10 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
     rs_error_clear();
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_train_spec_parse: NULL out");
-    reshard_train_spec_t s = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t s = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1};
     reshard_status_t st = parse_pairs("train", text, &s, train_set);
+    if (s.etp == 0) /* Megatron: --expert-tensor-parallel-size defaults to tp */
+        s.etp = s.tp;
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "train spec \"%s\": world size overflows", text);
     if (st == RESHARD_OK)
@@ -163,8 +178,14 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *s)
 
 const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, size_t size)
 {
-    snprintf(out, size, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,etp=%d", s->tp, s->pp, s->dp, s->cp, s->ep,
-             s->etp);
+    int n = snprintf(out, size, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,etp=%d", s->tp, s->pp, s->dp, s->cp,
+                     s->ep, rs_etp(s));
+    if (n >= 0 && (size_t)n < size && rs_vpp(s) > 1)
+        n += snprintf(out + n, size - (size_t)n, ",vpp=%d", s->vpp);
+    if (n >= 0 && (size_t)n < size && s->first > 0)
+        n += snprintf(out + n, size - (size_t)n, ",first=%d", s->first);
+    if (n >= 0 && (size_t)n < size && s->last > 0)
+        snprintf(out + n, size - (size_t)n, ",last=%d", s->last);
     return out;
 }
 
@@ -174,11 +195,37 @@ const char *reshard_infer_spec_str(const reshard_infer_spec_t *s, char *out, siz
     return out;
 }
 
-void rs_stage_layers(int32_t L, int32_t pp, int32_t p, int32_t *first, int32_t *count)
+/* Layers of pipeline stage @p p, all its model chunks together
+ * (transformer_block.py get_num_layers_to_build): the given first/last
+ * counts, the rest split evenly over the other stages. */
+static int32_t stage_count(int32_t L, const reshard_train_spec_t *s, int32_t p)
 {
-    int32_t base = L / pp, rem = L % pp;
-    *count = base + (p < rem);
-    *first = p * base + (p < rem ? p : rem);
+    int32_t left = s->pp, rest = L;
+    if (s->first > 0) {
+        if (p == 0)
+            return s->first;
+        left--;
+        rest -= s->first;
+    }
+    if (s->last > 0) {
+        if (p == s->pp - 1)
+            return s->last;
+        left--;
+        rest -= s->last;
+    }
+    return left > 0 ? rest / left : 0;
+}
+
+void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
+                     int32_t *first, int32_t *count)
+{
+    /* Round c of the interleaved schedule holds L/vpp layers: each stage's
+     * c-th chunk in stage order (get_transformer_layer_offset). */
+    int32_t v = rs_vpp(s), off = chunk * (L / v);
+    for (int32_t q = 0; q < p; q++)
+        off += stage_count(L, s, q) / v;
+    *first = off;
+    *count = stage_count(L, s, p) / v;
 }
 
 static bool has_moe(const reshard_model_t *m)
@@ -195,39 +242,85 @@ static bool has_moe(const reshard_model_t *m)
             return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
     } while (0)
 
+/* Megatron's pipeline split rules (transformer_block.py 155-158,
+ * get_num_layers_to_build; arguments.py for the virtual pipeline). */
+static reshard_status_t check_stages(const reshard_model_t *m, const reshard_train_spec_t *s)
+{
+    int32_t pp = s->pp, v = rs_vpp(s), L = m->L;
+    RULE(s->first >= 0 && s->last >= 0 && s->vpp >= 0, "train: vpp, first and last must be >= 1");
+    RULE(pp > 1 || (s->first == 0 && s->last == 0),
+         "train: first=/last= (--decoder-first/last-pipeline-num-layers) need pp > 1");
+    RULE(pp > 1 || v == 1, "train: vpp=%d (--virtual-pipeline-model-parallel-size) needs pp > 1",
+         v);
+    if (s->first == 0 && s->last == 0)
+        RULE(L % pp == 0,
+             "train: pp=%d does not divide the %d layers; Megatron requires it unless the "
+             "first/last stage layer counts are given (first=, last=: "
+             "--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers)",
+             pp, L);
+    int32_t left = pp - (s->first > 0) - (s->last > 0);
+    int64_t rest = (int64_t)L - s->first - s->last;
+    RULE(rest >= 0, "train: first=%d + last=%d is more than the %d layers", s->first, s->last, L);
+    RULE(left > 0 || rest == 0,
+         "train: first=%d + last=%d must be the %d layers when pp=%d has no middle stages",
+         s->first, s->last, L, pp);
+    RULE(left == 0 || rest % left == 0,
+         "train: the %lld layers left after first=%d, last=%d do not split evenly over the %d "
+         "middle stages (Megatron: uneven pipelining needs the rest divisible)",
+         (long long)rest, s->first, s->last, left);
+    for (int32_t p = 0; p < pp; p++) {
+        int32_t n = stage_count(L, s, p);
+        RULE(n >= 1, "train: pipeline stage %d of pp=%d gets no layer of the %d", p, pp, L);
+        RULE(n % v == 0,
+             "train: vpp=%d does not divide the %d layers of pipeline stage %d (Megatron: every "
+             "model chunk holds the same number of layers; choose vpp dividing each stage's "
+             "layers)",
+             v, n, p);
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     RULE(reshard_train_world(s) > 0, "train: sizes must be >= 1 and the world fit in int32");
-    RULE(s->pp <= m->L, "train: pp=%d is more than the %d layers (every stage needs a layer)",
-         s->pp, m->L);
+    TRY(check_stages(m, s));
     RULE(m->nh % s->tp == 0, "train: tp=%d does not divide the %d attention heads", s->tp, m->nh);
-    if (m->fam != RS_FAM_DSV3)
-        RULE(m->kv % s->tp == 0,
-             "train: tp=%d does not divide the %d query groups (kv heads); Megatron splits whole "
-             "groups",
+    if (m->fam != RS_FAM_DSV3) {
+        /* attention.py: linear_qkv rows split evenly, whole query groups or
+         * (tp a multiple of the groups) an equal part of one group's rows */
+        RULE(m->kv % s->tp == 0 || s->tp % m->kv == 0,
+             "train: tp=%d does not divide the %d query groups (kv heads) nor is a multiple of "
+             "them (Megatron's linear_qkv split)",
              s->tp, m->kv);
+        int64_t gs = (m->nh / m->kv + 2) * (int64_t)m->hd;
+        RULE(s->tp <= m->kv || gs % (s->tp / m->kv) == 0,
+             "train: tp=%d: the %lld linear_qkv rows of a query group do not split evenly over "
+             "its %d ranks",
+             s->tp, (long long)gs, s->tp / m->kv);
+    }
     RULE(m->I % s->tp == 0, "train: tp=%d does not divide the MLP intermediate size %lld", s->tp,
          (long long)m->I);
-    if (m->nshared)
-        RULE((m->Im * m->nshared) % s->tp == 0,
+    if (m->Is)
+        RULE(m->Is % s->tp == 0,
              "train: tp=%d does not divide the shared-expert intermediate size %lld", s->tp,
-             (long long)(m->Im * m->nshared));
+             (long long)m->Is);
     if (m->nmtp)
         RULE(m->H % s->tp == 0, "train: tp=%d does not divide the hidden size %lld (MTP eh_proj)",
              s->tp, (long long)m->H);
     if (!has_moe(m)) {
-        RULE(s->ep == 1 && s->etp == 1, "train: ep=%d etp=%d: the model has no experts", s->ep,
-             s->etp);
+        RULE(s->ep == 1, "train: ep=%d: the model has no experts", s->ep);
         return RESHARD_OK;
     }
+    int32_t etp = rs_etp(s);
     RULE(m->E % s->ep == 0, "train: ep=%d does not divide the %d experts", s->ep, m->E);
-    RULE(m->Im % s->etp == 0, "train: etp=%d does not divide the expert intermediate size %lld",
-         s->etp, (long long)m->Im);
+    RULE(m->Im % etp == 0, "train: etp=%d does not divide the expert intermediate size %lld", etp,
+         (long long)m->Im);
     int64_t stage = (int64_t)s->tp * s->cp * s->dp;
-    RULE(stage % ((int64_t)s->etp * s->ep) == 0,
+    RULE(stage % ((int64_t)etp * s->ep) == 0,
          "train: etp*ep=%d does not divide tp*cp*dp=%lld (the expert grid etp,ep,edp must fill "
-         "each pipeline stage)",
-         s->etp * s->ep, (long long)stage);
+         "each pipeline stage; etp defaults to tp as Megatron's --expert-tensor-parallel-size "
+         "does: give etp=1 or a larger dp)",
+         etp * s->ep, (long long)stage);
     return RESHARD_OK;
 }
 
@@ -244,19 +337,20 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
     RULE(rs_roundup(m->V, 64) % tp == 0,
          "infer: tp=%d does not divide the vocabulary padded to 64 (%lld)", tp,
          (long long)rs_roundup(m->V, 64));
-    if (m->nshared)
-        RULE((m->Im * m->nshared) % tp == 0,
+    if (m->Is)
+        RULE(m->Is % tp == 0,
              "infer: tp=%d does not divide the shared-expert intermediate size %lld", tp,
-             (long long)(m->Im * m->nshared));
+             (long long)m->Is);
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         return RESHARD_OK;
     }
     if (!s->ep)
-        RULE(m->Im % tp == 0,
-             "infer: tp=%d does not divide the expert intermediate size %lld (without EP every "
-             "expert is TP-split)",
-             tp, (long long)m->Im);
+        RULE(m->Im % ((int64_t)tp * s->dp) == 0,
+             "infer: tp*dp=%lld does not divide the expert intermediate size %lld (vLLM without "
+             "expert parallelism splits every expert over all tp*dp ranks; ep=on "
+             "(--enable-expert-parallel) holds whole experts instead)",
+             (long long)tp * s->dp, (long long)m->Im);
     else
         RULE((int64_t)tp * s->dp <= m->E,
              "infer: EP size tp*dp=%d is more than the %d experts (every EP rank needs one)",
@@ -274,6 +368,8 @@ reshard_status_t reshard_model_check(const reshard_model_t *model,
     reshard_status_t s = rs_check_train(model, train);
     if (s == RESHARD_OK)
         s = rs_check_infer(model, infer);
+    if (s == RESHARD_OK)
+        s = rs_check_layouts(model, train, infer);
     if (s == RESHARD_OK && world > 0) {
         int64_t tw = reshard_train_world(train), iw = reshard_infer_world(infer);
         RULE(tw + iw == world, "world size %d != train world %lld + infer world %lld", world,

@@ -12,26 +12,27 @@ static const char *nm(char *buf, size_t size, const char *prefix, const char *pa
     return buf;
 }
 
-/* qkv_proj of TP rank t: [its q heads; its kv heads (k); the same (v)], each
- * head_dim rows of H. With tp > kv heads, kv head t / (tp / kv) is
- * replicated on tp / kv consecutive ranks. */
-static reshard_status_t qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+/* qkv_proj weight (or bias: @p bias) of TP rank t: [its q heads; its kv
+ * heads (k); the same (v)], each head_dim rows (of H). With tp > kv heads,
+ * kv head t / (tp / kv) is replicated on tp / kv consecutive ranks
+ * (linear.py QKVParallelLinear). */
+static reshard_status_t qkv(rs_emit_t *e, const int32_t id[3], bool bias, int32_t tp, int32_t t,
                             const char *name)
 {
     const reshard_model_t *m = e->m;
-    int64_t H = m->H, hd = m->hd, kv = m->kv, hpg = m->nh / kv;
+    int64_t H = bias ? 1 : m->H, hd = m->hd, kv = m->kv, hpg = m->nh / kv;
     int64_t nq = m->nh / tp, h0 = t * nq;
     int64_t nkv = tp <= kv ? kv / tp : 1, k0 = tp <= kv ? t * nkv : t / (tp / kv);
-    int32_t b = rs_emit_buffer(e, l->q, 1, (nq + 2 * nkv) * hd, H, "%s", name);
+    int32_t b = rs_emit_buffer(e, id[0], 1, (nq + 2 * nkv) * hd, H, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;
     int64_t ng = nq >= hpg ? nq / hpg : 1, nj = nq >= hpg ? hpg : nq;
     int64_t qo[4] = {h0 / hpg, h0 % hpg, 0, 0}, qe[4] = {ng, nj, hd, H};
     int64_t qs[4] = {hpg * hd * H, hd * H, H, 1};
-    TRY(rs_emit(e, l->q, b, qo, qe, 0, qs));
+    TRY(rs_emit(e, id[0], b, qo, qe, 0, qs));
     int64_t ko[3] = {k0, 0, 0}, ke[3] = {nkv, hd, H}, ks[3] = {hd * H, H, 1};
-    TRY(rs_emit(e, l->k, b, ko, ke, nq * hd * H, ks));
-    return rs_emit(e, l->v, b, ko, ke, (nq + nkv) * hd * H, ks);
+    TRY(rs_emit(e, id[1], b, ko, ke, nq * hd * H, ks));
+    return rs_emit(e, id[2], b, ko, ke, (nq + nkv) * hd * H, ks);
 }
 
 /* fused_qkv_a_proj: replicated [q_a rows; kv_a rows] of H. */
@@ -64,7 +65,11 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
     }
     TRY(rs_emit_own(e, l->in_norm, nm(n, sizeof n, p, "input_layernorm.weight")));
     if (m->fam != RS_FAM_DSV3) {
-        TRY(qkv(e, l, tp, t, nm(n, sizeof n, p, "self_attn.qkv_proj.weight")));
+        TRY(qkv(e, (int32_t[3]){l->q, l->k, l->v}, false, tp, t,
+                nm(n, sizeof n, p, "self_attn.qkv_proj.weight")));
+        if (l->q_bias >= 0)
+            TRY(qkv(e, (int32_t[3]){l->q_bias, l->k_bias, l->v_bias}, true, tp, t,
+                    nm(n, sizeof n, p, "self_attn.qkv_proj.bias")));
         if (m->qk_norm) {
             TRY(rs_emit_own(e, l->q_norm, nm(n, sizeof n, p, "self_attn.q_norm.weight")));
             TRY(rs_emit_own(e, l->k_norm, nm(n, sizeof n, p, "self_attn.k_norm.weight")));
@@ -89,10 +94,12 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
                         nm(n, sizeof n, p, "mlp.gate_up_proj.weight"),
                         nm(n2, sizeof n2, p, "mlp.down_proj.weight")));
     } else {
-        TRY(rs_emit_own(e, l->router, nm(n, sizeof n, p, "mlp.gate.weight")));
+        /* mixtral: block_sparse_moe.gate / .experts; others mlp. */
+        char q[128];
+        snprintf(q, sizeof q, "%s%s.", p, m->moe_block);
+        TRY(rs_emit_own(e, l->router, nm(n, sizeof n, q, "gate.weight")));
         if (l->router_bias >= 0)
-            TRY(rs_emit_own(e, l->router_bias,
-                            nm(n, sizeof n, p, "mlp.gate.e_score_correction_bias")));
+            TRY(rs_emit_own(e, l->router_bias, nm(n, sizeof n, q, "gate.e_score_correction_bias")));
         int64_t e0, ne, i0, ni;
         if (s->ep) {
             int64_t eps = (int64_t)tp * s->dp, base = m->E / eps, rem = m->E % eps;
@@ -101,18 +108,24 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
             i0 = 0;
             ni = m->Im;
         } else {
+            /* fused_moe/config.py: without EP the expert-TP group is
+             * flattened to tp*dp; rank r = dp_rank*tp + tp_rank holds slice r */
             e0 = 0;
             ne = m->E;
-            ni = m->Im / tp;
-            i0 = t * ni;
+            ni = m->Im / ((int64_t)tp * s->dp);
+            i0 = r * ni;
         }
-        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, nm(n, sizeof n, p, "mlp.experts.w13_weight"),
-                            nm(n2, sizeof n2, p, "mlp.experts.w2_weight")));
+        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, false, nm(n, sizeof n, q, "experts.w13_weight"),
+                            nm(n2, sizeof n2, q, "experts.w2_weight")));
         if (l->s_gate >= 0) {
-            int64_t ns = m->Im * m->nshared / tp;
+            int64_t ns = m->Is / tp;
+            snprintf(q, sizeof q, "%smlp.%s.", p, m->shared);
             TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
-                            nm(n, sizeof n, p, "mlp.shared_experts.gate_up_proj.weight"),
-                            nm(n2, sizeof n2, p, "mlp.shared_experts.down_proj.weight")));
+                            nm(n, sizeof n, q, "gate_up_proj.weight"),
+                            nm(n2, sizeof n2, q, "down_proj.weight")));
+            if (l->s_sigmoid >= 0) /* qwen2_moe.py: ReplicatedLinear(H, 1) */
+                TRY(rs_emit_own(e, l->s_sigmoid,
+                                nm(n, sizeof n, p, "mlp.shared_expert_gate.weight")));
         }
     }
     if (mtp) {

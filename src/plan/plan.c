@@ -1,9 +1,11 @@
 /* reshard_plan_create and the plan's public accessors. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_steps.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 /* Minimum staging bound: a chunk per stream and slot must be worth a message. */
 #define RS_MIN_STAGING_BYTES 4096u
@@ -40,11 +42,17 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     if (plan->p.staging_bytes < RS_MIN_STAGING_BYTES)
         st = rs_error(RESHARD_ERR_STAGING, "staging bound %llu bytes is under the minimum %u",
                       (unsigned long long)plan->p.staging_bytes, RS_MIN_STAGING_BYTES);
-    else if (plan->p.domain_size < 0 || !(plan->p.timeout_s > 0))
+    else if (plan->p.domain_size < 0)
+        st = rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: domain_size %d is negative",
+                      plan->p.domain_size);
+    else if (!isfinite(plan->p.timeout_s) || !(plan->p.timeout_s > 0))
         st = rs_error(RESHARD_ERR_INVALID_ARG,
-                      "reshard_plan_create: domain_size %d or timeout %g "
-                      "out of range",
-                      plan->p.domain_size, plan->p.timeout_s);
+                      "reshard_plan_create: timeout %g s is not a finite number > 0 (at most "
+                      "%g s is waited)",
+                      plan->p.timeout_s, RESHARD_MAX_TIMEOUT_S);
+    plan->p.timeout_s = rs_timeout_s(plan->p.timeout_s);
+    if (plan->p.domain_size > plan->p.world_size) /* one domain holds every rank */
+        plan->p.domain_size = plan->p.world_size;
     if (st == RESHARD_OK)
         st = rs_validate(src, dst, params->world_size, params->my_rank);
     if (st == RESHARD_OK)

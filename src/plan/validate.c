@@ -114,20 +114,28 @@ static bool mark_fragment(const reshard_layout_t *l, const reshard_fragment_t *f
     return false;
 }
 
-/* Report that fragment @p f shares bytes with another destination fragment. */
-static reshard_status_t overlap_error(const reshard_layout_t *l, const reshard_fragment_t *f)
+/* Report that fragment @p f shares bytes with another fragment of its side,
+ * or, when @p self, that its strides make two of its own elements share one. */
+static reshard_status_t overlap_error(const reshard_layout_t *l, const reshard_fragment_t *f,
+                                      const char *side, bool self)
 {
     char bs[256];
+    if (self)
+        return rs_error(RESHARD_ERR_OVERLAP,
+                        "tensor %s, rank %d, box %s: the %s fragment overlaps itself in buffer "
+                        "%d (its strides make two of its elements share a position)",
+                        l->tensors->t[f->tensor].name, f->rank, rs_box_str(&f->box, bs, sizeof bs),
+                        side, f->buffer);
     return rs_error(RESHARD_ERR_OVERLAP,
-                    "tensor %s, rank %d, box %s: destination bytes in buffer %d are also "
-                    "written by another destination fragment",
+                    "tensor %s, rank %d, box %s: %s bytes in buffer %d are also "
+                    "written by another %s fragment",
                     l->tensors->t[f->tensor].name, f->rank, rs_box_str(&f->box, bs, sizeof bs),
-                    f->buffer);
+                    side, f->buffer, side);
 }
 
 /* Exact check by bitmap over [lo, hi): one bit per byte, every element marked. */
 static reshard_status_t check_group_bitmap(const reshard_layout_t *l, const rs_extent_t *e,
-                                           int64_t n, uint64_t lo, uint64_t hi)
+                                           int64_t n, uint64_t lo, uint64_t hi, const char *side)
 {
     uint8_t *bits = calloc((size_t)((hi - lo + 7) / 8), 1);
     if (!bits)
@@ -135,7 +143,7 @@ static reshard_status_t check_group_bitmap(const reshard_layout_t *l, const rs_e
     reshard_status_t st = RESHARD_OK;
     for (int64_t i = 0; i < n && st == RESHARD_OK; i++)
         if (mark_fragment(l, &l->f[e[i].frag], lo, bits))
-            st = overlap_error(l, &l->f[e[i].frag]);
+            st = overlap_error(l, &l->f[e[i].frag], side, n == 1);
     free(bits);
     return st;
 }
@@ -146,7 +154,7 @@ static reshard_status_t check_group_bitmap(const reshard_layout_t *l, const rs_e
 /* Exact check of a group of fragments whose byte bounds overlap: sort their
  * contiguous runs and look for a run that starts before the previous ends. */
 static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t *e, int64_t n,
-                                    uint64_t lo, uint64_t hi)
+                                    uint64_t lo, uint64_t hi, const char *side)
 {
     int64_t total = 0;
     for (int64_t i = 0; i < n && total <= RS_MAX_CHECK_RUNS; i++) {
@@ -155,7 +163,7 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
         total += r.runs;
     }
     if (total > RS_MAX_CHECK_RUNS || total > (int64_t)((hi - lo) / 64))
-        return check_group_bitmap(l, e, n, lo, hi);
+        return check_group_bitmap(l, e, n, lo, hi, side);
     rs_run_t *runs = malloc((size_t)total * sizeof *runs);
     if (!runs)
         return rs_error(RESHARD_ERR_NOMEM, "overlap check: out of memory on rank %d", e->rank);
@@ -166,7 +174,7 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
     reshard_status_t st = RESHARD_OK;
     for (int64_t i = 1; i < k && st == RESHARD_OK; i++)
         if (runs[i].lo < runs[i - 1].hi)
-            st = overlap_error(l, &l->f[runs[i].frag]);
+            st = overlap_error(l, &l->f[runs[i].frag], side, runs[i].frag == runs[i - 1].frag);
     free(runs);
     return st;
 }
@@ -198,8 +206,27 @@ static bool strides_injective(const reshard_fragment_t *f)
     return true;
 }
 
-/* No two destination fragments (nor two elements of one) share buffer bytes,
- * on rank @p rank (RESHARD_ALL_RANKS: on every rank). */
+/* No fragment of @p l, on any rank, has strides that make two of its
+ * elements share a position: checked exactly where the cheap sufficient
+ * condition does not hold. */
+static reshard_status_t check_self_overlap(const reshard_layout_t *l, const char *side)
+{
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; i < l->n && st == RESHARD_OK; i++) {
+        const reshard_fragment_t *f = &l->f[i];
+        if (strides_injective(f))
+            continue;
+        size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+        rs_extent_t e = {f->rank, f->buffer, (uint64_t)f->base * es, rs_fragment_end_bytes(l, f),
+                         i};
+        st = check_group(l, &e, 1, e.lo, e.hi, side);
+    }
+    return st;
+}
+
+/* No two destination fragments share buffer bytes, on rank @p rank
+ * (RESHARD_ALL_RANKS: on every rank); each fragment alone is already known
+ * not to overlap itself. */
 static reshard_status_t check_dst_overlap(const reshard_layout_t *l, int32_t rank)
 {
     rs_extent_t *e = malloc((size_t)(l->n ? l->n : 1) * sizeof *e);
@@ -225,9 +252,8 @@ static reshard_status_t check_dst_overlap(const reshard_layout_t *l, int32_t ran
                 hi = e[j].hi;
             j++;
         }
-        bool exact = j > i + 1 || !strides_injective(&l->f[e[i].frag]);
-        if (exact)
-            st = check_group(l, &e[i], j - i, e[i].lo, hi);
+        if (j > i + 1)
+            st = check_group(l, &e[i], j - i, e[i].lo, hi, "destination");
         i = j;
     }
     free(e);
@@ -246,6 +272,10 @@ reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t
         st = check_declared(src, "source");
     if (st == RESHARD_OK)
         st = check_declared(dst, "destination");
+    if (st == RESHARD_OK)
+        st = check_self_overlap(src, "source");
+    if (st == RESHARD_OK)
+        st = check_self_overlap(dst, "destination");
     if (st == RESHARD_OK)
         st = check_dst_overlap(dst, rank);
     return st;

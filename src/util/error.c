@@ -73,9 +73,20 @@ const char *rs_box_str(const reshard_box_t *box, char *out, size_t out_size)
 {
     size_t n = 0;
     n += (size_t)snprintf(out + n, out_size - n, "[");
-    for (int d = 0; d < box->ndim && n < out_size; d++)
-        n += (size_t)snprintf(out + n, out_size - n, "%s%" PRId64 ":%" PRId64, d ? ", " : "",
-                              box->offset[d], box->offset[d] + box->extent[d]);
+    for (int d = 0; d < box->ndim && n < out_size; d++) {
+        /* The end offset + extent without overflow: in uint64 when both are
+         * non-negative (an unchecked box may reach past INT64_MAX), else as a sum. */
+        int64_t o = box->offset[d], e = box->extent[d], end;
+        const char *sep = d ? ", " : "";
+        if (!__builtin_add_overflow(o, e, &end))
+            n += (size_t)snprintf(out + n, out_size - n, "%s%" PRId64 ":%" PRId64, sep, o, end);
+        else if (o >= 0 && e >= 0)
+            n += (size_t)snprintf(out + n, out_size - n, "%s%" PRId64 ":%" PRIu64, sep, o,
+                                  (uint64_t)o + (uint64_t)e);
+        else
+            n += (size_t)snprintf(out + n, out_size - n, "%s%" PRId64 ":%" PRId64 "%+" PRId64, sep,
+                                  o, o, e);
+    }
     if (n < out_size)
         snprintf(out + n, out_size - n, "]");
     return out;

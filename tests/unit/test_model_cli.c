@@ -43,7 +43,7 @@ static void test_plan_json(void **state)
 {
     (void)state;
     static char out[1 << 16];
-    int rc = run("plan --model qwen3-30b-a3b --layers 2 --train tp=2,pp=2,ep=2 "
+    int rc = run("plan --model qwen3-30b-a3b --layers 2 --train tp=2,pp=2,ep=2,etp=1 "
                  "--infer tp=4,dp=2,ep=on --json",
                  out, sizeof out);
     if (rc != 0)
@@ -107,7 +107,7 @@ static void test_plan_rank_counters_add_up(void **state)
 {
     (void)state;
     static char out[1 << 16];
-    const char *cfg = "plan --model qwen3-30b-a3b --layers 2 --train tp=2,pp=2,ep=2 "
+    const char *cfg = "plan --model qwen3-30b-a3b --layers 2 --train tp=2,pp=2,ep=2,etp=1 "
                       "--infer tp=2,dp=2 --domain-size 4 --json";
     int rc = run(cfg, out, sizeof out);
     if (rc != 0)

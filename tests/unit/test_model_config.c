@@ -44,6 +44,30 @@ static int64_t dense_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t
     return V * H * (tied ? 1 : 2) + H + L * (2 * H + attn + 3 * H * I);
 }
 
+/* Qwen2 adds q/k/v biases (nh*hd + 2*kv*hd per layer). */
+static int64_t qwen2_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                            int64_t V)
+{
+    return dense_params(H, I, L, nh, kv, hd, V, 0, 0) + L * (nh * hd + 2 * kv * hd);
+}
+
+/* Qwen2-MoE, every layer sparse: q/k/v biases, router [E, H], E experts of
+ * 3*Im*H, a shared expert of 3*Is*H and its sigmoid gate [1, H]. */
+static int64_t qwen2_moe_params(int64_t H, int64_t Im, int64_t Is, int64_t L, int64_t nh,
+                                int64_t kv, int64_t hd, int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + nh * hd + 2 * kv * hd;
+    return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * Im * H + 3 * Is * H + H);
+}
+
+/* Mixtral: every layer E experts of 3*I*H (w1, w3, w2) and a router. */
+static int64_t mixtral_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                              int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2;
+    return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * I * H);
+}
+
 static int64_t qwen3_moe_params(int64_t H, int64_t Im, int64_t L, int64_t nh, int64_t kv,
                                 int64_t hd, int64_t V, int64_t E)
 {
@@ -73,13 +97,16 @@ static int64_t dsv3_params(const mla_cfg_t *c)
     return 2 * c->V * c->H + c->H + c->L * (2 * c->H + mla_attn(c)) + dense + moe;
 }
 
-static void expect_params(const char *name, int64_t want, double published, double tol)
+/* @p fp32 of the parameters are fp32 (router score-correction biases), the
+ * rest bf16. */
+static void expect_params(const char *name, int64_t want, int64_t fp32, double published,
+                          double tol)
 {
     reshard_model_t *m = load(name, 0, RESHARD_BF16);
     reshard_model_info_t info;
     assert_int_equal(reshard_model_info(m, &info), RESHARD_OK);
     assert_int_equal(info.params, want);
-    assert_int_equal(model_bytes(m), 2 * (uint64_t)want);
+    assert_int_equal(model_bytes(m), 2 * (uint64_t)want + 2 * (uint64_t)fp32);
     if (published > 0 && (double)want < published * (1 - tol))
         fail_msg("%s: %lld params, published %.4g", name, (long long)want, published);
     if (published > 0 && (double)want > published * (1 + tol))
@@ -93,20 +120,33 @@ static const mla_cfg_t dsv3 = {7168, 18432, 2048, 61,     128, 1536, 512,
 static void test_shipped_model_bytes(void **state)
 {
     (void)state;
-    expect_params("deepseek-v3", dsv3_params(&dsv3), 671.0e9, 0.001);
+    /* noaux_tc routing: one fp32 e_score_correction_bias [E] per MoE layer */
+    expect_params("deepseek-v3", dsv3_params(&dsv3), (61 - 3) * 256, 671.0e9, 0.001);
     mla_cfg_t kimi = dsv3;
     kimi.nh = 64;
     kimi.E = 384;
     kimi.first_k = 1;
     kimi.V = 163840;
-    expect_params("kimi-k2", dsv3_params(&kimi), 1.0e12, 0.05); /* "1T total parameters" */
-    expect_params("qwen3-235b-a22b", qwen3_moe_params(4096, 1536, 94, 64, 4, 128, 151936, 128),
+    expect_params("kimi-k2", dsv3_params(&kimi), (61 - 1) * 384, 1.0e12,
+                  0.05); /* "1T total parameters" */
+    expect_params("qwen3-235b-a22b", qwen3_moe_params(4096, 1536, 94, 64, 4, 128, 151936, 128), 0,
                   235.1e9, 0.001);
-    expect_params("qwen3-30b-a3b", qwen3_moe_params(2048, 768, 48, 32, 4, 128, 151936, 128), 30.5e9,
-                  0.002);
-    expect_params("llama-3.1-8b", dense_params(4096, 14336, 32, 32, 8, 128, 128256, 0, 0), 8.03e9,
+    expect_params("qwen3-30b-a3b", qwen3_moe_params(2048, 768, 48, 32, 4, 128, 151936, 128), 0,
+                  30.5e9, 0.002);
+    expect_params("llama-3.1-8b", dense_params(4096, 14336, 32, 32, 8, 128, 128256, 0, 0), 0,
+                  8.03e9, 0.001);
+    expect_params("qwen3-0.6b", dense_params(1024, 3072, 28, 16, 8, 128, 151936, 1, 1), 0, 0.596e9,
                   0.001);
-    expect_params("qwen3-0.6b", dense_params(1024, 3072, 28, 16, 8, 128, 151936, 1, 1), 0.596e9,
+    /* published: 70.6B, 7.61B, 72.7B, 57.4B (card: "57B"), 46.7B */
+    expect_params("llama-3.3-70b", dense_params(8192, 28672, 80, 64, 8, 128, 128256, 0, 0), 0,
+                  70.6e9, 0.001);
+    expect_params("qwen2.5-7b-instruct", qwen2_params(3584, 18944, 28, 28, 4, 128, 152064), 0,
+                  7.61e9, 0.001);
+    expect_params("qwen2.5-72b-instruct", qwen2_params(8192, 29568, 80, 64, 8, 128, 152064), 0,
+                  72.7e9, 0.001);
+    expect_params("qwen2-57b-a14b", qwen2_moe_params(3584, 2560, 20480, 28, 28, 4, 128, 151936, 64),
+                  0, 57.4e9, 0.001);
+    expect_params("mixtral-8x7b", mixtral_params(4096, 14336, 32, 32, 8, 128, 32000, 8), 0, 46.7e9,
                   0.001);
 }
 
@@ -122,6 +162,16 @@ static void test_mtp_and_fp8(void **state)
     assert_int_equal(info.params, dsv3_params(&dsv3) + mtp);
     reshard_tensors_t *t;
     reshard_model_tensors(m, &t);
+    /* the router score-correction bias is fp32 (vLLM deepseek_v2.py, Megatron router.py) */
+    int32_t bid = reshard_tensors_find(t, "model.layers.60.mlp.gate.e_score_correction_bias");
+    reshard_tensor_info_t bi;
+    assert_int_equal(reshard_tensors_info(t, bid, &bi), RESHARD_OK);
+    assert_int_equal(bi.dtype, RESHARD_FP32);
+    assert_int_equal(bi.shape[0], 256);
+    /* the router weight is bf16 in both frameworks (see reshard_model.h) */
+    assert_int_equal(reshard_tensors_info(t, bid - 1, &bi), RESHARD_OK);
+    assert_string_equal(bi.name, "model.layers.60.mlp.gate.weight");
+    assert_int_equal(bi.dtype, RESHARD_BF16);
     assert_true(reshard_tensors_find(t, "model.layers.61.eh_proj.weight") >= 0);
     assert_true(reshard_tensors_find(t, "model.layers.61.mlp.experts.gate_proj.weight") >= 0);
     assert_true(reshard_tensors_find(t, "model.layers.60.mlp.gate.e_score_correction_bias") >= 0);
@@ -161,8 +211,20 @@ static void test_spec_parse(void **state)
     assert_int_equal(t.ep, 16);
     assert_int_equal(t.dp, 4);
     assert_int_equal(t.cp, 1);
-    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.etp, 4); /* Megatron: --expert-tensor-parallel-size defaults to tp */
+    assert_int_equal(t.vpp, 1);
+    assert_int_equal(t.first, 0);
+    assert_int_equal(t.last, 0);
     assert_int_equal(reshard_train_world(&t), 128);
+    assert_int_equal(reshard_train_spec_parse("tp=2,pp=4,vpp=2,first=3,last=5,etp=1", &t),
+                     RESHARD_OK);
+    assert_int_equal(t.etp, 1);
+    assert_int_equal(t.vpp, 2);
+    assert_int_equal(t.first, 3);
+    assert_int_equal(t.last, 5);
+    char text[96];
+    assert_string_equal(reshard_train_spec_str(&t, text, sizeof text),
+                        "tp=2,pp=4,dp=1,cp=1,ep=1,etp=1,vpp=2,first=3,last=5");
     assert_int_equal(reshard_infer_spec_parse("tp=8,dp=16,ep=on", &i), RESHARD_OK);
     assert_int_equal(reshard_infer_world(&i), 128);
     assert_int_equal(i.ep, 1);
@@ -208,15 +270,38 @@ static void test_config_rules(void **state)
     const reshard_dtype_t B = RESHARD_BF16;
     expect_rule("llama-3.1-8b", B, "tp=3", "tp=1", 0,
                 "tp=3 does not divide the 32 attention heads");
-    expect_rule("llama-3.1-8b", B, "tp=16", "tp=1", 0, "does not divide the 8 query groups");
-    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 is more than the 32 layers");
+    /* Megatron: tp a multiple of the query groups is legal, tp=14 over 4 groups is not */
+    expect_rule("qwen2.5-7b-instruct", B, "tp=14", "tp=1", 0,
+                "tp=14 does not divide the 4 query groups (kv heads) nor is a multiple");
+    /* Megatron: pp divides the layers unless first/last stage counts are given */
+    expect_rule("llama-3.1-8b", B, "pp=33", "tp=1", 0, "pp=33 does not divide the 32 layers");
+    expect_rule("llama-3.1-8b", B, "pp=3", "tp=1", 0, "--decoder-first-pipeline-num-layers");
+    expect_rule("llama-3.1-8b", B, "pp=4,first=4", "tp=1", 0,
+                "28 layers left after first=4, last=0 do not split evenly over the 3");
+    expect_rule("llama-3.1-8b", B, "pp=2,first=5,last=5", "tp=1", 0,
+                "must be the 32 layers when pp=2 has no middle stages");
+    expect_rule("llama-3.1-8b", B, "pp=1,first=5", "tp=1", 0, "need pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=1,vpp=2", "tp=1", 0, "needs pp > 1");
+    expect_rule("llama-3.1-8b", B, "pp=4,vpp=3", "tp=1", 0,
+                "vpp=3 does not divide the 8 layers of pipeline stage 0");
+    expect_rule("llama-3.1-8b", B, "pp=3,first=2,last=15,vpp=2", "tp=1", 0,
+                "vpp=2 does not divide the 15 layers of pipeline stage 1");
     expect_rule("llama-3.1-8b", B, "tp=2,ep=2,dp=2", "tp=1", 0, "has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=1,ep=on", 0, "ep=on: the model has no experts");
     expect_rule("llama-3.1-8b", B, "tp=1", "tp=3", 0, "tp=3 does not divide the 32 attention");
     expect_rule("qwen3-30b-a3b", B, "dp=7,ep=7", "tp=1", 0, "ep=7 does not divide the 128 experts");
-    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4", "tp=1", 0, "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,ep=4,etp=1", "tp=1", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    /* etp defaults to tp (Megatron): TP2 EP2 on 2 ranks per stage needs etp=1 */
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0,
+                "etp*ep=4 does not divide tp*cp*dp=2");
+    expect_rule("qwen3-30b-a3b", B, "tp=2,pp=2,ep=2", "tp=4", 0, "give etp=1");
     expect_rule("qwen3-30b-a3b", B, "dp=4,ep=4,etp=5", "tp=1", 0, "etp=5 does not divide");
     expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=8,ep=on", 0, "EP size tp*dp=256 is more");
+    /* vLLM without EP splits each expert over tp*dp ranks: 768 / (32*16) */
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0,
+                "tp*dp=512 does not divide the expert intermediate size 768");
+    expect_rule("qwen3-30b-a3b", B, "tp=1", "tp=32,dp=16", 0, "--enable-expert-parallel");
     expect_rule("deepseek-v3", B, "tp=1", "tp=256", 0, "tp=256 does not divide the 128 attention");
     expect_rule("llama-3.1-8b", B, "tp=2", "tp=4", 7, "world size 7 != train world 2 + infer");
     /* FP8: shards must be whole 128x128 blocks: 768/32 = 24 expert rows per rank */
@@ -236,7 +321,7 @@ static void test_kv_head_rule(void **state)
                                              "\"num_key_value_heads\": 4, \"vocab_size\": 640}",
                                              NULL, &m),
                      RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
     reshard_infer_spec_t i = {6, 1, 0};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
@@ -309,7 +394,7 @@ static void test_load_errors(void **state)
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
         RESHARD_ERR_CONFIG);
-    assert_non_null(strstr(reshard_last_error(), "num_experts = 128"));
+    assert_non_null(strstr(reshard_last_error(), "num_experts set: routed experts"));
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
         RESHARD_ERR_CONFIG);
@@ -330,7 +415,7 @@ static void test_buffer_table(void **state)
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
     reshard_train_spec_t t;
     reshard_infer_spec_t i;
-    reshard_train_spec_parse("tp=2,pp=2,ep=2", &t);
+    reshard_train_spec_parse("tp=2,pp=2,ep=2,etp=1", &t);
     reshard_infer_spec_parse("tp=4,dp=2,ep=on", &i);
     reshard_model_refit_t f;
     assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);

@@ -37,6 +37,7 @@ typedef struct {
     int64_t H, I, Im, V;
     int64_t nh, kv, hd;
     int64_t E, nshared, first_dense, mlp_only0;
+    int64_t Is; /* qwen2_moe shared_expert_intermediate_size */
     int64_t q_lora, kv_lora, nope, rope, vhd, nmtp;
     int64_t L;
     int tied;
@@ -53,11 +54,16 @@ static char *config_json(const tcfg_t *c)
                  "\"tie_word_embeddings\": %s",
                  c->type, (long long)c->H, (long long)c->I, (long long)c->L, (long long)c->nh,
                  (long long)c->kv, (long long)c->hd, (long long)c->V, c->tied ? "true" : "false");
-    if (!strcmp(c->type, "qwen3_moe"))
+    if (!strcmp(c->type, "qwen3_moe") || !strcmp(c->type, "qwen2_moe"))
         n += snprintf(s + n, 4096 - (size_t)n,
                       ", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, "
                       "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [%s]",
                       (long long)c->Im, (long long)c->E, c->mlp_only0 ? "0" : "");
+    if (!strcmp(c->type, "qwen2_moe"))
+        n += snprintf(s + n, 4096 - (size_t)n, ", \"shared_expert_intermediate_size\": %lld",
+                      (long long)c->Is);
+    if (!strcmp(c->type, "mixtral"))
+        n += snprintf(s + n, 4096 - (size_t)n, ", \"num_local_experts\": %lld", (long long)c->E);
     if (!strcmp(c->type, "deepseek_v3"))
         n +=
             snprintf(s + n, 4096 - (size_t)n,
@@ -65,7 +71,7 @@ static char *config_json(const tcfg_t *c)
                      "\"n_shared_experts\": %lld, \"first_k_dense_replace\": %lld, "
                      "\"q_lora_rank\": %lld, \"kv_lora_rank\": %lld, \"qk_nope_head_dim\": %lld, "
                      "\"qk_rope_head_dim\": %lld, \"v_head_dim\": %lld, "
-                     "\"num_nextn_predict_layers\": %lld",
+                     "\"num_nextn_predict_layers\": %lld, \"topk_method\": \"noaux_tc\"",
                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
                      (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
                      (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
@@ -76,6 +82,30 @@ static char *config_json(const tcfg_t *c)
 static int is_mla(const tcfg_t *c)
 {
     return !strcmp(c->type, "deepseek_v3");
+}
+
+/* HF/vLLM module names of the family's MoE block and shared expert. */
+static const char *moe_block(const tcfg_t *c)
+{
+    return !strcmp(c->type, "mixtral") ? "block_sparse_moe." : "mlp.";
+}
+
+static int64_t shared_I(const tcfg_t *c)
+{
+    return !strcmp(c->type, "qwen2_moe") ? c->Is : c->Im * c->nshared;
+}
+
+static const char *shared_hf(const tcfg_t *c)
+{
+    return !strcmp(c->type, "qwen2_moe") ? "mlp.shared_expert." : "mlp.shared_experts.";
+}
+
+/* Expert projection names in HF: gate/up/down (mixtral: w1/w3/w2). */
+static const char *expert_hf(const tcfg_t *c, int which)
+{
+    static const char *const std[] = {"gate_proj", "up_proj", "down_proj"};
+    static const char *const mx[] = {"w1", "w3", "w2"};
+    return !strcmp(c->type, "mixtral") ? mx[which] : std[which];
 }
 
 /* ------------------------------------------------------------------ */
@@ -98,9 +128,12 @@ typedef struct {
 typedef struct {
     const tcfg_t *c;
     const reshard_tensors_t *T;
-    int32_t tp, t;            /* TP size and rank */
-    int32_t etp, et, ep, epr; /* Megatron expert TP/EP sizes and ranks */
-    int64_t e0, ne;           /* vLLM: experts held (EP) */
+    int32_t tp, t;                  /* TP size and rank */
+    int32_t etp, et, ep, epr;       /* Megatron expert TP/EP sizes and ranks */
+    const reshard_train_spec_t *ts; /* Megatron: the spec, and the rank's stage */
+    int32_t stage;
+    int64_t e0, ne;  /* vLLM: experts held (EP) */
+    int32_t dp, dpr; /* vLLM: DP size and replica */
     int vllm_ep;
 } rk_t;
 
@@ -191,23 +224,35 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     char hf[192];
     snprintf(hf, sizeof hf, "%s%s", pre, rest);
     int64_t vdim = is_mla(c) ? c->vhd : c->hd;
-    if (ends(rest, "norm.weight") || !strcmp(rest, "mlp.gate.weight") ||
-        !strcmp(rest, "mlp.gate.e_score_correction_bias") || !strcmp(rest, "eh_proj.weight") ||
-        !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight")) {
+    char router[96], rbias[96];
+    snprintf(router, sizeof router, "%sgate.weight", moe_block(c));
+    snprintf(rbias, sizeof rbias, "%sgate.e_score_correction_bias", moe_block(c));
+    if (ends(rest, "norm.weight") || !strcmp(rest, router) || !strcmp(rest, rbias) ||
+        !strcmp(rest, "eh_proj.weight") || !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight") ||
+        !strcmp(rest, "mlp.shared_expert_gate.weight")) {
         whole(x, hf, g, w, i, col);
         return 1;
     }
-    if (!strcmp(rest, "self_attn.qkv_proj.weight")) {
+    int bias = !strcmp(rest, "self_attn.qkv_proj.bias");
+    if (!strcmp(rest, "self_attn.qkv_proj.weight") || bias) {
         int64_t hd = c->hd, nq = c->nh / tp;
         int64_t nkv = tp <= c->kv ? c->kv / tp : 1;
         int64_t k0 = tp <= c->kv ? t * nkv : t / (tp / c->kv); /* kv head replicated */
-        *g = (geom_t){1, (nq + 2 * nkv) * hd, H};
+        *g = (geom_t){1, (nq + 2 * nkv) * hd, bias ? 1 : H};
         if (w) {
+            const char *sfx = bias ? "bias" : "weight";
+            char q[64], kk[64], vv[64];
+            snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
+            snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
+            snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
             if (i < nq * hd)
-                at(w, pre, "self_attn.q_proj.weight", 0, t * nq * hd + i, col);
+                at(w, pre, q, 0, t * nq * hd + i, col);
             else
-                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", nkv * hd,
-                     k0 * hd, 0, i - nq * hd, col);
+                pair(w, pre, kk, vv, nkv * hd, k0 * hd, 0, i - nq * hd, col);
+            if (bias) { /* a 1-d tensor: the element index is the column */
+                w->c = w->r;
+                w->r = 0;
+            }
         }
         return 1;
     }
@@ -233,9 +278,9 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
             at(w, "", hf, 0, i, t * n + col);
         return 1;
     }
-    int shared = !strncmp(rest, "mlp.shared_experts.", 19);
-    int64_t I = shared ? c->Im * c->nshared : c->I, n = I / tp;
-    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    int shared = !strncmp(rest, shared_hf(c), strlen(shared_hf(c)));
+    int64_t I = shared ? shared_I(c) : c->I, n = I / tp;
+    const char *sub = shared ? shared_hf(c) : "mlp.";
     char a[96], b[96];
     if (ends(rest, "gate_up_proj.weight")) {
         *g = (geom_t){1, 2 * n, H};
@@ -252,23 +297,67 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
             at(w, pre, a, 0, i, t * n + col);
         return 1;
     }
-    /* Experts: EP = whole experts [e0, e0+ne); no EP = all experts, TP-split. */
+    /* Experts: EP = whole experts [e0, e0+ne); no EP = all experts, the
+     * intermediate dim split over all tp*dp ranks: rank dp_rank*tp + tp_rank
+     * holds slice number dp_rank*tp + tp_rank (vLLM flattens expert TP). */
     int64_t ne = x->vllm_ep ? x->ne : c->E, e = (x->vllm_ep ? x->e0 : 0) + el;
-    int64_t ni = x->vllm_ep ? c->Im : c->Im / tp, i0 = x->vllm_ep ? 0 : t * ni;
-    if (!strcmp(rest, "mlp.experts.w13_weight")) {
+    int64_t ni = x->vllm_ep ? c->Im : c->Im / (tp * x->dp);
+    int64_t i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
+    char e13[96], e2[96], eg[96], eu[96], ed[96];
+    snprintf(e13, sizeof e13, "%sexperts.w13_weight", moe_block(c));
+    snprintf(e2, sizeof e2, "%sexperts.w2_weight", moe_block(c));
+    snprintf(eg, sizeof eg, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 0));
+    snprintf(eu, sizeof eu, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 1));
+    snprintf(ed, sizeof ed, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 2));
+    if (!strcmp(rest, e13)) {
         *g = (geom_t){ne, 2 * ni, H};
         if (w)
-            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0, e, i,
-                 col);
+            pair(w, pre, eg, eu, ni, i0, e, i, col);
         return 1;
     }
-    if (!strcmp(rest, "mlp.experts.w2_weight")) {
+    if (!strcmp(rest, e2)) {
         *g = (geom_t){ne, H, ni};
         if (w)
-            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+            at(w, pre, ed, e, i, i0 + col);
         return 1;
     }
     return 0;
+}
+
+/* Megatron's pipeline split (transformer_block.py): layers of stage p are
+ * the given first/last counts, the rest evenly over the other stages; with
+ * vpp chunks, round c holds every stage's c-th vpp-th of its layers in stage
+ * order. Returns the first global layer of chunk @p chunk of stage @p p and
+ * stores the chunk's layer count in *count when non-NULL. */
+static int64_t stage_layers(const reshard_train_spec_t *s, int64_t L, int32_t p)
+{
+    int64_t left = s->pp, rest = L;
+    if (s->first) {
+        left--;
+        rest -= s->first;
+    }
+    if (s->last) {
+        left--;
+        rest -= s->last;
+    }
+    if (p == 0 && s->first)
+        return s->first;
+    if (p == s->pp - 1 && s->last)
+        return s->last;
+    return rest / left;
+}
+
+static int64_t chunk_layers(const reshard_train_spec_t *s, int64_t L, int32_t p)
+{
+    return stage_layers(s, L, p) / (s->vpp > 1 ? s->vpp : 1);
+}
+
+static int stage_first_layer(const reshard_train_spec_t *s, int64_t L, int32_t p, int32_t chunk)
+{
+    int64_t v = s->vpp > 1 ? s->vpp : 1, first = chunk * (L / v);
+    for (int32_t q = 0; q < p; q++)
+        first += chunk_layers(s, L, q);
+    return (int)first;
 }
 
 /* The Megatron convention. Returns 0 for an unknown parameter. */
@@ -278,6 +367,12 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
     const tcfg_t *c = x->c;
     int64_t tp = x->tp, t = x->t, H = c->H;
     int64_t vpad = (c->V + 128 * tp - 1) / (128 * tp) * (128 * tp);
+    int chunk = 0, k = 0;
+    if (x->ts->vpp > 1) { /* model chunk c's names start with "c." */
+        if (sscanf(param, "%d.%n", &chunk, &k) != 1 || !k)
+            return 0;
+        param += k;
+    }
     if (!strcmp(param, "embedding.word_embeddings.weight")) {
         vocab(x, vpad, "model.embed_tokens.weight", g, w, i, col);
         return 1;
@@ -290,16 +385,18 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         whole(x, "model.norm.weight", g, w, i, col);
         return 1;
     }
-    int layer, k = 0;
+    int layer;
     char pre[64], hf[192];
     const char *rest;
+    k = 0;
     if (sscanf(param, "decoder.layers.%d.%n", &layer, &k) == 1 && k) {
         rest = param + k;
+        layer += stage_first_layer(x->ts, c->L, x->stage, chunk); /* numbered from 0 per chunk */
     } else if (sscanf(param, "mtp.layers.%d.%n", &layer, &k) == 1 && k) {
         rest = param + k;
         layer += (int)c->L; /* HF numbers MTP layers after the decoder layers */
-        if (!strncmp(rest, "transformer_layer.", 18))
-            rest += 18;
+        if (!strncmp(rest, "mtp_model_layer.", 16))
+            rest += 16;
         snprintf(pre, sizeof pre, "model.layers.%d.", layer);
         if (!strcmp(rest, "final_layernorm.weight")) {
             snprintf(hf, sizeof hf, "%sshared_head.norm.weight", pre);
@@ -334,26 +431,42 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         {"self_attention.linear_kv_up_proj.layer_norm_weight", "self_attn.kv_a_layernorm.weight"},
         {"mlp.linear_fc1.layer_norm_weight", "post_attention_layernorm.weight"},
         {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
-        {"mlp.router.weight", "mlp.gate.weight"},
-        {"mlp.router.expert_bias", "mlp.gate.e_score_correction_bias"},
+        {"mlp.shared_experts.gate_weight", "mlp.shared_expert_gate.weight"},
     };
+    if (!strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.expert_bias")) {
+        snprintf(hf, sizeof hf, "%s%s%s", pre, moe_block(c),
+                 ends(rest, "weight") ? "gate.weight" : "gate.e_score_correction_bias");
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
     for (size_t s = 0; s < sizeof same / sizeof *same; s++)
         if (!strcmp(rest, same[s].mg)) {
             snprintf(hf, sizeof hf, "%s%s", pre, same[s].hf);
             whole(x, hf, g, w, i, col);
             return 1;
         }
-    if (!strcmp(rest, "self_attention.linear_qkv.weight")) {
-        /* per query group g: [q heads of g; k head g; v head g] */
-        int64_t hd = c->hd, hpg = c->nh / c->kv, ng = c->kv / tp, gs = (hpg + 2) * hd;
-        *g = (geom_t){1, ng * gs, H};
+    int bias = !strcmp(rest, "self_attention.linear_qkv.bias");
+    if (!strcmp(rest, "self_attention.linear_qkv.weight") || bias) {
+        /* rows interleaved per query group g: [q heads of g; k head g; v head
+         * g], the whole row sequence split evenly over tp (tp may be a
+         * multiple of the groups: then a part of one group per rank) */
+        int64_t hd = c->hd, hpg = c->nh / c->kv, gs = (hpg + 2) * hd, rows = c->kv * gs / tp;
+        *g = (geom_t){1, rows, bias ? 1 : H};
         if (w) {
-            int64_t grp = t * ng + i / gs, j = i % gs;
+            int64_t idx = t * rows + i, grp = idx / gs, j = idx % gs;
+            const char *sfx = bias ? "bias" : "weight";
+            char q[64], kk[64], vv[64];
+            snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
+            snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
+            snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
             if (j < hpg * hd)
-                at(w, pre, "self_attn.q_proj.weight", 0, grp * hpg * hd + j, col);
+                at(w, pre, q, 0, grp * hpg * hd + j, col);
             else
-                pair(w, pre, "self_attn.k_proj.weight", "self_attn.v_proj.weight", hd, grp * hd, 0,
-                     j - hpg * hd, col);
+                pair(w, pre, kk, vv, hd, grp * hd, 0, j - hpg * hd, col);
+            if (bias) {
+                w->c = w->r;
+                w->r = 0;
+            }
         }
         return 1;
     }
@@ -381,8 +494,8 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         return 1;
     }
     int shared = !strncmp(rest, "mlp.shared_experts.", 19);
-    int64_t n = (shared ? c->Im * c->nshared : c->I) / tp;
-    const char *sub = shared ? "mlp.shared_experts." : "mlp.";
+    int64_t n = (shared ? shared_I(c) : c->I) / tp;
+    const char *sub = shared ? shared_hf(c) : "mlp.";
     char a[96], b[96];
     if (!strcmp(rest, "mlp.linear_fc1.weight") ||
         !strcmp(rest, "mlp.shared_experts.linear_fc1.weight")) {
@@ -401,19 +514,28 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
             at(w, pre, a, 0, i, t * n + col);
         return 1;
     }
-    /* Experts: EP rank r holds [r*E/EP, (r+1)*E/EP), ETP-split like a dense MLP. */
-    int64_t ne = c->E / x->ep, e = x->epr * ne + el, ni = c->Im / x->etp, i0 = x->et * ni;
-    if (!strcmp(rest, "mlp.experts.linear_fc1.weight")) {
-        *g = (geom_t){ne, 2 * ni, H};
+    /* Experts: EP rank r holds [r*E/EP, (r+1)*E/EP), ETP-split like a dense
+     * MLP; TEGroupedMLP: one parameter per local expert, weight0..ne-1. */
+    int64_t ne = c->E / x->ep, ni = c->Im / x->etp, i0 = x->et * ni;
+    int j = -1;
+    k = 0;
+    (void)el;
+    char eg[96], eu[96], ed[96];
+    snprintf(eg, sizeof eg, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 0));
+    snprintf(eu, sizeof eu, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 1));
+    snprintf(ed, sizeof ed, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 2));
+    if (sscanf(rest, "mlp.experts.linear_fc1.weight%d%n", &j, &k) == 1 && !rest[k]) {
+        assert_true(j >= 0 && j < ne);
+        *g = (geom_t){1, 2 * ni, H};
         if (w)
-            pair(w, pre, "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight", ni, i0, e, i,
-                 col);
+            pair(w, pre, eg, eu, ni, i0, x->epr * ne + j, i, col);
         return 1;
     }
-    if (!strcmp(rest, "mlp.experts.linear_fc2.weight")) {
-        *g = (geom_t){ne, H, ni};
+    if (sscanf(rest, "mlp.experts.linear_fc2.weight%d%n", &j, &k) == 1 && !rest[k]) {
+        assert_true(j >= 0 && j < ne);
+        *g = (geom_t){1, H, ni};
         if (w)
-            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+            at(w, pre, ed, x->epr * ne + j, i, i0 + col);
         return 1;
     }
     return 0;
@@ -528,14 +650,18 @@ static void rank_ctx(const job_t *j, int train, rk_t *x)
         int32_t S = ts->tp * ts->cp * ts->dp, li = j->rank % S;
         x->tp = ts->tp;
         x->t = li % ts->tp;
-        x->etp = ts->etp;
+        x->etp = ts->etp; /* parsed: tp unless given */
         x->et = li % ts->etp;
         x->ep = ts->ep;
         x->epr = (li / ts->etp) % ts->ep;
+        x->ts = ts;
+        x->stage = j->rank / S;
     } else {
         int32_t r = j->rank - j->f->train_world, eps = is->tp * is->dp;
         x->tp = is->tp;
         x->t = r % is->tp;
+        x->dp = is->dp;
+        x->dpr = r / is->tp;
         x->vllm_ep = is->ep;
         if (j->c->E) {
             int64_t base = j->c->E / eps, rem = j->c->E % eps; /* remainder to the first ranks */
@@ -615,25 +741,47 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-/* Every train rank holds only the layers of its pipeline stage: a
- * contiguous block, the first L%pp stages one more. */
+/* Every train rank holds exactly the layers of its pipeline stage, per
+ * model chunk numbered 0..n-1 (Megatron's named_parameters()), the
+ * embedding on the first stage's first chunk (and, with MTP and pp > 1, on
+ * the last stage's last chunk), final norm, MTP and output layer on the last
+ * stage's last chunk. */
 static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
 {
     const reshard_train_spec_t *s = &f->train_spec;
-    int32_t S = s->tp * s->cp * s->dp;
-    for (int64_t k = 0; k < reshard_model_buffers_count(f->train_buffers); k++) {
-        reshard_model_buffer_t b;
-        reshard_model_buffers_get(f->train_buffers, k, &b);
-        int32_t p = b.rank / S, layer;
-        int64_t base = c->L / s->pp, rem = c->L % s->pp;
-        int64_t first = p * base + (p < rem ? p : rem), count = base + (p < rem);
-        if (sscanf(b.name, "decoder.layers.%d.", &layer) == 1)
-            assert_true(layer >= first && layer < first + count);
-        if (!strncmp(b.name, "embedding.", 10))
-            assert_int_equal(p, 0);
-        if (!strncmp(b.name, "output_layer.", 13) || !strncmp(b.name, "mtp.", 4) ||
-            !strncmp(b.name, "decoder.final", 13))
-            assert_int_equal(p, s->pp - 1);
+    int32_t S = s->tp * s->cp * s->dp, v = s->vpp > 1 ? s->vpp : 1;
+    for (int32_t r = 0; r < f->train_world; r++) {
+        int32_t p = r / S;
+        uint64_t seen[8] = {0};
+        int embeds = 0;
+        for (int64_t k = 0; k < reshard_model_buffers_count(f->train_buffers); k++) {
+            reshard_model_buffer_t b;
+            reshard_model_buffers_get(f->train_buffers, k, &b);
+            if (b.rank != r)
+                continue;
+            const char *name = b.name;
+            int chunk = 0, n = 0, layer;
+            if (v > 1) {
+                assert_int_equal(sscanf(name, "%d.%n", &chunk, &n), 1);
+                assert_true(n > 0 && chunk < v);
+                name += n;
+            }
+            int first = p == 0 && chunk == 0, last = p == s->pp - 1 && chunk == v - 1;
+            if (sscanf(name, "decoder.layers.%d.", &layer) == 1) {
+                assert_true(layer >= 0 && layer < chunk_layers(s, c->L, p));
+                seen[chunk] |= 1ull << layer;
+            }
+            if (!strncmp(name, "embedding.", 10)) {
+                assert_true(first || (last && c->nmtp && s->pp > 1));
+                embeds++;
+            }
+            if (!strncmp(name, "output_layer.", 13) || !strncmp(name, "mtp.", 4) ||
+                !strncmp(name, "decoder.final", 13))
+                assert_true(last);
+        }
+        for (int32_t ch = 0; ch < v; ch++)
+            assert_int_equal(seen[ch], (1ull << chunk_layers(s, c->L, p)) - 1);
+        assert_int_equal(embeds, (p == 0) + (p == s->pp - 1 && s->pp > 1 && c->nmtp > 0));
     }
 }
 
@@ -730,11 +878,11 @@ static void test_gqa_tp_over_kv_heads_tied(void **state)
 {
     (void)state;
     /* infer tp=8 > 2 kv heads: each kv head on 4 consecutive ranks */
-    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=2,dp=2", "tp=8,dp=2");
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=2,dp=2,first=3", "tp=8,dp=2");
     /* one stage: Megatron's output layer shares the embedding */
     refit_case(&qwen3_tied, RESHARD_BF16, "tp=1,pp=1,dp=3", "tp=4");
-    /* pp=3 over 5 layers: uneven stages; tied copy on the last stage */
-    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=2");
+    /* pp=3 over 5 layers: uneven stages given as first/last; tied copy on the last stage */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=3,first=1,last=2", "tp=2,dp=2");
 }
 
 /* Llama: untied, 4 query groups; Megatron tp=1 holds 4 groups per rank in
@@ -745,7 +893,7 @@ static const tcfg_t llama = {
 static void test_fused_qkv_groups(void **state)
 {
     (void)state;
-    refit_case(&llama, RESHARD_BF16, "tp=1,pp=2", "tp=2,dp=2");
+    refit_case(&llama, RESHARD_BF16, "tp=1,pp=2,last=1", "tp=2,dp=2");
     refit_case(&llama, RESHARD_BF16, "tp=2,pp=1,dp=2", "tp=1,dp=1");
     refit_case(&llama, RESHARD_BF16, "tp=4,cp=2", "tp=8");
     /* every rank plans for itself; NVLink domains of 4 ranks (forwarding) */
@@ -770,13 +918,20 @@ static void test_moe_experts(void **state)
 {
     (void)state;
     /* vLLM EP over 4 ranks: 6 experts -> 2, 2, 1, 1 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    /* etp defaults to tp: experts TP-split like the dense layers */
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
     /* Megatron ETP: ep=3, etp=2 over tp*dp=6 */
-    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=3,ep=3,etp=2,pp=2", "tp=4,ep=off");
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=3,ep=3,etp=2,pp=3", "tp=4,ep=off");
+    /* vLLM without EP at dp=2: each expert's 16 rows split over all 4 ranks
+     * (4 each), not over tp and repeated per replica */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=off");
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=1,dp=4");
     /* vLLM EP over 5 ranks (6 experts: 2,1,1,1,1), Megatron ep=6 */
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=6,ep=6", "tp=1,dp=5,ep=on");
     /* domains of 4 ranks: pieces land once per domain and are forwarded */
-    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=1,dp=4,ep=on", (how_t){4, 0});
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=1,dp=4,ep=on",
+                   (how_t){4, 0});
 }
 
 /* DeepSeek-V3 shape: MLA with q_lora, one dense layer, 5 routed experts,
@@ -803,7 +958,7 @@ static const tcfg_t dsv3 = {.type = "deepseek_v3",
 static void test_mla(void **state)
 {
     (void)state;
-    refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,etp=2", "tp=2,dp=2,ep=on");
+    refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,first=2", "tp=2,dp=2,ep=on");
     refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4");
     /* every rank plans for itself, NVLink domains of 5 ranks (relays, forwards) */
     refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on", (how_t){5, 1});
@@ -811,6 +966,77 @@ static void test_mla(void **state)
     no_q_lora.q_lora = 0;
     no_q_lora.nmtp = 0;
     refit_case(&no_q_lora, RESHARD_BF16, "tp=4", "tp=2,dp=2,ep=on");
+}
+
+/* Megatron pipeline splits: uneven first/last stages and virtual pipeline
+ * chunks (chunk c of stage p holds the (c*pp + p)-th block), names numbered
+ * from 0 in each chunk and prefixed by the chunk index. */
+static void test_pipeline_chunks(void **state)
+{
+    (void)state;
+    tcfg_t l8 = llama;
+    l8.L = 8;
+    refit_case(&l8, RESHARD_BF16, "tp=2,pp=2,vpp=2", "tp=2,dp=2");
+    refit_case(&l8, RESHARD_BF16, "tp=1,pp=4,vpp=2", "tp=4");
+    /* first stage 2 layers, last 2, the middle two 2 each; with vpp=2 one per chunk */
+    refit_case(&l8, RESHARD_BF16, "tp=1,pp=3,first=2,last=2", "tp=2");
+    refit_case(&l8, RESHARD_BF16, "tp=2,pp=3,first=2,last=4,vpp=2", "tp=1,dp=2");
+    /* MTP on the last stage's last chunk with its own embedding copy */
+    tcfg_t d4 = dsv3;
+    d4.L = 4;
+    refit_case(&d4, RESHARD_BF16, "tp=1,pp=2,vpp=2,dp=5,ep=5", "tp=2,dp=2,ep=on");
+    refit_case(&d4, RESHARD_BF16, "tp=2,pp=2,first=1,last=3,etp=1", "tp=2");
+}
+
+/* Qwen2: q/k/v biases. Megatron tp=4 and tp=8 over 2 query groups: each
+ * rank holds a half / a quarter of one group's [q; k; v] rows (tp=8: 12 rows,
+ * one and a half heads). */
+static const tcfg_t qwen2 = {
+    .type = "qwen2", .H = 32, .I = 24, .V = 100, .nh = 8, .kv = 2, .hd = 8, .L = 2};
+
+static void test_qwen2_biases(void **state)
+{
+    (void)state;
+    refit_case(&qwen2, RESHARD_BF16, "tp=1,pp=2", "tp=4");
+    refit_case(&qwen2, RESHARD_BF16, "tp=4", "tp=2,dp=2");
+    refit_case(&qwen2, RESHARD_BF16, "tp=8", "tp=8");
+    refit_case(&qwen2, RESHARD_BF16, "tp=2,dp=2", "tp=1,dp=2");
+}
+
+/* Qwen2-MoE: 4 experts, a shared expert (24 rows) with its sigmoid gate;
+ * Mixtral: block_sparse_moe with w1/w3/w2 experts. EP on and off, dp > 1. */
+static const tcfg_t qwen2_moe = {.type = "qwen2_moe",
+                                 .H = 32,
+                                 .I = 48,
+                                 .Im = 16,
+                                 .Is = 24,
+                                 .V = 90,
+                                 .nh = 4,
+                                 .kv = 2,
+                                 .hd = 8,
+                                 .E = 4,
+                                 .L = 2};
+/* (mixtral's experts are intermediate_size wide: Im mirrors I for the oracles) */
+static const tcfg_t mixtral = {.type = "mixtral",
+                               .H = 32,
+                               .I = 16,
+                               .Im = 16,
+                               .V = 70,
+                               .nh = 4,
+                               .kv = 2,
+                               .hd = 8,
+                               .E = 4,
+                               .L = 2};
+
+static void test_qwen2_moe_mixtral(void **state)
+{
+    (void)state;
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=1,dp=2,ep=2,pp=2", "tp=2,dp=2");
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=2,pp=2", "tp=4,ep=on");
+    refit_case(&mixtral, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2");
+    refit_case(&mixtral, RESHARD_BF16, "tp=2,pp=2", "tp=1,dp=4,ep=on");
+    refit_case(&mixtral, RESHARD_BF16, "tp=1,dp=4,ep=4", "tp=2,dp=2,ep=on");
 }
 
 /* FP8: e4m3 weights and 128x128 fp32 block scales, sharded at block
@@ -847,7 +1073,7 @@ static const tcfg_t dsv3_fp8 = {.type = "deepseek_v3",
 static void test_fp8(void **state)
 {
     (void)state;
-    refit_case(&qwen3_moe_fp8, RESHARD_FP8_E4M3, "tp=2,ep=2", "tp=2,ep=on");
+    refit_case(&qwen3_moe_fp8, RESHARD_FP8_E4M3, "tp=2,ep=2,etp=1", "tp=2,ep=on");
     refit_case(&qwen3_moe_fp8, RESHARD_FP8_E4M3, "tp=1,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
     refit_case(&dsv3_fp8, RESHARD_FP8_E4M3, "tp=2,pp=2", "tp=2,ep=on");
 }
@@ -858,6 +1084,9 @@ int main(void)
         cmocka_unit_test(test_gqa_tp_over_kv_heads_tied),
         cmocka_unit_test(test_fused_qkv_groups),
         cmocka_unit_test(test_moe_experts),
+        cmocka_unit_test(test_pipeline_chunks),
+        cmocka_unit_test(test_qwen2_biases),
+        cmocka_unit_test(test_qwen2_moe_mixtral),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_fp8),
     };

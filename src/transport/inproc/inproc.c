@@ -12,6 +12,7 @@
 
 #include "transport/transport.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 typedef struct rs_msg {
     struct rs_msg *next;
@@ -166,8 +167,10 @@ static reshard_status_t ip_end(reshard_comm_t *c, int slot)
     return RESHARD_OK;
 }
 
+/* The absolute time @p s seconds from now (clamped: it always fits a timespec). */
 static struct timespec deadline_after(double s)
 {
+    s = rs_timeout_s(s);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += (time_t)s;
@@ -189,12 +192,16 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
     for (int32_t i = 0; i < ip->npend[slot] && st == RESHARD_OK; i++) {
         rs_pending_t *p = &ip->pend[slot][i];
         rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
-        while (!f->head && st == RESHARD_OK)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && !f->head) {
+        while (!f->head && st == RESHARD_OK) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && !f->head) {
                 ip->lost[p->peer] = 1;
                 st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
-                              c->rank, p->peer, timeout_s);
-            }
+                              c->rank, p->peer, rs_timeout_s(timeout_s));
+            } else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for rank %d failed (%d)",
+                              c->rank, p->peer, rc);
+        }
         if (st != RESHARD_OK)
             break;
         rs_msg_t *m = f->head;
@@ -240,14 +247,18 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        while (g->generation == gen && st == RESHARD_OK && !g->abandoned)
-            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT && g->generation == gen) {
+        while (g->generation == gen && st == RESHARD_OK && !g->abandoned) {
+            int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+            if (rc == ETIMEDOUT && g->generation == gen) {
                 g->abandoned = true;
                 pthread_cond_broadcast(&g->cv);
                 st = rs_error(RESHARD_ERR_TIMEOUT,
                               "rank %d: not every rank finished the refit within %g s", c->rank,
-                              timeout_s);
-            }
+                              rs_timeout_s(timeout_s));
+            } else if (rc != 0 && rc != ETIMEDOUT)
+                st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for the others failed (%d)",
+                              c->rank, rc);
+        }
     }
     if (g->generation == gen && g->abandoned) { /* given up, by us or a peer */
         for (int32_t r = 0; r < g->n; r++)
@@ -257,7 +268,7 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
             st = rs_error(RESHARD_ERR_TIMEOUT,
                           "rank %d: a peer gave up waiting for a rank that did not finish the "
                           "refit within %g s",
-                          c->rank, timeout_s);
+                          c->rank, rs_timeout_s(timeout_s));
     }
     if (st == RESHARD_OK)
         st = g->result;
@@ -285,7 +296,7 @@ static reshard_status_t ip_agree_exchange(reshard_comm_t *c, int round, const in
     struct timespec mono;
     clock_gettime(CLOCK_MONOTONIC, &mono);
     double left = deadline - ((double)mono.tv_sec + 1e-9 * (double)mono.tv_nsec);
-    struct timespec dl = deadline_after(left > 0 ? left : 0);
+    struct timespec dl = deadline_after(left > 1e-9 ? left : 1e-9);
     reshard_status_t st = RESHARD_OK;
     void *mine = malloc(bytes ? bytes : 1);
     if (!mine)

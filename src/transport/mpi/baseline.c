@@ -17,6 +17,7 @@
 #include "layout/layout_internal.h"
 #include "transport/mpi/mpi_internal.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 /** A row block of one tensor inside a bucket, described as a fragment of the
  *  bucket (row-major view-shape strides). */
@@ -451,9 +452,8 @@ reshard_status_t reshard_baseline_create_mpi(const reshard_layout_t *src,
     uint64_t cap = params->field_mask & RESHARD_PLAN_PARAM_STAGING_BYTES
                        ? params->staging_bytes
                        : RESHARD_DEFAULT_STAGING_BYTES;
-    double timeout = params->field_mask & RESHARD_PLAN_PARAM_TIMEOUT && params->timeout_s > 0
-                         ? params->timeout_s
-                         : RESHARD_DEFAULT_TIMEOUT_S;
+    double timeout =
+        rs_timeout_s(params->field_mask & RESHARD_PLAN_PARAM_TIMEOUT ? params->timeout_s : 0);
     const reshard_tensors_t *cat = src->tensors;
     int32_t *root = malloc((size_t)(cat->n ? cat->n : 1) * sizeof *root);
     reshard_baseline_t *b = calloc(1, sizeof *b);

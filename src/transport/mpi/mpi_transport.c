@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "util/error.h"
+#include "util/timeout.h"
 
 uint64_t rs_mpi_max_message_bytes = (uint64_t)1 << 30;
 
@@ -171,8 +172,7 @@ static void describe_peers(const rs_mpi_reqs_t *l, char *out, size_t size)
 reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bool want_abort,
                              const char *what)
 {
-    if (timeout_s <= 0)
-        timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    timeout_s = rs_timeout_s(timeout_s);
     double start = rs_mpi_now();
     double deadline = start + timeout_s;
     int idle = 0;
@@ -266,8 +266,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
 {
     if (m->broken)
         return rs_mpi_broken_error(m);
-    if (timeout_s <= 0)
-        timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    timeout_s = rs_timeout_s(timeout_s);
     /* Keep the local message: the wait below may overwrite it. */
     char local_msg[1024];
     snprintf(local_msg, sizeof local_msg, "%s", reshard_last_error());

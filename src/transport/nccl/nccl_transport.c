@@ -32,6 +32,7 @@
 
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 /** Staging blocks an endpoint remembers (in use or cached for the next execution). */
 #define RS_NCCL_BLOCKS 8
@@ -88,7 +89,7 @@ static double env_timeout(void)
         char *end = NULL;
         double v = strtod(s, &end);
         if (end != s && v > 0)
-            return v;
+            return rs_timeout_s(v);
     }
     return RESHARD_DEFAULT_TIMEOUT_S;
 }
@@ -385,7 +386,7 @@ static reshard_status_t nccl_round_wait(reshard_comm_t *c, int slot, double time
     if (st != RESHARD_OK)
         return st;
     if (timeout_s > 0)
-        t->timeout_s = timeout_s;
+        t->timeout_s = rs_timeout_s(timeout_s);
     if (!t->pending[slot])
         return RESHARD_OK;
     st = wait_event(c, t->done[slot], t->timeout_s, "a round's transfers");
@@ -491,7 +492,7 @@ static reshard_status_t nccl_finish(reshard_comm_t *c, reshard_status_t local, d
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", reshard_last_error());
     if (timeout_s > 0)
-        t->timeout_s = timeout_s;
+        t->timeout_s = rs_timeout_s(timeout_s);
     int32_t all = RESHARD_OK;
     const reshard_status_t st = agree(c, local, &all);
     if (local != RESHARD_OK) /* keep this rank's own reason */
