@@ -58,6 +58,8 @@ static void run_usage(FILE *out)
                  "  --iters I          refits to run and verify (default 5; the median is shown)\n"
                  "  --baseline         also run gather+broadcast on the same data and ranks\n"
                  "  --json             print one JSON object (rank 0) instead of the table\n"
+                 "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
+                 "                     with --lose-at I, --lose-how stop|kill)\n"
                  "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
                  "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
                  "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
@@ -727,6 +729,9 @@ out:
 
 int cmd_run(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--lose-rank", 11))
+            return cmd_run_elastic(argc, argv);
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited)
