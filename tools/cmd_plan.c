@@ -23,7 +23,9 @@ static void plan_usage(FILE *out)
 {
     fprintf(out, "usage: reshard plan --model M --train SPEC --infer SPEC [options]\n"
                  "  --model M          shipped model name or path to a HF config.json\n"
-                 "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=)\n"
+                 "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=\n"
+                 "                     (default tp), vpp=, first=, last= (first/last stage\n"
+                 "                     layers; needed when pp does not divide the layers))\n"
                  "  --infer SPEC       vLLM sizes, e.g. tp=8,dp=16 (+ ep=on)\n"
                  "  --json             print one JSON object instead of the summary\n"
                  "  --layers K         keep only the first K decoder layers\n"

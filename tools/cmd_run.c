@@ -48,7 +48,8 @@ static void run_usage(FILE *out)
 {
     fprintf(out, "usage: mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]\n"
                  "  --model M          shipped model name or path to a HF config.json\n"
-                 "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4 (+ dp=, cp=, etp=)\n"
+                 "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4,etp=1 (+ dp=, cp=,\n"
+                 "                     etp= (default tp), vpp=, first=, last=)\n"
                  "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ ep=on)\n"
                  "                     N must be train world + infer world; ranks [0, train\n"
                  "                     world) train, the rest infer\n"

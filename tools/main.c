@@ -26,8 +26,10 @@ static void usage(FILE *out)
             "        [--json]   execute a refit under mpirun (ranks [0, train world) train)\n"
             "\n"
             "M: a shipped model name (deepseek-v3, kimi-k2, qwen3-235b-a22b, qwen3-30b-a3b,\n"
-            "   llama-3.1-8b, qwen3-0.6b) or a path to a HF config.json.\n"
-            "train SPEC: tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=); infer SPEC: tp=8,dp=16 (+ ep=on).\n"
+            "   qwen3-0.6b, qwen2.5-7b-instruct, qwen2.5-72b-instruct, qwen2-57b-a14b,\n"
+            "   mixtral-8x7b, llama-3.1-8b, llama-3.3-70b) or a path to a HF config.json.\n"
+            "train SPEC: tp=4,pp=8,ep=16,dp=4 (+ cp=, etp= (default tp), vpp=, first=, last=);\n"
+            "infer SPEC: tp=8,dp=16 (+ ep=on).\n"
             "'reshard <command> --help' describes a command's options.\n");
 }
 

@@ -69,6 +69,8 @@ typedef enum {
     RESHARD_ERR_IO = -15,          /**< a file could not be read or parsed */
     RESHARD_ERR_VERIFY = -16,      /**< verification found a wrong or unwritten element */
     RESHARD_ERR_STAGING = -17,     /**< staging bound too small for the plan */
+    RESHARD_ERR_MISMATCH = -18,    /**< ranks planned from different inputs (plan
+                                        fingerprints differ) */
 } reshard_status_t;
 
 /** Static English name of a status ("RESHARD_ERR_UNCOVERED"). Never NULL. */
@@ -192,7 +194,8 @@ typedef struct {
 typedef struct reshard_layout reshard_layout_t;
 
 /** Create an empty layout over @p tensors (kept by pointer: it must outlive
- *  the layout). Errors: INVALID_ARG, NOMEM. Local. */
+ *  the layout; plans made from the layout need neither). Errors:
+ *  INVALID_ARG, NOMEM. Local. */
 reshard_status_t reshard_layout_create(const reshard_tensors_t *tensors, reshard_layout_t **out);
 /** Free a layout; NULL ok. */
 void reshard_layout_destroy(reshard_layout_t *layout);
@@ -258,9 +261,10 @@ reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t
                                          reshard_fragment_t *out);
 
 /**
- * Bytes buffer @p buffer of rank @p rank must have to hold every fragment of
- * this layout placed in it (one past the last element any fragment touches).
- * 0 when no fragment uses that buffer.
+ * Bytes buffer @p buffer of rank @p rank must have: its declared bytes when
+ * it is declared (reshard_layout_declare_buffer below), else enough to hold
+ * every fragment of this layout placed in it (one past the last element any
+ * fragment touches). 0 when neither.
  */
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer);
 /** One more than the largest buffer id used by @p rank's fragments (0 if none). */
@@ -351,13 +355,18 @@ enum {
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
 /** Default time after which a silent peer is declared dead: 60 s. */
 #define RESHARD_DEFAULT_TIMEOUT_S 60.0
+/** Most ranks a plan takes (2^20): planning keeps per-rank and per-domain
+ *  tables, so a larger world_size is refused (INVALID_ARG) rather than
+ *  allocated. */
+#define RESHARD_MAX_WORLD_SIZE (1 << 20)
 /** Longest peer timeout, seconds (about 31 years): a larger finite timeout_s
  *  is taken as this bound ("wait as long as it takes"). */
 #define RESHARD_MAX_TIMEOUT_S 1e9
 
 typedef struct {
     uint64_t field_mask;    /**< RESHARD_PLAN_PARAM_* bits of the fields below */
-    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size) */
+    int32_t world_size;     /**< required: ranks of both sides are in [0, world_size),
+                                 1 <= world_size <= RESHARD_MAX_WORLD_SIZE */
     int32_t my_rank;        /**< required: the calling rank, or RESHARD_ALL_RANKS */
     uint64_t staging_bytes; /**< staging memory bound per rank, bytes */
     int32_t domain_size;    /**< ranks per NVLink domain (ranks fill domains in
@@ -393,14 +402,25 @@ typedef struct reshard_plan reshard_plan_t;
  * a source fragment (UNCOVERED), no fragment of either side, on any rank,
  * has strides that make two of its elements share a position (OVERLAP: "the
  * source fragment overlaps itself"), no two destination fragments of a rank
- * share buffer bytes (OVERLAP), every rank is below world_size (RANK). A
- * rank's own plan checks coverage within its groups and overlap between
- * fragments within its own buffers: a rank whose plan fails must not
- * execute, and the peers that do end with TIMEOUT (reshard_plan_execute).
+ * share buffer bytes (OVERLAP), every rank is below world_size (RANK),
+ * fragments in declared buffers lie inside them and have their dtype
+ * (BUFFER, DTYPE). A rank's own plan checks coverage within its groups and
+ * overlap between fragments within its own buffers: a rank whose plan fails
+ * must not execute; it calls reshard_plan_fail instead, so that its peers'
+ * executions fail at once, naming it.
+ *
+ * The plan owns what it executes with: it copies the catalogue and the
+ * fragments and declared buffers it needs, so @p src, @p dst and their
+ * catalogue may be destroyed (or changed) as soon as this returns. It also
+ * records a fingerprint of its inputs — the catalogue, both layouts'
+ * fragments and declared buffers, world_size, domain_size, staging, relay
+ * and timeout (not my_rank) — which reshard_plan_execute compares across
+ * ranks.
  * Errors: INVALID_ARG (also: a set timeout_s that is NaN, infinite or not
- * positive; a negative domain_size), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
- * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams), NOMEM —
- * the message names the tensor, rank and box.
+ * positive; a negative domain_size; world_size outside
+ * 1..RESHARD_MAX_WORLD_SIZE), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
+ * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams),
+ * BUFFER, NOMEM — the message names the tensor, rank and box (and buffer).
  */
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out);
@@ -465,10 +485,22 @@ void reshard_comm_destroy(reshard_comm_t *comm);
 int32_t reshard_comm_rank(const reshard_comm_t *comm);
 int32_t reshard_comm_size(const reshard_comm_t *comm);
 
-/** A caller's buffer: base pointer and size in bytes. */
+/** reshard_buffer_t.flags: the dtype field is given. */
+#define RESHARD_BUFFER_DTYPE 1u
+
+/**
+ * A caller's buffer: base pointer and size in bytes, and optionally what the
+ * caller believes it is. Zero-initialise it: {ptr, bytes} alone is a valid
+ * buffer; name NULL and flags 0 mean "not given".
+ */
 typedef struct {
     void *ptr;
     uint64_t bytes;
+    const char *name;      /**< optional: the parameter this buffer holds (checked against
+                                the layout's declared name) */
+    uint32_t flags;        /**< RESHARD_BUFFER_DTYPE when dtype is given */
+    reshard_dtype_t dtype; /**< element type, read only with RESHARD_BUFFER_DTYPE (so that
+                                RESHARD_BF16 == 0 is never assumed) */
 } reshard_buffer_t;
 
 /** Link-class byte counters measured during one execution on one rank. */
@@ -494,19 +526,44 @@ typedef struct {
  * @param dst_bufs  this rank's destination buffers indexed by buffer id
  * @param stats     optional; receives this rank's measured byte counts
  * Checked before anything moves: the comm's rank/size agree with the plan
- * (INVALID_ARG, returned at once), and each buffer a fragment of this rank
- * uses is non-NULL and at least reshard_layout_buffer_bytes large (BUFFER).
- * The buffer check is agreed by all ranks before any byte moves: when any
- * rank rejects its buffers, every rank returns that rank's status (BUFFER)
- * and no destination byte anywhere is written.
- * Errors: INVALID_ARG, BUFFER, TRANSPORT, TIMEOUT (a peer silent past the
- * plan's timeout), NOMEM. After a transport error or timeout the peer state
- * is undefined and the comm must be destroyed.
+ * (INVALID_ARG, returned at once); each buffer a fragment of this rank uses
+ * is non-NULL; a declared buffer (reshard_layout_declare_buffer) that is
+ * given has exactly its declared bytes, and its declared name and dtype
+ * where the caller set reshard_buffer_t.name / RESHARD_BUFFER_DTYPE; an
+ * undeclared one is at least reshard_layout_buffer_bytes large (BUFFER,
+ * naming the rank, the buffer's id and name, and both sizes).
+ * Then the first agreement, before any byte moves, over all ranks: every
+ * rank's plan exists (a rank whose plan failed calls reshard_plan_fail:
+ * every rank returns that rank's status, naming it), every plan has the same
+ * fingerprint (MISMATCH on every rank, naming a rank that planned from
+ * different inputs), every rank's buffers passed (BUFFER on every rank). In
+ * each case every rank returns at once and no destination byte anywhere is
+ * written.
+ * Errors: INVALID_ARG, BUFFER, MISMATCH, a failed plan's status, TRANSPORT,
+ * TIMEOUT (a peer silent past the plan's timeout), NOMEM. After a transport
+ * error or timeout the peer state is undefined and the comm must be
+ * destroyed.
  */
 reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
                                       const reshard_buffer_t *src_bufs, int32_t n_src,
                                       const reshard_buffer_t *dst_bufs, int32_t n_dst,
                                       reshard_exec_stats_t *stats);
+
+/**
+ * Tell the peers that this rank's reshard_plan_create failed with @p status,
+ * instead of leaving them to time out: call it where reshard_plan_execute
+ * would have been called. It takes part in the first agreement of the
+ * peers' execution, so every peer's reshard_plan_execute returns @p status
+ * at once, naming this rank ("rank R could not create its plan"), and no
+ * destination byte anywhere is written.
+ * @param status     the failed status (negative) reshard_plan_create returned
+ * @param timeout_s  how long to wait for the peers to arrive; <= 0: the
+ *                   default RESHARD_DEFAULT_TIMEOUT_S
+ * Returns OK once every peer was told. Errors: INVALID_ARG (NULL comm, status
+ * not negative), TIMEOUT (a peer did not arrive), TRANSPORT; the comm must
+ * then be destroyed.
+ */
+reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status, double timeout_s);
 
 /* ------------------------------------------------------------------ */
 /* 7. Verification pattern                                             */

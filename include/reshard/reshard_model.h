@@ -16,21 +16,42 @@
  *
  * Units: shapes in elements, sizes in bytes, as in reshard.h.
  *
- * Families (by config "model_type" / "architectures"):
+ * Families (by config "model_type"; "architectures" only when it is absent):
  *   llama, mistral, qwen3     dense, GQA (+ q/k norms for qwen3), tied or untied
  *                             embeddings
+ *   qwen2                     dense with q/k/v biases (Qwen2.5)
  *   qwen3_moe                 + router "mlp.gate" and stacked experts
+ *   qwen2_moe                 q/k/v biases, routed experts, a shared expert
+ *                             "mlp.shared_expert.*" and its sigmoid gate
+ *                             "mlp.shared_expert_gate.weight" [1, H]
+ *   mixtral                   "block_sparse_moe.gate" and experts w1 (gate), w3 (up),
+ *                             w2 (down) of intermediate_size
  *   deepseek_v3, kimi_k2,     MLA attention (q_lora_rank may be null), first_k_dense_replace
  *   deepseek_v2               dense layers, shared experts, router bias
- *                             "mlp.gate.e_score_correction_bias" (with noaux_tc routing:
- *                             V3, K2), MTP layers (num_nextn_predict_layers) only with
- *                             the mtp option
- *   (qwen2 is not taken: its q/k/v biases are not modelled)
+ *                             "mlp.gate.e_score_correction_bias" (fp32; only with
+ *                             topk_method "noaux_tc", as vLLM creates it), MTP layers
+ *                             (num_nextn_predict_layers) only with the mtp option
+ * A config field that implies tensors a family does not build (attention_bias,
+ * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, experts on a dense
+ * family) is refused naming the field.
+ *
+ * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
+ * frameworks (Megatron's router.py creates the weight fp32 and casts it to
+ * params_dtype in reset_parameters; vLLM's gate is a bf16 ReplicatedLinear); the
+ * router score-correction bias fp32 on both sides (vLLM deepseek_v2.py; Megatron
+ * keeps expert_bias fp32, router.py _maintain_float32_expert_bias).
+ *
+ * Not modelled (out of scope): vLLM kernel-specific post-load formats (FlashInfer
+ * CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
+ * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
+ * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
+ * (added vocabulary), hybrid Mamba layers (nemotron_h).
  *
  * Logical tensors carry the HF checkpoint names and shapes, with one exception:
  * the routed experts of a MoE layer are stacked into one tensor per projection,
  * "model.layers.L.mlp.experts.gate_proj.weight" [E, I, H] (up_proj [E, I, H],
- * down_proj [E, H, I]); expert e is row e of the HF tensor "...experts.e.gate_proj.weight".
+ * down_proj [E, H, I]; mixtral "block_sparse_moe.experts.w1.weight" etc.); expert
+ * e is row e of the HF tensor "...experts.e.gate_proj.weight".
  * In FP8 form every linear weight except the embedding, the output layer and
  * the router is e4m3 and has a companion "<name>_scale_inv" ("...weight_scale_inv")
  * of fp32, shape ceil(rows/128) x ceil(cols/128) (with the expert dim first
@@ -201,10 +222,12 @@ typedef struct {
     int32_t rank;
     int32_t buffer;
     uint64_t bytes;   /**< full size, padding included (>= reshard_layout_buffer_bytes) */
-    const char *name; /**< framework parameter name, e.g.
-                           "decoder.layers.3.self_attention.linear_qkv.weight" (Megatron)
-                           or "model.layers.3.self_attn.qkv_proj.weight" (vLLM); layer
-                           numbers are global */
+    const char *name; /**< framework parameter name as the rank's named_parameters()
+                           gives it, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
+                           (Megatron: layer numbers from 0 on each stage and model
+                           chunk; with vpp > 1 chunk c's names start with "c.") or
+                           "model.layers.3.self_attn.qkv_proj.weight" (vLLM: global
+                           layer numbers) */
 } reshard_model_buffer_t;
 
 /** Number of buffers described. */
@@ -224,17 +247,27 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * The Megatron training layout over @p tensors (made by reshard_model_tensors
  * of the same model), ranks [rank_offset, rank_offset + train world).
  * Dense grid: tp fastest, then cp, dp, pp; expert grid: etp, ep, edp, pp.
- * PP stages own contiguous layer blocks (when pp does not divide the layers,
- * the first layers%pp stages take one more); embedding on the first stage,
- * final norm and output layer (and MTP layers) on the last; with tied
- * embeddings and pp > 1 the last stage holds a second copy (output_layer).
- * Buffers per rank: embedding, per layer: input_layernorm, linear_qkv (fused
- * per query group [q heads; k; v]) or the MLA projections, q/k layernorms,
- * linear_proj, pre_mlp_layernorm, linear_fc1 ([gate; up] per TP rank),
- * linear_fc2, router weight (+ expert_bias), experts.linear_fc1
- * [E_local, 2I/etp, H] and experts.linear_fc2 [E_local, H, I/etp] (the local
- * experts' weights back to back), shared_experts.linear_fc1/fc2; final
- * layernorm, output_layer. Vocab padded to a multiple of 128*tp.
+ * PP stages own contiguous layer blocks (reshard_train_spec_t: pp divides the
+ * layers, or first/last counts; vpp model chunks per stage); embedding on the
+ * first stage's first chunk, final norm, MTP layers and output layer on the last
+ * stage's last chunk; with tied embeddings and pp > 1 the output layer is a
+ * second copy, and with MTP and pp > 1 the last stage also holds
+ * embedding.word_embeddings.weight (gpt_model.py).
+ * Names are those of the unwrapped GPTModel's named_parameters() (no DDP or
+ * Float16Module "module." prefix): decoder.layers.N.* with N from 0 in each
+ * model chunk; with vpp > 1 the chunks are a list of models and chunk c's names
+ * start with "c." (as nn.ModuleList names them), e.g. "1.decoder.layers.0.mlp.
+ * linear_fc1.weight"; MTP layers mtp.layers.K.{enorm,hnorm,eh_proj,
+ * mtp_model_layer.*,final_layernorm}.
+ * Buffers per rank, one per parameter: embedding, per layer: input_layernorm,
+ * linear_qkv weight and bias (fused per query group [q heads; k; v], rows split
+ * evenly over tp: whole groups, or with tp a multiple of the groups an equal
+ * part of one group) or the MLA projections, q/k layernorms, linear_proj,
+ * pre_mlp_layernorm, linear_fc1 ([gate; up] per TP rank), linear_fc2, router
+ * weight (bf16) (+ expert_bias, fp32), TEGroupedMLP experts
+ * mlp.experts.linear_fc1.weightK [2I/etp, H] and linear_fc2.weightK [H, I/etp]
+ * for local expert K, shared_experts.linear_fc1/fc2 (+ gate_weight [1, H]);
+ * final layernorm, output_layer. Vocab padded to a multiple of 128*tp.
  * @param buffers  optional; receives the buffer table
  * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
  */
@@ -249,13 +282,18 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * rank i is DP replica i/tp, TP rank i%tp. Buffers per rank: embed_tokens
  * (vocab padded to 64, contiguous equal ranges; with tied embeddings it is
  * also the lm_head), per layer: input_layernorm, qkv_proj ([q; k; v] rows of
- * the rank, kv heads replicated when tp > kv heads) or MLA fused_qkv_a_proj
+ * the rank, kv heads replicated when tp > kv heads; qwen2: qkv_proj.bias likewise) or
+ * MLA fused_qkv_a_proj
  * (replicated [q_a; kv_a]), q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj;
  * q_norm/k_norm; o_proj; post_attention_layernorm; gate_up_proj; down_proj;
- * gate (router) (+ e_score_correction_bias); experts.w13_weight and
+ * gate (router, bf16) (+ e_score_correction_bias, fp32); experts.w13_weight and
  * experts.w2_weight (EP: whole experts, contiguous blocks, remainder to the
- * first ranks, [E_local, 2I, H] and [E_local, H, I]; no EP: [E, 2I/tp, H] and
- * [E, H, I/tp]); shared_experts.gate_up_proj/down_proj; norm; lm_head.
+ * first ranks, [E_local, 2I, H] and [E_local, H, I]; no EP: each expert's
+ * intermediate dim split over all tp*dp ranks, rank r = dp_rank*tp + tp_rank holding
+ * slice r (fused_moe/config.py), [E, 2I/(tp*dp), H] and
+ * [E, H, I/(tp*dp)]); shared_experts (qwen2_moe: shared_expert) gate_up_proj/down_proj
+ * (+ shared_expert_gate [1, H], replicated); norm; lm_head (mixtral: block_sparse_moe.
+ * gate and block_sparse_moe.experts.*).
  * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,

@@ -100,7 +100,7 @@ double reshard_sim_baseline_seconds(const reshard_plan_stats_t *baseline, uint64
                                     const reshard_system_t *sys);
 
 /** First inference rank when each side fills its own domains: the training
- *  world rounded up to a whole number of domains. */
+ *  world rounded up to a whole number of domains; -1 past INT32_MAX. */
 int32_t reshard_sim_infer_offset(int32_t train_world, int32_t domain_size);
 
 /** Everything reshard_sim_model predicts for one refit. */
@@ -119,7 +119,9 @@ typedef struct {
  * Build the model's catalogue and layouts (training ranks [0, T), inference
  * ranks from reshard_sim_infer_offset(T, domain size)), plan the refit for
  * every rank with the system's domain size, and predict it.
- * Errors: those of reshard_model_* and reshard_plan_create. Local.
+ * Errors: INVALID_ARG (negative domain size, or inference ranks placed past
+ * RESHARD_MAX_WORLD_SIZE), those of reshard_model_* and reshard_plan_create.
+ * Local.
  */
 reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
                                    const reshard_infer_spec_t *infer, const reshard_system_t *sys,

@@ -104,10 +104,11 @@ static reshard_status_t v_copy(reshard_comm_t *c, void *dst, const reshard_fragm
     return in->ops->local_copy(in, dst, df, src, sf, box, elem_size);
 }
 
-static reshard_status_t v_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t v_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                 int64_t *min_words, double timeout_s)
 {
     reshard_comm_t *in = vw(c)->inner;
-    return in->ops->finish(in, local, timeout_s);
+    return in->ops->finish(in, local, words, min_words, timeout_s);
 }
 
 static void v_unresponsive(const reshard_comm_t *c, unsigned char *flags)

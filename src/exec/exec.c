@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/agree.h"
 #include "exec/pack.h"
 #include "plan/topo.h"
 #include "util/error.h"
@@ -599,19 +600,12 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     reshard_status_t st = rs_layout_check_buffers(plan->src, rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
-    /* Preflight: every rank agrees its buffers are good before any byte moves,
-     * so a bad buffer anywhere leaves every destination untouched. */
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    reshard_status_t agreed = comm->ops->finish(comm, st, plan->p.timeout_s);
+    /* Preflight: every rank agrees that every plan exists, that all were made
+     * from the same inputs and that its buffers are good before any byte
+     * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
+    st = rs_agree_preflight(comm, st, true, plan->fingerprint, plan->p.timeout_s);
     if (st != RESHARD_OK)
-        return rs_error(st, "%s", msg);
-    if (agreed != RESHARD_OK)
-        return reshard_last_error()[0] ? agreed
-                                       : rs_error(agreed,
-                                                  "rank %d: another rank rejected its buffers "
-                                                  "(%s); nothing was sent",
-                                                  rank, reshard_status_string(agreed));
+        return st;
     rs_rank_plan_t *own = NULL;
     const rs_rank_plan_t *rp = plan->mine;
     if (!rp) {
@@ -636,8 +630,9 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     if (st == RESHARD_OK)
         st = run_rounds(&x);
     rs_rank_plan_free(own);
+    char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    agreed = comm->ops->finish(comm, st, plan->p.timeout_s);
+    reshard_status_t agreed = comm->ops->finish(comm, st, NULL, NULL, plan->p.timeout_s);
     if (st != RESHARD_OK)
         return rs_error(st, "%s", msg);
     if (agreed != RESHARD_OK && reshard_last_error()[0] == '\0')

@@ -201,6 +201,12 @@ static int64_t rank_bound(const rs_decls_t *d, int32_t rank, bool after)
     return lo;
 }
 
+int64_t rs_decls_of_rank(const rs_decls_t *d, int32_t rank, int64_t *first)
+{
+    *first = rank_bound(d, rank, false);
+    return rank_bound(d, rank, true) - *first;
+}
+
 int64_t reshard_layout_declared_count(const reshard_layout_t *layout, int32_t rank)
 {
     if (!layout)

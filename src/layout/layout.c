@@ -115,6 +115,9 @@ uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fra
 
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer)
 {
+    const rs_decl_t *d = layout ? rs_decl_find(&layout->decls, rank, buffer) : NULL;
+    if (d)
+        return d->bytes;
     uint64_t bytes = 0;
     for (int64_t i = 0; layout && i < layout->n; i++) {
         const reshard_fragment_t *f = &layout->f[i];
@@ -136,9 +139,44 @@ int32_t reshard_layout_buffer_count(const reshard_layout_t *layout, int32_t rank
     return n;
 }
 
+/* Given declared buffers match their declaration exactly. */
+static reshard_status_t check_declared(const reshard_layout_t *l, int32_t rank,
+                                       const reshard_buffer_t *bufs, int32_t n, const char *side)
+{
+    const rs_decls_t *d = &l->decls;
+    int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (e->buffer >= n || !bufs[e->buffer].ptr)
+            continue; /* missing: an error when a fragment uses it (below) */
+        const reshard_buffer_t *b = &bufs[e->buffer];
+        if (b->bytes != e->bytes)
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "rank %d, %s buffer %d (%s): given %llu bytes, declared %llu bytes "
+                            "(%lld %s elements)",
+                            rank, side, e->buffer, e->name, (unsigned long long)b->bytes,
+                            (unsigned long long)e->bytes, (long long)e->numel,
+                            reshard_dtype_name(e->dtype));
+        if ((b->flags & RESHARD_BUFFER_DTYPE) && b->dtype != e->dtype)
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "rank %d, %s buffer %d (%s): given as %s, declared %s (%llu bytes "
+                            "both)",
+                            rank, side, e->buffer, e->name, reshard_dtype_name(b->dtype),
+                            reshard_dtype_name(e->dtype), (unsigned long long)e->bytes);
+        if (b->name && strcmp(b->name, e->name) != 0)
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "rank %d, %s buffer %d: given as %s, declared %s (%llu bytes both)",
+                            rank, side, e->buffer, b->name, e->name, (unsigned long long)e->bytes);
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_layout_check_buffers(const reshard_layout_t *l, int32_t rank,
                                          const reshard_buffer_t *bufs, int32_t n, const char *side)
 {
+    reshard_status_t st = check_declared(l, rank, bufs, n, side);
+    if (st != RESHARD_OK)
+        return st;
     for (int64_t i = 0; i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
         if (f->rank != rank)

@@ -54,6 +54,9 @@ struct reshard_layout {
 
 /** The declared buffer (rank, buffer), or NULL. */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);
+/** Number of declared buffers of @p rank; *first receives the position in
+ *  d->order of the first of them. */
+int64_t rs_decls_of_rank(const rs_decls_t *d, int32_t rank, int64_t *first);
 /** Free the declared buffers. */
 void rs_decls_free(rs_decls_t *d);
 
@@ -99,9 +102,12 @@ int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t
 /** qsort comparator of rs_run_t by lo. */
 int rs_run_cmp(const void *a, const void *b);
 
-/** Every fragment of @p rank in @p l has its buffer bound (non-NULL) and at
- *  least as large as it needs; BUFFER naming tensor, rank, box and @p side
- *  ("source", "destination") otherwise. */
+/** Every declared buffer of @p rank in @p l that is given (non-NULL) has
+ *  exactly the declared bytes, and the declared name and dtype where the
+ *  caller gave them; every fragment of @p rank has its buffer given and at
+ *  least as large as it needs. BUFFER naming the rank, @p side ("source",
+ *  "destination"), the buffer (id and name) and both sizes, or the tensor
+ *  and box, otherwise. */
 reshard_status_t rs_layout_check_buffers(const reshard_layout_t *l, int32_t rank,
                                          const reshard_buffer_t *bufs, int32_t n, const char *side);
 

@@ -114,7 +114,9 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     /* The parameter's shape: a vector, a matrix, or stacked expert matrices. */
-    int ndim = info.ndim == 3 ? 3 : 2;
+    int ndim = info.ndim == 3 && experts > 0 ? 3 : 2;
+    if (experts < 1) /* one expert's own parameter: a matrix */
+        experts = 1;
     int64_t shape[3] = {experts, rows, width}, vec = experts * rows * width;
     reshard_status_t s = info.ndim == 1
                              ? open_one(e, id, name, "", info.dtype, 1, &vec)
@@ -337,49 +339,33 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
     return rs_emit_cols(e, down, b2, i0, n);
 }
 
-/* Experts [e0, e0+ne) of one projection pair: one buffer per expert named
- * by its local index (@p per_expert), or one stacked buffer. */
-static reshard_status_t experts_fc1(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                    int64_t i0, int64_t n, bool per_expert, const char *name)
-{
-    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = ne / nb;
-    for (int64_t k = 0; k < nb; k++) {
-        int32_t b = per_expert
-                        ? rs_emit_buffer(e, l->e_gate, per, 2 * n, H, "%s%lld", name, (long long)k)
-                        : rs_emit_buffer(e, l->e_gate, per, 2 * n, H, "%s", name);
-        if (b < 0)
-            return (reshard_status_t)b;
-        int64_t off[3] = {e0 + k * per, i0, 0}, ext[3] = {per, n, H}, st[3] = {2 * n * H, H, 1};
-        TRY(rs_emit(e, l->e_gate, b, off, ext, 0, st));
-        TRY(rs_emit(e, l->e_up, b, off, ext, n * H, st));
-    }
-    return RESHARD_OK;
-}
-
-static reshard_status_t experts_fc2(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                    int64_t i0, int64_t n, bool per_expert, const char *name)
-{
-    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = ne / nb;
-    for (int64_t k = 0; k < nb; k++) {
-        int32_t b = per_expert
-                        ? rs_emit_buffer(e, l->e_down, per, H, n, "%s%lld", name, (long long)k)
-                        : rs_emit_buffer(e, l->e_down, per, H, n, "%s", name);
-        if (b < 0)
-            return (reshard_status_t)b;
-        int64_t off[3] = {e0 + k * per, 0, i0}, ext[3] = {per, H, n}, st[3] = {H * n, n, 1};
-        TRY(rs_emit(e, l->e_down, b, off, ext, 0, st));
-    }
-    return RESHARD_OK;
-}
-
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name)
 {
-    if (ne <= 0)
-        return RESHARD_OK;
-    TRY(experts_fc1(e, l, e0, ne, i0, n, per_expert, fc1_name));
-    return experts_fc2(e, l, e0, ne, i0, n, per_expert, fc2_name);
+    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = nb ? ne / nb : 0;
+    /* pass 0: fc1 [per, 2n, H] (gate rows, then up rows); pass 1: fc2 [per, H, n] */
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t k = 0; k < nb; k++) {
+            const char *name = pass ? fc2_name : fc1_name;
+            int32_t like = pass ? l->e_down : l->e_gate;
+            int64_t rows = pass ? H : 2 * n, width = pass ? n : H;
+            int32_t b = per_expert
+                            ? rs_emit_buffer(e, like, 0, rows, width, "%s%lld", name, (long long)k)
+                            : rs_emit_buffer(e, like, per, rows, width, "%s", name);
+            if (b < 0)
+                return (reshard_status_t)b;
+            int64_t ef = e0 + k * per;
+            if (pass) {
+                int64_t off[3] = {ef, 0, i0}, ext[3] = {per, H, n}, st[3] = {H * n, n, 1};
+                TRY(rs_emit(e, l->e_down, b, off, ext, 0, st));
+            } else {
+                int64_t off[3] = {ef, i0, 0}, ext[3] = {per, n, H}, st[3] = {2 * n * H, H, 1};
+                TRY(rs_emit(e, l->e_gate, b, off, ext, 0, st));
+                TRY(rs_emit(e, l->e_up, b, off, ext, n * H, st));
+            }
+        }
+    return RESHARD_OK;
 }
 
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

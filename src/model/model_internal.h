@@ -136,8 +136,10 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
 /**
  * Open the next buffer of the current rank: a matrix of @p experts x @p rows
  * x @p width elements of tensor @p like's dtype (a tensor id that will live
- * in it). When @p like has an FP8 scale tensor, the following buffer id is its
- * scale buffer (experts x ceil(rows/128) x ceil(width/128) fp32).
+ * in it), declared [experts, rows, width] when @p like is a stacked expert
+ * tensor, [rows, width] for a matrix (@p experts 0: one expert's own
+ * parameter, a matrix), [rows * width] for a vector. When @p like has an FP8 scale tensor, the
+ * following buffer id is its scale buffer (experts x ceil(rows/128) x ceil(width/128) fp32).
  * @p fmt names the buffer (printf). Returns the buffer id or a negative status.
  */
 int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,

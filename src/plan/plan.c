@@ -17,9 +17,10 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     if (!src || !dst || !params || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: NULL argument");
     *out = NULL;
-    if (params->world_size < 1)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_create: world_size %d < 1",
-                        params->world_size);
+    if (params->world_size < 1 || params->world_size > RESHARD_MAX_WORLD_SIZE)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_create: world_size %d outside [1, %d]", params->world_size,
+                        RESHARD_MAX_WORLD_SIZE);
     if (params->my_rank != RESHARD_ALL_RANKS &&
         (params->my_rank < 0 || params->my_rank >= params->world_size))
         return rs_error(RESHARD_ERR_RANK, "reshard_plan_create: my_rank %d outside [0, %d)",
@@ -72,6 +73,10 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         st = rs_chunk_caps(plan);
     if (st == RESHARD_OK && plan->p.my_rank != RESHARD_ALL_RANKS)
         st = rs_rank_plan_build(plan, plan->p.my_rank, &plan->mine);
+    if (st == RESHARD_OK) {
+        plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
+        st = rs_plan_own_inputs(plan);
+    }
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);
         return st;
@@ -86,6 +91,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
         return;
     rs_rank_plan_free(plan->mine);
     rs_scope_free(&plan->scope);
+    rs_plan_own_free(plan);
     free(plan->pieces);
     free(plan->chunk_cap);
     free(plan);

@@ -64,9 +64,14 @@ typedef struct {
 struct reshard_plan {
     reshard_plan_params_t p;
     rs_scope_t scope;
+    /** The layouts planned from: the caller's while planning, then the
+     *  plan's own copies (own_src, own_dst, see rs_plan_own_inputs). */
     const reshard_layout_t *src;
     const reshard_layout_t *dst;
-    rs_piece_t *pieces; /**< sorted by (stage, sender, receiver, tensor, to_frag, box) */
+    reshard_tensors_t *own_tensors;
+    reshard_layout_t *own_src, *own_dst;
+    uint64_t fingerprint; /**< of the inputs (rs_fingerprint) */
+    rs_piece_t *pieces;   /**< sorted by (stage, sender, receiver, tensor, to_frag, box) */
     int64_t npieces;
     uint64_t *chunk_cap; /**< per rank: bytes per stream per round it can stage */
     reshard_plan_stats_t stats;

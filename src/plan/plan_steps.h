@@ -85,4 +85,19 @@ static inline int32_t rs_least_loaded(const uint64_t *load, const int32_t *rk, i
     return best;
 }
 
+/** Fingerprint of the inputs that shape a plan: the catalogue, both
+ *  layouts' fragments and declared buffers (in order), and world size,
+ *  domain size, staging and relay bounds and timeout of @p p (after
+ *  defaults). Independent of p->my_rank. */
+uint64_t rs_fingerprint(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                        const reshard_layout_t *dst);
+
+/** Make the plan independent of the caller's layouts and catalogue: copy
+ *  what execution reads (the catalogue; for a rank's own plan its own
+ *  fragments and declared buffers and the fragments its pieces name, the
+ *  pieces renumbered to them; for RESHARD_ALL_RANKS everything) and point
+ *  plan->src and plan->dst at the copies. Last step of planning. */
+reshard_status_t rs_plan_own_inputs(reshard_plan_t *plan);
+void rs_plan_own_free(reshard_plan_t *plan);
+
 #endif

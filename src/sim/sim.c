@@ -27,7 +27,8 @@ int32_t reshard_sim_infer_offset(int32_t train_world, int32_t domain_size)
 {
     if (domain_size <= 1)
         return train_world;
-    return (int32_t)(((int64_t)train_world + domain_size - 1) / domain_size * domain_size);
+    int64_t off = ((int64_t)train_world + domain_size - 1) / domain_size * domain_size;
+    return off > INT32_MAX ? -1 : (int32_t)off;
 }
 
 double reshard_sim_baseline_seconds(const reshard_plan_stats_t *b, uint64_t model_bytes,

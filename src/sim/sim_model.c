@@ -20,7 +20,15 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
     if (!model || !train || !infer || !sys || !out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_model: NULL argument");
     memset(out, 0, sizeof *out);
+    if (sys->domain_size < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_model: domain_size %d is negative",
+                        sys->domain_size);
     int32_t off = reshard_sim_infer_offset(reshard_train_world(train), sys->domain_size);
+    if ((int64_t)off + reshard_infer_world(infer) > RESHARD_MAX_WORLD_SIZE)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_sim_model: inference ranks from %d (domains of %d ranks) take "
+                        "the world past %d ranks",
+                        off, sys->domain_size, RESHARD_MAX_WORLD_SIZE);
     reshard_model_refit_t r;
     reshard_status_t st = reshard_model_refit_create_at(model, train, infer, off, &r);
     reshard_plan_t *plan = NULL;

@@ -25,6 +25,9 @@ typedef struct {
     uint32_t elem_size;
 } rs_span_t;
 
+/** Words reduced by MIN alongside the status of every agreement. */
+#define RS_AGREE_WORDS 6
+
 typedef struct rs_transport_ops {
     const char *name;
     /** True when buffers and staging are device (GPU) memory. */
@@ -55,9 +58,13 @@ typedef struct rs_transport_ops {
     /** Agree on an outcome: every rank passes its local status and gets an
      *  error of some rank if any failed (or TIMEOUT if a rank does not arrive
      *  within @p timeout_s). Collective over all ranks of the comm; called
-     *  twice per execution: before any byte moves (buffer checks) and at the
-     *  end. */
-    reshard_status_t (*finish)(reshard_comm_t *c, reshard_status_t local, double timeout_s);
+     *  twice per execution: before any byte moves (buffer checks, plan
+     *  fingerprints) and at the end. With the same reduction every rank also
+     *  passes RS_AGREE_WORDS words (@p words; NULL = all INT64_MAX) and
+     *  receives their element-wise minimum over all ranks in @p min_words
+     *  (may be NULL); exec/agree.c gives them their meaning. */
+    reshard_status_t (*finish)(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                               int64_t *min_words, double timeout_s);
     /** Elastic refit (reshard_elastic.h), optional (NULL: not supported).
      *  Set flags[p] = 1 for every peer p this rank found unresponsive: its
      *  operations were outstanding when a wait timed out. */

@@ -65,6 +65,8 @@ const char *reshard_status_string(reshard_status_t status)
         return "RESHARD_ERR_VERIFY";
     case RESHARD_ERR_STAGING:
         return "RESHARD_ERR_STAGING";
+    case RESHARD_ERR_MISMATCH:
+        return "RESHARD_ERR_MISMATCH";
     }
     return "RESHARD_ERR_UNKNOWN";
 }

@@ -6,9 +6,27 @@
 
 #include "plan/plan_internal.h"
 
-static bool same_piece(const rs_piece_t *a, const rs_piece_t *b)
+/* Fragment @p i of @p l (the plan's own copy), as the caller described it. */
+static const reshard_fragment_t *frag(const reshard_layout_t *l, int32_t i)
 {
-    return memcmp(a, b, sizeof *a) == 0;
+    return &l->f[i];
+}
+
+/* Piece @p a of plan @p one equals piece @p b of plan @p all: every field,
+ * and the fragments they name by content (a rank's own plan keeps and
+ * renumbers only the fragments it needs). */
+static bool same_piece(const reshard_plan_t *one, const rs_piece_t *a, const reshard_plan_t *all,
+                       const rs_piece_t *b)
+{
+    rs_piece_t x = *a, y = *b;
+    const reshard_layout_t *fa = a->stage == RS_STAGE_DIRECT ? one->src : one->dst;
+    const reshard_layout_t *fb = b->stage == RS_STAGE_DIRECT ? all->src : all->dst;
+    if (a->stage != b->stage ||
+        memcmp(frag(fa, a->from_frag), frag(fb, b->from_frag), sizeof(reshard_fragment_t)) ||
+        memcmp(frag(one->dst, a->to_frag), frag(all->dst, b->to_frag), sizeof(reshard_fragment_t)))
+        return false;
+    x.from_frag = y.from_frag = x.to_frag = y.to_frag = 0;
+    return memcmp(&x, &y, sizeof x) == 0;
 }
 
 /* Streams v[0..n) of @p one equal w[0..n) of @p all, piece by piece. */
@@ -32,7 +50,7 @@ static int same_streams(const reshard_plan_t *one, const rs_stream_t *v, int32_t
             return -1;
         }
         for (int64_t k = 0; k < a->n; k++)
-            if (!same_piece(&one->pieces[a->idx[k]], &all->pieces[b->idx[k]])) {
+            if (!same_piece(one, &one->pieces[a->idx[k]], all, &all->pieces[b->idx[k]])) {
                 snprintf(why, ws, "%s stream %d (peer %d): piece %lld differs", what, i, a->peer,
                          (long long)k);
                 return -1;
@@ -66,7 +84,7 @@ int rs_test_check_rank_plan(const reshard_layout_t *src, const reshard_layout_t 
         rc = -1;
     }
     for (int64_t i = 0; rc == 0 && i < m->nlocal; i++)
-        if (!same_piece(&one->pieces[m->local[i]], &all->pieces[g->local[i]])) {
+        if (!same_piece(one, &one->pieces[m->local[i]], all, &all->pieces[g->local[i]])) {
             snprintf(why, ws, "rank %d: local piece %lld differs", rank, (long long)i);
             rc = -1;
         }
@@ -90,7 +108,7 @@ int rs_test_check_rank_plan(const reshard_layout_t *src, const reshard_layout_t 
         while (j < one->npieces && (one->pieces[j].stage != RS_STAGE_DIRECT ||
                                     rs_domain_of(&all->p, one->pieces[j].receiver) != dom))
             j++;
-        if (j == one->npieces || !same_piece(&one->pieces[j], p) ||
+        if (j == one->npieces || !same_piece(one, &one->pieces[j], all, p) ||
             one->chunk_cap[p->sender] != all->chunk_cap[p->sender] ||
             one->chunk_cap[p->receiver] != all->chunk_cap[p->receiver]) {
             snprintf(why, ws, "rank %d: landing %lld in its domain differs", rank, (long long)i);

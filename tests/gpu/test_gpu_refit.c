@@ -112,7 +112,7 @@ static void transport_rounds(reshard_comm_t *c, int64_t R, int64_t C, uint32_t e
                 st = ops->unpack(c, dd, recv, &span);
         }
     }
-    st = ops->finish(c, st, 30.0);
+    st = ops->finish(c, st, NULL, NULL, 30.0);
     CHECK(st == RESHARD_OK, "rounds: %s: %s", reshard_status_string(st), reshard_last_error());
     CHECK_OK(reshard_nccl_memcpy(c, hd, dd, dbytes));
     for (size_t i = 0; i < dbytes; i++)
@@ -222,7 +222,7 @@ static void agreement(reshard_comm_t *c)
     reshard_tensors_t *T = NULL;
     reshard_layout_t *src = NULL, *dst = NULL;
     reshard_plan_t *plan = NULL;
-    reshard_buffer_t sb = {NULL, 0}, db[2] = {{NULL, 0}, {NULL, 0}};
+    reshard_buffer_t sb = {0}, db[2] = {{0}, {0}};
     const int64_t shape[2] = {96, 64};
     int32_t t = -1;
     CHECK_OK(reshard_tensors_create(&T));
@@ -252,7 +252,7 @@ static void agreement(reshard_comm_t *c)
     CHECK_OK(reshard_nccl_fill_pattern(c, src, 0, &sb, 1));
 
     /* finish hands back this rank's own error, and the communicator stays usable */
-    reshard_status_t st = c->ops->finish(c, RESHARD_ERR_BUFFER, 30.0);
+    reshard_status_t st = c->ops->finish(c, RESHARD_ERR_BUFFER, NULL, NULL, 30.0);
     CHECK(st == RESHARD_ERR_BUFFER, "finish(BUFFER) -> %s", reshard_status_string(st));
 
     /* a destination buffer one byte short: rejected before anything moves */

@@ -46,7 +46,7 @@ int main(void)
     }
     const double timeout = 3.0;
     /* the executor's preflight agreement comes first and hands the plan's timeout over */
-    reshard_status_t st = ops->finish(c, RESHARD_OK, timeout);
+    reshard_status_t st = ops->finish(c, RESHARD_OK, NULL, NULL, timeout);
     if (st != RESHARD_OK) {
         fprintf(stderr, "FAIL: preflight finish: %s\n", reshard_last_error());
         return 1;
@@ -76,7 +76,7 @@ int main(void)
                 reshard_last_error());
         bad = 1;
     }
-    st = ops->finish(c, RESHARD_OK, timeout);
+    st = ops->finish(c, RESHARD_OK, NULL, NULL, timeout);
     if (st == RESHARD_OK) {
         fprintf(stderr, "FAIL: finish after the abort succeeded\n");
         bad = 1;

@@ -103,7 +103,7 @@ static void run_rounds(reshard_comm_t *c)
     /* the last round left in flight */
     st = ops->round_wait(c, (ROUNDS - 1) % 2, 10.0);
     CHECK(st == RESHARD_OK, "last round_wait");
-    st = ops->finish(c, RESHARD_OK, 10.0);
+    st = ops->finish(c, RESHARD_OK, NULL, NULL, 10.0);
     CHECK(st == RESHARD_OK, "finish: %s", reshard_status_string(st));
     for (int s = 0; s < 2; s++)
         ops->free_staging(c, stage[s]);
@@ -126,14 +126,15 @@ static void test_clean_failure(void)
 {
     reshard_comm_t *c = new_comm();
     int bad = g_size / 2;
-    reshard_status_t st = c->ops->finish(c, g_rank == bad ? RESHARD_ERR_BUFFER : RESHARD_OK, 10.0);
+    reshard_status_t st =
+        c->ops->finish(c, g_rank == bad ? RESHARD_ERR_BUFFER : RESHARD_OK, NULL, NULL, 10.0);
     CHECK(st == RESHARD_ERR_BUFFER, "finish returned %s", reshard_status_string(st));
     char want[32];
     snprintf(want, sizeof want, "rank %d", bad);
     CHECK(strstr(reshard_last_error(), want) != NULL, "message names rank %d: %s", bad,
           reshard_last_error());
     run_rounds(c);
-    st = c->ops->finish(c, RESHARD_OK, 10.0);
+    st = c->ops->finish(c, RESHARD_OK, NULL, NULL, 10.0);
     CHECK(st == RESHARD_OK, "finish after a clean failure: %s", reshard_status_string(st));
     reshard_comm_destroy(c);
 }
@@ -149,14 +150,14 @@ static void test_abort_propagation(void)
     reshard_status_t st;
     double t0 = MPI_Wtime();
     if (g_rank == bad) {
-        st = ops->finish(c, RESHARD_ERR_BUFFER, 20.0);
+        st = ops->finish(c, RESHARD_ERR_BUFFER, NULL, NULL, 20.0);
     } else {
         CHECK(ops->round_begin(c, 0) == RESHARD_OK, "round_begin");
         CHECK(ops->post_recv(c, 0, bad, buf, sizeof buf) == RESHARD_OK, "post_recv");
         CHECK(ops->round_end(c, 0) == RESHARD_OK, "round_end");
         st = ops->round_wait(c, 0, 20.0);
         CHECK(st == RESHARD_ERR_BUFFER, "round_wait returned %s", reshard_status_string(st));
-        st = ops->finish(c, st, 20.0);
+        st = ops->finish(c, st, NULL, NULL, 20.0);
     }
     double dt = MPI_Wtime() - t0;
     CHECK(st == RESHARD_ERR_BUFFER, "finish returned %s", reshard_status_string(st));
@@ -191,9 +192,9 @@ static void test_round_timeout(void)
         CHECK(strstr(reshard_last_error(), "rank(s) 1") != NULL, "message names rank 1: %s",
               reshard_last_error());
         CHECK(dt >= 0.45 && dt < 5.0, "timeout after %.2f s", dt);
-        st = ops->finish(c, st, 20.0);
+        st = ops->finish(c, st, NULL, NULL, 20.0);
     } else {
-        st = ops->finish(c, RESHARD_OK, 20.0);
+        st = ops->finish(c, RESHARD_OK, NULL, NULL, 20.0);
     }
     CHECK(st == RESHARD_ERR_TIMEOUT, "finish returned %s", reshard_status_string(st));
     if (g_rank == 1)
@@ -213,11 +214,11 @@ static void test_agreement_timeout(void)
     if (g_rank == slow) {
         struct timespec ts = {1, 500000000L};
         nanosleep(&ts, NULL);
-        st = ops->finish(c, RESHARD_OK, 20.0); /* completes: everyone contributed */
+        st = ops->finish(c, RESHARD_OK, NULL, NULL, 20.0); /* completes: everyone contributed */
         (void)st;
     } else {
         double t0 = MPI_Wtime();
-        st = ops->finish(c, RESHARD_OK, 0.5);
+        st = ops->finish(c, RESHARD_OK, NULL, NULL, 0.5);
         double dt = MPI_Wtime() - t0;
         CHECK(st == RESHARD_ERR_TIMEOUT, "finish returned %s", reshard_status_string(st));
         CHECK(dt >= 0.45 && dt < 1.4, "agreement timeout after %.2f s", dt);
@@ -236,7 +237,7 @@ static void test_bad_args(void)
     c = new_comm();
     CHECK(c->ops->round_begin(c, 2) == RESHARD_ERR_INVALID_ARG, "slot 2");
     CHECK(c->ops->post_send(c, 0, g_size, "x", 1) == RESHARD_ERR_RANK, "peer out of range");
-    CHECK(c->ops->finish(c, RESHARD_OK, 10.0) == RESHARD_OK, "finish");
+    CHECK(c->ops->finish(c, RESHARD_OK, NULL, NULL, 10.0) == RESHARD_OK, "finish");
     reshard_comm_destroy(c);
 }
 

@@ -16,6 +16,7 @@
 
 #include "reshard/reshard.h"
 #include "reshard/reshard_model.h"
+#include "reshard/reshard_sim.h"
 
 static void assert_msg(const char *want)
 {
@@ -285,8 +286,10 @@ static void test_pack_huge_stride_extent_one(void **state)
 }
 
 /* domain_size past the world (INT32_MAX) is one domain holding every rank:
- * the same plan as domain_size == world_size, not an allocation of -1. */
-static void test_domain_size_int32_max(void **state)
+ * the same plan as domain_size == world_size, not an allocation of -1; a
+ * world_size past RESHARD_MAX_WORLD_SIZE is refused at once, not planned
+ * for minutes over 2^31 ranks. */
+static void test_plan_params_int32_max(void **state)
 {
     (void)state;
     reshard_tensors_t *ts = catalogue(1, 8);
@@ -317,9 +320,42 @@ static void test_domain_size_int32_max(void **state)
                                  .domain_size = -1};
     assert_int_equal(plan_with(src, dst, prm, NULL), RESHARD_ERR_INVALID_ARG);
     assert_msg("domain_size -1");
+    const int32_t worlds[] = {INT32_MAX, RESHARD_MAX_WORLD_SIZE + 1, 0, -1};
+    for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++)
+        for (int32_t me = RESHARD_ALL_RANKS; me < 1; me++) {
+            prm = (reshard_plan_params_t){.world_size = worlds[k], .my_rank = me};
+            alarm(60);
+            assert_int_equal(plan_with(src, dst, prm, NULL), RESHARD_ERR_INVALID_ARG);
+            alarm(0);
+            assert_msg("world_size");
+        }
     reshard_layout_destroy(src);
     reshard_layout_destroy(dst);
     reshard_tensors_destroy(ts);
+}
+
+/* The simulator's system domain size goes through the same bounds: a domain
+ * of INT32_MAX ranks would start the inference ranks at INT32_MAX. */
+static void test_sim_domain_size_int32_max(void **state)
+{
+    (void)state;
+    assert_int_equal(reshard_sim_infer_offset(8, INT32_MAX), INT32_MAX);
+    assert_int_equal(reshard_sim_infer_offset(INT32_MAX, 2), -1);
+    reshard_model_options_t o = {.layers = 1};
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
+    reshard_system_t sys;
+    assert_int_equal(reshard_system_lookup("h100", &sys), RESHARD_OK);
+    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
+    reshard_infer_spec_t i = {2, 1, 0};
+    reshard_sim_refit_t out;
+    const int32_t sizes[] = {INT32_MAX, -1};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        sys.domain_size = sizes[k];
+        assert_int_equal(reshard_sim_model(m, &t, &i, &sys, &out), RESHARD_ERR_INVALID_ARG);
+        assert_msg("domain");
+    }
+    reshard_model_destroy(m);
 }
 
 /* ---- 6. the spec grammar -------------------------------------------------------- */
@@ -428,7 +464,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_buffer_id_int32_max),
         cmocka_unit_test(test_box_message_near_int64_max),
         cmocka_unit_test(test_pack_huge_stride_extent_one),
-        cmocka_unit_test(test_domain_size_int32_max),
+        cmocka_unit_test(test_plan_params_int32_max),
+        cmocka_unit_test(test_sim_domain_size_int32_max),
         cmocka_unit_test(test_spec_grammar),
         cmocka_unit_test(test_model_check_fp8_blocks),
     };

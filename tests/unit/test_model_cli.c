@@ -39,6 +39,39 @@ static uint64_t key(json_t *o, const char *k)
     return (uint64_t)json_integer_value(v);
 }
 
+/* Every shipped model: `plan --json` reports the parameters of the
+ * catalogue (reshard_model_info; test_model_config checks those against
+ * counts computed from each config's fields and the published totals). */
+static void test_plan_json_params(void **state)
+{
+    (void)state;
+    static const char *const models[] = {
+        "deepseek-v3",  "kimi-k2",         "llama-3.1-8b",         "llama-3.3-70b",
+        "mixtral-8x7b", "qwen2-57b-a14b",  "qwen2.5-72b-instruct", "qwen2.5-7b-instruct",
+        "qwen3-0.6b",   "qwen3-235b-a22b", "qwen3-30b-a3b"};
+    static char out[1 << 16];
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        char args[256];
+        snprintf(args, sizeof args, "plan --model %s --train tp=1 --infer tp=1 --json", models[k]);
+        int rc = run(args, out, sizeof out);
+        if (rc != 0)
+            fail_msg("%s: exit %d: %s", models[k], rc, out);
+        json_error_t err;
+        json_t *o = json_loads(out, 0, &err);
+        if (!o)
+            fail_msg("not JSON (%s): %s", err.text, out);
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load(models[k], NULL, &m), RESHARD_OK);
+        reshard_model_info_t info;
+        assert_int_equal(reshard_model_info(m, &info), RESHARD_OK);
+        if (key(o, "params") != (uint64_t)info.params)
+            fail_msg("%s: plan --json params %llu, the model %lld", models[k],
+                     (unsigned long long)key(o, "params"), (long long)info.params);
+        reshard_model_destroy(m);
+        json_decref(o);
+    }
+}
+
 static void test_plan_json(void **state)
 {
     (void)state;
@@ -187,6 +220,7 @@ int main(int argc, char **argv)
              slash ? argv[0] : ".");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_json),
+        cmocka_unit_test(test_plan_json_params),
         cmocka_unit_test(test_plan_summary_and_domains),
         cmocka_unit_test(test_plan_rank_counters_add_up),
         cmocka_unit_test(test_plan_bad_arguments),

@@ -360,6 +360,22 @@ static void test_deepseek_v2_shapes(void **state)
         reshard_tensors_destroy(t);
         reshard_model_destroy(m);
     }
+    /* vLLM creates the bias only with topk_method "noaux_tc", whatever the
+     * model_type: a deepseek_v3 config without it, or with greedy routing, has none */
+    static const char *const v3[] = {"", ", \"topk_method\": \"greedy\"",
+                                     ", \"topk_method\": \"noaux_tc\""};
+    for (int k = 0; k < 3; k++) {
+        snprintf(text, sizeof text, "%s%s}", cfg, v3[k]);
+        memcpy(strstr(text, "deepseek_v2"), "deepseek_v3", 11);
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load_json(text, NULL, &m), RESHARD_OK);
+        reshard_tensors_t *t;
+        assert_int_equal(reshard_model_tensors(m, &t), RESHARD_OK);
+        int32_t id = reshard_tensors_find(t, "model.layers.1.mlp.gate.e_score_correction_bias");
+        assert_int_equal(id >= 0, k == 2);
+        reshard_tensors_destroy(t);
+        reshard_model_destroy(m);
+    }
 }
 
 static void test_load_errors(void **state)
@@ -395,6 +411,31 @@ static void test_load_errors(void **state)
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
         RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "num_experts set: routed experts"));
+    /* fields implying tensors the family does not build: refused by name */
+    static const struct {
+        const char *json, *words;
+    } unbuilt[] = {
+        {"{\"model_type\": \"llama\", \"attention_bias\": true}", "attention_bias set: q/k/v/o"},
+        {"{\"model_type\": \"llama\", \"mlp_bias\": true}", "mlp_bias set: MLP projection"},
+        {"{\"model_type\": \"qwen3_moe\", \"shared_expert_intermediate_size\": 512}",
+         "shared_expert_intermediate_size set: shared experts"},
+        {"{\"model_type\": \"mistral\", \"num_local_experts\": 8}",
+         "num_local_experts set: routed experts"},
+    };
+    for (size_t k = 0; k < sizeof unbuilt / sizeof *unbuilt; k++) {
+        assert_int_equal(reshard_model_load_json(unbuilt[k].json, NULL, &m), RESHARD_ERR_CONFIG);
+        if (!strstr(reshard_last_error(), unbuilt[k].words))
+            fail_msg("%s: %s", unbuilt[k].json, reshard_last_error());
+    }
+    /* false biases are the default: accepted */
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"llama\", \"attention_bias\": "
+                                             "false, \"mlp_bias\": false, \"hidden_size\": 8, "
+                                             "\"intermediate_size\": 8, \"num_hidden_layers\": 1, "
+                                             "\"num_attention_heads\": 2, \"vocab_size\": 10}",
+                                             NULL, &m),
+                     RESHARD_OK);
+    reshard_model_destroy(m);
+    m = NULL;
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"hidden_size\": 8}", NULL, &m),
         RESHARD_ERR_CONFIG);
@@ -434,13 +475,129 @@ static void test_buffer_table(void **state)
         }
     }
     /* Megatron pads the vocabulary 151936 to a multiple of 128*tp = 152064:
-     * TP rank 1's embedding holds 128 padding rows past its fragment */
+     * TP rank 1's embedding holds 128 padding rows past its fragment, and the
+     * layout declares the whole padded parameter */
     assert_int_equal(reshard_model_buffer_bytes(f.train_buffers, 1, 0), 152064 / 2 * 2048 * 2);
-    assert_int_equal(reshard_layout_buffer_bytes(f.train, 1, 0), (152064 / 2 - 128) * 2048 * 2);
+    assert_int_equal(reshard_layout_buffer_bytes(f.train, 1, 0), 152064 / 2 * 2048 * 2);
+    reshard_fragment_t fr;
+    for (int64_t k = 0; k < reshard_layout_count(f.train); k++)
+        if (reshard_layout_fragment(f.train, k, &fr) == RESHARD_OK && fr.rank == 1 &&
+            fr.buffer == 0)
+            assert_int_equal(fr.box.extent[0], 152064 / 2 - 128);
     reshard_model_buffer_t e;
     assert_int_equal(reshard_model_buffers_get(f.infer_buffers, 0, &e), RESHARD_OK);
     assert_string_equal(e.name, "model.embed_tokens.weight");
     reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
+/* The exact parameter list of one rank, in order. */
+static void expect_names(const reshard_model_buffers_t *tab, int32_t rank, const char *const *names,
+                         int32_t n)
+{
+    assert_int_equal(reshard_model_buffer_count(tab, rank), n);
+    int32_t k = 0;
+    for (int64_t i = 0; i < reshard_model_buffers_count(tab); i++) {
+        reshard_model_buffer_t b;
+        reshard_model_buffers_get(tab, i, &b);
+        if (b.rank != rank)
+            continue;
+        if (strcmp(b.name, names[k]))
+            fail_msg("rank %d parameter %d: %s, Megatron/vLLM name it %s", rank, k, b.name,
+                     names[k]);
+        k++;
+    }
+}
+
+/* Names as named_parameters() gives them. Megatron stage 1 of a 2-layer
+ * Qwen2-MoE (pp=2, ep=2): its one layer is decoder.layers.0, EP rank 0's two
+ * experts are TEGroupedMLP weight0/weight1, the shared expert has its gate;
+ * vLLM: qkv_proj.bias, shared_expert (singular) and shared_expert_gate. */
+static void test_parameter_names(void **state)
+{
+    (void)state;
+    const char *cfg = "{\"model_type\": \"qwen2_moe\", \"hidden_size\": 64, "
+                      "\"intermediate_size\": 96, \"moe_intermediate_size\": 16, "
+                      "\"shared_expert_intermediate_size\": 32, \"num_hidden_layers\": 2, "
+                      "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                      "\"num_experts\": 4, \"vocab_size\": 100}";
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(cfg, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t t;
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_train_spec_parse("pp=2,ep=2,dp=2", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &i), RESHARD_OK);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    static const char *const mg[] = {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.weight",
+                                     "decoder.layers.0.self_attention.linear_qkv.bias",
+                                     "decoder.layers.0.self_attention.linear_proj.weight",
+                                     "decoder.layers.0.pre_mlp_layernorm.weight",
+                                     "decoder.layers.0.mlp.router.weight",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc1.weight1",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight0",
+                                     "decoder.layers.0.mlp.experts.linear_fc2.weight1",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc1.weight",
+                                     "decoder.layers.0.mlp.shared_experts.linear_fc2.weight",
+                                     "decoder.layers.0.mlp.shared_experts.gate_weight",
+                                     "decoder.final_layernorm.weight",
+                                     "output_layer.weight"};
+    expect_names(f.train_buffers, 2, mg, sizeof mg / sizeof *mg);
+    /* Megatron's router weight: params_dtype (bf16; router.py reset_parameters) */
+    reshard_buffer_info_t bi;
+    int32_t b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.router.weight");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.dtype, RESHARD_BF16);
+    /* one expert's parameter: [2 * I / etp, H] */
+    b = reshard_layout_find_buffer(f.train, 2, "decoder.layers.0.mlp.experts.linear_fc1.weight1");
+    assert_int_equal(reshard_layout_declared_buffer(f.train, 2, b, &bi), RESHARD_OK);
+    assert_int_equal(bi.ndim, 2);
+    assert_int_equal(bi.shape[0], 32);
+    assert_int_equal(bi.shape[1], 64);
+    static const char *const vl[] = {"model.layers.1.input_layernorm.weight",
+                                     "model.layers.1.self_attn.qkv_proj.weight",
+                                     "model.layers.1.self_attn.qkv_proj.bias",
+                                     "model.layers.1.self_attn.o_proj.weight",
+                                     "model.layers.1.post_attention_layernorm.weight",
+                                     "model.layers.1.mlp.gate.weight",
+                                     "model.layers.1.mlp.experts.w13_weight",
+                                     "model.layers.1.mlp.experts.w2_weight",
+                                     "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
+                                     "model.layers.1.mlp.shared_expert.down_proj.weight",
+                                     "model.layers.1.mlp.shared_expert_gate.weight"};
+    int32_t r = f.train_world + 1; /* vLLM TP rank 1 */
+    for (size_t k = 0; k < sizeof vl / sizeof *vl; k++)
+        if (reshard_layout_find_buffer(f.infer, r, vl[k]) < 0)
+            fail_msg("vLLM rank 1 lacks %s", vl[k]);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+
+    /* DeepSeek-V3 MTP at pp=2: the last stage holds its own embedding copy,
+     * the MTP inner layer is mtp_model_layer */
+    m = load("deepseek-v3", 1, RESHARD_BF16);
+    assert_int_equal(reshard_train_spec_parse("pp=2,first=31,last=30", &t), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=1", &i), RESHARD_OK);
+    reshard_tensors_t *T;
+    reshard_layout_t *L;
+    assert_int_equal(reshard_model_tensors(m, &T), RESHARD_OK);
+    assert_int_equal(reshard_model_train_layout(m, T, &t, 0, &L, NULL), RESHARD_OK);
+    static const char *const last[] = {
+        "embedding.word_embeddings.weight",
+        "decoder.layers.29.mlp.experts.linear_fc1.weight255",
+        "decoder.final_layernorm.weight",
+        "mtp.layers.0.eh_proj.weight",
+        "mtp.layers.0.mtp_model_layer.mlp.experts.linear_fc2.weight0",
+        "mtp.layers.0.final_layernorm.weight",
+        "output_layer.weight"};
+    for (size_t k = 0; k < sizeof last / sizeof *last; k++)
+        if (reshard_layout_find_buffer(L, 1, last[k]) < 0)
+            fail_msg("Megatron stage 1 lacks %s", last[k]);
+    assert_true(reshard_layout_find_buffer(L, 1, "decoder.layers.30.input_layernorm.weight") < 0);
+    assert_true(reshard_layout_find_buffer(L, 0, "decoder.layers.30.input_layernorm.weight") >= 0);
+    reshard_layout_destroy(L);
+    reshard_tensors_destroy(T);
     reshard_model_destroy(m);
 }
 
@@ -486,7 +643,7 @@ int main(void)
         cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
         cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
         cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
-        cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_baseline_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -547,8 +547,40 @@ typedef int (*oracle_fn)(const rk_t *, const char *, int64_t, int64_t, int64_t, 
 /* Check one buffer of a rank against an oracle. FP8 scale buffers
  * ("..._scale_inv") mirror their weight parameter block by block. Returns
  * the number of wrong bytes; @p checked counts pattern bytes. */
+/* The buffer a framework really has: vLLM stacks its local experts
+ * (w13_weight [E_local, 2I, H], w2_weight [E_local, H, I]); every other
+ * parameter is one tensor: 1-d (norms, biases, expert_bias) when its HF
+ * tensor is, else [rows, width] (Megatron's per-expert weight0..N-1 too); of
+ * the HF tensor's dtype (router biases fp32). */
+static void check_declared(const reshard_buffer_info_t *bi, const char *param, const geom_t *g,
+                           const reshard_tensor_info_t *hf, int scale)
+{
+    int stacked = ends(param, "w13_weight") || ends(param, "w2_weight");
+    int64_t rows = scale ? (g->rows + BLOCK - 1) / BLOCK : g->rows;
+    int64_t width = scale ? (g->width + BLOCK - 1) / BLOCK : g->width;
+    if (scale)
+        assert_int_equal(bi->dtype, RESHARD_FP32);
+    else
+        assert_int_equal(bi->dtype, hf->dtype);
+    if (stacked) {
+        assert_int_equal(bi->ndim, 3);
+        assert_int_equal(bi->shape[0], g->experts);
+        assert_int_equal(bi->shape[1], rows);
+        assert_int_equal(bi->shape[2], width);
+    } else if (hf->ndim == 1 && !scale) {
+        assert_int_equal(bi->ndim, 1);
+        assert_int_equal(bi->shape[0], rows * width);
+    } else {
+        assert_int_equal(g->experts, 1);
+        if (bi->ndim != 2 || bi->shape[0] != rows || bi->shape[1] != width)
+            fail_msg("%s: declared %d-d [%lld, %lld], the framework holds [%lld, %lld]", bi->name,
+                     bi->ndim, (long long)bi->shape[0], (long long)bi->shape[1], (long long)rows,
+                     (long long)width);
+    }
+}
+
 static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model_buffer_t *b,
-                            const uint8_t *data, uint64_t *checked)
+                            const reshard_buffer_info_t *bi, const uint8_t *data, uint64_t *checked)
 {
     char param[256];
     snprintf(param, sizeof param, "%s", b->name);
@@ -589,6 +621,8 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
                 snprintf(last, sizeof last, "%s", name);
             }
             es = reshard_dtype_size(info.dtype);
+            if (e == 0 && i == 0)
+                check_declared(bi, param, &g, &info, scale);
             int64_t R = info.ndim >= 2 ? info.shape[info.ndim - 2] : 1;
             int64_t C = info.shape[info.ndim - 1];
             int64_t r = info.ndim == 1 ? 0 : scale ? w.r / BLOCK : w.r;
@@ -682,7 +716,12 @@ static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
         if (b.rank != j->rank)
             continue;
         assert_true(b.buffer < n);
-        int64_t bad = check_buffer(&x, train ? megatron_oracle : vllm_oracle, &b,
+        reshard_buffer_info_t bi;
+        assert_int_equal(reshard_layout_declared_buffer(train ? j->f->train : j->f->infer, j->rank,
+                                                        b.buffer, &bi),
+                         RESHARD_OK);
+        assert_string_equal(bi.name, b.name);
+        int64_t bad = check_buffer(&x, train ? megatron_oracle : vllm_oracle, &b, &bi,
                                    bufs[b.buffer].ptr, &j->checked);
         for (int q = 0; q < 64; q++) /* nothing written past the end */
             bad += ((uint8_t *)bufs[b.buffer].ptr)[b.bytes + (uint64_t)q] != SENTINEL;

@@ -130,7 +130,7 @@ static void test_uncovered(void **state)
     assert_int_equal(reshard_inproc_group_create(3, &g), RESHARD_OK);
     assert_int_equal(reshard_comm_create_inproc(g, 2, &c), RESHARD_OK);
     uint16_t dbuf[16];
-    reshard_buffer_t db = {dbuf, sizeof dbuf};
+    reshard_buffer_t db = {.ptr = dbuf, .bytes = sizeof dbuf};
     assert_int_equal(reshard_plan_execute(plan, c, NULL, 0, &db, 1, NULL), RESHARD_ERR_TIMEOUT);
     reshard_comm_destroy(c);
     reshard_inproc_group_destroy(g);
@@ -325,7 +325,7 @@ static void test_bad_buffer_moves_nothing(void **state)
     reshard_comm_create_inproc(g, 0, &c);
     /* comm of the wrong size */
     uint16_t sbuf[32] = {0};
-    reshard_buffer_t sb = {sbuf, 10}; /* under the 64 bytes the fragment needs */
+    reshard_buffer_t sb = {.ptr = sbuf, .bytes = 10}; /* under the 64 bytes the fragment needs */
     assert_int_equal(reshard_plan_execute(plan, c, &sb, 1, NULL, 0, NULL), RESHARD_ERR_INVALID_ARG);
     reshard_comm_destroy(c);
     reshard_inproc_group_destroy(g);
@@ -371,12 +371,12 @@ static void test_bad_buffer_both_ranks_fail(void **state)
     reshard_inproc_group_create(2, &g);
     uint8_t dbuf[64], sbuf[64];
     memset(dbuf, RESHARD_SENTINEL_BYTE, sizeof dbuf);
-    dst_rank_t d = {plan, g, {dbuf, sizeof dbuf}, RESHARD_OK};
+    dst_rank_t d = {plan, g, {.ptr = dbuf, .bytes = sizeof dbuf}, RESHARD_OK};
     pthread_t th;
     pthread_create(&th, NULL, dst_rank_main, &d);
     reshard_comm_t *c;
     reshard_comm_create_inproc(g, 0, &c);
-    reshard_buffer_t sb = {sbuf, 32};
+    reshard_buffer_t sb = {.ptr = sbuf, .bytes = 32};
     assert_int_equal(reshard_plan_execute(plan, c, &sb, 1, NULL, 0, NULL), RESHARD_ERR_BUFFER);
     pthread_join(th, NULL);
     assert_int_equal(d.st, RESHARD_ERR_BUFFER);
@@ -398,7 +398,7 @@ static void test_verify_detects(void **state)
     add_dst(&p, 1, 0, 4, 0);
     add_dst(&p, 1, 4, 4, 20);
     uint8_t buf[128];
-    reshard_buffer_t b = {buf, sizeof buf};
+    reshard_buffer_t b = {.ptr = buf, .bytes = sizeof buf};
     memset(buf, RESHARD_SENTINEL_BYTE, sizeof buf);
     assert_int_equal(reshard_fill_pattern(p.dst, 1, &b, 1), RESHARD_OK);
     uint64_t v = 0;

@@ -40,6 +40,7 @@ struct reshard_inproc_group {
      * (every round's message of a sender is the same for all its peers) */
     void **board;
     int32_t board_rounds;
+    int64_t wmin[RS_AGREE_WORDS], wresult[RS_AGREE_WORDS];
 };
 
 typedef struct {
@@ -74,6 +75,8 @@ reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_grou
         return rs_error(RESHARD_ERR_NOMEM, "reshard_inproc_group_create: out of memory");
     }
     g->n = nranks;
+    for (int i = 0; i < RS_AGREE_WORDS; i++)
+        g->wmin[i] = INT64_MAX;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     *out = g;
@@ -221,7 +224,8 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
     return st;
 }
 
-static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                  int64_t *min_words, double timeout_s)
 {
     rs_inproc_t *ip = c->impl;
     reshard_inproc_group_t *g = ip->g;
@@ -230,6 +234,9 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
     uint64_t gen = g->generation;
     if (local != RESHARD_OK && (g->worst == RESHARD_OK || local > g->worst))
         g->worst = local;
+    for (int i = 0; words && i < RS_AGREE_WORDS; i++)
+        if (words[i] < g->wmin[i])
+            g->wmin[i] = words[i];
     reshard_status_t st = RESHARD_OK;
     if (g->abandoned) {
         pthread_mutex_unlock(&g->mu);
@@ -242,6 +249,10 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
     if (++g->arrived == g->n) {
         g->result = g->worst;
         g->worst = RESHARD_OK;
+        for (int i = 0; i < RS_AGREE_WORDS; i++) {
+            g->wresult[i] = g->wmin[i];
+            g->wmin[i] = INT64_MAX;
+        }
         g->arrived = 0;
         memset(g->in_finish, 0, (size_t)g->n);
         g->generation++;
@@ -270,8 +281,11 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, dou
                           "refit within %g s",
                           c->rank, rs_timeout_s(timeout_s));
     }
-    if (st == RESHARD_OK)
+    if (st == RESHARD_OK) {
         st = g->result;
+        if (min_words)
+            memcpy(min_words, g->wresult, sizeof g->wresult);
+    }
     pthread_mutex_unlock(&g->mu);
     return st;
 }

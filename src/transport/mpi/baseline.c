@@ -694,5 +694,5 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     rs_mpi_reqs_free(&x.reqs);
     if (stats)
         *stats = x.st;
-    return rs_mpi_agree(m, st, b->timeout_s);
+    return rs_mpi_agree(m, st, NULL, NULL, b->timeout_s);
 }

@@ -99,9 +99,12 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  * (not a reaction to a peer's abort), or TIMEOUT when some rank does not
  * arrive within @p timeout_s. A failing rank first tells every peer (abort
  * message) so that ranks blocked in a wait stop early. A rank that still has
- * round transfers in flight counts as failed and breaks the comm.
+ * round transfers in flight counts as failed and breaks the comm. The
+ * RS_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
+ * collective into @p min_words (may be NULL).
  */
-reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s);
+reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
+                              int64_t *min_words, double timeout_s);
 
 /** The error returned by operations on a broken comm. */
 reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);

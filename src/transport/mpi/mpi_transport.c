@@ -262,7 +262,8 @@ static void send_aborts(rs_mpi_t *m, reshard_status_t st)
  * then the lower rank. */
 enum { KEY_OWN = 0, KEY_REACTION = 1, KEY_OK = 2, KEY_SCALE = 1024, KEY_BIAS = 512 };
 
-reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeout_s)
+reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
+                              int64_t *min_words, double timeout_s)
 {
     if (m->broken)
         return rs_mpi_broken_error(m);
@@ -278,20 +279,22 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
         if (prio == KEY_OWN)
             send_aborts(m, local);
     }
-    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any) */
-    /* on the heap: after a timeout the collective stays posted (a stopped
-     * peer may resume and complete it), so its buffers are leaked with it */
-    int64_t *io = malloc(4 * sizeof *io);
+    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words;
+     * on the heap: after a timeout the collective stays posted (a stopped peer may
+     * resume and complete it), so its buffers are leaked with it */
+    int64_t *io = malloc(2 * (2 + RS_AGREE_WORDS) * sizeof *io);
     if (!io) {
         m->broken = true;
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory in the agreement", m->rank);
     }
-    int64_t *in = io, *out = io + 2;
+    int64_t *in = io, *out = io + 2 + RS_AGREE_WORDS;
     in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
     in[1] = in_flight ? -1 : 0;
-    out[0] = out[1] = 0;
+    for (int i = 0; i < RS_AGREE_WORDS; i++)
+        in[2 + i] = words ? words[i] : INT64_MAX;
+    memset(out, 0, (2 + RS_AGREE_WORDS) * sizeof *out);
     MPI_Request req;
-    int rc = MPI_Iallreduce(in, out, 2, MPI_INT64_T, MPI_MIN, m->comm, &req);
+    int rc = MPI_Iallreduce(in, out, 2 + RS_AGREE_WORDS, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
         m->broken = true;
         free(io);
@@ -302,7 +305,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
     if (st == RESHARD_OK)
         st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
     rs_mpi_reqs_free(&l);
-    int64_t agreed[2] = {out[0], out[1]};
+    int64_t agreed[2 + RS_AGREE_WORDS];
+    memcpy(agreed, out, sizeof agreed);
     if (st == RESHARD_OK)
         free(io);
     if (st != RESHARD_OK) {
@@ -317,6 +321,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, double timeou
     }
     int key = (int)(agreed[0] >> 32);
     int who = (int)(agreed[0] & 0xffffffff);
+    if (min_words)
+        memcpy(min_words, agreed + 2, RS_AGREE_WORDS * sizeof *agreed);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
     if (agreed[1] < 0)
         m->broken = true; /* transfers in flight somewhere: state unknown */
@@ -461,14 +467,15 @@ static reshard_status_t mpi_round_wait(reshard_comm_t *c, int slot, double timeo
     return rs_mpi_wait(m, &m->slot[slot], timeout_s, true, what);
 }
 
-static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                   int64_t *min_words, double timeout_s)
 {
     rs_mpi_t *m = impl(c);
     if (local == RESHARD_OK && (m->slot[0].n > 0 || m->slot[1].n > 0))
         local = rs_error(RESHARD_ERR_INVALID_ARG,
                          "rank %d: agreement reached with %d transfers in flight", m->rank,
                          m->slot[0].n + m->slot[1].n);
-    return rs_mpi_agree(m, local, timeout_s);
+    return rs_mpi_agree(m, local, words, min_words, timeout_s);
 }
 
 static void mpi_destroy(reshard_comm_t *c)

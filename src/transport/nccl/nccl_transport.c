@@ -43,6 +43,9 @@ typedef struct {
     bool in_use;
 } rs_nccl_block_t;
 
+/* Bytes of the outcome all-reduce: the status and the agreement words. */
+#define RS_NCCL_AGREE_BYTES ((1 + RS_AGREE_WORDS) * sizeof(int64_t))
+
 typedef struct {
     ncclComm_t nccl; /**< NULL once aborted or destroyed */
     /** A communicator revoked by a failure (NCCL >= 2.28: ncclCommRevoke instead of
@@ -58,8 +61,9 @@ typedef struct {
     bool pending[2];     /**< round_end recorded done[slot], round_wait not yet seen it */
     cudaEvent_t done[2]; /**< end of each slot's last round on the stream */
     cudaEvent_t fin;     /**< end of the outcome agreement / drain */
-    int32_t *d_status;   /**< device int for the outcome all-reduce */
-    int32_t *h_status;   /**< pinned host copy */
+    int64_t *d_status;   /**< device words of the outcome all-reduce: status, then
+                              RS_AGREE_WORDS words */
+    int64_t *h_status;   /**< pinned host copy */
     double timeout_s;    /**< bound for waits; the plan's timeout once known */
     rs_nccl_block_t blocks[RS_NCCL_BLOCKS];
     char why[512]; /**< reason of the abort */
@@ -460,9 +464,10 @@ static reshard_status_t nccl_local_copy(reshard_comm_t *c, void *dst,
 
 /* ---- the outcome --------------------------------------------------------------------- */
 
-/* Every rank all-reduces (min) its status on the stream, after all its other work, and
- * waits for the result: OK only when every rank is OK. */
-static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, int32_t *all)
+/* Every rank all-reduces (min) its status and the agreement words on the stream, after all
+ * its other work, and waits for the result: OK only when every rank is OK. */
+static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                              int32_t *all, int64_t *min_words)
 {
     rs_nccl_t *t = impl_of(c);
     reshard_status_t st = usable(c, "finish");
@@ -474,17 +479,20 @@ static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, int32_t
         if (st != RESHARD_OK)
             return st;
     }
-    *t->h_status = (int32_t)local;
-    cudaError_t e = cudaMemcpyAsync(t->d_status, t->h_status, sizeof(int32_t),
+    t->h_status[0] = (int64_t)local;
+    for (int i = 0; i < RS_AGREE_WORDS; i++)
+        t->h_status[1 + i] = words ? words[i] : INT64_MAX;
+    cudaError_t e = cudaMemcpyAsync(t->d_status, t->h_status, RS_NCCL_AGREE_BYTES,
                                     cudaMemcpyHostToDevice, t->stream);
     if (e != cudaSuccess)
         return fail_cuda(c, "cudaMemcpyAsync (status)", e);
     st = settle(c,
-                ncclAllReduce(t->d_status, t->d_status, 1, ncclInt32, ncclMin, t->nccl, t->stream),
+                ncclAllReduce(t->d_status, t->d_status, 1 + RS_AGREE_WORDS, ncclInt64, ncclMin,
+                              t->nccl, t->stream),
                 "ncclAllReduce (outcome of the refit)");
     if (st != RESHARD_OK)
         return st;
-    e = cudaMemcpyAsync(t->h_status, t->d_status, sizeof(int32_t), cudaMemcpyDeviceToHost,
+    e = cudaMemcpyAsync(t->h_status, t->d_status, RS_NCCL_AGREE_BYTES, cudaMemcpyDeviceToHost,
                         t->stream);
     if (e == cudaSuccess)
         e = cudaEventRecord(t->fin, t->stream);
@@ -494,11 +502,14 @@ static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, int32_t
     if (st != RESHARD_OK)
         return st;
     t->pending[0] = t->pending[1] = false; /* the stream is drained */
-    *all = *t->h_status;
+    *all = (int32_t)t->h_status[0];
+    if (min_words)
+        memcpy(min_words, t->h_status + 1, RS_AGREE_WORDS * sizeof *min_words);
     return RESHARD_OK;
 }
 
-static reshard_status_t nccl_finish(reshard_comm_t *c, reshard_status_t local, double timeout_s)
+static reshard_status_t nccl_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
+                                    int64_t *min_words, double timeout_s)
 {
     rs_nccl_t *t = impl_of(c);
     char saved[1024];
@@ -506,7 +517,7 @@ static reshard_status_t nccl_finish(reshard_comm_t *c, reshard_status_t local, d
     if (timeout_s > 0)
         t->timeout_s = rs_timeout_s(timeout_s);
     int32_t all = RESHARD_OK;
-    const reshard_status_t st = agree(c, local, &all);
+    const reshard_status_t st = agree(c, local, words, &all, min_words);
     if (local != RESHARD_OK) /* keep this rank's own reason */
         return rs_error(local, "%s", saved);
     if (st != RESHARD_OK)
@@ -664,11 +675,11 @@ static reshard_status_t make_endpoint(ncclComm_t nccl, bool own_comm, int device
         e = cudaEventCreateWithFlags(&t->fin, cudaEventDisableTiming);
     if (e == cudaSuccess) {
         what = "cudaMalloc (status)";
-        e = cudaMalloc((void **)&t->d_status, sizeof(int32_t));
+        e = cudaMalloc((void **)&t->d_status, RS_NCCL_AGREE_BYTES);
     }
     if (e == cudaSuccess) {
         what = "cudaMallocHost (status)";
-        e = cudaMallocHost((void **)&t->h_status, sizeof(int32_t));
+        e = cudaMallocHost((void **)&t->h_status, RS_NCCL_AGREE_BYTES);
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();

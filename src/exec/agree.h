@@ -1,0 +1,26 @@
+/* The first agreement of an execution: before any byte moves, every rank
+ * learns whether every rank's plan exists, whether all plans were made from
+ * the same inputs (their fingerprints), and whether every rank's buffers
+ * passed their checks. */
+#ifndef RS_EXEC_AGREE_H
+#define RS_EXEC_AGREE_H
+
+#include <stdbool.h>
+
+#include "transport/transport.h"
+
+/**
+ * Take part in the first agreement with this rank's buffer check result
+ * @p local (its message is the last error) and, when @p planned, its plan
+ * fingerprint @p fingerprint; without a plan, @p local is the status its
+ * plan_create returned. Returns OK only when every rank planned, every
+ * fingerprint is equal and every rank's buffers are good. Otherwise, in this
+ * order: the status of the lowest rank whose plan failed ("rank R could not
+ * create its plan"), MISMATCH naming a rank whose fingerprint differs from
+ * another's, this rank's own error, another rank's error — or the
+ * transport's TIMEOUT / TRANSPORT when the agreement itself failed.
+ */
+reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local, bool planned,
+                                    uint64_t fingerprint, double timeout_s);
+
+#endif
