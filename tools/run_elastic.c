@@ -16,8 +16,10 @@
  * (SIGCONT) so that the job can end normally.
  *
  * Exit status: 0 when every survivor verified every refit; 1 otherwise (a rank whose loss
- * leaves an element without any replica ends with UNCOVERED on every survivor); 2 on bad
- * usage.
+ * leaves an element without any replica ends with UNCOVERED on every survivor; a failed
+ * agreement or shrink ends the job with MPI_Abort, since the ranks may then disagree on
+ * who is left); 2 on bad usage. --timeout must exceed a refit's longest wait: a refit that
+ * is merely slow is taken for a lost rank.
  */
 #ifdef RESHARD_HAVE_MPI
 
@@ -253,7 +255,7 @@ static int elastic(const el_args_t *a, int rank, int size)
             fprintf(stderr, "rank %d: refit %ld failed after %.2f s, recovering: %s\n", rank, it,
                     t1 - t0, reshard_last_error());
             reshard_comm_t *next = NULL;
-            st = reshard_comm_agree_gone(r.comm, a->timeout_s, gone, 64, &n_gone);
+            st = reshard_comm_agree_gone(r.comm, a->timeout_s / 2, gone, 64, &n_gone);
             double t2 = MPI_Wtime();
             if (st == RESHARD_OK)
                 st = reshard_comm_shrink_mpi(r.comm, gone, n_gone, &next);
@@ -271,6 +273,12 @@ static int elastic(const el_args_t *a, int rank, int size)
             t.detect = t1 - t0;
             t.agree = t2 - t1;
             t.shrink = t3 - t2;
+            if (!next) { /* no agreement or no comm: the ranks may now disagree on who is
+                          * left, and any collective among them could hang */
+                fprintf(stderr, "rank %d: recovery failed: %s: %s\n", rank,
+                        reshard_status_string(st), reshard_last_error());
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
             if (st == RESHARD_OK)
                 st = refit(&r, &v); /* refit `it` again, on the survivors */
         }

@@ -103,8 +103,11 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  *
  * Limits (by design; no consensus is possible with timeouts alone):
  *   - survivors must enter the agreement within 2 @p timeout_s of each
- *     other (true when they all left the failed execution by its timeout
- *     and timeout_s is at least the execution's);
+ *     other. Survivors leave a failed execution within about one execution
+ *     timeout of each other (a rank released by a peer's abort waits one
+ *     more timeout at the final agreement), so pass at least half the plan's
+ *     timeout_s (`reshard run --lose-rank` does); the agreement then takes
+ *     about the plan's timeout_s plus that skew;
  *   - a slow but alive rank that does not answer within the deadline is
  *     excluded (it must not use the old comm again: its next execution on it
  *     fails);
@@ -112,7 +115,10 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  *     can leave survivors with different sets: a survivor that finds itself
  *     in another's set, or does not converge, returns an error;
  *   - a rank that is excluded but still alive gets TRANSPORT here when it
- *     learns it (it must rejoin as a restarted rank).
+ *     learns it (it must rejoin as a restarted rank);
+ *   - after an error here the ranks may disagree on who is left, and a
+ *     shrink among them could block (MPI_Comm_create_group has no timeout):
+ *     end the job instead (MPI_Abort).
  * @p gone (capacity @p max) receives the agreed lost ranks, sorted, plan
  * ranks (a view's earlier lost ranks included); @p n_gone the count.
  * Errors: INVALID_ARG, TRANSPORT (this rank was excluded by a peer; an MPI
