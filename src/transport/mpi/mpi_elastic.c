@@ -94,6 +94,8 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
     }
     if (sends_done)
         free(out);
+    else
+        rs_mpi_keep(out);
     free(req);
     return st;
 }

@@ -116,6 +116,10 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
                                        int32_t n, const void *msg, uint64_t bytes, void *recv,
                                        unsigned char *got, double deadline);
 
+/** Keep @p p (heap) reachable until the process ends, never freed: MPI may still read or
+ *  write it (a buffer of a request left in flight by a failed execution). */
+void rs_mpi_keep(void *p);
+
 /** Seconds on a monotonic clock. */
 double rs_mpi_now(void);
 

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,29 @@
 #include "util/timeout.h"
 
 uint64_t rs_mpi_max_message_bytes = (uint64_t)1 << 30;
+
+/* Memory that MPI may still read or write (buffers of requests left in flight by a failed
+ * execution): kept reachable from here until the process ends, never freed. */
+typedef struct rs_kept {
+    struct rs_kept *next;
+    void *p;
+} rs_kept_t;
+static rs_kept_t *rs_mpi_kept;
+static pthread_mutex_t rs_mpi_kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void rs_mpi_keep(void *p)
+{
+    rs_kept_t *k = malloc(sizeof *k);
+    if (!p || !k) {
+        free(k);
+        return; /* without memory for the note, the block simply leaks */
+    }
+    k->p = p;
+    pthread_mutex_lock(&rs_mpi_kept_mu);
+    k->next = rs_mpi_kept;
+    rs_mpi_kept = k;
+    pthread_mutex_unlock(&rs_mpi_kept_mu);
+}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -309,6 +333,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     memcpy(agreed, out, sizeof agreed);
     if (st == RESHARD_OK)
         free(io);
+    else
+        rs_mpi_keep(io);
     if (st != RESHARD_OK) {
         m->broken = true;
         if (st == RESHARD_ERR_TIMEOUT)
@@ -397,6 +423,7 @@ static void mpi_free_staging(reshard_comm_t *c, void *p)
     if (m->slot[0].n > 0 || m->slot[1].n > 0) {
         if (p == m->staging)
             m->staging = NULL;
+        rs_mpi_keep(p);
         return;
     }
     if (p == m->staging)
@@ -504,7 +531,11 @@ static void mpi_destroy(reshard_comm_t *c)
     rs_mpi_reqs_free(&m->slot[1]);
     rs_mpi_reqs_free(&m->abort_sends);
     free(m->lost);
-    free(m);
+    m->lost = NULL;
+    if (m->broken)
+        rs_mpi_keep(m); /* the abort channel's receive may still land in abort_msg */
+    else
+        free(m);
     c->impl = NULL;
 }
 
