@@ -730,9 +730,6 @@ out:
 
 int cmd_run(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--lose-rank", 11))
-            return cmd_run_elastic(argc, argv);
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited)
@@ -740,6 +737,9 @@ int cmd_run(int argc, char **argv)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--lose-rank", 11))
+            return cmd_run_elastic(rank, size, !inited, argc, argv);
     run_args_t a;
     int rc = parse_args(rank, argc, argv, &a);
     if (rc == 1)

@@ -333,22 +333,15 @@ static int elastic(const el_args_t *a, int rank, int size)
     return rc;
 }
 
-int cmd_run_elastic(int argc, char **argv)
+int cmd_run_elastic(int rank, int size, int finalize, int argc, char **argv)
 {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited)
-        MPI_Init(NULL, NULL);
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     el_args_t a;
     int rc = parse(rank, argc, argv, &a);
     if (rc == 0)
         rc = elastic(&a, rank, size);
     else if (rc == 1)
         rc = 0;
-    if (!inited && !(rc == 0 && !strcmp(a.how, "kill")))
+    if (finalize && !(rc == 0 && !strcmp(a.how, "kill")))
         MPI_Finalize(); /* with a killed rank, Finalize would wait for it */
     return rc;
 }

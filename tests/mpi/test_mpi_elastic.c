@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "refit_once.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_elastic.h"
 #include "reshard/reshard_model.h"
@@ -53,28 +54,8 @@ static void die(int rank, const char *what, reshard_status_t st)
     MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
-static reshard_buffer_t *alloc_bufs(const reshard_layout_t *l, int rank, int32_t *n, int fill)
-{
-    *n = reshard_layout_buffer_count(l, rank);
-    reshard_buffer_t *b = calloc((size_t)(*n ? *n : 1), sizeof *b);
-    for (int32_t i = 0; b && i < *n; i++) {
-        b[i].bytes = reshard_layout_buffer_bytes(l, rank, i);
-        b[i].ptr = malloc(b[i].bytes ? (size_t)b[i].bytes : 1);
-        if (b[i].ptr)
-            memset(b[i].ptr, fill, (size_t)b[i].bytes);
-    }
-    return b;
-}
-
-static void free_bufs(reshard_buffer_t *b, int32_t n)
-{
-    for (int32_t i = 0; b && i < n; i++)
-        free(b[i].ptr);
-    free(b);
-}
-
-/* Plan src -> dst for @p rank, execute on @p comm with fresh destination
- * buffers, verify; @p t_plan receives the planning seconds. */
+/* Plan src -> dst for @p rank, execute on @p comm with fresh buffers, verify;
+ * @p t_plan receives the planning seconds. */
 static reshard_status_t refit(const reshard_layout_t *src, const reshard_layout_t *dst,
                               reshard_comm_t *comm, int rank, int world, double timeout,
                               uint64_t *verified, double *t_plan)
@@ -85,25 +66,7 @@ static reshard_status_t refit(const reshard_layout_t *src, const reshard_layout_
                                 .my_rank = rank,
                                 .staging_bytes = 64 << 10,
                                 .timeout_s = timeout};
-    reshard_plan_t *plan = NULL;
-    double t0 = MPI_Wtime();
-    reshard_status_t st = reshard_plan_create(src, dst, &pp, &plan);
-    if (t_plan)
-        *t_plan = MPI_Wtime() - t0;
-    int32_t ns, nd;
-    reshard_buffer_t *sb = alloc_bufs(src, rank, &ns, 0);
-    reshard_buffer_t *db = alloc_bufs(dst, rank, &nd, RESHARD_SENTINEL_BYTE);
-    if (st == RESHARD_OK && ns)
-        st = reshard_fill_pattern(src, rank, sb, ns);
-    if (st == RESHARD_OK)
-        st = reshard_plan_execute(plan, comm, sb, ns, db, nd, NULL);
-    *verified = 0;
-    if (st == RESHARD_OK)
-        st = reshard_verify_pattern(dst, rank, db, nd, verified);
-    free_bufs(sb, ns);
-    free_bufs(db, nd);
-    reshard_plan_destroy(plan);
-    return st;
+    return rs_test_refit_once(src, dst, &pp, comm, rank, verified, t_plan);
 }
 
 int main(int argc, char **argv)
