@@ -104,18 +104,23 @@ function(reshard_nccl_cuda_objects name)
   # Drop the directory-level C warning flags inherited at creation (see above).
   set_property(TARGET ${name} PROPERTY COMPILE_OPTIONS "")
   target_compile_options(${name} PRIVATE ${RESHARD_CUDA_OPTIONS})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include
+                                             ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE CUDA::cudart)
   set_target_properties(${name} PROPERTIES CUDA_ARCHITECTURES "${RESHARD_CUDA_ARCHITECTURES}"
                         CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# Add the NCCL transport to the library target @target.
-function(reshard_add_nccl target)
+# Add the NCCL transport's C files to the object library @objects (with the CUDA and NCCL
+# headers) and build its kernels; RESHARD_KERNEL_OBJECTS (in the caller's scope) receives
+# the kernels' objects, to be added to each library made from @objects. The libraries link
+# CUDA::cudart, reshard::nccl and stdc++ themselves (see the top-level CMakeLists.txt).
+function(reshard_add_nccl objects)
   file(GLOB _rs_nccl_c CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/transport/nccl/*.c)
   file(GLOB _rs_nccl_cu CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/transport/nccl/*.cu)
   reshard_nccl_cuda_objects(reshard_nccl_kernels ${_rs_nccl_cu})
-  target_sources(${target} PRIVATE ${_rs_nccl_c} $<TARGET_OBJECTS:reshard_nccl_kernels>)
-  target_link_libraries(${target} PUBLIC CUDA::cudart reshard::nccl)
-  target_compile_definitions(${target} PUBLIC RESHARD_HAVE_NCCL=1)
+  target_sources(${objects} PRIVATE ${_rs_nccl_c})
+  target_link_libraries(${objects} PRIVATE CUDA::cudart reshard::nccl)
+  target_compile_definitions(${objects} PUBLIC RESHARD_HAVE_NCCL=1)
+  set(RESHARD_KERNEL_OBJECTS $<TARGET_OBJECTS:reshard_nccl_kernels> PARENT_SCOPE)
 endfunction()

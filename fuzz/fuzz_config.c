@@ -3,7 +3,7 @@
  * a global plan.
  *
  * Input: the text of a config.json, optionally followed by a NUL byte and
- * parameter bytes (options, the two specs, the NVLink domain size). The
+ * parameter bytes (options, the two specs, the NVLink domain size, vpp). The
  * target checks one invariant of its own: a configuration that
  * reshard_model_check accepts must build both layouts (the check is
  * complete), and the refit those layouts describe must plan.
@@ -72,6 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                   .ep = sizes[b & 7],
                                   .etp = sizes[b >> 3 & 7]};
     reshard_infer_spec_t infer = {.tp = sizes[c & 7], .dp = 1 + (c >> 3 & 1), .ep = c >> 4 & 1};
+    train.vpp = param(p, np, 5) & 1 ? 2 : 0; /* interleaved pipeline: two chunks per stage */
     int32_t domain = param(p, np, 4) & 7;
 
     st = reshard_model_check(model, &train, &infer, 0);

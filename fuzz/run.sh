@@ -29,7 +29,7 @@ for t in config spec refit; do
   mkdir -p "$out/$t/corpus"
   cp fuzz/corpus/$t/* "$out/$t/corpus/"
   echo "fuzz: fuzz_$t for ${secs} s"
-  if ! "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 \
+  if ! "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=60 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$out/$t/" "$out/$t/corpus" >"$out/$t/log" 2>&1; then
     status=1
     echo "fuzz: fuzz_$t FAILED; the end of its log:"

@@ -41,7 +41,7 @@ typedef struct {
     const char *model, *train, *infer, *dtype, *transport;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb;
-    int baseline, json, mtp;
+    int baseline, raw, json, mtp;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -58,6 +58,8 @@ static void run_usage(FILE *out)
                  "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
                  "  --iters I          refits to run and verify (default 5; the median is shown)\n"
                  "  --baseline         also run gather+broadcast on the same data and ranks\n"
+                 "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
+                 "                     plan exchanges its byte count in plain messages\n"
                  "  --json             print one JSON object (rank 0) instead of the table\n"
                  "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
                  "                     with --lose-at I, --lose-how stop|kill)\n"
@@ -101,6 +103,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--system", CLI_STRING, &system, 0, 0},
                               {"--transport", CLI_STRING, &a->transport, 0, 0},
                               {"--baseline", CLI_FLAG, &a->baseline, 0, 0},
+                              {"--raw", CLI_FLAG, &a->raw, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
@@ -119,9 +122,9 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
         return usage_error(rank, "--model, --train and --infer are required");
     if (strcmp(a->transport, "mpi") && strcmp(a->transport, "nccl"))
         return usage_error(rank, "--transport: '%s' is not mpi or nccl", a->transport);
-    if (a->baseline && !strcmp(a->transport, "nccl"))
-        return usage_error(rank,
-                           "--baseline runs over MPI on host memory; not with --transport nccl");
+    if ((a->baseline || a->raw) && !strcmp(a->transport, "nccl"))
+        return usage_error(rank, "--baseline and --raw run over MPI on host memory; not with "
+                                 "--transport nccl");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
     if (system) {
@@ -245,7 +248,26 @@ typedef struct {
     rank_bufs_t src, dst;
     reshard_plan_t *plan;
     reshard_baseline_t *baseline;
+    uint64_t dst_bytes; /**< bytes the inference side needs: its fragments, summed */
 } run_t;
+
+/* The bytes of every destination fragment (padding excluded). */
+static uint64_t layout_bytes(const reshard_model_refit_t *f)
+{
+    uint64_t sum = 0;
+    reshard_fragment_t fr;
+    reshard_tensor_info_t info;
+    for (int64_t i = 0; i < reshard_layout_count(f->infer); i++) {
+        if (reshard_layout_fragment(f->infer, i, &fr) != RESHARD_OK ||
+            reshard_tensors_info(f->tensors, fr.tensor, &info) != RESHARD_OK)
+            continue;
+        uint64_t n = reshard_dtype_size(info.dtype);
+        for (int d = 0; d < fr.box.ndim; d++)
+            n *= (uint64_t)fr.box.extent[d];
+        sum += n;
+    }
+    return sum;
+}
 
 static int cmp_double(const void *x, const void *y)
 {
@@ -479,6 +501,104 @@ static int32_t *stage_roots(const reshard_model_refit_t *f)
     return root;
 }
 
+/* ---- raw MPI: the plan's pairs as plain messages ----------------------- */
+
+/** This rank's raw-MPI buffers: one message's worth to send from (every send
+ *  reads the same bytes; MPI allows concurrent sends from one buffer), and
+ *  everything it receives. */
+typedef struct {
+    char *sbuf, *rbuf;
+    uint64_t sbytes, rbytes; /**< largest message sent; bytes received */
+} raw_bufs_t;
+
+static reshard_status_t raw_alloc(const run_t *r, raw_bufs_t *x)
+{
+    memset(x, 0, sizeof *x);
+    for (int p = 0; p < r->size; p++) {
+        if (p == r->rank)
+            continue;
+        uint64_t out = reshard_plan_pair_bytes(r->plan, r->rank, p);
+        x->sbytes = out > x->sbytes ? out : x->sbytes;
+        x->rbytes += reshard_plan_pair_bytes(r->plan, p, r->rank);
+    }
+    x->sbytes = x->sbytes < ((uint64_t)1 << 30) ? x->sbytes : (uint64_t)1 << 30;
+    x->sbuf = malloc((size_t)x->sbytes + 1);
+    x->rbuf = malloc((size_t)x->rbytes + 1);
+    if (!x->sbuf || !x->rbuf)
+        return RESHARD_ERR_NOMEM;
+    memset(x->sbuf, 3, (size_t)x->sbytes + 1);
+    memset(x->rbuf, 0, (size_t)x->rbytes + 1);
+    return RESHARD_OK;
+}
+
+/* Every (sender, receiver) pair of the plan exchanges its byte count between
+ * contiguous buffers in one MPI_Isend/MPI_Irecv (split at 1 GiB), all posted
+ * at once: what the MPI library itself reaches for this traffic, without
+ * packing or a staging bound. Records the slowest rank's seconds in @p m. */
+static void raw_once(const run_t *r, method_t *m, const raw_bufs_t *x)
+{
+    const uint64_t max = (uint64_t)1 << 30;
+    int cap = 16, n = 0;
+    MPI_Request *req = malloc((size_t)cap * sizeof *req), bar;
+    MPI_Ibarrier(MPI_COMM_WORLD, &bar);
+    wait_or_abort(r, &bar, "the start of a raw MPI exchange");
+    double t0 = MPI_Wtime();
+    uint64_t roff = 0;
+    for (int pass = 0; pass < 2 && req; pass++) {
+        for (int p = 0; p < r->size && req; p++) {
+            if (p == r->rank)
+                continue;
+            uint64_t bytes = pass == 0 ? reshard_plan_pair_bytes(r->plan, p, r->rank)
+                                       : reshard_plan_pair_bytes(r->plan, r->rank, p);
+            for (uint64_t o = 0; o < bytes && req; o += max) {
+                int len = (int)(bytes - o < max ? bytes - o : max);
+                if (n == cap) {
+                    MPI_Request *q = realloc(req, (size_t)(cap *= 2) * sizeof *req);
+                    if (!q)
+                        free(req);
+                    req = q;
+                    if (!req)
+                        break;
+                }
+                if (pass == 0)
+                    MPI_Irecv(x->rbuf + roff + o, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
+                else
+                    MPI_Isend(x->sbuf, len, MPI_BYTE, p, 7, MPI_COMM_WORLD, &req[n++]);
+            }
+            roff += pass == 0 ? bytes : 0;
+        }
+    }
+    if (!req) {
+        fprintf(stderr, "reshard run: rank %d: raw MPI: out of memory\n", r->rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    /* bounded like every other wait of the run: a dead peer ends the job */
+    double deadline = MPI_Wtime() + r->a->timeout_s;
+    struct timespec nap = {0, 100000};
+    for (int done = 0; !done;) {
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        if (!done && MPI_Wtime() > deadline) {
+            fprintf(stderr,
+                    "reshard run: rank %d: RESHARD_ERR_TIMEOUT: raw MPI exchange not done "
+                    "within %g s\n",
+                    r->rank, r->a->timeout_s);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        if (!done)
+            nanosleep(&nap, NULL);
+    }
+    double dt = MPI_Wtime() - t0, tmax = 0;
+    free(req);
+    uint64_t got = x->rbytes, tot = 0;
+    MPI_Request q[2];
+    MPI_Iallreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &q[0]);
+    MPI_Iallreduce(&got, &tot, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &q[1]);
+    wait_or_abort(r, &q[0], "the raw MPI summary");
+    wait_or_abort(r, &q[1], "the raw MPI summary");
+    m->seconds[m->done++] = tmax;
+    m->bytes_moved = tot;
+}
+
 /* ---- output -------------------------------------------------------------- */
 
 static void fmt_bytes(uint64_t b, char *out, size_t size)
@@ -491,12 +611,16 @@ static void fmt_bytes(uint64_t b, char *out, size_t size)
         snprintf(out, size, "%llu B", (unsigned long long)b);
 }
 
-static double method_gbps(const method_t *m, double sec)
+/* One rate for every method: the bytes the inference side needs (each
+ * inference rank's destination bytes, summed) / inference ranks / time. The
+ * same numerator and denominator for reshard, the baseline and raw MPI, so
+ * the ratio of two rates is the ratio of their times. */
+static double method_gbps(const run_t *r, double sec)
 {
-    return m->receivers > 0 && sec > 0 ? (double)m->bytes_moved / m->receivers / sec / 1e9 : 0;
+    return sec > 0 ? (double)r->dst_bytes / r->refit->infer_world / sec / 1e9 : 0;
 }
 
-static void print_row(const method_t *m)
+static void print_row(const run_t *r, const method_t *m, bool verified)
 {
     char moved[32], ver[32];
     fmt_bytes(m->bytes_moved, moved, sizeof moved);
@@ -504,42 +628,59 @@ static void print_row(const method_t *m)
     double med = median(m->seconds, m->done), best = med;
     for (long i = 0; i < m->done; i++)
         best = m->seconds[i] < best ? m->seconds[i] : best;
-    printf("  %-9s %9.4f s %9.4f s %13s %12.2f %14s %7ld\n", m->name, med, best, moved,
-           method_gbps(m, med), ver, m->wrong);
+    printf("  %-9s %9.4f s %9.4f s %13s %12.3f", m->name, med, best, moved, method_gbps(r, med));
+    if (verified)
+        printf(" %14s %7ld\n", ver, m->wrong);
+    else
+        printf(" %14s %7s\n", "(not checked)", "-");
 }
 
-static void print_table(const run_t *r, const method_t *rs, const method_t *bl, double plan_s,
-                        bool ok)
+/* The header, printed before the refits start. */
+static void print_header(const run_t *r, double plan_s)
 {
     const reshard_model_refit_t *f = r->refit;
     const run_args_t *a = r->a;
-    char tspec[128], ispec[128], model_b[32];
+    char tspec[128], ispec[128], model_b[32], need[32];
     reshard_train_spec_str(&f->train_spec, tspec, sizeof tspec);
     reshard_infer_spec_str(&f->infer_spec, ispec, sizeof ispec);
     fmt_bytes(reshard_tensors_bytes(f->tensors), model_b, sizeof model_b);
-    printf("reshard run: %s, %s of weights (%d tensors)\n", a->model, model_b,
-           reshard_tensors_count(f->tensors));
-    printf("  train %s on ranks 0-%d, infer %s on ranks %d-%d\n", tspec, f->train_world - 1, ispec,
+    fmt_bytes(r->dst_bytes, need, sizeof need);
+    printf("reshard run: %s, %s of weights (%d tensors); the inference side needs %s\n", a->model,
+           model_b, reshard_tensors_count(f->tensors), need);
+    printf("  train %s on ranks 0-%d, infer %s on ranks %d-%d; ", tspec, f->train_world - 1, ispec,
            f->train_world, f->train_world + f->infer_world - 1);
+    if (a->domain_size > 1)
+        printf("NVLink domains of %ld ranks\n", a->domain_size);
+    else
+        printf("no NVLink domains (every rank its own)\n");
     printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
            "timeout %.0f s; plan built in %.3f s\n\n",
            a->iters, a->staging_mb, a->timeout_s, plan_s);
     printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
-           "bytes moved", "GB/s/rank", "verified", "#wrong");
-    print_row(rs);
-    if (bl) {
-        print_row(bl);
-        double s = median(rs->seconds, rs->done);
+           "bytes moved", "GB/s/infer", "verified", "#wrong");
+    fflush(stdout);
+}
+
+static void print_table(const run_t *r, const method_t *rs, const method_t *bl, const method_t *raw,
+                        bool ok)
+{
+    print_row(r, rs, true);
+    if (bl)
+        print_row(r, bl, true);
+    if (raw)
+        print_row(r, raw, false);
+    double s = median(rs->seconds, rs->done);
+    if (bl)
         printf("  speedup   %.2fx (baseline median / reshard median)\n",
                s > 0 ? median(bl->seconds, bl->done) / s : 0);
-    }
-    printf("\n  (time/refit: median over refits of the slowest rank; GB/s/rank: bytes moved "
-           "per receiving rank / median time)\n");
+    printf("\n  time/refit: median over refits of the slowest rank; bytes moved: between "
+           "distinct ranks, per refit;\n  GB/s/infer: bytes the inference side needs / "
+           "inference ranks / time/refit (the same for every method)\n");
     printf("%s\n", ok ? "OK: every destination element of every refit verified"
                       : "FAILED: see the errors above");
 }
 
-static void print_json(const run_t *r, const method_t *rs, const method_t *bl,
+static void print_json(const run_t *r, const method_t *rs, const method_t *bl, const method_t *raw,
                        const reshard_plan_stats_t *ps, double plan_s, bool ok)
 {
     const reshard_model_refit_t *f = r->refit;
@@ -550,7 +691,8 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl,
     json_object_set_new(o, "bytes_moved", json_integer((json_int_t)rs->bytes_moved));
     json_object_set_new(o, "verified_bytes", json_integer((json_int_t)rs->verified_bytes));
     json_object_set_new(o, "wrong", json_integer(rs->wrong));
-    json_object_set_new(o, "gbps_per_rank", json_real(method_gbps(rs, sec)));
+    json_object_set_new(o, "gbps_per_infer_rank", json_real(method_gbps(r, sec)));
+    json_object_set_new(o, "infer_bytes", json_integer((json_int_t)r->dst_bytes));
     json_object_set_new(o, "iters", json_integer(rs->done));
     json_object_set_new(o, "model", json_string(r->a->model));
     json_object_set_new(o, "model_bytes",
@@ -575,6 +717,10 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl,
                             json_integer((json_int_t)bl->verified_bytes));
         json_object_set_new(o, "baseline_wrong", json_integer(bl->wrong));
     }
+    if (raw) {
+        json_object_set_new(o, "raw_seconds", json_real(median(raw->seconds, raw->done)));
+        json_object_set_new(o, "raw_bytes_moved", json_integer((json_int_t)raw->bytes_moved));
+    }
     json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     printf("\n");
     json_decref(o);
@@ -597,7 +743,8 @@ static int run(const run_args_t *a, int rank, int size)
     reshard_model_t *model = NULL;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    method_t rs = {.name = "reshard"}, bl = {.name = "baseline"};
+    method_t rs = {.name = "reshard"}, bl = {.name = "baseline"}, raw = {.name = "raw MPI"};
+    raw_bufs_t rawb = {0};
     int exit_code = 1;
     double plan_s = 0;
 
@@ -677,9 +824,12 @@ static int run(const run_args_t *a, int rank, int size)
                    : RESHARD_ERR_NOMEM;
         free(roots);
     }
+    if (st == RESHARD_OK && a->raw)
+        st = raw_alloc(&r, &rawb);
     rs.seconds = calloc((size_t)a->iters, sizeof *rs.seconds);
     bl.seconds = calloc((size_t)a->iters, sizeof *bl.seconds);
-    if (st == RESHARD_OK && (!rs.seconds || !bl.seconds))
+    raw.seconds = calloc((size_t)a->iters, sizeof *raw.seconds);
+    if (st == RESHARD_OK && (!rs.seconds || !bl.seconds || !raw.seconds))
         st = RESHARD_ERR_NOMEM;
     if (st != RESHARD_OK)
         fprintf(stderr, "reshard run: rank %d: %s: %s\n", rank, reshard_status_string(st),
@@ -687,11 +837,26 @@ static int run(const run_args_t *a, int rank, int size)
     if (agree_setup(st) != RESHARD_OK)
         goto out;
 
-    /* The refits, the two methods interleaved so that both see the same load. */
+    /* The refits, the methods interleaved so that all see the same load; the
+     * header first, and a line per round on stderr once a run is slow. */
+    r.dst_bytes = layout_bytes(&refit);
+    if (rank == 0 && !a->json)
+        print_header(&r, plan_s);
+    double started = MPI_Wtime();
     for (long i = 0; i < a->iters && st == RESHARD_OK; i++) {
         st = refit_once(&r, &rs, i, false);
         if (st == RESHARD_OK && r.baseline)
             st = refit_once(&r, &bl, i, true);
+        if (st == RESHARD_OK && a->raw)
+            raw_once(&r, &raw, &rawb);
+        if (st == RESHARD_OK && rank == 0 && MPI_Wtime() - started > 3) {
+            fprintf(stderr, "  refit %ld/%ld: reshard %.3f s", i + 1, a->iters, rs.seconds[i]);
+            if (r.baseline)
+                fprintf(stderr, ", baseline %.3f s", bl.seconds[i]);
+            if (a->raw)
+                fprintf(stderr, ", raw MPI %.3f s", raw.seconds[i]);
+            fprintf(stderr, "\n");
+        }
     }
     /* the bytes measured per link class must be the plan's, to the byte */
     bool links_ok = rs.done == 0 || (rs.bytes_network == plan_totals.bytes_network &&
@@ -709,15 +874,19 @@ static int run(const run_args_t *a, int rank, int size)
                 (unsigned long long)plan_totals.bytes_nvlink);
     if (rank == 0 && rs.done > 0) {
         if (a->json)
-            print_json(&r, &rs, r.baseline ? &bl : NULL, &plan_totals, plan_s, ok);
+            print_json(&r, &rs, r.baseline ? &bl : NULL, a->raw ? &raw : NULL, &plan_totals, plan_s,
+                       ok);
         else
-            print_table(&r, &rs, r.baseline ? &bl : NULL, plan_s, ok);
+            print_table(&r, &rs, r.baseline ? &bl : NULL, a->raw ? &raw : NULL, ok);
         fflush(stdout);
     }
     exit_code = ok ? 0 : 1;
 out:
     free(rs.seconds);
     free(bl.seconds);
+    free(raw.seconds);
+    free(rawb.sbuf);
+    free(rawb.rbuf);
     reshard_baseline_destroy(r.baseline);
     bufs_free(&r.src); /* device buffers before their endpoint */
     bufs_free(&r.dst);

@@ -11,29 +11,34 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_sim.h"
 
-#ifndef RESHARD_DATA_DIR
-#define RESHARD_DATA_DIR "data"
-#endif
-
 typedef struct {
-    const char *cases, *only, *model, *train, *infer, *system;
-    int json;
+    const char *cases, *only, *model, *train, *infer, *system, *dtype;
+    long layers, domain_size;
+    double nic_gbps, link_gbps, staging_mb;
+    int json, mtp;
 } sim_args_t;
 
 static void sim_usage(FILE *out)
 {
     fprintf(out,
             "usage: reshard sim [--case ID | --model M --train SPEC --infer SPEC --system S]\n"
-            "                   [--json] [--cases FILE]\n"
+            "                   [system and model options] [--json] [--cases FILE]\n"
             "  (no arguments)     predict every case of the shipped table\n"
             "  --case ID          one case of the table\n"
-            "  --model M --train SPEC --infer SPEC --system h100|gb200\n"
+            "  --model M --train SPEC --infer SPEC --system h100|gb200|emulated\n"
             "                     one configuration of your own\n"
             "  --json             one JSON object: {\"cases\": [...]}\n"
-            "  --cases FILE       the case table (default %s/cases/refit-cases.json)\n"
+            "  --cases FILE       the case table (default <data dir>/cases/refit-cases.json,\n"
+            "                     data dir %s; RESHARD_DATA_DIR overrides it)\n"
+            "system options (override the system's own figures):\n"
+            "  --domain-size N    ranks per NVLink domain\n"
+            "  --nic-gbps G       each rank's NIC, Gbit/s per direction\n"
+            "  --link-gbps G      each rank's link inside a domain, Gbit/s per direction\n"
+            "  --staging-mb S     staging per rank of the refit, MiB (default 256)\n"
+            "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
             "predicted figures come from reshard's cost model (see reshard_sim.h).\n",
-            RESHARD_DATA_DIR);
+            reshard_data_dir() ? reshard_data_dir() : "not found");
 }
 
 static int sim_bad(const char *msg, const char *arg)
@@ -46,18 +51,32 @@ static int sim_bad(const char *msg, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     memset(a, 0, sizeof *a);
-    a->cases = RESHARD_DATA_DIR "/cases/refit-cases.json";
-    const cli_opt_t opts[] = {
-        {"--case", CLI_STRING, &a->only, 0, 0},   {"--cases", CLI_STRING, &a->cases, 0, 0},
-        {"--model", CLI_STRING, &a->model, 0, 0}, {"--train", CLI_STRING, &a->train, 0, 0},
-        {"--infer", CLI_STRING, &a->infer, 0, 0}, {"--system", CLI_STRING, &a->system, 0, 0},
-        {"--json", CLI_FLAG, &a->json, 0, 0}};
+    static char cases[4200];
+    const char *data = reshard_data_dir();
+    snprintf(cases, sizeof cases, "%s/cases/refit-cases.json", data ? data : ".");
+    a->cases = cases;
+    const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
+                              {"--cases", CLI_STRING, &a->cases, 0, 0},
+                              {"--model", CLI_STRING, &a->model, 0, 0},
+                              {"--train", CLI_STRING, &a->train, 0, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0, 0},
+                              {"--system", CLI_STRING, &a->system, 0, 0},
+                              {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--layers", CLI_INT, &a->layers, 1, 0},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+                              {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
+                              {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0.001, 1 << 20}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
         sim_usage(stdout);
     if (rc)
         return rc == 1 ? 1 : sim_bad(err, NULL);
+    if (a->dtype && strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
+        return sim_bad("--dtype: not bf16 or fp8:", a->dtype);
     bool custom = a->model || a->train || a->infer || a->system;
     if (custom && (!a->model || !a->train || !a->infer || !a->system))
         return sim_bad("give all of --model, --train, --infer and --system", NULL);
@@ -70,8 +89,9 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
  * prediction (or why there is none). */
 typedef struct {
     char id[128], system[32], model[160], train[128], infer[96];
-    json_t *published; /* object: published key -> number or [lo, hi] */
-    char reason[512];  /* non-empty: no prediction */
+    json_t *published;    /* object: published key -> number or [lo, hi] */
+    char reason[512];     /* non-empty: no prediction */
+    reshard_system_t sys; /* as modelled, options applied */
     reshard_sim_refit_t r;
 } sim_row_t;
 
@@ -111,15 +131,28 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
 }
 
 static void predict(sim_row_t *row, const char *model_name, const reshard_train_spec_t *ts,
-                    const reshard_infer_spec_t *is)
+                    const reshard_infer_spec_t *is, const sim_args_t *a)
 {
     reshard_train_spec_str(ts, row->train, sizeof row->train);
     reshard_infer_spec_str(is, row->infer, sizeof row->infer);
     reshard_system_t sys;
     reshard_model_t *m = NULL;
+    reshard_model_options_t mo = {.mtp = a->mtp,
+                                  .layers = (int32_t)a->layers,
+                                  .dtype = a->dtype && !strcmp(a->dtype, "fp8") ? RESHARD_FP8_E4M3
+                                                                                : RESHARD_BF16};
     reshard_status_t st = reshard_system_lookup(row->system, &sys);
+    if (a->domain_size > 0)
+        sys.domain_size = (int32_t)a->domain_size;
+    if (a->nic_gbps > 0)
+        sys.nic_bytes_per_s = a->nic_gbps * 1e9 / 8;
+    if (a->link_gbps > 0)
+        sys.nvlink_bytes_per_s = a->link_gbps * 1e9 / 8;
+    if (a->staging_mb > 0)
+        sys.staging_bytes = (uint64_t)(a->staging_mb * 1048576.0);
+    row->sys = sys;
     if (st == RESHARD_OK)
-        st = reshard_model_load(model_name, NULL, &m);
+        st = reshard_model_load(model_name, &mo, &m);
     if (st == RESHARD_ERR_IO) {
         snprintf(row->reason, sizeof row->reason,
                  "config not available: no shipped config or file for '%s'", model_name);
@@ -135,7 +168,7 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
     reshard_model_destroy(m);
 }
 
-static void case_row(json_t *c, sim_row_t *row)
+static void case_row(json_t *c, sim_row_t *row, const sim_args_t *a)
 {
     memset(row, 0, sizeof *row);
     const char *id = json_string_value(json_object_get(c, "id"));
@@ -156,7 +189,7 @@ static void case_row(json_t *c, sim_row_t *row)
     memset(&ts, 0, sizeof ts);
     memset(&is, 0, sizeof is);
     case_specs(c, &ts, &is);
-    predict(row, row->model, &ts, &is);
+    predict(row, row->model, &ts, &is, a);
 }
 
 /* "6.4", "0.74-1.00" or "-" for a published figure. */
@@ -173,31 +206,52 @@ static const char *fig(json_t *pub, const char *key, char *buf, size_t n)
     return buf;
 }
 
-static void print_table(const sim_row_t *rows, size_t n)
+/* The header, printed before the predictions are computed. */
+static void print_header(void)
 {
     printf("reshard sim: refit time, published vs predicted\n"
            "Published figures are measurements on the vendors' own clusters (we did not "
            "reproduce them);\n"
            "predicted figures are reshard's cost model for the same configuration on the "
-           "modelled system\n"
-           "(h100: 8 GPUs/domain; gb200: 72; one 400 Gb/s NIC per GPU; see reshard_sim.h).\n\n");
+           "modelled system.\n"
+           "Hardware facts (data sheets): h100 8 GPUs/domain, gb200 72; one 400 Gb/s NIC per "
+           "GPU; NVLink 450 (h100)\n"
+           "or 900 (gb200) GB/s per GPU and direction. From measurement (bench/cluster/refit.sh, "
+           "an emulated\n"
+           "cluster): the model's form -- the baseline as run (gather, then a chain, bucket after "
+           "bucket),\n"
+           "packing outside the transfers' overlap, the last round's tail of a shared NIC -- "
+           "checked against\n"
+           "measured reshard and baseline times; see reshard_sim.h.\n\n");
     printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s\n", "case", "system", "model",
            "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
+    fflush(stdout);
+}
+
+/* One row, printed as soon as it is predicted. */
+static void print_row(const sim_row_t *r)
+{
     char a[32], b[32], c[32];
-    for (size_t i = 0; i < n; i++) {
-        const sim_row_t *r = &rows[i];
-        printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
-               fig(r->published, "baseline_s", a, sizeof a),
-               fig(r->published, "reshard_s", b, sizeof b),
-               fig(r->published, "direct_p2p_s", c, sizeof c));
-        if (r->reason[0])
-            printf("not predicted: %s\n", r->reason);
-        else
-            printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
-                   r->r.sim.seconds / r->r.sim.bound_s);
-    }
+    printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
+           fig(r->published, "baseline_s", a, sizeof a),
+           fig(r->published, "reshard_s", b, sizeof b),
+           fig(r->published, "direct_p2p_s", c, sizeof c));
+    if (r->reason[0])
+        printf("not predicted: %s\n", r->reason);
+    else
+        printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
+               r->r.sim.seconds / r->r.sim.bound_s);
+    fflush(stdout);
+}
+
+/* What follows the rows. */
+static void print_footer(const sim_row_t *rows, size_t n)
+{
     printf("\nseconds; pub.* = published, pred.* = predicted, bound = lower bound of any plan "
-           "(busiest NIC at its bound, NVLink stage at its bound).\n");
+           "(busiest NIC at its bound, NVLink stage at its bound).\n"
+           "pred.base is reshard's built-in baseline as it runs (reshard run --baseline: the "
+           "stage roots one after\nanother, each gathering, then broadcasting down a chain); "
+           "the vendors' baselines overlap their stages.\n");
     for (size_t i = 0; i < n; i++) {
         const sim_row_t *r = &rows[i];
         if (r->reason[0])
@@ -241,12 +295,26 @@ static json_t *row_json(const sim_row_t *r)
         return o;
     }
     const reshard_sim_refit_t *x = &r->r;
-    json_object_set_new(o, "predicted_s", json_real(x->sim.seconds));
-    json_object_set_new(o, "baseline_predicted_s", json_real(x->baseline_s));
-    json_object_set_new(o, "bound_s", json_real(x->sim.bound_s));
-    json_object_set_new(o, "network_s", json_real(x->sim.network_s));
-    json_object_set_new(o, "nvlink_s", json_real(x->sim.nvlink_s));
-    json_object_set_new(o, "fill_s", json_real(x->sim.fill_s));
+    const struct {
+        const char *key;
+        double v;
+    } reals[] = {{"predicted_s", x->sim.seconds},
+                 {"baseline_predicted_s", x->baseline_s},
+                 {"bound_s", x->sim.bound_s},
+                 {"network_s", x->sim.network_s},
+                 {"nvlink_s", x->sim.nvlink_s},
+                 {"fill_s", x->sim.fill_s},
+                 {"copy_s", x->sim.copy_s},
+                 {"tail_s", x->sim.tail_s},
+                 {"network_streams", x->sim.network_streams},
+                 {"network_rounds", (double)x->sim.network_rounds},
+                 {"nvlink_rounds", (double)x->sim.nvlink_rounds},
+                 {"baseline_gather_s", x->base.gather_s},
+                 {"baseline_chain_s", x->base.chain_s},
+                 {"baseline_copy_s", x->base.copy_s},
+                 {"baseline_fill_s", x->base.fill_s}};
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
+        json_object_set_new(o, reals[i].key, json_real(reals[i].v));
     json_object_set_new(o, "max_relay_bytes", json_integer((json_int_t)x->sim.max_relay_bytes));
     json_object_set_new(o, "train_world", json_integer(x->train_world));
     json_object_set_new(o, "infer_world", json_integer(x->infer_world));
@@ -293,8 +361,12 @@ int cmd_sim(int argc, char **argv)
         snprintf(rows[0].system, sizeof rows[0].system, "%s", a.system);
         snprintf(rows[0].model, sizeof rows[0].model, "%s", a.model);
         rows[0].published = json_object();
-        predict(&rows[0], a.model, &ts, &is);
+        if (!a.json)
+            print_header();
+        predict(&rows[0], a.model, &ts, &is, &a);
         n = 1;
+        if (!a.json)
+            print_row(&rows[0]);
     } else {
         json_error_t err;
         root = json_load_file(a.cases, 0, &err);
@@ -315,7 +387,12 @@ int cmd_sim(int argc, char **argv)
             const char *id = json_string_value(json_object_get(c, "id"));
             if (a.only && (!id || strcmp(id, a.only)))
                 continue;
-            case_row(c, &rows[n++]);
+            if (n == 0 && !a.json)
+                print_header();
+            case_row(c, &rows[n], &a);
+            if (!a.json)
+                print_row(&rows[n]);
+            n++;
         }
         if (a.only && n == 0) {
             fprintf(stderr, "reshard sim: no case '%s' in %s\n", a.only, a.cases);
@@ -337,8 +414,8 @@ int cmd_sim(int argc, char **argv)
         json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
         printf("\n");
         json_decref(o);
-    } else {
-        print_table(rows, n);
+    } else if (n > 0) {
+        print_footer(rows, n);
     }
     int failed = 0;
     for (size_t i = 0; i < n; i++) {

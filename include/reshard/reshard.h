@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reshard/reshard_config.h" /* generated: RESHARD_HAVE_MPI, RESHARD_HAVE_NCCL */
+
 #ifdef __cplusplus
 extern "C" {
 #endif

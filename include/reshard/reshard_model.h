@@ -31,6 +31,30 @@
  *                             "mlp.gate.e_score_correction_bias" (fp32; only with
  *                             topk_method "noaux_tc", as vLLM creates it), MTP layers
  *                             (num_nextn_predict_layers) only with the mtp option
+ *   nemotron_h                hybrid by "hybrid_override_pattern" (M Mamba-2, * attention,
+ *                             - squared-ReLU MLP, E MoE; '|' = Megatron stage boundary).
+ *                             HF names "backbone.layers.N.norm.weight" and
+ *                             "backbone.layers.N.mixer.*": Mamba in_proj [z; x; B; C; dt] x H,
+ *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log and D
+ *                             (fp32), dt_bias [Hm], norm.weight [I], out_proj [H, I]; MoE
+ *                             gate.weight (bf16) and gate.e_score_correction_bias (fp32),
+ *                             stacked non-gated experts "mixer.experts.up_proj.weight"
+ *                             [E, I, latent or H] and down_proj, shared_experts up/down,
+ *                             fc1/fc2_latent_proj (replicated). Megatron: HybridStack names
+ *                             (mixer.in_proj.layer_norm_weight, mixer.conv1d_weight,
+ *                             decoder.final_norm; '|' segment c*pp + p is model chunk c of
+ *                             stage p); tp must divide n_groups. vLLM: NemotronH names
+ *                             (model.embed_tokens, model.norm_f); tp must divide n_groups or
+ *                             n_groups be 1 (then every rank holds B and C whole).
+ *                             vLLM's parameter mixer.A holds -exp(A_log): a post-load value
+ *                             reshard does not compute; the vLLM layout has a buffer
+ *                             "model.layers.N.mixer.A_log" ([Hm/tp] fp32) that receives the
+ *                             rank's A_log slice, from which the worker sets A. A_log and
+ *                             D are fp32 as MambaMixer creates them; Megatron's bf16
+ *                             Float16Module casts them to bf16 (module.py: only tensors
+ *                             marked keep_in_fp32 stay fp32), a cast reshard does not do:
+ *                             such a trainer binds fp32 copies. Refused: biases,
+ *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
  * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, experts on a dense
  * family) is refused naming the field.
@@ -45,7 +69,8 @@
  * CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
  * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
  * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
- * (added vocabulary), hybrid Mamba layers (nemotron_h).
+ * (added vocabulary), vLLM's fp32 router weight where its GateLinear has no SM90+ kernel
+ * (nemotron_h: bf16 is modelled, as on H100/B200).
  *
  * Logical tensors carry the HF checkpoint names and shapes, with one exception:
  * the routed experts of a MoE layer are stacked into one tensor per projection,
@@ -83,13 +108,31 @@ typedef struct {
 } reshard_model_options_t;
 
 /**
+ * The directory of the shipped data (models/<name>.json, cases/), found at
+ * run time, in this order:
+ *   1. the environment variable RESHARD_DATA_DIR when set and not empty;
+ *   2. <dir>/../share/reshard, where <dir> holds the file with this
+ *      library's code (libreshard.so, or a program linking libreshard.a):
+ *      the installed layout (<prefix>/lib and <prefix>/bin beside
+ *      <prefix>/share/reshard);
+ *   3. the reshard-data link CMake makes in a build directory (to the source
+ *      tree's data/), next to <dir> or up to two directories above it.
+ * No path is compiled into the library. Returns a thread-local string valid
+ * until the next call on this thread, or NULL when none is found. Local.
+ */
+const char *reshard_data_dir(void);
+
+/**
  * Load a model.
- * @param name_or_path  a shipped name (file data/models/<name>.json, e.g.
- *                      "qwen3-235b-a22b") or a path to a HF config.json
+ * @param name_or_path  a shipped name (file <reshard_data_dir()>/models/<name>.json,
+ *                      e.g. "qwen3-235b-a22b") or a path to a HF config.json
  * @param opts          NULL for defaults
  * Errors: INVALID_ARG (NULL name/out, bad option), IO (file missing or not
  * JSON; the message names the file), CONFIG (unknown family, a required field
- * missing or out of range; the message names the field), NOMEM. Local.
+ * missing or out of range; the message names the field: integer fields are in
+ * [1 or 0, 2^31-1], defaults included (head_dim = hidden_size /
+ * num_attention_heads must be >= 1), at most 65536 decoder + MTP layers, every
+ * tensor and the whole model under 2^62 bytes), NOMEM. Local.
  */
 reshard_status_t reshard_model_load(const char *name_or_path, const reshard_model_options_t *opts,
                                     reshard_model_t **out);
@@ -105,7 +148,7 @@ void reshard_model_destroy(reshard_model_t *model);
 /** What a model is. Counts in elements/parameters, sizes in bytes. */
 typedef struct {
     const char *name;   /**< the name or path it was loaded from */
-    const char *family; /**< "dense", "qwen3_moe" or "deepseek_v3" */
+    const char *family; /**< "dense", "qwen3_moe", "deepseek_v3" or "nemotron_h" */
     int32_t layers;     /**< decoder layers kept (after the layers option) */
     int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
     int64_t hidden, intermediate, moe_intermediate, vocab;

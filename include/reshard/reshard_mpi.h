@@ -94,8 +94,13 @@ reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *go
  *      in another fragment's box, the one on the lowest rank is used, the
  *      root's own first) and sends it to the root, which unpacks it into the
  *      bucket, i.e. full tensors in row-major view-shape order;
- *   2. broadcast: the root broadcasts the packed bucket (MPI_Ibcast) to every
- *      destination rank;
+ *   2. broadcast: a pipelined chain, as NCCL's ring broadcast: the root sends
+ *      the packed bucket to the lowest destination rank, each destination
+ *      rank passes it on to the next one, in segments of 1 MiB with up to 8
+ *      in flight per link, so every link of the chain is busy at once and
+ *      each rank sends and receives the bucket at most once (MPI_Ibcast's
+ *      algorithm depends on the MPI library: Open MPI 4.1 sends a whole
+ *      bucket from the root to each of 4 ranks, or along a binomial tree);
  *   3. every destination rank copies its fragments' elements out of the full
  *      tensors and drops the rest.
  * Memory per rank, allocated by the first execution and kept until
@@ -108,9 +113,8 @@ typedef struct reshard_baseline reshard_baseline_t;
 
 /**
  * Prepare the baseline for @p src -> @p dst on @p comm (an MPI endpoint).
- * Collective over @p comm: every rank calls it with the same layouts, roots
- * and params (it builds one broadcast communicator per root with
- * MPI_Comm_create_group; no data is moved).
+ * Every rank of @p comm calls it with the same layouts, roots and params
+ * (local: no message, no data moved).
  * @param roots   per logical tensor id, the root rank (it must hold a source
  *                fragment of the tensor); NULL = for each tensor, the lowest
  *                source rank holding it
@@ -135,7 +139,7 @@ reshard_status_t reshard_baseline_create_mpi(const reshard_layout_t *src,
  * fragments are not touched. Repeatable; buffers may differ between calls.
  * @p stats (optional): bytes_recv = bytes this rank received (gather at a
  * root, broadcast payload at a destination); bytes_sent_network = bytes it
- * sent (its gather part; a root counts the broadcast payload once);
+ * sent (its gather part, and the broadcast payload when it sends it on);
  * bytes_local = bytes copied within the rank.
  * Errors: INVALID_ARG, BUFFER (a buffer missing or too small), TRANSPORT,
  * TIMEOUT, NOMEM; all ranks return the same status (see the failure model).

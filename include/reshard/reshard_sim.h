@@ -20,20 +20,43 @@
  *     over ranks of t_nvlink. The stages are pipelined over the R rounds of
  *     stage 1: the forward of chunk k goes out with round k+2, so
  *       predicted = T_local + max(T_net + T_nvl / R, T_nvl + min(R, 2) * T_net / R)
- *     (just max(T_net, T_nvl) when one stage is empty); fill is what this
- *     adds to max(T_net, T_nvl). T_local = max over ranks of the bytes copied
- *     within the rank / copy bandwidth (before the loop).
+ *     (just max(T_net, T_nvl) when one stage is empty). Packing and
+ *     unpacking (T_copy: the busiest rank's bytes that do not move straight
+ *     from/to the user buffer, packed or unpacked, / copy bandwidth) overlap
+ *     the transfers except for the first pack and the last unpack:
+ *     and the last network round ends with a tail: a NIC shared by f streams
+ *     does not finish them together, and no later round fills the gap:
+ *       tail = max over ranks and directions of (1 - 1/f) x t / R
+ *     with t the rank's network bytes / NIC bandwidth, R its rounds and f
+ *     its effective number of streams, (sum of bytes)^2 / sum of squares
+ *       predicted = T_local + max(pipelined, T_copy) + T_copy / R + tail
+ *     fill is what this adds to max(T_net, T_nvl). T_local = max over ranks
+ *     of the bytes copied within the rank / copy bandwidth (before the loop).
  *   - Lower bound: max(NIC bound, NVLink bound), the NIC bound being
  *     max(nic_send_bound_bytes, nic_recv_bound_bytes) / NIC bandwidth (no plan
  *     can have a less busy NIC), the NVLink bound the forwarded bytes of the
  *     busiest domain spread evenly over its ranks / NVLink bandwidth (every
  *     plan that lands each byte on a rank needing it forwards that volume).
- *   - Baseline (gather + broadcast, reshard_model_baseline's byte counts):
- *     pipelined chains, so the busiest link sets the pace:
- *       max(max_nic_send, max_nic_recv) / NIC bandwidth, or
- *       model bytes / NVLink bandwidth (every inference rank receives the
- *       whole model), whichever is larger.
- * These are predictions from bandwidths and byte counts, not measurements.
+ *   - Baseline: what reshard_baseline_execute runs (reshard_mpi.h). Bucket
+ *     after bucket, with no overlap between them: the root gathers the
+ *     bucket, then passes it down the chain root -> inference ranks in
+ *     order (pipelined segments), then every inference rank copies its part
+ *     out. Hence a sum, not a max:
+ *       T_gather = max(gathered network bytes / NIC bandwidth,
+ *                      gathered NVLink bytes / NVLink bandwidth)
+ *                  (each root's NIC takes its stage's gather; roots in turn)
+ *       T_chain  = model bytes / the chain's slowest link (the NIC when
+ *                  any link of the chain crosses domains)
+ *       T_copy   = (model bytes + model bytes / infer tp) / copy bandwidth
+ *                  (the root assembles every bucket; the slowest inference
+ *                  rank copies its part out of it)
+ *       T_fill   = buckets x chain links x one segment / the chain's rate
+ *       predicted = T_gather + T_chain + T_copy + T_fill
+ *     with the gathered bytes from reshard_model_baseline's counts less the
+ *     chain's.
+ * These are predictions from bandwidths and byte counts. Which parameters
+ * were measured on an emulated cluster (bench/cluster/refit.sh) and which
+ * are hardware facts: see reshard_system_lookup.
  */
 #ifndef RESHARD_SIM_H
 #define RESHARD_SIM_H
@@ -54,6 +77,9 @@ typedef struct {
     double nvlink_bytes_per_s; /**< NVLink, per rank */
     double nvlink_latency_s;   /**< NVLink, per message round */
     double copy_bytes_per_s;   /**< copies within a rank (device memory) */
+    uint64_t staging_bytes;    /**< staging per rank of the refit modelled (its chunk
+                                    size; the baseline's bucket size); 0 = the default,
+                                    RESHARD_DEFAULT_STAGING_BYTES */
 } reshard_system_t;
 
 /**
@@ -64,6 +90,11 @@ typedef struct {
  *   "gb200": GB200 NVL72, 72 GPUs per NVLink domain, one 400 Gb/s NIC per GPU
  *            (50e9 B/s, 5 us), NVLink 5 900e9 B/s per direction (2 us),
  *            copies 3e12 B/s.
+ *   (hardware facts from the data sheets)
+ *   "emulated": the emulated cluster of bench/cluster/refit.sh on a 2-core
+ *            machine: 2 ranks per domain, an 800 Mbit/s NIC (1e8 B/s, the tc
+ *            rate; the script passes its own), loopback 4e8 B/s per rank,
+ *            copies 1e9 B/s, 100 us per message round (measured there).
  * Errors: INVALID_ARG (NULL or an unknown name; the message lists the names).
  */
 reshard_status_t reshard_system_lookup(const char *name, reshard_system_t *out);
@@ -74,12 +105,15 @@ typedef struct {
     double network_s; /**< stage 1 alone: T_net */
     double nvlink_s;  /**< stage 2 alone: T_nvl */
     double local_s;   /**< copies within a rank: T_local */
+    double copy_s;    /**< packing and unpacking of the busiest rank: T_copy */
+    double tail_s;    /**< the last network round's tail */
     double fill_s;    /**< pipeline fill and drain */
     double bound_s;   /**< lower bound: max(nic_bound_s, nvlink_bound_s) */
     double nic_bound_s;
     double nvlink_bound_s;
     int64_t network_rounds;      /**< R_net */
     int64_t nvlink_rounds;       /**< R_nvl */
+    double network_streams;      /**< f of the rank with the longest tail (see above) */
     uint64_t max_nvlink_bytes;   /**< busiest rank's NVLink bytes (sent or received) */
     uint64_t nvlink_bound_bytes; /**< forwarded bytes of the busiest domain / its ranks */
     uint64_t max_relay_bytes;    /**< most relay scratch one rank needs (bytes it lands
@@ -94,10 +128,25 @@ typedef struct {
 reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
                                   reshard_sim_t *out);
 
-/** Predicted seconds of the gather+broadcast baseline from its byte counts
- *  (reshard_model_baseline) and the model's bytes. */
-double reshard_sim_baseline_seconds(const reshard_plan_stats_t *baseline, uint64_t model_bytes,
-                                    const reshard_system_t *sys);
+/** The baseline's prediction, in seconds (see the cost model above). */
+typedef struct {
+    double seconds;
+    double gather_s, chain_s, copy_s, fill_s;
+    int64_t buckets;     /**< buckets of at most staging_bytes (per root, in turn) */
+    int32_t chain_links; /**< links of one chain; chain_network_links cross domains */
+    int32_t chain_network_links;
+} reshard_sim_baseline_t;
+
+/**
+ * Predict the gather+broadcast baseline of @p refit on @p sys from its byte
+ * counts @p counts (reshard_model_baseline with the system's domain size).
+ * Roots are the first ranks of the pipeline stages, the chain runs through
+ * the inference ranks from refit->infer_offset (or train_world when 0).
+ * Errors: INVALID_ARG (NULL, a bandwidth that is not positive).
+ */
+reshard_status_t reshard_sim_baseline(const reshard_model_refit_t *refit,
+                                      const reshard_plan_stats_t *counts,
+                                      const reshard_system_t *sys, reshard_sim_baseline_t *out);
 
 /** First inference rank when each side fills its own domains: the training
  *  world rounded up to a whole number of domains; -1 past INT32_MAX. */
@@ -113,6 +162,7 @@ typedef struct {
     reshard_plan_stats_t baseline; /**< gather+broadcast byte counts */
     reshard_sim_t sim;             /**< the plan's prediction and the lower bound */
     double baseline_s;             /**< predicted baseline seconds */
+    reshard_sim_baseline_t base;   /**< the baseline's prediction, part by part */
 } reshard_sim_refit_t;
 
 /**

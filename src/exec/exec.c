@@ -140,24 +140,6 @@ typedef struct {
     rs_cursor_t pcur; /* receives: where the next posted chunk starts */
 } rs_xstream_t;
 
-/* Chunks at least this large that lie inside one piece's data, dense in the
- * user buffer, move straight from/to it: no pack, no unpack. */
-#define RS_DIRECT_MIN_BYTES (64u << 10)
-
-/* Is every element of box @p b at consecutive positions of fragment @p f? */
-static bool box_dense(const reshard_box_t *b, const reshard_fragment_t *f)
-{
-    int64_t expect = 1;
-    for (int d = b->ndim - 1; d >= 0; d--) {
-        if (b->extent[d] == 1)
-            continue;
-        if (f->stride[d] != expect)
-            return false;
-        expect *= b->extent[d];
-    }
-    return true;
-}
-
 /* When the next @p len stream bytes of @p xs lie inside one piece's data and
  * that piece is dense in the user buffer of this side: their address. */
 static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_cursor_t *cur,
@@ -169,7 +151,7 @@ static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_
     reshard_fragment_t tmp;
     void *buf;
     const reshard_fragment_t *f = piece_place(x, p, xs->send, &tmp, &buf);
-    if (!box_dense(&p->box, f))
+    if (!rs_box_dense(&p->box, f))
         return NULL;
     return (uint8_t *)buf + (size_t)rs_frag_pos(f, p->box.offset) * p->elem_size + cur->off;
 }

@@ -7,13 +7,14 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-typedef struct {
+struct rs_cat {
     const reshard_model_t *m;
     reshard_tensors_t *T;
     rs_model_ids_t *ids;
     int32_t cap;
     char prefix[64];
-} cat_t;
+};
+typedef struct rs_cat cat_t;
 
 static reshard_status_t grow(cat_t *c)
 {
@@ -134,6 +135,28 @@ static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const in
     c->ids->scale[*id] = sid;
     c->ids->scale_j[*id] = (int8_t)j;
     return RESHARD_OK;
+}
+
+const reshard_model_t *rs_cat_model(const rs_cat_t *c)
+{
+    return c->m;
+}
+
+rs_model_ids_t *rs_cat_ids(rs_cat_t *c)
+{
+    return c->ids;
+}
+
+reshard_status_t rs_cat_add(rs_cat_t *c, int32_t *id, reshard_dtype_t dt, int nd,
+                            const int64_t *shape, int vnd, const int64_t *view, const char *fmt,
+                            ...)
+{
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return add_one(c, name, dt, nd, shape, vnd, view, strstr(name, ".experts.") != NULL, id);
 }
 
 static reshard_status_t vec(cat_t *c, int32_t *id, int64_t n, const char *name)
@@ -294,7 +317,7 @@ reshard_status_t rs_model_catalogue(const reshard_model_t *m, reshard_tensors_t 
 {
     memset(ids, 0, sizeof *ids);
     cat_t c = {.m = m, .T = tensors, .ids = ids};
-    reshard_status_t s = build(&c);
+    reshard_status_t s = m->fam == RS_FAM_NEMOTRON_H ? rs_hybrid_catalogue(&c) : build(&c);
     if (s != RESHARD_OK)
         rs_model_ids_free(ids);
     return s;
@@ -310,7 +333,8 @@ reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensor
     if (reshard_tensors_count(tensors) != ids->n ||
         reshard_tensors_info(tensors, 0, &a) != RESHARD_OK ||
         reshard_tensors_info(tensors, ids->n - 1, &b) != RESHARD_OK ||
-        strcmp(a.name, "model.embed_tokens.weight") != 0) {
+        strcmp(a.name, m->fam == RS_FAM_NEMOTRON_H ? "backbone.embeddings.weight"
+                                                   : "model.embed_tokens.weight") != 0) {
         rs_model_ids_free(ids);
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "layout: the tensors catalogue was not made by reshard_model_tensors for "

@@ -9,12 +9,9 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
-#ifndef RESHARD_DATA_DIR
-#define RESHARD_DATA_DIR "data"
-#endif
-
-/* An integer field: required (def < 0 means required) or defaulted. A JSON
- * null counts as absent. */
+/* An integer field in [min, INT32_MAX]: required (def < 0 means required) or
+ * defaulted (a default below min, e.g. head_dim = hidden_size / heads = 0,
+ * is an error too). A JSON null counts as absent. */
 static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int64_t min,
                                 int64_t *out)
 {
@@ -22,17 +19,27 @@ static reshard_status_t get_int(json_t *root, const char *key, int64_t def, int6
     if (!v || json_is_null(v)) {
         if (def < 0)
             return rs_error(RESHARD_ERR_CONFIG, "config: required field '%s' is missing", key);
+        if (def < min)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: field '%s' is missing and its default %lld is below %lld", key,
+                            (long long)def, (long long)min);
         *out = def;
         return RESHARD_OK;
     }
     if (!json_is_integer(v))
         return rs_error(RESHARD_ERR_CONFIG, "config: field '%s' is not an integer", key);
     *out = json_integer_value(v);
-    if (*out < min || *out > ((int64_t)1 << 40))
+    if (*out < min || *out > INT32_MAX)
         return rs_error(RESHARD_ERR_CONFIG,
-                        "config: field '%s' = %lld is out of range [%lld, 2^40]", key,
+                        "config: field '%s' = %lld is out of range [%lld, 2^31-1]", key,
                         (long long)*out, (long long)min);
     return RESHARD_OK;
+}
+
+reshard_status_t rs_config_int(json_t *root, const char *key, int64_t def, int64_t min,
+                               int64_t *out)
+{
+    return get_int(root, key, def, min, out);
 }
 
 #define GET(key, def, min, dst)                                                                    \
@@ -59,6 +66,7 @@ static const struct {
     {"deepseek_v3", "DeepseekV3", RS_FAM_DSV3},
     {"deepseek_v2", "DeepseekV2", RS_FAM_DSV3},
     {"kimi_k2", NULL, RS_FAM_DSV3},
+    {"nemotron_h", "NemotronH", RS_FAM_NEMOTRON_H},
 };
 
 static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
@@ -76,7 +84,7 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
                     "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
-                    "deepseek_v3, kimi_k2",
+                    "deepseek_v3, kimi_k2, nemotron_h",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -115,6 +123,9 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     GET("hidden_size", -1, 1, m->H);
     GET("intermediate_size", -1, 1, m->I);
     GET("num_hidden_layers", -1, 1, m->Lcfg);
+    if (m->Lcfg > RS_MAX_LAYERS)
+        return rs_error(RESHARD_ERR_CONFIG, "config: num_hidden_layers %d is over %d", m->Lcfg,
+                        RS_MAX_LAYERS);
     GET("num_attention_heads", -1, 1, m->nh);
     GET("num_key_value_heads", m->nh, 1, m->kv);
     GET("head_dim", m->H / m->nh, 1, m->hd);
@@ -134,6 +145,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     if (o->layers > 0)
         L = o->layers;
     m->L = L;
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        return rs_hybrid_parse(root, o, m);
 
     int64_t step = 1, first_k = 0, freq = 1;
     json_t *mlp_only = NULL;
@@ -165,6 +178,11 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         GET("v_head_dim", -1, 1, m->vhd);
         int64_t nmtp;
         GET("num_nextn_predict_layers", 0, 0, nmtp);
+        if (nmtp > RS_MAX_LAYERS - m->Lcfg)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: num_hidden_layers %d + num_nextn_predict_layers %lld is "
+                            "over %d layers",
+                            m->Lcfg, (long long)nmtp, RS_MAX_LAYERS);
         m->nmtp = o->mtp ? (int32_t)nmtp : 0;
         m->Is = m->Im * m->nshared;
         /* vLLM deepseek_v2.py creates the score-correction bias only with
@@ -200,6 +218,35 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     return RESHARD_OK;
 }
 
+/* Every tensor of the model, and all of them together, fit in 2^62 bytes:
+ * refused here (CONFIG, naming the tensor) rather than by a later step. */
+static reshard_status_t check_sizes(const reshard_model_t *m)
+{
+    rs_model_ids_t ids;
+    reshard_tensors_t *t = NULL;
+    reshard_status_t s = reshard_tensors_create(&t);
+    if (s == RESHARD_OK)
+        s = rs_model_catalogue(m, t, &ids);
+    if (s == RESHARD_OK) {
+        rs_model_ids_free(&ids);
+        uint64_t total = 0;
+        for (int32_t i = 0; i < reshard_tensors_count(t) && s == RESHARD_OK; i++) {
+            reshard_tensor_info_t info;
+            reshard_tensors_info(t, i, &info);
+            total += info.bytes; /* each under 2^63: the sum cannot wrap before the check */
+            if (total > ((uint64_t)1 << 62))
+                s = rs_error(RESHARD_ERR_OVERFLOW, "the model's tensors total over 2^62 bytes");
+        }
+    }
+    reshard_tensors_destroy(t);
+    if (s == RESHARD_ERR_OVERFLOW || s == RESHARD_ERR_SHAPE) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", reshard_last_error());
+        s = rs_error(RESHARD_ERR_CONFIG, "config: the sizes give a tensor out of range: %s", why);
+    }
+    return s;
+}
+
 static reshard_status_t load_root(json_t *root, const char *name,
                                   const reshard_model_options_t *opts, reshard_model_t **out)
 {
@@ -215,6 +262,8 @@ static reshard_status_t load_root(json_t *root, const char *name,
     m->dtype = o.dtype;
     m->name = strdup(name);
     reshard_status_t s = m->name ? parse(root, &o, m) : RESHARD_ERR_NOMEM;
+    if (s == RESHARD_OK)
+        s = check_sizes(m);
     if (s != RESHARD_OK) {
         reshard_model_destroy(m);
         return s;
@@ -272,8 +321,9 @@ reshard_status_t reshard_model_load(const char *name_or_path, const reshard_mode
     size_t len = strlen(name_or_path);
     bool is_path =
         strchr(name_or_path, '/') || (len > 5 && !strcmp(name_or_path + len - 5, ".json"));
-    const char *data = getenv("RESHARD_DATA_DIR");
-    snprintf(dir, sizeof dir, "%s/models", data && *data ? data : RESHARD_DATA_DIR);
+    const char *data = reshard_data_dir();
+    snprintf(dir, sizeof dir, "%s/models",
+             data ? data : "(no data directory: set RESHARD_DATA_DIR)");
     if (is_path)
         snprintf(path, sizeof path, "%s", name_or_path);
     else
@@ -313,6 +363,7 @@ void reshard_model_destroy(reshard_model_t *model)
     if (!model)
         return;
     free(model->moe);
+    rs_hybrid_free(&model->hy);
     free(model->name);
     free(model);
 }
@@ -341,7 +392,8 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral"};
+    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
+                                      "qwen2_moe", "mixtral",   "nemotron_h"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

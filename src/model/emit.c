@@ -133,6 +133,22 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     return s == RESHARD_OK ? id : s;
 }
 
+int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_t *shape,
+                              const char *fmt, ...)
+{
+    reshard_tensor_info_t info;
+    if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK || e->ids->scale[like] >= 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_buffer_shaped: bad tensor %d", like);
+    int32_t id = e->next_buf++;
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    reshard_status_t s = open_one(e, id, name, "", info.dtype, ndim, shape);
+    return s == RESHARD_OK ? id : s;
+}
+
 /* The FP8 scale fragment of weight fragment @p w: the same box in 128x128
  * blocks, in the scale buffer that mirrors the weight buffer's rows and
  * columns block by block. */
@@ -343,13 +359,19 @@ reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t 
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name)
 {
-    int64_t H = e->m->H, nb = per_expert ? ne : 1, per = nb ? ne / nb : 0;
-    /* pass 0: fc1 [per, 2n, H] (gate rows, then up rows); pass 1: fc2 [per, H, n] */
+    /* W: the experts' input width (H, or a latent size); gated: fc1 is
+     * [gate; up], else up alone (nemotron_h's squared-ReLU experts) */
+    reshard_tensor_info_t down;
+    TRY(reshard_tensors_info(e->T, l->e_down, &down));
+    int64_t W = down.shape[1], nb = per_expert ? ne : 1, per = nb ? ne / nb : 0;
+    bool gated = l->e_gate >= 0;
+    int64_t g = gated ? 2 : 1;
+    /* pass 0: fc1 [per, g*n, W]; pass 1: fc2 [per, W, n] */
     for (int pass = 0; pass < 2; pass++)
         for (int64_t k = 0; k < nb; k++) {
             const char *name = pass ? fc2_name : fc1_name;
-            int32_t like = pass ? l->e_down : l->e_gate;
-            int64_t rows = pass ? H : 2 * n, width = pass ? n : H;
+            int32_t like = pass ? l->e_down : gated ? l->e_gate : l->e_up;
+            int64_t rows = pass ? W : g * n, width = pass ? n : W;
             int32_t b = per_expert
                             ? rs_emit_buffer(e, like, 0, rows, width, "%s%lld", name, (long long)k)
                             : rs_emit_buffer(e, like, per, rows, width, "%s", name);
@@ -357,12 +379,13 @@ reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t 
                 return (reshard_status_t)b;
             int64_t ef = e0 + k * per;
             if (pass) {
-                int64_t off[3] = {ef, 0, i0}, ext[3] = {per, H, n}, st[3] = {H * n, n, 1};
+                int64_t off[3] = {ef, 0, i0}, ext[3] = {per, W, n}, st[3] = {W * n, n, 1};
                 TRY(rs_emit(e, l->e_down, b, off, ext, 0, st));
             } else {
-                int64_t off[3] = {ef, i0, 0}, ext[3] = {per, n, H}, st[3] = {2 * n * H, H, 1};
-                TRY(rs_emit(e, l->e_gate, b, off, ext, 0, st));
-                TRY(rs_emit(e, l->e_up, b, off, ext, n * H, st));
+                int64_t off[3] = {ef, i0, 0}, ext[3] = {per, n, W}, st[3] = {g * n * W, W, 1};
+                TRY(rs_emit(e, like, b, off, ext, 0, st));
+                if (gated)
+                    TRY(rs_emit(e, l->e_up, b, off, ext, n * W, st));
             }
         }
     return RESHARD_OK;

@@ -189,12 +189,19 @@ static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s
         TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp,
                           nm(n, sizeof n, pfx, "embedding.word_embeddings.weight")));
     int32_t first, count;
-    rs_stage_layers(m->L, s, c->stage, chunk, &first, &count);
+    bool hybrid = m->fam == RS_FAM_NEMOTRON_H; /* HybridStack (mamba.c) */
+    if (hybrid)
+        rs_hybrid_stage_layers(m, s, c->stage, chunk, &first, &count);
+    else
+        rs_stage_layers(m->L, s, c->stage, chunk, &first, &count);
     for (int32_t i = first; i < first + count; i++)
-        TRY(layer(e, s, c, pfx, i, i - first));
+        TRY(hybrid ? rs_hybrid_megatron_layer(e, s, c->tp, c->etp, c->ep, pfx, i, i - first)
+                   : layer(e, s, c, pfx, i, i - first));
     if (!post)
         return RESHARD_OK;
-    TRY(rs_emit_own(e, ids->norm, nm(n, sizeof n, pfx, "decoder.final_layernorm.weight")));
+    TRY(rs_emit_own(e, ids->norm,
+                    nm(n, sizeof n, pfx,
+                       hybrid ? "decoder.final_norm.weight" : "decoder.final_layernorm.weight")));
     for (int32_t i = m->L; i < m->L + m->nmtp; i++)
         TRY(layer(e, s, c, pfx, i, i - m->L));
     /* Tied and one stage: the output layer uses the embedding's weight. */
@@ -239,4 +246,11 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
         return s;
     return rs_emit_side(model, tensors, reshard_train_world(spec), rank_offset, train_rank, spec,
                         out, buffers);
+}
+
+reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                 const char *name)
+{
+    const int32_t ids[3] = {l->q, l->k, l->v};
+    return qkv(e, ids, false, tp, t, name);
 }

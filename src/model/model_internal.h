@@ -9,14 +9,27 @@
 
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
+/* Most decoder + MTP layers a config may have. */
+#define RS_MAX_LAYERS (1 << 16)
 
 typedef enum {
     RS_FAM_DENSE = 0,
     RS_FAM_QWEN3_MOE,
     RS_FAM_DSV3,
     RS_FAM_QWEN2_MOE,
-    RS_FAM_MIXTRAL
+    RS_FAM_MIXTRAL,
+    RS_FAM_NEMOTRON_H
 } rs_family_t;
+
+/** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */
+typedef struct {
+    char *kind;       /**< per kept layer: 'M' Mamba, '*' attention, '-' MLP, 'E' MoE */
+    int32_t *stage0;  /**< first layer of each '|' segment of the pattern (stage0[0] = 0) */
+    int32_t segments; /**< '|' segments of the kept layers (1: no '|') */
+    int32_t mh, mhd;  /**< mamba heads Hm, head dim; I = mh * mhd */
+    int32_t G, N, K;  /**< n_groups, ssm_state_size, conv_kernel */
+    int64_t latent;   /**< moe_latent_size (0: none): routed experts work in it */
+} rs_hybrid_t;
 
 struct reshard_model {
     char *name;
@@ -36,7 +49,8 @@ struct reshard_model {
     int32_t Lcfg;          /**< num_hidden_layers of the config (MTP layers are numbered from it) */
     int32_t nmtp;          /**< MTP layers included */
     reshard_dtype_t dtype;
-    bool *moe; /**< per layer 0..L+nmtp-1: MoE MLP */
+    bool *moe;      /**< per layer 0..L+nmtp-1: MoE MLP */
+    rs_hybrid_t hy; /**< nemotron_h only */
 };
 
 /** Tensor ids of one decoder (or MTP) layer; -1 where absent. */
@@ -51,7 +65,9 @@ typedef struct {
     int32_t s_gate, s_up, s_down;             /* shared experts */
     int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
-    int32_t hf_index;                         /**< layer number in HF names */
+    int32_t m_in, m_conv_w, m_conv_b, m_A_log, m_D, m_dt_bias, m_norm, m_out; /* Mamba mixer */
+    int32_t lat1, lat2; /* MoE latent projections */
+    int32_t hf_index;   /**< layer number in HF names */
 } rs_layer_ids_t;
 
 /** The catalogue's structure: which id plays which role. */
@@ -72,6 +88,37 @@ void rs_model_ids_free(rs_model_ids_t *ids);
 /** Ids for a layout over @p tensors: checks the catalogue matches the model. */
 reshard_status_t rs_model_ids_for(const reshard_model_t *m, const reshard_tensors_t *tensors,
                                   rs_model_ids_t *ids);
+
+/* --- catalogue building (catalogue.c) ------------------------------------- */
+
+/** A catalogue being built (catalogue.c). */
+typedef struct rs_cat rs_cat_t;
+const reshard_model_t *rs_cat_model(const rs_cat_t *c);
+rs_model_ids_t *rs_cat_ids(rs_cat_t *c);
+/** Add tensor "<fmt>" (printf) of dtype @p dt, shape @p shape and planning
+ *  view @p view (@p vnd dims; 0 = the shape) to the catalogue; its id goes
+ *  to @p id. Tensors whose name has ".experts." are routed-expert tensors.
+ *  No FP8 scale tensor. */
+reshard_status_t rs_cat_add(rs_cat_t *c, int32_t *id, reshard_dtype_t dt, int nd,
+                            const int64_t *shape, int vnd, const int64_t *view, const char *fmt,
+                            ...) __attribute__((format(printf, 8, 9)));
+
+/* --- nemotron_h hooks (mamba.c) ------------------------------------------- */
+struct json_t;
+/** Read the hybrid fields of a nemotron_h config (after the common ones). */
+reshard_status_t rs_hybrid_parse(struct json_t *root, const reshard_model_options_t *o,
+                                 reshard_model_t *m);
+void rs_hybrid_free(rs_hybrid_t *hy);
+reshard_status_t rs_hybrid_catalogue(rs_cat_t *c);
+reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
+reshard_status_t rs_hybrid_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** Megatron layers of model chunk @p chunk of stage @p p: the '|' segments
+ *  of the pattern, else rs_stage_layers. */
+void rs_hybrid_stage_layers(const reshard_model_t *m, const reshard_train_spec_t *s, int32_t p,
+                            int32_t chunk, int32_t *first, int32_t *count);
+/** An integer config field (config.c): required when @p def < 0; null = absent. */
+reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def, int64_t min,
+                               int64_t *out);
 
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
@@ -145,6 +192,11 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
 int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
                        const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/** As rs_emit_buffer, of the framework's own shape @p shape (@p ndim dims)
+ *  for a tensor without an FP8 scale. */
+int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_t *shape,
+                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /** Add a fragment of tensor @p t (box in its view: offsets @p off, extents
  *  @p ext, strides @p st, base @p base) in buffer @p buf of the current rank,
  *  and its scale fragment in buffer buf+1 when @p t has one. */
@@ -175,7 +227,8 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
  *  (@p per_expert false, vLLM w13/w2): one buffer [ne, 2n, H] (per expert gate
  *  then up) named @p fc1_name and one [ne, H, n]. Per expert (Megatron
  *  TEGroupedMLP): buffers "<fc1_name>k" [2n, H] for k = 0..ne-1, then
- *  "<fc2_name>k" [H, n]. */
+ *  "<fc2_name>k" [H, n]. Without a gate tensor (l->e_gate < 0) fc1 is the up
+ *  rows alone ([ne, n, H]); H is the experts' input width (down_proj's rows). */
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name);
@@ -203,5 +256,35 @@ static inline int64_t rs_roundup(int64_t a, int64_t b)
         if (s_ != RESHARD_OK)                                                                      \
             return s_;                                                                             \
     } while (0)
+
+/** Return a CONFIG error with the printf message unless @p cond holds. */
+#define RULE(cond, ...)                                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
+    } while (0)
+
+/* --- fused attention of each side, shared with the hybrid stack ----------- */
+/** Megatron linear_qkv of TP rank @p t (megatron.c). */
+reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                 const char *name);
+/** vLLM FusedMoE w13/w2 of inference side rank @p r (vllm.c): with EP whole
+ *  experts (remainder to the first ranks), else every expert's intermediate
+ *  rows split over all tp*dp ranks. */
+reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
+                                 const reshard_infer_spec_t *s, int32_t r, const char *w13,
+                                 const char *w2);
+/** vLLM qkv_proj of TP rank @p t (vllm.c). */
+reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                             const char *name);
+/** nemotron_h (mamba.c): decoder layer @p i as Megatron's HybridStack holds
+ *  it on a rank of TP rank @p t, expert-TP rank @p et and EP rank @p epr
+ *  (names "<pfx>decoder.layers.<local>."), and as vLLM's NemotronH holds it
+ *  on inference side rank @p r. */
+reshard_status_t rs_hybrid_megatron_layer(rs_emit_t *e, const reshard_train_spec_t *s, int32_t t,
+                                          int32_t et, int32_t epr, const char *pfx, int32_t i,
+                                          int32_t local);
+reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
+                                      int32_t i);
 
 #endif

@@ -236,12 +236,6 @@ static bool has_moe(const reshard_model_t *m)
     return false;
 }
 
-#define RULE(cond, ...)                                                                            \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return rs_error(RESHARD_ERR_CONFIG, __VA_ARGS__);                                      \
-    } while (0)
-
 /* Megatron's pipeline split rules (transformer_block.py 155-158,
  * get_num_layers_to_build; arguments.py for the virtual pipeline). */
 static reshard_status_t check_stages(const reshard_model_t *m, const reshard_train_spec_t *s)
@@ -283,7 +277,11 @@ static reshard_status_t check_stages(const reshard_model_t *m, const reshard_tra
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     RULE(reshard_train_world(s) > 0, "train: sizes must be >= 1 and the world fit in int32");
-    TRY(check_stages(m, s));
+    /* nemotron_h: '|' in the pattern sets the stages (rs_hybrid_check_train) */
+    if (m->fam != RS_FAM_NEMOTRON_H || m->hy.segments == 1)
+        TRY(check_stages(m, s));
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        TRY(rs_hybrid_check_train(m, s));
     RULE(m->nh % s->tp == 0, "train: tp=%d does not divide the %d attention heads", s->tp, m->nh);
     if (m->fam != RS_FAM_DSV3) {
         /* attention.py: linear_qkv rows split evenly, whole query groups or
@@ -341,6 +339,8 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
         RULE(m->Is % tp == 0,
              "infer: tp=%d does not divide the shared-expert intermediate size %lld", tp,
              (long long)m->Is);
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        TRY(rs_hybrid_check_infer(m, s));
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         return RESHARD_OK;

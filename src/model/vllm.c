@@ -35,6 +35,29 @@ static reshard_status_t qkv(rs_emit_t *e, const int32_t id[3], bool bias, int32_
     return rs_emit(e, id[2], b, ko, ke, (nq + nkv) * hd * H, ks);
 }
 
+reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
+                                 const reshard_infer_spec_t *s, int32_t r, const char *w13,
+                                 const char *w2)
+{
+    const reshard_model_t *m = e->m;
+    int64_t eps = (int64_t)s->tp * s->dp, e0, ne, i0, ni;
+    if (s->ep) { /* whole experts, contiguous, remainder to the first ranks */
+        int64_t base = m->E / eps, rem = m->E % eps;
+        ne = base + (r < rem);
+        e0 = r * base + (r < rem ? r : rem);
+        i0 = 0;
+        ni = m->Im;
+    } else {
+        /* fused_moe/config.py: without EP the expert-TP group is
+         * flattened to tp*dp; rank r = dp_rank*tp + tp_rank holds slice r */
+        e0 = 0;
+        ne = m->E;
+        ni = m->Im / eps;
+        i0 = r * ni;
+    }
+    return rs_emit_experts(e, l, e0, ne, i0, ni, false, w13, w2);
+}
+
 /* fused_qkv_a_proj: replicated [q_a rows; kv_a rows] of H. */
 static reshard_status_t qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name)
 {
@@ -100,22 +123,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         TRY(rs_emit_own(e, l->router, nm(n, sizeof n, q, "gate.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias, nm(n, sizeof n, q, "gate.e_score_correction_bias")));
-        int64_t e0, ne, i0, ni;
-        if (s->ep) {
-            int64_t eps = (int64_t)tp * s->dp, base = m->E / eps, rem = m->E % eps;
-            ne = base + (r < rem);
-            e0 = r * base + (r < rem ? r : rem);
-            i0 = 0;
-            ni = m->Im;
-        } else {
-            /* fused_moe/config.py: without EP the expert-TP group is
-             * flattened to tp*dp; rank r = dp_rank*tp + tp_rank holds slice r */
-            e0 = 0;
-            ne = m->E;
-            ni = m->Im / ((int64_t)tp * s->dp);
-            i0 = r * ni;
-        }
-        TRY(rs_emit_experts(e, l, e0, ne, i0, ni, false, nm(n, sizeof n, q, "experts.w13_weight"),
+        TRY(rs_vllm_experts(e, l, s, r, nm(n, sizeof n, q, "experts.w13_weight"),
                             nm(n2, sizeof n2, q, "experts.w2_weight")));
         if (l->s_gate >= 0) {
             int64_t ns = m->Is / tp;
@@ -142,9 +150,10 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     int64_t vpad = rs_roundup(m->V, 64);
     int32_t t = r % s->tp;
     TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
+    bool hybrid = m->fam == RS_FAM_NEMOTRON_H;
     for (int32_t i = 0; i < ids->nlayers; i++)
-        TRY(layer(e, s, r, i));
-    TRY(rs_emit_own(e, ids->norm, "model.norm.weight"));
+        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i) : layer(e, s, r, i));
+    TRY(rs_emit_own(e, ids->norm, hybrid ? "model.norm_f.weight" : "model.norm.weight"));
     /* Tied: lm_head is embed_tokens (one parameter). */
     if (!m->tied)
         TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, t, "lm_head.weight"));
@@ -170,4 +179,11 @@ reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
         return s;
     return rs_emit_side(model, tensors, reshard_infer_world(spec), rank_offset, infer_rank, spec,
                         out, buffers);
+}
+
+reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                             const char *name)
+{
+    const int32_t ids[3] = {l->q, l->k, l->v};
+    return qkv(e, ids, false, tp, t, name);
 }

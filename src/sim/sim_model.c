@@ -37,6 +37,10 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
                                    .world_size = off + r.infer_world,
                                    .my_rank = RESHARD_ALL_RANKS,
                                    .domain_size = sys->domain_size};
+        if (sys->staging_bytes) {
+            p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
+            p.staging_bytes = sys->staging_bytes;
+        }
         double t0 = wall_now();
         st = reshard_plan_create(r.train, r.infer, &p, &plan);
         out->plan_seconds = wall_now() - t0;
@@ -54,7 +58,8 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
         out->infer_world = r.infer_world;
         out->infer_offset = off;
         out->model_bytes = reshard_tensors_bytes(r.tensors);
-        out->baseline_s = reshard_sim_baseline_seconds(&out->baseline, out->model_bytes, sys);
+        st = reshard_sim_baseline(&r, &out->baseline, sys, &out->base);
+        out->baseline_s = out->base.seconds;
     }
     reshard_model_refit_destroy(&r);
     return st;

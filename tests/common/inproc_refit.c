@@ -13,6 +13,8 @@ typedef struct {
     reshard_inproc_group_t *group;
     int32_t rank;
     int iters;
+    rs_test_check_fn check;
+    void *ctx;
     reshard_status_t st;
     char msg[1024];
     uint64_t verified, recv, local;
@@ -37,6 +39,20 @@ static void free_bufs(reshard_buffer_t *b, int32_t n)
     free(b);
 }
 
+/* Run the oracle on one side's buffers; a wrong byte fails the rank. */
+static reshard_status_t oracle(rs_rank_job_t *j, int dst, const reshard_buffer_t *b, int32_t n)
+{
+    if (!j->check)
+        return RESHARD_OK;
+    char msg[512] = "";
+    int64_t bad = j->check(j->ctx, j->rank, dst, b, n, msg, sizeof msg);
+    if (!bad)
+        return RESHARD_OK;
+    snprintf(j->msg, sizeof j->msg, "rank %d: the oracle finds %lld wrong bytes: %s", j->rank,
+             (long long)bad, msg);
+    return RESHARD_ERR_VERIFY;
+}
+
 static void *rank_main(void *arg)
 {
     rs_rank_job_t *j = arg;
@@ -55,12 +71,16 @@ static void *rank_main(void *arg)
     if (st == RESHARD_OK) {
         sb = alloc_bufs(j->src, j->rank, &ns, 0);
         st = reshard_fill_pattern(j->src, j->rank, sb, ns);
+        if (st == RESHARD_OK)
+            st = oracle(j, 0, sb, ns);
     }
     for (int it = 0; st == RESHARD_OK && it < j->iters; it++) {
         db = alloc_bufs(j->dst, j->rank, &nd, RESHARD_SENTINEL_BYTE);
         reshard_exec_stats_t es;
         st = reshard_plan_execute(plan, comm, sb, ns, db, nd, &es);
         uint64_t v = 0;
+        if (st == RESHARD_OK)
+            st = oracle(j, 1, db, nd);
         if (st == RESHARD_OK)
             st = reshard_verify_pattern(j->dst, j->rank, db, nd, &v);
         j->verified += v;
@@ -70,7 +90,7 @@ static void *rank_main(void *arg)
         db = NULL;
     }
     j->st = st;
-    if (st != RESHARD_OK)
+    if (st != RESHARD_OK && !j->msg[0])
         snprintf(j->msg, sizeof j->msg, "%s", reshard_last_error());
     free_bufs(sb, ns);
     reshard_plan_destroy(own);
@@ -81,6 +101,13 @@ static void *rank_main(void *arg)
 rs_test_refit_t rs_test_inproc_refit(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, int iters,
                                      int shared_plan)
+{
+    return rs_test_inproc_refit_check(src, dst, params, iters, shared_plan, NULL, NULL);
+}
+
+rs_test_refit_t rs_test_inproc_refit_check(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                           const reshard_plan_params_t *params, int iters,
+                                           int shared_plan, rs_test_check_fn check, void *ctx)
 {
     rs_test_refit_t r;
     memset(&r, 0, sizeof r);
@@ -106,7 +133,9 @@ rs_test_refit_t rs_test_inproc_refit(const reshard_layout_t *src, const reshard_
                                   .shared = shared,
                                   .group = g,
                                   .rank = i,
-                                  .iters = iters};
+                                  .iters = iters,
+                                  .check = check,
+                                  .ctx = ctx};
         pthread_create(&th[i], NULL, rank_main, &jobs[i]);
     }
     for (int32_t i = 0; i < n; i++) {

@@ -12,20 +12,10 @@
 #include <string.h>
 
 #include "mesh_pair.h"
+#include "mpi_check.h"
 #include "reshard/reshard_mpi.h"
 
 static int g_rank, g_failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: ", g_rank, __FILE__, __LINE__,      \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [last error: %s]\n", reshard_last_error());                          \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
 
 enum { SHARD_BYTES = RS_MESH_PAIR_ROWS / 2 * RS_MESH_PAIR_COLS * 4 };
 

@@ -11,20 +11,10 @@
 #include <time.h>
 
 #include "reshard/reshard_mpi.h"
+#include "mpi_check.h"
 #include "transport/mpi/mpi_internal.h"
 
 static int g_rank, g_size, g_failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: %s:%d: CHECK(%s) failed: ", g_rank, __FILE__, __LINE__,      \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [last error: %s]\n", reshard_last_error());                          \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static reshard_comm_t *new_comm(void)
 {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -155,8 +156,8 @@ static void test_huge_timeout_completes(void **state)
         for (int i = 0; i < 8; i++)
             in[i] = 100 + i;
         memset(out, 0, sizeof out);
-        run_two_ranks(plan, (reshard_buffer_t){in, sizeof in}, (reshard_buffer_t){out, sizeof out},
-                      1);
+        run_two_ranks(plan, (reshard_buffer_t){.ptr = in, .bytes = sizeof in},
+                      (reshard_buffer_t){.ptr = out, .bytes = sizeof out}, 1);
         for (int i = 0; i < 8; i++)
             assert_int_equal(out[i], 100 + i);
         reshard_plan_destroy(plan);
@@ -272,7 +273,8 @@ static void test_pack_huge_stride_extent_one(void **state)
         assert_int_equal(plan_with(src, dst, prm, &plan), RESHARD_OK);
         int32_t in[4] = {11, 22, 33, 44}, out[7];
         memset(out, 0xA5, sizeof out);
-        reshard_buffer_t sb = {in, sizeof in}, db = {out, sizeof out};
+        reshard_buffer_t sb = {.ptr = in, .bytes = sizeof in},
+                         db = {.ptr = out, .bytes = sizeof out};
         run_two_ranks(plan, sb, db, to);
         for (int i = 0; i < 4; i++)
             assert_int_equal(out[2 * i], in[i]);
@@ -346,8 +348,8 @@ static void test_sim_domain_size_int32_max(void **state)
     assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
     reshard_system_t sys;
     assert_int_equal(reshard_system_lookup("h100", &sys), RESHARD_OK);
-    reshard_train_spec_t t = {1, 1, 1, 1, 1, 1};
-    reshard_infer_spec_t i = {2, 1, 0};
+    reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
+    reshard_infer_spec_t i = {.tp = 2, .dp = 1, .ep = 0};
     reshard_sim_refit_t out;
     const int32_t sizes[] = {INT32_MAX, -1};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
@@ -356,6 +358,35 @@ static void test_sim_domain_size_int32_max(void **state)
         assert_msg("domain");
     }
     reshard_model_destroy(m);
+}
+
+/* Config fields found by fuzzing the loader: a derived head_dim of 0
+ * (hidden_size 1 over 64 heads), a field past int32, a tensor past 2^63
+ * bytes; each is CONFIG at load, naming the field. */
+static void test_config_sizes_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *fields, *words;
+    } bad[] = {
+        {"\"hidden_size\": 1, \"num_attention_heads\": 64",
+         "'head_dim' is missing and its default 0"},
+        {"\"hidden_size\": 64, \"num_attention_heads\": 4294967296", "'num_attention_heads'"},
+        {"\"hidden_size\": 2147483647, \"num_attention_heads\": 1, \"head_dim\": 2147483647",
+         "out of range"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"model_type\": \"llama\", %s, \"intermediate_size\": 8, "
+                 "\"num_hidden_layers\": 2, \"vocab_size\": 2147483647}",
+                 bad[k].fields);
+        reshard_model_t *m = NULL;
+        if (reshard_model_load_json(json, NULL, &m) != RESHARD_ERR_CONFIG)
+            fail_msg("config %s accepted", json);
+        assert_null(m);
+        assert_msg(bad[k].words);
+    }
 }
 
 /* ---- 6. the spec grammar -------------------------------------------------------- */
@@ -466,6 +497,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pack_huge_stride_extent_one),
         cmocka_unit_test(test_plan_params_int32_max),
         cmocka_unit_test(test_sim_domain_size_int32_max),
+        cmocka_unit_test(test_config_sizes_refused),
         cmocka_unit_test(test_spec_grammar),
         cmocka_unit_test(test_model_check_fp8_blocks),
     };

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <math.h>
 
 #include "reshard/reshard_sim.h"
 
@@ -59,14 +60,23 @@ static void test_cost_model_by_hand(void **state)
                                .domain_size = 4};
     reshard_plan_t *plan;
     assert_int_equal(reshard_plan_create(src, dst, &p, &plan), RESHARD_OK);
-    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9};
+    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9, 0};
     reshard_sim_t r;
     assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_OK);
     assert_int_equal(r.network_rounds, 1);
     assert_true(r.network_s > 2.047e-3 && r.network_s < 2.049e-3); /* 2048 B / 1e6 */
     assert_true(r.nvlink_s > 1.023e-4 && r.nvlink_s < 1.025e-4);   /* 1024 B / 1e7 */
-    /* R = 1: max(T_net + T_nvl, T_nvl + T_net) */
-    assert_true(r.seconds > 2.1503e-3 && r.seconds < 2.1505e-3);
+    /* pieces under 64 KiB are packed and unpacked: a landing rank unpacks
+     * 1024 B from the network, packs 1024 B to forward and unpacks the 1024 B
+     * forwarded to it: 3072 B at 1e9 B/s */
+    assert_true(r.copy_s > 3.0719e-6 && r.copy_s < 3.0721e-6);
+    /* each source rank sends two equal streams (one per domain) in one round:
+     * f = 2, a tail of (1 - 1/2) x 2048 B / 1e6 */
+    assert_true(r.network_streams > 1.999 && r.network_streams < 2.001);
+    assert_true(r.tail_s > 1.0239e-3 && r.tail_s < 1.0241e-3);
+    /* R = 1: max(T_net + T_nvl, T_nvl + T_net) + the one round's copies + tail */
+    assert_true(r.seconds > 2.1503e-3 + r.copy_s + r.tail_s &&
+                r.seconds < 2.1505e-3 + r.copy_s + r.tail_s);
     assert_int_equal(r.nvlink_bound_bytes, 1024); /* 4096 B forwarded per domain / 4 */
     assert_true(r.bound_s > 2.047e-3 && r.bound_s < 2.049e-3);
     assert_true(r.local_s == 0);
@@ -79,6 +89,56 @@ static void test_cost_model_by_hand(void **state)
     reshard_plan_destroy(plan);
     reshard_layout_destroy(src);
     reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+/* The baseline's model by hand: one bf16 tensor of 4 MiB, train tp=2 on
+ * ranks 0-1 (domain 0), infer tp=2 on ranks 2-5 (domains 1, 2) with
+ * domains of 2, a chain 0 -> 2 -> 3 -> 4 -> 5 (0->2 and 3->4 cross domains).
+ * Counts: gather 2 MiB from rank 1 over NVLink; the chain carries 4 MiB
+ * over 2 network links and 2 NVLink links. NIC 1e6 B/s, NVLink 1e7 B/s,
+ * copies 1e8 B/s, staging 1 MiB: 4 buckets of 1 MiB. */
+static void test_baseline_by_hand(void **state)
+{
+    (void)state;
+    const double M = 4 << 20;
+    reshard_tensors_t *ts;
+    assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
+    int32_t w;
+    assert_int_equal(
+        reshard_tensors_add(ts, "w", RESHARD_BF16, 2, (int64_t[]){1024, 2048}, 0, NULL, &w),
+        RESHARD_OK);
+    reshard_model_refit_t r = {
+        .tensors = ts,
+        .train_spec = {.tp = 2, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1},
+        .infer_spec = {.tp = 2, .dp = 2},
+        .train_world = 2,
+        .infer_world = 4,
+        .infer_offset = 2};
+    reshard_plan_stats_t counts = {.bytes_network = (uint64_t)(2 * M),
+                                   .bytes_nvlink = (uint64_t)(2 * M + M / 2)};
+    reshard_system_t sys = {"toy", 2, 1e6, 0, 1e7, 0, 1e8, 1 << 20};
+    reshard_sim_baseline_t b;
+    assert_int_equal(reshard_sim_baseline(&r, &counts, &sys, &b), RESHARD_OK);
+    assert_int_equal(b.chain_links, 4);
+    assert_int_equal(b.chain_network_links, 2);
+    assert_int_equal(b.buckets, 4);
+    assert_true(fabs(b.gather_s - M / 2 / 1e7) < 1e-9);
+    assert_true(fabs(b.chain_s - M / 1e6) < 1e-9);
+    assert_true(fabs(b.copy_s - (M + M / 2) / 1e8) < 1e-9);
+    assert_true(fabs(b.fill_s - 4 * 3 * (1 << 20) / 1e6) < 1e-9); /* 4 buckets x 3 links x 1 MiB */
+    assert_true(fabs(b.seconds - (b.gather_s + b.chain_s + b.copy_s + b.fill_s)) < 1e-12);
+    /* one domain for the whole inference side: the chain's one network link is
+     * its root's, the rest is NVLink; gathered bytes are what is left */
+    sys.domain_size = 4;
+    r.infer_offset = 4;
+    counts.bytes_network = (uint64_t)M;
+    counts.bytes_nvlink = (uint64_t)(3 * M + M / 2);
+    assert_int_equal(reshard_sim_baseline(&r, &counts, &sys, &b), RESHARD_OK);
+    assert_int_equal(b.chain_network_links, 1);
+    assert_true(fabs(b.gather_s - M / 2 / 1e7) < 1e-9);
+    sys.copy_bytes_per_s = 0;
+    assert_int_equal(reshard_sim_baseline(&r, &counts, &sys, &b), RESHARD_ERR_INVALID_ARG);
     reshard_tensors_destroy(ts);
 }
 
@@ -118,6 +178,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_systems),
         cmocka_unit_test(test_cost_model_by_hand),
+        cmocka_unit_test(test_baseline_by_hand),
         cmocka_unit_test(test_shipped_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,13 +1,14 @@
 /*
  * The gather+broadcast baseline over MPI (see reshard_mpi.h): per root, per
- * bucket: gather the bucket's full tensors on the root, MPI_Ibcast the packed
- * bucket to every destination rank, each destination copies its fragments out.
+ * bucket: gather the bucket's full tensors on the root, pass the packed bucket
+ * down a pipelined chain through every destination rank, each destination
+ * copies its fragments out.
  *
  * Everything is decided at create time from the layouts alone, identically on
  * every rank: the buckets and their items (row blocks of tensors along view
  * dim 0) and the global list of gather moves (one replica's box of one item),
  * sorted by (bucket, sender) so that each sender's part of a bucket is one
- * message in a fixed order.
+ * message in a fixed order, and one broadcast chain per root.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,11 +54,22 @@ typedef struct {
     uint64_t bytes;
 } rs_copy_t;
 
+/** The broadcast chain of one root: the root, then the destination ranks in
+ *  rank order; each member receives from the one before it and sends to the
+ *  one after it. */
 typedef struct {
     int32_t root;
-    MPI_Comm comm; /**< root (rank 0) + destination ranks; MPI_COMM_NULL if not a member */
-    int32_t members;
+    int32_t members; /**< chain length, the root included */
+    int32_t prev;    /**< this rank's predecessor in the chain, -1 for none */
+    int32_t next;    /**< this rank's successor in the chain, -1 for none */
+    bool member;     /**< this rank is in the chain */
 } rs_group_t;
+
+/** Broadcast segments: each link of the chain carries the bucket in
+ *  segments of this size, up to RS_CHAIN_WINDOW of them in flight, so that
+ *  every link of the chain is busy at once (as NCCL's ring broadcast). */
+#define RS_CHAIN_SEGMENT ((uint64_t)1 << 20)
+#define RS_CHAIN_WINDOW 8
 
 struct reshard_baseline {
     reshard_comm_t *comm;
@@ -83,14 +95,6 @@ struct reshard_baseline {
 static uint32_t elem_size_of(const reshard_layout_t *l, int32_t tensor)
 {
     return (uint32_t)reshard_dtype_size(l->tensors->t[tensor].dtype);
-}
-
-static bool rank_has_dst(const reshard_layout_t *dst, int32_t rank)
-{
-    for (int64_t i = 0; i < dst->n; i++)
-        if (dst->f[i].rank == rank)
-            return true;
-    return false;
 }
 
 /* Grow an array by one element. */
@@ -324,7 +328,7 @@ static reshard_status_t make_rank_part(reshard_baseline_t *b)
             b->send_max = send;
         if (recv > b->recv_max)
             b->recv_max = recv;
-        if (g->comm != MPI_COMM_NULL && bk->bytes > b->bucket_max)
+        if (g->member && bk->bytes > b->bucket_max)
             b->bucket_max = bk->bytes;
         /* global payload: remote gather bytes + broadcast bytes per receiver */
         for (int64_t i = bk->move0; i < bk->move1; i++)
@@ -335,19 +339,21 @@ static reshard_status_t make_rank_part(reshard_baseline_t *b)
     return RESHARD_OK;
 }
 
-/* One broadcast communicator per root: the root first, then the destination
- * ranks in order. Created in ascending root order by every member. */
+/* One broadcast chain per root: the root first, then the destination ranks
+ * in order. Decided from the layouts alone, identically on every rank. */
 static reshard_status_t make_groups(reshard_baseline_t *b, const int32_t *roots)
 {
     rs_mpi_t *m = b->m;
     int32_t ntensors = b->src->tensors->n;
     int32_t *uniq = malloc((size_t)(ntensors ? ntensors : 1) * sizeof *uniq);
-    int *members = malloc((size_t)m->size * sizeof *members);
-    if (!uniq || !members) {
+    bool *dst = calloc((size_t)m->size, sizeof *dst);
+    if (!uniq || !dst) {
         free(uniq);
-        free(members);
+        free(dst);
         return rs_error(RESHARD_ERR_NOMEM, "baseline: out of memory");
     }
+    for (int64_t i = 0; i < b->dst->n; i++)
+        dst[b->dst->f[i].rank] = true;
     int32_t n = 0;
     for (int32_t t = 0; t < ntensors; t++) {
         if (roots[t] < 0)
@@ -362,57 +368,40 @@ static reshard_status_t make_groups(reshard_baseline_t *b, const int32_t *roots)
         n++;
     }
     b->groups = calloc((size_t)(n ? n : 1), sizeof *b->groups);
-    reshard_status_t st =
-        b->groups ? RESHARD_OK : rs_error(RESHARD_ERR_NOMEM, "baseline: out of memory");
-    MPI_Group world = MPI_GROUP_NULL;
-    if (st == RESHARD_OK) {
-        int rc = MPI_Comm_group(m->comm, &world);
-        if (rc != MPI_SUCCESS)
-            st = rs_mpi_error(m, rc, "MPI_Comm_group");
+    if (!b->groups) {
+        free(uniq);
+        free(dst);
+        return rs_error(RESHARD_ERR_NOMEM, "baseline: out of memory");
     }
-    for (int32_t gi = 0; st == RESHARD_OK && gi < n; gi++) {
+    for (int32_t gi = 0; gi < n; gi++) {
         rs_group_t *g = &b->groups[b->ngroups++];
         g->root = uniq[gi];
-        g->comm = MPI_COMM_NULL;
-        int k = 0;
-        members[k++] = g->root;
-        bool me_in = g->root == m->rank;
-        for (int r = 0; r < m->size; r++) {
-            if (r != g->root && rank_has_dst(b->dst, r)) {
-                members[k++] = r;
-                me_in = me_in || r == m->rank;
+        g->prev = g->next = -1;
+        g->members = 1;
+        g->member = g->root == m->rank;
+        int32_t last = g->root; /* the chain so far ends here */
+        for (int32_t r = 0; r < m->size; r++) {
+            if (r == g->root || !dst[r])
+                continue;
+            if (last == m->rank)
+                g->next = r;
+            if (r == m->rank) {
+                g->prev = last;
+                g->member = true;
             }
-        }
-        g->members = k;
-        if (!me_in)
-            continue;
-        MPI_Group grp;
-        int rc = MPI_Group_incl(world, k, members, &grp);
-        if (rc == MPI_SUCCESS) {
-            rc = MPI_Comm_create_group(m->comm, grp, g->root, &g->comm);
-            MPI_Group_free(&grp);
-        }
-        if (rc != MPI_SUCCESS) {
-            g->comm = MPI_COMM_NULL;
-            st = rs_mpi_error(m, rc, "MPI_Comm_create_group (baseline broadcast group)");
-        } else {
-            MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+            last = r;
+            g->members++;
         }
     }
-    if (world != MPI_GROUP_NULL)
-        MPI_Group_free(&world);
     free(uniq);
-    free(members);
-    return st;
+    free(dst);
+    return RESHARD_OK;
 }
 
 void reshard_baseline_destroy(reshard_baseline_t *b)
 {
     if (!b)
         return;
-    for (int32_t g = 0; g < b->ngroups; g++)
-        if (b->groups[g].comm != MPI_COMM_NULL && !b->m->broken)
-            MPI_Comm_free(&b->groups[g].comm);
     free(b->groups);
     free(b->buckets);
     free(b->items);
@@ -602,32 +591,66 @@ static reshard_status_t gather(rs_bexec_t *x, int32_t k)
     return st;
 }
 
-/* Broadcast bucket @p k from its root to the destination ranks. */
+/* Broadcast bucket @p k down its root's chain: receive each segment from
+ * the predecessor, pass it on to the successor, RS_CHAIN_WINDOW segments in
+ * flight each way. Segment s uses receive slot and send slot s % window; a
+ * slot is waited for before it is reused. */
 static reshard_status_t broadcast(rs_bexec_t *x, int32_t k)
 {
     reshard_baseline_t *b = x->b;
     const rs_bucket_t *bk = &b->buckets[k];
     const rs_group_t *g = &b->groups[bk->group];
-    if (g->comm == MPI_COMM_NULL || g->members < 2)
+    if (!g->member || g->members < 2 || bk->bytes == 0)
         return RESHARD_OK;
-    uint64_t max = rs_mpi_max_message_bytes;
-    if (max == 0 || max > INT32_MAX)
-        max = INT32_MAX;
-    for (uint64_t off = 0; off < bk->bytes; off += max) {
-        uint64_t n = bk->bytes - off < max ? bk->bytes - off : max;
-        MPI_Request r;
-        int rc = MPI_Ibcast(x->bucket + off, (int)n, MPI_BYTE, 0, g->comm, &r);
-        if (rc != MPI_SUCCESS)
-            return rs_mpi_error(b->m, rc, "MPI_Ibcast (baseline)");
-        reshard_status_t st = rs_mpi_reqs_push(&x->reqs, r, g->root);
-        if (st != RESHARD_OK)
-            return st;
+    rs_mpi_t *m = b->m;
+    const int64_t nseg = (int64_t)((bk->bytes + RS_CHAIN_SEGMENT - 1) / RS_CHAIN_SEGMENT);
+    rs_mpi_reqs_t recv[RS_CHAIN_WINDOW], send[RS_CHAIN_WINDOW];
+    memset(recv, 0, sizeof recv);
+    memset(send, 0, sizeof send);
+    reshard_status_t st = RESHARD_OK;
+#define SEG_LEN(s)                                                                                 \
+    (bk->bytes - (uint64_t)(s)*RS_CHAIN_SEGMENT < RS_CHAIN_SEGMENT                                 \
+         ? bk->bytes - (uint64_t)(s)*RS_CHAIN_SEGMENT                                              \
+         : RS_CHAIN_SEGMENT)
+    for (int64_t s = 0; st == RESHARD_OK && g->prev >= 0 && s < nseg && s < RS_CHAIN_WINDOW; s++)
+        st = rs_mpi_post(m, &recv[s], false, g->prev, x->bucket + (uint64_t)s * RS_CHAIN_SEGMENT,
+                         SEG_LEN(s), RS_MPI_TAG_CHAIN);
+    for (int64_t s = 0; st == RESHARD_OK && s < nseg; s++) {
+        int w = (int)(s % RS_CHAIN_WINDOW);
+        if (g->prev >= 0) {
+            st = rs_mpi_wait(m, &recv[w], b->timeout_s, true, "baseline broadcast");
+            int64_t ahead = s + RS_CHAIN_WINDOW;
+            if (st == RESHARD_OK && ahead < nseg)
+                st = rs_mpi_post(m, &recv[w], false, g->prev,
+                                 x->bucket + (uint64_t)ahead * RS_CHAIN_SEGMENT, SEG_LEN(ahead),
+                                 RS_MPI_TAG_CHAIN);
+        }
+        if (st == RESHARD_OK && g->next >= 0) {
+            st = rs_mpi_wait(m, &send[w], b->timeout_s, true, "baseline broadcast");
+            if (st == RESHARD_OK)
+                st = rs_mpi_post(m, &send[w], true, g->next,
+                                 x->bucket + (uint64_t)s * RS_CHAIN_SEGMENT, SEG_LEN(s),
+                                 RS_MPI_TAG_CHAIN);
+        }
     }
-    if (b->m->rank == bk->root)
+#undef SEG_LEN
+    for (int w = 0; w < RS_CHAIN_WINDOW; w++) {
+        if (st == RESHARD_OK)
+            st = rs_mpi_wait(m, &send[w], b->timeout_s, true, "baseline broadcast");
+        /* after a failure, outstanding requests move to the caller's list,
+         * which leaks them on purpose (MPI may still touch the bucket) */
+        for (int i = 0; i < recv[w].n; i++)
+            rs_mpi_reqs_push(&x->reqs, recv[w].req[i], recv[w].peer[i]);
+        for (int i = 0; i < send[w].n; i++)
+            rs_mpi_reqs_push(&x->reqs, send[w].req[i], send[w].peer[i]);
+        rs_mpi_reqs_free(&recv[w]);
+        rs_mpi_reqs_free(&send[w]);
+    }
+    if (g->next >= 0)
         x->st.bytes_sent_network += bk->bytes;
-    else
+    if (g->prev >= 0)
         x->st.bytes_recv += bk->bytes;
-    return rs_mpi_wait(b->m, &x->reqs, b->timeout_s, true, "baseline broadcast");
+    return st;
 }
 
 /* Copy this rank's fragments out of bucket @p k; @p c is the cursor into the

@@ -16,6 +16,7 @@ enum {
     RS_MPI_TAG_SLOT0 = 100,  /**< round data of slot 0; slot 1 uses TAG_SLOT0 + 1 */
     RS_MPI_TAG_ABORT = 110,  /**< "rank r failed with status s": {status, rank} */
     RS_MPI_TAG_GATHER = 120, /**< baseline gather messages */
+    RS_MPI_TAG_CHAIN = 121,  /**< baseline broadcast segments along the chain */
     RS_MPI_TAG_SHRINK = 130, /**< MPI_Comm_create_group of a shrink */
     RS_MPI_TAG_AGREE = 140   /**< lost-rank agreement, round r uses TAG_AGREE + r */
 };

@@ -303,25 +303,22 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         if (prio == KEY_OWN)
             send_aborts(m, local);
     }
-    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words;
-     * on the heap: after a timeout the collective stays posted (a stopped peer may
-     * resume and complete it), so its buffers are leaked with it */
-    int64_t *io = malloc(2 * (2 + RS_AGREE_WORDS) * sizeof *io);
-    if (!io) {
-        m->broken = true;
-        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory in the agreement", m->rank);
-    }
-    int64_t *in = io, *out = io + 2 + RS_AGREE_WORDS;
+    /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
+     * On the heap: when the wait gives up, MPI may still write them, so they are then
+     * kept (rs_mpi_keep) with the broken comm's request. */
+    enum { N = 2 + RS_AGREE_WORDS };
+    int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
+    if (!in)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement", m->rank);
     in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
     in[1] = in_flight ? -1 : 0;
     for (int i = 0; i < RS_AGREE_WORDS; i++)
         in[2 + i] = words ? words[i] : INT64_MAX;
-    memset(out, 0, (2 + RS_AGREE_WORDS) * sizeof *out);
     MPI_Request req;
-    int rc = MPI_Iallreduce(in, out, 2 + RS_AGREE_WORDS, MPI_INT64_T, MPI_MIN, m->comm, &req);
+    int rc = MPI_Iallreduce(in, out, N, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
+        free(in);
         m->broken = true;
-        free(io);
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
     }
     rs_mpi_reqs_t l = {0};
@@ -329,14 +326,9 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     if (st == RESHARD_OK)
         st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
     rs_mpi_reqs_free(&l);
-    int64_t agreed[2 + RS_AGREE_WORDS];
-    memcpy(agreed, out, sizeof agreed);
-    if (st == RESHARD_OK)
-        free(io);
-    else
-        rs_mpi_keep(io);
     if (st != RESHARD_OK) {
         m->broken = true;
+        rs_mpi_keep(in); /* MPI may still touch it */
         if (st == RESHARD_ERR_TIMEOUT)
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: not every rank reached the end of the execution within "
@@ -345,12 +337,14 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
                             local != RESHARD_OK ? local_msg : "");
         return st;
     }
-    int key = (int)(agreed[0] >> 32);
-    int who = (int)(agreed[0] & 0xffffffff);
+    int key = (int)(out[0] >> 32);
+    int who = (int)(out[0] & 0xffffffff);
+    bool flight = out[1] < 0;
     if (min_words)
-        memcpy(min_words, agreed + 2, RS_AGREE_WORDS * sizeof *agreed);
+        memcpy(min_words, out + 2, RS_AGREE_WORDS * sizeof *out);
+    free(in);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
-    if (agreed[1] < 0)
+    if (flight)
         m->broken = true; /* transfers in flight somewhere: state unknown */
     /* next epoch: forget this one's aborts */
     m->epoch++;

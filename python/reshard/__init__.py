@@ -1,0 +1,36 @@
+"""reshard: move freshly trained weights from training ranks to inference ranks.
+
+A pure-Python package over libreshard.so (ctypes): the C library plans and moves,
+this package describes layouts in PyTorch terms and binds torch tensors and numpy
+arrays to them by parameter name, without copies.
+
+    import reshard
+    from reshard import Shard, Replicate
+
+    refit = reshard.Model("qwen3-0.6b", layers=2).refit("tp=2", "tp=2")
+    plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=refit.world)
+    plan.execute(reshard.Comm.from_mpi(MPI.COMM_WORLD), src=trainer_params, dst=None)
+"""
+
+from ._lib import path as library_path
+from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl_store,
+                   nccl_available, nccl_unique_id, run_threads)
+from .dtypes import DType, to_dtype, torch_dtype
+from .errors import ReshardError, Status
+from .layout import Fragment, Layout, Parameter
+from .model import Model, Refit
+from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
+from .placements import Placement, Replicate, Shard, StridedShard
+from .plan import ALL_RANKS, Plan, plan_fail
+from .tensors import TensorInfo, Tensors
+
+Comm.from_mpi = staticmethod(from_mpi)
+Comm.from_nccl_store = staticmethod(from_nccl_store)
+
+__version__ = "0.1.0"
+
+__all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+           "Placement", "Plan", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
+           "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
+           "fill_pattern", "from_mpi", "from_nccl_store", "library_path", "nccl_available",
+           "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "torch_dtype", "verify_pattern"]

@@ -1,0 +1,247 @@
+"""Find and load libreshard.so, declare the C functions the package calls.
+
+The library is looked for, in order:
+  1. the path in the RESHARD_LIBRARY environment variable;
+  2. for an installed package (cmake --install), the library directory recorded
+     in _install.py, relative to the package;
+  3. for the source tree (PYTHONPATH=<repo>/python), its build directories:
+     <repo>/build/libreshard.so, then <repo>/build*/libreshard.so;
+  4. the dynamic linker's search path (libreshard.so).
+Everything here is private: the public classes wrap it.
+"""
+
+import ctypes
+import glob
+import os
+
+from .errors import ReshardError
+
+MAX_DIMS = 8
+ALL_RANKS = -1
+
+c_i32 = ctypes.c_int32
+c_i64 = ctypes.c_int64
+c_u64 = ctypes.c_uint64
+c_vp = ctypes.c_void_p
+c_str = ctypes.c_char_p
+P = ctypes.POINTER
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", c_str), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", c_i64 * MAX_DIMS), ("view_ndim", ctypes.c_int),
+                ("view_shape", c_i64 * MAX_DIMS), ("numel", c_i64), ("bytes", c_u64)]
+
+
+class Box(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_int), ("offset", c_i64 * MAX_DIMS),
+                ("extent", c_i64 * MAX_DIMS)]
+
+
+class Fragment(ctypes.Structure):
+    _fields_ = [("tensor", c_i32), ("rank", c_i32), ("buffer", c_i32), ("box", Box),
+                ("base", c_i64), ("stride", c_i64 * MAX_DIMS)]
+
+
+class Placement(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("dim", ctypes.c_int), ("split_factor", ctypes.c_int)]
+
+
+class Mesh(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_int), ("shape", c_i64 * MAX_DIMS), ("ranks", P(c_i32))]
+
+
+class BufferInfo(ctypes.Structure):
+    _fields_ = [("rank", c_i32), ("buffer", c_i32), ("name", c_str), ("dtype", ctypes.c_int),
+                ("ndim", ctypes.c_int), ("shape", c_i64 * MAX_DIMS), ("numel", c_i64),
+                ("bytes", c_u64)]
+
+
+class PlanParams(ctypes.Structure):
+    _fields_ = [("field_mask", c_u64), ("world_size", c_i32), ("my_rank", c_i32),
+                ("staging_bytes", c_u64), ("domain_size", c_i32), ("timeout_s", ctypes.c_double),
+                ("relay_bytes", c_u64)]
+
+
+PARAM_STAGING_BYTES = 1 << 0
+PARAM_DOMAIN_SIZE = 1 << 1
+PARAM_TIMEOUT = 1 << 2
+PARAM_RELAY_BYTES = 1 << 3
+
+
+class PlanStats(ctypes.Structure):
+    _fields_ = [("bytes_total", c_u64), ("bytes_local", c_u64), ("bytes_network", c_u64),
+                ("bytes_nvlink", c_u64), ("bytes_lower_bound", c_u64),
+                ("max_nic_send_bytes", c_u64), ("max_nic_recv_bytes", c_u64),
+                ("nic_send_bound_bytes", c_u64), ("nic_recv_bound_bytes", c_u64),
+                ("transfers", c_i64), ("pieces", c_i64), ("max_relay_bytes", c_u64)]
+
+
+BUFFER_DTYPE = 1  # reshard_buffer_t.flags: dtype is given
+
+
+class Buffer(ctypes.Structure):
+    _fields_ = [("ptr", c_vp), ("bytes", c_u64), ("name", c_str), ("flags", ctypes.c_uint32),
+                ("dtype", ctypes.c_int)]
+
+
+class ExecStats(ctypes.Structure):
+    _fields_ = [("bytes_sent_network", c_u64), ("bytes_sent_nvlink", c_u64),
+                ("bytes_recv", c_u64), ("bytes_local", c_u64)]
+
+
+class ModelOptions(ctypes.Structure):
+    _fields_ = [("mtp", ctypes.c_int), ("dtype", ctypes.c_int), ("layers", c_i32)]
+
+
+class TrainSpec(ctypes.Structure):
+    _fields_ = [("tp", c_i32), ("pp", c_i32), ("dp", c_i32), ("cp", c_i32), ("ep", c_i32),
+                ("etp", c_i32), ("vpp", c_i32), ("first", c_i32), ("last", c_i32)]
+
+
+class InferSpec(ctypes.Structure):
+    _fields_ = [("tp", c_i32), ("dp", c_i32), ("ep", ctypes.c_int)]
+
+
+class ModelBuffer(ctypes.Structure):
+    _fields_ = [("rank", c_i32), ("buffer", c_i32), ("bytes", c_u64), ("name", c_str)]
+
+
+class ModelRefit(ctypes.Structure):
+    _fields_ = [("tensors", c_vp), ("train", c_vp), ("infer", c_vp), ("train_buffers", c_vp),
+                ("infer_buffers", c_vp), ("train_spec", TrainSpec), ("infer_spec", InferSpec),
+                ("train_world", c_i32), ("infer_world", c_i32), ("infer_offset", c_i32)]
+
+
+st = ctypes.c_int  # reshard_status_t
+
+# name: (restype, argtypes); a function missing from the library is left out
+# of the handle (optional parts: MPI, NCCL).
+_SIGNATURES = {
+    "reshard_status_string": (c_str, [st]),
+    "reshard_last_error": (c_str, []),
+    "reshard_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
+    "reshard_dtype_name": (c_str, [ctypes.c_int]),
+    "reshard_tensors_create": (st, [P(c_vp)]),
+    "reshard_tensors_destroy": (None, [c_vp]),
+    "reshard_tensors_add": (st, [c_vp, c_str, ctypes.c_int, ctypes.c_int, P(c_i64), ctypes.c_int,
+                                 P(c_i64), P(c_i32)]),
+    "reshard_tensors_count": (c_i32, [c_vp]),
+    "reshard_tensors_find": (c_i32, [c_vp, c_str]),
+    "reshard_tensors_info": (st, [c_vp, c_i32, P(TensorInfo)]),
+    "reshard_tensors_bytes": (c_u64, [c_vp]),
+    "reshard_layout_create": (st, [c_vp, P(c_vp)]),
+    "reshard_layout_destroy": (None, [c_vp]),
+    "reshard_layout_add_fragment": (st, [c_vp, P(Fragment)]),
+    "reshard_layout_add_dtensor": (st, [c_vp, c_i32, P(Mesh), P(Placement), c_i32, c_i64]),
+    "reshard_layout_count": (c_i64, [c_vp]),
+    "reshard_layout_fragment": (st, [c_vp, c_i64, P(Fragment)]),
+    "reshard_layout_buffer_bytes": (c_u64, [c_vp, c_i32, c_i32]),
+    "reshard_layout_buffer_count": (c_i32, [c_vp, c_i32]),
+    "reshard_layout_declare_buffer": (st, [c_vp, c_i32, c_i32, c_str, ctypes.c_int, ctypes.c_int,
+                                           P(c_i64)]),
+    "reshard_layout_declared_count": (c_i64, [c_vp, c_i32]),
+    "reshard_layout_buffer_info": (st, [c_vp, c_i32, c_i64, P(BufferInfo)]),
+    "reshard_layout_find_buffer": (c_i32, [c_vp, c_i32, c_str]),
+    "reshard_layout_declared_buffer": (st, [c_vp, c_i32, c_i32, P(BufferInfo)]),
+    "reshard_plan_create": (st, [c_vp, c_vp, P(PlanParams), P(c_vp)]),
+    "reshard_plan_destroy": (None, [c_vp]),
+    "reshard_plan_get_stats": (st, [c_vp, P(PlanStats)]),
+    "reshard_plan_pair_bytes": (c_u64, [c_vp, c_i32, c_i32]),
+    "reshard_inproc_group_create": (st, [c_i32, P(c_vp)]),
+    "reshard_inproc_group_destroy": (None, [c_vp]),
+    "reshard_comm_create_inproc": (st, [c_vp, c_i32, P(c_vp)]),
+    "reshard_comm_destroy": (None, [c_vp]),
+    "reshard_comm_rank": (c_i32, [c_vp]),
+    "reshard_comm_size": (c_i32, [c_vp]),
+    "reshard_plan_execute": (st, [c_vp, c_vp, P(Buffer), c_i32, P(Buffer), c_i32, P(ExecStats)]),
+    "reshard_plan_fail": (st, [c_vp, st, ctypes.c_double]),
+    "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),
+    "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
+    "reshard_model_load": (st, [c_str, P(ModelOptions), P(c_vp)]),
+    "reshard_model_destroy": (None, [c_vp]),
+    "reshard_train_spec_parse": (st, [c_str, P(TrainSpec)]),
+    "reshard_infer_spec_parse": (st, [c_str, P(InferSpec)]),
+    "reshard_train_world": (c_i32, [P(TrainSpec)]),
+    "reshard_infer_world": (c_i32, [P(InferSpec)]),
+    "reshard_model_refit_create_at": (st, [c_vp, P(TrainSpec), P(InferSpec), c_i32,
+                                           P(ModelRefit)]),
+    "reshard_model_refit_destroy": (None, [P(ModelRefit)]),
+    "reshard_model_buffers_count": (c_i64, [c_vp]),
+    "reshard_model_buffers_get": (st, [c_vp, c_i64, P(ModelBuffer)]),
+    # MPI part (RESHARD_HAVE_MPI): the MPI_Comm argument is declared when loaded
+    "reshard_comm_create_mpi": (st, None),
+    # NCCL part (RESHARD_HAVE_NCCL)
+    "reshard_nccl_device_count": (st, [P(ctypes.c_int)]),
+    "reshard_nccl_unique_id_size": (ctypes.c_size_t, []),
+    "reshard_nccl_get_unique_id": (st, [c_vp]),
+    "reshard_comm_create_nccl_from_id": (st, [c_vp, c_i32, c_i32, ctypes.c_int, c_vp, P(c_vp)]),
+    "reshard_comm_create_nccl": (st, [c_vp, c_vp, P(c_vp)]),
+}
+
+
+def _candidates():
+    env = os.environ.get("RESHARD_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    try:
+        from . import _install  # written by cmake --install
+        libdir = os.path.normpath(os.path.join(here, _install.LIBDIR))
+        found += [os.path.join(libdir, "libreshard.so")]
+        found += sorted(glob.glob(os.path.join(libdir, "libreshard.so.*")))
+    except ImportError:
+        repo = os.path.dirname(os.path.dirname(here))
+        builds = [os.path.join(repo, "build")] + sorted(glob.glob(os.path.join(repo, "build?*")))
+        found += [os.path.join(b, "libreshard.so") for b in builds]
+    return found + ["libreshard.so"]
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            # RTLD_GLOBAL: Open MPI's components resolve libmpi symbols globally.
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("reshard: libreshard.so not found; set RESHARD_LIBRARY to its path. Tried: " +
+                      "; ".join(tried))
+
+
+lib, path = _load()
+for _name, (_res, _args) in _SIGNATURES.items():
+    _fn = getattr(lib, _name, None)
+    if _fn is None:
+        continue
+    _fn.restype = _res
+    if _args is not None:
+        _fn.argtypes = _args
+
+
+def has(name):
+    """Whether the loaded library exports @p name (optional parts: MPI, NCCL)."""
+    return hasattr(lib, name)
+
+
+def last_error():
+    """The calling thread's last C error message (the C side keeps one per thread)."""
+    return lib.reshard_last_error().decode("utf-8", "replace")
+
+
+def check(status, context=None):
+    """Raise ReshardError for a non-zero status, with this thread's C message."""
+    if status != 0:
+        name = lib.reshard_status_string(status).decode()
+        raise ReshardError(status, name, last_error(), context)
+
+
+def shape_array(shape):
+    arr = (c_i64 * MAX_DIMS)()
+    for i, v in enumerate(shape):
+        arr[i] = int(v)
+    return arr

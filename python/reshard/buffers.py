@@ -1,0 +1,179 @@
+"""Caller buffers: torch tensors and numpy arrays seen as (pointer, bytes) without a
+copy, bound to a layout's buffer ids by parameter name, checked before anything
+moves."""
+
+import numpy as np
+
+from . import _lib
+from .dtypes import _NUMPY, to_dtype, torch_dtype
+from .errors import Status, error
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+class View:
+    """What reshard needs of one caller tensor: address, size, dtype, shape, device
+    type ("cpu", "cuda"), contiguity, writability, and the object (kept alive)."""
+
+    __slots__ = ("obj", "ptr", "nbytes", "dtype", "shape", "device", "contiguous", "writable")
+
+    def __init__(self, obj):
+        self.obj = obj
+        if isinstance(obj, np.ndarray):
+            self.ptr = obj.__array_interface__["data"][0]
+            self.nbytes = obj.nbytes
+            self.dtype = _dtype_or_none(obj.dtype)
+            self.shape = tuple(obj.shape)
+            self.device = "cpu"
+            self.contiguous = obj.flags.c_contiguous
+            self.writable = obj.flags.writeable
+        elif hasattr(obj, "data_ptr") and hasattr(obj, "device"):
+            # torch.Tensor / nn.Parameter, or anything shaped like one
+            self.ptr = obj.data_ptr()
+            self.nbytes = obj.numel() * obj.element_size()
+            self.dtype = _dtype_or_none(obj.dtype)
+            self.shape = tuple(obj.shape)
+            self.device = getattr(obj.device, "type", str(obj.device))
+            self.contiguous = obj.is_contiguous()
+            self.writable = True
+        else:
+            raise TypeError("reshard: a buffer is a torch.Tensor or a numpy.ndarray, not %s"
+                            % type(obj).__name__)
+
+
+def _dtype_or_none(d):
+    try:
+        return to_dtype(d)
+    except TypeError:
+        return None
+
+
+def _dtype_text(v):
+    return v.dtype.name if v.dtype is not None else str(v.obj.dtype)
+
+
+def _device_problem(v, device):
+    if v.device == device:
+        return None
+    need = "CPU memory (torch CPU tensors, numpy arrays)" if device == "cpu" else \
+        "CUDA memory (torch CUDA tensors)"
+    return "is on %s but this communicator moves %s" % (v.device, need)
+
+
+def bind(layout, rank, buffers, side, device, writable):
+    """Turn ``buffers`` (name -> tensor dict, or a list by buffer id with None for
+    unused ids) into the ctypes array of reshard_buffer_t for ``rank`` of ``layout``.
+
+    Returns (array, n, views, problems): problems is a list of (Status, message), each
+    message naming the parameter, rank and buffer; when it is not empty the array is
+    left empty (Plan.execute then withholds every buffer, see there)."""
+    problems = []
+    if buffers is None:
+        buffers = {}
+    params = {p.name: p for p in layout.parameters(rank)}
+    slots = {}  # buffer id -> (name or None, View)
+    if isinstance(buffers, dict):
+        for name, obj in buffers.items():
+            p = params.get(name)
+            if p is None:
+                problems.append((Status.BUFFER, "%s rank %d: parameter %r is not in the layout "
+                                 "(it declares %s)" % (side, rank, name, _names(params))))
+                continue
+            slots[p.buffer] = (name, View(obj))
+        for name, p in params.items():
+            if name not in buffers:
+                problems.append((Status.BUFFER, "%s rank %d: parameter %r (buffer %d, %s %s) "
+                                 "is missing" % (side, rank, name, p.buffer, p.dtype.name,
+                                                 list(p.shape))))
+    else:
+        by_id = {p.buffer: p for p in params.values()}
+        for b, obj in enumerate(buffers):
+            if obj is not None:
+                p = by_id.get(b)
+                slots[b] = (p.name if p else None, View(obj))
+    for b, (name, v) in sorted(slots.items()):
+        what = "%s rank %d buffer %d%s" % (side, rank, b, " (%r)" % name if name else "")
+        p = params.get(name) if name else None
+        if p is not None and v.dtype != p.dtype:
+            problems.append((Status.DTYPE, "%s: dtype %s, the layout declares %s"
+                             % (what, _dtype_text(v), p.dtype.name)))
+        elif p is not None and v.shape != p.shape:
+            problems.append((Status.BUFFER, "%s: shape %s, the layout declares %s"
+                             % (what, list(v.shape), list(p.shape))))
+        if not v.contiguous:
+            problems.append((Status.BUFFER, "%s: the tensor is not contiguous (call "
+                             ".contiguous() on a copy and copy back, or bind the original)"
+                             % what))
+        dev = _device_problem(v, device)
+        if dev:
+            problems.append((Status.BUFFER, "%s: %s" % (what, dev)))
+        if writable and not v.writable:
+            problems.append((Status.BUFFER, "%s: the array is read-only" % what))
+    n = max([layout.buffer_count(rank)] + [b + 1 for b in slots])
+    arr = (_lib.Buffer * max(n, 1))()
+    if not problems:
+        for b, (name, v) in slots.items():
+            arr[b].ptr = v.ptr
+            arr[b].bytes = v.nbytes
+            if name is not None:  # the library checks them again against its table
+                arr[b].name = name.encode()
+            if v.dtype is not None:
+                arr[b].flags = _lib.BUFFER_DTYPE
+                arr[b].dtype = int(v.dtype)
+    views = [v for _, v in slots.values()]
+    return arr, n, views, problems
+
+
+def _names(params):
+    names = sorted(params)
+    if not names:
+        return "no parameter for this rank"
+    if len(names) > 6:
+        return "%s, ... (%d in all)" % (", ".join(repr(n) for n in names[:6]), len(names))
+    return ", ".join(repr(n) for n in names)
+
+
+def raise_problems(problems, c_message=None):
+    """Raise ReshardError with the first problem's status and every message."""
+    texts = [m for _, m in problems]
+    msg = texts[0] if len(texts) == 1 else "%d problems: %s" % (len(texts), "; ".join(texts))
+    if c_message:
+        msg += " (this rank withheld its buffers so that every rank fails before a byte " \
+               "moves; the library said: %s)" % c_message
+    raise error(problems[0][0], msg)
+
+
+def allocate(param, library="torch", fill=None, device=None):
+    """A new contiguous tensor for Parameter ``param``: torch (on ``device``) or numpy,
+    every byte ``fill`` when given."""
+    if library == "numpy":
+        a = np.empty(param.bytes, dtype=np.uint8)
+        if fill is not None:
+            a.fill(fill)
+        for nd, d in _NUMPY.items():
+            if d == param.dtype:
+                return a.view(nd).reshape(param.shape)
+        raise TypeError("reshard: numpy has no dtype for %s (parameter %r); use torch"
+                        % (param.dtype.name, param.name))
+    if torch is None:
+        raise ImportError("reshard: torch is not installed")
+    td = torch_dtype(param.dtype)
+    if td is None:
+        raise TypeError("reshard: this torch has no dtype for %s (parameter %r)"
+                        % (param.dtype.name, param.name))
+    t = torch.empty(param.bytes, dtype=torch.uint8, device=device)
+    if fill is not None:
+        t.fill_(fill)
+    return t.view(td).view(param.shape)
+
+
+def as_list(layout, rank, buffers, device="cpu"):
+    """The ctypes buffer array for pattern helpers (no device check beyond memory kind)."""
+    arr, n, views, problems = bind(layout, rank, buffers, "buffers", device, False)
+    if problems:
+        raise_problems(problems)
+    return arr, n, views
+

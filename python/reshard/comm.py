@@ -1,0 +1,229 @@
+"""Communicators (reshard_comm_t): in-process threads (tests), MPI from an mpi4py
+communicator (CPU memory), NCCL bootstrapped through a key-value store (GPU memory)."""
+
+import atexit
+import ctypes
+import threading
+import weakref
+
+from . import _lib
+from .errors import Status, error
+
+
+class Comm:
+    """One rank's transport endpoint. ``kind`` is "inproc", "mpi" or "nccl"; ``device``
+    the memory its buffers live in ("cpu" or "cuda"). Destroyed by close() or when
+    garbage-collected (before MPI_Finalize for MPI ones: close() it)."""
+
+    def __init__(self, handle, kind, device, keep=None):
+        self._h = handle
+        self.kind = kind
+        self.device = device
+        self._keep = keep  # the in-process group, the stream: outlive the endpoint
+
+    @property
+    def rank(self):
+        return _lib.lib.reshard_comm_rank(self._h)
+
+    @property
+    def size(self):
+        return _lib.lib.reshard_comm_size(self._h)
+
+    def close(self):
+        """Free the endpoint (local; an MPI one frees its duplicate communicator, so
+        before MPI_Finalize: after it, the endpoint is left to the process's end)."""
+        if self._h:
+            if self.kind == "mpi" and _mpi_finalized():
+                self._h = None
+                return
+            _lib.lib.reshard_comm_destroy(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "Comm(kind=%r, rank=%d, size=%d)" % (self.kind, self.rank, self.size)
+
+
+def _mpi_finalized():
+    from mpi4py import MPI
+    return MPI.Is_finalized()
+
+
+# --- in-process ----------------------------------------------------------------------------
+
+
+class InprocGroup:
+    """An in-process group of ``nranks`` threads (tests and examples): one comm per
+    thread, comm(rank)."""
+
+    def __init__(self, nranks):
+        h = _lib.c_vp()
+        _lib.check(_lib.lib.reshard_inproc_group_create(int(nranks), ctypes.byref(h)))
+        self._h = h.value
+        self.nranks = int(nranks)
+        self._comms = []
+
+    def comm(self, rank):
+        h = _lib.c_vp()
+        _lib.check(_lib.lib.reshard_comm_create_inproc(self._h, int(rank), ctypes.byref(h)))
+        c = Comm(h.value, "inproc", "cpu", keep=self)
+        self._comms.append(c)
+        return c
+
+    def close(self):
+        for c in self._comms:
+            c.close()
+        self._comms = []
+        if self._h:
+            _lib.lib.reshard_inproc_group_destroy(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.close()
+
+
+def run_threads(nranks, fn):
+    """Run fn(comm) on ``nranks`` threads, thread r with rank r of a new in-process
+    group; returns the results by rank; re-raises the first rank's exception (by
+    rank) after every thread ended."""
+    group = InprocGroup(nranks)
+    results, errors = [None] * nranks, [None] * nranks
+    comms = [group.comm(r) for r in range(nranks)]
+
+    def body(r):
+        try:
+            results[r] = fn(comms[r])
+        except BaseException as e:  # reported below, on the caller's thread
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    group.close()
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+# --- MPI -----------------------------------------------------------------------------------
+
+
+_open_mpi_comms = weakref.WeakSet()
+
+
+def _close_mpi_comms():
+    """Registered after mpi4py's own exit handler, so it runs first: endpoints still
+    open at exit are freed before MPI_Finalize."""
+    for c in list(_open_mpi_comms):
+        c.close()
+
+
+def from_mpi(mpi_comm):
+    """An MPI endpoint on a duplicate of an mpi4py communicator (collective over it,
+    as reshard_comm_create_mpi). The library must be built with MPI (the same MPI
+    mpi4py uses). Close it before MPI_Finalize; endpoints left open are closed at
+    interpreter exit, before mpi4py finalizes MPI."""
+    if not _lib.has("reshard_comm_create_mpi"):
+        raise error(Status.UNSUPPORTED, "this libreshard was built without MPI")
+    from mpi4py import MPI
+    fn = _lib.lib.reshard_comm_create_mpi
+    # MPI_Comm is passed by value: a pointer in Open MPI, an int in MPICH.
+    handle_type = _lib.c_vp if MPI._sizeof(MPI.Comm) == ctypes.sizeof(_lib.c_vp) else ctypes.c_int
+    fn.argtypes = [handle_type, ctypes.POINTER(_lib.c_vp)]
+    h = _lib.c_vp()
+    _lib.check(fn(handle_type(MPI._handleof(mpi_comm)), ctypes.byref(h)))
+    c = Comm(h.value, "mpi", "cpu", keep=mpi_comm)
+    if not _open_mpi_comms:
+        # registered after mpi4py's handler, so it runs before it; unregistered
+        # first so that it is registered once however often the set empties
+        atexit.unregister(_close_mpi_comms)
+        atexit.register(_close_mpi_comms)
+    _open_mpi_comms.add(c)
+    return c
+
+
+# --- NCCL ----------------------------------------------------------------------------------
+
+
+def nccl_available():
+    """Whether this libreshard has the NCCL transport."""
+    return _lib.has("reshard_comm_create_nccl_from_id")
+
+
+def _need_nccl():
+    if not nccl_available():
+        raise error(Status.UNSUPPORTED,
+                    "this libreshard was built without the NCCL transport (configure with "
+                    "CUDA and NCCL, -DRESHARD_WITH_NCCL=ON)")
+
+
+def nccl_unique_id():
+    """A new NCCL unique id (bytes), made by reshard_nccl_get_unique_id."""
+    _need_nccl()
+    n = _lib.lib.reshard_nccl_unique_id_size()
+    buf = ctypes.create_string_buffer(n)
+    _lib.check(_lib.lib.reshard_nccl_get_unique_id(buf))
+    return buf.raw
+
+
+def exchange_unique_id(store, rank, key="reshard/nccl_unique_id", make_id=None):
+    """Rank 0 makes an id (``make_id``, default nccl_unique_id) and store.set()s it
+    under ``key``; every other rank store.get()s it (a torch.distributed.TCPStore
+    waits until it is set, up to its timeout). Returns the id bytes on every rank."""
+    if rank == 0:
+        uid = (make_id or nccl_unique_id)()
+        store.set(key, uid)
+        return bytes(uid)
+    uid = store.get(key)
+    return uid.encode("latin-1") if isinstance(uid, str) else bytes(uid)
+
+
+def from_nccl_store(store, rank, world, key="reshard/nccl_unique_id", device=None,
+                    stream=None):
+    """An NCCL endpoint for separately launched processes: the unique id travels
+    through ``store`` (any object with set(key, bytes) and get(key) -> bytes, e.g.
+    torch.distributed.TCPStore), then every rank joins (collective, bounded by
+    RESHARD_NCCL_TIMEOUT_S). ``device``: CUDA device (default torch's current one);
+    ``stream``: a torch.cuda.Stream or a raw cudaStream_t (default torch's current
+    stream on that device, so reshard runs in the framework's stream order)."""
+    _need_nccl()
+    if not 0 <= rank < world:
+        raise error(Status.RANK, "NCCL rank %d outside [0, %d)" % (rank, world))
+    uid = exchange_unique_id(store, rank, key)
+    size = _lib.lib.reshard_nccl_unique_id_size()
+    if len(uid) != size:
+        raise error(Status.TRANSPORT, "rank %d got a %d-byte NCCL id under %r from the store; "
+                    "expected %d" % (rank, len(uid), key, size))
+    device, raw_stream = _cuda_device_stream(device, stream)
+    h = _lib.c_vp()
+    _lib.check(_lib.lib.reshard_comm_create_nccl_from_id(uid, int(rank), int(world), device,
+                                                          raw_stream, ctypes.byref(h)))
+    return Comm(h.value, "nccl", "cuda", keep=stream)
+
+
+def _cuda_device_stream(device, stream):
+    try:
+        import torch
+        have_cuda = torch.cuda.is_available()
+    except ImportError:
+        torch, have_cuda = None, False
+    if device is None:
+        device = torch.cuda.current_device() if have_cuda else -1
+    elif hasattr(device, "index"):
+        device = device.index if device.index is not None else -1
+    if stream is None and have_cuda:
+        stream = torch.cuda.current_stream(device if device >= 0 else None)
+    if stream is not None and hasattr(stream, "cuda_stream"):
+        stream = stream.cuda_stream
+    return int(device), (int(stream) if stream else None)

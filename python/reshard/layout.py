@@ -1,0 +1,202 @@
+"""Layouts: where every element of every logical tensor lives on one side of a
+refit (reshard_layout_t), and the buffer table that names each rank's buffers."""
+
+import ctypes
+from collections import namedtuple
+
+from . import _lib
+from .dtypes import DType, to_dtype
+from .placements import as_mesh, as_placement
+from .tensors import Tensors
+
+Parameter = namedtuple("Parameter", "name shape dtype rank buffer bytes")
+Parameter.__doc__ = """One declared buffer of a rank: the framework's parameter name
+(what named_parameters() calls it), its shape (as torch.Tensor.shape), its DType,
+the rank, the buffer id, and its size in bytes."""
+
+Fragment = namedtuple("Fragment", "tensor rank buffer offset extent base strides")
+Fragment.__doc__ = """Elements box(offset, extent) of logical tensor ``tensor`` (id) live
+in buffer ``buffer`` of rank ``rank``: element offset+i at position
+base + sum(i[d] * strides[d]) (elements of the tensor's dtype)."""
+
+
+def _contiguous_strides(extent):
+    strides, s = [], 1
+    for e in reversed(extent):
+        strides.append(s)
+        s *= int(e)
+    return tuple(reversed(strides))
+
+
+class Layout:
+    """All fragments of one side of a refit, over a Tensors catalogue.
+
+    Build one from explicit fragments (add_fragment), from DTensor placements
+    (add_dtensor, from_placements, from_dtensor), or take one of a Model's refit.
+    """
+
+    def __init__(self, tensors, _handle=None, _owner=None):
+        if not isinstance(tensors, Tensors):
+            raise TypeError("reshard: Layout(tensors) needs a reshard.Tensors")
+        self.tensors = tensors  # the C layout keeps the catalogue by pointer
+        self._owner = _owner
+        if _handle is None:
+            h = _lib.c_vp()
+            _lib.check(_lib.lib.reshard_layout_create(tensors._h, ctypes.byref(h)))
+            _handle, self._owned = h.value, True
+        else:
+            self._owned = False
+        self._h = _handle
+
+    def __del__(self):
+        if getattr(self, "_owned", False) and self._h:
+            _lib.lib.reshard_layout_destroy(self._h)
+            self._h = None
+
+    # --- fragments -------------------------------------------------------------------
+
+    def add_fragment(self, tensor, rank, buffer, offset, extent, base=0, strides=None):
+        """Add one fragment; ``tensor`` by id or name; ``strides`` default to the
+        row-major strides of ``extent`` (the box stored contiguously from ``base``).
+        Raises ReshardError (BOX, RANK, INVALID_ARG, OVERFLOW) with the C message."""
+        tid = self.tensors.id_of(tensor)
+        offset, extent = tuple(offset), tuple(extent)
+        if len(offset) != len(extent) or len(offset) > _lib.MAX_DIMS:
+            raise ValueError("reshard: offset and extent need the same 1..%d dims" % _lib.MAX_DIMS)
+        strides = tuple(strides) if strides is not None else _contiguous_strides(extent)
+        f = _lib.Fragment(tid, int(rank), int(buffer), _lib.Box(len(offset), _lib.shape_array(offset),
+                                                               _lib.shape_array(extent)),
+                          int(base), _lib.shape_array(strides))
+        _lib.check(_lib.lib.reshard_layout_add_fragment(self._h, ctypes.byref(f)))
+
+    def add_dtensor(self, tensor, mesh, placements, buffer=0, base=0, name=None):
+        """Place logical tensor ``tensor`` (id or name) as a DTensor on ``mesh`` (nested
+        list / array of rank ids, or a torch DeviceMesh) with one placement per mesh
+        dim (Shard, StridedShard, Replicate, or torch.distributed.tensor's). Each rank's
+        local shard is a contiguous row-major array in its buffer ``buffer`` from
+        element ``base``. With ``name``, buffer ``buffer`` of each rank holding a
+        non-empty shard is declared as parameter ``name`` of the local shape (the
+        shard's extents, strided pieces summed), so it can be bound by name."""
+        tid = self.tensors.id_of(tensor)
+        ranks, m = as_mesh(mesh)
+        placements = [as_placement(p) for p in placements]
+        if len(placements) != ranks.ndim:
+            raise ValueError("reshard: %d placements for a %d-d mesh" % (len(placements), ranks.ndim))
+        cp = (_lib.Placement * len(placements))(*[p._c() for p in placements])
+        first = len(self)
+        _lib.check(_lib.lib.reshard_layout_add_dtensor(self._h, tid, ctypes.byref(m), cp,
+                                                        int(buffer), int(base)))
+        if name is not None:
+            info = self.tensors.info(tid)
+            for rank, shape in sorted(_local_shapes(self.fragments(first)).items()):
+                self.declare_buffer(rank, buffer, name, info.dtype, shape)
+
+    def __len__(self):
+        return _lib.lib.reshard_layout_count(self._h)
+
+    def fragments(self, start=0):
+        """The fragments from index ``start`` on, as Fragment tuples."""
+        out, f = [], _lib.Fragment()
+        for i in range(start, len(self)):
+            _lib.check(_lib.lib.reshard_layout_fragment(self._h, i, ctypes.byref(f)))
+            n = f.box.ndim
+            out.append(Fragment(f.tensor, f.rank, f.buffer, tuple(f.box.offset[:n]),
+                                tuple(f.box.extent[:n]), f.base, tuple(f.stride[:n])))
+        return out
+
+    def buffer_bytes(self, rank, buffer):
+        """Bytes buffer ``buffer`` of ``rank`` must have for its fragments (0: unused)."""
+        return _lib.lib.reshard_layout_buffer_bytes(self._h, int(rank), int(buffer))
+
+    def buffer_count(self, rank):
+        """One more than the largest buffer id ``rank``'s fragments or declarations use."""
+        n = _lib.lib.reshard_layout_buffer_count(self._h, int(rank))
+        declared = self.parameters(rank)
+        return max([n] + [p.buffer + 1 for p in declared])
+
+    # --- the buffer table --------------------------------------------------------------
+
+    def declare_buffer(self, rank, buffer, name, dtype, shape):
+        """Say that buffer ``buffer`` of ``rank`` is parameter ``name`` of ``dtype`` and
+        ``shape``: the plan then checks fragments fit it, and execution wants exactly
+        that tensor. Raises ReshardError (INVALID_ARG for a duplicate, SHAPE, ...)."""
+        shape = tuple(int(s) for s in shape)
+        if not 1 <= len(shape) <= _lib.MAX_DIMS:
+            raise ValueError("reshard: parameter %r: 1..%d dims" % (name, _lib.MAX_DIMS))
+        _lib.check(_lib.lib.reshard_layout_declare_buffer(
+            self._h, int(rank), int(buffer), name.encode(), int(to_dtype(dtype)), len(shape),
+            _lib.shape_array(shape)))
+
+    def parameters(self, rank):
+        """The parameters ``rank`` holds on this side: its declared buffers, in
+        buffer-id order, as Parameter(name, shape, dtype, rank, buffer, bytes)."""
+        n = _lib.lib.reshard_layout_declared_count(self._h, int(rank))
+        out, bi = [], _lib.BufferInfo()
+        for i in range(n):
+            _lib.check(_lib.lib.reshard_layout_buffer_info(self._h, int(rank), i, ctypes.byref(bi)))
+            out.append(_parameter(bi))
+        return out
+
+    def find_parameter(self, rank, name):
+        """Parameter ``name`` of ``rank``, or None."""
+        b = _lib.lib.reshard_layout_find_buffer(self._h, int(rank), name.encode())
+        if b < 0:
+            return None
+        bi = _lib.BufferInfo()
+        _lib.check(_lib.lib.reshard_layout_declared_buffer(self._h, int(rank), b, ctypes.byref(bi)))
+        return _parameter(bi)
+
+    def ranks(self):
+        """Sorted ranks that hold a fragment or a declared buffer."""
+        rs = {f.rank for f in self.fragments()}
+        n = _lib.lib.reshard_layout_declared_count(self._h, _lib.ALL_RANKS)
+        bi = _lib.BufferInfo()
+        for i in range(n):
+            _lib.check(_lib.lib.reshard_layout_buffer_info(self._h, _lib.ALL_RANKS, i,
+                                                            ctypes.byref(bi)))
+            rs.add(bi.rank)
+        return sorted(rs)
+
+    def new_buffers(self, rank, library="torch", fill=None, device=None):
+        """A name -> tensor dict with one new tensor per parameter of ``rank``
+        (library "torch", optionally on ``device``, or "numpy"), each element set to
+        byte ``fill`` when given (e.g. reshard.SENTINEL_BYTE for destinations)."""
+        from .buffers import allocate
+        return {p.name: allocate(p, library, fill, device) for p in self.parameters(rank)}
+
+    # --- constructors -----------------------------------------------------------------------
+
+    @classmethod
+    def from_placements(cls, tensors, placed):
+        """A layout in which each logical tensor is one DTensor: ``placed`` maps a
+        tensor name to (mesh, placements); every rank holds each of its shards in its
+        own buffer (ids in the order of ``placed``) declared under the tensor's name."""
+        layout = cls(tensors)
+        for buffer, (name, (mesh, placements)) in enumerate(placed.items()):
+            layout.add_dtensor(name, mesh, placements, buffer=buffer, name=name)
+        return layout
+
+    @classmethod
+    def from_dtensors(cls, tensors, dtensors):
+        """As from_placements, reading each mesh and placements from a torch >= 2
+        DTensor (``dtensors``: name -> DTensor, e.g. dict(module.named_parameters())
+        of a module whose parameters are DTensors)."""
+        return cls.from_placements(tensors, {
+            name: (t.device_mesh, tuple(t.placements)) for name, t in dtensors.items()})
+
+
+def _parameter(bi):
+    return Parameter(bi.name.decode(), tuple(bi.shape[:bi.ndim]), DType(bi.dtype), bi.rank,
+                     bi.buffer, bi.bytes)
+
+
+def _local_shapes(frags):
+    """Per rank, the shape of its local shard from the fragments add_dtensor made:
+    per dim, the extents of its pieces at distinct offsets summed (a StridedShard
+    rank holds split_factor pieces stored back to back along the dim)."""
+    per_rank = {}
+    for f in frags:
+        dims = per_rank.setdefault(f.rank, [dict() for _ in f.extent])
+        for d, (o, e) in enumerate(zip(f.offset, f.extent)):
+            dims[d][o] = e
+    return {r: tuple(sum(d.values()) for d in dims) for r, dims in per_rank.items()}

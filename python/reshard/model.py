@@ -1,0 +1,79 @@
+"""Shipped models and the Megatron / vLLM conventions (reshard_model.h): a model and
+two parallel specs give the logical tensors and both layouts, with every rank's
+parameters named as its framework names them."""
+
+import ctypes
+
+from . import _lib
+from .dtypes import to_dtype
+from .layout import Layout
+from .tensors import Tensors
+
+
+class Model:
+    """A model config: a shipped name ("qwen3-0.6b", "qwen3-30b-a3b", "deepseek-v3", ...)
+    or a path to a HF config.json. ``layers`` > 0 keeps the first K decoder layers;
+    ``mtp`` adds the multi-token-prediction layers; ``dtype`` "bf16" or "fp8_e4m3"
+    (e4m3 weights with 128x128 fp32 block scales). Raises ReshardError (IO, CONFIG)."""
+
+    def __init__(self, name_or_path, layers=0, mtp=False, dtype="bf16"):
+        opts = _lib.ModelOptions(int(bool(mtp)), int(to_dtype(dtype)), int(layers))
+        h = _lib.c_vp()
+        _lib.check(_lib.lib.reshard_model_load(str(name_or_path).encode(), ctypes.byref(opts),
+                                               ctypes.byref(h)))
+        self._h = h.value
+        self.name = str(name_or_path)
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _lib.lib.reshard_model_destroy(self._h)
+            self._h = None
+
+    def refit(self, train, infer, infer_offset=None):
+        """The refit of this model from Megatron ``train`` ("tp=2,pp=2,ep=2") on ranks
+        [0, train_world) to vLLM ``infer`` ("tp=4" or "tp=2,dp=2,ep=on") on ranks
+        [infer_offset, infer_offset + infer_world) (default: right after training).
+        Raises ReshardError (INVALID_ARG for a malformed spec, CONFIG for a rule the
+        model breaks, with the rule)."""
+        return Refit(self, train, infer, infer_offset)
+
+
+class Refit:
+    """Everything one refit needs: ``tensors`` (HF names and shapes), ``train`` and
+    ``infer`` Layouts (their parameters(rank) are the frameworks' named_parameters()),
+    ``train_world``, ``infer_world``, ``infer_offset`` and ``world``."""
+
+    def __init__(self, model, train, infer, infer_offset=None):
+        ts, ispec = _lib.TrainSpec(), _lib.InferSpec()
+        _lib.check(_lib.lib.reshard_train_spec_parse(str(train).encode(), ctypes.byref(ts)),
+                   "train spec %r" % train)
+        _lib.check(_lib.lib.reshard_infer_spec_parse(str(infer).encode(), ctypes.byref(ispec)),
+                   "infer spec %r" % infer)
+        self._r = _lib.ModelRefit()
+        off = -1 if infer_offset is None else int(infer_offset)
+        _lib.check(_lib.lib.reshard_model_refit_create_at(model._h, ctypes.byref(ts),
+                                                          ctypes.byref(ispec), off,
+                                                          ctypes.byref(self._r)))
+        self.model = model
+        self.train_spec, self.infer_spec = str(train), str(infer)
+        self.tensors = Tensors(_handle=self._r.tensors, _owner=self)
+        self.train = Layout(self.tensors, _handle=self._r.train, _owner=self)
+        self.infer = Layout(self.tensors, _handle=self._r.infer, _owner=self)
+        self.train_world = self._r.train_world
+        self.infer_world = self._r.infer_world
+        self.infer_offset = self._r.infer_offset
+        self.world = self.infer_offset + self.infer_world
+
+    def role(self, rank):
+        """("train", rank) for a training rank, ("infer", rank - infer_offset) for an
+        inference rank, (None, None) for a rank in neither."""
+        if 0 <= rank < self.train_world:
+            return "train", rank
+        if self.infer_offset <= rank < self.world:
+            return "infer", rank - self.infer_offset
+        return None, None
+
+    def __del__(self):
+        if getattr(self, "_r", None) is not None:
+            _lib.lib.reshard_model_refit_destroy(ctypes.byref(self._r))
+            self._r = None

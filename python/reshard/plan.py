@@ -1,0 +1,117 @@
+"""Plans (reshard_plan_t): computed once from two layouts, executed every step."""
+
+import ctypes
+
+from . import _lib
+from .buffers import bind, raise_problems
+from .errors import ReshardError
+from .layout import Layout
+
+ALL_RANKS = _lib.ALL_RANKS
+
+_STAT_KEYS = [f for f, _ in _lib.PlanStats._fields_]
+_EXEC_KEYS = [f for f, _ in _lib.ExecStats._fields_]
+
+
+class Plan:
+    """The plan of rank ``rank`` (or ALL_RANKS for global statistics) for moving
+    ``src`` to ``dst`` on ``world`` ranks; pure computation, nothing is sent.
+
+    domain_size  ranks per NVLink domain (0/1: every rank its own domain)
+    staging_mb   staging memory bound per rank, MiB (default 256)
+    relay_mb     relay scratch bound per rank, MiB (default none)
+    timeout_s    a silent peer fails the execution after this many seconds (default 60)
+    comm         optional: when planning fails, tell the peers through this comm
+                 (plan_fail: their execute fails at once, naming this rank), then
+                 raise; this waits until the peers reach execute
+
+    Raises ReshardError with the C message (SHAPE, DTYPE, UNCOVERED, OVERLAP, RANK,
+    BUFFER, STAGING, ...). Python adds no planning of its own.
+    """
+
+    def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
+                 relay_mb=None, timeout_s=None, comm=None):
+        if not isinstance(src, Layout) or not isinstance(dst, Layout):
+            raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
+        p = _lib.PlanParams(world_size=int(world), my_rank=int(rank))
+        if domain_size is not None:
+            p.field_mask |= _lib.PARAM_DOMAIN_SIZE
+            p.domain_size = int(domain_size)
+        if staging_mb is not None:
+            p.field_mask |= _lib.PARAM_STAGING_BYTES
+            p.staging_bytes = int(staging_mb * (1 << 20))
+        if relay_mb is not None:
+            p.field_mask |= _lib.PARAM_RELAY_BYTES
+            p.relay_bytes = int(relay_mb * (1 << 20))
+        if timeout_s is not None:
+            p.field_mask |= _lib.PARAM_TIMEOUT
+            p.timeout_s = float(timeout_s)
+        self.src, self.dst = src, dst  # the C plan reads them; keep them alive
+        self.rank, self.world = int(rank), int(world)
+        self._h = None
+        h = _lib.c_vp()
+        status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
+        if status != 0 and comm is not None:
+            name, message = _lib.lib.reshard_status_string(status).decode(), _lib.last_error()
+            plan_fail(comm, status, timeout_s)
+            raise ReshardError(status, name, message)
+        _lib.check(status)
+        self._h = h.value
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _lib.lib.reshard_plan_destroy(self._h)
+            self._h = None
+
+    def stats(self):
+        """Byte counters (reshard_plan_stats_t) as a dict: bytes_total, bytes_local,
+        bytes_network, bytes_nvlink, bytes_lower_bound, max_nic_send_bytes, ...;
+        for a rank's own plan, that rank's share."""
+        s = _lib.PlanStats()
+        _lib.check(_lib.lib.reshard_plan_get_stats(self._h, ctypes.byref(s)))
+        return {k: getattr(s, k) for k in _STAT_KEYS}
+
+    def pair_bytes(self, src_rank, dst_rank):
+        """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""
+        return _lib.lib.reshard_plan_pair_bytes(self._h, int(src_rank), int(dst_rank))
+
+    def execute(self, comm, src=None, dst=None):
+        """Move the bytes: this rank's source tensors ``src`` and destination tensors
+        ``dst``, each a name -> tensor dict (e.g. dict(module.named_parameters())) or a
+        list by buffer id. Every rank of the comm calls it. Returns this rank's
+        measured byte counts as a dict.
+
+        Checked before anything moves, naming the parameter: a name the layout does
+        not declare for this rank, a declared one missing, a dtype, a shape, a
+        non-contiguous tensor, a tensor in memory the comm does not move (CPU for NCCL,
+        CUDA for MPI and in-process), a read-only array. Such a rank still enters the
+        C call with those buffers absent, so the library's agreement fails every rank
+        with BUFFER before a byte moves; this rank raises ReshardError with its own
+        message and the library's."""
+        rank = comm.rank if self.rank == ALL_RANKS else self.rank
+        s_arr, n_src, s_views, problems = bind(self.src, rank, src, "source", comm.device, False)
+        d_arr, n_dst, d_views, d_problems = bind(self.dst, rank, dst, "destination", comm.device,
+                                                 True)
+        problems += d_problems
+        if problems:  # absent buffers: the C side fails every rank, nothing moves
+            n_src = n_dst = 0
+        st = _lib.ExecStats()
+        status = _lib.lib.reshard_plan_execute(self._h, comm._h, s_arr, n_src, d_arr, n_dst,
+                                               ctypes.byref(st))
+        keep = (s_views, d_views)  # the tensors stay referenced through the call
+        if problems:
+            raise_problems(problems, _lib.last_error() if status else None)
+        _lib.check(status)
+        del keep
+        return {k: getattr(st, k) for k in _EXEC_KEYS}
+
+
+def plan_fail(comm, status, timeout_s=None):
+    """Tell the peers on ``comm`` that this rank could not make its plan (``status``:
+    a Status, an int, or the ReshardError Plan raised), where execute would have
+    been called: every peer's execute then fails at once with that status, naming
+    this rank, and nothing moves. Waits for the peers to arrive (``timeout_s``,
+    default 60 s). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
+    if isinstance(status, ReshardError):
+        status = status.status
+    _lib.check(_lib.lib.reshard_plan_fail(comm._h, int(status), float(timeout_s or 0)))

@@ -1,0 +1,314 @@
+"""Every misuse is a ReshardError with the library's (or the binding check's) message,
+raised before anything moves, on every rank of the refit; never a crash, never a
+silently wrong element."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import reshard
+from reshard import Shard, Status
+
+WORLD = 4
+
+
+def layouts():
+    tensors = reshard.Tensors()
+    tensors.add("layer.weight", (4, 6), np.float32)
+    tensors.add("layer.norm", (6,), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"layer.weight": ([0, 1], [Shard(0)]),
+                                                   "layer.norm": ([0, 1], [reshard.Replicate()])})
+    dst = reshard.Layout.from_placements(tensors, {"layer.weight": ([2, 3], [Shard(1)]),
+                                                   "layer.norm": ([2, 3], [Shard(0)])})
+    return tensors, src, dst
+
+
+def good_buffers(layout, rank):
+    return layout.new_buffers(rank, library="numpy", fill=0x11)
+
+
+def outcomes(edit):
+    """Run a refit where rank r's (src, dst) dicts pass through edit(r, src, dst);
+    returns per rank the exception raised (or None) and the destination dicts."""
+    _, src, dst = layouts()
+    errs, dsts = [None] * WORLD, [None] * WORLD
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)
+        s, d = edit(r, s, d)
+        dsts[r] = d
+        try:
+            plan.execute(comm, src=s, dst=d)
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    return errs, dsts
+
+
+def assert_all_fail(errs, bad_rank, *words):
+    """The rank at fault names the problem; every other rank fails too (BUFFER, the
+    library's agreement); no destination byte was written."""
+    for r, e in enumerate(errs):
+        assert isinstance(e, reshard.ReshardError), "rank %d did not fail" % r
+    for w in words:
+        assert w in str(errs[bad_rank]), str(errs[bad_rank])
+    for r, e in enumerate(errs):
+        if r != bad_rank:
+            assert e.status == Status.BUFFER and e.message, str(e)
+
+
+def assert_untouched(dsts):
+    for d in dsts:
+        for name, t in (d or {}).items():
+            t = getattr(t, "_t", t)  # FakeCudaTensor below
+            assert (np.asarray(t).view(np.uint8) == 0x11).all(), name
+
+
+class FakeCudaTensor:
+    """A CPU tensor that says it lives on a CUDA device: how a CUDA tensor handed to
+    a CPU transport looks to the binding (this machine has no GPU)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.device = torch.device("cuda", 0)
+        self.dtype, self.shape = t.dtype, t.shape
+
+    def data_ptr(self):
+        return self._t.data_ptr()
+
+    def numel(self):
+        return self._t.numel()
+
+    def element_size(self):
+        return self._t.element_size()
+
+    def is_contiguous(self):
+        return True
+
+
+def _rename(s, d):
+    d["layer.wieght"] = d.pop("layer.weight")
+
+
+def _drop(s, d):
+    del s["layer.norm"]
+
+
+def _extra(s, d):
+    d["lm_head.weight"] = np.full(4, 0x11111111, np.uint32).view(np.float32)
+
+
+def _fp64(s, d):
+    s["layer.norm"] = s["layer.norm"].astype(np.float64)
+
+
+def _reshaped(s, d):  # the right bytes, the wrong shape
+    d["layer.weight"] = np.full((3, 4), 0x11111111, np.uint32).view(np.float32)
+
+
+def _strided(s, d):  # (2, 6) with strides (1, 2)
+    s["layer.weight"] = torch.empty(6, 2).t()
+
+
+def _on_cuda(s, d):
+    d["layer.norm"] = FakeCudaTensor(torch.from_numpy(d["layer.norm"]))
+
+
+def _read_only(s, d):
+    d["layer.norm"].flags.writeable = False
+
+
+# misuse: (the rank that makes it, what it does, its status, words its message has)
+MISUSES = {
+    "wrong_name": (2, _rename, Status.BUFFER,
+                   ["'layer.wieght' is not in the layout", "'layer.weight'", "is missing"]),
+    "missing_parameter": (0, _drop, Status.BUFFER, ["source rank 0", "'layer.norm'",
+                                                    "is missing"]),
+    "extra_parameter": (3, _extra, Status.BUFFER, ["'lm_head.weight' is not in the layout"]),
+    "wrong_dtype": (1, _fp64, Status.DTYPE, ["'layer.norm'", "dtype fp64", "declares fp32"]),
+    "wrong_shape_same_bytes": (2, _reshaped, Status.BUFFER,
+                               ["'layer.weight'", "shape [3, 4]", "declares [4, 3]"]),
+    "non_contiguous": (0, _strided, Status.BUFFER, ["'layer.weight'", "not contiguous"]),
+    "wrong_device": (3, _on_cuda, Status.BUFFER, ["'layer.norm'", "is on cuda", "CPU memory"]),
+    "read_only_destination": (2, _read_only, Status.BUFFER, ["'layer.norm'", "read-only"]),
+}
+
+
+@pytest.mark.parametrize("misuse", sorted(MISUSES))
+def test_misuse(misuse):
+    bad_rank, act, status, words = MISUSES[misuse]
+
+    def edit(r, s, d):
+        if r == bad_rank:
+            act(s, d)
+        return s, d
+
+    errs, dsts = outcomes(edit)
+    assert_all_fail(errs, bad_rank, *words)
+    assert errs[bad_rank].status == status
+    assert_untouched(dsts)
+
+
+def test_not_a_tensor():
+    _, src, dst = layouts()
+    plan = reshard.Plan(src, dst, rank=0, world=WORLD)
+    group = reshard.InprocGroup(WORLD)
+    with pytest.raises(TypeError, match="torch.Tensor or a numpy.ndarray"):
+        plan.execute(group.comm(0), src={"layer.weight": [1.0, 2.0]})
+
+
+def test_rank_out_of_range():
+    _, src, dst = layouts()
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=WORLD, world=WORLD)
+    assert e.value.status == Status.RANK and "my_rank 4 outside [0, 4)" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=0, world=3)  # the layouts use rank 3
+    assert e.value.status == Status.RANK and "rank 3" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        src.add_fragment("layer.weight", -1, 0, (0, 0), (1, 1))
+    assert e.value.status == Status.RANK and "negative rank" in e.value.message
+
+
+def test_another_plans_tensors():
+    """Tensors bound for plan A handed to plan B: by name they do not match; by
+    buffer id the library's exact size check refuses them on every rank."""
+    _, src, dst = layouts()
+    tensors_b = reshard.Tensors()
+    tensors_b.add("other.weight", (4, 6), np.float32)
+    src_b = reshard.Layout.from_placements(tensors_b, {"other.weight": ([0, 1], [Shard(1)])})
+    dst_b = reshard.Layout.from_placements(tensors_b, {"other.weight": ([2, 3], [Shard(0)])})
+    errs = [None] * WORLD
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan_b = reshard.Plan(src_b, dst_b, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)  # plan A's tensors
+        try:
+            plan_b.execute(comm, src=s, dst=d)
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    assert all(e is not None for e in errs)
+    assert "'layer.weight' is not in the layout" in str(errs[0])
+
+    errs = [None] * WORLD
+
+    def by_id(comm):
+        r = comm.rank
+        plan_b = reshard.Plan(src_b, dst_b, rank=r, world=WORLD)
+        s, d = good_buffers(src, r), good_buffers(dst, r)
+        try:  # by position: plan A's weight shard (2, 6) where plan B wants (4, 3)
+            plan_b.execute(comm, src=list(s.values())[:1], dst=list(d.values())[:1])
+        except reshard.ReshardError as e:
+            errs[r] = e
+
+    reshard.run_threads(WORLD, by_id)
+    assert all(e is not None and e.status == Status.BUFFER for e in errs)
+    assert "'other.weight'" in str(errs[0]) and "[2, 6]" in str(errs[0])
+
+
+def test_bad_model_and_spec_carry_c_message():
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Model("no-such-model")
+    assert e.value.status == Status.IO and "no such shipped model" in e.value.message
+    m = reshard.Model("qwen3-0.6b", layers=2)
+    with pytest.raises(reshard.ReshardError) as e:
+        m.refit("tp=3", "tp=2")
+    assert e.value.status == Status.CONFIG and "tp=3 does not divide" in e.value.message
+    with pytest.raises(reshard.ReshardError) as e:
+        m.refit("tq=2", "tp=2")
+    assert e.value.status == Status.INVALID_ARG and "unknown key 'tq'" in e.value.message
+
+
+def test_last_error_is_per_thread():
+    """Each thread's exception carries its own C message, even when another
+    thread fails in between (reshard_last_error is per thread)."""
+    tensors = reshard.Tensors()
+    tensors.add("t", (2,), "fp32")
+    barrier, seen = threading.Barrier(2), {}
+
+    def fail(name, call):
+        try:
+            call()
+        except reshard.ReshardError as e:
+            barrier.wait()  # both have failed before either reads its message
+            seen[name] = e.message
+
+    a = threading.Thread(target=fail, args=("a", lambda: tensors.add("t", (2,), "fp32")))
+    b = threading.Thread(target=fail, args=("b", lambda: reshard.Model("/no/such.json")))
+    a.start(), b.start(), a.join(), b.join()
+    assert "t" in seen["a"] and "json" not in seen["a"]
+    assert "/no/such.json" in seen["b"]
+
+
+def test_cpu_tensor_for_the_nccl_transport():
+    """An NCCL communicator moves CUDA memory: a CPU tensor is refused by the binding
+    (checked through bind() itself, which Plan.execute calls with the comm's memory
+    kind; a real NCCL comm needs a GPU, see test_nccl_bootstrap.py)."""
+    from reshard.buffers import bind
+    _, src, _ = layouts()
+    arr, n, views, problems = bind(src, 0, good_buffers(src, 0), "source", "cuda", False)
+    assert len(problems) == 2 and all("is on cpu but this communicator moves CUDA memory" in m
+                                      for _, m in problems)
+    assert all(arr[b].ptr is None for b in range(n))  # withheld: nothing can move
+
+
+def _every_rank(fn):
+    errs = [None] * WORLD
+
+    def rank_fn(comm):
+        try:
+            fn(comm)
+        except reshard.ReshardError as e:
+            errs[comm.rank] = e
+
+    reshard.run_threads(WORLD, rank_fn)
+    return errs
+
+
+def test_failed_plan_tells_the_peers():
+    """Rank 1 plans for a world of 3 (its layouts name rank 3): with comm= it tells
+    its peers, whose execute fails at once with its status, naming it."""
+    _, src, dst = layouts()
+    written = []
+
+    def fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=3 if r == 1 else WORLD, comm=comm,
+                            timeout_s=30)
+        d = good_buffers(dst, r)
+        written.append(d)
+        plan.execute(comm, src=good_buffers(src, r), dst=d)
+
+    errs = _every_rank(fn)
+    assert errs[1].status == Status.RANK and "world size 3" in errs[1].message
+    for r in (0, 2, 3):
+        assert errs[r].status == Status.RANK, str(errs[r])
+        assert "rank 1 could not create its plan" in errs[r].message, str(errs[r])
+    assert_untouched(written)
+
+
+def test_plans_from_different_inputs_fail_every_rank():
+    """Rank 2 planned with another staging bound: the fingerprints differ, every
+    rank fails with MISMATCH before a byte moves."""
+    _, src, dst = layouts()
+    written = []
+
+    def fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=2 if r == 2 else 1)
+        d = good_buffers(dst, r)
+        written.append(d)
+        plan.execute(comm, src=good_buffers(src, r), dst=d)
+
+    errs = _every_rank(fn)
+    assert all(e is not None and e.status == Status.MISMATCH for e in errs), errs
+    assert all("different inputs" in e.message for e in errs)
+    assert_untouched(written)

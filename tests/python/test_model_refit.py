@@ -1,0 +1,110 @@
+"""Model refits on in-process threads: trainer ranks bind Megatron-named torch
+tensors, inference ranks vLLM-named ones (both built by examples/python/conventions.py
+from the frameworks' rules); every destination element, padding included, is
+checked against the HF-level values."""
+
+import json
+
+import pytest
+import torch
+
+import reshard
+import conventions
+
+TINY = {  # a qwen3 shaped like the real one, small enough for threads
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300, "tie_word_embeddings": True,
+}
+
+
+@pytest.fixture(params=[True, False], ids=["tied", "untied"])
+def config_path(tmp_path, request):
+    cfg = dict(TINY, tie_word_embeddings=request.param)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+def test_catalogue_is_the_hf_checkpoint(config_path):
+    """The library's logical tensors are the HF names and shapes the conventions use."""
+    refit = reshard.Model(config_path).refit("tp=1", "tp=1")
+    cfg = conventions.load_config(config_path)
+    assert {t.name: t.shape for t in refit.tensors} == conventions.hf_shapes(cfg)
+    assert all(t.dtype == reshard.DType.bf16 for t in refit.tensors)
+
+
+@pytest.mark.parametrize("train,infer", [("tp=2,pp=2", "tp=4"), ("tp=2,dp=2", "tp=2,dp=2"),
+                                         ("tp=1,pp=2", "tp=1")])
+def test_model_refit_threads(config_path, train, infer):
+    refit = reshard.Model(config_path).refit(train, infer)
+    w = conventions.Weights(conventions.load_config(config_path))
+    sentinel = reshard.SENTINEL_BYTE
+    got, want = {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(refit.train, refit.infer, rank=r, world=refit.world, staging_mb=1)
+        side, i = refit.role(r)
+        if side == "train":
+            plan.execute(comm, src=conventions.megatron_state_dict(w, train, i))
+        else:
+            expect = conventions.vllm_state_dict(w, infer, i, sentinel)
+            dst = {n: torch.empty_like(t).view(torch.uint8).fill_(sentinel).view(t.dtype)
+                   for n, t in expect.items()}
+            plan.execute(comm, dst=dst)
+            got[i], want[i] = dst, expect
+
+    reshard.run_threads(refit.world, rank_fn)
+    assert sorted(got) == list(range(refit.infer_world))
+    for i in got:
+        for name, e in want[i].items():
+            assert got[i][name].shape == e.shape
+            assert conventions.mismatches(got[i][name], e) == 0, "infer rank %d %s" % (i, name)
+
+
+@pytest.mark.parametrize("train", ["tp=2,dp=2", "tp=2,pp=2"])
+def test_parameters_name_what_the_frameworks_hold(config_path, train):
+    """Layout.parameters(rank) lists exactly the names, shapes and dtypes of the
+    framework state dicts (so a rank can allocate from it)."""
+    refit = reshard.Model(config_path).refit(train, "tp=4")
+    w = conventions.Weights(conventions.load_config(config_path))
+    for r in range(refit.train_world):
+        sd = conventions.megatron_state_dict(w, train, r)
+        assert {p.name: (p.shape, p.dtype) for p in refit.train.parameters(r)} == \
+            {n: (tuple(t.shape), reshard.DType.bf16) for n, t in sd.items()}
+    for i in range(refit.infer_world):
+        sd = conventions.vllm_state_dict(w, "tp=4", i, 0)
+        params = refit.infer.parameters(refit.infer_offset + i)
+        assert {p.name: p.shape for p in params} == {n: tuple(t.shape) for n, t in sd.items()}
+
+
+def test_bind_named_parameters_of_a_module(config_path):
+    """dict(module.named_parameters()) binds as is: nn.Parameters in an nn.Module."""
+    refit = reshard.Model(config_path).refit("tp=1", "tp=1")
+    w = conventions.Weights(conventions.load_config(config_path))
+    module = torch.nn.Module()
+    for n, t in conventions.megatron_state_dict(w, "tp=1", 0).items():
+        parent = module
+        parts = n.split(".")
+        for part in parts[:-1]:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        parent.register_parameter(parts[-1], torch.nn.Parameter(t))
+    expect = conventions.vllm_state_dict(w, "tp=1", 0, reshard.SENTINEL_BYTE)
+    out = {}
+
+    def rank_fn(comm):
+        plan = reshard.Plan(refit.train, refit.infer, rank=comm.rank, world=2)
+        if comm.rank == 0:
+            with torch.no_grad():
+                plan.execute(comm, src=dict(module.named_parameters()))
+        else:
+            out.update(refit.infer.new_buffers(1, fill=reshard.SENTINEL_BYTE))
+            plan.execute(comm, dst=out)
+
+    reshard.run_threads(2, rank_fn)
+    assert sorted(out) == sorted(expect)
+    for n, e in expect.items():
+        assert conventions.mismatches(out[n], e) == 0, n

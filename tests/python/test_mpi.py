@@ -1,0 +1,128 @@
+"""Refits between processes over MPI (mpi4py communicators), every element checked.
+Run under mpirun with 4 ranks (.ci/run does):
+
+    mpirun -np 4 /usr/bin/python3 -m pytest -q tests/python/test_mpi.py
+
+Alone (one rank) every test is skipped."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+MPI = pytest.importorskip("mpi4py.MPI", reason="mpi4py is not installed")
+
+import reshard  # noqa: E402
+from reshard import Shard, StridedShard, Replicate  # noqa: E402
+import conventions  # noqa: E402
+from dtensor_oracle import local_shard  # noqa: E402
+from test_model_refit import TINY  # noqa: E402
+
+WORLD = MPI.COMM_WORLD
+pytestmark = pytest.mark.skipif(WORLD.size != 4, reason="run under mpirun -np 4 (world is %d)"
+                                % WORLD.size)
+
+
+@pytest.fixture
+def comm():
+    c = reshard.Comm.from_mpi(WORLD)
+    yield c
+    c.close()
+
+
+def test_comm_from_mpi4py(comm):
+    assert (comm.kind, comm.rank, comm.size) == ("mpi", WORLD.rank, 4)
+    sub = WORLD.Split(WORLD.rank % 2, WORLD.rank)
+    c2 = reshard.Comm.from_mpi(sub)
+    assert (c2.rank, c2.size) == (WORLD.rank // 2, 2)
+    c2.close()
+    sub.Free()
+
+
+def test_dtensor_refit_over_mpi(comm):
+    tensors = reshard.Tensors()
+    tensors.add("w", (10, 6), torch.float32)
+    tensors.add("b", (7,), torch.int64)
+    src_p = {"w": ([0, 1, 2, 3], [Shard(0)]), "b": ([1, 2], [Replicate()])}
+    dst_p = {"w": ([[3, 2], [1, 0]], [Shard(1), StridedShard(0, 2)]),
+             "b": ([[0, 1], [2, 3]], [Shard(0), Replicate()])}
+    src = reshard.Layout.from_placements(tensors, src_p)
+    dst = reshard.Layout.from_placements(tensors, dst_p)
+    full = {"w": np.arange(60, dtype=np.float32).reshape(10, 6) + 0.5,
+            "b": np.arange(7, dtype=np.int64) * 11 - 3}
+    r = WORLD.rank
+    s = {}
+    for n, (mesh, pl) in src_p.items():
+        shard = local_shard(full[n], mesh, pl, r)
+        if shard is not None and shard.size:
+            s[n] = torch.from_numpy(np.ascontiguousarray(shard))
+    d = dst.new_buffers(r, fill=reshard.SENTINEL_BYTE)
+    plan = reshard.Plan(src, dst, rank=r, world=4, staging_mb=0.01, timeout_s=30)
+    plan.execute(comm, src=s, dst=d)
+    for n, (mesh, pl) in dst_p.items():
+        want = local_shard(full[n], mesh, pl, r)
+        assert np.array_equal(d[n].numpy(), want), n
+
+
+def test_model_refit_over_mpi(comm, tmp_path_factory):
+    path = None
+    if WORLD.rank == 0:
+        path = str(tmp_path_factory.mktemp("cfg") / "config.json")
+        with open(path, "w") as f:
+            json.dump(dict(TINY, tie_word_embeddings=False), f)
+    path = WORLD.bcast(path)
+    refit = reshard.Model(path).refit("tp=2", "tp=2")
+    w = conventions.Weights(conventions.load_config(path))
+    plan = reshard.Plan(refit.train, refit.infer, rank=WORLD.rank, world=4, timeout_s=30)
+    side, i = refit.role(WORLD.rank)
+    for _ in range(2):  # the plan is reused
+        if side == "train":
+            plan.execute(comm, src=conventions.megatron_state_dict(w, "tp=2", i))
+        else:
+            expect = conventions.vllm_state_dict(w, "tp=2", i, reshard.SENTINEL_BYTE)
+            dst = refit.infer.new_buffers(WORLD.rank, fill=reshard.SENTINEL_BYTE)
+            plan.execute(comm, dst=dst)
+            assert sorted(dst) == sorted(expect)
+            for n, e in expect.items():
+                assert conventions.mismatches(dst[n], e) == 0, n
+
+
+def test_misuse_on_one_rank_fails_every_rank_over_mpi(comm):
+    """Rank 1 hands a float64 tensor: every rank raises before a byte moves."""
+    tensors = reshard.Tensors()
+    tensors.add("x", (8, 4), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"x": ([0, 1], [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"x": ([2, 3], [Shard(1)])})
+    r = WORLD.rank
+    plan = reshard.Plan(src, dst, rank=r, world=4, timeout_s=30)
+    s = {"x": np.ones((4, 4), np.float64 if r == 1 else np.float32)} if r < 2 else None
+    d = dst.new_buffers(r, library="numpy", fill=reshard.SENTINEL_BYTE)
+    with pytest.raises(reshard.ReshardError) as e:
+        plan.execute(comm, src=s, dst=d)
+    if r == 1:
+        assert e.value.status == reshard.Status.DTYPE and "'x'" in str(e.value)
+    else:
+        assert e.value.status == reshard.Status.BUFFER
+    for t in d.values():
+        assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
+
+
+def test_rank_planning_from_other_layouts_fails_every_rank_over_mpi(comm):
+    """Rank 3 builds its destination layout with another placement: every rank
+    fails with MISMATCH at the first agreement (not after the timeout), and no
+    destination byte is written."""
+    tensors = reshard.Tensors()
+    tensors.add("x", (8, 4), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"x": ([0, 1], [Shard(0)])})
+    placement = Shard(0) if WORLD.rank == 3 else Shard(1)
+    dst = reshard.Layout.from_placements(tensors, {"x": ([2, 3], [placement])})
+    r = WORLD.rank
+    plan = reshard.Plan(src, dst, rank=r, world=4, timeout_s=30)
+    s = src.new_buffers(r, library="numpy", fill=1)
+    d = dst.new_buffers(r, library="numpy", fill=reshard.SENTINEL_BYTE)
+    with pytest.raises(reshard.ReshardError) as e:
+        plan.execute(comm, src=s, dst=d)
+    assert e.value.status == reshard.Status.MISMATCH and "different inputs" in e.value.message
+    for t in d.values():
+        assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
