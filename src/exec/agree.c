@@ -108,6 +108,11 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_plan_fail: needs a comm and a failed status (got %d)",
                         (int)status);
+    if (comm->broken)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_plan_fail: rank %d: this comm ended an earlier execution with a "
+                        "timeout or a transport error; destroy it (or shrink it)",
+                        comm->rank);
     if (!(timeout_s > 0))
         timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */

@@ -86,6 +86,12 @@ struct reshard_comm {
     int32_t rank;
     int32_t size;
     void *impl;
+    /** Set when an execution on this endpoint ended in TIMEOUT or TRANSPORT:
+     *  the peers' progress is unknown, so a later execution could pair this
+     *  rank's messages with another step's. reshard_plan_execute and
+     *  reshard_plan_fail refuse a broken endpoint; it can still be shrunk
+     *  (reshard_elastic.h) or destroyed. */
+    bool broken;
 };
 
 #endif
