@@ -83,10 +83,10 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     if (fp_differ(m, &a, &b)) {
         int32_t lo = a < b ? a : b, hi = a < b ? b : a;
         return rs_error(RESHARD_ERR_MISMATCH,
-                        "rank %d: rank %d planned from different inputs than rank %d (their plan "
-                        "fingerprints differ: catalogue, layouts, declared buffers or params); "
-                        "nothing was sent%s%s",
-                        me, hi, lo, local != RESHARD_OK ? "; this rank also: " : "",
+                        "rank %d: ranks %d and %d planned from different inputs (their plan "
+                        "fingerprints differ: catalogue, layouts, declared buffers or params; "
+                        "either may be the odd one); nothing was sent%s%s",
+                        me, lo, hi, local != RESHARD_OK ? "; this rank also: " : "",
                         local != RESHARD_OK ? msg : "");
     }
     if (local != RESHARD_OK)
