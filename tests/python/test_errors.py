@@ -312,3 +312,19 @@ def test_plans_from_different_inputs_fail_every_rank():
     assert all(e is not None and e.status == Status.MISMATCH for e in errs), errs
     assert all("different inputs" in e.message for e in errs)
     assert_untouched(written)
+
+
+def test_error_pickles_and_copies():
+    """multiprocessing and Ray pickle exceptions: status, C name, message and context
+    survive a round trip, and so does the text."""
+    import copy
+    import pickle
+
+    err = reshard.errors.error(Status.BUFFER, "rank 2: parameter 'w' is missing", "execute")
+    for back in (pickle.loads(pickle.dumps(err)), copy.copy(err), copy.deepcopy(err)):
+        assert type(back) is reshard.ReshardError
+        assert back.status == Status.BUFFER and isinstance(back.status, Status)
+        assert back.c_name == "RESHARD_ERR_BUFFER" and back.context == "execute"
+        assert back.message == "rank 2: parameter 'w' is missing"
+        assert str(back) == str(err)
+
