@@ -558,7 +558,7 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
  * instead of leaving them to time out: call it where reshard_plan_execute
  * would have been called. It takes part in the first agreement of the
  * peers' execution, so every peer's reshard_plan_execute returns @p status
- * at once, naming this rank ("rank R could not create its plan"), and no
+ * at once, naming this rank ("rank R could not create its plan or bind its buffers"), and no
  * destination byte anywhere is written.
  * @param status     the failed status (negative) reshard_plan_create returned
  * @param timeout_s  how long to wait for the peers to arrive; <= 0: the

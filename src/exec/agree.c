@@ -76,8 +76,10 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
         reshard_status_t st = (reshard_status_t)(-(m[W_PLAN_FAILED] % 64));
         if (who == me)
             return rs_error(st, "%s", msg);
-        return rs_error(st, "rank %d: rank %d could not create its plan (%s); nothing was sent", me,
-                        who, reshard_status_string(st));
+        return rs_error(
+            st,
+            "rank %d: rank %d could not create its plan or bind its buffers (%s); nothing was sent",
+            me, who, reshard_status_string(st));
     }
     int32_t a, b;
     if (fp_differ(m, &a, &b)) {

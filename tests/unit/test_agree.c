@@ -169,10 +169,11 @@ static void test_plan_fail_tells_peers(void **state)
         if (jobs[r].st != RESHARD_ERR_STAGING)
             fail_msg("rank %d: %s: %s", r, reshard_status_string(jobs[r].st), jobs[r].msg);
         char want[128];
-        snprintf(want, sizeof want,
-                 "rank %d: rank 2 could not create its plan (RESHARD_ERR_STAGING); nothing was "
-                 "sent",
-                 r);
+        snprintf(
+            want, sizeof want,
+            "rank %d: rank 2 could not create its plan or bind its buffers (RESHARD_ERR_STAGING); "
+            "nothing was sent",
+            r);
         assert_string_equal(jobs[r].msg, want);
     }
     assert_true(jobs[3].untouched);
