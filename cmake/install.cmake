@@ -1,5 +1,6 @@
 # cmake --install: headers (with the generated reshard_config.h), libreshard.so.<ABI> and
 # libreshard.a, the reshard command line, the shipped data under share/reshard, reshard.pc
+# (the shared library) and reshard-static.pc (libreshard.a)
 # and the CMake package (find_package(reshard CONFIG) -> reshard::reshard).
 include(CMakePackageConfigHelpers)
 
@@ -49,4 +50,6 @@ if(RESHARD_HAVE_NCCL)
          " -L${CUDAToolkit_LIBRARY_DIR} -lcudart ${RESHARD_NCCL_LIBRARY} -lstdc++")
 endif()
 configure_file(cmake/reshard.pc.in ${PROJECT_BINARY_DIR}/reshard.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/reshard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(cmake/reshard-static.pc.in ${PROJECT_BINARY_DIR}/reshard-static.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/reshard.pc ${PROJECT_BINARY_DIR}/reshard-static.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -10,6 +10,10 @@
 int cmd_plan(int argc, char **argv);
 /** reshard run: execute a refit under MPI (tools/cmd_run.c; needs MPI). */
 int cmd_run(int argc, char **argv);
+/** reshard run --lose-rank R: the elastic-refit demonstration (tools/run_elastic.c),
+ *  called by cmd_run with MPI initialized; @p finalize: it initialized MPI, so
+ *  MPI_Finalize is this function's to call. */
+int cmd_run_elastic(int rank, int size, int finalize, int argc, char **argv);
 /** reshard sim: predict refit times of published cases (tools/cmd_sim.c). */
 int cmd_sim(int argc, char **argv);
 

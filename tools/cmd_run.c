@@ -61,6 +61,8 @@ static void run_usage(FILE *out)
                  "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
                  "                     plan exchanges its byte count in plain messages\n"
                  "  --json             print one JSON object (rank 0) instead of the table\n"
+                 "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
+                 "                     with --lose-at I, --lose-how stop|kill)\n"
                  "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
                  "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
                  "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
@@ -904,6 +906,9 @@ int cmd_run(int argc, char **argv)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--lose-rank", 11))
+            return cmd_run_elastic(rank, size, !inited, argc, argv);
     run_args_t a;
     int rc = parse_args(rank, argc, argv, &a);
     if (rc == 1)

@@ -1,14 +1,48 @@
 /* `reshard`: dispatch to the subcommands. */
+#define _DEFAULT_SOURCE /* scandir, alphasort */
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "reshard/reshard.h"
+#include "reshard/reshard_model.h"
 
 /* Subcommands built from other files may be absent from a build (no MPI):
  * weak references resolve to NULL then. */
 #pragma weak cmd_run
 #pragma weak cmd_sim
+
+/* "M: ..." with the models shipped in reshard_data_dir()/models (NAME.json), read
+ * now, so that the list is what this installation has. */
+static void print_models(FILE *out)
+{
+    const char *data = reshard_data_dir();
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/models", data ? data : "");
+    struct dirent **ents = NULL;
+    int n = data ? scandir(dir, &ents, NULL, alphasort) : -1, column = 0, listed = 0;
+    fprintf(out, "M: a path to a HF config.json or a shipped model name:\n");
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        int len = (int)strlen(name);
+        if (len > 5 && !strcmp(name + len - 5, ".json")) {
+            if (column && column + len - 3 > 78) {
+                fprintf(out, ",\n");
+                column = 0;
+            }
+            column += fprintf(out, "%s%.*s", column ? ", " : "   ", len - 5, name);
+            listed++;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    if (listed)
+        fprintf(out, "\n");
+    else
+        fprintf(out, "   (none found: no data directory; set RESHARD_DATA_DIR)\n");
+}
 
 static void usage(FILE *out)
 {
@@ -24,10 +58,9 @@ static void usage(FILE *out)
             "        predict refit times on a modelled cluster\n"
             "  run   --model M --train SPEC --infer SPEC [--layers K] [--baseline] [--iters I]\n"
             "        [--json]   execute a refit under mpirun (ranks [0, train world) train)\n"
-            "\n"
-            "M: a shipped model name (deepseek-v3, kimi-k2, qwen3-235b-a22b, qwen3-30b-a3b,\n"
-            "   qwen3-0.6b, qwen2.5-7b-instruct, qwen2.5-72b-instruct, qwen2-57b-a14b,\n"
-            "   mixtral-8x7b, llama-3.1-8b, llama-3.3-70b) or a path to a HF config.json.\n"
+            "\n");
+    print_models(out);
+    fprintf(out,
             "train SPEC: tp=4,pp=8,ep=16,dp=4 (+ cp=, etp= (default tp), vpp=, first=, last=);\n"
             "infer SPEC: tp=8,dp=16 (+ ep=on).\n"
             "'reshard <command> --help' describes a command's options.\n");

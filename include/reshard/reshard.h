@@ -553,8 +553,10 @@ typedef struct {
  * written.
  * Errors: INVALID_ARG, BUFFER, MISMATCH, a failed plan's status, TRANSPORT,
  * TIMEOUT (a peer silent past the plan's timeout), NOMEM. After a transport
- * error or timeout the peer state is undefined and the comm must be
- * destroyed.
+ * error or timeout the peer state is undefined: the endpoint is marked
+ * broken, and every later reshard_plan_execute or reshard_plan_fail on it
+ * returns TRANSPORT at once (executing again could pair this rank's messages
+ * with another step's); destroy it, or shrink it (reshard_elastic.h).
  */
 reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
                                       const reshard_buffer_t *src_bufs, int32_t n_src,
@@ -566,7 +568,7 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
  * instead of leaving them to time out: call it where reshard_plan_execute
  * would have been called. It takes part in the first agreement of the
  * peers' execution, so every peer's reshard_plan_execute returns @p status
- * at once, naming this rank ("rank R could not create its plan"), and no
+ * at once, naming this rank ("rank R could not create its plan or bind its buffers"), and no
  * destination byte anywhere is written.
  * @param status     the failed status (negative) reshard_plan_create returned
  * @param timeout_s  how long to wait for the peers to arrive; <= 0: the

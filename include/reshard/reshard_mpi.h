@@ -58,6 +58,26 @@ reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out);
  *  @p comm is not an MPI endpoint. Do not free it; do not post on it. */
 MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
 
+/**
+ * Elastic refit (reshard_elastic.h): the survivors of @p comm (an MPI
+ * endpoint, or a view of one from an earlier shrink) build the endpoint of
+ * the membership without the @p n_gone plan ranks in @p gone, as agreed by
+ * reshard_comm_agree_gone. Collective over the survivors only, through
+ * MPI_Comm_create_group on @p comm's duplicate (which works while the lost
+ * ranks are stopped: they take no part), then reshard_comm_create_mpi on
+ * the result. Returns a view (reshard_comm_create_view): its rank and size
+ * are the plan rank and the plan world size; the MPI ranks follow the
+ * plan-rank order. @p comm stays valid (destroy it after the new one is
+ * made; it cannot execute any more).
+ * Process failure under Open MPI 4.1 (no ULFM): a stopped (SIGSTOP) or hung
+ * rank is survivable; a rank that exits or is killed normally makes mpirun
+ * end the whole job, unless the runtime is told otherwise.
+ * Errors: INVALID_ARG (NULL, not an MPI comm, the caller is in gone),
+ * TRANSPORT (MPI failed), NOMEM.
+ */
+reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
+                                         reshard_comm_t **out);
+
 /* ------------------------------------------------------------------ */
 /* The gather+broadcast baseline                                       */
 /* ------------------------------------------------------------------ */

@@ -30,7 +30,9 @@
  * a failed launch) is returned on every rank; a rank keeps its own message.
  *
  * Failure: an NCCL error, an asynchronous NCCL error, a CUDA error, or no progress
- * within the plan's timeout_s aborts the endpoint's communicator (ncclCommAbort) and
+ * within the plan's timeout_s aborts the endpoint's communicator (NCCL 2.28 and later:
+ * revokes it with ncclCommRevoke, keeps it for reshard_comm_shrink_nccl and aborts it in
+ * reshard_comm_destroy; older NCCL: ncclCommAbort at once) and
  * returns RESHARD_ERR_TRANSPORT or RESHARD_ERR_TIMEOUT; a peer whose communicator was
  * aborted stops progressing, so the other ranks reach their own timeout and abort too.
  * Every wait inside reshard_plan_execute and communicator creation is bounded (it polls
@@ -170,6 +172,25 @@ reshard_status_t reshard_nccl_fill_pattern(reshard_comm_t *comm, const reshard_l
 reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard_layout_t *layout,
                                              int32_t rank, const reshard_buffer_t *dev_bufs,
                                              int32_t n_bufs, uint64_t *verified_bytes);
+
+/**
+ * Elastic refit (reshard_elastic.h): the survivors of @p comm (an NCCL endpoint, or a view
+ * of one from an earlier shrink) make the endpoint of the membership without the
+ * @p n_gone plan ranks in @p gone (as agreed, e.g. by reshard_comm_agree_gone over a CPU
+ * side channel: an aborted NCCL communicator cannot carry the agreement). Collective over
+ * the survivors only: ncclCommShrink(NCCL_SHRINK_ABORT) of the endpoint's communicator,
+ * which after a failed execution is revoked (ncclCommRevoke, NCCL 2.28 and later) rather
+ * than freed, so that it can be shrunk; the lost ranks take no part. The new communicator
+ * is nonblocking, owned by the returned endpoint, on the same device and the same caller's
+ * stream (or a stream of its own). Returns a view (reshard_comm_create_view): rank and size
+ * are the plan rank and plan world size. Destroy @p comm afterwards (that aborts the old
+ * communicator). Waits at most RESHARD_NCCL_TIMEOUT_S.
+ * Errors: INVALID_ARG (NULL, not an NCCL endpoint, its communicator already aborted, the
+ * caller is in gone), TRANSPORT (NCCL failed), TIMEOUT (not every survivor joined),
+ * UNSUPPORTED (NCCL older than 2.27), NOMEM.
+ */
+reshard_status_t reshard_comm_shrink_nccl(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
+                                          reshard_comm_t **out);
 
 #ifdef __cplusplus
 }

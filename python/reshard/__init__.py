@@ -23,6 +23,7 @@ from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
 from .plan import ALL_RANKS, Plan, plan_fail
 from .tensors import TensorInfo, Tensors
+from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
 
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)

@@ -44,6 +44,20 @@ class View:
                             % type(obj).__name__)
 
 
+class BindingFailed(Exception):
+    """Reading a caller object as a buffer raised; the message names the parameter,
+    rank and buffer, the original exception is the __cause__."""
+
+
+def _view(obj, side, rank, b, name):
+    try:
+        return View(obj)
+    except Exception as e:  # noqa: BLE001 - any object may raise anything
+        raise BindingFailed("%s rank %d buffer %s%s: %s: %s"
+                            % (side, rank, b, " (%r)" % name if name else "",
+                               type(e).__name__, e)) from e
+
+
 def _dtype_or_none(d):
     try:
         return to_dtype(d)
@@ -69,7 +83,7 @@ def bind(layout, rank, buffers, side, device, writable):
 
     Returns (array, n, views, problems): problems is a list of (Status, message), each
     message naming the parameter, rank and buffer; when it is not empty the array is
-    left empty (Plan.execute then withholds every buffer, see there)."""
+    left empty (Plan.execute then does not execute, see there)."""
     problems = []
     if buffers is None:
         buffers = {}
@@ -82,7 +96,7 @@ def bind(layout, rank, buffers, side, device, writable):
                 problems.append((Status.BUFFER, "%s rank %d: parameter %r is not in the layout "
                                  "(it declares %s)" % (side, rank, name, _names(params))))
                 continue
-            slots[p.buffer] = (name, View(obj))
+            slots[p.buffer] = (name, _view(obj, side, rank, p.buffer, name))
         for name, p in params.items():
             if name not in buffers:
                 problems.append((Status.BUFFER, "%s rank %d: parameter %r (buffer %d, %s %s) "
@@ -93,7 +107,8 @@ def bind(layout, rank, buffers, side, device, writable):
         for b, obj in enumerate(buffers):
             if obj is not None:
                 p = by_id.get(b)
-                slots[b] = (p.name if p else None, View(obj))
+                name = p.name if p else None
+                slots[b] = (name, _view(obj, side, rank, b, name))
     for b, (name, v) in sorted(slots.items()):
         what = "%s rank %d buffer %d%s" % (side, rank, b, " (%r)" % name if name else "")
         p = params.get(name) if name else None
@@ -141,8 +156,7 @@ def raise_problems(problems, c_message=None):
     texts = [m for _, m in problems]
     msg = texts[0] if len(texts) == 1 else "%d problems: %s" % (len(texts), "; ".join(texts))
     if c_message:
-        msg += " (this rank withheld its buffers so that every rank fails before a byte " \
-               "moves; the library said: %s)" % c_message
+        msg += " (telling the peers failed too: %s)" % c_message
     raise error(problems[0][0], msg)
 
 

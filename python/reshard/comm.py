@@ -22,12 +22,23 @@ class Comm:
         self._keep = keep  # the in-process group, the stream: outlive the endpoint
 
     @property
+    def closed(self):
+        return self._h is None
+
+    def _handle(self):
+        if self._h is None:
+            raise error(Status.INVALID_ARG, "comm is closed (%s comm): make a new one" % self.kind)
+        return self._h
+
+    @property
     def rank(self):
-        return _lib.lib.reshard_comm_rank(self._h)
+        """This endpoint's rank; ReshardError (INVALID_ARG) once closed."""
+        return _lib.lib.reshard_comm_rank(self._handle())
 
     @property
     def size(self):
-        return _lib.lib.reshard_comm_size(self._h)
+        """The number of ranks; ReshardError (INVALID_ARG) once closed."""
+        return _lib.lib.reshard_comm_size(self._handle())
 
     def close(self):
         """Free the endpoint (local; an MPI one frees its duplicate communicator, so
@@ -49,6 +60,8 @@ class Comm:
         self.close()
 
     def __repr__(self):
+        if self._h is None:
+            return "Comm(kind=%r, closed)" % self.kind
         return "Comm(kind=%r, rank=%d, size=%d)" % (self.kind, self.rank, self.size)
 
 

@@ -51,6 +51,11 @@ class ReshardError(RuntimeError):
             text = "%s: %s" % (context, text)
         super().__init__(text)
 
+    def __reduce__(self):
+        # pickle/copy (multiprocessing, Ray) rebuild it from the constructor's
+        # arguments, not from self.args (the formatted text alone)
+        return (type(self), (int(self.status), self.c_name, self.message, self.context))
+
 
 def error(status, message, context=None):
     """A ReshardError raised by a check made in Python (same shape as a C one)."""

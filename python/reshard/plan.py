@@ -3,8 +3,8 @@
 import ctypes
 
 from . import _lib
-from .buffers import bind, raise_problems
-from .errors import ReshardError
+from .buffers import BindingFailed, bind, raise_problems
+from .errors import ReshardError, Status, error
 from .layout import Layout
 
 ALL_RANKS = _lib.ALL_RANKS
@@ -48,6 +48,7 @@ class Plan:
             p.timeout_s = float(timeout_s)
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = int(rank), int(world)
+        self.timeout_s = timeout_s
         self._h = None
         h = _lib.c_vp()
         status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
@@ -81,29 +82,62 @@ class Plan:
         list by buffer id. Every rank of the comm calls it. Returns this rank's
         measured byte counts as a dict.
 
-        Checked before anything moves, naming the parameter: a name the layout does
-        not declare for this rank, a declared one missing, a dtype, a shape, a
-        non-contiguous tensor, a tensor in memory the comm does not move (CPU for NCCL,
-        CUDA for MPI and in-process), a read-only array. Such a rank still enters the
-        C call with those buffers absent, so the library's agreement fails every rank
-        with BUFFER before a byte moves; this rank raises ReshardError with its own
-        message and the library's."""
+        Checked before anything moves, naming the parameter: the comm is open and has
+        the plan's rank and size, a name the layout does not declare for this rank, a
+        declared one missing, a dtype, a shape, a non-contiguous tensor, a tensor in
+        memory the comm does not move (CPU for NCCL, CUDA for MPI and in-process), a
+        read-only array, an object that is not a tensor (or whose data_ptr() raises).
+        Such a rank does not execute: it calls reshard_plan_fail with BUFFER (as a
+        rank whose plan failed), so every peer's execute fails at once
+        with that status naming this rank, and nothing moves; this rank then raises
+        ReshardError with its own message (chained to the Python exception, if one).
+        A binding error takes precedence over MISMATCH: a rank planned from other
+        layouts usually fails binding by name first, and then every rank reports its
+        status (BUFFER), not MISMATCH; MISMATCH comes when every binding passed."""
+        comm_open(comm)
+        if comm.rank != self.rank and self.rank != ALL_RANKS or comm.size != self.world:
+            self._fail(comm, [(Status.INVALID_ARG, "reshard_plan_execute: comm is rank %d of %d, "
+                               "the plan is for rank %d of %d"
+                               % (comm.rank, comm.size, self.rank, self.world))])
         rank = comm.rank if self.rank == ALL_RANKS else self.rank
-        s_arr, n_src, s_views, problems = bind(self.src, rank, src, "source", comm.device, False)
-        d_arr, n_dst, d_views, d_problems = bind(self.dst, rank, dst, "destination", comm.device,
-                                                 True)
+        try:
+            s_arr, n_src, s_views, problems = bind(self.src, rank, src, "source", comm.device,
+                                                   False)
+            d_arr, n_dst, d_views, d_problems = bind(self.dst, rank, dst, "destination",
+                                                     comm.device, True)
+        except BindingFailed as e:  # an object that is not a tensor, data_ptr() raised
+            self._fail(comm, [(Status.BUFFER, str(e))], cause=e.__cause__)
+        except Exception as e:  # noqa: BLE001 - every binding failure fails every rank
+            self._fail(comm, [(Status.BUFFER, "rank %d: binding the buffers failed: %s: %s"
+                               % (rank, type(e).__name__, e))], cause=e)
         problems += d_problems
-        if problems:  # absent buffers: the C side fails every rank, nothing moves
-            n_src = n_dst = 0
+        if problems:
+            self._fail(comm, problems)
         st = _lib.ExecStats()
         status = _lib.lib.reshard_plan_execute(self._h, comm._h, s_arr, n_src, d_arr, n_dst,
                                                ctypes.byref(st))
         keep = (s_views, d_views)  # the tensors stay referenced through the call
-        if problems:
-            raise_problems(problems, _lib.last_error() if status else None)
         _lib.check(status)
         del keep
         return {k: getattr(st, k) for k in _EXEC_KEYS}
+
+    def _fail(self, comm, problems, cause=None):
+        """This rank cannot execute: tell the peers (reshard_plan_fail with BUFFER, so
+        that they fail at once, naming this rank), then raise the problems."""
+        told = _lib.lib.reshard_plan_fail(comm._h, int(Status.BUFFER),
+                                          float(self.timeout_s or 0))
+        note = None if told == 0 else _lib.last_error()
+        try:
+            raise_problems(problems, note)
+        except ReshardError as e:
+            raise e from cause
+
+
+def comm_open(comm):
+    """Raise ReshardError (INVALID_ARG) unless ``comm`` is an open Comm."""
+    if not hasattr(comm, "_handle"):
+        raise TypeError("reshard: a comm is a reshard.Comm, not %s" % type(comm).__name__)
+    comm._handle()
 
 
 def plan_fail(comm, status, timeout_s=None):
@@ -114,4 +148,5 @@ def plan_fail(comm, status, timeout_s=None):
     default 60 s). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
     if isinstance(status, ReshardError):
         status = status.status
+    comm_open(comm)
     _lib.check(_lib.lib.reshard_plan_fail(comm._h, int(status), float(timeout_s or 0)))

@@ -76,17 +76,19 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
         reshard_status_t st = (reshard_status_t)(-(m[W_PLAN_FAILED] % 64));
         if (who == me)
             return rs_error(st, "%s", msg);
-        return rs_error(st, "rank %d: rank %d could not create its plan (%s); nothing was sent", me,
-                        who, reshard_status_string(st));
+        return rs_error(
+            st,
+            "rank %d: rank %d could not create its plan or bind its buffers (%s); nothing was sent",
+            me, who, reshard_status_string(st));
     }
     int32_t a, b;
     if (fp_differ(m, &a, &b)) {
         int32_t lo = a < b ? a : b, hi = a < b ? b : a;
         return rs_error(RESHARD_ERR_MISMATCH,
-                        "rank %d: rank %d planned from different inputs than rank %d (their plan "
-                        "fingerprints differ: catalogue, layouts, declared buffers or params); "
-                        "nothing was sent%s%s",
-                        me, hi, lo, local != RESHARD_OK ? "; this rank also: " : "",
+                        "rank %d: ranks %d and %d planned from different inputs (their plan "
+                        "fingerprints differ: catalogue, layouts, declared buffers or params; "
+                        "either may be the odd one); nothing was sent%s%s",
+                        me, lo, hi, local != RESHARD_OK ? "; this rank also: " : "",
                         local != RESHARD_OK ? msg : "");
     }
     if (local != RESHARD_OK)
@@ -108,6 +110,11 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_plan_fail: needs a comm and a failed status (got %d)",
                         (int)status);
+    if (comm->broken)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_plan_fail: rank %d: this comm ended an earlier execution with a "
+                        "timeout or a transport error; destroy it (or shrink it)",
+                        comm->rank);
     if (!(timeout_s > 0))
         timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */

@@ -564,14 +564,11 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     return st;
 }
 
-reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
-                                      const reshard_buffer_t *src_bufs, int32_t n_src,
-                                      const reshard_buffer_t *dst_bufs, int32_t n_dst,
-                                      reshard_exec_stats_t *stats)
+static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm,
+                                const reshard_buffer_t *src_bufs, int32_t n_src,
+                                const reshard_buffer_t *dst_bufs, int32_t n_dst,
+                                reshard_exec_stats_t *stats)
 {
-    rs_error_clear();
-    if (!plan || !comm || (n_src && !src_bufs) || (n_dst && !dst_bufs) || n_src < 0 || n_dst < 0)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_execute: bad argument");
     int32_t rank = comm->rank;
     if (comm->size != plan->p.world_size ||
         (plan->p.my_rank != RESHARD_ALL_RANKS && plan->p.my_rank != rank))
@@ -621,4 +618,29 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
         return rs_error(agreed, "rank %d: another rank failed the refit (%s)", rank,
                         reshard_status_string(agreed));
     return agreed;
+}
+
+reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
+                                      const reshard_buffer_t *src_bufs, int32_t n_src,
+                                      const reshard_buffer_t *dst_bufs, int32_t n_dst,
+                                      reshard_exec_stats_t *stats)
+{
+    rs_error_clear();
+    if (!plan || !comm || (n_src && !src_bufs) || (n_dst && !dst_bufs) || n_src < 0 || n_dst < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_execute: bad argument");
+    if (comm->broken)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: this comm ended an earlier execution with a timeout or a "
+                        "transport error, so its peers' progress is unknown; destroy it (or "
+                        "shrink it, reshard_elastic.h) and execute on a new one",
+                        comm->rank);
+    reshard_status_t st = execute(plan, comm, src_bufs, n_src, dst_bufs, n_dst, stats);
+    if (st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) {
+        comm->broken = true;
+        if (reshard_last_error()[0] == '\0')
+            rs_error(st, "rank %d: %s", comm->rank,
+                     st == RESHARD_ERR_TIMEOUT ? "a peer did not answer within the plan's timeout"
+                                               : "the transport failed");
+    }
+    return st;
 }

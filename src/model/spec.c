@@ -342,9 +342,11 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
     int64_t stage = (int64_t)s->tp * s->cp * s->dp;
     RULE(stage % ((int64_t)etp * s->ep) == 0,
          "train: etp*ep=%d does not divide tp*cp*dp=%lld (the expert grid etp,ep,edp must fill "
-         "each pipeline stage; etp defaults to tp as Megatron's --expert-tensor-parallel-size "
-         "does: give etp=1 or a larger dp)",
-         etp * s->ep, (long long)stage);
+         "each pipeline stage; %s)",
+         etp * s->ep, (long long)stage,
+         etp > 1 ? "etp defaults to tp as Megatron's --expert-tensor-parallel-size does: give "
+                   "etp=1, a smaller ep or a larger dp"
+                 : "give a smaller ep or a larger dp");
     return RESHARD_OK;
 }
 

@@ -65,6 +65,18 @@ typedef struct rs_transport_ops {
      *  (may be NULL); exec/agree.c gives them their meaning. */
     reshard_status_t (*finish)(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
                                int64_t *min_words, double timeout_s);
+    /** Elastic refit (reshard_elastic.h), optional (NULL: not supported).
+     *  Set flags[p] = 1 for every peer p this rank found unresponsive: its
+     *  operations were outstanding when a wait timed out. */
+    void (*unresponsive)(const reshard_comm_t *c, unsigned char *flags);
+    /** Survivor-only exchange of one agreement round, on a channel apart from
+     *  round data: send @p bytes of @p msg to each of the @p n @p peers and
+     *  receive @p bytes from each into recv + i * bytes, setting got[i] = 1
+     *  for each that arrived before @p deadline (seconds of CLOCK_MONOTONIC).
+     *  Rounds (@p round) are kept apart. Never blocks past the deadline. */
+    reshard_status_t (*agree_exchange)(reshard_comm_t *c, int round, const int32_t *peers,
+                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
+                                       unsigned char *got, double deadline);
     /** Free the transport's state (impl). */
     void (*destroy)(reshard_comm_t *c);
 } rs_transport_ops_t;
@@ -74,6 +86,12 @@ struct reshard_comm {
     int32_t rank;
     int32_t size;
     void *impl;
+    /** Set when an execution on this endpoint ended in TIMEOUT or TRANSPORT:
+     *  the peers' progress is unknown, so a later execution could pair this
+     *  rank's messages with another step's. reshard_plan_execute and
+     *  reshard_plan_fail refuse a broken endpoint; it can still be shrunk
+     *  (reshard_elastic.h) or destroyed. */
+    bool broken;
 };
 
 #endif

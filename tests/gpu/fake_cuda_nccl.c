@@ -209,6 +209,7 @@ struct ncclComm {
     int rank;
     ncclResult_t state; /* ncclSuccess, ncclInProgress or an error */
     int initialized;
+    int revoked; /* ncclCommRevoke: every later operation fails */
     op_t pending[4 * FAKE_MAX_RANKS + 4];
     int npending;
     uint64_t recvseq[FAKE_MAX_RANKS];
@@ -313,22 +314,19 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
-                                    ncclConfig_t *config)
+/* Join the group of @p id as @p rank of @p nranks (created by the first to join). */
+static ncclResult_t join(ncclComm_t *comm, int nranks, const char *id, int rank)
 {
-    if (nranks < 1 || nranks > FAKE_MAX_RANKS || rank < 0 || rank >= nranks || config == NULL ||
-        config->blocking != 0)
-        return ncclInvalidArgument; /* the transport always asks for nonblocking */
     ncclComm_t c = calloc(1, sizeof *c);
     if (c == NULL)
         return ncclSystemError;
     pthread_mutex_lock(&mu);
     group_t *g = groups;
-    while (g != NULL && memcmp(g->id, id.internal, sizeof g->id) != 0)
+    while (g != NULL && memcmp(g->id, id, sizeof g->id) != 0)
         g = g->next;
     if (g == NULL) {
         g = calloc(1, sizeof *g);
-        memcpy(g->id, id.internal, sizeof g->id);
+        memcpy(g->id, id, sizeof g->id);
         g->nranks = nranks;
         g->next = groups;
         groups = g;
@@ -340,6 +338,62 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
     pthread_mutex_unlock(&mu);
     *comm = c;
     return ncclInProgress;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    if (nranks < 1 || nranks > FAKE_MAX_RANKS || rank < 0 || rank >= nranks || config == NULL ||
+        config->blocking != 0)
+        return ncclInvalidArgument; /* the transport always asks for nonblocking */
+    return join(comm, nranks, id.internal, rank);
+}
+
+/* Revoke: pending operations are dropped at once (quiescent), later ones fail. */
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int flags)
+{
+    if (comm == NULL || flags != NCCL_REVOKE_DEFAULT)
+        return ncclInvalidArgument;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < comm->npending; i++) {
+        op_t *op = &comm->pending[i];
+        if (op->kind == OP_SEND && op->msg->consumed) { /* unlinked: free it */
+            free(op->msg->data);
+            free(op->msg);
+        } /* an unconsumed message stays in the group's mail */
+    }
+    comm->npending = 0;
+    comm->revoked = 1;
+    comm->state = ncclSuccess;
+    pthread_mutex_unlock(&mu);
+    return ncclSuccess;
+}
+
+/* Shrink: the survivors join a new group named by the parent's id and the excluded
+ * ranks; ranks keep their order. Only NCCL_SHRINK_ABORT is modelled (the transport
+ * always passes it). */
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excl, int nexcl, ncclComm_t *newcomm,
+                            ncclConfig_t *config, int flags)
+{
+    if (comm == NULL || newcomm == NULL || nexcl < 0 || (nexcl > 0 && excl == NULL) ||
+        config == NULL || config->blocking != 0 || flags != NCCL_SHRINK_ABORT)
+        return ncclInvalidArgument;
+    char id[NCCL_UNIQUE_ID_BYTES];
+    memset(id, 0, sizeof id);
+    size_t n = (size_t)snprintf(id, sizeof id, "%.64s/shrink", comm->g->id);
+    int below = 0;
+    for (int i = 0; i < nexcl; i++) {
+        if (excl[i] == comm->rank || excl[i] < 0 || excl[i] >= comm->g->nranks)
+            return ncclInvalidArgument;
+        below += excl[i] < comm->rank;
+        if (n < sizeof id)
+            n += (size_t)snprintf(id + n, sizeof id - n, ",%d", excl[i]);
+    }
+    pthread_mutex_lock(&mu);
+    comm->npending = 0; /* NCCL_SHRINK_ABORT: ongoing parent operations end */
+    comm->revoked = 1;
+    pthread_mutex_unlock(&mu);
+    return join(newcomm, comm->g->nranks - nexcl, id, comm->rank - below);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *state)
@@ -405,7 +459,7 @@ ncclResult_t ncclGroupStart(void)
 
 static ncclResult_t post(ncclComm_t comm, op_t op)
 {
-    if (comm == NULL || comm->state != ncclSuccess)
+    if (comm == NULL || comm->state != ncclSuccess || comm->revoked)
         return comm == NULL ? ncclInvalidArgument : ncclInvalidUsage;
     if (op.kind != OP_AR && (op.peer < 0 || op.peer >= comm->g->nranks))
         return ncclInvalidArgument;

@@ -29,15 +29,17 @@ def good_buffers(layout, rank):
     return layout.new_buffers(rank, library="numpy", fill=0x11)
 
 
-def outcomes(edit):
+def outcomes(edit, world=WORLD, layouts_=None, plans=None):
     """Run a refit where rank r's (src, dst) dicts pass through edit(r, src, dst);
-    returns per rank the exception raised (or None) and the destination dicts."""
-    _, src, dst = layouts()
-    errs, dsts = [None] * WORLD, [None] * WORLD
+    returns per rank the exception raised (or None) and the destination dicts.
+    Each rank's plan is plans[r] when given, else made from layouts_ (default
+    layouts()) with a 30 s timeout."""
+    _, src, dst = layouts_ or layouts()
+    errs, dsts = [None] * world, [None] * world
 
     def rank_fn(comm):
         r = comm.rank
-        plan = reshard.Plan(src, dst, rank=r, world=WORLD)
+        plan = plans[r] if plans else reshard.Plan(src, dst, rank=r, world=world, timeout_s=30)
         s, d = good_buffers(src, r), good_buffers(dst, r)
         s, d = edit(r, s, d)
         dsts[r] = d
@@ -46,7 +48,7 @@ def outcomes(edit):
         except reshard.ReshardError as e:
             errs[r] = e
 
-    reshard.run_threads(WORLD, rank_fn)
+    reshard.run_threads(world, rank_fn)
     return errs, dsts
 
 
@@ -154,12 +156,88 @@ def test_misuse(misuse):
     assert_untouched(dsts)
 
 
+def _bound_by(bad_rank, src_of, dst_of=None, **kw):
+    """outcomes() where rank ``bad_rank`` binds src_of(s) and dst_of(d) instead of its
+    good buffers."""
+    def edit(r, s, d):
+        if r == bad_rank:
+            return src_of(s), (dst_of(d) if dst_of else d)
+        return s, d
+
+    return outcomes(edit, **kw)
+
+
+def _assert_peers_told(errs, bad_rank):
+    for r, e in enumerate(errs):
+        assert e is not None, "rank %d did not fail" % r
+        if r != bad_rank:
+            assert e.status == Status.BUFFER, str(e)
+            assert "rank %d could not" % bad_rank in e.message, str(e)
+
+
 def test_not_a_tensor():
+    """A list where a tensor goes: View raises TypeError before any C call; the rank
+    still tells its peers (they fail at once, not at the timeout) and raises
+    ReshardError naming the parameter, chained to the TypeError."""
+    errs, dsts = _bound_by(1, lambda s: dict(s, **{"layer.weight": [1.0, 2.0]}))
+    e = errs[1]
+    assert e.status == Status.BUFFER and "'layer.weight'" in e.message, str(e)
+    assert "source rank 1" in e.message and "torch.Tensor or a numpy.ndarray" in e.message
+    assert isinstance(e.__cause__, TypeError)
+    _assert_peers_told(errs, 1)
+    assert_untouched(dsts)
+
+
+class _BrokenTensor:
+    device = torch.device("cpu")
+
+    def data_ptr(self):
+        raise RuntimeError("storage was freed")
+
+
+def test_data_ptr_raises():
+    errs, dsts = _bound_by(2, lambda s: s, lambda d: dict(d, **{"layer.norm": _BrokenTensor()}))
+    e = errs[2]
+    assert e.status == Status.BUFFER and "destination rank 2" in e.message, str(e)
+    assert "'layer.norm'" in e.message and "storage was freed" in e.message, str(e)
+    assert isinstance(e.__cause__, RuntimeError)
+    _assert_peers_told(errs, 2)
+    assert_untouched([{k: v for k, v in d.items() if not isinstance(v, _BrokenTensor)}
+                      for d in dsts])
+
+
+def test_binding_error_on_a_rank_without_buffers():
+    """World 4, rank 3 holds nothing; it passes a name no layout declares: it has no
+    buffer to withhold, yet every rank fails before a byte moves."""
+    tensors = reshard.Tensors()
+    tensors.add("layer.weight", (4, 6), np.float32)
+    src = reshard.Layout.from_placements(tensors, {"layer.weight": ([0], [reshard.Replicate()])})
+    dst = reshard.Layout.from_placements(tensors, {"layer.weight": ([1, 2], [Shard(0)])})
+    assert src.parameters(3) == [] and dst.parameters(3) == []
+    extra = np.full(4, 0x11111111, np.uint32).view(np.float32)
+    errs, dsts = _bound_by(3, lambda s: s, lambda d: {"lm_head.weight": extra},
+                           layouts_=(tensors, src, dst))
+    assert errs[3].status == Status.BUFFER, str(errs[3])
+    assert "'lm_head.weight' is not in the layout" in errs[3].message
+    _assert_peers_told(errs, 3)
+    assert_untouched(dsts)
+
+
+def test_plan_for_another_rank():
+    """Plans made with rank=(1, 0, 2, 3) on comms 0, 1, 2, 3: the comm/plan rank
+    mismatch is named (not a missing parameter) and no rank waits for the timeout."""
     _, src, dst = layouts()
-    plan = reshard.Plan(src, dst, rank=0, world=WORLD)
-    group = reshard.InprocGroup(WORLD)
-    with pytest.raises(TypeError, match="torch.Tensor or a numpy.ndarray"):
-        plan.execute(group.comm(0), src={"layer.weight": [1.0, 2.0]})
+    order = [1, 0, 2, 3]
+    plans = [reshard.Plan(src, dst, rank=order[r], world=WORLD, timeout_s=30)
+             for r in range(WORLD)]
+    errs, dsts = _bound_by(-1, None, plans=plans)
+    for r in (0, 1):
+        assert errs[r].status == Status.INVALID_ARG, str(errs[r])
+        assert "comm is rank %d of 4, the plan is for rank %d of 4" % (r, order[r]) \
+            in errs[r].message, str(errs[r])
+    for r in (2, 3):
+        assert errs[r].status == Status.BUFFER and "rank 0 could not" in errs[r].message
+    assert_untouched(dsts)
 
 
 def test_rank_out_of_range():
@@ -312,3 +390,55 @@ def test_plans_from_different_inputs_fail_every_rank():
     assert all(e is not None and e.status == Status.MISMATCH for e in errs), errs
     assert all("different inputs" in e.message for e in errs)
     assert_untouched(written)
+
+
+def test_error_pickles_and_copies():
+    """multiprocessing and Ray pickle exceptions: status, C name, message and context
+    survive a round trip, and so does the text."""
+    import copy
+    import pickle
+
+    err = reshard.errors.error(Status.BUFFER, "rank 2: parameter 'w' is missing", "execute")
+    for back in (pickle.loads(pickle.dumps(err)), copy.copy(err), copy.deepcopy(err)):
+        assert type(back) is reshard.ReshardError
+        assert back.status == Status.BUFFER and isinstance(back.status, Status)
+        assert back.c_name == "RESHARD_ERR_BUFFER" and back.context == "execute"
+        assert back.message == "rank 2: parameter 'w' is missing"
+        assert str(back) == str(err)
+
+
+def test_closed_comm():
+    """A closed comm is named as such, not rank -1 and "bad argument"."""
+    _, src, dst = layouts()
+    plan = reshard.Plan(src, dst, rank=0, world=WORLD)
+    group = reshard.InprocGroup(WORLD)
+    comm = group.comm(0)
+    comm.close()
+    for use in (lambda: comm.rank, lambda: plan.execute(comm),
+                lambda: reshard.plan_fail(comm, Status.SHAPE)):
+        with pytest.raises(reshard.ReshardError) as e:
+            use()
+        assert e.value.status == Status.INVALID_ARG and "comm is closed" in e.value.message
+    assert "closed" in repr(comm)
+    group.close()
+
+
+def test_plan_from_other_layouts_fails_every_rank_alike():
+    """Rank 2 planned from other layouts (another parameter name): its binding by
+    name fails first, so it tells its peers; every rank fails with the same status
+    (BUFFER), at once, rank 2 naming the parameter, and nothing moves."""
+    _, src, dst = layouts()
+    tensors_b = reshard.Tensors()
+    tensors_b.add("layer.weight", (4, 6), np.float32)
+    tensors_b.add("layer.bias", (6,), np.float32)
+    src_b = reshard.Layout.from_placements(tensors_b, {"layer.weight": ([0, 1], [Shard(0)]),
+                                                       "layer.bias": ([0, 1], [Shard(0)])})
+    dst_b = reshard.Layout.from_placements(tensors_b, {"layer.weight": ([2, 3], [Shard(1)]),
+                                                       "layer.bias": ([2, 3], [Shard(0)])})
+    plans = [reshard.Plan(src_b, dst_b, rank=r, world=WORLD, timeout_s=30) if r == 2 else
+             reshard.Plan(src, dst, rank=r, world=WORLD, timeout_s=30) for r in range(WORLD)]
+    errs, dsts = _bound_by(-1, None, plans=plans)
+    assert all(e is not None and e.status == Status.BUFFER for e in errs), errs
+    assert "'layer.norm' is not in the layout" in errs[2].message, str(errs[2])
+    _assert_peers_told(errs, 2)
+    assert_untouched(dsts)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "mesh_pair.h"
@@ -132,7 +133,7 @@ static void test_mesh_order_mismatch(void **state)
         if (jobs[r].st != RESHARD_ERR_MISMATCH)
             fail_msg("rank %d: %s: %s", r, reshard_status_string(jobs[r].st), jobs[r].msg);
         char want[128];
-        snprintf(want, sizeof want, "rank %d: rank 3 planned from different inputs than rank 0", r);
+        snprintf(want, sizeof want, "rank %d: ranks 0 and 3 planned from different inputs", r);
         if (!strstr(jobs[r].msg, want))
             fail_msg("rank %d: message '%s' lacks '%s'", r, jobs[r].msg, want);
     }
@@ -168,10 +169,11 @@ static void test_plan_fail_tells_peers(void **state)
         if (jobs[r].st != RESHARD_ERR_STAGING)
             fail_msg("rank %d: %s: %s", r, reshard_status_string(jobs[r].st), jobs[r].msg);
         char want[128];
-        snprintf(want, sizeof want,
-                 "rank %d: rank 2 could not create its plan (RESHARD_ERR_STAGING); nothing was "
-                 "sent",
-                 r);
+        snprintf(
+            want, sizeof want,
+            "rank %d: rank 2 could not create its plan or bind its buffers (RESHARD_ERR_STAGING); "
+            "nothing was sent",
+            r);
         assert_string_equal(jobs[r].msg, want);
     }
     assert_true(jobs[3].untouched);
@@ -448,6 +450,73 @@ static void test_exact_size_and_dtype(void **state)
     norms_free(&x);
 }
 
+/* ---- a comm that timed out is not reused --------------------------------------------- */
+
+/* Rank 0 stalls past the 0.3 s timeout in step 0 while ranks 1..3 execute;
+ * then every rank executes step 1 on the same comm. Step 1 must not succeed
+ * anywhere (it could pair a late rank's step-0 messages with step-1 ones):
+ * every rank that saw the timeout gets TRANSPORT at once, naming the earlier
+ * failure, and no destination byte of step 1 is written. */
+typedef struct {
+    reshard_status_t st[2];
+    char msg[2][512];
+    int untouched[2];
+} reuse_t;
+static reuse_t reuse[4];
+
+static void reuse_rank(job_t *j, reshard_comm_t *c)
+{
+    rs_mesh_pair_t p;
+    rs_mesh_pair_make(&p, 0);
+    reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT,
+                                 .world_size = 4,
+                                 .my_rank = j->rank,
+                                 .timeout_s = 0.3};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(p.src, p.dst, &prm, &plan), RESHARD_OK);
+    uint8_t *buf = malloc(SHARD_BYTES);
+    reshard_buffer_t b = {.ptr = buf, .bytes = SHARD_BYTES};
+    int src = j->rank < 2;
+    for (int step = 0; step < 2; step++) {
+        if (src)
+            assert_int_equal(reshard_fill_pattern(p.src, j->rank, &b, 1), RESHARD_OK);
+        else
+            memset(buf, RESHARD_SENTINEL_BYTE, SHARD_BYTES);
+        if (step == 0 && j->rank == 0) {
+            struct timespec ts = {.tv_sec = 1, .tv_nsec = 0};
+            nanosleep(&ts, NULL);
+        }
+        reuse_t *u = &reuse[j->rank];
+        u->st[step] =
+            reshard_plan_execute(plan, c, src ? &b : NULL, src, src ? NULL : &b, !src, NULL);
+        snprintf(u->msg[step], sizeof u->msg[step], "%s", reshard_last_error());
+        u->untouched[step] = src || all_sentinel(buf, SHARD_BYTES);
+    }
+    reshard_plan_destroy(plan);
+    free(buf);
+    rs_mesh_pair_free(&p);
+}
+
+static void test_timed_out_comm_not_reused(void **state)
+{
+    (void)state;
+    job_t jobs[4];
+    memset(reuse, 0, sizeof reuse);
+    run_ranks(jobs, 4, reuse_rank, NULL);
+    for (int r = 0; r < 4; r++) {
+        /* the stalled rank finds its peers gone: TRANSPORT; the others TIMEOUT */
+        if (reuse[r].st[0] != (r == 0 ? RESHARD_ERR_TRANSPORT : RESHARD_ERR_TIMEOUT))
+            fail_msg("rank %d step 0: %s: %s", r, reshard_status_string(reuse[r].st[0]),
+                     reuse[r].msg[0]);
+        assert_true(reuse[r].msg[0][0] != '\0');
+        if (reuse[r].st[1] != RESHARD_ERR_TRANSPORT)
+            fail_msg("rank %d step 1: %s: %s", r, reshard_status_string(reuse[r].st[1]),
+                     reuse[r].msg[1]);
+        assert_non_null(strstr(reuse[r].msg[1], "ended an earlier execution with a timeout"));
+        assert_true(reuse[r].untouched[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -459,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_model_plans_outlive_layouts),
         cmocka_unit_test(test_swapped_norms),
         cmocka_unit_test(test_exact_size_and_dtype),
+        cmocka_unit_test(test_timed_out_comm_not_reused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,6 +33,13 @@ struct reshard_inproc_group {
     int32_t arrived;
     uint64_t generation;
     reshard_status_t worst, result;
+    unsigned char *in_finish; /* n: arrived at the current finish barrier */
+    bool abandoned;           /* a rank timed out at a finish barrier: the
+                                 group's outcome is unknown from then on */
+    /* lost-rank agreement board: (n + 2) rounds x n senders, one message each
+     * (every round's message of a sender is the same for all its peers) */
+    void **board;
+    int32_t board_rounds;
     int64_t wmin[RS_AGREE_WORDS], wresult[RS_AGREE_WORDS];
 };
 
@@ -46,6 +53,7 @@ typedef struct {
     reshard_inproc_group_t *g;
     rs_pending_t *pend[2];
     int32_t npend[2], cap[2];
+    unsigned char *lost; /* n: peers found unresponsive at a timeout */
 } rs_inproc_t;
 
 reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_group_t **out)
@@ -54,9 +62,15 @@ reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_grou
     if (!out || nranks < 1)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_inproc_group_create: bad argument");
     reshard_inproc_group_t *g = calloc(1, sizeof *g);
-    if (g)
+    if (g) {
         g->q = calloc((size_t)nranks * (size_t)nranks, sizeof *g->q);
-    if (!g || !g->q) {
+        g->in_finish = calloc((size_t)nranks, 1);
+    }
+    if (!g || !g->q || !g->in_finish) {
+        if (g) {
+            free(g->q);
+            free(g->in_finish);
+        }
         free(g);
         return rs_error(RESHARD_ERR_NOMEM, "reshard_inproc_group_create: out of memory");
     }
@@ -80,6 +94,10 @@ void reshard_inproc_group_destroy(reshard_inproc_group_t *g)
         }
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
+    for (int64_t i = 0; g->board && i < (int64_t)g->board_rounds * g->n; i++)
+        free(g->board[i]);
+    free(g->board);
+    free(g->in_finish);
     free(g->q);
     free(g);
 }
@@ -179,10 +197,11 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
         rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
         while (!f->head && st == RESHARD_OK) {
             int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
-            if (rc == ETIMEDOUT && !f->head)
+            if (rc == ETIMEDOUT && !f->head) {
+                ip->lost[p->peer] = 1;
                 st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
                               c->rank, p->peer, rs_timeout_s(timeout_s));
-            else if (rc != 0 && rc != ETIMEDOUT)
+            } else if (rc != 0 && rc != ETIMEDOUT)
                 st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for rank %d failed (%d)",
                               c->rank, p->peer, rc);
         }
@@ -219,6 +238,14 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
         if (words[i] < g->wmin[i])
             g->wmin[i] = words[i];
     reshard_status_t st = RESHARD_OK;
+    if (g->abandoned) {
+        pthread_mutex_unlock(&g->mu);
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: a peer gave up waiting for this group earlier (timeout); "
+                        "destroy the comm and rejoin",
+                        c->rank);
+    }
+    g->in_finish[c->rank] = 1;
     if (++g->arrived == g->n) {
         g->result = g->worst;
         g->worst = RESHARD_OK;
@@ -227,19 +254,32 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
             g->wmin[i] = INT64_MAX;
         }
         g->arrived = 0;
+        memset(g->in_finish, 0, (size_t)g->n);
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        while (g->generation == gen && st == RESHARD_OK) {
+        while (g->generation == gen && st == RESHARD_OK && !g->abandoned) {
             int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
-            if (rc == ETIMEDOUT && g->generation == gen)
+            if (rc == ETIMEDOUT && g->generation == gen) {
+                g->abandoned = true;
+                pthread_cond_broadcast(&g->cv);
                 st = rs_error(RESHARD_ERR_TIMEOUT,
                               "rank %d: not every rank finished the refit within %g s", c->rank,
                               rs_timeout_s(timeout_s));
-            else if (rc != 0 && rc != ETIMEDOUT)
+            } else if (rc != 0 && rc != ETIMEDOUT)
                 st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: waiting for the others failed (%d)",
                               c->rank, rc);
         }
+    }
+    if (g->generation == gen && g->abandoned) { /* given up, by us or a peer */
+        for (int32_t r = 0; r < g->n; r++)
+            if (!g->in_finish[r])
+                ip->lost[r] = 1;
+        if (st == RESHARD_OK)
+            st = rs_error(RESHARD_ERR_TIMEOUT,
+                          "rank %d: a peer gave up waiting for a rank that did not finish the "
+                          "refit within %g s",
+                          c->rank, rs_timeout_s(timeout_s));
     }
     if (st == RESHARD_OK) {
         st = g->result;
@@ -250,9 +290,64 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
     return st;
 }
 
+static void ip_unresponsive(const reshard_comm_t *c, unsigned char *flags)
+{
+    const rs_inproc_t *ip = c->impl;
+    pthread_mutex_lock(&ip->g->mu);
+    for (int32_t r = 0; r < c->size; r++)
+        flags[r] |= ip->lost[r];
+    pthread_mutex_unlock(&ip->g->mu);
+}
+
+/* The agreement board: a sender posts one message per round; receivers read
+ * the slots of the peers they wait for. */
+static reshard_status_t ip_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
+                                          int32_t n, const void *msg, uint64_t bytes, void *recv,
+                                          unsigned char *got, double deadline)
+{
+    rs_inproc_t *ip = c->impl;
+    reshard_inproc_group_t *g = ip->g;
+    struct timespec mono;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    double left = deadline - ((double)mono.tv_sec + 1e-9 * (double)mono.tv_nsec);
+    struct timespec dl = deadline_after(left > 1e-9 ? left : 1e-9);
+    reshard_status_t st = RESHARD_OK;
+    void *mine = malloc(bytes ? bytes : 1);
+    if (!mine)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory in the agreement", c->rank);
+    memcpy(mine, msg, bytes);
+    pthread_mutex_lock(&g->mu);
+    if (!g->board) {
+        g->board_rounds = g->n + 2;
+        g->board = calloc((size_t)g->board_rounds * (size_t)g->n, sizeof *g->board);
+    }
+    if (!g->board || round < 0 || round >= g->board_rounds) {
+        free(mine);
+        st = rs_error(g->board ? RESHARD_ERR_INVALID_ARG : RESHARD_ERR_NOMEM,
+                      "rank %d: agreement round %d outside the board", c->rank, round);
+    } else {
+        void **slot = &g->board[(int64_t)round * g->n + c->rank];
+        free(*slot);
+        *slot = mine;
+        pthread_cond_broadcast(&g->cv);
+    }
+    for (int32_t i = 0; i < n && st == RESHARD_OK; i++) {
+        void **slot = &g->board[(int64_t)round * g->n + peers[i]];
+        int rc = 0;
+        while (!*slot && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+        got[i] = *slot != NULL;
+        if (got[i])
+            memcpy((char *)recv + (size_t)i * bytes, *slot, bytes);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
 static void ip_destroy(reshard_comm_t *c)
 {
     rs_inproc_t *ip = c->impl;
+    free(ip->lost);
     free(ip->pend[0]);
     free(ip->pend[1]);
     free(ip);
@@ -269,6 +364,8 @@ static const rs_transport_ops_t rs_inproc_ops = {
     .round_end = ip_end,
     .round_wait = ip_wait,
     .finish = ip_finish,
+    .unresponsive = ip_unresponsive,
+    .agree_exchange = ip_agree_exchange,
     .destroy = ip_destroy,
 };
 
@@ -283,8 +380,12 @@ reshard_status_t reshard_comm_create_inproc(reshard_inproc_group_t *group, int32
                         rank, group->n);
     reshard_comm_t *c = calloc(1, sizeof *c);
     rs_inproc_t *ip = calloc(1, sizeof *ip);
-    if (!c || !ip) {
+    if (ip)
+        ip->lost = calloc((size_t)group->n, 1);
+    if (!c || !ip || !ip->lost) {
         free(c);
+        if (ip)
+            free(ip->lost);
         free(ip);
         return rs_error(RESHARD_ERR_NOMEM, "reshard_comm_create_inproc: out of memory");
     }

@@ -16,7 +16,9 @@ enum {
     RS_MPI_TAG_SLOT0 = 100,  /**< round data of slot 0; slot 1 uses TAG_SLOT0 + 1 */
     RS_MPI_TAG_ABORT = 110,  /**< "rank r failed with status s": {status, rank} */
     RS_MPI_TAG_GATHER = 120, /**< baseline gather messages */
-    RS_MPI_TAG_CHAIN = 121   /**< baseline broadcast segments along the chain */
+    RS_MPI_TAG_CHAIN = 121,  /**< baseline broadcast segments along the chain */
+    RS_MPI_TAG_SHRINK = 130, /**< MPI_Comm_create_group of a shrink */
+    RS_MPI_TAG_AGREE = 140   /**< lost-rank agreement, round r uses TAG_AGREE + r */
 };
 
 /** A growable list of outstanding requests. */
@@ -54,6 +56,9 @@ typedef struct {
      *  agreement that fails with nothing in flight anywhere (a rejected
      *  buffer before any byte moved) leaves the comm usable. */
     bool broken;
+    /** Peers whose requests were outstanding when a wait timed out
+     *  (size entries; reshard_comm_unresponsive). */
+    unsigned char *lost;
 } rs_mpi_t;
 
 /** Largest single message; larger transfers are split into several messages
@@ -104,6 +109,17 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
 
 /** The error returned by operations on a broken comm. */
 reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);
+
+/** Elastic refit (mpi_elastic.c): the unresponsive peers and the agreement
+ *  exchange of the transport interface. */
+void rs_mpi_unresponsive(const reshard_comm_t *c, unsigned char *flags);
+reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
+                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
+                                       unsigned char *got, double deadline);
+
+/** Keep @p p (heap) reachable until the process ends, never freed: MPI may still read or
+ *  write it (a buffer of a request left in flight by a failed execution). */
+void rs_mpi_keep(void *p);
 
 /** Seconds on a monotonic clock. */
 double rs_mpi_now(void);

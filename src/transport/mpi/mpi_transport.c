@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,29 @@
 #include "util/timeout.h"
 
 uint64_t rs_mpi_max_message_bytes = (uint64_t)1 << 30;
+
+/* Memory that MPI may still read or write (buffers of requests left in flight by a failed
+ * execution): kept reachable from here until the process ends, never freed. */
+typedef struct rs_kept {
+    struct rs_kept *next;
+    void *p;
+} rs_kept_t;
+static rs_kept_t *rs_mpi_kept;
+static pthread_mutex_t rs_mpi_kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void rs_mpi_keep(void *p)
+{
+    rs_kept_t *k = malloc(sizeof *k);
+    if (!p || !k) {
+        free(k);
+        return; /* without memory for the note, the block simply leaks */
+    }
+    k->p = p;
+    pthread_mutex_lock(&rs_mpi_kept_mu);
+    k->next = rs_mpi_kept;
+    rs_mpi_kept = k;
+    pthread_mutex_unlock(&rs_mpi_kept_mu);
+}
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -217,6 +241,9 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
         if (now > deadline) {
             char peers[256];
             describe_peers(l, peers, sizeof peers);
+            for (int i = 0; m->lost && i < l->n; i++)
+                if (l->peer[i] >= 0 && l->peer[i] < m->size)
+                    m->lost[l->peer[i]] = 1;
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: %s: no transfer completed for %.1f s; %d outstanding, "
                             "waiting for rank(s) %s (dead or stalled peer?)",
@@ -278,7 +305,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     }
     /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
      * On the heap: when the wait gives up, MPI may still write them, so they are then
-     * left allocated with the broken comm's request. */
+     * kept (rs_mpi_keep) with the broken comm's request. */
     enum { N = 2 + RS_AGREE_WORDS };
     int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
     if (!in)
@@ -300,7 +327,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
     rs_mpi_reqs_free(&l);
     if (st != RESHARD_OK) {
-        m->broken = true; /* `in` stays allocated: MPI may still touch it */
+        m->broken = true;
+        rs_mpi_keep(in); /* MPI may still touch it */
         if (st == RESHARD_ERR_TIMEOUT)
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: not every rank reached the end of the execution within "
@@ -389,6 +417,7 @@ static void mpi_free_staging(reshard_comm_t *c, void *p)
     if (m->slot[0].n > 0 || m->slot[1].n > 0) {
         if (p == m->staging)
             m->staging = NULL;
+        rs_mpi_keep(p);
         return;
     }
     if (p == m->staging)
@@ -495,7 +524,12 @@ static void mpi_destroy(reshard_comm_t *c)
     rs_mpi_reqs_free(&m->slot[0]);
     rs_mpi_reqs_free(&m->slot[1]);
     rs_mpi_reqs_free(&m->abort_sends);
-    free(m);
+    free(m->lost);
+    m->lost = NULL;
+    if (m->broken)
+        rs_mpi_keep(m); /* the abort channel's receive may still land in abort_msg */
+    else
+        free(m);
     c->impl = NULL;
 }
 
@@ -513,6 +547,8 @@ static const rs_transport_ops_t rs_mpi_ops = {
     .unpack = NULL,
     .local_copy = NULL,
     .finish = mpi_finish,
+    .unresponsive = rs_mpi_unresponsive,
+    .agree_exchange = rs_mpi_agree_exchange,
     .destroy = mpi_destroy,
 };
 
@@ -558,9 +594,17 @@ reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out)
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
+    m->lost = calloc((size_t)m->size, 1);
+    if (!m->lost) {
+        MPI_Comm_free(&m->comm);
+        free(m);
+        free(c);
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_comm_create_mpi: out of memory");
+    }
     reshard_status_t st = post_abort_recv(m);
     if (st != RESHARD_OK) {
         MPI_Comm_free(&m->comm);
+        free(m->lost);
         free(m);
         free(c);
         return st;

@@ -31,6 +31,15 @@ reshard_status_t rs_nccl_local_copy_on(cudaStream_t stream, void *dst,
                                        const reshard_fragment_t *src_frag, const reshard_box_t *box,
                                        uint32_t elem_size);
 
+/** Elastic refit (nccl_elastic.c): wrap a communicator into an endpoint (as
+ *  reshard_comm_create_nccl does; @p own_comm: the endpoint destroys it); the live or
+ *  revoked communicator of an endpoint, its device and the caller's stream (NULL when the
+ *  endpoint made its own), or NULL for a non-NCCL comm; RESHARD_NCCL_TIMEOUT_S. */
+reshard_status_t rs_nccl_make_endpoint(struct ncclComm *nccl, bool own_comm, int device, int rank,
+                                       int size, cudaStream_t stream, reshard_comm_t **out);
+struct ncclComm *rs_nccl_parent(reshard_comm_t *c, int *device, cudaStream_t *stream);
+double rs_nccl_env_timeout(void);
+
 /** The operations table of the NCCL transport. */
 extern const rs_transport_ops_t rs_nccl_ops;
 

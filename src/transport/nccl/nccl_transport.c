@@ -48,6 +48,10 @@ typedef struct {
 
 typedef struct {
     ncclComm_t nccl; /**< NULL once aborted or destroyed */
+    /** A communicator revoked by a failure (NCCL >= 2.28: ncclCommRevoke instead of
+     *  ncclCommAbort), kept so that the survivors can shrink it
+     *  (reshard_comm_shrink_nccl); aborted by reshard_comm_destroy. */
+    ncclComm_t revoked;
     cudaStream_t stream;
     int device;
     bool own_comm, own_stream;
@@ -109,7 +113,15 @@ static void abort_comm(rs_nccl_t *t)
         (void)ncclGroupEnd();
     }
     if (t->nccl != NULL) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+        const ncclResult_t r = ncclCommRevoke(t->nccl, NCCL_REVOKE_DEFAULT);
+        if (r == ncclSuccess || r == ncclInProgress)
+            t->revoked = t->nccl;
+        else
+            (void)ncclCommAbort(t->nccl);
+#else
         (void)ncclCommAbort(t->nccl);
+#endif
         t->nccl = NULL;
     }
     t->pending[0] = t->pending[1] = false;
@@ -543,6 +555,10 @@ static void nccl_destroy(reshard_comm_t *c)
             }
         }
     }
+    if (t->revoked != NULL) {
+        (void)ncclCommAbort(t->revoked);
+        t->revoked = NULL;
+    }
     for (int i = 0; i < RS_NCCL_BLOCKS; i++)
         if (t->blocks[i].p != NULL)
             cudaFree(t->blocks[i].p); /* synchronises the device */
@@ -679,6 +695,27 @@ static reshard_status_t make_endpoint(ncclComm_t nccl, bool own_comm, int device
     t->own_comm = own_comm;
     *out = c;
     return RESHARD_OK;
+}
+
+reshard_status_t rs_nccl_make_endpoint(struct ncclComm *nccl, bool own_comm, int device, int rank,
+                                       int size, cudaStream_t stream, reshard_comm_t **out)
+{
+    return make_endpoint(nccl, own_comm, device, rank, size, stream, out);
+}
+
+struct ncclComm *rs_nccl_parent(reshard_comm_t *c, int *device, cudaStream_t *stream)
+{
+    if (c == NULL || c->ops != &rs_nccl_ops || c->impl == NULL)
+        return NULL;
+    rs_nccl_t *t = impl_of(c);
+    *device = t->device;
+    *stream = t->own_stream ? NULL : t->stream;
+    return t->nccl != NULL ? t->nccl : t->revoked;
+}
+
+double rs_nccl_env_timeout(void)
+{
+    return env_timeout();
 }
 
 reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, int32_t nranks,

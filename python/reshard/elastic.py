@@ -1,0 +1,135 @@
+"""Elastic refit (reshard_elastic.h): a lost rank does not stop the others.
+
+After ``plan.execute`` raised ReshardError with Status.TIMEOUT (a peer stopped or
+died), every survivor::
+
+    gone = reshard.elastic.agree_gone(comm, timeout_s / 2)      # the same list everywhere
+    comm2 = reshard.elastic.shrink(comm, gone)                 # MPI_Comm_create_group / ncclCommShrink
+    src2, dst2 = reshard.elastic.membership_layouts(src, dst, gone)
+    plan2 = reshard.Plan(src2, dst2, rank=rank, world=world)   # same world, same ranks
+    plan2.execute(comm2, src=..., dst=...)
+
+Plans keep the original layout ranks (and their NVLink domains); a shrunken comm is a
+view mapping them to the survivors' communicator. A restarted rank rejoins through
+any new communicator wrapped by ``view`` and a plan that includes it. The C library
+does all of it; this module only calls it.
+"""
+
+import ctypes
+
+from . import _lib
+from .comm import Comm, _open_mpi_comms
+from .errors import Status, error
+from .layout import Layout
+
+_P, _vp, _i32 = ctypes.POINTER, _lib.c_vp, _lib.c_i32
+_SIGNATURES = {
+    "reshard_membership_layouts": [_vp, _vp, _P(_i32), _i32, _P(_vp), _P(_vp)],
+    "reshard_comm_unresponsive": [_vp, _P(_i32), _i32, _P(_i32)],
+    "reshard_comm_agree_gone": [_vp, ctypes.c_double, _P(_i32), _i32, _P(_i32)],
+    "reshard_comm_create_view": [_vp, _i32, _P(_i32), _P(_vp)],
+    "reshard_comm_shrink_inproc": [_vp, _P(_i32), _i32, _vp, _P(_vp)],
+    "reshard_comm_shrink_mpi": [_vp, _P(_i32), _i32, _P(_vp)],
+    "reshard_comm_shrink_nccl": [_vp, _P(_i32), _i32, _P(_vp)],
+}
+for _name, _args in _SIGNATURES.items():
+    _fn = getattr(_lib.lib, _name, None)
+    if _fn is not None:
+        _fn.restype, _fn.argtypes = ctypes.c_int, _args
+
+
+def _ranks(ranks):
+    ranks = [int(r) for r in ranks]
+    return (_i32 * max(len(ranks), 1))(*ranks), len(ranks)
+
+
+def _need(name):
+    if not _lib.has(name):
+        raise error(Status.UNSUPPORTED, "this libreshard has no %s" % name)
+    return getattr(_lib.lib, name)
+
+
+def membership_layouts(src, dst, gone):
+    """Copies of ``src`` and ``dst`` without the fragments and declared buffers of the
+    ``gone`` ranks (reshard_membership_layouts). Raises ReshardError UNCOVERED naming
+    the tensor, the box and the lost ranks when a surviving destination element lost
+    every replica."""
+    if not isinstance(src, Layout) or not isinstance(dst, Layout):
+        raise TypeError("reshard: membership_layouts(src, dst, gone) needs two reshard.Layout")
+    arr, n = _ranks(gone)
+    s, d = _vp(), _vp()
+    _lib.check(_need("reshard_membership_layouts")(src._h, dst._h, arr, n, ctypes.byref(s),
+                                                   ctypes.byref(d)))
+    out = []
+    for lay, h in ((src, s), (dst, d)):
+        l2 = Layout(lay.tensors, _handle=h.value)
+        l2._owned = True  # made by the C call: this object frees it
+        out.append(l2)
+    return tuple(out)
+
+
+def unresponsive(comm):
+    """The peers this rank found unresponsive in its last failed execution (sorted);
+    a hint for logs: agree_gone decides by liveness."""
+    fn = _need("reshard_comm_unresponsive")
+    n = _i32()
+    _lib.check(fn(comm._h, None, 0, ctypes.byref(n)))
+    arr = (_i32 * max(n.value, 1))()
+    _lib.check(fn(comm._h, arr, n.value, ctypes.byref(n)))
+    return list(arr[:n.value])
+
+
+def agree_gone(comm, timeout_s):
+    """Agree with the other survivors on the lost ranks (reshard_comm_agree_gone): every
+    survivor gets the same sorted list or a ReshardError. Pass at least half the plan's
+    timeout_s (survivors must enter within 2 * timeout_s of each other)."""
+    fn = _need("reshard_comm_agree_gone")
+    arr = (_i32 * max(comm.size, 1))()
+    n = _i32()
+    _lib.check(fn(comm._h, float(timeout_s), arr, comm.size, ctypes.byref(n)))
+    return list(arr[:n.value])
+
+
+def _wrap(handle, like):
+    c = Comm(handle, like.kind, like.device, keep=like._keep)
+    if like.kind == "mpi":
+        _open_mpi_comms.add(c)
+    return c
+
+
+def shrink(comm, gone, survivors=None):
+    """The comm of the membership without ``gone`` (plan ranks), made by the survivors
+    only: MPI_Comm_create_group for an MPI comm, ncclCommShrink for an NCCL one, and for
+    an in-process one a new InprocGroup ``survivors`` of the survivors' count. Returns a
+    view whose rank and size are the plan rank and world; ``comm`` stays the caller's
+    to close."""
+    arr, n = _ranks(gone)
+    h = _vp()
+    if comm.kind == "inproc":
+        if survivors is None:
+            raise TypeError("reshard: shrink of an in-process comm needs survivors=InprocGroup")
+        _lib.check(_need("reshard_comm_shrink_inproc")(comm._h, arr, n, survivors._h,
+                                                       ctypes.byref(h)))
+        c = Comm(h.value, "inproc", "cpu", keep=survivors)
+        survivors._comms.append(c)
+        return c
+    fn = {"mpi": "reshard_comm_shrink_mpi", "nccl": "reshard_comm_shrink_nccl"}[comm.kind]
+    _lib.check(_need(fn)(comm._h, arr, n, ctypes.byref(h)))
+    return _wrap(h.value, comm)
+
+
+def view(inner, world, rank_map):
+    """Rejoin: ``inner`` (a Comm over any new communicator, e.g. a new InprocGroup, an
+    mpi4py intercommunicator merged with Intercomm_merge, a fresh NCCL id through a
+    store) seen as a comm of ``world`` plan ranks; ``rank_map[p]`` is the inner rank of
+    plan rank p, or -1. ``inner`` is taken over (closing the view closes it)."""
+    arr, n = _ranks(rank_map)
+    if n != int(world):
+        raise ValueError("reshard: rank_map needs %d entries, got %d" % (world, n))
+    h = _vp()
+    fn = _need("reshard_comm_create_view")
+    status = fn(inner._h, int(world), arr, ctypes.byref(h))
+    inner_h, inner._h = inner._h, None  # the C call owns it now, also on error
+    del inner_h
+    _lib.check(status)
+    return _wrap(h.value, inner)

@@ -1,0 +1,200 @@
+/*
+ * Elastic refit through the NCCL transport's code with the fake CUDA runtime and NCCL
+ * (fake_cuda_nccl.c; ranks are threads): refit 1 on every rank; in refit 2 inference rank
+ * 3 stops answering; the others fail with TIMEOUT (their communicator is revoked, not
+ * freed), agree on the lost rank over an in-process side channel, shrink the revoked
+ * communicator (ncclCommShrink, NCCL_SHRINK_ABORT), replan for the membership and refit
+ * verified: rank 2 gets every byte it owns, nothing goes to rank 3.
+ *
+ * Train tp=2 (ranks 0-1) -> infer tp=1, dp=2 (ranks 2-3) of a small Qwen3 config.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "device_bufs.h"
+#include "reshard/reshard_elastic.h"
+#include "reshard/reshard_model.h"
+#include "reshard/reshard_nccl.h"
+
+#define NRANKS 4
+#define VICTIM 3
+
+static const char *tiny_dense =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\","
+    " \"hidden_size\": 256, \"intermediate_size\": 512, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
+    " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
+
+typedef struct {
+    int rank;
+    const char *id;
+    reshard_inproc_group_t *side; /* CPU side channel for the agreement */
+    pthread_barrier_t *done;
+    int ok;
+    double t_detect, t_agree, t_shrink;
+    char msg[512];
+} job_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(j->msg, sizeof j->msg, __VA_ARGS__);                                              \
+        goto out;                                                                                  \
+    } while (0)
+
+/* Plan src -> dst for this rank, execute on @p comm (the endpoint @p ep allocates and
+ * checks device buffers), and on an inference rank verify every byte. */
+static reshard_status_t refit(reshard_comm_t *ep, reshard_comm_t *comm, const reshard_layout_t *src,
+                              const reshard_layout_t *dst, const bufs_t *sb, const bufs_t *db,
+                              int rank, uint64_t *verified)
+{
+    reshard_plan_params_t p = {.field_mask =
+                                   RESHARD_PLAN_PARAM_STAGING_BYTES | RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = NRANKS,
+                               .my_rank = rank,
+                               .staging_bytes = 64 << 10,
+                               .timeout_s = 1.0};
+    reshard_plan_t *plan = NULL;
+    reshard_status_t st = reshard_plan_create(src, dst, &p, &plan);
+    for (int32_t i = 0; st == RESHARD_OK && i < db->n; i++)
+        st = reshard_nccl_memset(ep, db->b[i].ptr, RESHARD_SENTINEL_BYTE, db->b[i].bytes);
+    if (st == RESHARD_OK)
+        st = reshard_plan_execute(plan, comm, sb->b, sb->n, db->b, db->n, NULL);
+    *verified = 0;
+    if (st == RESHARD_OK && db->n > 0)
+        st = reshard_nccl_verify_pattern(ep, dst, rank, db->b, db->n, verified);
+    reshard_plan_destroy(plan);
+    return st;
+}
+
+static void *rank_main(void *arg)
+{
+    job_t *j = arg;
+    reshard_comm_t *c = NULL, *side = NULL, *next = NULL;
+    reshard_model_t *m = NULL;
+    reshard_model_refit_t r;
+    reshard_layout_t *s = NULL, *d = NULL;
+    bufs_t sb = {0, NULL}, db = {0, NULL};
+    memset(&r, 0, sizeof r);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    uint64_t v = 0;
+    int waited = 0;
+    reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, NRANKS, 0, NULL, &c);
+    if (st == RESHARD_OK)
+        st = reshard_comm_create_inproc(j->side, j->rank, &side);
+    if (st == RESHARD_OK)
+        st = reshard_model_load_json(tiny_dense, NULL, &m);
+    if (st == RESHARD_OK)
+        st = reshard_train_spec_parse("tp=2", &ts);
+    if (st == RESHARD_OK)
+        st = reshard_infer_spec_parse("tp=1,dp=2", &is);
+    if (st == RESHARD_OK)
+        st = reshard_model_refit_create(m, &ts, &is, &r);
+    const int trainer = j->rank < 2;
+    if (st == RESHARD_OK)
+        st = trainer ? alloc_bufs(c, r.train_buffers, j->rank, &sb)
+                     : alloc_bufs(c, r.infer_buffers, j->rank, &db);
+    if (st == RESHARD_OK && trainer)
+        st = reshard_nccl_fill_pattern(c, r.train, j->rank, sb.b, sb.n);
+    if (st != RESHARD_OK)
+        FAIL("setup: %s", reshard_last_error());
+    const uint64_t want = trainer ? 0 : layout_rank_bytes(r.infer, r.tensors, j->rank);
+    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+    if (st != RESHARD_OK || v != want)
+        FAIL("refit 1: %s, verified %" PRIu64 " of %" PRIu64 ": %s", reshard_status_string(st), v,
+             want, reshard_last_error());
+    if (j->rank == VICTIM) { /* stops answering until the survivors are done */
+        pthread_barrier_wait(j->done);
+        waited = 1;
+        j->ok = 1;
+        goto out;
+    }
+    double t0 = now_s();
+    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+    double t1 = now_s();
+    if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
+        FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
+    int32_t gone[NRANKS], n_gone = 0;
+    st = reshard_comm_agree_gone(side, 0.5, gone, NRANKS, &n_gone);
+    double t2 = now_s();
+    if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
+        FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
+             reshard_last_error());
+    st = reshard_comm_shrink_nccl(c, gone, n_gone, &next);
+    double t3 = now_s();
+    if (st != RESHARD_OK)
+        FAIL("shrink: %s", reshard_last_error());
+    if (reshard_comm_rank(next) != j->rank || reshard_comm_size(next) != NRANKS)
+        FAIL("shrunk comm: rank %d size %d, want plan rank %d of %d", reshard_comm_rank(next),
+             reshard_comm_size(next), j->rank, NRANKS);
+    st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
+    if (st == RESHARD_OK)
+        st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+    if (st != RESHARD_OK || v != want)
+        FAIL("refit after shrink: %s, verified %" PRIu64 " of %" PRIu64 ": %s",
+             reshard_status_string(st), v, want, reshard_last_error());
+    j->t_detect = t1 - t0;
+    j->t_agree = t2 - t1;
+    j->t_shrink = t3 - t2;
+    j->ok = 1;
+out:
+    if (!waited)
+        pthread_barrier_wait(j->done);
+    reshard_layout_destroy(s);
+    reshard_layout_destroy(d);
+    reshard_comm_destroy(next);
+    free_bufs(c, &sb);
+    free_bufs(c, &db);
+    reshard_model_refit_destroy(&r);
+    reshard_model_destroy(m);
+    reshard_comm_destroy(side);
+    reshard_comm_destroy(c);
+    return NULL;
+}
+
+int main(void)
+{
+    char id[128];
+    if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
+        printf("FAIL: unique id: %s\n", reshard_last_error());
+        return 1;
+    }
+    reshard_inproc_group_t *side = NULL;
+    reshard_inproc_group_create(NRANKS, &side);
+    pthread_barrier_t done;
+    pthread_barrier_init(&done, NULL, NRANKS);
+    job_t jobs[NRANKS];
+    pthread_t th[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        jobs[r] = (job_t){.rank = r, .id = id, .side = side, .done = &done};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    int bad = 0;
+    double detect = 0, agree = 0, shrink = 0;
+    for (int r = 0; r < NRANKS; r++) {
+        pthread_join(th[r], NULL);
+        if (!jobs[r].ok) {
+            printf("FAIL rank %d: %s\n", r, jobs[r].msg);
+            bad = 1;
+        }
+        detect = jobs[r].t_detect > detect ? jobs[r].t_detect : detect;
+        agree = jobs[r].t_agree > agree ? jobs[r].t_agree : agree;
+        shrink = jobs[r].t_shrink > shrink ? jobs[r].t_shrink : shrink;
+    }
+    pthread_barrier_destroy(&done);
+    reshard_inproc_group_destroy(side);
+    printf("%s: NCCL shrink after a lost rank: detect %.3f s, agree %.3f s, shrink %.4f s\n",
+           bad ? "FAILED" : "passed", detect, agree, shrink);
+    return bad;
+}
