@@ -57,7 +57,7 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--lose-rank", CLI_INT, &a->lose_rank, 0, 0},
                               {"--lose-at", CLI_INT, &a->lose_at, 1, 0},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, 0, 1 << 20},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
                               {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
     char err[512] = "";
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
