@@ -9,15 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
 secs=${2:-45}
-for p in clang-14 libclang-rt-14-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing="${missing:-} $p"
-done
-if [ -n "${missing:-}" ]; then
-  sudo_cmd=""
-  [ "$(id -u)" = 0 ] || sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq $missing >/dev/null
-fi
+tools/apt-install.sh clang-14 libclang-rt-14-dev
 CC=clang-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHARD_FUZZ=ON \
   -DRESHARD_SANITIZE=ON -DRESHARD_WITH_MPI=OFF -DRESHARD_WITH_NCCL=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target fuzz_config fuzz_spec fuzz_refit test_hostile_inputs
