@@ -10,6 +10,7 @@
 
 #include "exec/elastic.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 /* ---- the view ------------------------------------------------------------ */
 
@@ -277,13 +278,6 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
     return RESHARD_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One agreement round: returns whether this rank's set is final. */
 static reshard_status_t agree_round(reshard_comm_t *c, int round, unsigned char *set,
                                     double deadline, int32_t *peers, unsigned char *recv,
@@ -345,7 +339,7 @@ reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s,
      * decided by the exchange itself (see the header) */
     for (int32_t p = 0; st == RESHARD_OK && rs_comm_is_view(comm) && p < n; p++)
         set[p] = vw(comm)->to_inner[p] < 0;
-    double t0 = now_s();
+    double t0 = rs_now_s();
     bool stable = false;
     for (int round = 0; st == RESHARD_OK && !stable && round <= n; round++)
         st = agree_round(comm, round, set, t0 + 2.0 * (round + 1) * timeout_s, peers, recv, got,

@@ -4,13 +4,7 @@
 
 #include "reshard/reshard_sim.h"
 #include "util/error.h"
-
-static double wall_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "util/timeout.h"
 
 reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
                                    const reshard_infer_spec_t *infer, const reshard_system_t *sys,
@@ -41,9 +35,9 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
             p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
             p.staging_bytes = sys->staging_bytes;
         }
-        double t0 = wall_now();
+        double t0 = rs_now_s();
         st = reshard_plan_create(r.train, r.infer, &p, &plan);
-        out->plan_seconds = wall_now() - t0;
+        out->plan_seconds = rs_now_s() - t0;
     }
     if (st == RESHARD_OK)
         st = reshard_plan_get_stats(plan, &out->stats);

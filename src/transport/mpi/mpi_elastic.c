@@ -13,6 +13,7 @@
 #include "exec/elastic.h"
 #include "transport/mpi/mpi_internal.h"
 #include "util/error.h"
+#include "util/timeout.h"
 
 void rs_mpi_unresponsive(const reshard_comm_t *c, unsigned char *flags)
 {
@@ -58,7 +59,7 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
             st = rs_mpi_error(m, rc, "agreement exchange");
     }
     int left = n;
-    while (st == RESHARD_OK && left > 0 && rs_mpi_now() < deadline) {
+    while (st == RESHARD_OK && left > 0 && rs_now_s() < deadline) {
         for (int32_t i = 0; i < n; i++) {
             int flag = 0;
             if (got[i] || req[i] == MPI_REQUEST_NULL)

@@ -121,7 +121,4 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
  *  write it (a buffer of a request left in flight by a failed execution). */
 void rs_mpi_keep(void *p);
 
-/** Seconds on a monotonic clock. */
-double rs_mpi_now(void);
-
 #endif

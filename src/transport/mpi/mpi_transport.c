@@ -45,13 +45,6 @@ void rs_mpi_keep(void *p)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-double rs_mpi_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 reshard_status_t rs_mpi_error(rs_mpi_t *m, int mpi_rc, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING] = "";
@@ -197,7 +190,7 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
                              const char *what)
 {
     timeout_s = rs_timeout_s(timeout_s);
-    double start = rs_mpi_now();
+    double start = rs_now_s();
     double deadline = start + timeout_s;
     int idle = 0;
     while (l->n > 0) {
@@ -220,7 +213,7 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
             }
             l->n = k;
             idle = 0;
-            deadline = rs_mpi_now() + timeout_s;
+            deadline = rs_now_s() + timeout_s;
             continue;
         }
         if (want_abort) {
@@ -237,7 +230,7 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
                                 what, m->abort_msg[1], reshard_status_string(peer_st));
             }
         }
-        double now = rs_mpi_now();
+        double now = rs_now_s();
         if (now > deadline) {
             char peers[256];
             describe_peers(l, peers, sizeof peers);

@@ -11,13 +11,7 @@
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "util/timeout.h"
 
 reshard_status_t reshard_comm_shrink_nccl(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
                                           reshard_comm_t **out)
@@ -74,12 +68,12 @@ reshard_status_t reshard_comm_shrink_nccl(reshard_comm_t *comm, const int32_t *g
     ncclComm_t child = NULL;
     cudaSetDevice(device);
     ncclResult_t r = ncclCommShrink(parent, excl, nex, &child, &cfg, NCCL_SHRINK_ABORT);
-    const double timeout = rs_nccl_env_timeout(), t0 = now_s();
+    const double timeout = rs_nccl_env_timeout(), t0 = rs_now_s();
     while (r == ncclInProgress && child != NULL) {
         ncclResult_t state = ncclInProgress;
         const ncclResult_t q = ncclCommGetAsyncError(child, &state);
         r = q != ncclSuccess ? q : state;
-        if (r == ncclInProgress && now_s() - t0 > timeout) {
+        if (r == ncclInProgress && rs_now_s() - t0 > timeout) {
             st = rs_error(RESHARD_ERR_TIMEOUT,
                           "rank %d: ncclCommShrink not complete after %.0f s: did every survivor "
                           "call reshard_comm_shrink_nccl with the same gone set?",

@@ -74,13 +74,6 @@ static rs_nccl_t *impl_of(reshard_comm_t *c)
     return (rs_nccl_t *)c->impl;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Spin for the first millisecond of a wait (short rounds), then sleep 50 us per poll. */
 static void pause_after(double waited_s)
 {
@@ -168,7 +161,7 @@ static reshard_status_t settle(reshard_comm_t *c, ncclResult_t r, const char *wh
         return RESHARD_OK;
     if (r != ncclInProgress)
         return fail_nccl(c, what, r);
-    const double t0 = now_s();
+    const double t0 = rs_now_s();
     for (;;) {
         ncclResult_t state = ncclInProgress;
         ncclResult_t q = ncclCommGetAsyncError(t->nccl, &state);
@@ -178,7 +171,7 @@ static reshard_status_t settle(reshard_comm_t *c, ncclResult_t r, const char *wh
             return RESHARD_OK;
         if (state != ncclInProgress)
             return fail_nccl(c, what, state);
-        const double waited = now_s() - t0;
+        const double waited = rs_now_s() - t0;
         if (waited > t->timeout_s)
             return fail(c, RESHARD_ERR_TIMEOUT,
                         "%s not complete after %.1f s (a peer is dead or stalled)", what,
@@ -192,7 +185,7 @@ static reshard_status_t wait_event(reshard_comm_t *c, cudaEvent_t ev, double tim
                                    const char *what)
 {
     rs_nccl_t *t = impl_of(c);
-    const double t0 = now_s();
+    const double t0 = rs_now_s();
     for (;;) {
         const cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess)
@@ -207,7 +200,7 @@ static reshard_status_t wait_event(reshard_comm_t *c, cudaEvent_t ev, double tim
             if (state != ncclSuccess && state != ncclInProgress)
                 return fail_nccl(c, what, state);
         }
-        const double waited = now_s() - t0;
+        const double waited = rs_now_s() - t0;
         if (waited > timeout_s)
             return fail(c, RESHARD_ERR_TIMEOUT,
                         "%s not complete after %.1f s (a peer is dead or stalled)", what,
@@ -755,7 +748,7 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
     cfg.blocking = 0;
     ncclComm_t nccl = NULL;
     const double timeout = env_timeout();
-    const double t0 = now_s();
+    const double t0 = rs_now_s();
     ncclResult_t r = ncclCommInitRankConfig(&nccl, (int)nranks, uid, (int)rank, &cfg);
     while (r == ncclInProgress && nccl != NULL) {
         ncclResult_t state = ncclInProgress;
@@ -763,7 +756,7 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
         r = q != ncclSuccess ? q : state;
         if (r != ncclInProgress)
             break;
-        const double waited = now_s() - t0;
+        const double waited = rs_now_s() - t0;
         if (waited > timeout) {
             ncclCommAbort(nccl);
             return rs_error(RESHARD_ERR_TIMEOUT,
