@@ -1,5 +1,6 @@
 /* Test helper: one rank's refit on host memory, planned, executed and verified. */
 #include "refit_once.h"
+#include "util/timeout.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,13 +26,6 @@ static void host_free(reshard_buffer_t *b, int32_t n)
     free(b);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 reshard_status_t rs_test_refit_once(const reshard_layout_t *src, const reshard_layout_t *dst,
                                     const reshard_plan_params_t *params, reshard_comm_t *comm,
                                     int32_t rank, uint64_t *verified, double *plan_s)
@@ -39,10 +33,10 @@ reshard_status_t rs_test_refit_once(const reshard_layout_t *src, const reshard_l
     reshard_plan_params_t p = *params;
     p.my_rank = rank;
     reshard_plan_t *plan = NULL;
-    double t0 = now_s();
+    double t0 = rs_now_s();
     reshard_status_t st = reshard_plan_create(src, dst, &p, &plan);
     if (plan_s)
-        *plan_s = now_s() - t0;
+        *plan_s = rs_now_s() - t0;
     int32_t ns = 0, nd = 0;
     reshard_buffer_t *sb = host_bufs(src, rank, &ns, 0);
     reshard_buffer_t *db = host_bufs(dst, rank, &nd, RESHARD_SENTINEL_BYTE);

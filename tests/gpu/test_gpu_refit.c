@@ -26,6 +26,7 @@
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
 #include "transport/nccl/nccl_internal.h"
+#include "util/timeout.h"
 
 #define SKIP 77
 
@@ -48,13 +49,6 @@ static int failures;
         CHECK(st_ == RESHARD_OK, "%s -> %s: %s", #expr, reshard_status_string(st_),                \
               reshard_last_error());                                                               \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- 1. transport rounds ------------------------------------------------------------- */
 
@@ -181,9 +175,9 @@ static void model_refit(reshard_comm_t *c, const char *name, reshard_dtype_t dty
     for (int it = 0; it < 2; it++) {
         CHECK_OK(set_sentinel(c, &db));
         reshard_exec_stats_t es;
-        const double t0 = now_s();
+        const double t0 = rs_now_s();
         CHECK_OK(reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, &es));
-        const double secs = now_s() - t0;
+        const double secs = rs_now_s() - t0;
         uint64_t verified = 0;
         if (it == 0 && !verify_first) {
             printf("ok   refit %s (%s, %d layers) iteration 0: %.3f s, not verified\n", name,

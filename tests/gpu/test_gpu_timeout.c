@@ -13,15 +13,9 @@
 
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
+#include "util/timeout.h"
 
 #define SKIP 77
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int main(void)
 {
@@ -51,7 +45,7 @@ int main(void)
         fprintf(stderr, "FAIL: preflight finish: %s\n", reshard_last_error());
         return 1;
     }
-    const double t0 = now_s();
+    const double t0 = rs_now_s();
     st = ops->round_begin(c, 0);
     if (st == RESHARD_OK)
         st = ops->post_recv(c, 0, 0, buf, 1 << 20); /* no matching send, ever */
@@ -59,7 +53,7 @@ int main(void)
         st = ops->round_end(c, 0);
     if (st == RESHARD_OK)
         st = ops->round_wait(c, 0, timeout);
-    const double waited = now_s() - t0;
+    const double waited = rs_now_s() - t0;
     printf("stalled round -> %s after %.2f s: %s\n", reshard_status_string(st), waited,
            reshard_last_error());
     if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT) {
@@ -82,9 +76,9 @@ int main(void)
         bad = 1;
     }
     ops->free_staging(c, buf);
-    const double t1 = now_s();
+    const double t1 = rs_now_s();
     reshard_comm_destroy(c);
-    printf("destroy after abort: %.2f s\n", now_s() - t1);
+    printf("destroy after abort: %.2f s\n", rs_now_s() - t1);
     printf("%s\n", bad ? "FAILED" : "passed");
     return bad;
 }

@@ -19,6 +19,7 @@
 #include "reshard/reshard_elastic.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
+#include "util/timeout.h"
 
 #define NRANKS 4
 #define VICTIM 3
@@ -38,13 +39,6 @@ typedef struct {
     double t_detect, t_agree, t_shrink;
     char msg[512];
 } job_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -120,19 +114,19 @@ static void *rank_main(void *arg)
         j->ok = 1;
         goto out;
     }
-    double t0 = now_s();
+    double t0 = rs_now_s();
     st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
-    double t1 = now_s();
+    double t1 = rs_now_s();
     if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
         FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
     int32_t gone[NRANKS], n_gone = 0;
     st = reshard_comm_agree_gone(side, 0.5, gone, NRANKS, &n_gone);
-    double t2 = now_s();
+    double t2 = rs_now_s();
     if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
         FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
              reshard_last_error());
     st = reshard_comm_shrink_nccl(c, gone, n_gone, &next);
-    double t3 = now_s();
+    double t3 = rs_now_s();
     if (st != RESHARD_OK)
         FAIL("shrink: %s", reshard_last_error());
     if (reshard_comm_rank(next) != j->rank || reshard_comm_size(next) != NRANKS)

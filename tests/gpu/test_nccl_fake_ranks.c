@@ -18,6 +18,7 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
+#include "util/timeout.h"
 
 #define MAX_RANKS 8
 
@@ -66,13 +67,6 @@ typedef struct {
     int ok;
     char msg[512];
 } job_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -138,9 +132,9 @@ static void *rank_main(void *arg)
         goto out;
     }
     if (sc->stall_rank >= 0) {
-        const double t0 = now_s();
+        const double t0 = rs_now_s();
         st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
-        const double dt = now_s() - t0;
+        const double dt = rs_now_s() - t0;
         if ((st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT) || dt > 10.0)
             FAIL("with a stalled peer: %s after %.1f s: %s", reshard_status_string(st), dt,
                  reshard_last_error());
@@ -200,7 +194,7 @@ static int run(const scenario_t *sc)
     }
     job_t jobs[MAX_RANKS];
     pthread_t th[MAX_RANKS];
-    const double t0 = now_s();
+    const double t0 = rs_now_s();
     for (int r = 0; r < sc->nranks; r++) {
         jobs[r] = (job_t){.sc = sc, .rank = r, .id = id, .ok = 0, .msg = ""};
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
@@ -214,7 +208,7 @@ static int run(const scenario_t *sc)
         }
     }
     if (!bad)
-        printf("ok   %s (%d ranks, %.1f s)\n", sc->name, sc->nranks, now_s() - t0);
+        printf("ok   %s (%d ranks, %.1f s)\n", sc->name, sc->nranks, rs_now_s() - t0);
     return bad;
 }
 
