@@ -176,9 +176,11 @@ static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const reshard_bo
 /* Cut destination fragment @p di into cells over the candidates in scratch.
  * Each candidate lists itself in the grid cells it covers, in candidate
  * order, so a cell's holders cost what they are, not a scan of every
- * candidate. */
-static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs_scratch_t *s,
-                                     int64_t ncand, rs_cells_t *cells)
+ * candidate. With @p only a rank, only the cells it holds are kept (every
+ * cell is still checked for a holder). */
+static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                     int64_t di, rs_scratch_t *s, int64_t ncand, int32_t only,
+                                     rs_cells_t *cells)
 {
     const reshard_fragment_t *D = &dst->f[di];
     const rs_tensor_t *t = &dst->tensors->t[D->tensor];
@@ -217,11 +219,14 @@ static reshard_status_t cut_fragment(const reshard_layout_t *dst, int64_t di, rs
                             "destination elements",
                             t->name, D->rank, rs_box_str(&c.box, bs, sizeof bs));
         }
+        bool keep = only == RESHARD_ALL_RANKS;
+        for (int32_t q = 0; q < nh && !keep; q++)
+            keep = src->f[s->grid_h[h0 + q]].rank == only;
         c.tensor = D->tensor;
         c.to_frag = (int32_t)di;
         c.receiver = D->rank;
         c.bytes = (uint64_t)rs_box_numel(&c.box) * reshard_dtype_size(t->dtype);
-        if (push_cell(cells, &c, s->grid_h + h0, nh) != 0)
+        if (keep && push_cell(cells, &c, s->grid_h + h0, nh) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
         int d = nd - 1;
         for (; d >= 0; d--) {
@@ -308,13 +313,17 @@ reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, in
     reshard_status_t st = RESHARD_OK;
     for (int64_t q = cut->dstart[t]; st == RESHARD_OK && q < cut->dstart[t + 1]; q++) {
         const reshard_fragment_t *D = &dst->f[didx[q]];
-        if (!rs_scope_has(&plan->scope, rs_domain_of(&plan->p, D->rank), t))
+        int32_t dom = rs_domain_of(&plan->p, D->rank);
+        if (!rs_scope_has(&plan->scope, dom, t))
             continue;
+        /* a group computed for its senders: the cells this rank holds */
+        int32_t only =
+            rs_scope_sends_only(&plan->scope, dom, t) ? plan->p.my_rank : RESHARD_ALL_RANKS;
         int64_t nc = 0;
         for (int64_t j = s0; j < s1; j++)
             if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s->isect[nc]))
                 s->cand[nc++] = (int32_t)sidx[j];
-        st = cut_fragment(dst, didx[q], s, nc, cells);
+        st = cut_fragment(src, dst, didx[q], s, nc, only, cells);
     }
     return st;
 }

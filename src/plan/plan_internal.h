@@ -54,11 +54,15 @@ typedef struct {
  *  so a rank's own plan needs only the groups it takes part in: its own
  *  domain's (it receives, forwards or relays there) and, for every tensor it
  *  holds as a source, that tensor's groups in every domain (it may send
- *  there). */
+ *  there). Of the latter, a group whose choices cannot reach the rank's
+ *  pieces except through the cells the rank holds is computed on those
+ *  cells alone (RS_SCOPE_SENDS, see rs_scope_build). */
+enum { RS_SCOPE_OUT = 0, RS_SCOPE_ALL = 1, RS_SCOPE_SENDS = 2 };
+
 typedef struct {
     int32_t rank; /**< RESHARD_ALL_RANKS: every group */
     int32_t ndomains, ntensors;
-    uint8_t *in; /**< ndomains x ntensors flags; NULL for every group */
+    uint8_t *in; /**< ndomains x ntensors RS_SCOPE_*; NULL for every group, whole */
 } rs_scope_t;
 
 struct reshard_plan {
@@ -111,14 +115,29 @@ static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece
                                        : dst->f[p->from_frag].rank != p->sender;
 }
 
-/** The groups @p plan computes (plan->p.my_rank's, or all): fills plan->scope. */
+/** The groups @p plan computes (plan->p.my_rank's, or all): fills plan->scope.
+ *  A group (D, t) of a rank R's own plan is RS_SCOPE_SENDS when R is outside
+ *  D and only sends there, and the group's choices for R's cells are fixed
+ *  by R's cells alone: no rank of D holds elements of t (every cell crosses
+ *  the network); the fragments of t in D are disjoint (each cell is a unit
+ *  that lands on its one needer: nothing is striped or forwarded); no rank
+ *  of D lands more than rs_group_relay_limit of the group's bytes (nothing
+ *  is relayed); and no other source fragment of t shares an element with
+ *  R's (R is the one holder, hence the sender, of each of its cells). */
 reshard_status_t rs_scope_build(reshard_plan_t *plan);
 void rs_scope_free(rs_scope_t *s);
 
 /** True when the group (@p domain, @p tensor) is computed. */
 static inline bool rs_scope_has(const rs_scope_t *s, int32_t domain, int32_t tensor)
 {
-    return !s->in || s->in[(int64_t)domain * s->ntensors + tensor];
+    return !s->in || s->in[(int64_t)domain * s->ntensors + tensor] != RS_SCOPE_OUT;
+}
+
+/** True when the group (@p domain, @p tensor) is computed on the cells
+ *  s->rank holds only (RS_SCOPE_SENDS). */
+static inline bool rs_scope_sends_only(const rs_scope_t *s, int32_t domain, int32_t tensor)
+{
+    return s->in && s->in[(int64_t)domain * s->ntensors + tensor] == RS_SCOPE_SENDS;
 }
 
 /** True when a piece of stream (@p stage, @p sender, @p receiver) belongs in

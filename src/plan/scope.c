@@ -1,9 +1,10 @@
 /* The (destination domain, tensor) groups a plan computes: all of them for a
- * global plan, the ones a rank takes part in for its own plan. */
+ * global plan, the ones a rank takes part in for its own plan, some of them
+ * on the rank's own cells only (RS_SCOPE_SENDS). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_internal.h"
+#include "plan/plan_steps.h"
 #include "util/error.h"
 
 void rs_scope_free(rs_scope_t *s)
@@ -12,27 +13,153 @@ void rs_scope_free(rs_scope_t *s)
     s->in = NULL;
 }
 
+/* Fragment indices of @p l whose tensor has held[tensor] set, grouped by
+ * tensor (CSR over every tensor: start[t]..start[t+1]), in layout order. */
+static int64_t *held_by_tensor(const reshard_layout_t *l, const uint8_t *held, int32_t nt,
+                               int64_t **start_out)
+{
+    int64_t *start = calloc((size_t)nt + 2, sizeof *start);
+    if (!start)
+        return NULL;
+    for (int64_t i = 0; i < l->n; i++)
+        if (held[l->f[i].tensor])
+            start[l->f[i].tensor + 2]++;
+    for (int32_t t = 0; t < nt; t++)
+        start[t + 2] += start[t + 1];
+    int64_t *idx = malloc((size_t)(start[nt + 1] ? start[nt + 1] : 1) * sizeof *idx);
+    if (!idx) {
+        free(start);
+        return NULL;
+    }
+    for (int64_t i = 0; i < l->n; i++)
+        if (held[l->f[i].tensor])
+            idx[start[l->f[i].tensor + 1]++] = i;
+    *start_out = start; /* start[t]..start[t+1] now, after the fill */
+    return idx;
+}
+
+/* True when no other source fragment of the tensor (sf[0..n)) shares an
+ * element with one of @p rank's. */
+static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t n, int32_t rank)
+{
+    for (int64_t a = 0; a < n; a++) {
+        const reshard_fragment_t *A = &src->f[sf[a]];
+        if (A->rank != rank)
+            continue;
+        for (int64_t b = 0; b < n; b++) {
+            reshard_box_t x;
+            if (b != a && rs_box_intersect(&A->box, &src->f[sf[b]].box, &x))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* True when the destination fragments df[0..n) (one domain's, of one tensor)
+ * are pairwise disjoint and none of its ranks gets more than the group's
+ * relay limit; @p load is scratch of the domain's rank count, zeroed. */
+static bool lands_whole(const reshard_plan_t *plan, int32_t domain, const int64_t *df, int64_t n,
+                        uint64_t *load)
+{
+    const reshard_layout_t *dst = plan->dst;
+    int32_t R = rs_domain_ranks(&plan->p, domain), lo = domain * (R > 1 ? plan->p.domain_size : 1);
+    uint64_t total = 0;
+    bool ok = true;
+    for (int64_t a = 0; a < n && ok; a++) {
+        const reshard_fragment_t *A = &dst->f[df[a]];
+        uint64_t b =
+            (uint64_t)rs_box_numel(&A->box) * reshard_dtype_size(dst->tensors->t[A->tensor].dtype);
+        total += b;
+        load[A->rank - lo] += b;
+        for (int64_t k = a + 1; k < n && ok; k++) {
+            reshard_box_t x;
+            ok = !rs_box_intersect(&A->box, &dst->f[df[k]].box, &x);
+        }
+    }
+    uint64_t limit = rs_group_relay_limit(total, R);
+    for (int32_t r = 0; r < R; r++) {
+        ok = ok && (R < 2 || load[r] <= limit);
+        load[r] = 0;
+    }
+    return ok;
+}
+
+/* Mark RS_SCOPE_SENDS the groups of the tensors @p rank holds (rs_scope_build). */
+static reshard_status_t sends_only(reshard_plan_t *plan, const uint8_t *held)
+{
+    rs_scope_t *s = &plan->scope;
+    const reshard_layout_t *src = plan->src, *dst = plan->dst;
+    int32_t rank = plan->p.my_rank, nt = s->ntensors, mine = rs_domain_of(&plan->p, rank);
+    int64_t *ss = NULL, *ds = NULL, *si = held_by_tensor(src, held, nt, &ss);
+    int64_t *di = si ? held_by_tensor(dst, held, nt, &ds) : NULL;
+    uint8_t *holds = calloc((size_t)s->ndomains, 1);
+    int32_t *seen = calloc((size_t)s->ndomains, sizeof *seen);
+    int32_t dmax = plan->p.domain_size > 1 ? plan->p.domain_size : 1;
+    uint64_t *load = calloc((size_t)dmax, sizeof *load);
+    reshard_status_t st = RESHARD_OK;
+    if (!si || !di || !holds || !seen || !load)
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
+    for (int32_t t = 0; st == RESHARD_OK && t < nt; t++) {
+        if (!held[t] || !sole_holder(src, si + ss[t], ss[t + 1] - ss[t], rank))
+            continue;
+        memset(holds, 0, (size_t)s->ndomains);
+        for (int64_t q = ss[t]; q < ss[t + 1]; q++)
+            holds[rs_domain_of(&plan->p, src->f[si[q]].rank)] = 1;
+        /* the tensor's destination fragments, a run of one domain's at a time */
+        const int64_t *df = di + ds[t];
+        int64_t n = ds[t + 1] - ds[t];
+        for (int64_t a = 0; a < n;) {
+            int32_t d = rs_domain_of(&plan->p, dst->f[df[a]].rank);
+            int64_t b = a + 1;
+            while (b < n && rs_domain_of(&plan->p, dst->f[df[b]].rank) == d)
+                b++;
+            uint8_t *in = &s->in[(int64_t)d * nt + t];
+            if (seen[d] == t + 1) /* a second run of the domain: not checked whole */
+                *in = RS_SCOPE_ALL;
+            else if (d != mine && !holds[d] && lands_whole(plan, d, df + a, b - a, load))
+                *in = RS_SCOPE_SENDS;
+            seen[d] = t + 1;
+            a = b;
+        }
+    }
+    free(ss);
+    free(ds);
+    free(si);
+    free(di);
+    free(holds);
+    free(seen);
+    free(load);
+    return st;
+}
+
 reshard_status_t rs_scope_build(reshard_plan_t *plan)
 {
     rs_scope_t *s = &plan->scope;
     int32_t rank = plan->p.my_rank;
+    s->rank = rank;
     s->ndomains = rs_domain_count(&plan->p);
     s->ntensors = plan->dst->tensors->n;
     s->in = NULL;
     if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
-    s->in = calloc((size_t)s->ndomains * (size_t)(s->ntensors ? s->ntensors : 1), 1);
-    if (!s->in)
+    size_t nt = (size_t)(s->ntensors ? s->ntensors : 1);
+    s->in = calloc((size_t)s->ndomains * nt, 1);
+    uint8_t *held = calloc(nt, 1);
+    if (!s->in || !held) {
+        free(held);
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
-    /* its own domain: everything it may receive, forward or relay */
-    memset(s->in + (int64_t)rs_domain_of(&plan->p, rank) * s->ntensors, 1, (size_t)s->ntensors);
-    /* every domain, for each tensor it holds: what it may send */
-    for (int64_t i = 0; i < plan->src->n; i++) {
-        const reshard_fragment_t *f = &plan->src->f[i];
-        if (f->rank != rank)
-            continue;
-        for (int32_t d = 0; d < s->ndomains; d++)
-            s->in[(int64_t)d * s->ntensors + f->tensor] = 1;
     }
-    return RESHARD_OK;
+    /* every domain, for each tensor it holds: what it may send */
+    for (int64_t i = 0; i < plan->src->n; i++)
+        if (plan->src->f[i].rank == rank)
+            held[plan->src->f[i].tensor] = 1;
+    for (int32_t d = 0; d < s->ndomains; d++)
+        for (int32_t t = 0; t < s->ntensors; t++)
+            s->in[(int64_t)d * s->ntensors + t] = held[t] ? RS_SCOPE_ALL : RS_SCOPE_OUT;
+    reshard_status_t st = sends_only(plan, held);
+    free(held);
+    /* its own domain: everything it may receive, forward or relay */
+    memset(s->in + (int64_t)rs_domain_of(&plan->p, rank) * s->ntensors, RS_SCOPE_ALL,
+           (size_t)s->ntensors);
+    return st;
 }

@@ -31,11 +31,6 @@
 #include "plan/topo.h"
 #include "util/error.h"
 
-/* Smallest unit worth striping, and the stripe size relative to a group's
- * per-rank share of its unique bytes. */
-#define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
-#define RS_STRIPE_PER_SHARE 64
-
 /* ------------------------------------------------------------------ */
 /* Needs and their refinement                                          */
 /* ------------------------------------------------------------------ */
@@ -395,7 +390,8 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, reshard_bo
     int64_t n = t->nd - d0;
     if (g->R < 2 || n == 0)
         return 0;
-    uint64_t target = (g->total + (uint64_t)g->R - 1) / (uint64_t)g->R, slack = g->thr / 4;
+    uint64_t target = (g->total + (uint64_t)g->R - 1) / (uint64_t)g->R,
+             limit = rs_group_relay_limit(g->total, g->R);
     /* the relay scratch bound, shared by the domain's groups in proportion
      * to their bytes (their sum is at most the domain's fragment bytes) */
     uint64_t cap = t->plan->p.relay_bytes, budget = UINT64_MAX;
@@ -426,7 +422,7 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, reshard_bo
         int32_t xq = -1; /* the most loaded rank over the share with stripes left */
         for (int32_t q = 0; q < g->R; q++) {
             int32_t r = (rot + q) % g->R;
-            if (last[r] >= 0 && t->recv_load[g->lo + r] > target + slack &&
+            if (last[r] >= 0 && t->recv_load[g->lo + r] > limit &&
                 (xq < 0 || t->recv_load[g->lo + r] > t->recv_load[g->lo + xq]))
                 xq = r;
         }
@@ -534,6 +530,9 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
                 return -1;
         }
     }
+    /* a group computed for its senders only relays nothing (rs_scope_build) */
+    if (rs_scope_sends_only(&t->plan->scope, g->domain, g->tensor))
+        return 0;
     return relay_group(t, g, d0, s->relay_parts);
 }
 
@@ -619,9 +618,7 @@ static int land_all(rs_topo_t *t)
         g.lo = p->domain_size > 1 ? g.domain * p->domain_size : g.domain;
         for (int64_t u = u0; u < g.u1; u++)
             g.total += t->u[u].bytes;
-        g.thr = g.total / (uint64_t)(g.R > 0 ? g.R : 1) / RS_STRIPE_PER_SHARE;
-        if (g.thr < RS_STRIPE_MIN_BYTES)
-            g.thr = RS_STRIPE_MIN_BYTES;
+        g.thr = rs_group_stripe_bytes(g.total, g.R);
         int64_t d0 = t->nd;
         rc = land_group(t, &g, &s);
         if (rc == 0 && dcap < t->nd - d0) {

@@ -345,13 +345,52 @@ static void test_in_domain_holder(void **state)
     fx_free(&f);
 }
 
+/* A rank that needs a whole tensor relays half of it through a domain peer
+ * that needs none, even when every source element has one holder: W [64,
+ * 4096] bf16 (8 KiB a row) in two sole halves on ranks 0 and 1, all of it
+ * needed by rank 2 of domain {2, 3}. Rank 2 would land 512 KiB, over the
+ * group's share of 256 KiB (plus 16 KiB slack); stripes of 64 KiB move from
+ * the end of its landings to rank 3 until it is at its share: the rows rank 1
+ * holds land on rank 3, which forwards them to rank 2. Each sender's own
+ * plan must see the relay too. */
+static void test_relay_from_sole_holders(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_make(&f);
+    int32_t w = add_tensor(&f, "w", RESHARD_BF16, 2, (int64_t[]){64, 4096});
+    int32_t rs[2] = {0, 1}, rd = 2;
+    reshard_mesh_t ms = {.ndim = 1, .shape = {2}, .ranks = rs};
+    reshard_mesh_t md = {.ndim = 1, .shape = {1}, .ranks = &rd};
+    assert_int_equal(reshard_layout_add_dtensor(f.src, w, &ms, &SH0, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(f.dst, w, &md, &REP, 0, 0), RESHARD_OK);
+    reshard_plan_params_t p = params(4, 2);
+    reshard_plan_stats_t s = plan_stats(&f, &p);
+    assert_int_equal(s.bytes_total, 64 * 8192);
+    assert_int_equal(s.bytes_network, 64 * 8192);
+    assert_int_equal(s.bytes_nvlink, 32 * 8192);
+    assert_int_equal(s.max_nic_recv_bytes, 32 * 8192);
+    reshard_plan_t *all;
+    assert_int_equal(reshard_plan_create(f.src, f.dst, &p, &all), RESHARD_OK);
+    assert_int_equal(reshard_plan_pair_bytes(all, 0, 2), 32 * 8192);
+    assert_int_equal(reshard_plan_pair_bytes(all, 1, 3), 32 * 8192);
+    assert_int_equal(reshard_plan_pair_bytes(all, 1, 2), 0);
+    reshard_plan_destroy(all);
+    check_exec(&f, &p, &s);
+    fx_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_domains_tp2_replicas),  cmocka_unit_test(test_stripe_replicated),
-        cmocka_unit_test(test_domain_straddles_replicas), cmocka_unit_test(test_uneven_last_domain),
-        cmocka_unit_test(test_tied_in_one_rank),          cmocka_unit_test(test_partial_overlap),
+        cmocka_unit_test(test_two_domains_tp2_replicas),
+        cmocka_unit_test(test_stripe_replicated),
+        cmocka_unit_test(test_domain_straddles_replicas),
+        cmocka_unit_test(test_uneven_last_domain),
+        cmocka_unit_test(test_tied_in_one_rank),
+        cmocka_unit_test(test_partial_overlap),
         cmocka_unit_test(test_in_domain_holder),
+        cmocka_unit_test(test_relay_from_sole_holders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
