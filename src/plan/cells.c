@@ -89,6 +89,7 @@ typedef struct {
     int32_t *cand;
     reshard_box_t *isect;
     int64_t *pts[RESHARD_MAX_DIMS];
+    int64_t *span; /* per candidate: its grid span, lo[] then hi[] (grid_span) */
     int64_t cap;
     int64_t *start; /* per cell of the grid: first of its holders in grid_h */
     int64_t gcap;
@@ -107,7 +108,10 @@ static int scratch_reserve(rs_scratch_t *s, int64_t n)
     reshard_box_t *is = realloc(s->isect, (size_t)cap * sizeof *is);
     if (is)
         s->isect = is;
-    if (!cand || !is)
+    int64_t *sp = realloc(s->span, (size_t)cap * 2 * RESHARD_MAX_DIMS * sizeof *sp);
+    if (sp)
+        s->span = sp;
+    if (!cand || !is || !sp)
         return -1;
     for (int d = 0; d < RESHARD_MAX_DIMS; d++) {
         int64_t *p = realloc(s->pts[d], (size_t)(2 * cap + 2) * sizeof *p);
@@ -145,21 +149,37 @@ static void scratch_free(rs_scratch_t *s)
     free(s->grid_h);
     free(s->cand);
     free(s->isect);
+    free(s->span);
     for (int d = 0; d < RESHARD_MAX_DIMS; d++)
         free(s->pts[d]);
 }
 
-/* For every cell of the grid (s->pts, row-major) that candidate box @p b
- * covers: count one more holder (@p fill false), or append @p cand to its
- * holders (@p fill true; s->start[cell] is the next free slot). */
-static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const reshard_box_t *b, bool fill,
-                  int32_t cand)
+/* Grid span [lo, hi) per dim of box @p b (a candidate's intersection with
+ * the destination box) in the cut points s->pts: a dim it spans whole needs
+ * no search. */
+static void grid_span(const rs_scratch_t *s, const int64_t *npts, int nd, const reshard_box_t *dbox,
+                      const reshard_box_t *b, int64_t *lo, int64_t *hi)
 {
-    int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS], k[RESHARD_MAX_DIMS];
     for (int d = 0; d < nd; d++) {
-        lo[d] = k[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d]);
-        hi[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
+        if (b->offset[d] == dbox->offset[d] && b->extent[d] == dbox->extent[d]) {
+            lo[d] = 0;
+            hi[d] = npts[d] - 1;
+        } else {
+            lo[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d]);
+            hi[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
+        }
     }
+}
+
+/* For every cell of the grid (s->pts, row-major) in the span [lo, hi):
+ * count one more holder (@p fill false), or append @p cand to its holders
+ * (@p fill true; s->start[cell] is the next free slot). */
+static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const int64_t *lo,
+                  const int64_t *hi, bool fill, int32_t cand)
+{
+    int64_t k[RESHARD_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        k[d] = lo[d];
     for (;;) {
         int64_t cell = 0;
         for (int d = 0; d < nd; d++)
@@ -193,14 +213,19 @@ static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_
     if (scratch_grid(s, ncells, 0) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
     memset(s->start, 0, (size_t)(ncells + 1) * sizeof *s->start);
-    for (int64_t j = 0; j < ncand; j++)
-        cover(s, npts, nd, &s->isect[j], false, 0);
+    for (int64_t j = 0; j < ncand; j++) {
+        grid_span(s, npts, nd, &D->box, &s->isect[j], s->span + 2 * j * RESHARD_MAX_DIMS,
+                  s->span + (2 * j + 1) * RESHARD_MAX_DIMS);
+        cover(s, npts, nd, s->span + 2 * j * RESHARD_MAX_DIMS,
+              s->span + (2 * j + 1) * RESHARD_MAX_DIMS, false, 0);
+    }
     for (int64_t c = 0; c < ncells; c++)
         s->start[c + 1] += s->start[c];
     if (scratch_grid(s, ncells, s->start[ncells]) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
     for (int64_t j = 0; j < ncand; j++)
-        cover(s, npts, nd, &s->isect[j], true, s->cand[j]);
+        cover(s, npts, nd, s->span + 2 * j * RESHARD_MAX_DIMS,
+              s->span + (2 * j + 1) * RESHARD_MAX_DIMS, true, s->cand[j]);
     /* start[c] is now the end of cell c's holders: cell c is [start[c-1], start[c]) */
     for (int64_t cell = 0;; cell++) {
         rs_cell_t c;
