@@ -93,7 +93,7 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     if (st == RESHARD_OK)
         st = rs_validate(src, dst, params->world_size, params->my_rank);
     if (st == RESHARD_OK)
-        st = rs_scope_build(plan);
+        st = rs_scope_build(&plan->p, src, dst, &plan->scope);
     rs_bounds_t bounds = {0};
     if (st == RESHARD_OK)
         st = rs_bounds_create(plan, &bounds);

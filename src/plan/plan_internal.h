@@ -3,7 +3,7 @@
 #ifndef RS_PLAN_INTERNAL_H
 #define RS_PLAN_INTERNAL_H
 
-#include "layout/layout_internal.h"
+#include "plan/scope.h"
 
 /** Stage of a piece: moved from a source fragment (stage 0: direct, or a
  *  network landing), or forwarded inside a domain (stage 1) from the
@@ -49,22 +49,6 @@ typedef struct {
     int64_t nlocal;
 } rs_rank_plan_t;
 
-/** Which (destination domain, tensor) groups a plan computes. Every decision
- *  of planning is made inside one group from that group's fragments alone,
- *  so a rank's own plan needs only the groups it takes part in: its own
- *  domain's (it receives, forwards or relays there) and, for every tensor it
- *  holds as a source, that tensor's groups in every domain (it may send
- *  there). Of the latter, a group whose choices cannot reach the rank's
- *  pieces except through the cells the rank holds is computed on those
- *  cells alone (RS_SCOPE_SENDS, see rs_scope_build). */
-enum { RS_SCOPE_OUT = 0, RS_SCOPE_ALL = 1, RS_SCOPE_SENDS = 2 };
-
-typedef struct {
-    int32_t rank; /**< RESHARD_ALL_RANKS: every group */
-    int32_t ndomains, ntensors;
-    uint8_t *in; /**< ndomains x ntensors RS_SCOPE_*; NULL for every group, whole */
-} rs_scope_t;
-
 struct reshard_plan {
     reshard_plan_params_t p;
     rs_scope_t scope;
@@ -82,30 +66,6 @@ struct reshard_plan {
     rs_rank_plan_t *mine; /**< for my_rank, or NULL for RESHARD_ALL_RANKS plans */
 };
 
-/** Domain of a rank under the plan's params. */
-static inline int32_t rs_domain_of(const reshard_plan_params_t *p, int32_t rank)
-{
-    return p->domain_size > 1 ? rank / p->domain_size : rank;
-}
-
-/** Number of domains of @p world ranks under the plan's params. */
-static inline int32_t rs_domain_count(const reshard_plan_params_t *p)
-{
-    return p->domain_size > 1 ? (p->world_size + p->domain_size - 1) / p->domain_size
-                              : p->world_size;
-}
-
-/** Ranks in domain @p domain (the last domain may be short). */
-static inline int32_t rs_domain_ranks(const reshard_plan_params_t *p, int32_t domain)
-{
-    if (p->domain_size <= 1)
-        return 1;
-    int64_t lo = (int64_t)domain * p->domain_size, hi = lo + p->domain_size;
-    if (hi > p->world_size)
-        hi = p->world_size;
-    return hi > lo ? (int32_t)(hi - lo) : 0;
-}
-
 /** True for a relay piece: a stage-0 piece landing on a rank that does not
  *  own its destination fragment (it lands in that rank's relay scratch), or
  *  a stage-1 piece forwarding from such scratch. */
@@ -113,31 +73,6 @@ static inline bool rs_piece_is_relay(const reshard_layout_t *dst, const rs_piece
 {
     return p->stage == RS_STAGE_DIRECT ? dst->f[p->to_frag].rank != p->receiver
                                        : dst->f[p->from_frag].rank != p->sender;
-}
-
-/** The groups @p plan computes (plan->p.my_rank's, or all): fills plan->scope.
- *  A group (D, t) of a rank R's own plan is RS_SCOPE_SENDS when R is outside
- *  D and only sends there, and the group's choices for R's cells are fixed
- *  by R's cells alone: no rank of D holds elements of t (every cell crosses
- *  the network); the fragments of t in D are disjoint (each cell is a unit
- *  that lands on its one needer: nothing is striped or forwarded); no rank
- *  of D lands more than rs_group_relay_limit of the group's bytes (nothing
- *  is relayed); and no other source fragment of t shares an element with
- *  R's (R is the one holder, hence the sender, of each of its cells). */
-reshard_status_t rs_scope_build(reshard_plan_t *plan);
-void rs_scope_free(rs_scope_t *s);
-
-/** True when the group (@p domain, @p tensor) is computed. */
-static inline bool rs_scope_has(const rs_scope_t *s, int32_t domain, int32_t tensor)
-{
-    return !s->in || s->in[(int64_t)domain * s->ntensors + tensor] != RS_SCOPE_OUT;
-}
-
-/** True when the group (@p domain, @p tensor) is computed on the cells
- *  s->rank holds only (RS_SCOPE_SENDS). */
-static inline bool rs_scope_sends_only(const rs_scope_t *s, int32_t domain, int32_t tensor)
-{
-    return s->in && s->in[(int64_t)domain * s->ntensors + tensor] == RS_SCOPE_SENDS;
 }
 
 /** True when a piece of stream (@p stage, @p sender, @p receiver) belongs in

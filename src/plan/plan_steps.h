@@ -92,41 +92,6 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b);
  *  streams computed from the layouts alone (STAGING when too small). */
 reshard_status_t rs_chunk_caps(reshard_plan_t *plan);
 
-/** Start of the tie-break rotation of the group (@p domain, @p tensor) over
- *  @p n candidates: consecutive domains continue where the previous one's
- *  @p per_group choices ended, and tensors are staggered, so equal choices
- *  spread over replicas without any load shared between groups. */
-static inline int32_t rs_group_rotation(int32_t domain, int32_t tensor, int64_t per_group,
-                                        int32_t n)
-{
-    if (n <= 1)
-        return 0;
-    uint64_t k = (uint64_t)domain * (uint64_t)(per_group > 0 ? per_group : 1) + (uint64_t)tensor;
-    return (int32_t)(k % (uint64_t)n);
-}
-
-/* Smallest unit worth striping, and the stripe size relative to a group's
- * per-rank share of its unique bytes. */
-#define RS_STRIPE_MIN_BYTES ((uint64_t)64 << 10)
-#define RS_STRIPE_PER_SHARE 64
-
-/** Stripe size of a (domain, tensor) group of @p total unique network bytes
- *  over a domain of @p R ranks: units above it are striped, and a rank
- *  relays while it lands more than the group's share plus a quarter of it. */
-static inline uint64_t rs_group_stripe_bytes(uint64_t total, int32_t R)
-{
-    uint64_t thr = total / (uint64_t)(R > 0 ? R : 1) / RS_STRIPE_PER_SHARE;
-    return thr < RS_STRIPE_MIN_BYTES ? RS_STRIPE_MIN_BYTES : thr;
-}
-
-/** Most bytes a rank of such a group lands before it relays some to a domain
- *  peer: the group's per-rank share plus a quarter of its stripe size. */
-static inline uint64_t rs_group_relay_limit(uint64_t total, int32_t R)
-{
-    uint64_t r = (uint64_t)(R > 0 ? R : 1);
-    return (total + r - 1) / r + rs_group_stripe_bytes(total, R) / 4;
-}
-
 /** Of the @p k ranks rk[0..k), the index of the one with the least @p load
  *  (indexed by rank); ties go in the order rotated to start at @p rot. */
 static inline int32_t rs_least_loaded(const uint64_t *load, const int32_t *rk, int32_t k,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/plan_steps.h"
+#include "plan/scope.h"
 #include "util/error.h"
 
 void rs_scope_free(rs_scope_t *s)
@@ -58,11 +58,10 @@ static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t 
 /* True when the destination fragments df[0..n) (one domain's, of one tensor)
  * are pairwise disjoint and none of its ranks gets more than the group's
  * relay limit; @p load is scratch of the domain's rank count, zeroed. */
-static bool lands_whole(const reshard_plan_t *plan, int32_t domain, const int64_t *df, int64_t n,
-                        uint64_t *load)
+static bool lands_whole(const reshard_plan_params_t *p, const reshard_layout_t *dst, int32_t domain,
+                        const int64_t *df, int64_t n, uint64_t *load)
 {
-    const reshard_layout_t *dst = plan->dst;
-    int32_t R = rs_domain_ranks(&plan->p, domain), lo = domain * (R > 1 ? plan->p.domain_size : 1);
+    int32_t R = rs_domain_ranks(p, domain), lo = domain * (R > 1 ? p->domain_size : 1);
     uint64_t total = 0;
     bool ok = true;
     for (int64_t a = 0; a < n && ok; a++) {
@@ -85,16 +84,15 @@ static bool lands_whole(const reshard_plan_t *plan, int32_t domain, const int64_
 }
 
 /* Mark RS_SCOPE_SENDS the groups of the tensors @p rank holds (rs_scope_build). */
-static reshard_status_t sends_only(reshard_plan_t *plan, const uint8_t *held)
+static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                                   const reshard_layout_t *dst, const uint8_t *held, rs_scope_t *s)
 {
-    rs_scope_t *s = &plan->scope;
-    const reshard_layout_t *src = plan->src, *dst = plan->dst;
-    int32_t rank = plan->p.my_rank, nt = s->ntensors, mine = rs_domain_of(&plan->p, rank);
+    int32_t rank = p->my_rank, nt = s->ntensors, mine = rs_domain_of(p, rank);
     int64_t *ss = NULL, *ds = NULL, *si = held_by_tensor(src, held, nt, &ss);
     int64_t *di = si ? held_by_tensor(dst, held, nt, &ds) : NULL;
     uint8_t *holds = calloc((size_t)s->ndomains, 1);
     int32_t *seen = calloc((size_t)s->ndomains, sizeof *seen);
-    int32_t dmax = plan->p.domain_size > 1 ? plan->p.domain_size : 1;
+    int32_t dmax = p->domain_size > 1 ? p->domain_size : 1;
     uint64_t *load = calloc((size_t)dmax, sizeof *load);
     reshard_status_t st = RESHARD_OK;
     if (!si || !di || !holds || !seen || !load)
@@ -104,19 +102,19 @@ static reshard_status_t sends_only(reshard_plan_t *plan, const uint8_t *held)
             continue;
         memset(holds, 0, (size_t)s->ndomains);
         for (int64_t q = ss[t]; q < ss[t + 1]; q++)
-            holds[rs_domain_of(&plan->p, src->f[si[q]].rank)] = 1;
+            holds[rs_domain_of(p, src->f[si[q]].rank)] = 1;
         /* the tensor's destination fragments, a run of one domain's at a time */
         const int64_t *df = di + ds[t];
         int64_t n = ds[t + 1] - ds[t];
         for (int64_t a = 0; a < n;) {
-            int32_t d = rs_domain_of(&plan->p, dst->f[df[a]].rank);
+            int32_t d = rs_domain_of(p, dst->f[df[a]].rank);
             int64_t b = a + 1;
-            while (b < n && rs_domain_of(&plan->p, dst->f[df[b]].rank) == d)
+            while (b < n && rs_domain_of(p, dst->f[df[b]].rank) == d)
                 b++;
             uint8_t *in = &s->in[(int64_t)d * nt + t];
             if (seen[d] == t + 1) /* a second run of the domain: not checked whole */
                 *in = RS_SCOPE_ALL;
-            else if (d != mine && !holds[d] && lands_whole(plan, d, df + a, b - a, load))
+            else if (d != mine && !holds[d] && lands_whole(p, dst, d, df + a, b - a, load))
                 *in = RS_SCOPE_SENDS;
             seen[d] = t + 1;
             a = b;
@@ -132,13 +130,13 @@ static reshard_status_t sends_only(reshard_plan_t *plan, const uint8_t *held)
     return st;
 }
 
-reshard_status_t rs_scope_build(reshard_plan_t *plan)
+reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                                const reshard_layout_t *dst, rs_scope_t *s)
 {
-    rs_scope_t *s = &plan->scope;
-    int32_t rank = plan->p.my_rank;
+    int32_t rank = p->my_rank;
     s->rank = rank;
-    s->ndomains = rs_domain_count(&plan->p);
-    s->ntensors = plan->dst->tensors->n;
+    s->ndomains = rs_domain_count(p);
+    s->ntensors = dst->tensors->n;
     s->in = NULL;
     if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
@@ -150,16 +148,15 @@ reshard_status_t rs_scope_build(reshard_plan_t *plan)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     }
     /* every domain, for each tensor it holds: what it may send */
-    for (int64_t i = 0; i < plan->src->n; i++)
-        if (plan->src->f[i].rank == rank)
-            held[plan->src->f[i].tensor] = 1;
+    for (int64_t i = 0; i < src->n; i++)
+        if (src->f[i].rank == rank)
+            held[src->f[i].tensor] = 1;
     for (int32_t d = 0; d < s->ndomains; d++)
         for (int32_t t = 0; t < s->ntensors; t++)
             s->in[(int64_t)d * s->ntensors + t] = held[t] ? RS_SCOPE_ALL : RS_SCOPE_OUT;
-    reshard_status_t st = sends_only(plan, held);
+    reshard_status_t st = sends_only(p, src, dst, held, s);
     free(held);
     /* its own domain: everything it may receive, forward or relay */
-    memset(s->in + (int64_t)rs_domain_of(&plan->p, rank) * s->ntensors, RS_SCOPE_ALL,
-           (size_t)s->ntensors);
+    memset(s->in + (int64_t)rs_domain_of(p, rank) * s->ntensors, RS_SCOPE_ALL, (size_t)s->ntensors);
     return st;
 }
