@@ -16,9 +16,9 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-static uint64_t hash_id(int32_t rank, int32_t buffer)
+static uint64_t key_id(int32_t rank, int32_t buffer)
 {
-    return mix64(((uint64_t)(uint32_t)rank << 32) | (uint32_t)buffer);
+    return ((uint64_t)(uint32_t)rank << 32) | (uint32_t)buffer;
 }
 
 static uint64_t hash_name(int32_t rank, const char *name)
@@ -33,39 +33,45 @@ static uint64_t hash_name(int32_t rank, const char *name)
  * where it would go. */
 static int64_t slot_id(const rs_decls_t *d, int32_t rank, int32_t buffer)
 {
+    uint64_t mask = (uint64_t)d->hcap - 1, key = key_id(rank, buffer);
+    for (uint64_t s = mix64(key) & mask;; s = (s + 1) & mask)
+        if (d->by_id[s].i < 0 || d->by_id[s].key == key)
+            return (int64_t)s;
+}
+
+static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name, uint64_t h)
+{
     uint64_t mask = (uint64_t)d->hcap - 1;
-    for (uint64_t s = hash_id(rank, buffer) & mask;; s = (s + 1) & mask) {
-        int64_t i = d->by_id[s];
-        if (i < 0 || (d->e[i].rank == rank && d->e[i].buffer == buffer))
+    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
+        int64_t i = d->by_name[s].i;
+        if (i < 0 ||
+            (d->by_name[s].key == h && d->e[i].rank == rank && strcmp(d->e[i].name, name) == 0))
             return (int64_t)s;
     }
 }
 
-static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name)
+/* Put the used slots of @p from (@p n slots) into the empty table @p to of
+ * @p hcap slots; @p by_id: keys are (rank, buffer), else hashes. Every
+ * entry is distinct, so nothing needs comparing. */
+static void rehash(const rs_decl_slot_t *from, int64_t n, rs_decl_slot_t *to, int64_t hcap,
+                   bool by_id)
 {
-    uint64_t mask = (uint64_t)d->hcap - 1;
-    for (uint64_t s = hash_name(rank, name) & mask;; s = (s + 1) & mask) {
-        int64_t i = d->by_name[s];
-        if (i < 0 || (d->e[i].rank == rank && strcmp(d->e[i].name, name) == 0))
-            return (int64_t)s;
+    uint64_t mask = (uint64_t)hcap - 1;
+    for (int64_t k = 0; k < n; k++) {
+        if (from[k].i < 0)
+            continue;
+        uint64_t s = (by_id ? mix64(from[k].key) : from[k].key) & mask;
+        while (to[s].i >= 0)
+            s = (s + 1) & mask;
+        to[s] = from[k];
     }
-}
-
-/* The first empty slot of @p table from hash @p h (rehashing: every entry
- * is distinct, so nothing needs comparing). */
-static int64_t slot_empty(const int64_t *table, int64_t hcap, uint64_t h)
-{
-    uint64_t mask = (uint64_t)hcap - 1, s = h & mask;
-    while (table[s] >= 0)
-        s = (s + 1) & mask;
-    return (int64_t)s;
 }
 
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer)
 {
     if (d->n == 0)
         return NULL;
-    int64_t i = d->by_id[slot_id(d, rank, buffer)];
+    int64_t i = d->by_id[slot_id(d, rank, buffer)].i;
     return i < 0 ? NULL : &d->e[i];
 }
 
@@ -98,23 +104,21 @@ static int reserve(rs_decls_t *d)
     if (2 * (d->n + 1) < d->hcap)
         return 0;
     int64_t hcap = d->hcap ? 2 * d->hcap : 128;
-    int64_t *a = malloc((size_t)hcap * sizeof *a), *b = malloc((size_t)hcap * sizeof *b);
+    rs_decl_slot_t *a = malloc((size_t)hcap * sizeof *a), *b = malloc((size_t)hcap * sizeof *b);
     if (!a || !b) {
         free(a);
         free(b);
         return -1;
     }
-    memset(a, 0xff, (size_t)hcap * sizeof *a);
-    memset(b, 0xff, (size_t)hcap * sizeof *b);
+    for (int64_t k = 0; k < hcap; k++)
+        a[k].i = b[k].i = -1;
+    rehash(d->by_id, d->hcap, a, hcap, true);
+    rehash(d->by_name, d->hcap, b, hcap, false);
     free(d->by_id);
     free(d->by_name);
     d->by_id = a;
     d->by_name = b;
     d->hcap = hcap;
-    for (int64_t i = 0; i < d->n; i++) {
-        d->by_id[slot_empty(a, hcap, hash_id(d->e[i].rank, d->e[i].buffer))] = i;
-        d->by_name[slot_empty(b, hcap, hash_name(d->e[i].rank, d->e[i].name))] = i;
-    }
     return 0;
 }
 
@@ -162,15 +166,16 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                         rank);
     }
     /* room made first: the slots found empty below are where the entry goes */
-    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, name);
-    int64_t i = d->by_id[sid];
+    uint64_t hname = hash_name(rank, name);
+    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, name, hname);
+    int64_t i = d->by_id[sid].i;
     if (i >= 0) {
         free(copy);
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
                         d->e[i].name, name);
     }
-    i = d->by_name[sname];
+    i = d->by_name[sname].i;
     if (i >= 0) {
         free(copy);
         return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -187,8 +192,8 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                      .numel = (int64_t)numel,
                      .bytes = numel * esz};
     memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
-    d->by_id[sid] = d->n;
-    d->by_name[sname] = d->n;
+    d->by_id[sid] = (rs_decl_slot_t){key_id(rank, buffer), d->n};
+    d->by_name[sname] = (rs_decl_slot_t){hname, d->n};
     /* keep order sorted: model layouts declare in order, so this is an append */
     int64_t k = d->n;
     while (k > 0 && before(e, &d->e[d->order[k - 1]])) {
@@ -266,7 +271,7 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     if (!layout || !name || layout->decls.n == 0)
         return -1;
     const rs_decls_t *d = &layout->decls;
-    int64_t i = d->by_name[slot_name(d, rank, name)];
+    int64_t i = d->by_name[slot_name(d, rank, name, hash_name(rank, name))].i;
     return i < 0 ? -1 : d->e[i].buffer;
 }
 

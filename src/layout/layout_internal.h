@@ -33,16 +33,23 @@ typedef struct {
     uint64_t bytes;
 } rs_decl_t;
 
+/** A slot of a declared-buffer hash index: the entry (-1: empty) and its
+ *  key, so that a probe reads the slot alone until the key matches. */
+typedef struct {
+    uint64_t key; /**< (rank, buffer) packed, or the hash of (rank, name) */
+    int64_t i;
+} rs_decl_slot_t;
+
 /** The declared buffers of a layout: entries in order of declaration, an
- *  index sorted by (rank, buffer), and two hash indexes (open addressing,
- *  -1 = empty slot) on (rank, buffer) and on (rank, name). */
+ *  index sorted by (rank, buffer), and two hash indexes (open addressing)
+ *  on (rank, buffer) and on (rank, name). */
 typedef struct {
     rs_decl_t *e;
     int64_t n, cap;
-    int64_t *order;   /**< n entry indices sorted by (rank, buffer) */
-    int64_t *by_id;   /**< hcap slots */
-    int64_t *by_name; /**< hcap slots */
-    int64_t hcap;     /**< power of two, > 2n */
+    int64_t *order;          /**< n entry indices sorted by (rank, buffer) */
+    rs_decl_slot_t *by_id;   /**< hcap slots */
+    rs_decl_slot_t *by_name; /**< hcap slots */
+    int64_t hcap;            /**< power of two, > 2n */
 } rs_decls_t;
 
 struct reshard_layout {
