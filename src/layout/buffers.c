@@ -21,12 +21,10 @@ static uint64_t key_id(int32_t rank, int32_t buffer)
     return ((uint64_t)(uint32_t)rank << 32) | (uint32_t)buffer;
 }
 
-static uint64_t hash_name(int32_t rank, const char *name)
+/* Hash of (rank, name) from the name's hash. */
+static uint64_t hash_name(int32_t rank, uint64_t hstr)
 {
-    uint64_t h = 0xcbf29ce484222325ULL ^ mix64((uint64_t)(uint32_t)rank);
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ULL;
-    return mix64(h);
+    return mix64(hstr ^ mix64((uint64_t)(uint32_t)rank + 1));
 }
 
 /* Slot of (rank, buffer) in d->by_id: the entry's slot, or the empty slot
@@ -77,8 +75,7 @@ const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer)
 
 void rs_decls_free(rs_decls_t *d)
 {
-    for (int64_t i = 0; i < d->n; i++)
-        free(d->e[i].name);
+    rs_strpool_free(&d->names);
     free(d->e);
     free(d->order);
     free(d->by_id);
@@ -159,25 +156,23 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
         numel *= (uint64_t)shape[k];
     }
     rs_decls_t *d = &layout->decls;
-    char *copy = strdup(name);
+    uint64_t hstr = rs_str_hash(name);
+    const char *copy = rs_strpool_add(&d->names, name, hstr);
     if (!copy || reserve(d) != 0) {
-        free(copy);
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);
     }
     /* room made first: the slots found empty below are where the entry goes */
-    uint64_t hname = hash_name(rank, name);
-    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, name, hname);
+    uint64_t hname = hash_name(rank, hstr);
+    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, copy, hname);
     int64_t i = d->by_id[sid].i;
     if (i >= 0) {
-        free(copy);
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
                         d->e[i].name, name);
     }
     i = d->by_name[sname].i;
     if (i >= 0) {
-        free(copy);
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
                         d->e[i].buffer, buffer);
@@ -271,7 +266,11 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     if (!layout || !name || layout->decls.n == 0)
         return -1;
     const rs_decls_t *d = &layout->decls;
-    int64_t i = d->by_name[slot_name(d, rank, name, hash_name(rank, name))].i;
+    uint64_t hstr = rs_str_hash(name);
+    const char *pool = rs_strpool_find(&d->names, name, hstr);
+    if (!pool)
+        return -1;
+    int64_t i = d->by_name[slot_name(d, rank, pool, hash_name(rank, hstr))].i;
     return i < 0 ? -1 : d->e[i].buffer;
 }
 

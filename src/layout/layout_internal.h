@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "reshard/reshard.h"
+#include "util/strpool.h"
 
 typedef struct {
     char *name;
@@ -25,7 +26,7 @@ struct reshard_tensors {
 /** A declared buffer (reshard_layout_declare_buffer). */
 typedef struct {
     int32_t rank, buffer;
-    char *name;
+    const char *name; /**< pooled (rs_decls_t.names) */
     reshard_dtype_t dtype;
     int ndim;
     int64_t shape[RESHARD_MAX_DIMS];
@@ -41,8 +42,10 @@ typedef struct {
 } rs_decl_slot_t;
 
 /** The declared buffers of a layout: entries in order of declaration, an
- *  index sorted by (rank, buffer), and two hash indexes (open addressing)
- *  on (rank, buffer) and on (rank, name). */
+ *  index sorted by (rank, buffer), two hash indexes (open addressing) on
+ *  (rank, buffer) and on (rank, name), and the names, each stored once
+ *  however many ranks declare it (every rank of a model declares the same
+ *  parameter names). */
 typedef struct {
     rs_decl_t *e;
     int64_t n, cap;
@@ -50,6 +53,7 @@ typedef struct {
     rs_decl_slot_t *by_id;   /**< hcap slots */
     rs_decl_slot_t *by_name; /**< hcap slots */
     int64_t hcap;            /**< power of two, > 2n */
+    rs_strpool_t names;      /**< the declared names, each once */
 } rs_decls_t;
 
 struct reshard_layout {

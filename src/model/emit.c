@@ -18,8 +18,7 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *b)
 {
     if (!b)
         return;
-    for (int64_t i = 0; i < b->n; i++)
-        free(b->e[i].name);
+    rs_strpool_free(&b->names);
     free(b->e);
     free(b);
 }
@@ -89,12 +88,14 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
         b->e = ne;
         b->cap = cap;
     }
-    char *nm = strdup(full);
+    const char *nm = rs_strpool_add(&b->names, full, rs_str_hash(full));
     if (!nm)
         return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
-    reshard_buffer_info_t info;
-    TRY(reshard_layout_declared_buffer(e->layout, e->rank, id, &info));
-    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, info.bytes, nm};
+    /* the bytes it was just declared with (the declaration checked the shape) */
+    uint64_t bytes = reshard_dtype_size(dtype);
+    for (int k = 0; k < ndim; k++)
+        bytes *= (uint64_t)shape[k];
+    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, bytes, nm};
     return RESHARD_OK;
 }
 

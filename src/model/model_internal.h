@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "reshard/reshard_model.h"
+#include "util/strpool.h"
 
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
@@ -150,12 +151,13 @@ static inline int32_t rs_vpp(const reshard_train_spec_t *s)
 typedef struct {
     int32_t rank, buffer;
     uint64_t bytes;
-    char *name;
+    const char *name; /**< pooled (reshard_model_buffers.names) */
 } rs_buf_entry_t;
 
 struct reshard_model_buffers {
     rs_buf_entry_t *e;
     int64_t n, cap;
+    rs_strpool_t names; /**< each parameter name once, however many ranks hold it */
 };
 
 /** State while one side's layout is written: the current rank and its next
