@@ -10,19 +10,23 @@
  *
  * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
  *                         [--rank R] [--no-global | --global-max N] [--check K]
+ *                         [--mem-cap-mb M]
  *                         [--layers K]
  *                         [--stages first=F,last=L | --stages none]
  *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
- *                         [--layers K] [--stages ...]
+ *                         [--no-global] [--layers K] [--stages ...]
  *
  *   --rank R    the rank whose own plan is built (default 5, a training rank)
  *   --global-max N  global plans only at sizes up to N per side (they hold
  *               every piece of every rank: memory grows with the square)
+ *   --mem-cap-mb M  address-space cap of each measurement (default 8192; 0:
+ *               none): a plan over it fails, and its row says so
  *   --check K   also check, in each global child, that K sampled ranks' own
  *               plans equal their part of the global plan (plan_check.c)
- *   --hash      print a digest of the global plan and of the listed ranks'
- *               own plans (every piece, stream, chunk size and counter), to
- *               compare two builds of the planner
+ *   --hash      print a digest of the global plan (not with --no-global)
+ *               and of the listed ranks' own plans (up to 64; every piece,
+ *               stream, chunk size and counter), to compare two builds of
+ *               the planner
  */
 #define _DEFAULT_SOURCE /* wait4 */
 #include <stdint.h>
@@ -258,7 +262,12 @@ typedef struct {
     char digest[32];
     int checked;
     long maxrss_kb;
+    int status; /* of the child (wait4) */
 } result_t;
+
+/* Address-space cap of each child, MiB (0: none): a plan that would not fit
+ * fails there instead of crowding the machine. */
+static long mem_cap_mb = 8192;
 
 static int measure(const char *self, const config_t *c, int32_t rank, int check, result_t *r)
 {
@@ -275,6 +284,9 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        struct rlimit cap = {(rlim_t)mem_cap_mb << 20, (rlim_t)mem_cap_mb << 20};
+        if (mem_cap_mb > 0)
+            setrlimit(RLIMIT_AS, &cap);
         dup2(fd[1], 1);
         close(fd[0]);
         close(fd[1]);
@@ -295,6 +307,7 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
         return -1;
     r->wall = now() - t0;
     r->maxrss_kb = ru.ru_maxrss;
+    r->status = status;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
         sscanf(line, "%lf %lf %lf %lf %16s %d", &r->layout_s, &r->layout_cpu, &r->plan_s,
                &r->plan_cpu, r->digest, &r->checked) != 6)
@@ -313,18 +326,20 @@ static int parse_list(const char *s, int32_t *out, int max)
     return n;
 }
 
-static int hash_mode(const config_t *c, const int32_t *ranks, int nranks)
+static int hash_mode(const config_t *c, const int32_t *ranks, int nranks, int global)
 {
     setup_t s;
     if (setup(c, &s) != 0)
         return 1;
     double secs, cpu;
-    reshard_plan_t *all = plan_for(&s, RESHARD_ALL_RANKS, &secs, &cpu);
-    if (!all)
-        return 1;
-    printf("%s %s %d+%d global %016llx\n", c->model, c->system ? c->system : "none", c->size,
-           c->size, (unsigned long long)plan_digest(all));
-    reshard_plan_destroy(all);
+    if (global) {
+        reshard_plan_t *all = plan_for(&s, RESHARD_ALL_RANKS, &secs, &cpu);
+        if (!all)
+            return 1;
+        printf("%s %s %d+%d global %016llx\n", c->model, c->system ? c->system : "none", c->size,
+               c->size, (unsigned long long)plan_digest(all));
+        reshard_plan_destroy(all);
+    }
     for (int i = 0; i < nranks; i++) {
         int32_t r = ranks[i] < 0 ? s.world + ranks[i] : ranks[i];
         reshard_plan_t *one = plan_for(&s, r, &secs, &cpu);
@@ -348,7 +363,7 @@ int main(int argc, char **argv)
     config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
     int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0,
             global_max = INT32_MAX;
-    int32_t ranks[16] = {5, -1}, nranks = 2;
+    int32_t ranks[64] = {5, -1}, nranks = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--model") && v)
@@ -362,7 +377,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--rank") && v)
             rank = atoi(argv[++i]);
         else if (!strcmp(a, "--ranks") && v)
-            nranks = parse_list(argv[++i], ranks, 16);
+            nranks = parse_list(argv[++i], ranks, 64);
         else if (!strcmp(a, "--check") && v)
             check = atoi(argv[++i]);
         else if (!strcmp(a, "--stages") && v)
@@ -371,6 +386,8 @@ int main(int argc, char **argv)
             c.layers = atoi(argv[++i]);
         else if (!strcmp(a, "--global-max") && v)
             global_max = atoi(argv[++i]);
+        else if (!strcmp(a, "--mem-cap-mb") && v)
+            mem_cap_mb = atol(argv[++i]);
         else if (!strcmp(a, "--no-global"))
             global = 0;
         else if (!strcmp(a, "--hash"))
@@ -381,7 +398,7 @@ int main(int argc, char **argv)
         }
     }
     if (hash)
-        return hash_mode(&c, ranks, nranks);
+        return hash_mode(&c, ranks, nranks, global);
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0)
@@ -401,8 +418,11 @@ int main(int argc, char **argv)
         c.size = sizes[i];
         for (int g = 0; g < 1 + (global && c.size <= global_max); g++) {
             result_t r;
+            memset(&r, 0, sizeof r);
             if (measure(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0, &r) != 0) {
-                printf("%5d+%-5d %-6s failed\n", c.size, c.size, g ? "global" : "own");
+                printf("%5d+%-5d %-6s failed after %.1f s wall, peak %.1f MiB (cap %ld MiB)\n",
+                       c.size, c.size, g ? "global" : "own", r.wall, (double)r.maxrss_kb / 1024.0,
+                       mem_cap_mb);
                 bad = 1;
                 continue;
             }

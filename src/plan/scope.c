@@ -61,7 +61,8 @@ static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t 
 static bool lands_whole(const reshard_plan_params_t *p, const reshard_layout_t *dst, int32_t domain,
                         const int64_t *df, int64_t n, uint64_t *load)
 {
-    int32_t R = rs_domain_ranks(p, domain), lo = domain * (R > 1 ? p->domain_size : 1);
+    int32_t R = rs_domain_ranks(p, domain),
+            lo = p->domain_size > 1 ? domain * p->domain_size : domain;
     uint64_t total = 0;
     bool ok = true;
     for (int64_t a = 0; a < n && ok; a++) {
