@@ -16,25 +16,10 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-static uint64_t key_id(int32_t rank, int32_t buffer)
-{
-    return ((uint64_t)(uint32_t)rank << 32) | (uint32_t)buffer;
-}
-
 /* Hash of (rank, name) from the name's hash. */
 static uint64_t hash_name(int32_t rank, uint64_t hstr)
 {
     return mix64(hstr ^ mix64((uint64_t)(uint32_t)rank + 1));
-}
-
-/* Slot of (rank, buffer) in d->by_id: the entry's slot, or the empty slot
- * where it would go. */
-static int64_t slot_id(const rs_decls_t *d, int32_t rank, int32_t buffer)
-{
-    uint64_t mask = (uint64_t)d->hcap - 1, key = key_id(rank, buffer);
-    for (uint64_t s = mix64(key) & mask;; s = (s + 1) & mask)
-        if (d->by_id[s].i < 0 || d->by_id[s].key == key)
-            return (int64_t)s;
 }
 
 static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name, uint64_t h)
@@ -49,28 +34,65 @@ static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name, ui
 }
 
 /* Put the used slots of @p from (@p n slots) into the empty table @p to of
- * @p hcap slots; @p by_id: keys are (rank, buffer), else hashes. Every
- * entry is distinct, so nothing needs comparing. */
-static void rehash(const rs_decl_slot_t *from, int64_t n, rs_decl_slot_t *to, int64_t hcap,
-                   bool by_id)
+ * @p hcap slots. Every entry is distinct, so nothing needs comparing. */
+static void rehash(const rs_decl_slot_t *from, int64_t n, rs_decl_slot_t *to, int64_t hcap)
 {
     uint64_t mask = (uint64_t)hcap - 1;
     for (int64_t k = 0; k < n; k++) {
         if (from[k].i < 0)
             continue;
-        uint64_t s = (by_id ? mix64(from[k].key) : from[k].key) & mask;
+        uint64_t s = from[k].key & mask;
         while (to[s].i >= 0)
             s = (s + 1) & mask;
         to[s] = from[k];
     }
 }
 
+static bool before(const rs_decl_t *a, const rs_decl_t *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->buffer < b->buffer);
+}
+
+/* First position in d->order of an entry not before (@p rank, @p buffer). */
+static int64_t order_bound(const rs_decls_t *d, int32_t rank, int32_t buffer)
+{
+    const rs_decl_t key = {.rank = rank, .buffer = buffer};
+    int64_t lo = 0, hi = d->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (before(&d->e[d->order[mid]], &key))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The entry at position @p k of d->order when it is (@p rank, @p buffer). */
+static const rs_decl_t *at(const rs_decls_t *d, int64_t k, int32_t rank, int32_t buffer)
+{
+    if (k < 0 || k >= d->n)
+        return NULL;
+    const rs_decl_t *e = &d->e[d->order[k]];
+    return e->rank == rank && e->buffer == buffer ? e : NULL;
+}
+
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer)
 {
-    if (d->n == 0)
-        return NULL;
-    int64_t i = d->by_id[slot_id(d, rank, buffer)].i;
-    return i < 0 ? NULL : &d->e[i];
+    return at(d, order_bound(d, rank, buffer), rank, buffer);
+}
+
+const rs_decl_t *rs_decl_find_near(const rs_decls_t *d, int32_t rank, int32_t buffer, int64_t *pos)
+{
+    const rs_decl_t *e = at(d, *pos, rank, buffer);
+    if (!e && (e = at(d, *pos + 1, rank, buffer)) != NULL)
+        ++*pos;
+    if (!e) {
+        int64_t k = order_bound(d, rank, buffer);
+        if ((e = at(d, k, rank, buffer)) != NULL)
+            *pos = k;
+    }
+    return e;
 }
 
 void rs_decls_free(rs_decls_t *d)
@@ -78,7 +100,6 @@ void rs_decls_free(rs_decls_t *d)
     rs_strpool_free(&d->names);
     free(d->e);
     free(d->order);
-    free(d->by_id);
     free(d->by_name);
     memset(d, 0, sizeof *d);
 }
@@ -101,27 +122,16 @@ static int reserve(rs_decls_t *d)
     if (2 * (d->n + 1) < d->hcap)
         return 0;
     int64_t hcap = d->hcap ? 2 * d->hcap : 128;
-    rs_decl_slot_t *a = malloc((size_t)hcap * sizeof *a), *b = malloc((size_t)hcap * sizeof *b);
-    if (!a || !b) {
-        free(a);
-        free(b);
+    rs_decl_slot_t *b = malloc((size_t)hcap * sizeof *b);
+    if (!b)
         return -1;
-    }
     for (int64_t k = 0; k < hcap; k++)
-        a[k].i = b[k].i = -1;
-    rehash(d->by_id, d->hcap, a, hcap, true);
-    rehash(d->by_name, d->hcap, b, hcap, false);
-    free(d->by_id);
+        b[k].i = -1;
+    rehash(d->by_name, d->hcap, b, hcap);
     free(d->by_name);
-    d->by_id = a;
     d->by_name = b;
     d->hcap = hcap;
     return 0;
-}
-
-static bool before(const rs_decl_t *a, const rs_decl_t *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->buffer < b->buffer);
 }
 
 reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t rank,
@@ -162,16 +172,22 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);
     }
-    /* room made first: the slots found empty below are where the entry goes */
-    uint64_t hname = hash_name(rank, hstr);
-    int64_t sid = slot_id(d, rank, buffer), sname = slot_name(d, rank, copy, hname);
-    int64_t i = d->by_id[sid].i;
-    if (i >= 0) {
-        return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
-                        d->e[i].name, name);
+    /* room made first: the slot found empty below is where the entry goes;
+     * model layouts declare in (rank, buffer) order: an append after the
+     * last entry in order cannot repeat one */
+    const rs_decl_t key = {.rank = rank, .buffer = buffer};
+    int64_t k = d->n;
+    if (d->n > 0 && !before(&d->e[d->order[d->n - 1]], &key)) {
+        k = order_bound(d, rank, buffer);
+        const rs_decl_t *twin = at(d, k, rank, buffer);
+        if (twin)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
+                            twin->name, name);
     }
-    i = d->by_name[sname].i;
+    uint64_t hname = hash_name(rank, hstr);
+    int64_t sname = slot_name(d, rank, copy, hname);
+    int64_t i = d->by_name[sname].i;
     if (i >= 0) {
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
@@ -187,14 +203,9 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                      .numel = (int64_t)numel,
                      .bytes = numel * esz};
     memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
-    d->by_id[sid] = (rs_decl_slot_t){key_id(rank, buffer), d->n};
     d->by_name[sname] = (rs_decl_slot_t){hname, d->n};
-    /* keep order sorted: model layouts declare in order, so this is an append */
-    int64_t k = d->n;
-    while (k > 0 && before(e, &d->e[d->order[k - 1]])) {
-        d->order[k] = d->order[k - 1];
-        k--;
-    }
+    /* keep order sorted: position k, found above */
+    memmove(d->order + k + 1, d->order + k, (size_t)(d->n - k) * sizeof *d->order);
     d->order[k] = d->n++;
     return RESHARD_OK;
 }

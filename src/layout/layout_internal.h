@@ -37,20 +37,19 @@ typedef struct {
 /** A slot of a declared-buffer hash index: the entry (-1: empty) and its
  *  key, so that a probe reads the slot alone until the key matches. */
 typedef struct {
-    uint64_t key; /**< (rank, buffer) packed, or the hash of (rank, name) */
+    uint64_t key; /**< the hash of (rank, name) */
     int64_t i;
 } rs_decl_slot_t;
 
 /** The declared buffers of a layout: entries in order of declaration, an
- *  index sorted by (rank, buffer), two hash indexes (open addressing) on
- *  (rank, buffer) and on (rank, name), and the names, each stored once
+ *  index sorted by (rank, buffer) (found by binary search), a hash index
+ *  (open addressing) on (rank, name), and the names, each stored once
  *  however many ranks declare it (every rank of a model declares the same
  *  parameter names). */
 typedef struct {
     rs_decl_t *e;
     int64_t n, cap;
     int64_t *order;          /**< n entry indices sorted by (rank, buffer) */
-    rs_decl_slot_t *by_id;   /**< hcap slots */
     rs_decl_slot_t *by_name; /**< hcap slots */
     int64_t hcap;            /**< power of two, > 2n */
     rs_strpool_t names;      /**< the declared names, each once */
@@ -63,8 +62,12 @@ struct reshard_layout {
     rs_decls_t decls;
 };
 
-/** The declared buffer (rank, buffer), or NULL. */
+/** The declared buffer (rank, buffer), or NULL (a binary search). */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);
+/** As rs_decl_find, looking first at position *@p pos of d->order and the
+ *  one after it, and leaving the position found in *@p pos: lookups in
+ *  (rank, buffer) order, as a model layout's fragments come, cost O(1). */
+const rs_decl_t *rs_decl_find_near(const rs_decls_t *d, int32_t rank, int32_t buffer, int64_t *pos);
 /** Number of declared buffers of @p rank; *first receives the position in
  *  d->order of the first of them. */
 int64_t rs_decls_of_rank(const rs_decls_t *d, int32_t rank, int64_t *first);

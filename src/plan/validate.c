@@ -49,9 +49,10 @@ static reshard_status_t check_ranks(const reshard_layout_t *l, int32_t world, co
 /* Every fragment in a declared buffer lies inside its bytes and has its dtype. */
 static reshard_status_t check_declared(const reshard_layout_t *l, const char *side)
 {
+    int64_t pos = 0;
     for (int64_t i = 0; l->decls.n > 0 && i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
-        const rs_decl_t *b = rs_decl_find(&l->decls, f->rank, f->buffer);
+        const rs_decl_t *b = rs_decl_find_near(&l->decls, f->rank, f->buffer, &pos);
         if (!b)
             continue;
         const rs_tensor_t *t = &l->tensors->t[f->tensor];

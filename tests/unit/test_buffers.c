@@ -48,6 +48,10 @@ static void test_declare_and_list(void **state)
     /* the same name on another rank is another parameter */
     assert_int_equal(reshard_layout_declare_buffer(x.l, 1, 0, "a.weight", RESHARD_BF16, 2, s1),
                      RESHARD_OK);
+    /* an id declared before the last one in order is still found twice */
+    assert_int_equal(reshard_layout_declare_buffer(x.l, 1, 4, "other.weight", RESHARD_BF16, 1, s2),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "rank 1, buffer 4: declared twice"));
     assert_int_equal(reshard_layout_declared_count(x.l, RESHARD_ALL_RANKS), 4);
     assert_int_equal(reshard_layout_declared_count(x.l, 1), 2);
     assert_int_equal(reshard_layout_declared_count(x.l, 2), 0);
