@@ -71,11 +71,35 @@ uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *b, int32_t ra
 
 /* Declare buffer @p id of the current rank as parameter name+suffix of
  * @p dtype and @p shape, and list it in the buffer table when one is wanted. */
+const char *rs_name_join(char *buf, size_t size, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (size == 0)
+        return buf;
+    if (na > size - 1)
+        na = size - 1;
+    if (nb > size - 1 - na)
+        nb = size - 1 - na;
+    memcpy(buf, a, na);
+    memcpy(buf + na, b, nb);
+    buf[na + nb] = 0;
+    return buf;
+}
+
+/* vsnprintf, with "%s" (what most parameter names are formatted with) a copy. */
+static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
+{
+    if (strcmp(fmt, "%s") == 0)
+        rs_name_join(buf, size, va_arg(ap, const char *), "");
+    else
+        vsnprintf(buf, size, fmt, ap);
+}
+
 static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,
                                  reshard_dtype_t dtype, int ndim, const int64_t *shape)
 {
     char full[320];
-    snprintf(full, sizeof full, "%s%s", name, suffix);
+    rs_name_join(full, sizeof full, name, suffix);
     TRY(reshard_layout_declare_buffer(e->layout, e->rank, id, full, dtype, ndim, shape));
     reshard_model_buffers_t *b = e->bufs;
     if (!b)
@@ -112,7 +136,7 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    format_name(name, sizeof name, fmt, ap);
     va_end(ap);
     /* The parameter's shape: a vector, a matrix, or stacked expert matrices. */
     int ndim = info.ndim == 3 && experts > 0 ? 3 : 2;
@@ -144,7 +168,7 @@ int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_
     char name[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    format_name(name, sizeof name, fmt, ap);
     va_end(ap);
     reshard_status_t s = open_one(e, id, name, "", info.dtype, ndim, shape);
     return s == RESHARD_OK ? id : s;
