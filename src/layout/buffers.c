@@ -6,46 +6,33 @@
 #include "layout/layout_internal.h"
 #include "util/error.h"
 
-static uint64_t mix64(uint64_t x)
+/* Position in the list @p l (entries by rank) of the first entry of rank
+ * >= @p rank. */
+static int64_t name_rank_bound(const rs_decls_t *d, const rs_name_decls_t *l, int32_t rank)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-/* Hash of (rank, name) from the name's hash. */
-static uint64_t hash_name(int32_t rank, uint64_t hstr)
-{
-    return mix64(hstr ^ mix64((uint64_t)(uint32_t)rank + 1));
-}
-
-static int64_t slot_name(const rs_decls_t *d, int32_t rank, const char *name, uint64_t h)
-{
-    uint64_t mask = (uint64_t)d->hcap - 1;
-    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
-        int64_t i = d->by_name[s].i;
-        if (i < 0 ||
-            (d->by_name[s].key == h && d->e[i].rank == rank && strcmp(d->e[i].name, name) == 0))
-            return (int64_t)s;
+    int64_t lo = 0, hi = l->n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (d->e[l->i[mid]].rank < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
+    return lo;
 }
 
-/* Put the used slots of @p from (@p n slots) into the empty table @p to of
- * @p hcap slots. Every entry is distinct, so nothing needs comparing. */
-static void rehash(const rs_decl_slot_t *from, int64_t n, rs_decl_slot_t *to, int64_t hcap)
+/* The entry of name id @p id on @p rank, or -1; its position (or where it
+ * would go) in *@p pos. Declarations come rank by rank: the last first. */
+static int64_t name_find(const rs_decls_t *d, int64_t id, int32_t rank, int64_t *pos)
 {
-    uint64_t mask = (uint64_t)hcap - 1;
-    for (int64_t k = 0; k < n; k++) {
-        if (from[k].i < 0)
-            continue;
-        uint64_t s = from[k].key & mask;
-        while (to[s].i >= 0)
-            s = (s + 1) & mask;
-        to[s] = from[k];
+    if (id >= d->byname_cap) {
+        *pos = 0;
+        return -1;
     }
+    const rs_name_decls_t *l = &d->byname[id];
+    int64_t k = l->n > 0 && d->e[l->i[l->n - 1]].rank < rank ? l->n : name_rank_bound(d, l, rank);
+    *pos = k;
+    return k < l->n && d->e[l->i[k]].rank == rank ? l->i[k] : -1;
 }
 
 static bool before(const rs_decl_t *a, const rs_decl_t *b)
@@ -100,11 +87,13 @@ void rs_decls_free(rs_decls_t *d)
     rs_strpool_free(&d->names);
     free(d->e);
     free(d->order);
-    free(d->by_name);
+    for (int64_t k = 0; k < d->byname_cap; k++)
+        free(d->byname[k].i);
+    free(d->byname);
     memset(d, 0, sizeof *d);
 }
 
-/* Make room for one more entry: entry array, order and (rehashed) indexes. */
+/* Make room for one more entry: entry array and order. */
 static int reserve(rs_decls_t *d)
 {
     if (d->n == d->cap) {
@@ -119,18 +108,35 @@ static int reserve(rs_decls_t *d)
         d->order = o;
         d->cap = cap;
     }
-    if (2 * (d->n + 1) < d->hcap)
-        return 0;
-    int64_t hcap = d->hcap ? 2 * d->hcap : 128;
-    rs_decl_slot_t *b = malloc((size_t)hcap * sizeof *b);
-    if (!b)
-        return -1;
-    for (int64_t k = 0; k < hcap; k++)
-        b[k].i = -1;
-    rehash(d->by_name, d->hcap, b, hcap);
-    free(d->by_name);
-    d->by_name = b;
-    d->hcap = hcap;
+    return 0;
+}
+
+/* Put entry @p i (name id @p id) at position @p pos of its name's list. */
+static int name_insert(rs_decls_t *d, int64_t id, int64_t pos, int64_t i)
+{
+    if (id >= d->byname_cap) {
+        int64_t cap = d->byname_cap ? 2 * d->byname_cap : 64;
+        while (cap <= id)
+            cap *= 2;
+        rs_name_decls_t *b = realloc(d->byname, (size_t)cap * sizeof *b);
+        if (!b)
+            return -1;
+        memset(b + d->byname_cap, 0, (size_t)(cap - d->byname_cap) * sizeof *b);
+        d->byname = b;
+        d->byname_cap = cap;
+    }
+    rs_name_decls_t *l = &d->byname[id];
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 4;
+        int64_t *v = realloc(l->i, (size_t)cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->i = v;
+        l->cap = cap;
+    }
+    memmove(l->i + pos + 1, l->i + pos, (size_t)(l->n - pos) * sizeof *l->i);
+    l->i[pos] = i;
+    l->n++;
     return 0;
 }
 
@@ -166,14 +172,13 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
         numel *= (uint64_t)shape[k];
     }
     rs_decls_t *d = &layout->decls;
-    uint64_t hstr = rs_str_hash(name);
-    const char *copy = rs_strpool_add(&d->names, name, hstr);
+    int64_t id;
+    const char *copy = rs_strpool_add(&d->names, name, rs_str_hash(name), &id);
     if (!copy || reserve(d) != 0) {
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);
     }
-    /* room made first: the slot found empty below is where the entry goes;
-     * model layouts declare in (rank, buffer) order: an append after the
+    /* model layouts declare in (rank, buffer) order: an append after the
      * last entry in order cannot repeat one */
     const rs_decl_t key = {.rank = rank, .buffer = buffer};
     int64_t k = d->n;
@@ -185,9 +190,7 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                             "rank %d, buffer %d: declared twice (as %s and as %s)", rank, buffer,
                             twin->name, name);
     }
-    uint64_t hname = hash_name(rank, hstr);
-    int64_t sname = slot_name(d, rank, copy, hname);
-    int64_t i = d->by_name[sname].i;
+    int64_t npos, i = name_find(d, id, rank, &npos);
     if (i >= 0) {
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "rank %d: parameter %s declared twice (buffers %d and %d)", rank, name,
@@ -203,7 +206,9 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
                      .numel = (int64_t)numel,
                      .bytes = numel * esz};
     memcpy(e->shape, shape, (size_t)ndim * sizeof *shape);
-    d->by_name[sname] = (rs_decl_slot_t){hname, d->n};
+    if (name_insert(d, id, npos, d->n) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
+                        rank);
     /* keep order sorted: position k, found above */
     memmove(d->order + k + 1, d->order + k, (size_t)(d->n - k) * sizeof *d->order);
     d->order[k] = d->n++;
@@ -277,11 +282,8 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     if (!layout || !name || layout->decls.n == 0)
         return -1;
     const rs_decls_t *d = &layout->decls;
-    uint64_t hstr = rs_str_hash(name);
-    const char *pool = rs_strpool_find(&d->names, name, hstr);
-    if (!pool)
-        return -1;
-    int64_t i = d->by_name[slot_name(d, rank, pool, hash_name(rank, hstr))].i;
+    int64_t pos, id = rs_strpool_find(&d->names, name, rs_str_hash(name));
+    int64_t i = id < 0 ? -1 : name_find(d, id, rank, &pos);
     return i < 0 ? -1 : d->e[i].buffer;
 }
 

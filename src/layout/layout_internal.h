@@ -34,25 +34,24 @@ typedef struct {
     uint64_t bytes;
 } rs_decl_t;
 
-/** A slot of a declared-buffer hash index: the entry (-1: empty) and its
- *  key, so that a probe reads the slot alone until the key matches. */
+/** The declarations of one parameter name: entry indices, by rank. */
 typedef struct {
-    uint64_t key; /**< the hash of (rank, name) */
-    int64_t i;
-} rs_decl_slot_t;
+    int64_t *i;
+    int64_t n, cap;
+} rs_name_decls_t;
 
 /** The declared buffers of a layout: entries in order of declaration, an
- *  index sorted by (rank, buffer) (found by binary search), a hash index
- *  (open addressing) on (rank, name), and the names, each stored once
- *  however many ranks declare it (every rank of a model declares the same
- *  parameter names). */
+ *  index sorted by (rank, buffer) (found by binary search), and the names,
+ *  each stored once however many ranks declare it (every rank of a model
+ *  declares the same parameter names), with the entries that declare each,
+ *  by rank. */
 typedef struct {
     rs_decl_t *e;
     int64_t n, cap;
     int64_t *order;          /**< n entry indices sorted by (rank, buffer) */
-    rs_decl_slot_t *by_name; /**< hcap slots */
-    int64_t hcap;            /**< power of two, > 2n */
     rs_strpool_t names;      /**< the declared names, each once */
+    rs_name_decls_t *byname; /**< per name id (rs_strpool_t): its entries */
+    int64_t byname_cap;
 } rs_decls_t;
 
 struct reshard_layout {

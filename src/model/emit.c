@@ -112,7 +112,7 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
         b->e = ne;
         b->cap = cap;
     }
-    const char *nm = rs_strpool_add(&b->names, full, rs_str_hash(full));
+    const char *nm = rs_strpool_add(&b->names, full, rs_str_hash(full), NULL);
     if (!nm)
         return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
     /* the bytes it was just declared with (the declaration checked the shape) */

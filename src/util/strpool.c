@@ -31,7 +31,7 @@ static int64_t slot_of(const rs_strpool_t *p, const char *s, uint64_t h)
             return (int64_t)i;
 }
 
-const char *rs_strpool_add(rs_strpool_t *p, const char *s, uint64_t h)
+const char *rs_strpool_add(rs_strpool_t *p, const char *s, uint64_t h, int64_t *id)
 {
     if (2 * (p->n + 1) >= p->cap) {
         int64_t cap = p->cap ? 2 * p->cap : 64;
@@ -56,14 +56,19 @@ const char *rs_strpool_add(rs_strpool_t *p, const char *s, uint64_t h)
         if (!(e->s = strdup(s)))
             return NULL;
         e->h = h;
-        p->n++;
+        e->id = p->n++;
     }
+    if (id)
+        *id = e->id;
     return e->s;
 }
 
-const char *rs_strpool_find(const rs_strpool_t *p, const char *s, uint64_t h)
+int64_t rs_strpool_find(const rs_strpool_t *p, const char *s, uint64_t h)
 {
-    return p->cap ? p->slot[slot_of(p, s, h)].s : NULL;
+    if (!p->cap)
+        return -1;
+    const rs_strpool_slot_t *e = &p->slot[slot_of(p, s, h)];
+    return e->s ? e->id : -1;
 }
 
 void rs_strpool_free(rs_strpool_t *p)

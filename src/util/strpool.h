@@ -8,7 +8,8 @@
 
 typedef struct {
     uint64_t h;
-    char *s; /**< NULL: empty */
+    char *s;    /**< NULL: empty */
+    int64_t id; /**< 0, 1, ... in order of first addition */
 } rs_strpool_slot_t;
 
 typedef struct {
@@ -20,11 +21,12 @@ typedef struct {
 uint64_t rs_str_hash(const char *s);
 
 /** The pooled copy of @p s (hash @p h, rs_str_hash), added when new; NULL
- *  when out of memory. */
-const char *rs_strpool_add(rs_strpool_t *p, const char *s, uint64_t h);
+ *  when out of memory. Its id (0, 1, ... in order of first addition) goes
+ *  to *@p id when @p id is not NULL. */
+const char *rs_strpool_add(rs_strpool_t *p, const char *s, uint64_t h, int64_t *id);
 
-/** The pooled copy of @p s (hash @p h), or NULL when it was never added. */
-const char *rs_strpool_find(const rs_strpool_t *p, const char *s, uint64_t h);
+/** The id of @p s (hash @p h), or -1 when it was never added. */
+int64_t rs_strpool_find(const rs_strpool_t *p, const char *s, uint64_t h);
 
 /** Free every pooled string; the pool is left empty. */
 void rs_strpool_free(rs_strpool_t *p);
