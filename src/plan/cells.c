@@ -154,19 +154,28 @@ static void scratch_free(rs_scratch_t *s)
         free(s->pts[d]);
 }
 
+/* Index of @p x among the @p n sorted points @p pts (every candidate bound
+ * is one): at @p hint, where candidates in ascending order put it, else
+ * found by binary search. */
+static int64_t point_index(const int64_t *pts, int64_t n, int64_t x, int64_t hint)
+{
+    return hint >= 0 && hint < n && pts[hint] == x ? hint : rs_lower_bound(pts, n, x);
+}
+
 /* Grid span [lo, hi) per dim of box @p b (a candidate's intersection with
  * the destination box) in the cut points s->pts: a dim it spans whole needs
- * no search. */
+ * no search, and a candidate that starts where the one before (@p prev_hi)
+ * ended is found there. */
 static void grid_span(const rs_scratch_t *s, const int64_t *npts, int nd, const reshard_box_t *dbox,
-                      const reshard_box_t *b, int64_t *lo, int64_t *hi)
+                      const reshard_box_t *b, const int64_t *prev_hi, int64_t *lo, int64_t *hi)
 {
     for (int d = 0; d < nd; d++) {
         if (b->offset[d] == dbox->offset[d] && b->extent[d] == dbox->extent[d]) {
             lo[d] = 0;
             hi[d] = npts[d] - 1;
         } else {
-            lo[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d]);
-            hi[d] = rs_lower_bound(s->pts[d], npts[d], b->offset[d] + b->extent[d]);
+            lo[d] = point_index(s->pts[d], npts[d], b->offset[d], prev_hi ? prev_hi[d] : -1);
+            hi[d] = point_index(s->pts[d], npts[d], b->offset[d] + b->extent[d], lo[d] + 1);
         }
     }
 }
@@ -214,8 +223,9 @@ static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_
         return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
     memset(s->start, 0, (size_t)(ncells + 1) * sizeof *s->start);
     for (int64_t j = 0; j < ncand; j++) {
-        grid_span(s, npts, nd, &D->box, &s->isect[j], s->span + 2 * j * RESHARD_MAX_DIMS,
-                  s->span + (2 * j + 1) * RESHARD_MAX_DIMS);
+        grid_span(s, npts, nd, &D->box, &s->isect[j],
+                  j ? s->span + (2 * j - 1) * RESHARD_MAX_DIMS : NULL,
+                  s->span + 2 * j * RESHARD_MAX_DIMS, s->span + (2 * j + 1) * RESHARD_MAX_DIMS);
         cover(s, npts, nd, s->span + 2 * j * RESHARD_MAX_DIMS,
               s->span + (2 * j + 1) * RESHARD_MAX_DIMS, false, 0);
     }
