@@ -16,9 +16,14 @@ static uint64_t mix64(uint64_t x)
 
 uint64_t rs_str_hash(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
-        h = (h ^ *c) * 0x100000001b3ULL;
+    size_t n = strlen(s);
+    uint64_t h = 0xcbf29ce484222325ULL ^ n;
+    for (size_t i = 0; i < n; i += 8) { /* eight bytes at a time */
+        uint64_t w = 0;
+        memcpy(&w, s + i, n - i < 8 ? n - i : 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 32;
+    }
     return mix64(h);
 }
 

@@ -17,7 +17,7 @@ typedef struct {
     int64_t n, cap;          /**< cap: power of two, > 2n (0 when empty) */
 } rs_strpool_t;
 
-/** Hash of @p s (FNV-1a, mixed); what the pool is keyed by. */
+/** Hash of @p s (eight bytes at a time, mixed); what the pool is keyed by. */
 uint64_t rs_str_hash(const char *s);
 
 /** The pooled copy of @p s (hash @p h, rs_str_hash), added when new; NULL
