@@ -274,6 +274,94 @@ static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_
     }
 }
 
+/* A cell of the grid (its row-major index) and its one holder. */
+typedef struct {
+    int64_t cell;
+    int32_t holder;
+} rs_owned_t;
+
+static int cmp_owned(const void *pa, const void *pb)
+{
+    const rs_owned_t *a = pa, *b = pb;
+    return a->cell < b->cell ? -1 : a->cell > b->cell;
+}
+
+/* As cut_fragment with @p only a rank, for a tensor no two of whose source
+ * fragments share an element (rs_scope_t.sole): the candidates cover the
+ * destination box when their volumes add up to it, and each cell has one
+ * holder, so only the cells of @p only's candidates are enumerated, in the
+ * grid's order. Anything else is left to cut_fragment (*@p done false),
+ * which names an uncovered cell. */
+static reshard_status_t cut_sole(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                 int64_t di, rs_scratch_t *s, int64_t ncand, int32_t only,
+                                 rs_cells_t *cells, bool *done)
+{
+    const reshard_fragment_t *D = &dst->f[di];
+    const rs_tensor_t *t = &dst->tensors->t[D->tensor];
+    int nd = D->box.ndim;
+    *done = false;
+    int64_t vol = 0;
+    for (int64_t j = 0; j < ncand; j++)
+        vol += rs_box_numel(&s->isect[j]);
+    if (vol != rs_box_numel(&D->box))
+        return RESHARD_OK;
+    int64_t npts[RESHARD_MAX_DIMS], lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        npts[d] = cut_points(&D->box, s->isect, ncand, d, s->pts[d]);
+    int64_t n = 0, cap = 0;
+    rs_owned_t *own = NULL;
+    for (int64_t j = 0; j < ncand; j++) {
+        if (src->f[s->cand[j]].rank != only)
+            continue;
+        grid_span(s, npts, nd, &D->box, &s->isect[j], NULL, lo, hi);
+        int64_t k[RESHARD_MAX_DIMS];
+        for (int d = 0; d < nd; d++)
+            k[d] = lo[d];
+        for (;;) {
+            int64_t cell = 0;
+            for (int d = 0; d < nd; d++)
+                cell = cell * (npts[d] - 1) + k[d];
+            if (n == cap) {
+                cap = 2 * cap + 16;
+                rs_owned_t *o = realloc(own, (size_t)cap * sizeof *o);
+                if (!o) {
+                    free(own);
+                    return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory",
+                                    t->name);
+                }
+                own = o;
+            }
+            own[n++] = (rs_owned_t){cell, s->cand[j]};
+            if (!rs_grid_next(nd, k, lo, hi))
+                break;
+        }
+    }
+    if (n > 1)
+        qsort(own, (size_t)n, sizeof *own, cmp_owned);
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t q = 0; q < n && st == RESHARD_OK; q++) {
+        rs_cell_t c;
+        memset(&c, 0, sizeof c);
+        c.box.ndim = nd;
+        int64_t rest = own[q].cell; /* row-major: the last dim fastest */
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t kd = rest % (npts[d] - 1);
+            rest /= npts[d] - 1;
+            c.box.offset[d] = s->pts[d][kd];
+            c.box.extent[d] = s->pts[d][kd + 1] - s->pts[d][kd];
+        }
+        c.tensor = D->tensor;
+        c.to_frag = (int32_t)di;
+        c.receiver = D->rank;
+        c.bytes = (uint64_t)rs_box_numel(&c.box) * reshard_dtype_size(t->dtype);
+        if (push_cell(cells, &c, &own[q].holder, 1) != 0)
+            st = rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
+    }
+    free(own);
+    *done = st == RESHARD_OK;
+    return st;
+}
+
 /* Fragment indices of a layout grouped by tensor (CSR: start[t]..start[t+1]). */
 static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
 {
@@ -358,7 +446,11 @@ reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, in
         for (int64_t j = s0; j < s1; j++)
             if (rs_box_intersect(&src->f[sidx[j]].box, &D->box, &s->isect[nc]))
                 s->cand[nc++] = (int32_t)sidx[j];
-        st = cut_fragment(src, dst, didx[q], s, nc, only, cells);
+        bool done = false;
+        if (only != RESHARD_ALL_RANKS && plan->scope.sole && plan->scope.sole[t])
+            st = cut_sole(src, dst, didx[q], s, nc, only, cells, &done);
+        if (st == RESHARD_OK && !done)
+            st = cut_fragment(src, dst, didx[q], s, nc, only, cells);
     }
     return st;
 }

@@ -10,7 +10,8 @@
 void rs_scope_free(rs_scope_t *s)
 {
     free(s->in);
-    s->in = NULL;
+    free(s->sole);
+    s->in = s->sole = NULL;
 }
 
 /* Fragment indices of @p l whose tensor has held[tensor] set, grouped by
@@ -53,6 +54,42 @@ static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t 
         }
     }
     return true;
+}
+
+/* Dim-0 interval of a fragment, for the sweep of disjoint_all. */
+typedef struct {
+    int64_t lo, hi, frag;
+} rs_span0_t;
+
+static int cmp_span0(const void *pa, const void *pb)
+{
+    const rs_span0_t *a = pa, *b = pb;
+    if (a->lo != b->lo)
+        return a->lo < b->lo ? -1 : 1;
+    return a->frag < b->frag ? -1 : a->frag > b->frag;
+}
+
+/* True when no two source fragments sf[0..n) of a tensor share an element:
+ * a sweep along dim 0 compares only fragments whose dim-0 ranges meet.
+ * -1 when out of memory. */
+static int disjoint_all(const reshard_layout_t *src, const int64_t *sf, int64_t n)
+{
+    rs_span0_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v)
+        return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const reshard_box_t *b = &src->f[sf[i]].box;
+        v[i] = (rs_span0_t){b->offset[0], b->offset[0] + b->extent[0], sf[i]};
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_span0);
+    int ok = 1;
+    for (int64_t a = 0; a < n && ok; a++)
+        for (int64_t b = a + 1; b < n && v[b].lo < v[a].hi && ok; b++) {
+            reshard_box_t x;
+            ok = !rs_box_intersect(&src->f[v[a].frag].box, &src->f[v[b].frag].box, &x);
+        }
+    free(v);
+    return ok;
 }
 
 /* True when the destination fragments df[0..n) (one domain's, of one tensor)
@@ -99,7 +136,15 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
     if (!si || !di || !holds || !seen || !load)
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     for (int32_t t = 0; st == RESHARD_OK && t < nt; t++) {
-        if (!held[t] || !sole_holder(src, si + ss[t], ss[t + 1] - ss[t], rank))
+        if (!held[t])
+            continue;
+        int sole = disjoint_all(src, si + ss[t], ss[t + 1] - ss[t]);
+        if (sole < 0) {
+            st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
+            break;
+        }
+        s->sole[t] = (uint8_t)sole;
+        if (!sole && !sole_holder(src, si + ss[t], ss[t + 1] - ss[t], rank))
             continue;
         memset(holds, 0, (size_t)s->ndomains);
         for (int64_t q = ss[t]; q < ss[t + 1]; q++)
@@ -138,13 +183,14 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
     s->rank = rank;
     s->ndomains = rs_domain_count(p);
     s->ntensors = dst->tensors->n;
-    s->in = NULL;
+    s->in = s->sole = NULL;
     if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
     size_t nt = (size_t)(s->ntensors ? s->ntensors : 1);
     s->in = calloc((size_t)s->ndomains * nt, 1);
+    s->sole = calloc(nt, 1);
     uint8_t *held = calloc(nt, 1);
-    if (!s->in || !held) {
+    if (!s->in || !s->sole || !held) {
         free(held);
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     }

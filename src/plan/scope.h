@@ -79,7 +79,9 @@ enum { RS_SCOPE_OUT = 0, RS_SCOPE_ALL = 1, RS_SCOPE_SENDS = 2 };
 typedef struct {
     int32_t rank; /**< RESHARD_ALL_RANKS: every group */
     int32_t ndomains, ntensors;
-    uint8_t *in; /**< ndomains x ntensors RS_SCOPE_*; NULL for every group, whole */
+    uint8_t *in;   /**< ndomains x ntensors RS_SCOPE_*; NULL for every group, whole */
+    uint8_t *sole; /**< per tensor, for RS_SCOPE_SENDS groups: 1 when no two source
+                        fragments of it share an element (NULL: none known) */
 } rs_scope_t;
 
 /** The groups a plan of @p p (p->my_rank's, or all) computes from the
