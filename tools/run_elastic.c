@@ -3,7 +3,7 @@
  *
  *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R
  *          [--lose-at I] [--lose-how stop|kill] [--iters K] [--timeout S] [--layers L]
- *          [--staging-mb B] [--json]
+ *          [--agree-timeout S] [--staging-mb B] [--respawn] [--json]
  *
  * Refits run every iteration as in `reshard run` (MPI transport, host memory). In refit I
  * rank R stops answering while the others are in the refit (SIGSTOP; with kill, SIGKILL,
@@ -41,13 +41,18 @@
 typedef struct {
     const char *model, *train, *infer, *how;
     long layers, iters, lose_rank, lose_at;
-    double timeout_s, staging_mb;
+    double timeout_s, agree_s, staging_mb;
     int json;
 } el_args_t;
 
 static int parse(int rank, int argc, char **argv, el_args_t *a)
 {
-    *a = (el_args_t){.how = "stop", .iters = 4, .lose_at = 2, .timeout_s = 2, .staging_mb = 1};
+    *a = (el_args_t){.how = "stop",
+                     .iters = 4,
+                     .lose_at = 2,
+                     .timeout_s = 2,
+                     .agree_s = RESHARD_AGREE_GONE_TIMEOUT_S,
+                     .staging_mb = 1};
     const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
@@ -58,7 +63,8 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                               {"--lose-rank", CLI_INT, &a->lose_rank, 0, 0},
                               {"--lose-at", CLI_INT, &a->lose_at, 1, 0},
                               {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
-                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
+                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9},
+                              {"--agree-timeout", CLI_NUMBER, &a->agree_s, 0.001, 1e9}};
     char err[512] = "";
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 0 && (!a->model || !a->train || !a->infer))
@@ -255,7 +261,7 @@ static int elastic(const el_args_t *a, int rank, int size)
             fprintf(stderr, "rank %d: refit %ld failed after %.2f s, recovering: %s\n", rank, it,
                     t1 - t0, reshard_last_error());
             reshard_comm_t *next = NULL;
-            st = reshard_comm_agree_gone(r.comm, a->timeout_s / 2, gone, 64, &n_gone);
+            st = reshard_comm_agree_gone(r.comm, a->agree_s, gone, 64, &n_gone);
             double t2 = MPI_Wtime();
             if (st == RESHARD_OK)
                 st = reshard_comm_shrink_mpi(r.comm, gone, n_gone, &next);

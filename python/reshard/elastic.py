@@ -3,7 +3,7 @@
 After ``plan.execute`` raised ReshardError with Status.TIMEOUT (a peer stopped or
 died), every survivor::
 
-    gone = reshard.elastic.agree_gone(comm, timeout_s / 2)      # the same list everywhere
+    gone = reshard.elastic.agree_gone(comm)                    # the same list everywhere
     comm2 = reshard.elastic.shrink(comm, gone)                 # MPI_Comm_create_group / ncclCommShrink
     src2, dst2 = reshard.elastic.membership_layouts(src, dst, gone)
     plan2 = reshard.Plan(src2, dst2, rank=rank, world=world)   # same world, same ranks
@@ -79,10 +79,15 @@ def unresponsive(comm):
     return list(arr[:n.value])
 
 
-def agree_gone(comm, timeout_s):
+AGREE_GONE_TIMEOUT_S = 0.05
+"""RESHARD_AGREE_GONE_TIMEOUT_S: the agreement's default timeout (seconds)."""
+
+
+def agree_gone(comm, timeout_s=AGREE_GONE_TIMEOUT_S):
     """Agree with the other survivors on the lost ranks (reshard_comm_agree_gone): every
-    survivor gets the same sorted list or a ReshardError. Pass at least half the plan's
-    timeout_s (survivors must enter within 2 * timeout_s of each other)."""
+    survivor gets the same sorted list or a ReshardError. Survivors must enter within
+    2 * timeout_s of each other; a failed execution releases them together, so the short
+    default suits (pass more on a heavily loaded host). Takes about 2 * timeout_s."""
     fn = _need("reshard_comm_agree_gone")
     arr = (_i32 * max(comm.size, 1))()
     n = _i32()
