@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec/elastic.h"
 #include "util/error.h"
 #include "util/timeout.h"
 
@@ -585,6 +586,8 @@ rs_mpi_t *rs_mpi_of(reshard_comm_t *c)
 
 MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm)
 {
+    if (rs_comm_is_view(comm)) /* a membership's view: its members' communicator */
+        comm = rs_view_inner(comm);
     return comm && comm->ops == &rs_mpi_ops ? ((const rs_mpi_t *)comm->impl)->comm : MPI_COMM_NULL;
 }
 
