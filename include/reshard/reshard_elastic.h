@@ -12,11 +12,20 @@
  *   3. replan: reshard_membership_layouts derives the layouts of the new
  *      membership, then reshard_plan_create as usual;
  *   4. go on: reshard_plan_execute on the new comm.
- * A restarted rank rejoins through a new communicator built by any means
- * (a new in-process group, MPI_Intercomm_merge, a fresh NCCL unique id) and
- * wrapped by reshard_comm_create_view, and a plan of the original layouts
- * (or of any membership that includes it). Its buffers are refit completely
- * on its first execution: a plan writes every destination element.
+ * A restarted rank rejoins through a new communicator and a plan of the
+ * original layouts (or of any membership that includes it). Its buffers are
+ * refit completely on its first execution: a plan writes every destination
+ * element. The new communicator: over MPI, reshard_comm_grow_mpi on the
+ * members and reshard_comm_join_mpi on the new processes (reshard_mpi.h),
+ * through an intercommunicator from MPI_Comm_spawn or connect/accept; any
+ * other one (a new in-process group, a fresh NCCL unique id through a
+ * key-value store, as reshard.elastic.rejoin_nccl in Python) wrapped by
+ * reshard_comm_create_view.
+ *
+ * Recovery time: the failed execution ends about the plan's timeout_s after
+ * the last progress (the first rank to time out releases all), the
+ * agreement takes 2 x its timeout (RESHARD_AGREE_GONE_TIMEOUT_S: 0.1 s),
+ * shrink and replan take milliseconds; then the next refit runs.
  *
  * Rank numbering. Plans keep the ORIGINAL layout ranks ("plan ranks") and the
  * world size of the original layouts: a lost rank simply holds no fragment
