@@ -136,6 +136,17 @@ typedef struct {
     el_bufs_t sb, db;
 } el_run_t;
 
+/* Free a run's buffers, plan and comm. */
+static void run_free(el_run_t *r)
+{
+    bufs_drop(&r->sb);
+    bufs_drop(&r->db);
+    reshard_plan_destroy(r->plan);
+    reshard_comm_destroy(r->comm);
+    r->plan = NULL;
+    r->comm = NULL;
+}
+
 static reshard_status_t replan(el_run_t *r, double *seconds)
 {
     reshard_plan_params_t p = {.field_mask =
@@ -371,10 +382,7 @@ static int newcomer(const el_args_t *a, MPI_Comm parent)
         st = RESHARD_ERR_VERIFY; /* a destination that got nothing */
     int worst = team_totals(team, st == RESHARD_OK ? 0 : 1, &mine, &all);
     MPI_Comm_free(&team);
-    bufs_drop(&r.sb);
-    bufs_drop(&r.db);
-    reshard_plan_destroy(r.plan);
-    reshard_comm_destroy(r.comm);
+    run_free(&r);
     reshard_model_refit_destroy(&f);
     reshard_model_destroy(model);
     return worst;
@@ -505,10 +513,7 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
         rc = worst != 0 || n_gone == 0 || !joined_ok ? 1 : 0;
         MPI_Comm_free(&team);
     }
-    bufs_drop(&r.sb);
-    bufs_drop(&r.db);
-    reshard_plan_destroy(r.plan);
-    reshard_comm_destroy(r.comm);
+    run_free(&r);
     reshard_layout_destroy(msrc);
     reshard_layout_destroy(mdst);
     reshard_model_refit_destroy(&f);

@@ -102,6 +102,22 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
     return st;
 }
 
+/* The comm of a membership: the endpoint of the members' communicator @p *sub (freed
+ * here; ours is a duplicate) seen as a view of @p world plan ranks through @p map. Does
+ * nothing but free when @p st is an error already. */
+static reshard_status_t membership_view(reshard_status_t st, MPI_Comm *sub, int32_t world,
+                                        const int32_t *map, reshard_comm_t **out)
+{
+    reshard_comm_t *inner = NULL;
+    if (st == RESHARD_OK)
+        st = reshard_comm_create_mpi(*sub, &inner);
+    if (*sub != MPI_COMM_NULL)
+        MPI_Comm_free(sub);
+    if (st == RESHARD_OK)
+        st = reshard_comm_create_view(inner, world, map, out);
+    return st;
+}
+
 reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
                                          reshard_comm_t **out)
 {
@@ -139,13 +155,7 @@ reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *go
         MPI_Group_free(&survivors);
     if (all != MPI_GROUP_NULL)
         MPI_Group_free(&all);
-    reshard_comm_t *inner = NULL;
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_mpi(sub, &inner);
-    if (sub != MPI_COMM_NULL)
-        MPI_Comm_free(&sub);
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_view(inner, comm->size, map, out);
+    st = membership_view(st, &sub, comm->size, map, out);
     free(ranks);
     free(map);
     return st;
@@ -192,13 +202,7 @@ static reshard_status_t grow_view(MPI_Comm merged, int32_t world, int32_t me, re
     for (int32_t p = 0; st == RESHARD_OK && p < world; p++)
         if (map[p] == 0)
             map[p] = k++;
-    reshard_comm_t *inner = NULL;
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_mpi(ordered, &inner);
-    if (ordered != MPI_COMM_NULL)
-        MPI_Comm_free(&ordered);
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_view(inner, world, map, out);
+    st = membership_view(st, &ordered, world, map, out);
     free(plan);
     free(map);
     return st;
