@@ -100,12 +100,12 @@ reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *go
  * execution, since a plan writes every destination element.
  * The collectives block and have no timeout: a process that dies during the
  * grow blocks the others (Open MPI 4.1 has no ULFM).
- * Errors (the new processes get the same status from reshard_comm_join_mpi):
- * INVALID_ARG (NULL, n_joining < 1, not an MPI comm, a comm that ended an
- * execution with a timeout (grow the shrunken one), @p intercomm not an
- * intercommunicator of the members and n_joining processes, a joining rank
- * outside the plan world, already a member or given twice), TRANSPORT (MPI
- * failed), NOMEM.
+ * Errors: found before any collective: INVALID_ARG (NULL, n_joining < 1,
+ * @p intercomm not an intercommunicator). Then, on the members and (the same
+ * status) on the new processes: INVALID_ARG (not an MPI comm, a comm that
+ * ended an execution with a timeout: grow the shrunken one; @p intercomm not
+ * one of the members and n_joining processes; a joining rank outside the
+ * plan world, already a member or given twice), TRANSPORT (MPI failed), NOMEM.
  */
 reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
                                        const int32_t *joining, int32_t n_joining,
@@ -118,12 +118,12 @@ reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
  * Returns a view: reshard_comm_rank is the plan rank this process takes,
  * reshard_comm_size the plan world; the plan ranks still outside the
  * membership are what reshard_comm_unresponsive reports on it (nothing has
- * timed out on a new comm). Plan for that membership (reshard_membership_layouts,
- * or the original layouts when it is complete) and execute with fresh buffers:
- * they are refit completely.
- * Errors: INVALID_ARG (NULL, this process is on the members' side), the
- * members' refusal (their status, see reshard_comm_grow_mpi), TRANSPORT (MPI
- * failed), NOMEM.
+ * timed out on a new comm). Plan for that membership
+ * (reshard_membership_layouts, or the original layouts when it is complete)
+ * and execute with fresh buffers: they are refit completely.
+ * Errors: INVALID_ARG (NULL, not an intercommunicator, this process is on
+ * the members' side), the members' refusal (their status, see
+ * reshard_comm_grow_mpi), TRANSPORT (MPI failed), NOMEM.
  */
 reshard_status_t reshard_comm_join_mpi(MPI_Comm intercomm, reshard_comm_t **out);
 

@@ -208,6 +208,13 @@ static reshard_status_t grow_view(MPI_Comm merged, int32_t world, int32_t me, re
     return st;
 }
 
+/* Whether @p c is an intercommunicator (checked before any collective on it). */
+static bool is_intercomm(MPI_Comm c)
+{
+    int inter = 0;
+    return c != MPI_COMM_NULL && MPI_Comm_test_inter(c, &inter) == MPI_SUCCESS && inter;
+}
+
 /* The survivors' check of a grow: the plan ranks joining must be in the world, distinct
  * and not members; one per remote process; the local group is the membership. */
 static reshard_status_t grow_check(reshard_comm_t *comm, MPI_Comm intercomm, const int32_t *joining,
@@ -215,12 +222,9 @@ static reshard_status_t grow_check(reshard_comm_t *comm, MPI_Comm intercomm, con
 {
     const int32_t *to_inner = NULL;
     reshard_comm_t *inner = rs_comm_inner(comm, &to_inner);
-    int is_inter = 0, remote = -1, local = -1;
-    MPI_Comm_test_inter(intercomm, &is_inter);
-    if (is_inter) {
-        MPI_Comm_remote_size(intercomm, &remote);
-        MPI_Comm_size(intercomm, &local);
-    }
+    int remote = -1, local = -1;
+    MPI_Comm_remote_size(intercomm, &remote);
+    MPI_Comm_size(intercomm, &local);
     if (!rs_mpi_of(inner))
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_grow_mpi: not an MPI comm");
     if (comm->broken || rs_mpi_of(inner)->broken)
@@ -228,12 +232,11 @@ static reshard_status_t grow_check(reshard_comm_t *comm, MPI_Comm intercomm, con
                         "reshard_comm_grow_mpi: rank %d: the comm ended an execution with a "
                         "timeout or transport error; grow the survivors' comm (shrink first)",
                         comm->rank);
-    if (!is_inter || remote != n_joining || local != inner->size)
+    if (remote != n_joining || local != inner->size)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_comm_grow_mpi: rank %d: need an intercommunicator of the %d "
-                        "members with %d new processes (got %s, %d local, %d remote)",
-                        comm->rank, inner->size, n_joining, is_inter ? "one" : "none", local,
-                        remote);
+                        "members with %d new processes (got %d local, %d remote)",
+                        comm->rank, inner->size, n_joining, local, remote);
     for (int32_t i = 0; i < n_joining; i++) {
         int32_t p = joining[i];
         bool member = p >= 0 && p < comm->size && (!to_inner || to_inner[p] >= 0);
@@ -256,8 +259,10 @@ reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
                                        reshard_comm_t **out)
 {
     rs_error_clear();
-    if (!comm || !out || intercomm == MPI_COMM_NULL || n_joining < 1 || !joining)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_grow_mpi: bad argument");
+    if (!comm || !out || !is_intercomm(intercomm) || n_joining < 1 || !joining)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_grow_mpi: bad argument (NULL, not an intercommunicator, "
+                        "n_joining < 1)");
     *out = NULL;
     reshard_status_t bad = grow_check(comm, intercomm, joining, n_joining);
     char why[512];
@@ -298,8 +303,9 @@ reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
 reshard_status_t reshard_comm_join_mpi(MPI_Comm intercomm, reshard_comm_t **out)
 {
     rs_error_clear();
-    if (!out || intercomm == MPI_COMM_NULL)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_join_mpi: bad argument");
+    if (!out || !is_intercomm(intercomm))
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_join_mpi: bad argument (NULL, not an intercommunicator)");
     *out = NULL;
     MPI_Comm merged = MPI_COMM_NULL;
     int rc = MPI_Intercomm_merge(intercomm, 1, &merged); /* after the survivors */
