@@ -71,7 +71,7 @@ uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *b, int32_t ra
 
 /* Declare buffer @p id of the current rank as parameter name+suffix of
  * @p dtype and @p shape, and list it in the buffer table when one is wanted. */
-const char *rs_name_join(char *buf, size_t size, const char *a, const char *b)
+const char *rs_nm(char *buf, size_t size, const char *a, const char *b)
 {
     size_t na = strlen(a), nb = strlen(b);
     if (size == 0)
@@ -90,7 +90,7 @@ const char *rs_name_join(char *buf, size_t size, const char *a, const char *b)
 static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
 {
     if (strcmp(fmt, "%s") == 0)
-        rs_name_join(buf, size, va_arg(ap, const char *), "");
+        rs_nm(buf, size, va_arg(ap, const char *), "");
     else
         vsnprintf(buf, size, fmt, ap);
 }
@@ -99,7 +99,7 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
                                  reshard_dtype_t dtype, int ndim, const int64_t *shape)
 {
     char full[320];
-    rs_name_join(full, sizeof full, name, suffix);
+    rs_nm(full, sizeof full, name, suffix);
     TRY(reshard_layout_declare_buffer(e->layout, e->rank, id, full, dtype, ndim, shape));
     reshard_model_buffers_t *b = e->bufs;
     if (!b)

@@ -86,92 +86,84 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     if (mtp) {
         int32_t k = i - m->L;
         snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, k);
-        TRY(rs_emit_own(e, l->enorm, rs_name_join(n, sizeof n, p, "enorm.weight")));
-        TRY(rs_emit_own(e, l->hnorm, rs_name_join(n, sizeof n, p, "hnorm.weight")));
-        TRY(rs_emit_column(e, l->eh_proj, tp, t, rs_name_join(n, sizeof n, p, "eh_proj.weight")));
+        TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
+        TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
+        TRY(rs_emit_column(e, l->eh_proj, tp, t, rs_nm(n, sizeof n, p, "eh_proj.weight")));
         /* multi_token_prediction.py: the inner layer is mtp_model_layer */
         snprintf(p, sizeof p, "%smtp.layers.%d.mtp_model_layer.", chunk, k);
     } else {
         snprintf(p, sizeof p, "%sdecoder.layers.%d.", chunk, local);
     }
     if (m->fam != RS_FAM_DSV3) {
-        TRY(rs_emit_own(
-            e, l->in_norm,
-            rs_name_join(n, sizeof n, p, "self_attention.linear_qkv.layer_norm_weight")));
+        TRY(rs_emit_own(e, l->in_norm,
+                        rs_nm(n, sizeof n, p, "self_attention.linear_qkv.layer_norm_weight")));
         TRY(qkv(e, (int32_t[3]){l->q, l->k, l->v}, false, tp, t,
-                rs_name_join(n, sizeof n, p, "self_attention.linear_qkv.weight")));
+                rs_nm(n, sizeof n, p, "self_attention.linear_qkv.weight")));
         if (l->q_bias >= 0)
             TRY(qkv(e, (int32_t[3]){l->q_bias, l->k_bias, l->v_bias}, true, tp, t,
-                    rs_name_join(n, sizeof n, p, "self_attention.linear_qkv.bias")));
+                    rs_nm(n, sizeof n, p, "self_attention.linear_qkv.bias")));
         if (m->qk_norm) {
             TRY(rs_emit_own(e, l->q_norm,
-                            rs_name_join(n, sizeof n, p, "self_attention.q_layernorm.weight")));
+                            rs_nm(n, sizeof n, p, "self_attention.q_layernorm.weight")));
             TRY(rs_emit_own(e, l->k_norm,
-                            rs_name_join(n, sizeof n, p, "self_attention.k_layernorm.weight")));
+                            rs_nm(n, sizeof n, p, "self_attention.k_layernorm.weight")));
         }
     } else {
-        TRY(rs_emit_own(e, l->in_norm, rs_name_join(n, sizeof n, p, "input_layernorm.weight")));
+        TRY(rs_emit_own(e, l->in_norm, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
         if (m->q_lora) {
-            TRY(rs_emit_own(
-                e, l->q_a,
-                rs_name_join(n, sizeof n, p, "self_attention.linear_q_down_proj.weight")));
+            TRY(rs_emit_own(e, l->q_a,
+                            rs_nm(n, sizeof n, p, "self_attention.linear_q_down_proj.weight")));
             TRY(rs_emit_own(
                 e, l->q_a_norm,
-                rs_name_join(n, sizeof n, p, "self_attention.linear_q_up_proj.layer_norm_weight")));
-            TRY(rs_emit_column(
-                e, l->q_b, tp, t,
-                rs_name_join(n, sizeof n, p, "self_attention.linear_q_up_proj.weight")));
+                rs_nm(n, sizeof n, p, "self_attention.linear_q_up_proj.layer_norm_weight")));
+            TRY(rs_emit_column(e, l->q_b, tp, t,
+                               rs_nm(n, sizeof n, p, "self_attention.linear_q_up_proj.weight")));
         } else {
-            TRY(rs_emit_column(
-                e, l->q, tp, t,
-                rs_name_join(n, sizeof n, p, "self_attention.linear_q_proj.weight")));
+            TRY(rs_emit_column(e, l->q, tp, t,
+                               rs_nm(n, sizeof n, p, "self_attention.linear_q_proj.weight")));
         }
         TRY(rs_emit_own(e, l->kv_a,
-                        rs_name_join(n, sizeof n, p, "self_attention.linear_kv_down_proj.weight")));
+                        rs_nm(n, sizeof n, p, "self_attention.linear_kv_down_proj.weight")));
         TRY(rs_emit_own(
             e, l->kv_a_norm,
-            rs_name_join(n, sizeof n, p, "self_attention.linear_kv_up_proj.layer_norm_weight")));
-        TRY(rs_emit_column(
-            e, l->kv_b, tp, t,
-            rs_name_join(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
+            rs_nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.layer_norm_weight")));
+        TRY(rs_emit_column(e, l->kv_b, tp, t,
+                           rs_nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
     }
-    TRY(rs_emit_row(e, l->o, tp, t,
-                    rs_name_join(n, sizeof n, p, "self_attention.linear_proj.weight")));
+    TRY(rs_emit_row(e, l->o, tp, t, rs_nm(n, sizeof n, p, "self_attention.linear_proj.weight")));
     if (l->gate >= 0) {
         TRY(rs_emit_own(e, l->post_norm,
-                        rs_name_join(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));
+                        rs_nm(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));
         int64_t ni = m->I / tp;
         char n2[160];
         TRY(rs_emit_mlp(e, l->gate, l->up, l->down, t * ni, ni,
-                        rs_name_join(n, sizeof n, p, "mlp.linear_fc1.weight"),
-                        rs_name_join(n2, sizeof n2, p, "mlp.linear_fc2.weight")));
+                        rs_nm(n, sizeof n, p, "mlp.linear_fc1.weight"),
+                        rs_nm(n2, sizeof n2, p, "mlp.linear_fc2.weight")));
     } else {
-        TRY(rs_emit_own(e, l->post_norm, rs_name_join(n, sizeof n, p, "pre_mlp_layernorm.weight")));
-        TRY(rs_emit_own(e, l->router, rs_name_join(n, sizeof n, p, "mlp.router.weight")));
+        TRY(rs_emit_own(e, l->post_norm, rs_nm(n, sizeof n, p, "pre_mlp_layernorm.weight")));
+        TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, p, "mlp.router.weight")));
         if (l->router_bias >= 0)
-            TRY(rs_emit_own(e, l->router_bias,
-                            rs_name_join(n, sizeof n, p, "mlp.router.expert_bias")));
+            TRY(rs_emit_own(e, l->router_bias, rs_nm(n, sizeof n, p, "mlp.router.expert_bias")));
         int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
         char n2[160];
         /* TEGroupedMLP: one parameter per local expert, weight0..ne-1 */
         TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni, true,
-                            rs_name_join(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
-                            rs_name_join(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
+                            rs_nm(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
+                            rs_nm(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
         if (l->s_gate >= 0) {
             int64_t ns = m->Is / tp;
-            TRY(rs_emit_mlp(
-                e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
-                rs_name_join(n, sizeof n, p, "mlp.shared_experts.linear_fc1.weight"),
-                rs_name_join(n2, sizeof n2, p, "mlp.shared_experts.linear_fc2.weight")));
+            TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
+                            rs_nm(n, sizeof n, p, "mlp.shared_experts.linear_fc1.weight"),
+                            rs_nm(n2, sizeof n2, p, "mlp.shared_experts.linear_fc2.weight")));
             /* shared_experts.py: the sigmoid gate, replicated */
             if (l->s_sigmoid >= 0)
                 TRY(rs_emit_own(e, l->s_sigmoid,
-                                rs_name_join(n, sizeof n, p, "mlp.shared_experts.gate_weight")));
+                                rs_nm(n, sizeof n, p, "mlp.shared_experts.gate_weight")));
         }
     }
     if (mtp) {
         snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, i - m->L);
-        TRY(rs_emit_own(e, l->head_norm, rs_name_join(n, sizeof n, p, "final_layernorm.weight")));
+        TRY(rs_emit_own(e, l->head_norm, rs_nm(n, sizeof n, p, "final_layernorm.weight")));
     }
     return RESHARD_OK;
 }
@@ -193,7 +185,7 @@ static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s
     /* gpt_model.py: with MTP the last stage holds its own embedding copy */
     if (pre || (post && m->nmtp > 0))
         TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, c->tp,
-                          rs_name_join(n, sizeof n, pfx, "embedding.word_embeddings.weight")));
+                          rs_nm(n, sizeof n, pfx, "embedding.word_embeddings.weight")));
     int32_t first, count;
     bool hybrid = m->fam == RS_FAM_NEMOTRON_H; /* HybridStack (mamba.c) */
     if (hybrid)
@@ -207,14 +199,14 @@ static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s
         return RESHARD_OK;
     TRY(rs_emit_own(
         e, ids->norm,
-        rs_name_join(n, sizeof n, pfx,
-                     hybrid ? "decoder.final_norm.weight" : "decoder.final_layernorm.weight")));
+        rs_nm(n, sizeof n, pfx,
+              hybrid ? "decoder.final_norm.weight" : "decoder.final_layernorm.weight")));
     for (int32_t i = m->L; i < m->L + m->nmtp; i++)
         TRY(layer(e, s, c, pfx, i, i - m->L));
     /* Tied and one stage: the output layer uses the embedding's weight. */
     if (!m->tied || s->pp > 1)
         TRY(rs_emit_vocab(e, ids->lm_head, vpad, s->tp, c->tp,
-                          rs_name_join(n, sizeof n, pfx, "output_layer.weight")));
+                          rs_nm(n, sizeof n, pfx, "output_layer.weight")));
     return RESHARD_OK;
 }
 

@@ -148,7 +148,7 @@ static inline int32_t rs_vpp(const reshard_train_spec_t *s)
 
 /** @p a then @p b into @p buf of @p size bytes (cut to fit, as snprintf
  *  "%s%s"); returns @p buf. Parameter names are a layer prefix and a name. */
-const char *rs_name_join(char *buf, size_t size, const char *a, const char *b);
+const char *rs_nm(char *buf, size_t size, const char *a, const char *b);
 
 /* --- emission ------------------------------------------------------------- */
 

@@ -73,74 +73,70 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
     int32_t tp = s->tp, t = r % tp;
     if (mtp) {
         snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
-        TRY(rs_emit_own(e, l->enorm, rs_name_join(n, sizeof n, p, "enorm.weight")));
-        TRY(rs_emit_own(e, l->hnorm, rs_name_join(n, sizeof n, p, "hnorm.weight")));
-        TRY(rs_emit_own(e, l->eh_proj, rs_name_join(n, sizeof n, p, "eh_proj.weight")));
+        TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
+        TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
+        TRY(rs_emit_own(e, l->eh_proj, rs_nm(n, sizeof n, p, "eh_proj.weight")));
         snprintf(p, sizeof p, "model.layers.%d.mtp_block.", l->hf_index);
     } else {
         snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
     }
-    TRY(rs_emit_own(e, l->in_norm, rs_name_join(n, sizeof n, p, "input_layernorm.weight")));
+    TRY(rs_emit_own(e, l->in_norm, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
     if (m->fam != RS_FAM_DSV3) {
         TRY(qkv(e, (int32_t[3]){l->q, l->k, l->v}, false, tp, t,
-                rs_name_join(n, sizeof n, p, "self_attn.qkv_proj.weight")));
+                rs_nm(n, sizeof n, p, "self_attn.qkv_proj.weight")));
         if (l->q_bias >= 0)
             TRY(qkv(e, (int32_t[3]){l->q_bias, l->k_bias, l->v_bias}, true, tp, t,
-                    rs_name_join(n, sizeof n, p, "self_attn.qkv_proj.bias")));
+                    rs_nm(n, sizeof n, p, "self_attn.qkv_proj.bias")));
         if (m->qk_norm) {
-            TRY(rs_emit_own(e, l->q_norm, rs_name_join(n, sizeof n, p, "self_attn.q_norm.weight")));
-            TRY(rs_emit_own(e, l->k_norm, rs_name_join(n, sizeof n, p, "self_attn.k_norm.weight")));
+            TRY(rs_emit_own(e, l->q_norm, rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
+            TRY(rs_emit_own(e, l->k_norm, rs_nm(n, sizeof n, p, "self_attn.k_norm.weight")));
         }
     } else {
         if (m->q_lora) {
-            TRY(qkv_a(e, l, rs_name_join(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
+            TRY(qkv_a(e, l, rs_nm(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
             TRY(rs_emit_own(e, l->q_a_norm,
-                            rs_name_join(n, sizeof n, p, "self_attn.q_a_layernorm.weight")));
+                            rs_nm(n, sizeof n, p, "self_attn.q_a_layernorm.weight")));
             TRY(rs_emit_column(e, l->q_b, tp, t,
-                               rs_name_join(n, sizeof n, p, "self_attn.q_b_proj.weight")));
+                               rs_nm(n, sizeof n, p, "self_attn.q_b_proj.weight")));
         } else {
-            TRY(rs_emit_column(e, l->q, tp, t,
-                               rs_name_join(n, sizeof n, p, "self_attn.q_proj.weight")));
+            TRY(rs_emit_column(e, l->q, tp, t, rs_nm(n, sizeof n, p, "self_attn.q_proj.weight")));
             TRY(rs_emit_own(e, l->kv_a,
-                            rs_name_join(n, sizeof n, p, "self_attn.kv_a_proj_with_mqa.weight")));
+                            rs_nm(n, sizeof n, p, "self_attn.kv_a_proj_with_mqa.weight")));
         }
-        TRY(rs_emit_own(e, l->kv_a_norm,
-                        rs_name_join(n, sizeof n, p, "self_attn.kv_a_layernorm.weight")));
-        TRY(rs_emit_column(e, l->kv_b, tp, t,
-                           rs_name_join(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
+        TRY(rs_emit_own(e, l->kv_a_norm, rs_nm(n, sizeof n, p, "self_attn.kv_a_layernorm.weight")));
+        TRY(rs_emit_column(e, l->kv_b, tp, t, rs_nm(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
     }
-    TRY(rs_emit_row(e, l->o, tp, t, rs_name_join(n, sizeof n, p, "self_attn.o_proj.weight")));
-    TRY(rs_emit_own(e, l->post_norm,
-                    rs_name_join(n, sizeof n, p, "post_attention_layernorm.weight")));
+    TRY(rs_emit_row(e, l->o, tp, t, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+    TRY(rs_emit_own(e, l->post_norm, rs_nm(n, sizeof n, p, "post_attention_layernorm.weight")));
     if (l->gate >= 0) {
         int64_t ni = m->I / tp;
         TRY(rs_emit_mlp(e, l->gate, l->up, l->down, t * ni, ni,
-                        rs_name_join(n, sizeof n, p, "mlp.gate_up_proj.weight"),
-                        rs_name_join(n2, sizeof n2, p, "mlp.down_proj.weight")));
+                        rs_nm(n, sizeof n, p, "mlp.gate_up_proj.weight"),
+                        rs_nm(n2, sizeof n2, p, "mlp.down_proj.weight")));
     } else {
         /* mixtral: block_sparse_moe.gate / .experts; others mlp. */
         char q[128];
         snprintf(q, sizeof q, "%s%s.", p, m->moe_block);
-        TRY(rs_emit_own(e, l->router, rs_name_join(n, sizeof n, q, "gate.weight")));
+        TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, q, "gate.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias,
-                            rs_name_join(n, sizeof n, q, "gate.e_score_correction_bias")));
-        TRY(rs_vllm_experts(e, l, s, r, rs_name_join(n, sizeof n, q, "experts.w13_weight"),
-                            rs_name_join(n2, sizeof n2, q, "experts.w2_weight")));
+                            rs_nm(n, sizeof n, q, "gate.e_score_correction_bias")));
+        TRY(rs_vllm_experts(e, l, s, r, rs_nm(n, sizeof n, q, "experts.w13_weight"),
+                            rs_nm(n2, sizeof n2, q, "experts.w2_weight")));
         if (l->s_gate >= 0) {
             int64_t ns = m->Is / tp;
             snprintf(q, sizeof q, "%smlp.%s.", p, m->shared);
             TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
-                            rs_name_join(n, sizeof n, q, "gate_up_proj.weight"),
-                            rs_name_join(n2, sizeof n2, q, "down_proj.weight")));
+                            rs_nm(n, sizeof n, q, "gate_up_proj.weight"),
+                            rs_nm(n2, sizeof n2, q, "down_proj.weight")));
             if (l->s_sigmoid >= 0) /* qwen2_moe.py: ReplicatedLinear(H, 1) */
                 TRY(rs_emit_own(e, l->s_sigmoid,
-                                rs_name_join(n, sizeof n, p, "mlp.shared_expert_gate.weight")));
+                                rs_nm(n, sizeof n, p, "mlp.shared_expert_gate.weight")));
         }
     }
     if (mtp) {
         snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
-        TRY(rs_emit_own(e, l->head_norm, rs_name_join(n, sizeof n, p, "shared_head.norm.weight")));
+        TRY(rs_emit_own(e, l->head_norm, rs_nm(n, sizeof n, p, "shared_head.norm.weight")));
     }
     return RESHARD_OK;
 }

@@ -180,6 +180,15 @@ static void grid_span(const rs_scratch_t *s, const int64_t *npts, int nd, const 
     }
 }
 
+/* Row-major index of cell @p k of a grid of npts[d] - 1 cells per dim. */
+static int64_t grid_index(const int64_t *npts, int nd, const int64_t *k)
+{
+    int64_t cell = 0;
+    for (int d = 0; d < nd; d++)
+        cell = cell * (npts[d] - 1) + k[d];
+    return cell;
+}
+
 /* For every cell of the grid (s->pts, row-major) in the span [lo, hi):
  * count one more holder (@p fill false), or append @p cand to its holders
  * (@p fill true; s->start[cell] is the next free slot). */
@@ -187,19 +196,14 @@ static void cover(rs_scratch_t *s, const int64_t *npts, int nd, const int64_t *l
                   const int64_t *hi, bool fill, int32_t cand)
 {
     int64_t k[RESHARD_MAX_DIMS];
-    for (int d = 0; d < nd; d++)
-        k[d] = lo[d];
-    for (;;) {
-        int64_t cell = 0;
-        for (int d = 0; d < nd; d++)
-            cell = cell * (npts[d] - 1) + k[d];
+    memcpy(k, lo, (size_t)nd * sizeof *k);
+    do {
+        int64_t cell = grid_index(npts, nd, k);
         if (fill)
             s->grid_h[s->start[cell]++] = cand;
         else
             s->start[cell + 1]++;
-        if (!rs_grid_next(nd, k, lo, hi))
-            return;
-    }
+    } while (rs_grid_next(nd, k, lo, hi));
 }
 
 /* Cut destination fragment @p di into cells over the candidates in scratch.
@@ -314,27 +318,22 @@ static reshard_status_t cut_sole(const reshard_layout_t *src, const reshard_layo
         if (src->f[s->cand[j]].rank != only)
             continue;
         grid_span(s, npts, nd, &D->box, &s->isect[j], NULL, lo, hi);
-        int64_t k[RESHARD_MAX_DIMS];
+        int64_t k[RESHARD_MAX_DIMS], m = 1;
         for (int d = 0; d < nd; d++)
-            k[d] = lo[d];
-        for (;;) {
-            int64_t cell = 0;
-            for (int d = 0; d < nd; d++)
-                cell = cell * (npts[d] - 1) + k[d];
-            if (n == cap) {
-                cap = 2 * cap + 16;
-                rs_owned_t *o = realloc(own, (size_t)cap * sizeof *o);
-                if (!o) {
-                    free(own);
-                    return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory",
-                                    t->name);
-                }
-                own = o;
+            m *= hi[d] - lo[d];
+        if (n + m > cap) {
+            cap = 2 * (n + m);
+            rs_owned_t *o = realloc(own, (size_t)cap * sizeof *o);
+            if (!o) {
+                free(own);
+                return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
             }
-            own[n++] = (rs_owned_t){cell, s->cand[j]};
-            if (!rs_grid_next(nd, k, lo, hi))
-                break;
+            own = o;
         }
+        memcpy(k, lo, (size_t)nd * sizeof *k);
+        do
+            own[n++] = (rs_owned_t){grid_index(npts, nd, k), s->cand[j]};
+        while (rs_grid_next(nd, k, lo, hi));
     }
     if (n > 1)
         qsort(own, (size_t)n, sizeof *own, cmp_owned);
