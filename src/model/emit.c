@@ -88,6 +88,9 @@ const char *rs_nm(char *buf, size_t size, const char *a, const char *b)
 
 /* vsnprintf, with "%s" (what most parameter names are formatted with) a copy. */
 static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
 {
     if (strcmp(fmt, "%s") == 0)
         rs_nm(buf, size, va_arg(ap, const char *), "");
