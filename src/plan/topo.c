@@ -239,6 +239,16 @@ static int cmp_i32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* True when h[0..n) ascends (holders come in layout order, so they usually
+ * do: no sort needed). */
+static bool ascending(const int32_t *h, int64_t n)
+{
+    for (int64_t q = 1; q < n; q++)
+        if (h[q - 1] > h[q])
+            return false;
+    return true;
+}
+
 /* Group the sorted needs into units and gather each unit's holders. */
 static int build_units(rs_topo_t *t)
 {
@@ -279,13 +289,13 @@ static int build_units(rs_topo_t *t)
             memcpy(h + k, t->cells->h + c->holders, (size_t)c->nholders * sizeof *h);
             k += c->nholders;
         }
-        if (j - i > 1)
+        if (j - i > 1 && !ascending(h, k))
             qsort(h, (size_t)k, sizeof *h, cmp_i32);
         int64_t w = 0;
         for (int64_t q = 0; q < k; q++)
             if (w == 0 || h[q] != h[w - 1])
                 h[w++] = h[q];
-        if (j - i == 1 && w > 1)
+        if (j - i == 1 && w > 1 && !ascending(h, w))
             qsort(h, (size_t)w, sizeof *h, cmp_i32);
         u->h = t->nhold;
         u->nh = (int32_t)w;
