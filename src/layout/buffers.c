@@ -127,12 +127,11 @@ static int name_insert(rs_decls_t *d, int64_t id, int64_t pos, int64_t i)
     }
     rs_name_decls_t *l = &d->byname[id];
     if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 4;
-        int64_t *v = realloc(l->i, (size_t)cap * sizeof *v);
+        int64_t *v = realloc(l->i, (size_t)(l->cap ? 2 * l->cap : 4) * sizeof *v);
         if (!v)
             return -1;
         l->i = v;
-        l->cap = cap;
+        l->cap = l->cap ? 2 * l->cap : 4;
     }
     memmove(l->i + pos + 1, l->i + pos, (size_t)(l->n - pos) * sizeof *l->i);
     l->i[pos] = i;
