@@ -13,6 +13,8 @@ typedef struct {
     void *mem[3];  /* e4m3 scratch, scale scratch, bf16 scratch */
     int64_t *mine; /* this rank's pre steps (indices), in scratch order */
     int64_t nmine;
+    uint8_t *done;    /* per block of each of mine's regions: quantized already */
+    int64_t *done_at; /* per mine: its first block in done */
 } rs_qbufs_t;
 
 /** Allocate this rank's scratch (transport staging memory) and extend the
