@@ -482,6 +482,14 @@ typedef struct reshard_plan reshard_plan_t;
  * fragments and declared buffers, world_size, domain_size, staging, relay
  * and timeout (not my_rank) — which reshard_plan_execute compares across
  * ranks.
+ * Quantized destinations (reshard_tensors_set_quant): each destination block
+ * is quantized by a sender when one source fragment holds it whole (stats and
+ * pieces then count e4m3 bytes and scales), else by its receiver, which must
+ * hold it whole (CONFIG otherwise, naming tensor, rank and box); every
+ * destination block needs a scale fragment on its rank (UNCOVERED); a source
+ * fragment of a scale tensor is INVALID_ARG. Execution then allocates, per
+ * rank, scratch for the e4m3 bytes and scales it sends and the bf16 blocks it
+ * quantizes itself.
  * Errors: INVALID_ARG (also: field_mask bits outside RESHARD_PLAN_PARAM_ALL,
  * named in hex; a set timeout_s that is NaN, infinite or under
  * RESHARD_MIN_TIMEOUT_S; a negative domain_size; world_size outside
