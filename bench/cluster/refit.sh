@@ -87,16 +87,27 @@ for ((i = 0; i < ${#run_args[@]}; i++)); do
   case $a in
   --domain-size | --system | --json | --baseline | --raw | --transport | --domain-size=* | --system=* | --transport=*)
     bad "'$a' is set by refit.sh; leave it out of the reshard run arguments" ;;
-  --model | --train | --infer | --layers | --dtype | --staging-mb | --relay-mb)
+  --model | --train | --infer | --layers | --dtype | --infer-dtype | --fp8-scale | --staging-mb | --relay-mb)
     [ $((i + 1)) -lt ${#run_args[@]} ] || bad "$a needs a value"
     plan_args+=("$a" "${run_args[i + 1]}")
     [ "$a" = --relay-mb ] || sim_args+=("$a" "${run_args[i + 1]}")
     i=$((i + 1)) ;;
-  --model=* | --train=* | --infer=* | --layers=* | --dtype=* | --staging-mb=* | --relay-mb=* | --mtp)
+  --model=* | --train=* | --infer=* | --layers=* | --dtype=* | --infer-dtype=* | --fp8-scale=* | --staging-mb=* | --relay-mb=* | --mtp)
     plan_args+=("$a")
     [ "${a%%=*}" = --relay-mb ] || sim_args+=("$a") ;;
   esac
 done
+# The gather+broadcast baseline moves the source dtype only: a quantized
+# inference side (--infer-dtype fp8|mxfp8) is measured without it.
+quantized=0
+for ((i = 0; i < ${#run_args[@]}; i++)); do
+  case ${run_args[i]} in
+  --infer-dtype) [ "${run_args[i + 1]:-bf16}" = bf16 ] || quantized=1 ;;
+  --infer-dtype=*) [ "${run_args[i]#*=}" = bf16 ] || quantized=1 ;;
+  esac
+done
+methods=(--baseline --raw)
+[ $quantized = 0 ] || methods=(--raw)
 
 # ---- refuse what cannot work --------------------------------------------------
 [ "$(id -u)" = 0 ] || die "needs root (it creates network namespaces, veth pairs and tc queues); run it with sudo"
@@ -231,9 +242,9 @@ for ((r = 0; r < world; r++)); do
   [ $r = 0 ] || contexts+=(:)
   contexts+=(-np 1 ip netns exec "$PREFIX-d$((r / domain_size))"
     env OMPI_MCA_btl_tcp_if_include="nic$r" "$reshard" run "${run_args[@]}"
-    --domain-size "$domain_size" --baseline --raw --json)
+    --domain-size "$domain_size" "${methods[@]}" --json)
 done
-say "running $world ranks (train $train_world, infer $infer_world): reshard, baseline and raw MPI"
+say "running $world ranks (train $train_world, infer $infer_world): reshard, ${methods[*]}"
 set +e
 ip netns exec $SW env PMIX_MCA_ptl_tcp_if_include=br0 OMPI_MCA_rmaps_base_oversubscribe=1 \
   OMPI_MCA_mpi_yield_when_idle=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -265,12 +276,13 @@ bound_bytes = max(plan["nic_send_bound_bytes"], plan["nic_recv_bound_bytes"])
 case = sim["cases"][0]
 o = {
     "reshard_s": run["seconds"],
-    "baseline_s": run["baseline_seconds"],
+    "baseline_s": run.get("baseline_seconds"),
     "raw_s": run["raw_seconds"],
     "bound_s": bound_bytes / nic_Bps,
     "sim_reshard_s": case["predicted_s"],
-    "sim_baseline_s": case["baseline_predicted_s"],
-    "verified": bool(run["ok"]) and run["wrong"] == 0 and run.get("baseline_wrong", 1) == 0,
+    "sim_baseline_s": case["baseline_predicted_s"] if "baseline_seconds" in run else None,
+    "verified": bool(run["ok"]) and run["wrong"] == 0 and
+                run.get("baseline_wrong", 0 if "baseline_seconds" not in run else 1) == 0,
     "nic_mbit": mbit,
     "domain_size": k,
     "iters": run["iters"],
@@ -295,11 +307,13 @@ def row(name, meas, pred):
     s += f" {pred:8.3f} {pred/meas:8.2f}" if pred is not None else f" {'-':>8} {'-':>8}"
     print(s + f" {meas/o['bound_s']:8.2f}")
 row("reshard", r, o["sim_reshard_s"])
-row("baseline", o["baseline_s"], o["sim_baseline_s"])
+if o["baseline_s"] is not None:
+    row("baseline", o["baseline_s"], o["sim_baseline_s"])
 row("raw MPI (plan's pairs)", o["raw_s"], None)
 print(f"  {'lower bound':22} {o['bound_s']:10.3f}   (busiest NIC's lower-bound bytes "
       f"{bound_bytes/1e6:.1f} MB / {nic_Bps/1e6:.0f} MB/s)")
-print(f"  baseline / reshard {o['baseline_s']/r:.2f}x; reshard / lower bound {r/o['bound_s']:.2f}x; "
+vs = f"baseline / reshard {o['baseline_s']/r:.2f}x; " if o["baseline_s"] is not None else ""
+print(f"  {vs}reshard / lower bound {r/o['bound_s']:.2f}x; "
       f"bytes through the NICs' queues (tc) {nic_bytes/1e6:.1f} MB")
 print("  OK: every refit verified" if o["verified"] else "  FAILED: a refit did not verify")
 sys.exit(0 if o["verified"] else 1)

@@ -91,7 +91,10 @@ class ExecStats(ctypes.Structure):
 
 
 class ModelOptions(ctypes.Structure):
-    _fields_ = [("mtp", ctypes.c_int), ("dtype", ctypes.c_int), ("layers", c_i32)]
+    # reshard_model_options_t in full: the library reads every field (infer_quant
+    # and pow2_scale stay 0, a bf16 inference side, unless set)
+    _fields_ = [("mtp", ctypes.c_int), ("dtype", ctypes.c_int), ("layers", c_i32),
+                ("infer_quant", ctypes.c_int), ("pow2_scale", ctypes.c_int)]
 
 
 class TrainSpec(ctypes.Structure):
