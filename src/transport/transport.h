@@ -25,6 +25,9 @@ typedef struct {
     uint32_t elem_size;
 } rs_span_t;
 
+/** A quantization rule (exec/quant.h). */
+struct rs_quant;
+
 /** Words reduced by MIN alongside the status of every agreement. */
 #define RS_AGREE_WORDS 6
 
@@ -55,6 +58,14 @@ typedef struct rs_transport_ops {
     reshard_status_t (*local_copy)(reshard_comm_t *c, void *dst, const reshard_fragment_t *dst_frag,
                                    const void *src, const reshard_fragment_t *src_frag,
                                    const reshard_box_t *box, uint32_t elem_size);
+    /** Quantize the bf16 elements of @p box read from (src_frag in src) into
+     *  e4m3 bytes in (dst_frag in dst) and one scale per block in
+     *  (scale_frag in scale), by the rule of exec/quant.h (rs_quant_box_cpu,
+     *  whose arguments these are); NULL means the CPU implementation. */
+    reshard_status_t (*quantize)(reshard_comm_t *c, const struct rs_quant *q, void *dst,
+                                 const reshard_fragment_t *dst_frag, void *scale,
+                                 const reshard_fragment_t *scale_frag, const void *src,
+                                 const reshard_fragment_t *src_frag, const reshard_box_t *box);
     /** Agree on an outcome: every rank passes its local status and gets an
      *  error of some rank if any failed (or TIMEOUT if a rank does not arrive
      *  within @p timeout_s). Collective over all ranks of the comm; called

@@ -539,6 +539,7 @@ static const rs_transport_ops_t rs_mpi_ops = {
     .pack = NULL,
     .unpack = NULL,
     .local_copy = NULL,
+    .quantize = NULL,
     .finish = mpi_finish,
     .unresponsive = rs_mpi_unresponsive,
     .agree_exchange = rs_mpi_agree_exchange,
