@@ -12,6 +12,9 @@
  *
  *   --emulate  run the kernel's own code (quant_box.h) on the CPU: everything but the launch.
  *   --gpu      run the CUDA kernel (exit 77 = skipped when there is no CUDA device).
+ *   --op       run the transport's quantize op on a one-rank NCCL endpoint (device memory
+ *              through reshard_nccl_*): on a GPU, or against the fake CUDA/NCCL of the
+ *              fake_nccl_quant test; also its bad-input errors.
  *   --cases N  random cases after the named ones (default 300).
  *
  * Each case checks every byte of the whole destination and scale buffers (bytes outside the
@@ -25,12 +28,14 @@
 #include <string.h>
 
 #include "reshard/reshard_nccl.h"
+#include "exec/quant.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 
 #define SKIP 77
 
-static bool use_gpu;
+static bool use_gpu;               /* device memory (--gpu, --op) */
+static reshard_comm_t *endpoint;   /* --op: the endpoint whose quantize op runs */
 static int n_svec, n_dvec, n_wide; /* cases with 16-byte loads, 8-byte stores, groups > 32 */
 static cudaStream_t stream;
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -170,14 +175,16 @@ static void ref_quantize(const qcase_t *q, const uint16_t *src, uint8_t *dst, ui
 /* ---- cases --------------------------------------------------------------------------- */
 
 /* Layout kinds of a fragment: 0 row-major, 1 rows padded (by multiples of 8 or not),
- * 2 transposed (dims in reverse order), 3 interleaved inner dim (stride 2 or 3). */
+ * 2 transposed (dims in reverse order), 3 interleaved inner dim (stride 2 or 3), 4 rows of a
+ * multiple of 8 elements at a base multiple of 16 (the kernel's vector paths). */
 static void make_fragment(reshard_fragment_t *f, const reshard_box_t *box, int kind, bool margin)
 {
     memset(f, 0, sizeof *f);
     f->box.ndim = box->ndim;
     for (int k = 0; k < box->ndim; k++) {
-        const int64_t lo = margin && next_u64() % 3 == 0 ? rnd(0, 2) : 0;
-        const int64_t hi = margin && next_u64() % 3 == 0 ? rnd(0, 2) : 0;
+        const bool m = margin && (kind != 4 || k + 1 < box->ndim);
+        const int64_t lo = m && next_u64() % 3 == 0 ? rnd(0, 2) : 0;
+        const int64_t hi = m && next_u64() % 3 == 0 ? rnd(0, 2) : 0;
         f->box.offset[k] = box->offset[k] - (lo <= box->offset[k] ? lo : 0);
         f->box.extent[k] = box->extent[k] + (box->offset[k] - f->box.offset[k]) + hi;
     }
@@ -189,9 +196,13 @@ static void make_fragment(reshard_fragment_t *f, const reshard_box_t *box, int k
         int64_t span = s * f->box.extent[d];
         if (kind == 1 && next_u64() % 2)
             span += next_u64() % 2 ? 8 * rnd(1, 4) : rnd(1, 7);
+        if (kind == 4 && i == 0)
+            span = (span + 7) / 8 * 8 + 8 * rnd(0, 2);
         s = span;
     }
     f->base = next_u64() % 2 ? 0 : (next_u64() % 2 ? 16 * rnd(1, 3) : rnd(1, 40));
+    if (kind == 4)
+        f->base = 16 * rnd(0, 3);
 }
 
 static int64_t frag_elems(const reshard_fragment_t *f)
@@ -259,7 +270,10 @@ static void fill_values(const qcase_t *q, uint16_t *src, int force)
 static void *dev_alloc(size_t n)
 {
     void *p = NULL;
-    if (use_gpu ? cudaMalloc(&p, n) != cudaSuccess : (p = malloc(n)) == NULL) {
+    const bool fail = endpoint != NULL ? reshard_nccl_alloc(endpoint, n, &p) != RESHARD_OK
+                      : use_gpu        ? cudaMalloc(&p, n) != cudaSuccess
+                                       : (p = malloc(n)) == NULL;
+    if (fail) {
         fprintf(stderr, "allocating %zu bytes failed\n", n);
         exit(1);
     }
@@ -268,7 +282,9 @@ static void *dev_alloc(size_t n)
 
 static void dev_free(void *p)
 {
-    if (use_gpu)
+    if (endpoint != NULL)
+        reshard_nccl_free(endpoint, p);
+    else if (use_gpu)
         cudaFree(p);
     else
         free(p);
@@ -278,6 +294,13 @@ static void copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
     if (!use_gpu) {
         memcpy(dst, src, n);
+        return;
+    }
+    if (endpoint != NULL) { /* on the endpoint's stream, after its kernels */
+        if (reshard_nccl_memcpy(endpoint, dst, src, n) != RESHARD_OK) {
+            fprintf(stderr, "reshard_nccl_memcpy: %s\n", reshard_last_error());
+            exit(1);
+        }
         return;
     }
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, stream);
@@ -327,8 +350,20 @@ static int run_case(const char *name, const qcase_t *q, int force, size_t ms, si
     copy(dg, hg, gbytes, cudaMemcpyHostToDevice);
     rs_quant_job_t j;
     int bad = 0;
-    if (rs_quant_job_init(&j, q->mx, q->br, q->bc, q->pow2, dd + md, &q->dst, dg + mg, &q->scale,
-                          ds + ms, &q->src, &q->box) != RESHARD_OK) {
+    const rs_quant_t rule = {q->mx ? RS_QUANT_MXFP8 : RS_QUANT_FP8_BLOCK, q->br, q->bc, q->pow2};
+    if (endpoint != NULL) {
+        if (rs_nccl_quant_job(&j, &rule, dd + md, &q->dst, dg + mg, &q->scale, ds + ms, &q->src,
+                              &q->box) != RESHARD_OK ||
+            endpoint->ops->quantize(endpoint, &rule, dd + md, &q->dst, dg + mg, &q->scale, ds + ms,
+                                    &q->src, &q->box) != RESHARD_OK) {
+            fprintf(stderr, "%s: quantize op: %s\n", name, reshard_last_error());
+            bad = 1;
+        }
+        n_svec += j.svec;
+        n_dvec += j.dvec;
+        n_wide += j.group > 32;
+    } else if (rs_quant_job_init(&j, q->mx, q->br, q->bc, q->pow2, dd + md, &q->dst, dg + mg,
+                                 &q->scale, ds + ms, &q->src, &q->box) != RESHARD_OK) {
         fprintf(stderr, "%s: job init: %s\n", name, reshard_last_error());
         bad = 1;
     } else if (use_gpu) {
@@ -409,8 +444,8 @@ static int named_cases(int *n)
         int64_t E, R, C;
         int sk, dk, gk, force;
     } t[] = {
-        {"fp8 aligned 256x384", false, false, 0, 256, 384, 0, 0, 0, -1},
-        {"fp8 aligned pow2 256x256", false, true, 0, 256, 256, 0, 0, 0, -1},
+        {"fp8 aligned 256x384", false, false, 0, 256, 384, 4, 4, 0, -1},
+        {"fp8 aligned pow2 256x256", false, true, 0, 256, 256, 4, 4, 0, -1},
         {"fp8 ragged 300x200", false, false, 0, 300, 200, 0, 0, 0, -1},
         {"fp8 ragged 130x129 padded", false, true, 0, 130, 129, 1, 1, 1, -1},
         {"fp8 zero blocks", false, false, 0, 256, 200, 0, 0, 0, V_ZERO},
@@ -418,10 +453,10 @@ static int named_cases(int *n)
         {"fp8 one huge value per block", false, false, 0, 256, 256, 0, 0, 0, V_HUGE},
         {"fp8 NaN and Inf", false, false, 0, 256, 136, 0, 0, 0, V_NONFINITE},
         {"fp8 bf16 subnormals", false, true, 0, 128, 128, 0, 0, 0, V_SUBNORMAL},
-        {"fp8 expert stack 3x200x260", false, false, 3, 200, 260, 0, 0, 0, -1},
+        {"fp8 expert stack 3x200x260", false, false, 3, 200, 260, 4, 4, 0, -1},
         {"fp8 transposed source", false, false, 0, 256, 192, 2, 0, 0, -1},
         {"fp8 interleaved source, transposed destination", false, false, 2, 130, 140, 3, 2, 2, -1},
-        {"mxfp8 aligned 64x256", true, true, 0, 64, 256, 0, 0, 0, -1},
+        {"mxfp8 aligned 64x256", true, true, 0, 64, 256, 4, 4, 0, -1},
         {"mxfp8 ragged 33x100", true, true, 0, 33, 100, 0, 0, 0, -1},
         {"mxfp8 zero blocks", true, true, 0, 16, 96, 0, 0, 0, V_ZERO},
         {"mxfp8 NaN and Inf", true, true, 0, 16, 96, 0, 0, 0, V_NONFINITE},
@@ -469,32 +504,71 @@ static int random_case(int c)
     blk[4] = rnd(0, nbc - 1);
     blk[5] = rnd(blk[4] + 1, nbc);
     qcase_t q;
-    make_case(&q, mx, pow2, br, bc, E, R, C, blk, (int)rnd(0, 3), (int)rnd(0, 3), (int)rnd(0, 3));
+    make_case(&q, mx, pow2, br, bc, E, R, C, blk, (int)rnd(0, 5) % 5, (int)rnd(0, 5) % 5,
+              (int)rnd(0, 4));
     const size_t ms = next_u64() % 3 == 0 ? 2 * (size_t)rnd(0, 7) : 0;
     const size_t md = next_u64() % 3 == 0 ? (size_t)rnd(0, 15) : 0;
     const size_t mg = next_u64() % 3 == 0 ? (mx ? (size_t)rnd(0, 3) : 4 * (size_t)rnd(0, 3)) : 0;
     return run_case(name, &q, -1, ms, md, mg);
 }
 
+/* --op: bad input is an INVALID_ARG naming the tensor and rank, before any launch. */
+static int bad_inputs(void)
+{
+    const int64_t blk[6] = {0, 0, 0, 2, 0, 2};
+    qcase_t q;
+    make_case(&q, false, false, 128, 128, 0, 256, 256, blk, 0, 0, 0);
+    q.src.tensor = q.dst.tensor = q.scale.tensor = 7;
+    q.src.rank = q.dst.rank = q.scale.rank = 0;
+    static char buf[1 << 20];
+    rs_quant_t rule = {RS_QUANT_FP8_BLOCK, 128, 128, false};
+    int failed = 0;
+    for (int t = 0; t < 3; t++) {
+        qcase_t b = q;
+        rs_quant_t r = rule;
+        const char *what = "kind NONE";
+        if (t == 0) {
+            r.kind = RS_QUANT_NONE;
+        } else if (t == 1) {
+            what = "box off a block bound";
+            b.box.offset[0] = 64;
+            b.box.extent[0] = 64;
+        } else {
+            what = "scale fragment too small";
+            b.scale.box.extent[1] = 1;
+        }
+        const reshard_status_t st =
+            endpoint->ops->quantize(endpoint, &r, buf, &b.dst, buf, &b.scale, buf, &b.src, &b.box);
+        const char *msg = reshard_last_error();
+        if (st != RESHARD_ERR_INVALID_ARG ||
+            (t > 0 && (strstr(msg, "tensor 7") == NULL || strstr(msg, "rank 0") == NULL))) {
+            fprintf(stderr, "bad input (%s): status %d, message '%s'\n", what, (int)st, msg);
+            failed++;
+        }
+    }
+    return failed;
+}
+
 int main(int argc, char **argv)
 {
     int cases = 300;
-    bool mode_given = false;
+    const char *mode = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0) {
-            use_gpu = strcmp(argv[i], "--gpu") == 0;
-            mode_given = true;
+        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
+            strcmp(argv[i], "--op") == 0) {
+            mode = argv[i] + 2;
         } else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc) {
             cases = atoi(argv[++i]);
         } else {
-            mode_given = false;
+            mode = NULL;
             break;
         }
     }
-    if (!mode_given) {
-        fprintf(stderr, "usage: %s --gpu|--emulate [--cases N]\n", argv[0]);
+    if (mode == NULL) {
+        fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
         return 2;
     }
+    use_gpu = strcmp(mode, "emulate") != 0;
     if (use_gpu) {
         int ndev = 0;
         if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
@@ -507,13 +581,25 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    int failed = 0;
+    if (strcmp(mode, "op") == 0) {
+        char id[128];
+        if (reshard_nccl_unique_id_size() != sizeof id || reshard_nccl_get_unique_id(id) != 0 ||
+            reshard_comm_create_nccl_from_id(id, 0, 1, 0, NULL, &endpoint) != RESHARD_OK) {
+            fprintf(stderr, "endpoint: %s\n", reshard_last_error());
+            return 1;
+        }
+        failed += bad_inputs();
+    }
     int n = 0;
-    int failed = named_cases(&n);
+    failed += named_cases(&n);
     for (int c = 0; c < cases && failed < 5; c++, n++)
         failed += random_case(c);
     printf("%s quantize: %d cases checked byte for byte (%d with 16-byte loads, %d with 8-byte "
            "stores, %d with groups wider than a warp), %d failed\n",
-           use_gpu ? "gpu" : "emulated", n, n_svec, n_dvec, n_wide, failed);
+           mode, n, n_svec, n_dvec, n_wide, failed);
+    if (endpoint != NULL)
+        reshard_comm_destroy(endpoint);
     if (use_gpu)
         cudaStreamDestroy(stream);
     return failed ? 1 : 0;
