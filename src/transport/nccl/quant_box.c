@@ -126,6 +126,10 @@ reshard_status_t rs_quant_job_init(rs_quant_job_t *j, int mx, int64_t br, int64_
     j->gc = scale_frag->stride[c];
     j->vpr = (bc + RS_QB_VEC - 1) / RS_QB_VEC;
     j->nv = br * j->vpr;
+    j->vpr_shift = -1;
+    for (int k = 0; k < 31; k++)
+        if (j->vpr == (int64_t)1 << k)
+            j->vpr_shift = k;
 
     /* A vector is one 16-byte load when every vector of a block starts 16-byte aligned:
      * unit column stride, and the base, row, expert and block-column steps all multiples

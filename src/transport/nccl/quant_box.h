@@ -53,6 +53,7 @@ typedef struct {
     int64_t dbase, de, dr, dc; /**< destination (bytes = e4m3 elements) */
     int64_t gbase, ge, gr, gc; /**< scale position of the first block and strides (elements) */
     int64_t vpr;               /**< vectors per block row: ceil(bc / RS_QB_VEC) */
+    int32_t vpr_shift;         /**< log2(vpr) when vpr is a power of two, else -1 */
     int64_t nv;                /**< vectors per block: br * vpr */
     int32_t svec;              /**< source vectors may be one 16-byte load */
     int32_t dvec;              /**< destination vectors may be one 8-byte store */
@@ -93,6 +94,16 @@ RS_QHD uint16_t rs_qv_get(const rs_qvec_t *v, int i)
     return (uint16_t)(v->w[i >> 1] >> ((i & 1) * 16));
 }
 
+/** Row and first column of vector @p v of a block (v < nv < 2^32: 32-bit division, or a
+ *  shift for a power-of-two vpr). */
+RS_QHD void rs_qb_split(const rs_quant_job_t *j, int64_t v, int64_t *row, int64_t *c)
+{
+    const uint32_t x = (uint32_t)v, n = (uint32_t)j->vpr;
+    const uint32_t r = j->vpr_shift >= 0 ? x >> j->vpr_shift : x / n;
+    *row = r;
+    *c = (int64_t)(x - r * n) * RS_QB_VEC;
+}
+
 /**
  * Load vector @p v of block @p b into @p out; returns the maximum key of its elements
  * (0 for a vector outside the block; missing columns read as 0).
@@ -100,8 +111,8 @@ RS_QHD uint16_t rs_qv_get(const rs_qvec_t *v, int i)
 RS_QHD uint32_t rs_qb_load(const rs_quant_job_t *j, const rs_quant_block_t *b, int64_t v,
                            const uint16_t *src, rs_qvec_t *out)
 {
-    const int64_t row = v / j->vpr;
-    const int64_t c = (v - row * j->vpr) * RS_QB_VEC;
+    int64_t row, c;
+    rs_qb_split(j, v, &row, &c);
     for (int i = 0; i < RS_QB_VEC / 2; i++)
         out->w[i] = 0;
     if (row >= b->rows || c >= b->cols)
@@ -118,9 +129,10 @@ RS_QHD uint32_t rs_qb_load(const rs_quant_job_t *j, const rs_quant_block_t *b, i
         memcpy(out->w, p, 16);
 #endif
     } else {
-        const int64_t n = b->cols - c < RS_QB_VEC ? b->cols - c : RS_QB_VEC;
-        for (int64_t i = 0; i < n; i++)
-            out->w[i >> 1] |= (uint32_t)p[i * j->sc] << ((i & 1) * 16);
+        const int64_t n = b->cols - c;
+        for (int i = 0; i < RS_QB_VEC; i++) /* constant indices: registers on the device */
+            if (i < n)
+                out->w[i >> 1] |= (uint32_t)p[i * j->sc] << ((i & 1) * 16);
     }
     uint32_t key = 0;
     for (int i = 0; i < RS_QB_VEC; i++) {
@@ -135,8 +147,8 @@ RS_QHD uint32_t rs_qb_load(const rs_quant_job_t *j, const rs_quant_block_t *b, i
 RS_QHD void rs_qb_store(const rs_quant_job_t *j, const rs_quant_block_t *b, int64_t v,
                         const rs_qvec_t *in, float inv, uint8_t *dst)
 {
-    const int64_t row = v / j->vpr;
-    const int64_t c = (v - row * j->vpr) * RS_QB_VEC;
+    int64_t row, c;
+    rs_qb_split(j, v, &row, &c);
     if (row >= b->rows || c >= b->cols)
         return;
     uint8_t *p = dst + b->dpos + row * j->dr + c * j->dc;
@@ -153,9 +165,10 @@ RS_QHD void rs_qb_store(const rs_quant_job_t *j, const rs_quant_block_t *b, int6
         memcpy(p + 4, &hi, 4);
 #endif
     } else {
-        const int64_t n = b->cols - c < RS_QB_VEC ? b->cols - c : RS_QB_VEC;
-        for (int64_t i = 0; i < n; i++)
-            p[i * j->dc] = rs_fp8_quantize(rs_qv_get(in, (int)i), inv);
+        const int64_t n = b->cols - c;
+        for (int i = 0; i < RS_QB_VEC; i++)
+            if (i < n)
+                p[i * j->dc] = rs_fp8_quantize(rs_qv_get(in, i), inv);
     }
 }
 
