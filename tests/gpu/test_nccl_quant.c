@@ -1,14 +1,8 @@
 /*
  * The NCCL transport's quantize kernel (bf16 blocks -> OCP e4m3 bytes + one scale per block)
- * against a reference quantizer written here from the rule of src/exec/quant.h, without
- * the product's code:
- *   amax  = max |v| over the block's finite values, clamped below at 1e-4 (DeepGEMM);
- *   scale = amax / 448 in fp32; pow2 (UE8M0) and MXFP8: 2^ceil(log2(scale));
- *   q     = the e4m3 value nearest to v * (1/scale) (fp32 reciprocal and product), ties to
- *           the even code, |.| >= 448 and Inf saturating to 448, NaN to NaN (0x7F | sign);
- *   MXFP8 scales are e8m0 bytes log2(scale) + 127, FP8_BLOCK scales fp32.
- * The reference finds the nearest e4m3 code by a search over the decoded code values, not by
- * bit arithmetic.
+ * against the tests' reference quantizer (tests/common/quant_ref.c: written from the rule,
+ * sharing no code with the product; e4m3 by a nearest search over the decoded code values),
+ * applied to the box gathered through the fragments' definition (base + index * stride).
  *
  *   --emulate  run the kernel's own code (quant_box.h) on the CPU: everything but the launch.
  *   --gpu      run the CUDA kernel (exit 77 = skipped when there is no CUDA device).
@@ -21,7 +15,6 @@
  * box must keep their sentinel values).
  */
 #include <inttypes.h>
-#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +22,7 @@
 
 #include "reshard/reshard_nccl.h"
 #include "exec/quant.h"
+#include "quant_ref.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 
@@ -55,61 +49,6 @@ static int64_t rnd(int64_t lo, int64_t hi)
 
 /* ---- the reference ------------------------------------------------------------------- */
 
-static float bf16_value(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Value of a non-negative e4m3 code 0..0x7E (OCP E4M3FN: bias 7, subnormals m/8 * 2^-6). */
-static double e4m3_code_value(int c)
-{
-    const int e = c >> 3, m = c & 7;
-    return e == 0 ? ldexp(m / 8.0, -6) : ldexp(1.0 + m / 8.0, e - 7);
-}
-
-static uint8_t ref_e4m3(float y)
-{
-    if (isnan(y))
-        return signbit(y) ? 0xFF : 0x7F;
-    const uint8_t sign = signbit(y) ? 0x80 : 0x00;
-    const double a = fabs((double)y);
-    if (a >= 448.0)
-        return sign | 0x7E;
-    /* the largest code whose value is <= a, then the nearer of it and the next */
-    int lo = 0, hi = 0x7E;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (e4m3_code_value(mid) <= a)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    int c = lo;
-    if (c < 0x7E) {
-        const double dl = a - e4m3_code_value(c), dh = e4m3_code_value(c + 1) - a;
-        if (dh < dl || (dh == dl && (c & 1)))
-            c++;
-    }
-    return (uint8_t)(sign | c);
-}
-
-static float ref_scale(float amax, bool pow2)
-{
-    if (amax < 1e-4f)
-        amax = 1e-4f;
-    float s = amax / 448.0f;
-    if (pow2) {
-        int e;
-        const float m = frexpf(s, &e); /* s = m * 2^e, m in [0.5, 1) */
-        if (m != 0.5f)
-            s = ldexpf(1.0f, e);
-    }
-    return s;
-}
-
 /* Element position of point @p idx in fragment @p f. */
 static int64_t pos(const reshard_fragment_t *f, const int64_t *idx)
 {
@@ -126,50 +65,54 @@ typedef struct {
     reshard_fragment_t src, dst, scale;
 } qcase_t;
 
-/* Quantize case @p q from @p src into @p dst and @p scale (host buffers) by the rule. */
-static void ref_quantize(const qcase_t *q, const uint16_t *src, uint8_t *dst, uint8_t *scale)
+/* Quantize case @p q from @p src into @p dst and @p scale (host buffers) by the rule: the
+ * box gathered densely through the fragments' positions, quantized by the tests' reference
+ * (tests/common/quant_ref.c), scattered back through the fragments. */
+static void ref_quantize_case(const qcase_t *q, const uint16_t *src, uint8_t *dst, uint8_t *scale)
 {
     const int nd = q->box.ndim, rd = nd - 2, cd = nd - 1;
-    const int64_t ne = nd == 3 ? q->box.extent[0] : 1;
-    const int64_t r_end = q->box.offset[rd] + q->box.extent[rd];
-    const int64_t c_end = q->box.offset[cd] + q->box.extent[cd];
+    const int64_t ne = nd == 3 ? q->box.extent[0] : 1, nr = q->box.extent[rd],
+                  nc = q->box.extent[cd];
+    const int64_t nbr = (nr + q->br - 1) / q->br, nbc = (nc + q->bc - 1) / q->bc;
+    uint16_t *x = malloc((size_t)(ne * nr * nc) * 2);
+    uint8_t *y = malloc((size_t)(ne * nr * nc));
+    uint8_t *g = malloc((size_t)(ne * nbr * nbc) * 4);
+    if (x == NULL || y == NULL || g == NULL)
+        exit(1);
+    int64_t idx[3];
     for (int64_t e = 0; e < ne; e++)
-        for (int64_t r0 = q->box.offset[rd]; r0 < r_end; r0 += q->br)
-            for (int64_t c0 = q->box.offset[cd]; c0 < c_end; c0 += q->bc) {
-                const int64_t r1 = r0 + q->br < r_end ? r0 + q->br : r_end;
-                const int64_t c1 = c0 + q->bc < c_end ? c0 + q->bc : c_end;
-                int64_t idx[3];
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t c = 0; c < nc; c++) {
                 if (nd == 3)
                     idx[0] = q->box.offset[0] + e;
-                float amax = 0.0f;
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t c = c0; c < c1; c++) {
-                        idx[rd] = r;
-                        idx[cd] = c;
-                        const float v = bf16_value(src[pos(&q->src, idx)]);
-                        if (isfinite(v) && fabsf(v) > amax)
-                            amax = fabsf(v);
-                    }
-                const float s = ref_scale(amax, q->pow2 || q->mx);
-                const float inv = 1.0f / s;
-                for (int64_t r = r0; r < r1; r++)
-                    for (int64_t c = c0; c < c1; c++) {
-                        idx[rd] = r;
-                        idx[cd] = c;
-                        const float v = bf16_value(src[pos(&q->src, idx)]);
-                        dst[pos(&q->dst, idx)] = ref_e4m3(v * inv);
-                    }
-                idx[rd] = r0 / q->br;
-                idx[cd] = c0 / q->bc;
-                const int64_t g = pos(&q->scale, idx);
-                if (q->mx) {
-                    int ex;
-                    frexpf(s, &ex); /* s = 2^(ex - 1) */
-                    scale[g] = (uint8_t)(ex - 1 + 127);
-                } else {
-                    memcpy(scale + 4 * g, &s, 4);
-                }
+                idx[rd] = q->box.offset[rd] + r;
+                idx[cd] = q->box.offset[cd] + c;
+                x[(e * nr + r) * nc + c] = src[pos(&q->src, idx)];
             }
+    ref_quantize(x, ne, nr, nc, q->br, q->bc, q->pow2, q->mx, y, g);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t c = 0; c < nc; c++) {
+                if (nd == 3)
+                    idx[0] = q->box.offset[0] + e;
+                idx[rd] = q->box.offset[rd] + r;
+                idx[cd] = q->box.offset[cd] + c;
+                dst[pos(&q->dst, idx)] = y[(e * nr + r) * nc + c];
+            }
+    const size_t gs = q->mx ? 1 : 4;
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t i = 0; i < nbr; i++)
+            for (int64_t k = 0; k < nbc; k++) {
+                if (nd == 3)
+                    idx[0] = q->box.offset[0] + e;
+                idx[rd] = q->box.offset[rd] / q->br + i;
+                idx[cd] = q->box.offset[cd] / q->bc + k;
+                memcpy(scale + gs * (size_t)pos(&q->scale, idx),
+                       g + gs * (size_t)((e * nbr + i) * nbc + k), gs);
+            }
+    free(x);
+    free(y);
+    free(g);
 }
 
 /* ---- cases --------------------------------------------------------------------------- */
@@ -342,7 +285,7 @@ static int run_case(const char *name, const qcase_t *q, int force, size_t ms, si
     for (size_t i = 0; i < gbytes; i++)
         hg[i] = wg[i] = (uint8_t)next_u64();
     fill_values(q, (uint16_t *)(hs + ms), force);
-    ref_quantize(q, (const uint16_t *)(hs + ms), wd + md, wg + mg);
+    ref_quantize_case(q, (const uint16_t *)(hs + ms), wd + md, wg + mg);
 
     uint8_t *ds = dev_alloc(sbytes), *dd = dev_alloc(dbytes), *dg = dev_alloc(gbytes);
     copy(ds, hs, sbytes, cudaMemcpyHostToDevice);
