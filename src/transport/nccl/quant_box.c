@@ -62,10 +62,13 @@ reshard_status_t rs_quant_job_init(rs_quant_job_t *j, int mx, int64_t br, int64_
                         bc);
     const int64_t *off = box->offset, *ext = box->extent;
     const int r = nd - 2, c = nd - 1;
-    for (int k = 0; k < nd; k++)
-        if (ext[k] < 1 || off[k] < 0)
-            return rs_error(RESHARD_ERR_INVALID_ARG, "quantize: tensor %d: empty or negative box",
+    for (int k = 0; k < nd; k++) {
+        if (ext[k] < 0 || off[k] < 0)
+            return rs_error(RESHARD_ERR_INVALID_ARG, "quantize: tensor %d: a negative box",
                             src_frag->tensor);
+        if (ext[k] == 0)
+            return RESHARD_OK; /* nothing to quantize: blocks = 0 */
+    }
     if (off[r] % br != 0 || off[c] % bc != 0) {
         char a[256];
         return rs_error(RESHARD_ERR_INVALID_ARG,

@@ -190,10 +190,11 @@ extern "C" {
  * Prepare the job that quantizes @p box (tensor coordinates; 2 dims rows, cols, or 3 with
  * a leading expert dim) of bf16 elements read from @p src per @p src_frag into e4m3 bytes
  * written to @p dst per @p dst_frag, and one scale per block to @p scale per @p scale_frag
- * (scale-tensor coordinates; fp32 for FP8_BLOCK, uint8 e8m0 for MXFP8). @p kind, @p br,
- * @p bc, @p pow2 as rs_quant_t. Pointers are read for their alignment only.
- * Errors: INVALID_ARG (a box not on block bounds, outside a fragment, ndim not 2 or 3, bad
- * block sizes, an unknown kind), naming the tensor and rank of the fragment.
+ * (scale-tensor coordinates; fp32 for FP8_BLOCK, uint8 e8m0 for MXFP8). @p mx: MXFP8
+ * (else FP8_BLOCK); @p br, @p bc, @p pow2 as rs_quant_t. Pointers are read for their alignment
+ * only. An empty box gives a job of no blocks. Errors: INVALID_ARG (a box not on block bounds,
+ * outside a fragment, ndim not 2 or 3, bad block sizes, an unknown kind), naming the tensor and
+ * rank of the fragment.
  */
 reshard_status_t rs_quant_job_init(rs_quant_job_t *j, int mx, int64_t br, int64_t bc, int pow2,
                                    const void *dst, const reshard_fragment_t *dst_frag,
