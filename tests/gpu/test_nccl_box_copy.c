@@ -20,6 +20,7 @@
 #include "exec/pack.h"
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
+#include "test_rng.h"
 #include "util/error.h"
 
 #define SKIP 77
@@ -27,21 +28,6 @@
 
 static bool use_gpu;
 static cudaStream_t stream;
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t next_u64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-/* Uniform in [lo, hi]. */
-static int64_t rnd(int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
-}
 
 static void fill_random(uint8_t *p, size_t n)
 {

@@ -23,6 +23,7 @@
 #include "reshard/reshard_nccl.h"
 #include "exec/quant.h"
 #include "quant_ref.h"
+#include "test_rng.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 
@@ -32,20 +33,6 @@ static bool use_gpu;               /* device memory (--gpu, --op) */
 static reshard_comm_t *endpoint;   /* --op: the endpoint whose quantize op runs */
 static int n_svec, n_dvec, n_wide; /* cases with 16-byte loads, 8-byte stores, groups > 32 */
 static cudaStream_t stream;
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-
-static uint64_t next_u64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-static int64_t rnd(int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
-}
 
 /* ---- the reference ------------------------------------------------------------------- */
 
@@ -65,14 +52,26 @@ typedef struct {
     reshard_fragment_t src, dst, scale;
 } qcase_t;
 
+/* Tensor coordinates of the @p i-th point (row-major over [E?] x @p nr x @p nc) of case
+ * @p q's box, or with @p blocks of its scale box. */
+static void box_point(const qcase_t *q, bool blocks, int64_t i, int64_t nr, int64_t nc,
+                      int64_t *idx)
+{
+    const int nd = q->box.ndim, rd = nd - 2, cd = nd - 1;
+    if (nd == 3)
+        idx[0] = q->box.offset[0] + i / (nr * nc);
+    idx[rd] = (blocks ? q->box.offset[rd] / q->br : q->box.offset[rd]) + i / nc % nr;
+    idx[cd] = (blocks ? q->box.offset[cd] / q->bc : q->box.offset[cd]) + i % nc;
+}
+
 /* Quantize case @p q from @p src into @p dst and @p scale (host buffers) by the rule: the
  * box gathered densely through the fragments' positions, quantized by the tests' reference
  * (tests/common/quant_ref.c), scattered back through the fragments. */
 static void ref_quantize_case(const qcase_t *q, const uint16_t *src, uint8_t *dst, uint8_t *scale)
 {
-    const int nd = q->box.ndim, rd = nd - 2, cd = nd - 1;
-    const int64_t ne = nd == 3 ? q->box.extent[0] : 1, nr = q->box.extent[rd],
-                  nc = q->box.extent[cd];
+    const int nd = q->box.ndim;
+    const int64_t ne = nd == 3 ? q->box.extent[0] : 1, nr = q->box.extent[nd - 2],
+                  nc = q->box.extent[nd - 1];
     const int64_t nbr = (nr + q->br - 1) / q->br, nbc = (nc + q->bc - 1) / q->bc;
     uint16_t *x = malloc((size_t)(ne * nr * nc) * 2);
     uint8_t *y = malloc((size_t)(ne * nr * nc));
@@ -80,36 +79,20 @@ static void ref_quantize_case(const qcase_t *q, const uint16_t *src, uint8_t *ds
     if (x == NULL || y == NULL || g == NULL)
         exit(1);
     int64_t idx[3];
-    for (int64_t e = 0; e < ne; e++)
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t c = 0; c < nc; c++) {
-                if (nd == 3)
-                    idx[0] = q->box.offset[0] + e;
-                idx[rd] = q->box.offset[rd] + r;
-                idx[cd] = q->box.offset[cd] + c;
-                x[(e * nr + r) * nc + c] = src[pos(&q->src, idx)];
-            }
+    for (int64_t i = 0; i < ne * nr * nc; i++) {
+        box_point(q, false, i, nr, nc, idx);
+        x[i] = src[pos(&q->src, idx)];
+    }
     ref_quantize(x, ne, nr, nc, q->br, q->bc, q->pow2, q->mx, y, g);
-    for (int64_t e = 0; e < ne; e++)
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t c = 0; c < nc; c++) {
-                if (nd == 3)
-                    idx[0] = q->box.offset[0] + e;
-                idx[rd] = q->box.offset[rd] + r;
-                idx[cd] = q->box.offset[cd] + c;
-                dst[pos(&q->dst, idx)] = y[(e * nr + r) * nc + c];
-            }
+    for (int64_t i = 0; i < ne * nr * nc; i++) {
+        box_point(q, false, i, nr, nc, idx);
+        dst[pos(&q->dst, idx)] = y[i];
+    }
     const size_t gs = q->mx ? 1 : 4;
-    for (int64_t e = 0; e < ne; e++)
-        for (int64_t i = 0; i < nbr; i++)
-            for (int64_t k = 0; k < nbc; k++) {
-                if (nd == 3)
-                    idx[0] = q->box.offset[0] + e;
-                idx[rd] = q->box.offset[rd] / q->br + i;
-                idx[cd] = q->box.offset[cd] / q->bc + k;
-                memcpy(scale + gs * (size_t)pos(&q->scale, idx),
-                       g + gs * (size_t)((e * nbr + i) * nbc + k), gs);
-            }
+    for (int64_t i = 0; i < ne * nbr * nbc; i++) {
+        box_point(q, true, i, nbr, nbc, idx);
+        memcpy(scale + gs * (size_t)pos(&q->scale, idx), g + gs * (size_t)i, gs);
+    }
     free(x);
     free(y);
     free(g);
