@@ -203,7 +203,7 @@ def test_quant_marks_errors():
     assert e.value.status == reshard.Status.SHAPE and "w_scale" in e.value.message
     with pytest.raises(reshard.ReshardError) as e:
         tensors.set_quant("f", "fp8", scale="f_scale")  # not bf16
-    assert e.value.status == reshard.Status.DTYPE and "f_scale" in e.value.message
+    assert e.value.status == reshard.Status.DTYPE and "tensor f" in e.value.message
     with pytest.raises(ValueError):
         tensors.set_quant("w", "int4", scale="w_scale")
     assert tensors.quant("w") is None
