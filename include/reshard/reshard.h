@@ -165,6 +165,61 @@ reshard_status_t reshard_tensors_info(const reshard_tensors_t *tensors, int32_t 
 /** Sum of the bytes of every tensor once. */
 uint64_t reshard_tensors_bytes(const reshard_tensors_t *tensors);
 
+/*
+ * Quantized destination form. A destination may hold a tensor quantized
+ * from the source's bf16 into fp8 e4m3 with one scale per block, the scales
+ * being a logical tensor of their own:
+ *   RESHARD_QUANT_FP8_BLOCK  128x128 blocks of the last two dims, fp32 scales
+ *     (vLLM / DeepSeek-V3 "weight_scale_inv", shape [E?] x ceil(rows/128) x
+ *     ceil(cols/128)); pow2_scale rounds each scale up to a power of two
+ *     (UE8M0, as DeepGEMM wants).
+ *   RESHARD_QUANT_MXFP8      1x32 blocks along the last (input) dim, e8m0 scales
+ *     (RESHARD_UINT8, shape [E?] x rows x ceil(cols/32); OCP MX v1.0), always
+ *     powers of two.
+ * The rule, per block: amax = max |x| over the block's finite source values,
+ * at least 1e-4; scale = amax / 448 (rounded up to a power of two when
+ * pow2); element = e4m3(x * (1 / scale)), round to nearest even, saturating
+ * at +-448, NaN kept as NaN, +-Inf saturated to +-448 (DeepGEMM
+ * per_block_cast_to_fp8; the product's rule for non-finite values).
+ * The quantized tensor keeps its source dtype (bf16) in the catalogue; its
+ * destination fragments hold e4m3 bytes (positions count 1-byte elements) in
+ * buffers declared RESHARD_FP8_E4M3; the source holds bf16 and never the
+ * scale tensor. The tensor is 2-d [rows, cols] or 3-d [experts, rows, cols];
+ * its view may split the rows (not the cols, nor the expert dim).
+ * reshard_plan_create decides per destination block where it is quantized:
+ * on a sender when one source fragment holds the whole block (then only
+ * e4m3 bytes and scales cross the network), otherwise on the receiver, which
+ * must then hold the whole block (vLLM's block-aligned partitions,
+ * fp8_utils.py); a block neither side holds whole is refused (CONFIG,
+ * naming tensor, rank and box).
+ */
+typedef enum {
+    RESHARD_QUANT_NONE = 0,
+    RESHARD_QUANT_FP8_BLOCK = 1,
+    RESHARD_QUANT_MXFP8 = 2,
+} reshard_quant_kind_t;
+
+typedef struct {
+    reshard_quant_kind_t kind;
+    int32_t scale_tensor; /**< id of the scale tensor in the same catalogue */
+    int pow2_scale;       /**< FP8_BLOCK: non-zero rounds scales up to powers of two */
+} reshard_quant_t;
+
+/**
+ * Mark tensor @p tensor as held quantized by destinations, per @p q (kind
+ * NONE removes the mark). Checked: the tensor is bf16, 2-d or 3-d, its view
+ * keeps the last dim (and the expert dim) whole; the scale tensor has the
+ * shape above, dtype fp32 (FP8_BLOCK) or uint8 (MXFP8) and a view that keeps
+ * its last dim whole. Errors: INVALID_ARG (NULL, bad id or kind), DTYPE,
+ * SHAPE — naming both tensors. Local.
+ */
+reshard_status_t reshard_tensors_set_quant(reshard_tensors_t *tensors, int32_t tensor,
+                                           const reshard_quant_t *q);
+/** The mark of @p tensor (kind RESHARD_QUANT_NONE when unmarked).
+ *  Errors: INVALID_ARG. */
+reshard_status_t reshard_tensors_get_quant(const reshard_tensors_t *tensors, int32_t tensor,
+                                           reshard_quant_t *q);
+
 /* ------------------------------------------------------------------ */
 /* 4. Layouts                                                          */
 /* ------------------------------------------------------------------ */

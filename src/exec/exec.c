@@ -13,6 +13,7 @@
 
 #include "exec/agree.h"
 #include "exec/pack.h"
+#include "exec/quant_steps.h"
 #include "plan/plan_util.h"
 #include "util/error.h"
 
@@ -576,15 +577,28 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
             RESHARD_ERR_INVALID_ARG,
             "reshard_plan_execute: comm is rank %d of %d, the plan is for rank %d of %d", rank,
             comm->size, plan->p.my_rank, plan->p.world_size);
-    reshard_status_t st = rs_layout_check_buffers(plan->src, rank, src_bufs, n_src, "source");
+    /* Quantized destinations: the caller's buffers plus this rank's scratch. */
+    rs_qbufs_t qb = {0};
+    reshard_status_t st = RESHARD_OK;
+    if (plan->quant) {
+        st = rs_qbufs_setup(plan, comm, src_bufs, n_src, dst_bufs, n_dst, &qb);
+        src_bufs = qb.src;
+        n_src = qb.nsrc;
+        dst_bufs = qb.dst;
+        n_dst = qb.ndst;
+    }
+    if (st == RESHARD_OK)
+        st = rs_layout_check_buffers(plan->src, rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
     st = rs_agree_preflight(comm, st, true, plan->fingerprint, plan->p.timeout_s);
-    if (st != RESHARD_OK)
+    if (st != RESHARD_OK) {
+        rs_qbufs_free(comm, &qb);
         return st;
+    }
     rs_rank_plan_t *own = NULL;
     const rs_rank_plan_t *rp = plan->mine;
     if (!rp) {
@@ -594,6 +608,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     if (stats)
         memset(stats, 0, sizeof *stats);
     rs_exec_t x = {plan, comm, rp, src_bufs, dst_bufs, NULL, stats, NULL, NULL, 0};
+    if (st == RESHARD_OK && plan->quant)
+        st = rs_quant_pre(plan, comm, rp, &qb);
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
@@ -608,7 +624,11 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     }
     if (st == RESHARD_OK)
         st = run_rounds(&x);
+    if (st == RESHARD_OK && plan->quant)
+        st = rs_quant_post(plan, comm, &qb);
     rs_rank_plan_free(own);
+    if (plan->quant)
+        rs_qbufs_free(comm, &qb);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     reshard_status_t agreed = comm->ops->finish(comm, st, NULL, NULL, plan->p.timeout_s);

@@ -15,6 +15,7 @@ typedef struct {
     int64_t vshape[RESHARD_MAX_DIMS];
     int64_t numel;
     uint64_t bytes;
+    reshard_quant_t quant; /**< destination form (kind NONE: as the dtype) */
 } rs_tensor_t;
 
 struct reshard_tensors {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/quant_wire.h"
 #include "plan/topo.h"
 #include "util/error.h"
 #include "util/timeout.h"
@@ -90,6 +91,13 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
     plan->p.timeout_s = rs_timeout_s(plan->p.timeout_s);
     if (plan->p.domain_size > plan->p.world_size) /* one domain holds every rank */
         plan->p.domain_size = plan->p.world_size;
+    /* Quantized destinations: plan the wire layouts instead (quant_wire.c). */
+    if (st == RESHARD_OK)
+        st = rs_quant_wire(src, dst, plan->p.world_size, &plan->quant);
+    if (st == RESHARD_OK && plan->quant) {
+        plan->src = src = plan->quant->src;
+        plan->dst = dst = plan->quant->dst;
+    }
     if (st == RESHARD_OK)
         st = rs_validate(src, dst, params->world_size, params->my_rank);
     if (st == RESHARD_OK)
@@ -110,6 +118,11 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
         st = rs_plan_own_inputs(plan);
     }
+    if (st == RESHARD_OK && plan->quant) {
+        rs_qplan_drop_inputs(plan->quant);
+        if (plan->p.my_rank != RESHARD_ALL_RANKS)
+            rs_qplan_keep_rank(plan->quant, plan->p.my_rank);
+    }
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);
         return st;
@@ -125,6 +138,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     rs_rank_plan_free(plan->mine);
     rs_scope_free(&plan->scope);
     rs_plan_own_free(plan);
+    rs_qplan_free(plan->quant);
     free(plan->pieces);
     free(plan->chunk_cap);
     free(plan);

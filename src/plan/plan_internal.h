@@ -3,6 +3,7 @@
 #ifndef RS_PLAN_INTERNAL_H
 #define RS_PLAN_INTERNAL_H
 
+#include "exec/quant.h"
 #include "layout/layout_internal.h"
 
 /** Stage of a piece: moved from a source fragment (stage 0: direct, or a
@@ -61,6 +62,32 @@ typedef struct {
     uint8_t *in; /**< ndomains x ntensors flags; NULL for every group */
 } rs_scope_t;
 
+/** One quantization a rank does, in global coordinates ([E?] rows cols;
+ *  scales [E?] row-blocks col-blocks): before sending (sender side: from its
+ *  bf16 source buffer into its e4m3 and scale scratch) or after receiving
+ *  (receiver side: from its bf16 scratch into its destination buffers). */
+typedef struct {
+    int32_t rank;
+    int32_t tensor;           /**< catalogue id of the quantized tensor */
+    int32_t qtensor, stensor; /**< wire tensors of its e4m3 data and scales */
+    rs_quant_t q;
+    reshard_fragment_t src, dst, scale;
+    reshard_box_t box; /**< elements: the whole-block region (sender) or the cell (receiver) */
+} rs_qstep_t;
+
+/** What quantization adds to a plan (plan/quant_wire.c): the steps, and per
+ *  rank the scratch buffers the wire layouts name beyond the caller's. */
+typedef struct {
+    rs_qstep_t *pre, *post;
+    int64_t npre, npost, cpre, cpost;
+    int32_t world;
+    int32_t *src_scratch; /**< per rank: id of the e4m3 scratch (scales: id + 1) */
+    int32_t *dst_scratch; /**< per rank: id of the bf16 scratch */
+    uint64_t *src_q_bytes, *src_s_bytes, *dst_bf_bytes; /**< per rank: their sizes */
+    reshard_tensors_t *tensors;                         /**< the wire catalogue (while planning) */
+    reshard_layout_t *src, *dst;                        /**< the wire layouts (while planning) */
+} rs_qplan_t;
+
 struct reshard_plan {
     reshard_plan_params_t p;
     rs_scope_t scope;
@@ -76,6 +103,7 @@ struct reshard_plan {
     uint64_t *chunk_cap; /**< per rank: bytes per stream per round it can stage */
     reshard_plan_stats_t stats;
     rs_rank_plan_t *mine; /**< for my_rank, or NULL for RESHARD_ALL_RANKS plans */
+    rs_qplan_t *quant;    /**< quantized destinations, or NULL */
 };
 
 /** Domain of a rank under the plan's params. */

@@ -33,6 +33,12 @@ typedef struct {
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world, int32_t rank);
 
+/** Both catalogues describe the same tensors (the same object, or equal
+ *  names, dtypes, views and quantized forms): SHAPE or DTYPE otherwise. */
+reshard_status_t rs_check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b);
+/** Every fragment's rank is below @p world (RANK naming the @p side). */
+reshard_status_t rs_check_ranks(const reshard_layout_t *l, int32_t world, const char *side);
+
 /** Fragments of both layouts grouped by tensor, and scratch, for cutting one
  *  tensor at a time. */
 typedef struct rs_cutter rs_cutter_t;

@@ -5,8 +5,7 @@
 #include "plan/plan_steps.h"
 #include "util/error.h"
 
-/* Both catalogues must describe the same tensors (same object or equal content). */
-static reshard_status_t check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b)
+reshard_status_t rs_check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b)
 {
     if (a == b)
         return RESHARD_OK;
@@ -27,11 +26,16 @@ static reshard_status_t check_catalogues(const reshard_tensors_t *a, const resha
             x->numel != y->numel)
             return rs_error(RESHARD_ERR_SHAPE, "tensor %s: shapes differ between the two sides",
                             x->name);
+        if (memcmp(&x->quant, &y->quant, sizeof x->quant) != 0)
+            return rs_error(RESHARD_ERR_DTYPE,
+                            "tensor %s: quantized destination forms differ between the two "
+                            "catalogues",
+                            x->name);
     }
     return RESHARD_OK;
 }
 
-static reshard_status_t check_ranks(const reshard_layout_t *l, int32_t world, const char *side)
+reshard_status_t rs_check_ranks(const reshard_layout_t *l, int32_t world, const char *side)
 {
     for (int64_t i = 0; i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
@@ -263,11 +267,11 @@ static reshard_status_t check_dst_overlap(const reshard_layout_t *l, int32_t ran
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world, int32_t rank)
 {
-    reshard_status_t st = check_catalogues(src->tensors, dst->tensors);
+    reshard_status_t st = rs_check_catalogues(src->tensors, dst->tensors);
     if (st == RESHARD_OK)
-        st = check_ranks(src, world, "source");
+        st = rs_check_ranks(src, world, "source");
     if (st == RESHARD_OK)
-        st = check_ranks(dst, world, "destination");
+        st = rs_check_ranks(dst, world, "destination");
     if (st == RESHARD_OK)
         st = check_declared(src, "source");
     if (st == RESHARD_OK)
