@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "reshard/reshard_model.h"
+
 /** reshard plan: build the global plan of a model refit and print its counts. */
 int cmd_plan(int argc, char **argv);
 /** reshard run: execute a refit under MPI (tools/cmd_run.c; needs MPI). */
@@ -38,6 +40,20 @@ typedef struct {
  *  option, flag given a value, missing value, unparsable number or one out of
  *  its range) with the message in @p err. */
 int cli_parse(int argc, char **argv, const cli_opt_t *opts, size_t n, char *err, size_t err_size);
+
+/** The inference side's form: --infer-dtype bf16|fp8|mxfp8 (NULL: bf16) and
+ *  --fp8-scale fp32|ue8m0 (NULL: fp32; ue8m0 = power-of-two scales, as
+ *  DeepGEMM wants; mxfp8 always has e8m0 scales) into @p mo. Returns 0, or 2
+ *  with a message in @p err for a value not listed. */
+int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_model_options_t *mo,
+                    char *err, size_t err_size);
+
+/** Help text of --infer-dtype and --fp8-scale (two lines). */
+#define CLI_INFER_DTYPE_HELP                                                                       \
+    "  --infer-dtype bf16|fp8|mxfp8  inference weights: bf16, or quantized from the training\n"    \
+    "                     side's bf16 into e4m3 with 128x128 fp32 block scales (fp8) or 1x32\n"    \
+    "                     e8m0 scales (mxfp8); embedding, output layer, norms, router stay bf16\n" \
+    "  --fp8-scale fp32|ue8m0  fp8 block scales exact (fp32) or powers of two (ue8m0, DeepGEMM)\n"
 
 /** Ranks per NVLink domain of a named system ("h100": 8, "gb200": 72), or -1. */
 int cli_system_domain_size(const char *system);

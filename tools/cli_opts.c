@@ -78,3 +78,29 @@ int cli_parse(int argc, char **argv, const cli_opt_t *opts, size_t n, char *err,
     }
     return 0;
 }
+
+int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_model_options_t *mo,
+                    char *err, size_t err_size)
+{
+    const char *d = infer_dtype ? infer_dtype : "bf16";
+    if (!strcmp(d, "bf16"))
+        mo->infer_quant = RESHARD_QUANT_NONE;
+    else if (!strcmp(d, "fp8"))
+        mo->infer_quant = RESHARD_QUANT_FP8_BLOCK;
+    else if (!strcmp(d, "mxfp8"))
+        mo->infer_quant = RESHARD_QUANT_MXFP8;
+    else {
+        snprintf(err, err_size, "--infer-dtype '%s' is not bf16, fp8 or mxfp8", d);
+        return 2;
+    }
+    if (fp8_scale && strcmp(fp8_scale, "fp32") && strcmp(fp8_scale, "ue8m0")) {
+        snprintf(err, err_size, "--fp8-scale '%s' is not fp32 or ue8m0", fp8_scale);
+        return 2;
+    }
+    if (fp8_scale && mo->infer_quant != RESHARD_QUANT_FP8_BLOCK) {
+        snprintf(err, err_size, "--fp8-scale applies to --infer-dtype fp8 only");
+        return 2;
+    }
+    mo->pow2_scale = fp8_scale && !strcmp(fp8_scale, "ue8m0");
+    return 0;
+}

@@ -13,7 +13,7 @@
 #include "reshard/reshard_sim.h"
 
 typedef struct {
-    const char *model, *train, *infer, *system, *dtype;
+    const char *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale;
     int json, mtp;
     long layers, domain_size, rank;
     double staging_mb, relay_mb;
@@ -21,27 +21,29 @@ typedef struct {
 
 static void plan_usage(FILE *out)
 {
-    fprintf(out, "usage: reshard plan --model M --train SPEC --infer SPEC [options]\n"
-                 "  --model M          shipped model name or path to a HF config.json\n"
-                 "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=\n"
-                 "                     (default tp), vpp=, first=, last= (first/last stage\n"
-                 "                     layers; needed when pp does not divide the layers))\n"
-                 "  --infer SPEC       vLLM sizes, e.g. tp=8,dp=16 (+ ep=on)\n"
-                 "  --json             print one JSON object instead of the summary\n"
-                 "  --layers K         keep only the first K decoder layers\n"
-                 "  --mtp              include the multi-token-prediction layers\n"
-                 "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
-                 "  --domain-size N    ranks per NVLink domain (default 1: every rank its own);\n"
-                 "                     each side starts at a domain boundary, so inference\n"
-                 "                     ranks start at the first boundary after training\n"
-                 "                     (reshard run, bound to its MPI world, starts them\n"
-                 "                     right after the training ranks)\n"
-                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
-                 "  --rank R           build only rank R's own plan, as rank R would, and\n"
-                 "                     print its own counters and planning time\n"
-                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
-                 "  --relay-mb S       relay scratch bound per rank in MiB (default: none;\n"
-                 "                     less relaying may leave a busier NIC)\n");
+    fprintf(
+        out,
+        "usage: reshard plan --model M --train SPEC --infer SPEC [options]\n"
+        "  --model M          shipped model name or path to a HF config.json\n"
+        "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=\n"
+        "                     (default tp), vpp=, first=, last= (first/last stage\n"
+        "                     layers; needed when pp does not divide the layers))\n"
+        "  --infer SPEC       vLLM sizes, e.g. tp=8,dp=16 (+ ep=on)\n"
+        "  --json             print one JSON object instead of the summary\n"
+        "  --layers K         keep only the first K decoder layers\n"
+        "  --mtp              include the multi-token-prediction layers\n"
+        "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n" CLI_INFER_DTYPE_HELP
+        "  --domain-size N    ranks per NVLink domain (default 1: every rank its own);\n"
+        "                     each side starts at a domain boundary, so inference\n"
+        "                     ranks start at the first boundary after training\n"
+        "                     (reshard run, bound to its MPI world, starts them\n"
+        "                     right after the training ranks)\n"
+        "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
+        "  --rank R           build only rank R's own plan, as rank R would, and\n"
+        "                     print its own counters and planning time\n"
+        "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
+        "  --relay-mb S       relay scratch bound per rank in MiB (default: none;\n"
+        "                     less relaying may leave a busier NIC)\n");
 }
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -68,6 +70,8 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
                               {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
+                              {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
                               {"--system", CLI_STRING, &a->system, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
@@ -86,6 +90,9 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
         return bad("--model, --train and --infer are required");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return bad("--dtype '%s' must be bf16 or fp8", a->dtype);
+    reshard_model_options_t probe = {0};
+    if (cli_infer_dtype(a->infer_dtype, a->fp8_scale, &probe, err, sizeof err))
+        return bad("%s", err);
     if (a->system) {
         if (a->domain_size > 0)
             return bad("give --system or --domain-size, not both");
@@ -199,6 +206,8 @@ int cmd_plan(int argc, char **argv)
     reshard_model_options_t mo = {.mtp = a.mtp,
                                   .dtype = strcmp(a.dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3,
                                   .layers = (int32_t)a.layers};
+    char qerr[256];
+    cli_infer_dtype(a.infer_dtype, a.fp8_scale, &mo, qerr, sizeof qerr);
     reshard_model_t *model = NULL;
     s = reshard_model_load(a.model, &mo, &model);
     if (s != RESHARD_OK)
@@ -260,6 +269,7 @@ int cmd_plan(int argc, char **argv)
         json_object_set_new(o, "train", json_string(reshard_train_spec_str(&ts, buf, sizeof buf)));
         json_object_set_new(o, "infer", json_string(reshard_infer_spec_str(&is, buf, sizeof buf)));
         json_object_set_new(o, "dtype", json_string(a.dtype));
+        json_object_set_new(o, "infer_dtype", json_string(a.infer_dtype ? a.infer_dtype : "bf16"));
         json_object_set_new(o, "domain_size", json_integer(a.domain_size));
         json_object_set_new(o, "model_bytes", json_integer((json_int_t)model_bytes));
         json_object_set_new(o, "params", json_integer((json_int_t)mi.params));

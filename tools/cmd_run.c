@@ -38,7 +38,7 @@
 #define REBIND_SHIFT 64
 
 typedef struct {
-    const char *model, *train, *infer, *dtype, *transport;
+    const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb;
     int baseline, raw, json, mtp;
@@ -46,30 +46,32 @@ typedef struct {
 
 static void run_usage(FILE *out)
 {
-    fprintf(out, "usage: mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]\n"
-                 "  --model M          shipped model name or path to a HF config.json\n"
-                 "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4,etp=1 (+ dp=, cp=,\n"
-                 "                     etp= (default tp), vpp=, first=, last=)\n"
-                 "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ ep=on)\n"
-                 "                     N must be train world + infer world; ranks [0, train\n"
-                 "                     world) train, the rest infer\n"
-                 "  --layers K         keep only the first K decoder layers\n"
-                 "  --mtp              include the multi-token-prediction layers\n"
-                 "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n"
-                 "  --iters I          refits to run and verify (default 5; the median is shown)\n"
-                 "  --baseline         also run gather+broadcast on the same data and ranks\n"
-                 "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
-                 "                     plan exchanges its byte count in plain messages\n"
-                 "  --json             print one JSON object (rank 0) instead of the table\n"
-                 "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
-                 "                     with --lose-at I, --lose-how stop|kill)\n"
-                 "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
-                 "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
-                 "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
-                 "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
-                 "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
-                 "  --transport T      mpi (host memory, default) or nccl (GPU memory, one\n"
-                 "                     CUDA device per rank)\n");
+    fprintf(
+        out,
+        "usage: mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]\n"
+        "  --model M          shipped model name or path to a HF config.json\n"
+        "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4,etp=1 (+ dp=, cp=,\n"
+        "                     etp= (default tp), vpp=, first=, last=)\n"
+        "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ ep=on)\n"
+        "                     N must be train world + infer world; ranks [0, train\n"
+        "                     world) train, the rest infer\n"
+        "  --layers K         keep only the first K decoder layers\n"
+        "  --mtp              include the multi-token-prediction layers\n"
+        "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n" CLI_INFER_DTYPE_HELP
+        "  --iters I          refits to run and verify (default 5; the median is shown)\n"
+        "  --baseline         also run gather+broadcast on the same data and ranks\n"
+        "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
+        "                     plan exchanges its byte count in plain messages\n"
+        "  --json             print one JSON object (rank 0) instead of the table\n"
+        "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
+        "                     with --lose-at I, --lose-how stop|kill)\n"
+        "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
+        "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
+        "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
+        "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
+        "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
+        "  --transport T      mpi (host memory, default) or nccl (GPU memory, one\n"
+        "                     CUDA device per rank)\n");
 }
 
 __attribute__((format(printf, 2, 3))) static int usage_error(int rank, const char *fmt, ...)
@@ -100,6 +102,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
                               {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
+                              {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
                               {"--system", CLI_STRING, &system, 0, 0},
                               {"--transport", CLI_STRING, &a->transport, 0, 0},
                               {"--baseline", CLI_FLAG, &a->baseline, 0, 0},
@@ -127,6 +131,10 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                                  "--transport nccl");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
+    reshard_model_options_t probe = {0};
+    char qerr[256];
+    if (cli_infer_dtype(a->infer_dtype, a->fp8_scale, &probe, qerr, sizeof qerr))
+        return usage_error(rank, "%s", qerr);
     if (system) {
         if (a->domain_size >= 0)
             return usage_error(rank, "--system and --domain-size exclude each other");
@@ -257,11 +265,15 @@ static uint64_t layout_bytes(const reshard_model_refit_t *f)
     uint64_t sum = 0;
     reshard_fragment_t fr;
     reshard_tensor_info_t info;
+    reshard_buffer_info_t bi;
     for (int64_t i = 0; i < reshard_layout_count(f->infer); i++) {
         if (reshard_layout_fragment(f->infer, i, &fr) != RESHARD_OK ||
             reshard_tensors_info(f->tensors, fr.tensor, &info) != RESHARD_OK)
             continue;
-        uint64_t n = reshard_dtype_size(info.dtype);
+        /* a quantized tensor's fragments are e4m3 in buffers declared so */
+        bool declared =
+            reshard_layout_declared_buffer(f->infer, fr.rank, fr.buffer, &bi) == RESHARD_OK;
+        uint64_t n = reshard_dtype_size(declared ? bi.dtype : info.dtype);
         for (int d = 0; d < fr.box.ndim; d++)
             n *= (uint64_t)fr.box.extent[d];
         sum += n;
@@ -753,6 +765,8 @@ static int run(const run_args_t *a, int rank, int size)
                                   .layers = (int32_t)a->layers,
                                   .dtype =
                                       strcmp(a->dtype, "fp8") ? RESHARD_BF16 : RESHARD_FP8_E4M3};
+    char qerr[256];
+    cli_infer_dtype(a->infer_dtype, a->fp8_scale, &mo, qerr, sizeof qerr);
     /* a spec that does not parse is a malformed command line: status 2 */
     reshard_status_t st = reshard_train_spec_parse(a->train, &ts);
     if (st == RESHARD_OK)

@@ -12,7 +12,7 @@
 #include "reshard/reshard_sim.h"
 
 typedef struct {
-    const char *cases, *only, *model, *train, *infer, *system, *dtype;
+    const char *cases, *only, *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale;
     long layers, domain_size;
     double nic_gbps, link_gbps, staging_mb;
     int json, mtp;
@@ -35,7 +35,8 @@ static void sim_usage(FILE *out)
             "  --nic-gbps G       each rank's NIC, Gbit/s per direction\n"
             "  --link-gbps G      each rank's link inside a domain, Gbit/s per direction\n"
             "  --staging-mb S     staging per rank of the refit, MiB (default 256)\n"
-            "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp\n"
+            "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp,\n"
+            "  --infer-dtype bf16|fp8|mxfp8, --fp8-scale fp32|ue8m0\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
             "predicted figures come from reshard's cost model (see reshard_sim.h).\n",
             reshard_data_dir() ? reshard_data_dir() : "not found");
@@ -65,6 +66,8 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
         {"--json", CLI_FLAG, &a->json, 0, 0},
         {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
         {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+        {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
+        {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
         {"--layers", CLI_INT, &a->layers, 1, 0},
         {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
         {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
@@ -78,6 +81,10 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
         return rc == 1 ? 1 : sim_bad(err, NULL);
     if (a->dtype && strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return sim_bad("--dtype: not bf16 or fp8:", a->dtype);
+    reshard_model_options_t probe = {0};
+    char qerr[256];
+    if (cli_infer_dtype(a->infer_dtype, a->fp8_scale, &probe, qerr, sizeof qerr))
+        return sim_bad(qerr, NULL);
     bool custom = a->model || a->train || a->infer || a->system;
     if (custom && (!a->model || !a->train || !a->infer || !a->system))
         return sim_bad("give all of --model, --train, --infer and --system", NULL);
@@ -142,6 +149,8 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
                                   .layers = (int32_t)a->layers,
                                   .dtype = a->dtype && !strcmp(a->dtype, "fp8") ? RESHARD_FP8_E4M3
                                                                                 : RESHARD_BF16};
+    char qerr[256];
+    cli_infer_dtype(a->infer_dtype, a->fp8_scale, &mo, qerr, sizeof qerr);
     reshard_status_t st = reshard_system_lookup(row->system, &sys);
     if (a->domain_size > 0)
         sys.domain_size = (int32_t)a->domain_size;

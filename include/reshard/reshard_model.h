@@ -82,7 +82,15 @@
  * In FP8 form every linear weight except the embedding, the output layer and
  * the router is e4m3 and has a companion "<name>_scale_inv" ("...weight_scale_inv")
  * of fp32, shape ceil(rows/128) x ceil(cols/128) (with the expert dim first
- * for stacked experts).
+ * for stacked experts). Norms, biases and the router stay bf16 (fp32 where
+ * noted), as in vLLM's FP8 checkpoints.
+ * With reshard_model_options_t.infer_quant the same tensors are bf16 in the
+ * catalogue and in the Megatron layout (no scale tensors there, no block
+ * rule) and quantized on the vLLM side: the catalogue marks them
+ * (reshard_tensors_set_quant), the vLLM layout declares their buffers e4m3 and
+ * their scale buffers (fp32 [E?] x ceil(rows/128) x ceil(cols/128), or for
+ * MXFP8 uint8 e8m0 [E?] x rows x ceil(cols/32)), and its shards must lie on
+ * block bounds (vLLM fp8_utils.py).
  */
 #ifndef RESHARD_MODEL_H
 #define RESHARD_MODEL_H
@@ -102,11 +110,17 @@ typedef struct reshard_model reshard_model_t;
 
 /** Load options. Zero-initialise: every field's zero is its default. */
 typedef struct {
-    int mtp;               /**< non-zero: include the multi-token-prediction layers */
-    reshard_dtype_t dtype; /**< RESHARD_BF16 (default, 0) or RESHARD_FP8_E4M3 (weights
-                                e4m3 + 128x128 fp32 block scales) */
-    int32_t layers;        /**< > 0: keep only the first K decoder layers (tests,
-                                small runs); 0 = all */
+    int mtp;                          /**< non-zero: include the multi-token-prediction layers */
+    reshard_dtype_t dtype;            /**< RESHARD_BF16 (default, 0) or RESHARD_FP8_E4M3 (weights
+                                           e4m3 + 128x128 fp32 block scales) */
+    int32_t layers;                   /**< > 0: keep only the first K decoder layers (tests,
+                                           small runs); 0 = all */
+    reshard_quant_kind_t infer_quant; /**< with dtype bf16: the inference side holds the
+                                FP8-form weights quantized from the training side's bf16
+                                (reshard.h, reshard_tensors_set_quant): FP8_BLOCK (e4m3 +
+                                128x128 fp32 "weight_scale_inv") or MXFP8 (e4m3 + 1x32
+                                e8m0 scales); NONE (0): same dtype on both sides */
+    int pow2_scale; /**< FP8_BLOCK: power-of-two (UE8M0) scales, as DeepGEMM wants */
 } reshard_model_options_t;
 
 /**

@@ -2,6 +2,7 @@
  * (the rule and its sources are in quant.h). */
 #include "exec/quant.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static inline uint32_t f32_bits(float f)
@@ -18,22 +19,30 @@ static inline float bits_f32(uint32_t u)
     return f;
 }
 
-/* Branch-free so that the row loops below vectorize. */
+/* Branch-free so that the row loops below vectorize: selections are mins
+ * and compares of values below 2^31 (signed compares are single vector
+ * instructions). */
+static inline uint32_t umin(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
 static inline uint8_t e4m3_of(float x)
 {
     uint32_t b = f32_bits(x);
     uint32_t sign = (b >> 24) & 0x80u, a = b & 0x7FFFFFFFu;
     /* Normal e4m3 range (|x| >= 2^-6): round the fp32 mantissa to 3 bits,
-     * ties to even, and rebias the exponent (127 -> 7). */
-    uint32_t r = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
-    uint32_t norm = r - (120u << 3);
+     * ties to even, and rebias the exponent (127 -> 7); above 448 (and Inf)
+     * the min saturates to 448 (0x7E). */
+    uint32_t norm = umin(((a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20) - (120u << 3), 0x7Eu);
     /* Subnormal range (|x| < 2^-6, multiples of 2^-9): adding 2^14, whose
-     * fp32 ulp is 2^-9, rounds |x| to the grid; the low bits count steps. */
-    uint32_t sub = f32_bits(bits_f32(a) + 16384.0f) - 0x46800000u;
-    uint32_t code = a < 0x3C800000u ? sub : norm;
-    code = a > 0x43E00000u ? 0x7Eu : code; /* above 448 (and Inf): saturate */
-    code = code > 0x7Eu ? 0x7Eu : code;
-    code = a > 0x7F800000u ? 0x7Fu : code; /* NaN */
+     * fp32 ulp is 2^-9, rounds |x| to the grid; the low bits count steps
+     * (|x| clamped to 2^-6: elsewhere the result is not used). */
+    uint32_t sub = f32_bits(bits_f32(umin(a, 0x3C800000u)) + 16384.0f) - 0x46800000u;
+    uint32_t is_sub = 0u - (uint32_t)((int32_t)a < 0x3C800000);
+    uint32_t is_nan = 0u - (uint32_t)((int32_t)a > 0x7F800000);
+    uint32_t code = (sub & is_sub) | (norm & ~is_sub);
+    code = (0x7Fu & is_nan) | (code & ~is_nan);
     return (uint8_t)(code | sign);
 }
 
@@ -67,16 +76,17 @@ uint8_t rs_e8m0_from_scale(float scale)
 }
 
 /* The largest |bf16| bit pattern of n elements, non-finite ones left out:
- * non-negative bf16 patterns order like their values. */
+ * non-negative bf16 patterns order like their values. Adding 0x80 to |x|
+ * moves exactly the non-finite patterns (>= 0x7F80) to 0x8000 and above,
+ * negative as int16, so a signed max (one vector instruction) skips them. */
 static inline uint16_t amax_bits(const uint16_t *restrict v, int64_t n)
 {
-    uint16_t m = 0;
+    int16_t m = 0x80;
     for (int64_t i = 0; i < n; i++) {
-        uint16_t a = v[i] & 0x7FFFu;
-        a = a < 0x7F80u ? a : 0;
+        int16_t a = (int16_t)(uint16_t)((v[i] & 0x7FFFu) + 0x80u);
         m = a > m ? a : m;
     }
-    return m;
+    return (uint16_t)(m - 0x80);
 }
 
 static inline void convert_row(uint8_t *restrict out, const uint16_t *restrict v, int64_t n,
@@ -95,7 +105,95 @@ static int64_t pos_of(const reshard_fragment_t *f, int nd, const int64_t *idx)
     return p;
 }
 
-#define ROW_MAX 4096 /* columns converted per step */
+#define ROW_MAX 4096 /* columns read per step */
+
+/* A row's columns [a, a+n) of the box as contiguous bf16: in place when the
+ * source's columns are contiguous, else gathered into @p tmp. */
+static inline const uint16_t *row_of(const uint16_t *s16, const reshard_fragment_t *f, int nd,
+                                     const int64_t *idx, int64_t n, bool dense, uint16_t *tmp)
+{
+    int64_t p = pos_of(f, nd, idx);
+    if (dense)
+        return s16 + p;
+    for (int64_t i = 0; i < n; i++)
+        tmp[i] = s16[p + i * f->stride[nd - 1]];
+    return tmp;
+}
+
+/* Built for AVX-512 and AVX2 beside the baseline, picked at load time (GCC
+ * function multiversioning): the row loops are 16 or 8 lanes wide there. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define RS_QUANT_CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+#else
+#define RS_QUANT_CLONES
+#endif
+
+/* One strip of block rows [r0, r1) at expert index idx[0] (3-d boxes): pass
+ * 1 reads its rows in order and keeps one amax per block column, pass 2
+ * reads them again (from cache) and converts. Reading whole rows in order
+ * keeps the hardware prefetchers streaming. */
+RS_QUANT_CLONES
+static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment_t *df, void *scale,
+                        const reshard_fragment_t *sf, const uint16_t *s16,
+                        const reshard_fragment_t *srcf, const reshard_box_t *box, int64_t *idx,
+                        int64_t r0, int64_t r1, uint16_t *amax, float *inv, uint16_t *tmp,
+                        uint8_t *otmp)
+{
+    const int nd = box->ndim, rd = nd - 2, cd = nd - 1;
+    const int64_t bc = q->block_cols, c_lo = box->offset[cd], c_hi = c_lo + box->extent[cd];
+    const int64_t nb = (c_hi - c_lo + bc - 1) / bc;
+    const bool s_dense = box->extent[cd] == 1 || srcf->stride[cd] == 1;
+    const bool d_dense = box->extent[cd] == 1 || df->stride[cd] == 1;
+    memset(amax, 0, (size_t)nb * sizeof *amax);
+    for (int64_t r = r0; r < r1; r++) {
+        idx[rd] = r;
+        for (int64_t a = c_lo; a < c_hi; a += ROW_MAX) {
+            int64_t n = c_hi - a < ROW_MAX ? c_hi - a : ROW_MAX;
+            idx[cd] = a;
+            const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
+            for (int64_t c = a; c < a + n;) { /* block columns: bc-aligned from c_lo */
+                int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
+                end = end < a + n ? end : a + n;
+                uint16_t m = amax_bits(v + (c - a), end - c);
+                amax[b] = m > amax[b] ? m : amax[b];
+                c = end;
+            }
+        }
+    }
+    int64_t sidx[3] = {0, 0, 0};
+    if (nd == 3)
+        sidx[0] = idx[0];
+    sidx[rd] = r0 / q->block_rows;
+    for (int64_t b = 0; b < nb; b++) {
+        float sc = rs_quant_scale(q, bits_f32((uint32_t)amax[b] << 16));
+        inv[b] = 1.0f / sc;
+        sidx[cd] = c_lo / bc + b;
+        int64_t sp = pos_of(sf, nd, sidx);
+        if (q->kind == RS_QUANT_MXFP8)
+            ((uint8_t *)scale)[sp] = rs_e8m0_from_scale(sc);
+        else
+            memcpy((uint8_t *)scale + sp * 4, &sc, 4);
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        idx[rd] = r;
+        for (int64_t a = c_lo; a < c_hi; a += ROW_MAX) {
+            int64_t n = c_hi - a < ROW_MAX ? c_hi - a : ROW_MAX;
+            idx[cd] = a;
+            const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
+            int64_t dp = pos_of(df, nd, idx);
+            uint8_t *out = d_dense ? d8 + dp : otmp;
+            for (int64_t c = a; c < a + n;) {
+                int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
+                end = end < a + n ? end : a + n;
+                convert_row(out + (c - a), v + (c - a), end - c, inv[b]);
+                c = end;
+            }
+            if (!d_dense)
+                for (int64_t i = 0; i < n; i++)
+                    d8[dp + i * df->stride[cd]] = otmp[i];
+        }
+    }
+}
 
 void rs_quant_box_cpu(const rs_quant_t *q, void *dst, const reshard_fragment_t *dst_frag,
                       void *scale, const reshard_fragment_t *scale_frag, const void *src,
@@ -103,73 +201,37 @@ void rs_quant_box_cpu(const rs_quant_t *q, void *dst, const reshard_fragment_t *
 {
     const int nd = box->ndim, rd = nd - 2, cd = nd - 1;
     const int64_t br = q->block_rows, bc = q->block_cols;
-    const uint16_t *s16 = src;
-    uint8_t *d8 = dst;
-    const bool s_dense = box->extent[cd] == 1 || src_frag->stride[cd] == 1;
-    const bool d_dense = box->extent[cd] == 1 || dst_frag->stride[cd] == 1;
-    uint16_t tmp[ROW_MAX];
+    int64_t nb = (box->extent[cd] + bc - 1) / bc;
+    uint16_t tmp[ROW_MAX], small_amax[64];
     uint8_t otmp[ROW_MAX];
+    float small_inv[64];
+    uint16_t *amax = nb <= 64 ? small_amax : malloc((size_t)nb * sizeof *amax);
+    float *inv = nb <= 64 ? small_inv : malloc((size_t)nb * sizeof *inv);
+    if (!amax || !inv) { /* out of memory: one block column at a time */
+        if (amax != small_amax)
+            free(amax);
+        if (inv != small_inv)
+            free(inv);
+        for (int64_t c = 0; c < box->extent[cd]; c += bc) {
+            reshard_box_t b = *box;
+            b.offset[cd] += c;
+            b.extent[cd] = box->extent[cd] - c < bc ? box->extent[cd] - c : bc;
+            rs_quant_box_cpu(q, dst, dst_frag, scale, scale_frag, src, src_frag, &b);
+        }
+        return;
+    }
     int64_t E = nd == 3 ? box->extent[0] : 1;
     int64_t r_lo = box->offset[rd], r_hi = r_lo + box->extent[rd];
-    int64_t c_lo = box->offset[cd], c_hi = c_lo + box->extent[cd];
+    int64_t idx[3] = {0, 0, 0};
     for (int64_t e = 0; e < E; e++) {
-        int64_t idx[3], sidx[3];
         if (nd == 3)
-            idx[0] = sidx[0] = box->offset[0] + e;
-        for (int64_t r0 = r_lo; r0 < r_hi; r0 += br) {
-            int64_t r1 = r0 + br < r_hi ? r0 + br : r_hi;
-            for (int64_t c0 = c_lo; c0 < c_hi; c0 += bc) {
-                int64_t c1 = c0 + bc < c_hi ? c0 + bc : c_hi;
-                /* pass 1: amax over the block (in pieces of ROW_MAX columns) */
-                uint16_t m = 0;
-                for (int64_t r = r0; r < r1; r++) {
-                    idx[rd] = r;
-                    for (int64_t a = c0; a < c1; a += ROW_MAX) {
-                        int64_t n = c1 - a < ROW_MAX ? c1 - a : ROW_MAX;
-                        idx[cd] = a;
-                        int64_t p = pos_of(src_frag, nd, idx);
-                        const uint16_t *v = s16 + p;
-                        if (!s_dense) {
-                            for (int64_t i = 0; i < n; i++)
-                                tmp[i] = s16[p + i * src_frag->stride[cd]];
-                            v = tmp;
-                        }
-                        uint16_t mm = amax_bits(v, n);
-                        m = mm > m ? mm : m;
-                    }
-                }
-                float sc = rs_quant_scale(q, bits_f32((uint32_t)m << 16));
-                float inv = 1.0f / sc;
-                sidx[rd] = r0 / br;
-                sidx[cd] = c0 / bc;
-                int64_t sp = pos_of(scale_frag, nd, sidx);
-                if (q->kind == RS_QUANT_MXFP8)
-                    ((uint8_t *)scale)[sp] = rs_e8m0_from_scale(sc);
-                else
-                    memcpy((uint8_t *)scale + sp * 4, &sc, 4);
-                /* pass 2: the elements */
-                for (int64_t r = r0; r < r1; r++) {
-                    idx[rd] = r;
-                    for (int64_t a = c0; a < c1; a += ROW_MAX) {
-                        int64_t n = c1 - a < ROW_MAX ? c1 - a : ROW_MAX;
-                        idx[cd] = a;
-                        int64_t p = pos_of(src_frag, nd, idx), dp = pos_of(dst_frag, nd, idx);
-                        const uint16_t *v = s16 + p;
-                        if (!s_dense) {
-                            for (int64_t i = 0; i < n; i++)
-                                tmp[i] = s16[p + i * src_frag->stride[cd]];
-                            v = tmp;
-                        }
-                        if (d_dense) {
-                            convert_row(d8 + dp, v, n, inv);
-                        } else {
-                            convert_row(otmp, v, n, inv);
-                            for (int64_t i = 0; i < n; i++)
-                                d8[dp + i * dst_frag->stride[cd]] = otmp[i];
-                        }
-                    }
-                }
-            }
-        }
+            idx[0] = box->offset[0] + e;
+        for (int64_t r0 = r_lo; r0 < r_hi; r0 += br)
+            quant_strip(q, dst, dst_frag, scale, scale_frag, src, src_frag, box, idx, r0,
+                        r0 + br < r_hi ? r0 + br : r_hi, amax, inv, tmp, otmp);
     }
+    if (amax != small_amax)
+        free(amax);
+    if (inv != small_inv)
+        free(inv);
 }

@@ -105,13 +105,23 @@ reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t
     return RESHARD_OK;
 }
 
-uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fragment_t *f)
+size_t rs_frag_elem_size(const reshard_layout_t *layout, const reshard_fragment_t *f)
 {
     const rs_tensor_t *t = &layout->tensors->t[f->tensor];
+    if (t->quant.kind != RESHARD_QUANT_NONE) {
+        const rs_decl_t *d = rs_decl_find(&layout->decls, f->rank, f->buffer);
+        if (d && d->dtype == RESHARD_FP8_E4M3)
+            return 1;
+    }
+    return reshard_dtype_size(t->dtype);
+}
+
+uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fragment_t *f)
+{
     uint64_t last = (uint64_t)f->base;
     for (int d = 0; d < f->box.ndim; d++)
         last += (uint64_t)(f->box.extent[d] - 1) * (uint64_t)f->stride[d];
-    return (last + 1) * reshard_dtype_size(t->dtype);
+    return (last + 1) * rs_frag_elem_size(layout, f);
 }
 
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer)

@@ -72,6 +72,10 @@ int64_t rs_flat_index(int ndim, const int64_t *shape, const int64_t *idx);
 /** Element position in the fragment's buffer of global view point @p idx. */
 int64_t rs_frag_pos(const reshard_fragment_t *f, const int64_t *idx);
 
+/** Bytes of one element of fragment @p f: its tensor's dtype, or 1 for a
+ *  quantized tensor (reshard_tensors_set_quant) in a buffer declared e4m3. */
+size_t rs_frag_elem_size(const reshard_layout_t *layout, const reshard_fragment_t *f);
+
 /** Bytes of the fragment's buffer up to and including its last element. */
 uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fragment_t *f);
 
@@ -117,5 +121,11 @@ reshard_status_t rs_layout_check_buffers(const reshard_layout_t *l, int32_t rank
 
 /** The pattern value of element @p flat of tensor @p tensor (all 8 bytes). */
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat);
+/** Check destination fragment @p f of quantized tensor @p T (@p scale
+ *  false: its e4m3 bytes) or of T's scale tensor (@p scale true) against
+ *  the rule applied to T's bf16 pattern (layout/quant_pattern.c): the number
+ *  of wrong elements, the first one's flat index in *@p first_bad. */
+int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment_t *f,
+                               const uint8_t *buf, int32_t T, bool scale, int64_t *first_bad);
 
 #endif

@@ -179,13 +179,31 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
     if (st != RESHARD_OK)
         return st;
     uint64_t checked = 0;
+    /* quantized destinations: per tensor, the tensor whose scales it holds */
+    const reshard_tensors_t *T = layout->tensors;
+    int32_t *scale_of = malloc((size_t)(T->n ? T->n : 1) * sizeof *scale_of);
+    if (!scale_of)
+        return rs_error(RESHARD_ERR_NOMEM, "verify: out of memory");
+    for (int32_t i = 0; i < T->n; i++)
+        scale_of[i] = -1;
+    for (int32_t i = 0; i < T->n; i++)
+        if (T->t[i].quant.kind != RESHARD_QUANT_NONE)
+            scale_of[T->t[i].quant.scale_tensor] = i;
     for (int64_t i = 0; i < layout->n && st == RESHARD_OK; i++) {
         const reshard_fragment_t *f = &layout->f[i];
         if (f->rank != rank)
             continue;
         const rs_tensor_t *t = &layout->tensors->t[f->tensor];
-        int64_t first_bad = -1;
-        int64_t bad = walk_fragment(layout, f, bufs[f->buffer].ptr, true, &first_bad);
+        int64_t first_bad = -1, bad;
+        size_t es = rs_frag_elem_size(layout, f);
+        if (scale_of[f->tensor] >= 0)
+            bad = rs_quant_pattern_check(layout, f, bufs[f->buffer].ptr, scale_of[f->tensor], true,
+                                         &first_bad);
+        else if (t->quant.kind != RESHARD_QUANT_NONE && es == 1)
+            bad = rs_quant_pattern_check(layout, f, bufs[f->buffer].ptr, f->tensor, false,
+                                         &first_bad);
+        else
+            bad = walk_fragment(layout, f, bufs[f->buffer].ptr, true, &first_bad);
         if (bad) {
             char bs[256];
             st = rs_error(RESHARD_ERR_VERIFY,
@@ -194,8 +212,9 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
                           t->name, rank, rs_box_str(&f->box, bs, sizeof bs), (long long)bad,
                           (long long)first_bad);
         }
-        checked += (uint64_t)rs_box_numel(&f->box) * reshard_dtype_size(t->dtype);
+        checked += (uint64_t)rs_box_numel(&f->box) * es;
     }
+    free(scale_of);
     for (int32_t b = 0; b < n_bufs && st == RESHARD_OK; b++)
         if (bufs[b].ptr)
             st = check_padding(layout, rank, b, &bufs[b]);

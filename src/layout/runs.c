@@ -6,7 +6,7 @@
 
 void rs_fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs_runs_t *r)
 {
-    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+    size_t es = rs_frag_elem_size(l, f);
     int d = f->box.ndim - 1;
     int64_t inner = 1; /* elements in one run */
     if (f->stride[d] == 1 || f->box.extent[d] == 1) {
@@ -30,7 +30,7 @@ void rs_fragment_runs(const reshard_layout_t *l, const reshard_fragment_t *f, rs
 int64_t rs_fragment_run_list(const reshard_layout_t *l, const reshard_fragment_t *f, int64_t frag,
                              rs_run_t *out)
 {
-    size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
+    size_t es = rs_frag_elem_size(l, f);
     rs_runs_t r;
     rs_fragment_runs(l, f, &r);
     int64_t idx[RESHARD_MAX_DIMS] = {0}, pos = f->base;

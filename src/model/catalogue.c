@@ -16,6 +16,16 @@ struct rs_cat {
 };
 typedef struct rs_cat cat_t;
 
+int64_t rs_scale_block_rows(const reshard_model_t *m)
+{
+    return m->quant == RESHARD_QUANT_MXFP8 ? 1 : RS_FP8_BLOCK;
+}
+
+int64_t rs_scale_block_cols(const reshard_model_t *m)
+{
+    return m->quant == RESHARD_QUANT_MXFP8 ? 32 : RS_FP8_BLOCK;
+}
+
 static reshard_status_t grow(cat_t *c)
 {
     rs_model_ids_t *ids = c->ids;
@@ -80,17 +90,18 @@ static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const in
     vsnprintf(name + k, sizeof name - (size_t)k, fmt, ap);
     va_end(ap);
     bool expert = strstr(name, ".mlp.experts.") || strstr(name, ".block_sparse_moe.experts.");
-    bool fp8 = linear && c->m->dtype == RESHARD_FP8_E4M3;
-    reshard_status_t s =
-        add_one(c, name, fp8 ? RESHARD_FP8_E4M3 : RESHARD_BF16, nd, shape, vnd, view, expert, id);
+    bool quant = c->m->quant != RESHARD_QUANT_NONE;
+    bool fp8 = linear && (c->m->dtype == RESHARD_FP8_E4M3 || quant);
+    reshard_status_t s = add_one(c, name, fp8 && !quant ? RESHARD_FP8_E4M3 : RESHARD_BF16, nd,
+                                 shape, vnd, view, expert, id);
     if (s != RESHARD_OK || !fp8)
         return s;
 
-    /* The scale tensor [E?, ceil(R/128), ceil(C/128)] and its view: the
+    /* The scale tensor [E?, ceil(R/BR), ceil(C/BC)] and its view: the
      * weight view with the innermost row dims whose product is a multiple of
-     * 128 merged into one dim of blocks (all row dims when none is), and the
-     * cols in blocks. */
-    const int64_t B = RS_FP8_BLOCK;
+     * BR merged into one dim of blocks (all row dims when none is), and the
+     * cols in blocks. BR x BC: 128x128, or 1x32 for MXFP8. */
+    const int64_t B = rs_scale_block_rows(c->m), BC = rs_scale_block_cols(c->m);
     int ne = nd == 3 ? 1 : 0;
     const int64_t *v = vnd ? view : shape;
     int vn = vnd ? vnd : nd;
@@ -118,18 +129,23 @@ static reshard_status_t add(cat_t *c, int32_t *id, bool linear, int nd, const in
         sview[svn++] = shape[0];
     }
     sshape[sn++] = rs_cdiv(rows, B);
-    sshape[sn++] = rs_cdiv(cols, B);
+    sshape[sn++] = rs_cdiv(cols, BC);
     for (int d = ne; d < j; d++)
         sview[svn++] = v[d];
     sview[svn++] = merged;
-    sview[svn++] = rs_cdiv(cols, B);
+    sview[svn++] = rs_cdiv(cols, BC);
     size_t len = strlen(name);
     if (len > 7 && !strcmp(name + len - 7, ".weight"))
         snprintf(sname, sizeof sname, "%.*s.weight_scale_inv", (int)(len - 7), name);
     else
         snprintf(sname, sizeof sname, "%s_scale_inv", name);
     int32_t sid;
-    s = add_one(c, sname, RESHARD_FP32, sn, sshape, svn, sview, expert, &sid);
+    bool mx = c->m->quant == RESHARD_QUANT_MXFP8;
+    s = add_one(c, sname, mx ? RESHARD_UINT8 : RESHARD_FP32, sn, sshape, svn, sview, expert, &sid);
+    if (s == RESHARD_OK && quant && c->T) {
+        reshard_quant_t q = {c->m->quant, sid, c->m->pow2};
+        s = reshard_tensors_set_quant(c->T, *id, &q);
+    }
     if (s != RESHARD_OK)
         return s;
     c->ids->scale[*id] = sid;

@@ -274,10 +274,18 @@ static reshard_status_t load_root(json_t *root, const char *name,
     if (o.dtype != RESHARD_BF16 && o.dtype != RESHARD_FP8_E4M3)
         return rs_error(RESHARD_ERR_INVALID_ARG, "model dtype must be bf16 or fp8_e4m3, not %s",
                         reshard_dtype_name(o.dtype));
+    if (o.infer_quant != RESHARD_QUANT_NONE &&
+        (o.dtype != RESHARD_BF16 ||
+         (o.infer_quant != RESHARD_QUANT_FP8_BLOCK && o.infer_quant != RESHARD_QUANT_MXFP8)))
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "model: infer_quant %d needs dtype bf16 and kind FP8_BLOCK or MXFP8",
+                        (int)o.infer_quant);
     reshard_model_t *m = calloc(1, sizeof *m);
     if (!m)
         return rs_error(RESHARD_ERR_NOMEM, "model: out of memory");
     m->dtype = o.dtype;
+    m->quant = o.infer_quant;
+    m->pow2 = o.infer_quant == RESHARD_QUANT_MXFP8 || o.pow2_scale;
     m->name = strdup(name);
     reshard_status_t s = m->name ? parse(root, &o, m) : RESHARD_ERR_NOMEM;
     if (s == RESHARD_OK)

@@ -70,6 +70,13 @@ uint64_t reshard_model_buffer_bytes(const reshard_model_buffers_t *b, int32_t ra
     return i < b->n && b->e[i].rank == rank && b->e[i].buffer == buffer ? b->e[i].bytes : 0;
 }
 
+/* The scale tensor of @p t on this side, or -1: the training side of a
+ * quantized inference form holds no scales. */
+static int32_t scale_of(const rs_emit_t *e, int32_t t)
+{
+    return e->train && e->m->quant != RESHARD_QUANT_NONE ? -1 : e->ids->scale[t];
+}
+
 /* Declare buffer @p id of the current rank as parameter name+suffix of
  * @p dtype and @p shape, and list it in the buffer table when one is wanted. */
 static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,
@@ -105,7 +112,7 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK)
         return RESHARD_ERR_INVALID_ARG;
     int32_t id = e->next_buf++;
-    int32_t sid = e->ids->scale[like];
+    int32_t sid = scale_of(e, like);
     if (sid >= 0)
         e->next_buf++;
     char name[256];
@@ -118,16 +125,20 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     if (experts < 1) /* one expert's own parameter: a matrix */
         experts = 1;
     int64_t shape[3] = {experts, rows, width}, vec = experts * rows * width;
-    reshard_status_t s = info.ndim == 1
-                             ? open_one(e, id, name, "", info.dtype, 1, &vec)
-                             : open_one(e, id, name, "", info.dtype, ndim, shape + 3 - ndim);
+    /* a quantized inference side holds e4m3 of a bf16 catalogue tensor */
+    reshard_dtype_t dt = sid >= 0 && e->m->quant ? RESHARD_FP8_E4M3 : info.dtype;
+    reshard_status_t s = info.ndim == 1 ? open_one(e, id, name, "", dt, 1, &vec)
+                                        : open_one(e, id, name, "", dt, ndim, shape + 3 - ndim);
     if (s == RESHARD_OK && sid >= 0) {
-        int64_t ss[3] = {experts, rs_cdiv(rows, RS_FP8_BLOCK), rs_cdiv(width, RS_FP8_BLOCK)};
+        int64_t ss[3] = {experts, rs_cdiv(rows, rs_scale_block_rows(e->m)),
+                         rs_cdiv(width, rs_scale_block_cols(e->m))};
         size_t len = strlen(name);
         bool dot_weight = len > 7 && !strcmp(name + len - 7, ".weight");
         if (dot_weight)
             name[len - 7] = '\0';
-        s = open_one(e, id + 1, name, dot_weight ? ".weight_scale_inv" : "_scale_inv", RESHARD_FP32,
+        reshard_tensor_info_t si;
+        reshard_tensors_info(e->T, sid, &si);
+        s = open_one(e, id + 1, name, dot_weight ? ".weight_scale_inv" : "_scale_inv", si.dtype,
                      ndim, ss + 3 - ndim);
     }
     return s == RESHARD_OK ? id : s;
@@ -154,7 +165,7 @@ int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_
  * columns block by block. */
 static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, int32_t sbuf)
 {
-    const int64_t B = RS_FP8_BLOCK;
+    const int64_t B = rs_scale_block_rows(e->m), BC = rs_scale_block_cols(e->m);
     int32_t t = w->tensor, sid = e->ids->scale[t];
     int j = e->ids->scale_j[t];
     reshard_tensor_info_t tw;
@@ -166,7 +177,7 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
     char why[160] = "";
     reshard_fragment_t s = {.tensor = sid, .rank = w->rank, .buffer = sbuf};
     s.box.ndim = 0;
-    int64_t rows_per_expert = 0, scale_expert_stride = 0, CBW = rs_cdiv(W, B);
+    int64_t rows_per_expert = 0, scale_expert_stride = 0, CBW = rs_cdiv(W, BC);
     if (W <= 0 || (b->extent[col] > 1 && w->stride[col] != 1)) {
         snprintf(why, sizeof why, "columns are not contiguous rows of the buffer");
         goto bad;
@@ -213,8 +224,8 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
     total = vs[j] * inner;
     int64_t a = b->offset[j] * inner, c = (b->offset[j] + b->extent[j]) * inner;
     if (a % B || (c % B && c != total)) {
-        snprintf(why, sizeof why, "rows [%lld, %lld) of %lld are not on 128-row block bounds",
-                 (long long)a, (long long)c, (long long)total);
+        snprintf(why, sizeof why, "rows [%lld, %lld) of %lld are not on %lld-row block bounds",
+                 (long long)a, (long long)c, (long long)total, (long long)B);
         goto bad;
     }
     int k = s.box.ndim++;
@@ -222,14 +233,15 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
     s.box.extent[k] = rs_cdiv(c, B) - a / B;
     s.stride[k] = CBW;
     int64_t c0 = b->offset[col], c1 = c0 + b->extent[col];
-    if (c0 % B || (c1 % B && c1 != C)) {
-        snprintf(why, sizeof why, "columns [%lld, %lld) of %lld are not on 128-column block bounds",
-                 (long long)c0, (long long)c1, (long long)C);
+    if (c0 % BC || (c1 % BC && c1 != C)) {
+        snprintf(why, sizeof why,
+                 "columns [%lld, %lld) of %lld are not on %lld-column block bounds", (long long)c0,
+                 (long long)c1, (long long)C, (long long)BC);
         goto bad;
     }
     k = s.box.ndim++;
-    s.box.offset[k] = c0 / B;
-    s.box.extent[k] = rs_cdiv(c1, B) - c0 / B;
+    s.box.offset[k] = c0 / BC;
+    s.box.extent[k] = rs_cdiv(c1, BC) - c0 / BC;
     s.stride[k] = 1;
     int64_t rem = w->base, eidx = 0;
     if (ne && w->stride[0] > 0) {
@@ -237,17 +249,17 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
         rem -= eidx * w->stride[0];
     }
     int64_t brow = rem / W, bcol = rem % W;
-    if (brow % B || bcol % B) {
+    if (brow % B || bcol % BC) {
         snprintf(why, sizeof why, "it starts at buffer row %lld column %lld, inside a block",
                  (long long)brow, (long long)bcol);
         goto bad;
     }
-    s.base = eidx * scale_expert_stride + brow / B * CBW + bcol / B;
+    s.base = eidx * scale_expert_stride + brow / B * CBW + bcol / BC;
     return reshard_layout_add_fragment(e->layout, &s);
 bad:
     return rs_error(RESHARD_ERR_CONFIG,
-                    "fp8: %s on rank %d is not sharded at 128x128 block granularity: %s", tw.name,
-                    w->rank, why);
+                    "fp8: %s on rank %d is not sharded at %lldx%lld block granularity: %s", tw.name,
+                    w->rank, (long long)B, (long long)BC, why);
 }
 
 reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *off,
@@ -265,7 +277,7 @@ reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *of
         f.stride[d] = st[d];
     }
     s = reshard_layout_add_fragment(e->layout, &f);
-    if (s == RESHARD_OK && e->ids->scale[t] >= 0)
+    if (s == RESHARD_OK && scale_of(e, t) >= 0)
         s = emit_scale(e, &f, buf + 1);
     return s;
 }
@@ -403,7 +415,7 @@ reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t pa
 }
 
 reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
-                              int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
+                              bool train, int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
                               const void *spec, reshard_layout_t **out,
                               reshard_model_buffers_t **buffers)
 {
@@ -411,7 +423,7 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
     reshard_status_t s = rs_model_ids_for(model, tensors, &ids);
     if (s != RESHARD_OK)
         return s;
-    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids};
+    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids, .train = train};
     s = reshard_layout_create(tensors, &e.layout);
     if (s == RESHARD_OK && buffers)
         s = rs_buffers_new(&e.bufs);

@@ -108,7 +108,7 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
         return rs_error(RESHARD_ERR_CONFIG,
                         "nemotron_h: the MTP layers (mtp_hybrid_override_pattern) are not "
                         "modelled; vLLM's NemotronH drops mtp.* weights from the main model");
-    if (o->dtype != RESHARD_BF16)
+    if (o->dtype != RESHARD_BF16 || o->infer_quant != RESHARD_QUANT_NONE)
         return rs_error(RESHARD_ERR_CONFIG, "nemotron_h: only the bf16 form is modelled, not %s",
                         reshard_dtype_name(o->dtype));
     /* attention_bias and mlp_bias are refused for every family (config.c) */

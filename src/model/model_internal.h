@@ -9,6 +9,11 @@
 
 /** FP8 block edge (rows and columns) of the scale tensors. */
 #define RS_FP8_BLOCK 128
+
+struct reshard_model;
+/** Rows and columns of a scale block: 128x128, or 1x32 for MXFP8. */
+int64_t rs_scale_block_rows(const struct reshard_model *m);
+int64_t rs_scale_block_cols(const struct reshard_model *m);
 /* Most decoder + MTP layers a config may have. */
 #define RS_MAX_LAYERS (1 << 16)
 
@@ -49,8 +54,10 @@ struct reshard_model {
     int32_t Lcfg;          /**< num_hidden_layers of the config (MTP layers are numbered from it) */
     int32_t nmtp;          /**< MTP layers included */
     reshard_dtype_t dtype;
-    bool *moe;      /**< per layer 0..L+nmtp-1: MoE MLP */
-    rs_hybrid_t hy; /**< nemotron_h only */
+    reshard_quant_kind_t quant; /**< inference side quantized from bf16 (or NONE) */
+    int pow2;                   /**< FP8_BLOCK scales rounded up to powers of two */
+    bool *moe;                  /**< per layer 0..L+nmtp-1: MoE MLP */
+    rs_hybrid_t hy;             /**< nemotron_h only */
 };
 
 /** Tensor ids of one decoder (or MTP) layer; -1 where absent. */
@@ -168,6 +175,7 @@ typedef struct {
     reshard_model_buffers_t *bufs; /**< NULL: no table wanted */
     int32_t rank;
     int32_t next_buf;
+    bool train; /**< the training side (bf16 and no scales when the model has infer_quant) */
 } rs_emit_t;
 
 /** Writes the parameters of side rank @p r (0-based on its side) into @p e. */
@@ -179,7 +187,7 @@ typedef reshard_status_t (*rs_rank_params_fn)(rs_emit_t *e, int32_t r, const voi
  * buffer ids from 0, call @p fn. On error nothing is left allocated.
  */
 reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
-                              int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
+                              bool train, int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
                               const void *spec, reshard_layout_t **out,
                               reshard_model_buffers_t **buffers);
 

@@ -32,7 +32,7 @@ reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_
                                   const reshard_infer_spec_t *infer)
 {
     /* Only the FP8 form has rules the spec checks cannot see. */
-    if (m->dtype != RESHARD_FP8_E4M3)
+    if (m->dtype != RESHARD_FP8_E4M3 && m->quant == RESHARD_QUANT_NONE)
         return RESHARD_OK;
     reshard_tensors_t *ts = NULL;
     reshard_layout_t *l = NULL;

@@ -177,8 +177,8 @@ reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
     reshard_status_t s = rs_check_infer(model, spec);
     if (s != RESHARD_OK)
         return s;
-    return rs_emit_side(model, tensors, reshard_infer_world(spec), rank_offset, infer_rank, spec,
-                        out, buffers);
+    return rs_emit_side(model, tensors, false, reshard_infer_world(spec), rank_offset, infer_rank,
+                        spec, out, buffers);
 }
 
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
