@@ -91,7 +91,8 @@ class ExecStats(ctypes.Structure):
 
 
 class ModelOptions(ctypes.Structure):
-    _fields_ = [("mtp", ctypes.c_int), ("dtype", ctypes.c_int), ("layers", c_i32)]
+    _fields_ = [("mtp", ctypes.c_int), ("dtype", ctypes.c_int), ("layers", c_i32),
+                ("infer_quant", ctypes.c_int), ("pow2_scale", ctypes.c_int)]
 
 
 class TrainSpec(ctypes.Structure):

@@ -57,6 +57,7 @@ def bf16_values(bits):
     return (bits.astype(np.int32).astype(np.uint32) << 16).astype(np.uint32).view(np.float32)
 
 
+@np.errstate(invalid="ignore", over="ignore")  # Inf * inv, NaN: the rule handles them
 def quantize(bits, br, bc, mx, pow2):
     """Reference: bf16 bits [E?, R, C] -> (e4m3 bytes, scales) per the rule."""
     x = bf16_values(bits)
@@ -207,3 +208,97 @@ def test_quant_marks_errors():
     with pytest.raises(ValueError):
         tensors.set_quant("w", "int4", scale="w_scale")
     assert tensors.quant("w") is None
+
+
+# --- a model refit: Megatron bf16 -> vLLM FP8 form ----------------------------------------
+
+FP8_DENSE = {  # qwen3-shaped, 128-row heads: every vLLM tp=2 shard lies on 128x128 blocks
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1000, "tie_word_embeddings": False,
+}
+
+
+def vllm_fp8_expected(w, quantized, tp, t):
+    """vLLM tp rank t's FP8-form parameters (e4m3 bytes, fp32 scales) assembled from the
+    reference-quantized HF tensors the way vLLM fuses and shards them (qkv_proj = [q; k; v]
+    rows, gate_up_proj = [gate; up] rows, o_proj and down_proj split on columns); the
+    scales follow at block granularity."""
+    import conventions
+    cfg, out = w.cfg, {}
+    hd, kv, nh, B = cfg["hd"], cfg["kv"], cfg["nh"], 128
+
+    def rows(name, a, b):
+        q, s = quantized[name]
+        return q[a:b], s[a // B:-(-b // B)]
+
+    def cols(name, a, b):
+        q, s = quantized[name]
+        return q[:, a:b], s[:, a // B:-(-b // B)]
+
+    for n in range(cfg["L"]):
+        p = "model.layers.%d." % n
+        parts = {}
+        a, b = conventions.chunk(nh * hd, tp, t)
+        ka, kb = conventions.chunk(kv * hd, tp, t)
+        parts["self_attn.qkv_proj.weight"] = [rows(p + "self_attn.q_proj.weight", a, b),
+                                              rows(p + "self_attn.k_proj.weight", ka, kb),
+                                              rows(p + "self_attn.v_proj.weight", ka, kb)]
+        i0, i1 = conventions.chunk(cfg["I"], tp, t)
+        parts["mlp.gate_up_proj.weight"] = [rows(p + "mlp.gate_proj.weight", i0, i1),
+                                            rows(p + "mlp.up_proj.weight", i0, i1)]
+        parts["self_attn.o_proj.weight"] = [cols(p + "self_attn.o_proj.weight", a, b)]
+        parts["mlp.down_proj.weight"] = [cols(p + "mlp.down_proj.weight", i0, i1)]
+        for name, ps in parts.items():
+            out[p + name] = np.concatenate([q for q, _ in ps])
+            out[p + name + "_scale_inv"] = np.concatenate([s for _, s in ps])
+    return out
+
+
+@needs_quant
+@pytest.mark.parametrize("pow2", [False, True], ids=["fp32-scales", "ue8m0-scales"])
+def test_model_refit_bf16_to_fp8(tmp_path, pow2):
+    import json
+    import conventions
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(FP8_DENSE))
+    refit = reshard.Model(str(path), infer_dtype="fp8", pow2_scale=pow2).refit("tp=2", "tp=2")
+    cfg = conventions.load_config(str(path))
+    w = conventions.Weights(cfg)
+    quantized = {}
+    for name, shape in w.shapes.items():
+        info = refit.tensors.quant(name)
+        if info is not None:
+            assert info.kind == reshard.Quant.fp8_block and info.pow2_scale == pow2
+            bits = w[name].view(torch.int16).numpy()
+            quantized[name] = quantize(bits, 128, 128, False, pow2)
+    # the FP8 form: every linear weight but the embedding and output layer (vLLM checkpoints)
+    assert sorted(n for n in quantized) == sorted(
+        n for n in w.shapes if n.endswith("proj.weight"))
+    got, want = {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(refit.train, refit.infer, rank=r, world=refit.world, staging_mb=1)
+        side, i = refit.role(r)
+        if side == "train":
+            plan.execute(comm, src=conventions.megatron_state_dict(w, "tp=2", i))
+            return
+        dst = refit.infer.new_buffers(r, fill=reshard.SENTINEL_BYTE)
+        plan.execute(comm, dst=dst)
+        got[i] = dst
+        want[i] = vllm_fp8_expected(w, quantized, 2, i)
+        for n, t in conventions.vllm_state_dict(w, "tp=2", i, reshard.SENTINEL_BYTE).items():
+            want[i].setdefault(n, t)  # the bf16 parameters as they are
+
+    reshard.run_threads(refit.world, rank_fn)
+    assert sorted(got) == [0, 1]
+    for i in got:
+        assert sorted(got[i]) == sorted(want[i])
+        for n, g in got[i].items():
+            e = want[i][n]
+            e = e.view(torch.uint8).numpy() if isinstance(e, torch.Tensor) else e.view(np.uint8)
+            g = g.contiguous().view(torch.uint8).numpy()
+            assert g.shape[0] == e.shape[0], (i, n)
+            bad = np.flatnonzero(g.ravel() != e.ravel())
+            assert bad.size == 0, "infer rank %d %s: %d bytes differ" % (i, n, bad.size)
