@@ -44,6 +44,7 @@ step "build"
 targets="test_nccl_box_copy test_nccl_quant test_nccl_nodevice test_gpu_refit test_gpu_timeout"
 targets="$targets bench_gpu_pack fake_nccl_refit fake_nccl_timeout fake_nccl_ranks fake_nccl_elastic"
 targets="$targets fake_nccl_quant fake_nccl_quant_refit test_nccl_quant_refit" # quantize: nccl + gpu
+targets="$targets reshard_fakegpu_shared" # label nccl: CPU-side (Python rejoin over the fake)
 if cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
     targets="$targets test_gpu_mpi_refit" # built with MPI: multi-GPU refits
 fi

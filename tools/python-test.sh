@@ -14,6 +14,10 @@ echo "== pytest tests/python (one process)"
 timeout 600 "${py[@]}" tests/python
 echo "== pytest tests/python/test_mpi.py (mpirun -np 4)"
 timeout 600 mpirun -np 4 "${py[@]}" tests/python/test_mpi.py
+echo "== tests/python/mpi_grow.py (mpirun -np 3, spawns a 4th process that joins)"
+grow=$(timeout 120 mpirun -np 3 /usr/bin/python3 tests/python/mpi_grow.py)
+echo "$grow"
+grep -q "GROW OK" <<<"$grow"
 echo "== examples/python/refit.py (mpirun -np 4)"
 timeout 600 mpirun -np 4 /usr/bin/python3 examples/python/refit.py --model qwen3-0.6b --layers 1 \
   --train tp=2 --infer tp=1,dp=2

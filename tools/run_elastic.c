@@ -3,7 +3,7 @@
  *
  *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R
  *          [--lose-at I] [--lose-how stop|kill] [--iters K] [--timeout S] [--layers L]
- *          [--staging-mb B] [--json]
+ *          [--agree-timeout S] [--staging-mb B] [--respawn] [--json]
  *
  * Refits run every iteration as in `reshard run` (MPI transport, host memory). In refit I
  * rank R stops answering while the others are in the refit (SIGSTOP; with kill, SIGKILL,
@@ -12,8 +12,12 @@
  * without it (reshard_comm_shrink_mpi), replan for the membership
  * (reshard_membership_layouts), redo refit I and go on; every refit of every survivor is
  * verified element by element. The lowest surviving rank reports the recovery time:
- * detect (the failed refit), agree, shrink, replan. At the end a stopped rank is resumed
- * (SIGCONT) so that the job can end normally.
+ * detect (the failed refit), agree (--agree-timeout, default RESHARD_AGREE_GONE_TIMEOUT_S),
+ * shrink, replan. With --respawn the survivors then start a new process of this command
+ * (MPI_Comm_spawn over their communicator), which takes rank R's place
+ * (reshard_comm_grow_mpi / reshard_comm_join_mpi); everyone replans for the whole world
+ * and refits I+1..K include it: its fresh buffers are refit completely and verified. At
+ * the end a stopped rank is resumed (SIGCONT) so that the job can end normally.
  *
  * Exit status: 0 when every survivor verified every refit; 1 otherwise (a rank whose loss
  * leaves an element without any replica ends with UNCOVERED on every survivor; a failed
@@ -41,24 +45,31 @@
 typedef struct {
     const char *model, *train, *infer, *how;
     long layers, iters, lose_rank, lose_at;
-    double timeout_s, staging_mb;
-    int json;
+    double timeout_s, agree_s, staging_mb;
+    int json, respawn;
 } el_args_t;
 
 static int parse(int rank, int argc, char **argv, el_args_t *a)
 {
-    *a = (el_args_t){.how = "stop", .iters = 4, .lose_at = 2, .timeout_s = 2, .staging_mb = 1};
+    *a = (el_args_t){.how = "stop",
+                     .iters = 4,
+                     .lose_at = 2,
+                     .timeout_s = 2,
+                     .agree_s = RESHARD_AGREE_GONE_TIMEOUT_S,
+                     .staging_mb = 1};
     const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
                               {"--lose-how", CLI_STRING, &a->how, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--respawn", CLI_FLAG, &a->respawn, 0, 0},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--lose-rank", CLI_INT, &a->lose_rank, 0, 0},
                               {"--lose-at", CLI_INT, &a->lose_at, 1, 0},
                               {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
-                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9}};
+                              {"--timeout", CLI_NUMBER, &a->timeout_s, 0.001, 1e9},
+                              {"--agree-timeout", CLI_NUMBER, &a->agree_s, 0.001, 1e9}};
     char err[512] = "";
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 0 && (!a->model || !a->train || !a->infer))
@@ -67,6 +78,11 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
         snprintf(err, sizeof err, "--lose-how: '%s' is not stop or kill", a->how), rc = 2;
     if (rc == 0 && a->lose_at > a->iters)
         snprintf(err, sizeof err, "--lose-at %ld is after the last refit (--iters %ld)", a->lose_at,
+                 a->iters),
+            rc = 2;
+    if (rc == 0 && a->respawn && a->lose_at >= a->iters)
+        snprintf(err, sizeof err,
+                 "--respawn needs a refit after the loss (--lose-at %ld < --iters %ld)", a->lose_at,
                  a->iters),
             rc = 2;
     if (rc == 2 && rank == 0)
@@ -120,6 +136,17 @@ typedef struct {
     el_bufs_t sb, db;
 } el_run_t;
 
+/* Free a run's buffers, plan and comm. */
+static void run_free(el_run_t *r)
+{
+    bufs_drop(&r->sb);
+    bufs_drop(&r->db);
+    reshard_plan_destroy(r->plan);
+    reshard_comm_destroy(r->comm);
+    r->plan = NULL;
+    r->comm = NULL;
+}
+
 static reshard_status_t replan(el_run_t *r, double *seconds)
 {
     reshard_plan_params_t p = {.field_mask =
@@ -148,14 +175,22 @@ static reshard_status_t refit(el_run_t *r, uint64_t *verified)
     return st;
 }
 
-/* What the lowest survivor reports. */
+/* What the lowest survivor reports (the maxima over the team). */
 typedef struct {
-    double detect, agree, shrink, replan;
+    double detect, agree, shrink, replan, join;
 } el_times_t;
 
-static void report(const el_args_t *a, int size, bool ok, long refits, uint64_t verified,
-                   const el_times_t *t, const int32_t *gone, int32_t n_gone)
+/* Sums and maxima over the team that finished: survivors (and the new process). */
+typedef struct {
+    unsigned long long verified, joined_verified;
+    long refits, joined_refits, uncovered; /* survivors that ended with UNCOVERED */
+    el_times_t t;
+} el_totals_t;
+
+static void report(const el_args_t *a, int size, bool ok, const el_totals_t *s, const int32_t *gone,
+                   int32_t n_gone, const char *why)
 {
+    const el_times_t *t = &s->t;
     double total = t->detect + t->agree + t->shrink + t->replan;
     if (!a->json) {
         printf("reshard run --lose-rank %ld: rank %ld %s in refit %ld of %ld\n", a->lose_rank,
@@ -164,11 +199,21 @@ static void report(const el_args_t *a, int size, bool ok, long refits, uint64_t 
         for (int32_t i = 0; i < n_gone; i++)
             printf(" %d", (int)gone[i]);
         printf("\n  recovery %.3f s = detect %.3f s + agree %.3f s + shrink %.4f s + replan "
-               "%.4f s (timeout %.3g s)\n",
-               total, t->detect, t->agree, t->shrink, t->replan, a->timeout_s);
-        printf("  %ld refits on %d survivors verified, %llu bytes\n", refits, size - n_gone,
-               (unsigned long long)verified);
-        printf("%s\n", ok ? "OK: every destination element of every survivor verified"
+               "%.4f s (timeout %.3g s, agreement timeout %.3g s)\n",
+               total, t->detect, t->agree, t->shrink, t->replan, a->timeout_s, a->agree_s);
+        printf("  %ld refits on %d survivors verified, %llu bytes\n", s->refits, size - n_gone,
+               s->verified);
+        if (s->uncovered)
+            printf("  RESHARD_ERR_UNCOVERED on %ld of %d survivors: %s\n", s->uncovered,
+                   size - n_gone, why);
+        if (a->respawn)
+            printf("  respawned rank %ld: a new process joined in %.3f s (spawn, grow, replan); "
+                   "its %ld refits verified %llu destination bytes, the first one complete\n",
+                   a->lose_rank, t->join, s->joined_refits, s->joined_verified);
+        printf("%s\n", ok ? (a->respawn ? "OK: every destination element of every survivor and "
+                                          "of the new process verified"
+                                        : "OK: every destination element of every survivor "
+                                          "verified")
                           : "FAILED: a survivor did not verify");
         fflush(stdout);
         return;
@@ -176,42 +221,209 @@ static void report(const el_args_t *a, int size, bool ok, long refits, uint64_t 
     json_t *lost = json_array();
     for (int32_t i = 0; i < n_gone; i++)
         json_array_append_new(lost, json_integer(gone[i]));
-    json_t *o = json_pack("{s:b, s:i, s:i, s:o, s:i, s:I, s:f, s:{s:f, s:f, s:f, s:f}}", "ok", ok,
-                          "lost_rank", (int)a->lose_rank, "lost_at", (int)a->lose_at, "agreed_lost",
-                          lost, "survivors", size - n_gone, "verified_bytes", (json_int_t)verified,
-                          "recovery_seconds", total, "recovery", "detect_s", t->detect, "agree_s",
-                          t->agree, "shrink_s", t->shrink, "replan_s", t->replan);
-    char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-    if (s)
-        printf("%s\n", s);
-    free(s);
+    json_t *o =
+        json_pack("{s:b, s:i, s:i, s:o, s:i, s:I, s:f, s:{s:f, s:f, s:f, s:f}}", "ok", ok,
+                  "lost_rank", (int)a->lose_rank, "lost_at", (int)a->lose_at, "agreed_lost", lost,
+                  "survivors", size - n_gone, "verified_bytes", (json_int_t)s->verified,
+                  "recovery_seconds", total, "recovery", "detect_s", t->detect, "agree_s", t->agree,
+                  "shrink_s", t->shrink, "replan_s", t->replan);
+    if (o && a->respawn)
+        json_object_set_new(o, "respawn",
+                            json_pack("{s:f, s:i, s:I}", "join_s", t->join, "refits",
+                                      (int)s->joined_refits, "verified_bytes",
+                                      (json_int_t)s->joined_verified));
+    char *str = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    if (str)
+        printf("%s\n", str);
+    free(str);
     json_decref(o);
     fflush(stdout);
 }
 
-static int elastic(const el_args_t *a, int rank, int size)
+/* The model's layouts for the run; exit status 2 (rank 0 says why) when they cannot be
+ * made or do not fit @p size ranks. */
+static int setup(const el_args_t *a, int rank, int size, reshard_model_t **model,
+                 reshard_model_refit_t *f)
 {
-    reshard_model_t *model = NULL;
-    reshard_model_refit_t f = {0};
     reshard_model_options_t mo;
     memset(&mo, 0, sizeof mo);
     mo.layers = (int32_t)a->layers;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    reshard_status_t st = reshard_model_load(a->model, &mo, &model);
+    reshard_status_t st = reshard_model_load(a->model, &mo, model);
     if (st == RESHARD_OK)
         st = reshard_train_spec_parse(a->train, &ts);
     if (st == RESHARD_OK)
         st = reshard_infer_spec_parse(a->infer, &is);
     if (st == RESHARD_OK)
-        st = reshard_model_refit_create(model, &ts, &is, &f);
-    if (st == RESHARD_OK && f.train_world + f.infer_world != size)
+        st = reshard_model_refit_create(*model, &ts, &is, f);
+    if (st == RESHARD_OK && f->train_world + f->infer_world != size)
         st = RESHARD_ERR_CONFIG;
-    if (st != RESHARD_OK || a->lose_rank >= size) {
-        if (rank == 0)
-            fprintf(stderr, "reshard run: %s (world size %d, --lose-rank %ld)\n",
-                    st != RESHARD_OK ? reshard_last_error() : "bad --lose-rank", size,
-                    a->lose_rank);
+    if (st == RESHARD_OK && a->lose_rank < size)
+        return 0;
+    if (rank == 0)
+        fprintf(stderr, "reshard run: %s (world size %d, --lose-rank %ld)\n",
+                st != RESHARD_OK ? reshard_last_error() : "bad --lose-rank", size, a->lose_rank);
+    return 2;
+}
+
+/* The team's totals (sums of bytes, maxima of counts and times) and its worst exit
+ * status, on every member. Collective over @p team. */
+static int team_totals(MPI_Comm team, int rc, const el_totals_t *mine, el_totals_t *all)
+{
+    int worst = rc;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, team);
+    MPI_Allreduce(&mine->verified, &all->verified, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, team);
+    MPI_Allreduce(&mine->joined_verified, &all->joined_verified, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                  team);
+    MPI_Allreduce(&mine->refits, &all->refits, 1, MPI_LONG, MPI_MAX, team);
+    MPI_Allreduce(&mine->joined_refits, &all->joined_refits, 1, MPI_LONG, MPI_MAX, team);
+    MPI_Allreduce(&mine->uncovered, &all->uncovered, 1, MPI_LONG, MPI_SUM, team);
+    MPI_Allreduce(&mine->t, &all->t, (int)(sizeof mine->t / sizeof(double)), MPI_DOUBLE, MPI_MAX,
+                  team);
+    return worst;
+}
+
+/* Buffers of this rank, sources filled with the pattern. */
+static reshard_status_t bind(el_run_t *r, const reshard_model_refit_t *f)
+{
+    reshard_status_t st = bufs_make(f->train, r->rank, &r->sb);
+    if (st == RESHARD_OK)
+        st = bufs_make(f->infer, r->rank, &r->db);
+    if (st == RESHARD_OK && r->sb.n)
+        st = reshard_fill_pattern(f->train, r->rank, r->sb.b, r->sb.n);
+    return st;
+}
+
+/* Refits @p first..iters on the current comm and plan, each verified. */
+static reshard_status_t refits(el_run_t *r, long first, long *count, unsigned long long *verified)
+{
+    reshard_status_t st = RESHARD_OK;
+    for (long it = first; st == RESHARD_OK && it <= r->a->iters; it++) {
+        uint64_t v = 0;
+        st = refit(r, &v);
+        if (st != RESHARD_OK) {
+            fprintf(stderr, "rank %d: refit %ld: %s: %s\n", r->rank, it, reshard_status_string(st),
+                    reshard_last_error());
+            break;
+        }
+        *verified += v;
+        (*count)++;
+    }
+    return st;
+}
+
+/* --respawn, the survivors' side: spawn one process running this command, which takes
+ * the lost rank's place (reshard_comm_grow_mpi); replan for the whole world again.
+ * @p team receives a communicator of the survivors and the new process for the report. */
+static reshard_status_t respawn(el_run_t *r, const reshard_model_refit_t *f, char **argv,
+                                MPI_Comm *team)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return RESHARD_ERR_TRANSPORT;
+    exe[n] = 0;
+    MPI_Comm inter = MPI_COMM_NULL;
+    int err = 0;
+    int rc = MPI_Comm_spawn(exe, argv, 1, MPI_INFO_NULL, 0, reshard_comm_mpi_comm(r->comm), &inter,
+                            &err);
+    if (rc != MPI_SUCCESS || err != MPI_SUCCESS) {
+        fprintf(stderr, "rank %d: MPI_Comm_spawn failed (%d, %d)\n", r->rank, rc, err);
+        return RESHARD_ERR_TRANSPORT;
+    }
+    int32_t joining = (int32_t)r->a->lose_rank;
+    reshard_comm_t *grown = NULL;
+    reshard_status_t st = reshard_comm_grow_mpi(r->comm, inter, &joining, 1, &grown);
+    if (st == RESHARD_OK && MPI_Intercomm_merge(inter, 0, team) != MPI_SUCCESS)
+        st = RESHARD_ERR_TRANSPORT;
+    MPI_Comm_free(&inter);
+    if (st != RESHARD_OK)
+        return st;
+    reshard_comm_destroy(r->comm);
+    r->comm = grown;
+    r->src = f->train; /* nobody is missing any more */
+    r->dst = f->infer;
+    double dummy;
+    return replan(r, &dummy);
+}
+
+/* --respawn, the new process's side: join the survivors, take the lost rank's place
+ * with fresh buffers and run the refits after the loss with them. */
+static int newcomer(const el_args_t *a, MPI_Comm parent)
+{
+    reshard_model_t *model = NULL;
+    reshard_model_refit_t f = {0};
+    el_run_t r = {.a = a};
+    MPI_Comm team = MPI_COMM_NULL;
+    reshard_status_t st = reshard_comm_join_mpi(parent, &r.comm);
+    if (st == RESHARD_OK && MPI_Intercomm_merge(parent, 1, &team) != MPI_SUCCESS)
+        st = RESHARD_ERR_TRANSPORT;
+    if (st != RESHARD_OK) {
+        fprintf(stderr, "reshard run: the new process could not join: %s\n", reshard_last_error());
+        MPI_Abort(parent, 1);
+    }
+    r.rank = reshard_comm_rank(r.comm);
+    r.size = reshard_comm_size(r.comm);
+    if (setup(a, r.rank, r.size, &model, &f) != 0)
+        MPI_Abort(team, 2);
+    r.src = f.train;
+    r.dst = f.infer;
+    double dummy;
+    el_totals_t mine = {0}, all = {0};
+    st = replan(&r, &dummy);
+    if (st == RESHARD_OK)
+        st = bind(&r, &f);
+    if (st == RESHARD_OK)
+        st = refits(&r, a->lose_at + 1, &mine.joined_refits, &mine.joined_verified);
+    fprintf(stderr, "rank %d (new process): %ld refits verified, %llu bytes: %s\n", r.rank,
+            mine.joined_refits, mine.joined_verified, reshard_status_string(st));
+    if (st == RESHARD_OK && r.db.n > 0 && mine.joined_verified == 0)
+        st = RESHARD_ERR_VERIFY; /* a destination that got nothing */
+    int worst = team_totals(team, st == RESHARD_OK ? 0 : 1, &mine, &all);
+    MPI_Comm_free(&team);
+    run_free(&r);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(model);
+    return worst;
+}
+
+/* After a failed refit: agree, shrink, replan for the survivors. */
+static reshard_status_t recover(el_run_t *r, const reshard_model_refit_t *f, el_times_t *t,
+                                int32_t *gone, int32_t *n_gone, reshard_layout_t **msrc,
+                                reshard_layout_t **mdst)
+{
+    double t1 = MPI_Wtime();
+    reshard_comm_t *next = NULL;
+    reshard_status_t st = reshard_comm_agree_gone(r->comm, r->a->agree_s, gone, 64, n_gone);
+    double t2 = MPI_Wtime();
+    if (st == RESHARD_OK)
+        st = reshard_comm_shrink_mpi(r->comm, gone, *n_gone, &next);
+    double t3 = MPI_Wtime();
+    t->agree = t2 - t1;
+    t->shrink = t3 - t2;
+    if (!next) { /* no agreement or no comm: the ranks may now disagree on who is left,
+                  * and any collective among them could hang */
+        fprintf(stderr, "rank %d: recovery failed: %s: %s\n", r->rank, reshard_status_string(st),
+                reshard_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    reshard_comm_destroy(r->comm);
+    r->comm = next;
+    st = reshard_membership_layouts(f->train, f->infer, gone, *n_gone, msrc, mdst);
+    if (st == RESHARD_OK) {
+        r->src = *msrc;
+        r->dst = *mdst;
+        st = replan(r, &t->replan);
+    }
+    return st;
+}
+
+static int elastic(const el_args_t *a, int rank, int size, char **argv)
+{
+    reshard_model_t *model = NULL;
+    reshard_model_refit_t f = {0};
+    if (setup(a, rank, size, &model, &f) != 0) {
         reshard_model_refit_destroy(&f);
         reshard_model_destroy(model);
         return 2;
@@ -221,20 +433,16 @@ static int elastic(const el_args_t *a, int rank, int size)
                   MPI_COMM_WORLD);
     el_run_t r = {.a = a, .rank = rank, .size = size, .src = f.train, .dst = f.infer};
     reshard_layout_t *msrc = NULL, *mdst = NULL;
-    el_times_t t = {0};
+    el_totals_t mine = {0}, all = {0};
     int32_t gone[64], n_gone = 0;
-    uint64_t verified = 0;
-    long refits = 0;
+    MPI_Comm team = MPI_COMM_NULL; /* the survivors and the new process, after --respawn */
+    char why[1024] = "";           /* this rank's error */
     double dummy;
-    st = reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
+    reshard_status_t st = reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
     if (st == RESHARD_OK)
         st = replan(&r, &dummy);
     if (st == RESHARD_OK)
-        st = bufs_make(f.train, rank, &r.sb);
-    if (st == RESHARD_OK)
-        st = bufs_make(f.infer, rank, &r.db);
-    if (st == RESHARD_OK && r.sb.n)
-        st = reshard_fill_pattern(f.train, rank, r.sb.b, r.sb.n);
+        st = bind(&r, &f);
     bool lost = false;
     for (long it = 1; st == RESHARD_OK && it <= a->iters && !lost; it++) {
         if (it == a->lose_at && rank == a->lose_rank) {
@@ -249,83 +457,63 @@ static int elastic(const el_args_t *a, int rank, int size)
         }
         double t0 = MPI_Wtime();
         uint64_t v = 0;
+        bool recovered = false;
         st = refit(&r, &v);
         if ((st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) && n_gone == 0) {
-            double t1 = MPI_Wtime();
+            mine.t.detect = MPI_Wtime() - t0;
             fprintf(stderr, "rank %d: refit %ld failed after %.2f s, recovering: %s\n", rank, it,
-                    t1 - t0, reshard_last_error());
-            reshard_comm_t *next = NULL;
-            st = reshard_comm_agree_gone(r.comm, a->timeout_s / 2, gone, 64, &n_gone);
-            double t2 = MPI_Wtime();
-            if (st == RESHARD_OK)
-                st = reshard_comm_shrink_mpi(r.comm, gone, n_gone, &next);
-            double t3 = MPI_Wtime();
-            if (st == RESHARD_OK) {
-                reshard_comm_destroy(r.comm);
-                r.comm = next;
-                st = reshard_membership_layouts(f.train, f.infer, gone, n_gone, &msrc, &mdst);
-            }
-            if (st == RESHARD_OK) {
-                r.src = msrc;
-                r.dst = mdst;
-                st = replan(&r, &t.replan);
-            }
-            t.detect = t1 - t0;
-            t.agree = t2 - t1;
-            t.shrink = t3 - t2;
-            if (!next) { /* no agreement or no comm: the ranks may now disagree on who is
-                          * left, and any collective among them could hang */
-                fprintf(stderr, "rank %d: recovery failed: %s: %s\n", rank,
-                        reshard_status_string(st), reshard_last_error());
-                MPI_Abort(MPI_COMM_WORLD, 1);
-            }
+                    mine.t.detect, reshard_last_error());
+            st = recover(&r, &f, &mine.t, gone, &n_gone, &msrc, &mdst);
             if (st == RESHARD_OK)
                 st = refit(&r, &v); /* refit `it` again, on the survivors */
+            recovered = true;
         }
         if (st == RESHARD_OK) {
-            verified += v;
-            refits++;
+            mine.verified += v;
+            mine.refits++;
         } else {
+            snprintf(why, sizeof why, "%s", reshard_last_error());
             fprintf(stderr, "rank %d: refit %ld: %s: %s\n", rank, it, reshard_status_string(st),
-                    reshard_last_error());
+                    why);
+        }
+        if (st == RESHARD_OK && recovered && a->respawn) {
+            double t1 = MPI_Wtime();
+            st = respawn(&r, &f, argv, &team);
+            mine.t.join = MPI_Wtime() - t1;
+            if (st != RESHARD_OK)
+                fprintf(stderr, "rank %d: respawn failed: %s: %s\n", rank,
+                        reshard_status_string(st), reshard_last_error());
         }
     }
     int rc = st == RESHARD_OK ? 0 : 1;
+    mine.uncovered = st == RESHARD_ERR_UNCOVERED;
     if (!lost) {
-        /* the survivors' totals, over a communicator of their own */
-        MPI_Group wg, sg;
-        MPI_Comm surv = MPI_COMM_NULL;
-        int excl[64];
-        for (int32_t i = 0; i < n_gone; i++)
-            excl[i] = gone[i];
-        MPI_Comm_group(MPI_COMM_WORLD, &wg);
-        MPI_Group_excl(wg, n_gone, excl, &sg);
-        MPI_Comm_create_group(MPI_COMM_WORLD, sg, 77, &surv);
-        unsigned long long mine = verified, all = 0;
-        int worst = rc;
-        el_times_t tmax;
-        MPI_Reduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, surv);
-        MPI_Reduce(&rc, &worst, 1, MPI_INT, MPI_MAX, 0, surv);
-        MPI_Reduce(&t, &tmax, 4, MPI_DOUBLE, MPI_MAX, 0, surv);
-        int srank;
-        MPI_Comm_rank(surv, &srank);
-        if (srank == 0) {
-            report(a, size, worst == 0 && n_gone > 0, refits, all, &tmax, gone, n_gone);
+        if (team == MPI_COMM_NULL) { /* the survivors, over a communicator of their own */
+            MPI_Group wg, sg;
+            int excl[64];
+            for (int32_t i = 0; i < n_gone; i++)
+                excl[i] = gone[i];
+            MPI_Comm_group(MPI_COMM_WORLD, &wg);
+            MPI_Group_excl(wg, n_gone, excl, &sg);
+            MPI_Comm_create_group(MPI_COMM_WORLD, sg, 77, &team);
+            MPI_Group_free(&sg);
+            MPI_Group_free(&wg);
+        }
+        int worst = team_totals(team, rc, &mine, &all);
+        bool joined_ok = !a->respawn || all.joined_refits > 0;
+        int trank;
+        MPI_Comm_rank(team, &trank);
+        if (trank == 0) {
+            report(a, size, worst == 0 && n_gone > 0 && joined_ok, &all, gone, n_gone, why);
             if (n_gone == 0)
                 fprintf(stderr, "reshard run: rank %ld was never found lost\n", a->lose_rank);
             if (strcmp(a->how, "kill") && victim_pid > 0)
                 kill((pid_t)victim_pid, SIGCONT); /* let it end with the job */
         }
-        MPI_Bcast(&worst, 1, MPI_INT, 0, surv);
-        rc = worst != 0 || n_gone == 0 ? 1 : 0;
-        MPI_Comm_free(&surv);
-        MPI_Group_free(&sg);
-        MPI_Group_free(&wg);
+        rc = worst != 0 || n_gone == 0 || !joined_ok ? 1 : 0;
+        MPI_Comm_free(&team);
     }
-    bufs_drop(&r.sb);
-    bufs_drop(&r.db);
-    reshard_plan_destroy(r.plan);
-    reshard_comm_destroy(r.comm);
+    run_free(&r);
     reshard_layout_destroy(msrc);
     reshard_layout_destroy(mdst);
     reshard_model_refit_destroy(&f);
@@ -337,8 +525,12 @@ int cmd_run_elastic(int rank, int size, int finalize, int argc, char **argv)
 {
     el_args_t a;
     int rc = parse(rank, argc, argv, &a);
-    if (rc == 0)
-        rc = elastic(&a, rank, size);
+    MPI_Comm parent = MPI_COMM_NULL;
+    MPI_Comm_get_parent(&parent);
+    if (rc == 0 && parent != MPI_COMM_NULL)
+        rc = newcomer(&a, parent); /* spawned by --respawn */
+    else if (rc == 0)
+        rc = elastic(&a, rank, size, argv);
     else if (rc == 1)
         rc = 0;
     if (finalize && !(rc == 0 && !strcmp(a.how, "kill")))

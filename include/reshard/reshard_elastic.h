@@ -12,11 +12,20 @@
  *   3. replan: reshard_membership_layouts derives the layouts of the new
  *      membership, then reshard_plan_create as usual;
  *   4. go on: reshard_plan_execute on the new comm.
- * A restarted rank rejoins through a new communicator built by any means
- * (a new in-process group, MPI_Intercomm_merge, a fresh NCCL unique id) and
- * wrapped by reshard_comm_create_view, and a plan of the original layouts
- * (or of any membership that includes it). Its buffers are refit completely
- * on its first execution: a plan writes every destination element.
+ * A restarted rank rejoins through a new communicator and a plan of the
+ * original layouts (or of any membership that includes it). Its buffers are
+ * refit completely on its first execution: a plan writes every destination
+ * element. The new communicator: over MPI, reshard_comm_grow_mpi on the
+ * members and reshard_comm_join_mpi on the new processes (reshard_mpi.h),
+ * through an intercommunicator from MPI_Comm_spawn or connect/accept; any
+ * other one (a new in-process group, a fresh NCCL unique id through a
+ * key-value store, as reshard.elastic.rejoin_nccl in Python) wrapped by
+ * reshard_comm_create_view.
+ *
+ * Recovery time: the failed execution ends about the plan's timeout_s after
+ * the last progress (the first rank to time out releases all), the
+ * agreement takes 2 x its timeout (RESHARD_AGREE_GONE_TIMEOUT_S: 0.1 s),
+ * shrink and replan take milliseconds; then the next refit runs.
  *
  * Rank numbering. Plans keep the ORIGINAL layout ranks ("plan ranks") and the
  * world size of the original layouts: a lost rank simply holds no fragment
@@ -80,6 +89,10 @@ reshard_status_t reshard_membership_layouts(const reshard_layout_t *src,
 reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *ranks, int32_t max,
                                            int32_t *n_out);
 
+/** A timeout for reshard_comm_agree_gone (seconds) that suits survivors
+ *  released together by their failed execution (see its limits). */
+#define RESHARD_AGREE_GONE_TIMEOUT_S 0.05
+
 /**
  * Agree with the other survivors on the set of lost ranks. Called by every
  * survivor of @p comm after a failed execution (the comm must not be used for
@@ -96,18 +109,25 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  * set it received equalled its own: then every survivor that answered it
  * holds the same set. At most comm size + 1 rounds: bounded by
  * 2 (size + 1) timeout_s; 2 timeout_s + one round trip when peers stopped
- * before the agreement. reshard_comm_unresponsive is NOT used as evidence: a
+ * before the agreement (round 0 waits out its deadline for them, round 1
+ * confirms among the survivors). reshard_comm_unresponsive is NOT used as evidence: a
  * rank waiting on a forward of a peer that itself waits on the stopped rank
  * finds that live peer unresponsive too; the agreement's own exchange tells
  * the stopped from the merely delayed.
  *
  * Limits (by design; no consensus is possible with timeouts alone):
  *   - survivors must enter the agreement within 2 @p timeout_s of each
- *     other. Survivors leave a failed execution within about one execution
- *     timeout of each other (a rank released by a peer's abort waits one
- *     more timeout at the final agreement), so pass at least half the plan's
- *     timeout_s (`reshard run --lose-rank` does); the agreement then takes
- *     about the plan's timeout_s plus that skew;
+ *     other. A failed execution releases them together: the first rank to
+ *     time out (in a round wait or the outcome agreement, after the plan's
+ *     timeout_s) releases every other at once (in-process: the group is
+ *     abandoned; MPI: an abort notice, after which the outcome agreement
+ *     waits at most 0.05 s more). So the survivors leave within a message's
+ *     latency plus 0.05 s of each other, and a short timeout works:
+ *     RESHARD_AGREE_GONE_TIMEOUT_S. The agreement then takes 2 @p timeout_s
+ *     plus one round trip, and a lost rank costs the plan's timeout_s
+ *     (detection) + 2 @p timeout_s + shrink + replan before the next refit.
+ *     Pass more on a host so loaded that a live rank may not run for
+ *     @p timeout_s: it would be taken for a lost one;
  *   - a slow but alive rank that does not answer within the deadline is
  *     excluded (it must not use the old comm again: its next execution on it
  *     fails);

@@ -55,7 +55,11 @@ extern "C" {
 reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out);
 
 /** The communicator the endpoint uses (its duplicate), or MPI_COMM_NULL when
- *  @p comm is not an MPI endpoint. Do not free it; do not post on it. */
+ *  @p comm is not an MPI endpoint. For a view of a membership (a shrink or a
+ *  grow, reshard_elastic.h) it is the members' communicator, in plan-rank
+ *  order. Do not free it; do not post on it. Collectives that make new
+ *  communicators on it (MPI_Comm_spawn, MPI_Comm_accept for
+ *  reshard_comm_grow_mpi) are fine between executions. */
 MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
 
 /**
@@ -77,6 +81,51 @@ MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
  */
 reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
                                          reshard_comm_t **out);
+
+/**
+ * Growing back (reshard_elastic.h), the members' side: new processes take the
+ * places of lost plan ranks. The members of @p comm (a view from
+ * reshard_comm_shrink_mpi, or from an earlier grow) made @p intercomm with
+ * the new processes, e.g. MPI_Comm_spawn over reshard_comm_mpi_comm(comm)
+ * (the remote processes then call reshard_comm_join_mpi on
+ * MPI_Comm_get_parent), or MPI_Comm_accept against their MPI_Comm_connect.
+ * Remote process i becomes plan rank @p joining[i] (@p n_joining = the remote
+ * group's size). Collective over the members and the new processes: every
+ * member passes the same @p joining; MPI_Intercomm_merge, two broadcasts from
+ * the lowest member, then MPI_Comm_split orders the new communicator by plan
+ * rank. Returns a view of the same plan world whose membership adds the
+ * joining ranks; @p comm stays valid (destroy it afterwards). Replan with the
+ * layouts of the new membership (the original ones when nobody is missing any
+ * more): a new rank's buffers are then refit completely on its first
+ * execution, since a plan writes every destination element.
+ * The collectives block and have no timeout: a process that dies during the
+ * grow blocks the others (Open MPI 4.1 has no ULFM).
+ * Errors: found before any collective: INVALID_ARG (NULL, n_joining < 1,
+ * @p intercomm not an intercommunicator). Then, on the members and (the same
+ * status) on the new processes: INVALID_ARG (not an MPI comm, a comm that
+ * ended an execution with a timeout: grow the shrunken one; @p intercomm not
+ * one of the members and n_joining processes; a joining rank outside the
+ * plan world, already a member or given twice), TRANSPORT (MPI failed), NOMEM.
+ */
+reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
+                                       const int32_t *joining, int32_t n_joining,
+                                       reshard_comm_t **out);
+
+/**
+ * Growing back, a new process's side: join the members at the other end of
+ * @p intercomm (MPI_Comm_get_parent after MPI_Comm_spawn, or the result of
+ * MPI_Comm_connect), who call reshard_comm_grow_mpi. Collective with them.
+ * Returns a view: reshard_comm_rank is the plan rank this process takes,
+ * reshard_comm_size the plan world; the plan ranks still outside the
+ * membership are what reshard_comm_unresponsive reports on it (nothing has
+ * timed out on a new comm). Plan for that membership
+ * (reshard_membership_layouts, or the original layouts when it is complete)
+ * and execute with fresh buffers: they are refit completely.
+ * Errors: INVALID_ARG (NULL, not an intercommunicator, this process is on
+ * the members' side), the members' refusal (their status, see
+ * reshard_comm_grow_mpi), TRANSPORT (MPI failed), NOMEM.
+ */
+reshard_status_t reshard_comm_join_mpi(MPI_Comm intercomm, reshard_comm_t **out);
 
 /* ------------------------------------------------------------------ */
 /* The gather+broadcast baseline                                       */

@@ -3,7 +3,7 @@
 After ``plan.execute`` raised ReshardError with Status.TIMEOUT (a peer stopped or
 died), every survivor::
 
-    gone = reshard.elastic.agree_gone(comm, timeout_s / 2)      # the same list everywhere
+    gone = reshard.elastic.agree_gone(comm)                    # the same list everywhere
     comm2 = reshard.elastic.shrink(comm, gone)                 # MPI_Comm_create_group / ncclCommShrink
     src2, dst2 = reshard.elastic.membership_layouts(src, dst, gone)
     plan2 = reshard.Plan(src2, dst2, rank=rank, world=world)   # same world, same ranks
@@ -11,14 +11,17 @@ died), every survivor::
 
 Plans keep the original layout ranks (and their NVLink domains); a shrunken comm is a
 view mapping them to the survivors' communicator. A restarted rank rejoins through
-any new communicator wrapped by ``view`` and a plan that includes it. The C library
-does all of it; this module only calls it.
+any new communicator wrapped by ``view`` and a plan that includes it. Growing back: over
+MPI ``grow_mpi`` on the members and ``join_mpi`` on new processes (an intercommunicator
+from Spawn or Accept/Connect); over NCCL ``rejoin_nccl`` (a fresh unique id through the
+key-value store). The C library does all of it; this module only calls it.
 """
 
 import ctypes
 
 from . import _lib
 from .comm import Comm, _open_mpi_comms
+from .comm import from_nccl_store as _from_nccl_store
 from .errors import Status, error
 from .layout import Layout
 
@@ -79,10 +82,15 @@ def unresponsive(comm):
     return list(arr[:n.value])
 
 
-def agree_gone(comm, timeout_s):
+AGREE_GONE_TIMEOUT_S = 0.05
+"""RESHARD_AGREE_GONE_TIMEOUT_S: the agreement's default timeout (seconds)."""
+
+
+def agree_gone(comm, timeout_s=AGREE_GONE_TIMEOUT_S):
     """Agree with the other survivors on the lost ranks (reshard_comm_agree_gone): every
-    survivor gets the same sorted list or a ReshardError. Pass at least half the plan's
-    timeout_s (survivors must enter within 2 * timeout_s of each other)."""
+    survivor gets the same sorted list or a ReshardError. Survivors must enter within
+    2 * timeout_s of each other; a failed execution releases them together, so the short
+    default suits (pass more on a heavily loaded host). Takes about 2 * timeout_s."""
     fn = _need("reshard_comm_agree_gone")
     arr = (_i32 * max(comm.size, 1))()
     n = _i32()
@@ -133,3 +141,75 @@ def view(inner, world, rank_map):
     del inner_h
     _lib.check(status)
     return _wrap(h.value, inner)
+
+
+def _mpi_handle_type():
+    from mpi4py import MPI
+    # MPI_Comm is passed by value: a pointer in Open MPI, an int in MPICH.
+    return _vp if MPI._sizeof(MPI.Comm) == ctypes.sizeof(_vp) else ctypes.c_int
+
+
+def grow_mpi(comm, intercomm, joining):
+    """Growing back over MPI, the members' side (reshard_comm_grow_mpi): ``intercomm``
+    (mpi4py) joins the members of ``comm`` (a view from shrink) with new processes, made
+    e.g. by ``Spawn`` over an mpi4py communicator of the members (``Create_group`` of
+    COMM_WORLD without the lost ranks); remote process i takes plan rank
+    ``joining[i]``. The new processes call join_mpi. Returns the comm of the grown
+    membership (a view of the same world); ``comm`` stays the caller's to close."""
+    from mpi4py import MPI
+    fn = _need("reshard_comm_grow_mpi")
+    ht = _mpi_handle_type()
+    fn.argtypes = [_vp, ht, _P(_i32), _i32, _P(_vp)]
+    arr, n = _ranks(joining)
+    h = _vp()
+    _lib.check(fn(comm._h, ht(MPI._handleof(intercomm)), arr, n, ctypes.byref(h)))
+    return _wrap(h.value, comm)
+
+
+def join_mpi(intercomm):
+    """Growing back over MPI, a new process's side (reshard_comm_join_mpi): join the
+    members at the other end of ``intercomm`` (``MPI.Comm.Get_parent()`` after a spawn).
+    The comm's rank is the plan rank taken, its size the plan world."""
+    from mpi4py import MPI
+    fn = _need("reshard_comm_join_mpi")
+    ht = _mpi_handle_type()
+    fn.argtypes = [ht, _P(_vp)]
+    h = _vp()
+    _lib.check(fn(ht(MPI._handleof(intercomm)), ctypes.byref(h)))
+    c = Comm(h.value, "mpi", "cpu", keep=intercomm)
+    _open_mpi_comms.add(c)
+    return c
+
+
+def rejoin_key(generation):
+    """The store key of the unique id of rejoin number ``generation``: every rejoin
+    needs a fresh NCCL id, so a key of its own (a store keeps old ids)."""
+    return "reshard/nccl_unique_id/rejoin/%d" % int(generation)
+
+
+def membership_map(world, members):
+    """For a membership ``members`` (plan ranks): the rank map of view() (plan rank ->
+    rank in the members' communicator, members numbered in increasing plan-rank order,
+    -1 for the others)."""
+    members = sorted(set(int(m) for m in members))
+    if not members or members[0] < 0 or members[-1] >= world:
+        raise error(Status.RANK, "membership %s outside the plan world of %d" % (members, world))
+    index = {p: i for i, p in enumerate(members)}
+    return [index.get(p, -1) for p in range(world)]
+
+
+def rejoin_nccl(store, rank, world, members, generation, device=None, stream=None):
+    """Rejoin over NCCL: every process of the new membership ``members`` (plan ranks;
+    survivors and restarted ones) calls it with its plan ``rank`` and the same
+    ``generation``. The lowest member makes a fresh NCCL unique id and sets it in
+    ``store`` under rejoin_key(generation); the others get it; all make the NCCL
+    communicator of the members (ranks in plan-rank order, from_nccl_store) and wrap
+    it as a view of ``world`` plan ranks. Then plan for the membership (the original
+    layouts when it is complete): a restarted rank's buffers are refit completely on
+    its first execution. Survivors close their old (shrunken) comm themselves."""
+    rank_map = membership_map(world, members)
+    if not 0 <= rank < world or rank_map[rank] < 0:
+        raise error(Status.RANK, "plan rank %d is not in the membership %s" % (rank, members))
+    inner = _from_nccl_store(store, rank_map[rank], sum(1 for q in rank_map if q >= 0),
+                             key=rejoin_key(generation), device=device, stream=stream)
+    return view(inner, world, rank_map)

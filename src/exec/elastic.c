@@ -164,6 +164,11 @@ bool rs_comm_is_view(const reshard_comm_t *c)
     return c && c->ops && c->ops->destroy == v_destroy;
 }
 
+const reshard_comm_t *rs_view_inner(const reshard_comm_t *c)
+{
+    return rs_comm_is_view(c) ? vw(c)->inner : NULL;
+}
+
 reshard_comm_t *rs_comm_inner(reshard_comm_t *c, const int32_t **to_inner)
 {
     if (rs_comm_is_view(c)) {

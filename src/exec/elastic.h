@@ -10,6 +10,9 @@
 /** True when @p c is a view (reshard_comm_create_view). */
 bool rs_comm_is_view(const reshard_comm_t *c);
 
+/** The comm under the view @p c, or NULL when @p c is not a view. */
+const reshard_comm_t *rs_view_inner(const reshard_comm_t *c);
+
 /** The comm under a view (and its plan-rank -> inner-rank map), or @p c
  *  itself with *to_inner = NULL. */
 reshard_comm_t *rs_comm_inner(reshard_comm_t *c, const int32_t **to_inner);

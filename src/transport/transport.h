@@ -68,7 +68,8 @@ typedef struct rs_transport_ops {
                                  const reshard_fragment_t *src_frag, const reshard_box_t *box);
     /** Agree on an outcome: every rank passes its local status and gets an
      *  error of some rank if any failed (or TIMEOUT if a rank does not arrive
-     *  within @p timeout_s). Collective over all ranks of the comm; called
+     *  within @p timeout_s; once some rank timed out, the others stop waiting
+     *  promptly: the first to give up releases all, see reshard_elastic.h). Collective over all ranks of the comm; called
      *  twice per execution: before any byte moves (buffer checks, plan
      *  fingerprints) and at the end. With the same reduction every rank also
      *  passes RS_AGREE_WORDS words (@p words; NULL = all INT64_MAX) and

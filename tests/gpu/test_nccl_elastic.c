@@ -120,7 +120,7 @@ static void *rank_main(void *arg)
     if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
         FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
     int32_t gone[NRANKS], n_gone = 0;
-    st = reshard_comm_agree_gone(side, 0.5, gone, NRANKS, &n_gone);
+    st = reshard_comm_agree_gone(side, RESHARD_AGREE_GONE_TIMEOUT_S, gone, NRANKS, &n_gone);
     double t2 = rs_now_s();
     if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
         FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,

@@ -61,7 +61,7 @@ def test_lost_rank_survivors_refit_then_rejoin():
                 with pytest.raises(reshard.ReshardError) as e:
                     refit(src, dst, comms[r], r)
                 assert e.value.status == reshard.Status.TIMEOUT
-                gone = reshard.elastic.agree_gone(comms[r], TIMEOUT / 2)
+                gone = reshard.elastic.agree_gone(comms[r], TIMEOUT / 6)
                 comm2 = reshard.elastic.shrink(comms[r], gone, survivors=survivors)
                 assert (comm2.rank, comm2.size) == (r, WORLD)
                 src2, dst2 = reshard.elastic.membership_layouts(src, dst, gone)

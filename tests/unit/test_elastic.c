@@ -195,6 +195,9 @@ static double timeout_s(void)
     return t > 0 ? t : 0.3;
 }
 #define TIMEOUT_S timeout_s()
+/* The agreement's timeout: short, as the failed refit releases the survivors
+ * together (scaled with RS_TEST_TIMEOUT_S for slow runs). */
+#define AGREE_S (TIMEOUT_S / 6)
 
 typedef struct {
     fixture_t *f;
@@ -267,7 +270,7 @@ static void *rank_main(void *arg)
         if (reshard_comm_unresponsive(comm, sus, WORLD, &ns) == RESHARD_OK)
             for (int32_t i = 0; i < ns; i++)
                 j->suspects_victim = j->suspects_victim || sus[i] == j->victim;
-        j->agree = reshard_comm_agree_gone(comm, TIMEOUT_S / 2, j->gone, WORLD, &j->n_gone);
+        j->agree = reshard_comm_agree_gone(comm, AGREE_S, j->gone, WORLD, &j->n_gone);
         double t2 = now();
         reshard_comm_t *next = NULL;
         reshard_layout_t *s = NULL, *d = NULL;

@@ -34,7 +34,7 @@ struct reshard_inproc_group {
     uint64_t generation;
     reshard_status_t worst, result;
     unsigned char *in_finish; /* n: arrived at the current finish barrier */
-    bool abandoned;           /* a rank timed out at a finish barrier: the
+    bool abandoned;           /* a rank timed out (round wait or finish): the
                                  group's outcome is unknown from then on */
     /* lost-rank agreement board: (n + 2) rounds x n senders, one message each
      * (every round's message of a sender is the same for all its peers) */
@@ -196,9 +196,20 @@ static reshard_status_t ip_wait(reshard_comm_t *c, int slot, double timeout_s)
         rs_pending_t *p = &ip->pend[slot][i];
         rs_fifo_t *f = &g->q[(int64_t)c->rank * g->n + p->peer];
         while (!f->head && st == RESHARD_OK) {
+            if (g->abandoned) { /* a peer gave up: so do we, at once */
+                ip->lost[p->peer] = 1;
+                st = rs_error(RESHARD_ERR_TIMEOUT,
+                              "rank %d: waiting for rank %d stopped: a peer timed out", c->rank,
+                              p->peer);
+                break;
+            }
             int rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
             if (rc == ETIMEDOUT && !f->head) {
+                /* the outcome is unknown from now on: release every rank
+                 * (the first to give up releases all, as MPI's abort) */
                 ip->lost[p->peer] = 1;
+                g->abandoned = true;
+                pthread_cond_broadcast(&g->cv);
                 st = rs_error(RESHARD_ERR_TIMEOUT, "rank %d: no data from rank %d within %g s",
                               c->rank, p->peer, rs_timeout_s(timeout_s));
             } else if (rc != 0 && rc != ETIMEDOUT)
@@ -239,6 +250,9 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
             g->wmin[i] = words[i];
     reshard_status_t st = RESHARD_OK;
     if (g->abandoned) {
+        for (int32_t r = 0; r < g->n; r++) /* the ones not yet here are suspects */
+            if (!g->in_finish[r] && r != c->rank)
+                ip->lost[r] = 1;
         pthread_mutex_unlock(&g->mu);
         return rs_error(RESHARD_ERR_TRANSPORT,
                         "rank %d: a peer gave up waiting for this group earlier (timeout); "

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,6 +102,22 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
     return st;
 }
 
+/* The comm of a membership: the endpoint of the members' communicator @p *sub (freed
+ * here; ours is a duplicate) seen as a view of @p world plan ranks through @p map. Does
+ * nothing but free when @p st is an error already. */
+static reshard_status_t membership_view(reshard_status_t st, MPI_Comm *sub, int32_t world,
+                                        const int32_t *map, reshard_comm_t **out)
+{
+    reshard_comm_t *inner = NULL;
+    if (st == RESHARD_OK)
+        st = reshard_comm_create_mpi(*sub, &inner);
+    if (*sub != MPI_COMM_NULL)
+        MPI_Comm_free(sub);
+    if (st == RESHARD_OK)
+        st = reshard_comm_create_view(inner, world, map, out);
+    return st;
+}
+
 reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
                                          reshard_comm_t **out)
 {
@@ -138,14 +155,192 @@ reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *go
         MPI_Group_free(&survivors);
     if (all != MPI_GROUP_NULL)
         MPI_Group_free(&all);
-    reshard_comm_t *inner = NULL;
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_mpi(sub, &inner);
-    if (sub != MPI_COMM_NULL)
-        MPI_Comm_free(&sub);
-    if (st == RESHARD_OK)
-        st = reshard_comm_create_view(inner, comm->size, map, out);
+    st = membership_view(st, &sub, comm->size, map, out);
     free(ranks);
     free(map);
+    return st;
+}
+
+/* ---- growing back ------------------------------------------------------------------ */
+
+/* The header the survivors' first rank broadcasts over the merged communicator:
+ * {status (0, or the survivors' refusal), plan world size, number joining}. */
+enum { GROW_STATUS, GROW_WORLD, GROW_N, GROW_HEADER };
+
+/* Both sides, after the header and the joining list: every process of @p merged gives
+ * its plan rank @p me; the members are ordered by plan rank (MPI_Comm_split) and the
+ * endpoint of the ordered communicator is wrapped as a view of @p world plan ranks. */
+static reshard_status_t grow_view(MPI_Comm merged, int32_t world, int32_t me, reshard_comm_t **out)
+{
+    int n = 0, rc = MPI_Comm_size(merged, &n);
+    int *plan = malloc((size_t)(n ? n : 1) * sizeof *plan);
+    int32_t *map = malloc((size_t)world * sizeof *map);
+    reshard_status_t st = RESHARD_OK;
+    if (!plan || !map)
+        st = rs_error(RESHARD_ERR_NOMEM, "grow: out of memory");
+    int mine = me;
+    if (st == RESHARD_OK && rc == MPI_SUCCESS)
+        rc = MPI_Allgather(&mine, 1, MPI_INT, plan, 1, MPI_INT, merged);
+    MPI_Comm ordered = MPI_COMM_NULL;
+    if (st == RESHARD_OK && rc == MPI_SUCCESS)
+        rc = MPI_Comm_split(merged, 0, me, &ordered); /* members in plan-rank order */
+    if (st == RESHARD_OK && rc != MPI_SUCCESS)
+        st =
+            rs_error(RESHARD_ERR_TRANSPORT, "grow: MPI failed (error %d) ordering the members", rc);
+    for (int32_t p = 0; st == RESHARD_OK && p < world; p++)
+        map[p] = -1;
+    for (int q = 0; st == RESHARD_OK && q < n; q++) {
+        if (plan[q] < 0 || plan[q] >= world || map[plan[q]] != -1) {
+            st = rs_error(RESHARD_ERR_INVALID_ARG,
+                          "grow: plan rank %d is given twice or outside the world of %d", plan[q],
+                          world);
+            break;
+        }
+        map[plan[q]] = 0;
+    }
+    int32_t k = 0;
+    for (int32_t p = 0; st == RESHARD_OK && p < world; p++)
+        if (map[p] == 0)
+            map[p] = k++;
+    st = membership_view(st, &ordered, world, map, out);
+    free(plan);
+    free(map);
+    return st;
+}
+
+/* Whether @p c is an intercommunicator (checked before any collective on it). */
+static bool is_intercomm(MPI_Comm c)
+{
+    int inter = 0;
+    return c != MPI_COMM_NULL && MPI_Comm_test_inter(c, &inter) == MPI_SUCCESS && inter;
+}
+
+/* The survivors' check of a grow: the plan ranks joining must be in the world, distinct
+ * and not members; one per remote process; the local group is the membership. */
+static reshard_status_t grow_check(reshard_comm_t *comm, MPI_Comm intercomm, const int32_t *joining,
+                                   int32_t n_joining)
+{
+    const int32_t *to_inner = NULL;
+    reshard_comm_t *inner = rs_comm_inner(comm, &to_inner);
+    int remote = -1, local = -1;
+    MPI_Comm_remote_size(intercomm, &remote);
+    MPI_Comm_size(intercomm, &local);
+    if (!rs_mpi_of(inner))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_grow_mpi: not an MPI comm");
+    if (comm->broken || rs_mpi_of(inner)->broken)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_grow_mpi: rank %d: the comm ended an execution with a "
+                        "timeout or transport error; grow the survivors' comm (shrink first)",
+                        comm->rank);
+    if (remote != n_joining || local != inner->size)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_grow_mpi: rank %d: need an intercommunicator of the %d "
+                        "members with %d new processes (got %d local, %d remote)",
+                        comm->rank, inner->size, n_joining, local, remote);
+    for (int32_t i = 0; i < n_joining; i++) {
+        int32_t p = joining[i];
+        bool member = p >= 0 && p < comm->size && (!to_inner || to_inner[p] >= 0);
+        bool twice = false;
+        for (int32_t j = 0; j < i; j++)
+            twice = twice || joining[j] == p;
+        if (p < 0 || p >= comm->size || member || twice)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "reshard_comm_grow_mpi: rank %d: plan rank %d cannot join (%s)",
+                            comm->rank, p,
+                            p < 0 || p >= comm->size ? "outside the plan world"
+                            : member                 ? "already a member"
+                                                     : "given twice");
+    }
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_comm_grow_mpi(reshard_comm_t *comm, MPI_Comm intercomm,
+                                       const int32_t *joining, int32_t n_joining,
+                                       reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (!comm || !out || !is_intercomm(intercomm) || n_joining < 1 || !joining)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_grow_mpi: bad argument (NULL, not an intercommunicator, "
+                        "n_joining < 1)");
+    *out = NULL;
+    reshard_status_t bad = grow_check(comm, intercomm, joining, n_joining);
+    char why[512];
+    snprintf(why, sizeof why, "%s", reshard_last_error());
+    MPI_Comm merged = MPI_COMM_NULL;
+    int rc = MPI_Intercomm_merge(intercomm, 0, &merged); /* the survivors first */
+    if (rc != MPI_SUCCESS)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_comm_grow_mpi: MPI_Intercomm_merge "
+                        "failed (error %d)",
+                        rc);
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    int h[GROW_HEADER] = {(int)bad, comm->size, n_joining};
+    int32_t *list = malloc((size_t)n_joining * sizeof *list);
+    if (!list) /* the others wait in the broadcast: an error ends the job */
+        MPI_Abort(merged, 1);
+    memcpy(list, joining, (size_t)n_joining * sizeof *list);
+    rc = MPI_Bcast(h, GROW_HEADER, MPI_INT, 0, merged);
+    if (rc == MPI_SUCCESS && h[GROW_STATUS] == 0)
+        rc = MPI_Bcast(list, n_joining, MPI_INT32_T, 0, merged);
+    free(list);
+    reshard_status_t st = RESHARD_OK;
+    if (rc != MPI_SUCCESS)
+        st = rs_error(RESHARD_ERR_TRANSPORT, "reshard_comm_grow_mpi: MPI_Bcast failed (error %d)",
+                      rc);
+    else if (bad != RESHARD_OK)
+        st = rs_error(bad, "%s", why);
+    else if (h[GROW_STATUS] != 0)
+        st = rs_error((reshard_status_t)h[GROW_STATUS],
+                      "reshard_comm_grow_mpi: rank %d: the first survivor refused the grow (%s)",
+                      comm->rank, reshard_status_string((reshard_status_t)h[GROW_STATUS]));
+    if (st == RESHARD_OK)
+        st = grow_view(merged, comm->size, comm->rank, out);
+    MPI_Comm_free(&merged);
+    return st;
+}
+
+reshard_status_t reshard_comm_join_mpi(MPI_Comm intercomm, reshard_comm_t **out)
+{
+    rs_error_clear();
+    if (!out || !is_intercomm(intercomm))
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_join_mpi: bad argument (NULL, not an intercommunicator)");
+    *out = NULL;
+    MPI_Comm merged = MPI_COMM_NULL;
+    int rc = MPI_Intercomm_merge(intercomm, 1, &merged); /* after the survivors */
+    if (rc != MPI_SUCCESS)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_comm_join_mpi: MPI_Intercomm_merge failed (error %d)", rc);
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    int h[GROW_HEADER] = {0, 0, 0}, me = 0, n = 0;
+    int32_t *joining = NULL;
+    reshard_status_t st = RESHARD_OK;
+    rc = MPI_Bcast(h, GROW_HEADER, MPI_INT, 0, merged);
+    if (rc == MPI_SUCCESS && h[GROW_STATUS] == 0) {
+        joining = malloc((size_t)(h[GROW_N] > 0 ? h[GROW_N] : 1) * sizeof *joining);
+        if (!joining) /* the survivors' broadcast still needs us: an error ends the job */
+            MPI_Abort(merged, 1);
+        rc = MPI_Bcast(joining, h[GROW_N], MPI_INT32_T, 0, merged);
+    }
+    if (rc == MPI_SUCCESS) {
+        MPI_Comm_rank(merged, &me);
+        MPI_Comm_size(merged, &n);
+    }
+    if (rc != MPI_SUCCESS)
+        st = rs_error(RESHARD_ERR_TRANSPORT, "reshard_comm_join_mpi: MPI_Bcast failed (error %d)",
+                      rc);
+    else if (h[GROW_STATUS] != 0)
+        st = rs_error((reshard_status_t)h[GROW_STATUS],
+                      "reshard_comm_join_mpi: the survivors refused the join (%s)",
+                      reshard_status_string((reshard_status_t)h[GROW_STATUS]));
+    else if (me < n - h[GROW_N])
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "reshard_comm_join_mpi: this process is on the survivors' side of the "
+                      "intercommunicator (call reshard_comm_grow_mpi there)");
+    if (st == RESHARD_OK)
+        st = grow_view(merged, h[GROW_WORLD], joining[me - (n - h[GROW_N])], out);
+    free(joining);
+    MPI_Comm_free(&merged);
     return st;
 }

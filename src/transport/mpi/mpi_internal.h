@@ -99,7 +99,10 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  * get the failing status of the lowest failing rank whose error was its own
  * (not a reaction to a peer's abort), or TIMEOUT when some rank does not
  * arrive within @p timeout_s. A failing rank first tells every peer (abort
- * message) so that ranks blocked in a wait stop early. A rank that still has
+ * message) so that ranks blocked in a wait stop early. When this rank's
+ * failure is a TIMEOUT, or a peer's TIMEOUT abort arrives while it waits, it
+ * waits at most 0.05 s more (a stopped rank never arrives); a rank that gives
+ * up here tells every peer too, so the first to time out releases all. A rank that still has
  * round transfers in flight counts as failed and breaks the comm. The
  * RS_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
  * collective into @p min_words (may be NULL).

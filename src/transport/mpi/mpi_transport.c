@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec/elastic.h"
 #include "util/error.h"
 #include "util/timeout.h"
 
@@ -274,6 +275,43 @@ static void send_aborts(rs_mpi_t *m, reshard_status_t st)
     }
 }
 
+/* How long the outcome agreement of an execution that failed by a timeout
+ * waits for the other ranks: some rank stopped answering, so the collective
+ * completes only if that rank was merely slow, and every rank returns an error
+ * either way; a short wait lets the survivors leave together (reshard_elastic.h). */
+#define RS_MPI_LOST_GRACE_S 0.05
+
+/* Wait for the outcome agreement's request. A rank whose own failure is a
+ * timeout (@p hurry) waits RS_MPI_LOST_GRACE_S at most; the others wait
+ * @p timeout_s, cut to the grace when a peer's TIMEOUT abort arrives. On its
+ * own timeout a rank tells every peer (abort), so the first rank to give up
+ * releases all. */
+static reshard_status_t agree_wait(rs_mpi_t *m, MPI_Request *req, double timeout_s, bool hurry)
+{
+    double grace = timeout_s < RS_MPI_LOST_GRACE_S ? timeout_s : RS_MPI_LOST_GRACE_S;
+    double deadline = rs_now_s() + (hurry ? grace : timeout_s);
+    for (int idle = 0;; idle++) {
+        int flag = 0;
+        int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return rs_mpi_error(m, rc, "outcome agreement");
+        if (flag)
+            return RESHARD_OK;
+        bool got = false;
+        if (!hurry && check_abort(m, &got) == RESHARD_OK && got &&
+            m->abort_msg[0] == (int)RESHARD_ERR_TIMEOUT) {
+            hurry = true;
+            if (rs_now_s() + grace < deadline)
+                deadline = rs_now_s() + grace;
+        }
+        if (rs_now_s() > deadline) {
+            send_aborts(m, RESHARD_ERR_TIMEOUT);
+            return RESHARD_ERR_TIMEOUT;
+        }
+        backoff(idle);
+    }
+}
+
 /* Status order of the agreement: a rank's own failure (0) before a reaction
  * to a peer's abort (1) before success (2); then the more negative status;
  * then the lower rank. */
@@ -314,18 +352,14 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         m->broken = true;
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
     }
-    rs_mpi_reqs_t l = {0};
-    reshard_status_t st = rs_mpi_reqs_push(&l, req, -1);
-    if (st == RESHARD_OK)
-        st = rs_mpi_wait(m, &l, timeout_s, false, "outcome agreement");
-    rs_mpi_reqs_free(&l);
+    reshard_status_t st = agree_wait(m, &req, timeout_s, local == RESHARD_ERR_TIMEOUT);
     if (st != RESHARD_OK) {
         m->broken = true;
         rs_mpi_keep(in); /* MPI may still touch it */
         if (st == RESHARD_ERR_TIMEOUT)
             return rs_error(RESHARD_ERR_TIMEOUT,
-                            "rank %d: not every rank reached the end of the execution within "
-                            "%.1f s (dead or stalled peer)%s%s",
+                            "rank %d: not every rank reached the end of the execution "
+                            "(waited up to %.1f s; dead or stalled peer)%s%s",
                             m->rank, timeout_s, local != RESHARD_OK ? "; this rank: " : "",
                             local != RESHARD_OK ? local_msg : "");
         return st;
@@ -553,6 +587,8 @@ rs_mpi_t *rs_mpi_of(reshard_comm_t *c)
 
 MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm)
 {
+    if (rs_comm_is_view(comm)) /* a membership's view: its members' communicator */
+        comm = rs_view_inner(comm);
     return comm && comm->ops == &rs_mpi_ops ? ((const rs_mpi_t *)comm->impl)->comm : MPI_COMM_NULL;
 }
 
