@@ -39,6 +39,7 @@ typedef struct {
     uint8_t *relay; /* relay scratch, or NULL */
     rs_relay_t *rl; /* by piece index */
     int64_t nrl;
+    const rs_qbufs_t *qb; /* quantized destinations: scratch and steps, or NULL */
 } rs_exec_t;
 
 /* Where the elements of piece @p p are read (sending, forwarding) or written
@@ -93,6 +94,11 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
         uint64_t padded = rs_piece_stream_bytes(p);
         uint64_t take = padded - cur->off < len - done ? padded - cur->off : len - done;
         uint64_t data_end = cur->off + take < p->bytes ? cur->off + take : p->bytes;
+        if (sending && cur->off == 0 && x->qb) {
+            reshard_status_t qs = rs_quant_piece(x->plan, x->comm, x->qb, p);
+            if (qs != RESHARD_OK)
+                return qs;
+        }
         if (data_end > cur->off) {
             *payload += data_end - cur->off;
             reshard_fragment_t tmp;
@@ -371,6 +377,11 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
             continue;
         }
         uint64_t payload = 0;
+        if (direct && xs->cur.off == 0 && x->qb)
+            st = rs_quant_piece(x->plan, x->comm, x->qb,
+                                &x->plan->pieces[xs->s->idx[xs->cur.piece]]);
+        if (st != RESHARD_OK)
+            break;
         if (direct) {
             payload = len;
             advance(x, xs->s, &xs->cur, len);
@@ -607,14 +618,15 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     }
     if (stats)
         memset(stats, 0, sizeof *stats);
-    rs_exec_t x = {plan, comm, rp, src_bufs, dst_bufs, NULL, stats, NULL, NULL, 0};
-    if (st == RESHARD_OK && plan->quant)
-        st = rs_quant_pre(plan, comm, rp, &qb);
+    rs_exec_t x = {
+        plan, comm, rp, src_bufs, dst_bufs, NULL, stats, NULL, NULL, 0, plan->quant ? &qb : NULL};
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
         void *d = dst_bufs[df->buffer].ptr;
         const void *s = src_bufs[sf->buffer].ptr;
+        if (x.qb && (st = rs_quant_piece(plan, comm, x.qb, p)) != RESHARD_OK)
+            break;
         if (comm->ops->local_copy)
             st = comm->ops->local_copy(comm, d, df, s, sf, &p->box, p->elem_size);
         else

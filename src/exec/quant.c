@@ -160,7 +160,7 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
             }
         }
     }
-    int64_t sidx[3] = {0, 0, 0};
+    int64_t sidx[RESHARD_MAX_DIMS] = {0};
     if (nd == 3)
         sidx[0] = idx[0];
     sidx[rd] = r0 / q->block_rows;
@@ -222,7 +222,7 @@ void rs_quant_box_cpu(const rs_quant_t *q, void *dst, const reshard_fragment_t *
     }
     int64_t E = nd == 3 ? box->extent[0] : 1;
     int64_t r_lo = box->offset[rd], r_hi = r_lo + box->extent[rd];
-    int64_t idx[3] = {0, 0, 0};
+    int64_t idx[RESHARD_MAX_DIMS] = {0};
     for (int64_t e = 0; e < E; e++) {
         if (nd == 3)
             idx[0] = box->offset[0] + e;

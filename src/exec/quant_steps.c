@@ -24,6 +24,12 @@ reshard_status_t rs_qbufs_setup(const reshard_plan_t *plan, reshard_comm_t *c,
         memcpy(out->src, src, (size_t)nsrc * sizeof *src);
     if (ndst)
         memcpy(out->dst, dst, (size_t)ndst * sizeof *dst);
+    out->mine = malloc((size_t)(qp->npre ? qp->npre : 1) * sizeof *out->mine);
+    if (!out->mine)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for quantization", r);
+    for (int64_t i = 0; i < qp->npre; i++)
+        if (qp->pre[i].rank == r)
+            out->mine[out->nmine++] = i;
     uint64_t bytes[3] = {qp->src_q_bytes[r], qp->src_s_bytes[r], qp->dst_bf_bytes[r]};
     reshard_buffer_t *slot[3] = {&out->src[sid], &out->src[sid + 1], &out->dst[did]};
     for (int i = 0; i < 3; i++) {
@@ -46,6 +52,7 @@ void rs_qbufs_free(reshard_comm_t *c, rs_qbufs_t *b)
             c->ops->free_staging(c, b->mem[i]);
     free(b->src);
     free(b->dst);
+    free(b->mine);
     memset(b, 0, sizeof *b);
 }
 
@@ -110,47 +117,23 @@ static reshard_box_t piece_blocks(const rs_qstep_t *s, const rs_piece_t *p, bool
     return b;
 }
 
-static reshard_status_t pre_piece(const reshard_plan_t *plan, reshard_comm_t *c,
-                                  const rs_qbufs_t *b, const int64_t *mine, int64_t n,
-                                  const rs_piece_t *p)
+reshard_status_t rs_quant_piece(const reshard_plan_t *plan, reshard_comm_t *c, const rs_qbufs_t *b,
+                                const rs_piece_t *p)
 {
     const rs_qplan_t *qp = plan->quant;
-    if (p->stage != RS_STAGE_DIRECT || p->sender != c->rank)
+    if (!qp || p->stage != RS_STAGE_DIRECT || p->sender != c->rank)
         return RESHARD_OK;
     const reshard_fragment_t *f = &plan->src->f[p->from_frag];
     bool q = f->buffer == qp->src_scratch[c->rank], s = f->buffer == qp->src_scratch[c->rank] + 1;
     if (!q && !s)
         return RESHARD_OK;
-    const rs_qstep_t *st = find_pre(qp, mine, n, f->base * (int64_t)p->elem_size, s);
+    const rs_qstep_t *st = find_pre(qp, b->mine, b->nmine, f->base * (int64_t)p->elem_size, s);
     if (!st)
         return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: plan sends quantized data of no region",
                         c->rank);
     reshard_box_t box = piece_blocks(st, p, s);
     return quantize(c, st, b->src[st->dst.buffer].ptr, b->src[st->scale.buffer].ptr,
                     b->src[st->src.buffer].ptr, &box);
-}
-
-reshard_status_t rs_quant_pre(const reshard_plan_t *plan, reshard_comm_t *c,
-                              const rs_rank_plan_t *rp, const rs_qbufs_t *b)
-{
-    const rs_qplan_t *qp = plan->quant;
-    int64_t n = 0;
-    int64_t *mine = malloc((size_t)(qp->npre ? qp->npre : 1) * sizeof *mine);
-    if (!mine)
-        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for quantization", c->rank);
-    for (int64_t i = 0; i < qp->npre; i++)
-        if (qp->pre[i].rank == c->rank)
-            mine[n++] = i;
-    reshard_status_t st = RESHARD_OK;
-    for (int32_t i = 0; st == RESHARD_OK && i < rp->nsend[RS_STAGE_DIRECT]; i++) {
-        const rs_stream_t *s = &rp->send[RS_STAGE_DIRECT][i];
-        for (int64_t j = 0; st == RESHARD_OK && j < s->n; j++)
-            st = pre_piece(plan, c, b, mine, n, &plan->pieces[s->idx[j]]);
-    }
-    for (int64_t i = 0; st == RESHARD_OK && i < rp->nlocal; i++)
-        st = pre_piece(plan, c, b, mine, n, &plan->pieces[rp->local[i]]);
-    free(mine);
-    return st;
 }
 
 reshard_status_t rs_quant_post(const reshard_plan_t *plan, reshard_comm_t *c, const rs_qbufs_t *b)

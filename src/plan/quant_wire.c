@@ -155,13 +155,25 @@ static reshard_box_t elems_of(const qt_t *q, const reshard_box_t *b)
     return r;
 }
 
+/* @p b with the dims past its ndim zeroed: fragments are compared whole
+ * (plans made by different ranks must be equal byte for byte). */
+static reshard_box_t clean(const reshard_box_t *b)
+{
+    reshard_box_t r = {.ndim = b->ndim};
+    for (int d = 0; d < b->ndim; d++) {
+        r.offset[d] = b->offset[d];
+        r.extent[d] = b->extent[d];
+    }
+    return r;
+}
+
 /* Fragment @p f restricted to @p box (inside its box), as tensor @p id. */
 static reshard_fragment_t sub(const reshard_fragment_t *f, const reshard_box_t *box, int32_t id)
 {
     reshard_fragment_t g = *f;
     g.tensor = id;
     g.base = rs_frag_pos(f, box->offset);
-    g.box = *box;
+    g.box = clean(box);
     return g;
 }
 
@@ -170,7 +182,7 @@ static reshard_fragment_t dense(int32_t id, int32_t rank, int32_t buffer, const 
                                 int64_t base)
 {
     reshard_fragment_t g = {
-        .tensor = id, .rank = rank, .buffer = buffer, .box = *box, .base = base};
+        .tensor = id, .rank = rank, .buffer = buffer, .box = clean(box), .base = base};
     int64_t st = 1;
     for (int d = box->ndim - 1; d >= 0; d--) {
         g.stride[d] = st;
