@@ -11,6 +11,8 @@ per_block_cast_to_fp8, OCP FP8 E4M3FN and MX v1.0), not from the library:
 Sender-side quantization (a training rank holds whole blocks) and receiver-side (it does
 not; the inference rank does) must give the same bytes."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -133,8 +135,8 @@ def scale_shape(shape, kind):
     return tuple(shape[:-2]) + (-(-shape[-2] // br), -(-shape[-1] // bc))
 
 
-@needs_quant
-def test_refit_bf16_to_fp8_every_byte():
+def quantized_case():
+    """The catalogue, layouts, source bits and reference bytes of CASES."""
     tensors = reshard.Tensors()
     for name, (shape, kind, pow2, _, _) in CASES.items():
         tensors.add(name, shape, torch.bfloat16)
@@ -150,28 +152,17 @@ def test_refit_bf16_to_fp8_every_byte():
         placed[n] = (INFER, c[4])
         placed[scale_name(n)] = (INFER, c[4])
     dst = reshard.Layout.from_placements(tensors, placed, quantized=True)
-
     full = {n: random_bits(c[0], i) for i, (n, c) in enumerate(CASES.items())}
     want = {}
     for n, (shape, kind, pow2, _, _) in CASES.items():
         mx = kind == "mxfp8"
         want[n], want[scale_name(n)] = quantize(full[n], 1 if mx else 128, 32 if mx else 128,
                                                 mx, pow2)
-    got, stats = {}, {}
+    return tensors, src, dst, full, want
 
-    def rank_fn(comm):
-        r = comm.rank
-        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1)
-        s = {}
-        for n, c in CASES.items():
-            shard = local_shard(full[n], TRAIN, c[3], r)
-            if shard is not None and shard.size:
-                s[n] = torch.from_numpy(np.ascontiguousarray(shard)).view(torch.bfloat16)
-        d = dst.new_buffers(r, fill=reshard.SENTINEL_BYTE)
-        stats[r] = plan.execute(comm, src=s, dst=d)
-        got[r] = {n: t.numpy().copy() for n, t in d.items()}
 
-    reshard.run_threads(WORLD, rank_fn)
+def check_quantized(got, want):
+    """Every byte of every inference rank's e4m3 and scale arrays (got[rank][name])."""
     checked = 0
     for r in INFER:
         for n, c in CASES.items():
@@ -179,7 +170,7 @@ def test_refit_bf16_to_fp8_every_byte():
                 w = local_shard(want[name], INFER, c[4], r)
                 g = got[r][name]
                 if name == n:
-                    assert g.dtype == np.uint8, "e4m3 bytes in a uint8 tensor"
+                    assert g.dtype == np.uint8, "e4m3 bytes in a uint8 array"
                 assert g.shape == w.shape, (r, name)
                 bad = np.flatnonzero(g.view(np.uint8).ravel() != w.view(np.uint8).ravel())
                 assert bad.size == 0, "rank %d %s: %d bytes differ, first at byte %d" % (
@@ -190,6 +181,27 @@ def test_refit_bf16_to_fp8_every_byte():
         if isinstance(c[4][0], Replicate) else
         np.prod(c[0]) + np.prod(scale_shape(c[0], c[1])) * (1 if c[1] == "mxfp8" else 4)
         for c in CASES.values())
+
+
+@needs_quant
+def test_refit_bf16_to_fp8_every_byte():
+    tensors, src, dst, full, want = quantized_case()
+    got = {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1)
+        s = {}
+        for n, c in CASES.items():
+            shard = local_shard(full[n], TRAIN, c[3], r)
+            if shard is not None and shard.size:
+                s[n] = torch.from_numpy(np.ascontiguousarray(shard)).view(torch.bfloat16)
+        d = dst.new_buffers(r, fill=reshard.SENTINEL_BYTE)
+        plan.execute(comm, src=s, dst=d)
+        got[r] = {n: t.numpy().copy() for n, t in d.items()}
+
+    reshard.run_threads(WORLD, rank_fn)
+    check_quantized(got, want)
 
 
 @needs_quant
@@ -302,3 +314,48 @@ def test_model_refit_bf16_to_fp8(tmp_path, pow2):
             assert g.shape[0] == e.shape[0], (i, n)
             bad = np.flatnonzero(g.ravel() != e.ravel())
             assert bad.size == 0, "infer rank %d %s: %d bytes differ" % (i, n, bad.size)
+
+
+# --- the same refit over the NCCL transport (the fake CUDA runtime + NCCL) ----------------
+
+@needs_quant
+@pytest.mark.skipif(os.environ.get("RESHARD_TEST_FAKE_NCCL") != "1",
+                    reason="needs the fake CUDA/NCCL library (ctest python_fake_nccl_quant)")
+def test_refit_bf16_to_fp8_over_fake_nccl():
+    """The layouts of test_refit_bf16_to_fp8_every_byte over NCCL comms bootstrapped
+    through a store: the executor's quantize steps run through the NCCL transport's
+    quantize op (its kernel emulated by the fake); "device" tensors are host arrays."""
+    import threading
+    from test_nccl_bootstrap import DictStore
+    from test_nccl_rejoin import FakeDeviceTensor
+
+    tensors, src, dst, full, want = quantized_case()
+    store, got, errors = DictStore(timeout=20.0), {}, []
+
+    def rank_fn(r):
+        try:
+            comm = reshard.from_nccl_store(store, r, WORLD, key="quant/nccl")
+            plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, timeout_s=10)
+            s = {}
+            for n, c in CASES.items():
+                shard = local_shard(full[n], TRAIN, c[3], r)
+                if shard is not None and shard.size:
+                    s[n] = FakeDeviceTensor(shard)
+                    s[n].dtype = torch.bfloat16  # int16 bits presented as bf16
+            d = {p.name: FakeDeviceTensor(np.full(p.bytes, reshard.SENTINEL_BYTE, np.uint8)
+                                          .view(np.float32 if p.dtype == reshard.DType.fp32
+                                                else np.uint8).reshape(p.shape))
+                 for p in dst.parameters(r)}
+            plan.execute(comm, src=s or None, dst=d or None)
+            got[r] = {n: t.array for n, t in d.items()}
+            comm.close()
+        except Exception as e:  # noqa: BLE001 - reported below with the rank
+            errors.append((r, repr(e)))
+
+    threads = [threading.Thread(target=rank_fn, args=(r,)) for r in range(WORLD)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    check_quantized(got, want)
