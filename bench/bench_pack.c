@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_median.h"
 #include "exec/pack.h"
 
 static double now(void)
@@ -20,20 +21,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define MAX_REPS 64
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return t[n / 2];
 }
 
 int main(int argc, char **argv)

@@ -14,22 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_median.h"
 #include "exec/quant.h"
 #include "util/timeout.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define MAX_REPS 64
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return t[n / 2];
-}
 
 int main(int argc, char **argv)
 {

@@ -120,6 +120,27 @@ static inline const uint16_t *row_of(const uint16_t *s16, const reshard_fragment
     return tmp;
 }
 
+/* The scales of block row @p rb (expert @p e of a 3-d box), block columns
+ * [cb0, cb0 + nb), from their amax bits; their reciprocals into @p inv. */
+static void write_scales(const rs_quant_t *q, void *scale, const reshard_fragment_t *sf, int nd,
+                         int64_t e, int64_t rb, int64_t cb0, int64_t nb, const uint16_t *amax,
+                         float *inv)
+{
+    int64_t sidx[RESHARD_MAX_DIMS] = {0};
+    sidx[0] = e; /* 2-d boxes overwrite it with the block row */
+    sidx[nd - 2] = rb;
+    for (int64_t b = 0; b < nb; b++) {
+        float sc = rs_quant_scale(q, bits_f32((uint32_t)amax[b] << 16));
+        inv[b] = 1.0f / sc;
+        sidx[nd - 1] = cb0 + b;
+        int64_t sp = pos_of(sf, nd, sidx);
+        if (q->kind == RS_QUANT_MXFP8)
+            ((uint8_t *)scale)[sp] = rs_e8m0_from_scale(sc);
+        else
+            memcpy((uint8_t *)scale + sp * 4, &sc, 4);
+    }
+}
+
 /* Built for AVX-512 and AVX2 beside the baseline, picked at load time (GCC
  * function multiversioning): the row loops are 16 or 8 lanes wide there. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -145,52 +166,32 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
     const bool s_dense = box->extent[cd] == 1 || srcf->stride[cd] == 1;
     const bool d_dense = box->extent[cd] == 1 || df->stride[cd] == 1;
     memset(amax, 0, (size_t)nb * sizeof *amax);
-    for (int64_t r = r0; r < r1; r++) {
-        idx[rd] = r;
-        for (int64_t a = c_lo; a < c_hi; a += ROW_MAX) {
-            int64_t n = c_hi - a < ROW_MAX ? c_hi - a : ROW_MAX;
-            idx[cd] = a;
-            const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
-            for (int64_t c = a; c < a + n;) { /* block columns: bc-aligned from c_lo */
-                int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
-                end = end < a + n ? end : a + n;
-                uint16_t m = amax_bits(v + (c - a), end - c);
-                amax[b] = m > amax[b] ? m : amax[b];
-                c = end;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            write_scales(q, scale, sf, nd, idx[0], r0 / q->block_rows, c_lo / bc, nb, amax, inv);
+        for (int64_t r = r0; r < r1; r++) {
+            idx[rd] = r;
+            for (int64_t a = c_lo; a < c_hi; a += ROW_MAX) {
+                int64_t n = c_hi - a < ROW_MAX ? c_hi - a : ROW_MAX;
+                idx[cd] = a;
+                const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
+                int64_t dp = pass ? pos_of(df, nd, idx) : 0;
+                uint8_t *out = d_dense ? d8 + dp : otmp;
+                for (int64_t c = a; c < a + n;) { /* block columns: bc-aligned from c_lo */
+                    int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
+                    end = end < a + n ? end : a + n;
+                    if (pass == 0) {
+                        uint16_t m = amax_bits(v + (c - a), end - c);
+                        amax[b] = m > amax[b] ? m : amax[b];
+                    } else {
+                        convert_row(out + (c - a), v + (c - a), end - c, inv[b]);
+                    }
+                    c = end;
+                }
+                if (pass == 1 && !d_dense)
+                    for (int64_t i = 0; i < n; i++)
+                        d8[dp + i * df->stride[cd]] = otmp[i];
             }
-        }
-    }
-    int64_t sidx[RESHARD_MAX_DIMS] = {0};
-    if (nd == 3)
-        sidx[0] = idx[0];
-    sidx[rd] = r0 / q->block_rows;
-    for (int64_t b = 0; b < nb; b++) {
-        float sc = rs_quant_scale(q, bits_f32((uint32_t)amax[b] << 16));
-        inv[b] = 1.0f / sc;
-        sidx[cd] = c_lo / bc + b;
-        int64_t sp = pos_of(sf, nd, sidx);
-        if (q->kind == RS_QUANT_MXFP8)
-            ((uint8_t *)scale)[sp] = rs_e8m0_from_scale(sc);
-        else
-            memcpy((uint8_t *)scale + sp * 4, &sc, 4);
-    }
-    for (int64_t r = r0; r < r1; r++) {
-        idx[rd] = r;
-        for (int64_t a = c_lo; a < c_hi; a += ROW_MAX) {
-            int64_t n = c_hi - a < ROW_MAX ? c_hi - a : ROW_MAX;
-            idx[cd] = a;
-            const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
-            int64_t dp = pos_of(df, nd, idx);
-            uint8_t *out = d_dense ? d8 + dp : otmp;
-            for (int64_t c = a; c < a + n;) {
-                int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
-                end = end < a + n ? end : a + n;
-                convert_row(out + (c - a), v + (c - a), end - c, inv[b]);
-                c = end;
-            }
-            if (!d_dense)
-                for (int64_t i = 0; i < n; i++)
-                    d8[dp + i * df->stride[cd]] = otmp[i];
         }
     }
 }

@@ -518,35 +518,37 @@ static void expect_refused(const cat_t *c, reshard_layout_t *s, reshard_layout_t
     reshard_layout_destroy(d);
 }
 
+/* Empty source and destination layouts over the catalogue. */
+static void fresh(const cat_t *c, side_t *s, side_t *d)
+{
+    memset(s, 0, sizeof *s);
+    memset(d, 0, sizeof *d);
+    assert_int_equal(reshard_layout_create(c->T, &s->l), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(c->T, &d->l), RESHARD_OK);
+}
+
 static void refused(void **state)
 {
     (void)state;
     cat_t c;
     cat_init(&c);
     /* both sides cut the block rows [128, 256) of w */
-    side_t s = {0}, d = {0};
-    reshard_layout_create(c.T, &s.l);
-    reshard_layout_create(c.T, &d.l);
+    side_t s, d;
+    fresh(&c, &s, &d);
     src_rows(&s, &c.w, 0, 0, 200, 0, 260);
     src_rows(&s, &c.w, 1, 200, 300, 0, 260);
     dst_rows(&d, &c.w, 2, 0, 1, 0, 192, 0, 260);
     dst_rows(&d, &c.w, 3, 0, 1, 192, 300, 0, 260);
     expect_refused(&c, s.l, d.l, RESHARD_ERR_CONFIG, "tensor w, rank 2, box [0:192, 0:260]");
     /* a destination block without its scale on that rank */
-    memset(&s, 0, sizeof s);
-    memset(&d, 0, sizeof d);
-    reshard_layout_create(c.T, &s.l);
-    reshard_layout_create(c.T, &d.l);
+    fresh(&c, &s, &d);
     src_rows(&s, &c.w, 0, 0, 300, 0, 260);
     int64_t off[2] = {0, 0}, ext[2] = {300, 260}, so[2] = {0, 0}, se[2] = {2, 3};
     add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, off, ext);
     add_dense(&d, c.w.sid, 2, RESHARD_FP32, 2, so, se); /* block row 2 missing */
     expect_refused(&c, s.l, d.l, RESHARD_ERR_UNCOVERED, "scale tensor w_scale_inv");
     /* a source fragment of a scale tensor */
-    memset(&s, 0, sizeof s);
-    memset(&d, 0, sizeof d);
-    reshard_layout_create(c.T, &s.l);
-    reshard_layout_create(c.T, &d.l);
+    fresh(&c, &s, &d);
     src_rows(&s, &c.w, 0, 0, 300, 0, 260);
     int64_t se3[2] = {3, 3};
     add_dense(&s, c.w.sid, 0, RESHARD_FP32, 2, so, se3);
