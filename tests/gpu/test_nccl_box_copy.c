@@ -20,10 +20,9 @@
 #include "exec/pack.h"
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
-#include "test_rng.h"
+#include "kernel_test.h"
 #include "util/error.h"
 
-#define SKIP 77
 #define GUARD 64 /* bytes of slack around every buffer */
 
 static bool use_gpu;
@@ -349,16 +348,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (use_gpu) {
-        int ndev = 0;
-        if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
-            printf("SKIPPED: %s\n", reshard_last_error());
-            return SKIP;
-        }
-        if (cudaSetDevice(0) != cudaSuccess ||
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-            fprintf(stderr, "CUDA setup failed\n");
-            return 1;
-        }
+        const int rc = kernel_test_device(&stream);
+        if (rc != 0)
+            return rc;
     }
     counts_t cnt = {0, 0, 0};
     int failed = 0;

@@ -23,11 +23,9 @@
 #include "reshard/reshard_nccl.h"
 #include "exec/quant.h"
 #include "quant_ref.h"
-#include "test_rng.h"
+#include "kernel_test.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
-
-#define SKIP 77
 
 static bool use_gpu;               /* device memory (--gpu, --op) */
 static reshard_comm_t *endpoint;   /* --op: the endpoint whose quantize op runs */
@@ -504,16 +502,9 @@ int main(int argc, char **argv)
     }
     use_gpu = strcmp(mode, "emulate") != 0;
     if (use_gpu) {
-        int ndev = 0;
-        if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
-            printf("SKIPPED: %s\n", reshard_last_error());
-            return SKIP;
-        }
-        if (cudaSetDevice(0) != cudaSuccess ||
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-            fprintf(stderr, "CUDA setup failed\n");
-            return 1;
-        }
+        const int rc = kernel_test_device(&stream);
+        if (rc != 0)
+            return rc;
     }
     int failed = 0;
     if (strcmp(mode, "op") == 0) {

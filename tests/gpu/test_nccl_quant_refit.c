@@ -18,7 +18,7 @@
 
 #include "quant_ref.h"
 #include "reshard/reshard_nccl.h"
-#include "test_rng.h"
+#include "kernel_test.h"
 
 #define WORLD 4 /* ranks 0, 1 train (bf16); 2, 3 infer (fp8) */
 
@@ -417,7 +417,7 @@ int main(int argc, char **argv)
     int ndev = 0;
     if (gpu && reshard_nccl_device_count(&ndev) != RESHARD_OK) {
         printf("SKIPPED: %s\n", reshard_last_error());
-        return 77;
+        return SKIP;
     }
     reshard_tensors_t *T = NULL;
     if (reshard_tensors_create(&T) != RESHARD_OK)
