@@ -10,6 +10,10 @@
  * "whole" is a fully contiguous box (one run). Bandwidth = payload bytes / time, the same
  * definition for all columns (each byte is read once and written once).
  *
+ * A second table: the quantize kernel (bf16 -> e4m3 + scales, the transport's quantize op)
+ * over a contiguous [R x 7168] bf16 weight against cudaMemcpy D2D of the same bf16 bytes;
+ * bandwidth = bf16 bytes / time (it reads them once and writes half as many).
+ *
  * usage: bench_gpu_pack [--mib N (payload per case, default 256)] [--iters N (default 20)]
  *                       [--check]   exit 1 when pack or unpack of a case with runs >= 4 KiB
  *                                   is under 0.7 x cudaMemcpy (the target of issue 6)
@@ -65,13 +69,14 @@ static void status_ok(reshard_status_t st)
     }
 }
 
-typedef enum { OP_MEMCPY, OP_PACK, OP_PACK_CHUNKED, OP_UNPACK } op_t;
+typedef enum { OP_MEMCPY, OP_PACK, OP_PACK_CHUNKED, OP_UNPACK, OP_QUANT } op_t;
 
 typedef struct {
     reshard_fragment_t frag;
     reshard_box_t box;
-    void *fragbuf, *packed, *copy_src, *copy_dst;
+    void *fragbuf, *packed, *copy_src, *copy_dst, *scale;
     uint64_t bytes;
+    rs_quant_job_t job; /* OP_QUANT: copy_src (bf16) -> packed (e4m3) + scale */
 } bench_case_t;
 
 static void run_op(const bench_case_t *b, op_t op, cudaStream_t s)
@@ -97,6 +102,9 @@ static void run_op(const bench_case_t *b, op_t op, cudaStream_t s)
     }
     case OP_UNPACK:
         status_ok(rs_nccl_unpack_on(s, b->fragbuf, b->packed, &span));
+        break;
+    case OP_QUANT:
+        cuda_ok(rs_quant_launch(&b->job, b->packed, b->scale, b->copy_src, s), "quantize launch");
         break;
     }
 }
@@ -201,6 +209,36 @@ int main(int argc, char **argv)
     const int pass = worst >= TARGET;
     printf("# target: pack/unpack >= %.2f x cudaMemcpy D2D for runs >= %d B: %s (worst %.2f)\n",
            TARGET, TARGET_RUN, pass ? "PASS" : "MISS", worst);
+
+    /* quantize: a contiguous [R x 7168] bf16 weight (DeepSeek-V3's hidden size) */
+    cuda_ok(cudaMalloc(&b.scale, bytes / 32 + 4096), "cudaMalloc");
+    const int64_t C = 7168, R = (int64_t)(bytes / 2) / C;
+    reshard_fragment_t f = {.box = {.ndim = 2, .extent = {R, C}}, .stride = {C, 1}};
+    reshard_fragment_t g = {.box = {.ndim = 2, .extent = {R, C}}, .stride = {C, 1}};
+    b.bytes = (uint64_t)(R * C * 2);
+    printf("# quantize [%lld x %lld] bf16 (%.0f MiB): GB/s of bf16 bytes\n", (long long)R,
+           (long long)C, (double)b.bytes / (1 << 20));
+    printf("# %-22s %12s %12s %6s\n", "rule", "memcpy_GB/s", "quant_GB/s", "ratio");
+    static const struct {
+        const char *name;
+        int mx, pow2;
+        int64_t br, bc;
+    } rules[] = {{"fp8 128x128 fp32", 0, 0, 128, 128},
+                 {"fp8 128x128 ue8m0", 0, 1, 128, 128},
+                 {"mxfp8 1x32 e8m0", 1, 1, 1, 32}};
+    for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+        reshard_fragment_t sc = {.box = {.ndim = 2,
+                                         .extent = {(R + rules[r].br - 1) / rules[r].br,
+                                                    (C + rules[r].bc - 1) / rules[r].bc}}};
+        sc.stride[0] = sc.box.extent[1];
+        sc.stride[1] = 1;
+        status_ok(rs_quant_job_init(&b.job, rules[r].mx, rules[r].br, rules[r].bc, rules[r].pow2,
+                                    b.packed, &g, b.scale, &sc, b.copy_src, &f, &f.box));
+        const double mc = measure(&b, OP_MEMCPY, iters, s, e0, e1);
+        const double qt = measure(&b, OP_QUANT, iters, s, e0, e1);
+        printf("  %-22s %12.1f %12.1f %6.2f\n", rules[r].name, mc, qt, qt / mc);
+    }
+    cudaFree(b.scale);
     cudaFree(b.fragbuf);
     cudaFree(b.packed);
     cudaFree(b.copy_src);

@@ -4,7 +4,7 @@
 #   2. run the tests labelled gpu and nccl (ctest; a skipped gpu test is a failure here,
 #      since a device should be visible),
 #   3. run bench_gpu_pack: pack/unpack bandwidth against cudaMemcpy device-to-device in the
-#      same run; target >= 0.7 of it for runs >= 4 KiB.
+#      same run; target >= 0.7 of it for runs >= 4 KiB; then the quantize kernel's (shown).
 # With 2+ GPUs and an MPI build it also runs the multi-rank refits over NCCL (label
 # multigpu: mpirun -np 2/4/8, those that fit the GPUs; the others skip).
 # Everything is logged to <build>/gpu-check.log; a summary comes last. Budget: under 8
@@ -41,8 +41,9 @@ run cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Relea
     -DRESHARD_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" || { say "FAIL: configure"; exit 1; }
 
 step "build"
-targets="test_nccl_box_copy test_nccl_nodevice test_gpu_refit test_gpu_timeout bench_gpu_pack"
-targets="$targets fake_nccl_refit fake_nccl_timeout fake_nccl_ranks fake_nccl_elastic"
+targets="test_nccl_box_copy test_nccl_quant test_nccl_nodevice test_gpu_refit test_gpu_timeout"
+targets="$targets bench_gpu_pack fake_nccl_refit fake_nccl_timeout fake_nccl_ranks fake_nccl_elastic"
+targets="$targets fake_nccl_quant fake_nccl_quant_refit test_nccl_quant_refit" # quantize: nccl + gpu
 targets="$targets reshard_fakegpu_shared" # label nccl: CPU-side (Python rejoin over the fake)
 if cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
     targets="$targets test_gpu_mpi_refit" # built with MPI: multi-GPU refits
@@ -80,6 +81,6 @@ case $bench_rc in
 77) say "bench: SKIPPED (no CUDA device)" ;;
 *) say "bench: error (rc $bench_rc)" ;;
 esac
-grep -E "^# target|^ok   refit|gpu: .* cases|tests passed|tests failed" "$log" | sed 's/^/  /' | tee -a "$log.summary"
+grep -E "^# target|^ok   refit|gpu: .* cases|quantize: .* cases|^  (fp8|mxfp8) |tests passed|tests failed" "$log" | sed 's/^/  /' | tee -a "$log.summary"
 say "total: $(($(date +%s) - t0)) s; log: $log"
 [ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]

@@ -22,7 +22,7 @@ from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
 from .plan import ALL_RANKS, Plan, plan_fail
-from .tensors import TensorInfo, Tensors
+from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
 
 Comm.from_mpi = staticmethod(from_mpi)
@@ -31,7 +31,7 @@ Comm.from_nccl_store = staticmethod(from_nccl_store)
 __version__ = "0.1.0"
 
 __all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
-           "Placement", "Plan", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
+           "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
            "fill_pattern", "from_mpi", "from_nccl_store", "library_path", "nccl_available",
-           "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "torch_dtype", "verify_pattern"]
+           "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

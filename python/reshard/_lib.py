@@ -116,6 +116,10 @@ class ModelRefit(ctypes.Structure):
                 ("train_world", c_i32), ("infer_world", c_i32), ("infer_offset", c_i32)]
 
 
+class Quant(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("scale_tensor", c_i32), ("pow2_scale", ctypes.c_int)]
+
+
 st = ctypes.c_int  # reshard_status_t
 
 # name: (restype, argtypes); a function missing from the library is left out
@@ -133,6 +137,8 @@ _SIGNATURES = {
     "reshard_tensors_find": (c_i32, [c_vp, c_str]),
     "reshard_tensors_info": (st, [c_vp, c_i32, P(TensorInfo)]),
     "reshard_tensors_bytes": (c_u64, [c_vp]),
+    "reshard_tensors_set_quant": (st, [c_vp, c_i32, P(Quant)]),
+    "reshard_tensors_get_quant": (st, [c_vp, c_i32, P(Quant)]),
     "reshard_layout_create": (st, [c_vp, P(c_vp)]),
     "reshard_layout_destroy": (None, [c_vp]),
     "reshard_layout_add_fragment": (st, [c_vp, P(Fragment)]),

@@ -5,13 +5,16 @@ moves."""
 import numpy as np
 
 from . import _lib
-from .dtypes import _NUMPY, to_dtype, torch_dtype
+from .dtypes import _NUMPY, DType, to_dtype, torch_dtype
 from .errors import Status, error
 
 try:
     import torch
 except ImportError:
     torch = None
+
+
+_FP8 = (DType.fp8_e4m3, DType.fp8_e5m2)
 
 
 class View:
@@ -112,6 +115,8 @@ def bind(layout, rank, buffers, side, device, writable):
     for b, (name, v) in sorted(slots.items()):
         what = "%s rank %d buffer %d%s" % (side, rank, b, " (%r)" % name if name else "")
         p = params.get(name) if name else None
+        if p is not None and v.dtype == DType.uint8 and p.dtype in _FP8:
+            v.dtype = p.dtype  # fp8 bytes in a uint8 tensor (torch < 2.1, numpy: no float8)
         if p is not None and v.dtype != p.dtype:
             problems.append((Status.DTYPE, "%s: dtype %s, the layout declares %s"
                              % (what, _dtype_text(v), p.dtype.name)))
@@ -167,6 +172,8 @@ def allocate(param, library="torch", fill=None, device=None):
         a = np.empty(param.bytes, dtype=np.uint8)
         if fill is not None:
             a.fill(fill)
+        if param.dtype in _FP8:  # numpy has no float8: the bytes
+            return a.reshape(param.shape)
         for nd, d in _NUMPY.items():
             if d == param.dtype:
                 return a.view(nd).reshape(param.shape)
@@ -175,6 +182,8 @@ def allocate(param, library="torch", fill=None, device=None):
     if torch is None:
         raise ImportError("reshard: torch is not installed")
     td = torch_dtype(param.dtype)
+    if td is None and param.dtype in _FP8:
+        td = torch.uint8  # torch < 2.1 has no float8: the bytes in a uint8 tensor
     if td is None:
         raise TypeError("reshard: this torch has no dtype for %s (parameter %r)"
                         % (param.dtype.name, param.name))

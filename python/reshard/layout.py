@@ -69,14 +69,16 @@ class Layout:
                           int(base), _lib.shape_array(strides))
         _lib.check(_lib.lib.reshard_layout_add_fragment(self._h, ctypes.byref(f)))
 
-    def add_dtensor(self, tensor, mesh, placements, buffer=0, base=0, name=None):
+    def add_dtensor(self, tensor, mesh, placements, buffer=0, base=0, name=None, dtype=None):
         """Place logical tensor ``tensor`` (id or name) as a DTensor on ``mesh`` (nested
         list / array of rank ids, or a torch DeviceMesh) with one placement per mesh
         dim (Shard, StridedShard, Replicate, or torch.distributed.tensor's). Each rank's
         local shard is a contiguous row-major array in its buffer ``buffer`` from
         element ``base``. With ``name``, buffer ``buffer`` of each rank holding a
         non-empty shard is declared as parameter ``name`` of the local shape (the
-        shard's extents, strided pieces summed), so it can be bound by name."""
+        shard's extents, strided pieces summed), so it can be bound by name; its dtype
+        is the tensor's, or ``dtype`` (e.g. "fp8_e4m3" for the destination buffers of a
+        tensor marked by Tensors.set_quant)."""
         tid = self.tensors.id_of(tensor)
         ranks, m = as_mesh(mesh)
         placements = [as_placement(p) for p in placements]
@@ -87,9 +89,9 @@ class Layout:
         _lib.check(_lib.lib.reshard_layout_add_dtensor(self._h, tid, ctypes.byref(m), cp,
                                                         int(buffer), int(base)))
         if name is not None:
-            info = self.tensors.info(tid)
+            dtype = to_dtype(dtype) if dtype is not None else self.tensors.info(tid).dtype
             for rank, shape in sorted(_local_shapes(self.fragments(first)).items()):
-                self.declare_buffer(rank, buffer, name, info.dtype, shape)
+                self.declare_buffer(rank, buffer, name, dtype, shape)
 
     def __len__(self):
         return _lib.lib.reshard_layout_count(self._h)
@@ -167,13 +169,17 @@ class Layout:
     # --- constructors -----------------------------------------------------------------------
 
     @classmethod
-    def from_placements(cls, tensors, placed):
+    def from_placements(cls, tensors, placed, quantized=False):
         """A layout in which each logical tensor is one DTensor: ``placed`` maps a
         tensor name to (mesh, placements); every rank holds each of its shards in its
-        own buffer (ids in the order of ``placed``) declared under the tensor's name."""
+        own buffer (ids in the order of ``placed``) declared under the tensor's name.
+        ``quantized``: a destination layout holding the tensors marked by
+        Tensors.set_quant in their quantized form (buffers of dtype fp8_e4m3; place
+        their scale tensors too)."""
         layout = cls(tensors)
         for buffer, (name, (mesh, placements)) in enumerate(placed.items()):
-            layout.add_dtensor(name, mesh, placements, buffer=buffer, name=name)
+            dtype = "fp8_e4m3" if quantized and tensors.quant(name) is not None else None
+            layout.add_dtensor(name, mesh, placements, buffer=buffer, name=name, dtype=dtype)
         return layout
 
     @classmethod

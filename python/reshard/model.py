@@ -7,22 +7,32 @@ import ctypes
 from . import _lib
 from .dtypes import to_dtype
 from .layout import Layout
-from .tensors import Tensors
+from .tensors import Quant, Tensors, to_quant
 
 
 class Model:
     """A model config: a shipped name ("qwen3-0.6b", "qwen3-30b-a3b", "deepseek-v3", ...)
     or a path to a HF config.json. ``layers`` > 0 keeps the first K decoder layers;
     ``mtp`` adds the multi-token-prediction layers; ``dtype`` "bf16" or "fp8_e4m3"
-    (e4m3 weights with 128x128 fp32 block scales). Raises ReshardError (IO, CONFIG)."""
+    (e4m3 weights with 128x128 fp32 block scales on both sides). ``infer_dtype`` "bf16"
+    (default: as the training side), "fp8" or "mxfp8": the training side holds bf16 and
+    the inference side the FP8 form of the linear weights (e4m3 bytes, bound as uint8
+    tensors where torch has no float8, plus "..._scale_inv" tensors: fp32 per 128x128
+    block, or uint8 e8m0 per 1x32 block), quantized during the refit; embedding, output
+    layer, norms and router stay bf16, as in vLLM's FP8 checkpoints. ``pow2_scale``:
+    fp8 scales rounded up to powers of two (UE8M0). Raises ReshardError (IO, CONFIG)."""
 
-    def __init__(self, name_or_path, layers=0, mtp=False, dtype="bf16"):
-        opts = _lib.ModelOptions(int(bool(mtp)), int(to_dtype(dtype)), int(layers))
+    def __init__(self, name_or_path, layers=0, mtp=False, dtype="bf16", infer_dtype="bf16",
+                 pow2_scale=False):
+        quant = to_quant(infer_dtype)
+        opts = _lib.ModelOptions(int(bool(mtp)), int(to_dtype(dtype)), int(layers), int(quant),
+                                 int(bool(pow2_scale)))
         h = _lib.c_vp()
         _lib.check(_lib.lib.reshard_model_load(str(name_or_path).encode(), ctypes.byref(opts),
                                                ctypes.byref(h)))
         self._h = h.value
         self.name = str(name_or_path)
+        self.infer_quant = quant if quant != Quant.none else None
 
     def __del__(self):
         if getattr(self, "_h", None):

@@ -1,6 +1,7 @@
 """Logical tensors: the catalogue both sides of a refit describe (reshard_tensors_t)."""
 
 import ctypes
+import enum
 from collections import namedtuple
 
 from . import _lib
@@ -8,6 +9,36 @@ from .dtypes import DType, to_dtype
 
 TensorInfo = namedtuple("TensorInfo", "id name dtype shape view_shape numel bytes")
 TensorInfo.__doc__ = """One logical tensor: id, name, DType, global shape, view shape, elements, bytes."""
+
+
+class Quant(enum.IntEnum):
+    """reshard_quant_kind_t (reshard.h): the quantized form a destination holds a bf16
+    tensor in. fp8_block: e4m3 with fp32 scales per 128x128 block (vLLM / DeepSeek-V3
+    "weight_scale_inv"); mxfp8: e4m3 with e8m0 (uint8) scales per 1x32 block."""
+
+    none = 0
+    fp8_block = 1
+    mxfp8 = 2
+
+
+_QUANT_ALIASES = {"fp8": Quant.fp8_block, "bf16": Quant.none}
+
+QuantInfo = namedtuple("QuantInfo", "kind scale_tensor pow2_scale")
+QuantInfo.__doc__ = """A tensor's quantized destination form: Quant kind, id of its scale
+tensor, scales rounded up to powers of two (UE8M0)."""
+
+
+def to_quant(kind):
+    """A Quant from a Quant, its name ("fp8_block", "mxfp8", "none") or "fp8"/"bf16"
+    (the inference dtypes of the command line's --infer-dtype)."""
+    if isinstance(kind, Quant):
+        return kind
+    if isinstance(kind, str):
+        if kind in Quant.__members__:
+            return Quant[kind]
+        if kind in _QUANT_ALIASES:
+            return _QUANT_ALIASES[kind]
+    raise ValueError("reshard: unknown quantized form %r (fp8, fp8_block, mxfp8, none)" % (kind,))
 
 
 class Tensors:
@@ -46,6 +77,32 @@ class Tensors:
             self._h, name.encode(), int(to_dtype(dtype)), len(shape), _lib.shape_array(shape),
             len(view), _lib.shape_array(view), ctypes.byref(tid)))
         return tid.value
+
+    def set_quant(self, tensor, kind, scale=None, pow2_scale=False):
+        """Mark ``tensor`` (id or name, bf16, 2-d [rows, cols] or 3-d [experts, rows,
+        cols]) as held by destinations in quantized form ``kind`` (see Quant; "none"
+        removes the mark), with one scale per block in logical tensor ``scale`` (id or
+        name; fp32 [E?] x ceil(rows/128) x ceil(cols/128) for fp8_block, uint8
+        [E?] x rows x ceil(cols/32) for mxfp8). Destination layouts then hold its e4m3
+        bytes in buffers of dtype fp8_e4m3 (torch.uint8 tensors where torch has no
+        float8) and its scales as the scale tensor's fragments; sources hold bf16.
+        ``pow2_scale``: fp8_block scales rounded up to powers of two (UE8M0).
+        Raises ReshardError (INVALID_ARG, DTYPE, SHAPE) with the C message."""
+        k = to_quant(kind)
+        q = _lib.Quant(int(k), self.id_of(scale) if scale is not None else -1,
+                       1 if pow2_scale else 0)
+        _lib.check(_lib.lib.reshard_tensors_set_quant(self._h, self.id_of(tensor),
+                                                      ctypes.byref(q)))
+
+    def quant(self, tensor):
+        """QuantInfo of ``tensor`` (id or name), or None when destinations hold it as
+        its dtype."""
+        q = _lib.Quant()
+        _lib.check(_lib.lib.reshard_tensors_get_quant(self._h, self.id_of(tensor),
+                                                      ctypes.byref(q)))
+        if q.kind == Quant.none:
+            return None
+        return QuantInfo(Quant(q.kind), q.scale_tensor, bool(q.pow2_scale))
 
     def __len__(self):
         return _lib.lib.reshard_tensors_count(self._h)

@@ -5,7 +5,9 @@
 
 #include "reshard/reshard.h"
 
-/* Bytes of the fragments of @p rank in @p l (every rank's for RESHARD_ALL_RANKS). */
+/* Bytes of the fragments of @p rank in destination layout @p l (every rank's for
+ * RESHARD_ALL_RANKS); a tensor destinations hold quantized (reshard_tensors_set_quant) has
+ * 1-byte e4m3 elements there. */
 static inline uint64_t layout_rank_bytes(const reshard_layout_t *l, const reshard_tensors_t *T,
                                          int32_t rank)
 {
@@ -17,7 +19,10 @@ static inline uint64_t layout_rank_bytes(const reshard_layout_t *l, const reshar
         if (rank != RESHARD_ALL_RANKS && f.rank != rank)
             continue;
         reshard_tensors_info(T, f.tensor, &ti);
-        uint64_t n = reshard_dtype_size(ti.dtype);
+        reshard_quant_t q;
+        const int quantized = reshard_tensors_get_quant(T, f.tensor, &q) == RESHARD_OK &&
+                              q.kind != RESHARD_QUANT_NONE;
+        uint64_t n = quantized ? 1 : reshard_dtype_size(ti.dtype);
         for (int k = 0; k < f.box.ndim; k++)
             n *= (uint64_t)f.box.extent[k];
         sum += n;

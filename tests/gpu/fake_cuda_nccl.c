@@ -7,14 +7,14 @@
  *
  * Model: "device" memory is host memory and every stream is synchronous (work runs when
  * enqueued), so events are always complete. The copy kernel is replaced by its CPU
- * emulation (rs_box_copy_launch below). NCCL ranks are threads of this process that share
- * a group found by unique id. Communicators are nonblocking: ncclGroupEnd deposits the
- * sends and returns ncclInProgress until every receive of the group found its message and
- * every send was received (rendezvous; ncclCommGetAsyncError completes them), and any
- * NCCL call while the state is not ncclSuccess fails: real nonblocking NCCL enqueues the
- * operations only once the state becomes ncclSuccess and forbids calls before that. ncclAllReduce
- * (int32 min, count 1) completes when every rank contributed. Messages are matched per (sender,
- * receiver) in order; a size mismatch is an asynchronous ncclInvalidUsage.
+ * emulation (rs_box_copy_launch below), the quantize kernel by its own (rs_quant_launch). NCCL
+ * ranks are threads of this process that share a group found by unique id. Communicators are
+ * nonblocking: ncclGroupEnd deposits the sends and returns ncclInProgress until every receive of
+ * the group found its message and every send was received (rendezvous; ncclCommGetAsyncError
+ * completes them), and any NCCL call while the state is not ncclSuccess fails: real nonblocking
+ * NCCL enqueues the operations only once the state becomes ncclSuccess and forbids calls before
+ * that. ncclAllReduce (int32 min, count 1) completes when every rank contributed. Messages are
+ * matched per (sender, receiver) in order; a size mismatch is an asynchronous ncclInvalidUsage.
  *
  * Knob: FAKE_CUDA_DEVICES (default 1) = what cudaGetDeviceCount reports.
  */
@@ -38,6 +38,14 @@ cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *sr
 {
     (void)stream;
     rs_box_copy_emulate(d, dst, src, rs_box_copy_threads(d));
+    return cudaSuccess;
+}
+
+cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, const void *src,
+                            cudaStream_t stream)
+{
+    (void)stream;
+    rs_quant_emulate(j, dst, scale, src);
     return cudaSuccess;
 }
 

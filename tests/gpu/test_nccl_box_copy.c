@@ -20,28 +20,13 @@
 #include "exec/pack.h"
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
+#include "kernel_test.h"
 #include "util/error.h"
 
-#define SKIP 77
 #define GUARD 64 /* bytes of slack around every buffer */
 
 static bool use_gpu;
 static cudaStream_t stream;
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-
-static uint64_t next_u64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-/* Uniform in [lo, hi]. */
-static int64_t rnd(int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
-}
 
 static void fill_random(uint8_t *p, size_t n)
 {
@@ -363,16 +348,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (use_gpu) {
-        int ndev = 0;
-        if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
-            printf("SKIPPED: %s\n", reshard_last_error());
-            return SKIP;
-        }
-        if (cudaSetDevice(0) != cudaSuccess ||
-            cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-            fprintf(stderr, "CUDA setup failed\n");
-            return 1;
-        }
+        const int rc = kernel_test_device(&stream);
+        if (rc != 0)
+            return rc;
     }
     counts_t cnt = {0, 0, 0};
     int failed = 0;

@@ -4,8 +4,10 @@
  * runs as its CPU emulation. Checks everything of the transport except the GPU itself:
  * the executor's rounds over ncclSend/ncclRecv groups, nonblocking settle, the outcome
  * all-reduce (preflight and end), stage-2 forwarding, the staging cache across
- * executions, device-buffer fill/verify, a rejected buffer on one rank, and a stalled
- * peer ending every other rank with TIMEOUT in bounded time.
+ * executions, device-buffer fill/verify, a rejected buffer on one rank, a stalled
+ * peer ending every other rank with TIMEOUT in bounded time, and BF16 training into FP8 /
+ * MXFP8 inference forms (the executor's quantize steps through the transport's quantize
+ * op; verified against the pattern's quantized values).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -35,6 +37,14 @@ static const char *tiny_moe =
     " \"head_dim\": 32, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
     " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"vocab_size\": 1000,"
     " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
+/* The MoE family with 128-row heads, so FP8 shards of the fused qkv fall on block bounds. */
+static const char *tiny_moe_fp8 =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\","
+    " \"hidden_size\": 256, \"intermediate_size\": 512, \"moe_intermediate_size\": 128,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 128, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+    " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"vocab_size\": 1000,"
+    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
 static const char *tiny_mla =
     "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
     " \"hidden_size\": 256, \"intermediate_size\": 512, \"moe_intermediate_size\": 256,"
@@ -58,6 +68,7 @@ typedef struct {
     uint64_t staging;
     int short_rank; /* >= 0: this rank passes a destination buffer one byte short first */
     int stall_rank; /* >= 0: this rank never executes; the others must time out */
+    reshard_quant_kind_t infer_quant; /* bf16 training into this FP8 inference form */
 } scenario_t;
 
 typedef struct {
@@ -89,6 +100,7 @@ static void *rank_main(void *arg)
     o.dtype = sc->dtype;
     o.layers = sc->layers;
     o.mtp = sc->mtp;
+    o.infer_quant = sc->infer_quant;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
     reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, NULL, &c);
@@ -216,19 +228,26 @@ int main(void)
 {
     const scenario_t scenarios[] = {
         {"qwen3-0.6b (1 layer) tp2 -> tp2", "qwen3-0.6b", NULL, RESHARD_BF16, 0, 1, 4, "tp=2",
-         "tp=2", 1, 64 << 20, -1, -1},
+         "tp=2", 1, 64 << 20, -1, -1, RESHARD_QUANT_NONE},
         {"tiny dense tp2 -> tp1 dp2, domains of 2 (forwarding), 64 KiB staging", NULL, tiny_dense,
-         RESHARD_BF16, 0, 0, 4, "tp=2", "tp=1,dp=2", 2, 64 << 10, -1, -1},
+         RESHARD_BF16, 0, 0, 4, "tp=2", "tp=1,dp=2", 2, 64 << 10, -1, -1, RESHARD_QUANT_NONE},
         {"tiny dense fp8 pp2 -> tp2, 16 KiB staging", NULL, tiny_dense, RESHARD_FP8_E4M3, 0, 0, 4,
-         "pp=2", "tp=2", 1, 16 << 10, -1, -1},
+         "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_NONE},
         {"tiny MoE ep2 -> tp2 ep=on", NULL, tiny_moe, RESHARD_BF16, 0, 0, 4, "ep=2,dp=2",
-         "tp=2,ep=on", 1, 64 << 10, -1, -1},
+         "tp=2,ep=on", 1, 64 << 10, -1, -1, RESHARD_QUANT_NONE},
         {"tiny MLA fp8 + MTP tp2 -> tp2, domains of 3", NULL, tiny_mla, RESHARD_FP8_E4M3, 1, 0, 4,
-         "tp=2", "tp=2", 3, 32 << 10, -1, -1},
+         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_NONE},
+        {"tiny MoE bf16 -> fp8 ep2 -> tp1 dp2 ep=on (quantize steps on the fake device)", NULL,
+         tiny_moe_fp8, RESHARD_BF16, 0, 0, 4, "ep=2,dp=2", "tp=1,dp=2,ep=on", 1, 64 << 10, -1, -1,
+         RESHARD_QUANT_FP8_BLOCK},
+        {"tiny MLA bf16 -> mxfp8 tp2 -> tp2, domains of 3", NULL, tiny_mla, RESHARD_BF16, 1, 0, 4,
+         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_MXFP8},
+        {"tiny dense bf16 -> fp8 pp2 -> tp2, 16 KiB staging", NULL, tiny_dense, RESHARD_BF16, 0, 0,
+         4, "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_FP8_BLOCK},
         {"one rank short of buffer: BUFFER everywhere, then OK", NULL, tiny_dense, RESHARD_BF16, 0,
-         0, 3, "tp=1", "tp=2", 1, 64 << 10, 2, -1},
+         0, 3, "tp=1", "tp=2", 1, 64 << 10, 2, -1, RESHARD_QUANT_NONE},
         {"stalled peer: TIMEOUT everywhere else", NULL, tiny_dense, RESHARD_BF16, 0, 0, 3, "tp=1",
-         "tp=2", 1, 64 << 10, -1, 1},
+         "tp=2", 1, 64 << 10, -1, 1, RESHARD_QUANT_NONE},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "transport/nccl/box_copy.h"
+#include "transport/nccl/quant_box.h"
 #include "transport/transport.h"
 
 #ifdef __cplusplus
@@ -19,6 +20,21 @@ extern "C" {
  *  status (cudaGetLastError). Defined in kernels.cu. */
 cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *src,
                                cudaStream_t stream);
+
+/** Launch quantization job @p j (rs_quant_job_init) on @p stream: bf16 from @p src, e4m3
+ *  bytes to @p dst, scales to @p scale (device pointers, base of each side's positions).
+ *  Nothing is launched when j->blocks == 0. Returns the launch status (cudaGetLastError).
+ *  Defined in quant_kernels.cu. */
+cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, const void *src,
+                            cudaStream_t stream);
+
+/** The kernel job of quantization rule @p q (exec/quant.h) over @p box; arguments as the
+ *  transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind, and as
+ *  rs_quant_job_init). */
+reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct rs_quant *q, const void *dst,
+                                   const reshard_fragment_t *dst_frag, const void *scale,
+                                   const reshard_fragment_t *scale_frag, const void *src,
+                                   const reshard_fragment_t *src_frag, const reshard_box_t *box);
 
 /** pack / unpack / local copy on a given stream, without a communicator (tests, benchmark).
  *  Asynchronous; errors: INVALID_ARG, TRANSPORT (launch failed). */

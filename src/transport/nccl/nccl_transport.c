@@ -30,6 +30,7 @@
 
 #include <nccl.h>
 
+#include "exec/quant.h" /* rs_quant_t: the rule's parameters (kind, block, pow2) */
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 #include "util/timeout.h"
@@ -455,6 +456,25 @@ static reshard_status_t nccl_local_copy(reshard_comm_t *c, void *dst,
     return launch(c, &d, dst, src, "local copy kernel launch");
 }
 
+static reshard_status_t nccl_quantize(reshard_comm_t *c, const struct rs_quant *q, void *dst,
+                                      const reshard_fragment_t *dst_frag, void *scale,
+                                      const reshard_fragment_t *scale_frag, const void *src,
+                                      const reshard_fragment_t *src_frag, const reshard_box_t *box)
+{
+    rs_quant_job_t j;
+    reshard_status_t st = usable(c, "quantize");
+    if (st == RESHARD_OK)
+        st = rs_nccl_quant_job(&j, q, dst, dst_frag, scale, scale_frag, src, src_frag, box);
+    if (st != RESHARD_OK)
+        return st;
+    rs_nccl_t *t = impl_of(c);
+    (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
+    const cudaError_t e = rs_quant_launch(&j, dst, scale, src, t->stream);
+    if (e != cudaSuccess)
+        return fail_cuda(c, "quantize kernel launch", e);
+    return RESHARD_OK;
+}
+
 /* ---- the outcome --------------------------------------------------------------------- */
 
 /* Every rank all-reduces (min) its status and the agreement words on the stream, after all
@@ -585,6 +605,7 @@ const rs_transport_ops_t rs_nccl_ops = {
     .pack = nccl_pack,
     .unpack = nccl_unpack,
     .local_copy = nccl_local_copy,
+    .quantize = nccl_quantize,
     .finish = nccl_finish,
     .destroy = nccl_destroy,
 };
@@ -986,6 +1007,18 @@ reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard
 }
 
 /* ---- stream-level entry points for tests and the benchmark ----------------------------- */
+
+reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct rs_quant *q, const void *dst,
+                                   const reshard_fragment_t *dst_frag, const void *scale,
+                                   const reshard_fragment_t *scale_frag, const void *src,
+                                   const reshard_fragment_t *src_frag, const reshard_box_t *box)
+{
+    if (q == NULL || (q->kind != RS_QUANT_FP8_BLOCK && q->kind != RS_QUANT_MXFP8))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "quantize: no quantization rule or kind %d",
+                        q != NULL ? (int)q->kind : -1);
+    return rs_quant_job_init(j, q->kind == RS_QUANT_MXFP8, q->block_rows, q->block_cols,
+                             q->pow2_scale, dst, dst_frag, scale, scale_frag, src, src_frag, box);
+}
 
 static reshard_status_t launch_on(cudaStream_t stream, const rs_box_copy_t *d, void *dst,
                                   const void *src, const char *what)

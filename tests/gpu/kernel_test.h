@@ -1,0 +1,49 @@
+/* Shared by the kernel tests (test_nccl_box_copy, test_nccl_quant): the random cases'
+ * generator (xorshift64: the same cases on every run and machine, so a failure names a case
+ * that can be run again) and the device setup of --gpu. */
+#ifndef RS_KERNEL_TEST_H
+#define RS_KERNEL_TEST_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "reshard/reshard_nccl.h"
+
+/* Exit status of a test that did not run (ctest SKIP_RETURN_CODE). */
+#define SKIP 77
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static inline uint64_t next_u64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* Uniform in [lo, hi]. */
+static inline int64_t rnd(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(next_u64() % (uint64_t)(hi - lo + 1));
+}
+
+/* Device 0 and a non-blocking stream in @p s: 0, or SKIP without a CUDA device (said on
+ * stdout), or 1 when CUDA fails. */
+static inline int kernel_test_device(cudaStream_t *s)
+{
+    int ndev = 0;
+    if (reshard_nccl_device_count(&ndev) != RESHARD_OK) {
+        printf("SKIPPED: %s\n", reshard_last_error());
+        return SKIP;
+    }
+    if (cudaSetDevice(0) != cudaSuccess ||
+        cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "CUDA setup failed\n");
+        return 1;
+    }
+    return 0;
+}
+
+#endif
