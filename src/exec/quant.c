@@ -5,50 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* Branch-free so that the row loops below vectorize: selections are mins
- * and compares of values below 2^31 (signed compares are single vector
- * instructions). */
-static inline uint32_t umin(uint32_t a, uint32_t b)
-{
-    return a < b ? a : b;
-}
-
-static inline uint8_t e4m3_of(float x)
-{
-    uint32_t b = f32_bits(x);
-    uint32_t sign = (b >> 24) & 0x80u, a = b & 0x7FFFFFFFu;
-    /* Normal e4m3 range (|x| >= 2^-6): round the fp32 mantissa to 3 bits,
-     * ties to even, and rebias the exponent (127 -> 7); above 448 (and Inf)
-     * the min saturates to 448 (0x7E). */
-    uint32_t norm = umin(((a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20) - (120u << 3), 0x7Eu);
-    /* Subnormal range (|x| < 2^-6, multiples of 2^-9): adding 2^14, whose
-     * fp32 ulp is 2^-9, rounds |x| to the grid; the low bits count steps
-     * (|x| clamped to 2^-6: elsewhere the result is not used). */
-    uint32_t sub = f32_bits(bits_f32(umin(a, 0x3C800000u)) + 16384.0f) - 0x46800000u;
-    uint32_t is_sub = 0u - (uint32_t)((int32_t)a < 0x3C800000);
-    uint32_t is_nan = 0u - (uint32_t)((int32_t)a > 0x7F800000);
-    uint32_t code = (sub & is_sub) | (norm & ~is_sub);
-    code = (0x7Fu & is_nan) | (code & ~is_nan);
-    return (uint8_t)(code | sign);
-}
+#include "util/fp8.h"
 
 uint8_t rs_e4m3_from_f32(float x)
 {
-    return e4m3_of(x);
+    return rs_fp8_e4m3(x);
 }
 
 uint32_t rs_quant_scale_size(const rs_quant_t *q)
@@ -58,28 +19,27 @@ uint32_t rs_quant_scale_size(const rs_quant_t *q)
 
 float rs_quant_scale(const rs_quant_t *q, float amax)
 {
-    if (!(amax >= RS_QUANT_AMAX_MIN))
-        amax = RS_QUANT_AMAX_MIN;
-    float s = amax / RS_E4M3_MAX;
-    if (q->kind == RS_QUANT_MXFP8 || q->pow2_scale) {
-        uint32_t b = f32_bits(s);
-        if (b & 0x7FFFFFu) /* not a power of two: the next one up */
-            b = (b & 0x7F800000u) + 0x800000u;
-        s = bits_f32(b);
-    }
-    return s;
+    return rs_fp8_scale_of_amax(amax, q->kind == RS_QUANT_MXFP8 || q->pow2_scale);
 }
 
 uint8_t rs_e8m0_from_scale(float scale)
 {
-    return (uint8_t)(f32_bits(scale) >> 23);
+    return rs_fp8_e8m0(scale);
 }
+
+/* The row loops are inlined into each clone of quant_strip below, so that they are
+ * compiled (and vectorized) for its target; an out-of-line copy is baseline code. */
+#if defined(__GNUC__)
+#define RS_QUANT_INLINE static inline __attribute__((always_inline))
+#else
+#define RS_QUANT_INLINE static inline
+#endif
 
 /* The largest |bf16| bit pattern of n elements, non-finite ones left out:
  * non-negative bf16 patterns order like their values. Adding 0x80 to |x|
  * moves exactly the non-finite patterns (>= 0x7F80) to 0x8000 and above,
  * negative as int16, so a signed max (one vector instruction) skips them. */
-static inline uint16_t amax_bits(const uint16_t *restrict v, int64_t n)
+RS_QUANT_INLINE uint16_t amax_bits(const uint16_t *restrict v, int64_t n)
 {
     int16_t m = 0x80;
     for (int64_t i = 0; i < n; i++) {
@@ -89,11 +49,11 @@ static inline uint16_t amax_bits(const uint16_t *restrict v, int64_t n)
     return (uint16_t)(m - 0x80);
 }
 
-static inline void convert_row(uint8_t *restrict out, const uint16_t *restrict v, int64_t n,
-                               float inv)
+RS_QUANT_INLINE void convert_row(uint8_t *restrict out, const uint16_t *restrict v, int64_t n,
+                                 float inv)
 {
     for (int64_t i = 0; i < n; i++)
-        out[i] = e4m3_of(bits_f32((uint32_t)v[i] << 16) * inv);
+        out[i] = rs_fp8_quantize(v[i], inv);
 }
 
 /* Element position in @p f's buffer of point @p idx of an @p nd-dim box. */
@@ -130,8 +90,8 @@ static void write_scales(const rs_quant_t *q, void *scale, const reshard_fragmen
     sidx[0] = e; /* 2-d boxes overwrite it with the block row */
     sidx[nd - 2] = rb;
     for (int64_t b = 0; b < nb; b++) {
-        float sc = rs_quant_scale(q, bits_f32((uint32_t)amax[b] << 16));
-        inv[b] = 1.0f / sc;
+        float sc = rs_fp8_scale(amax[b], q->kind == RS_QUANT_MXFP8 || q->pow2_scale);
+        inv[b] = rs_fp8_inverse(sc);
         sidx[nd - 1] = cb0 + b;
         int64_t sp = pos_of(sf, nd, sidx);
         if (q->kind == RS_QUANT_MXFP8)
@@ -144,7 +104,7 @@ static void write_scales(const rs_quant_t *q, void *scale, const reshard_fragmen
 /* Built for AVX-512 and AVX2 beside the baseline, picked at load time (GCC
  * function multiversioning): the row loops are 16 or 8 lanes wide there. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RS_QUANT_CLONES __attribute__((target_clones("arch=skylake-avx512", "avx2", "default")))
+#define RS_QUANT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define RS_QUANT_CLONES
 #endif

@@ -19,6 +19,10 @@
 
 #ifdef __CUDACC__
 #define RS_FP8_FN static __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+/* always inlined: CPU callers are built per target (function multiversioning) and need the
+ * rule compiled, and vectorized, inside their loops */
+#define RS_FP8_FN static inline __attribute__((always_inline))
 #else
 #define RS_FP8_FN static inline
 #endif
@@ -66,11 +70,11 @@ RS_FP8_FN uint32_t rs_fp8_amax_key(uint16_t h)
     return a < 0x7F80u ? a : 0u;
 }
 
-/** The fp32 scale of a block whose largest key is @p key; @p pow2: rounded up to a power of
- *  two. */
-RS_FP8_FN float rs_fp8_scale(uint32_t key, int pow2)
+/** The fp32 scale of a block whose finite |values| have maximum @p amax (any value below
+ *  RS_FP8_AMAX_MIN, NaN included, counts as RS_FP8_AMAX_MIN); @p pow2: rounded up to a power
+ *  of two. */
+RS_FP8_FN float rs_fp8_scale_of_amax(float amax, int pow2)
 {
-    float amax = rs_fp8_bf16((uint16_t)key);
     if (!(amax >= RS_FP8_AMAX_MIN))
         amax = RS_FP8_AMAX_MIN;
     float s = RS_FP8_DIV(amax, RS_FP8_E4M3_MAX);
@@ -81,6 +85,13 @@ RS_FP8_FN float rs_fp8_scale(uint32_t key, int pow2)
         s = rs_fp8_float(b);
     }
     return s;
+}
+
+/** The fp32 scale of a block whose largest key is @p key; @p pow2: rounded up to a power of
+ *  two. */
+RS_FP8_FN float rs_fp8_scale(uint32_t key, int pow2)
+{
+    return rs_fp8_scale_of_amax(rs_fp8_bf16((uint16_t)key), pow2);
 }
 
 /** The multiplier of a block's values: 1 / scale in fp32. */
@@ -95,21 +106,38 @@ RS_FP8_FN uint8_t rs_fp8_e8m0(float scale)
     return (uint8_t)(rs_fp8_bits(scale) >> 23);
 }
 
+/** a < b as an all-ones / all-zeros mask; @p a and @p b below 2^31, so that the compare is a
+ *  signed one (one vector instruction on x86). */
+RS_FP8_FN uint32_t rs_fp8_lt_mask(uint32_t a, uint32_t b)
+{
+    return 0u - (uint32_t)((int32_t)a < (int32_t)b);
+}
+
+RS_FP8_FN uint32_t rs_fp8_umin(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
 /** The e4m3 byte of fp32 @p x: round to nearest even, saturating at +-448 (Inf too), NaN
- *  0x7F with the sign; branch-free so that CPU loops vectorize. */
+ *  0x7F with the sign. Branch-free, selections by masks and mins, so that CPU loops over it
+ *  vectorize (GCC does not vectorize the equivalent chain of conditional expressions). */
 RS_FP8_FN uint8_t rs_fp8_e4m3(float x)
 {
     const uint32_t b = rs_fp8_bits(x);
     const uint32_t sign = (b >> 24) & 0x80u, a = b & 0x7FFFFFFFu;
-    /* normal range (|x| >= 2^-6): round the mantissa to 3 bits, ties to even; rebias */
-    const uint32_t r = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
-    const uint32_t norm = r - (120u << 3);
-    /* subnormal range: adding 2^14 (fp32 ulp 2^-9) rounds |x| to multiples of 2^-9 */
-    const uint32_t sub = rs_fp8_bits(RS_FP8_ADD(rs_fp8_float(a), 16384.0f)) - 0x46800000u;
-    uint32_t code = a < 0x3C800000u ? sub : norm;
-    code = a > 0x43E00000u ? 0x7Eu : code;
-    code = code > 0x7Eu ? 0x7Eu : code;
-    code = a > 0x7F800000u ? 0x7Fu : code;
+    /* normal range (|x| >= 2^-6): round the fp32 mantissa to 3 bits, ties to even, and rebias
+     * the exponent (127 -> 7); above 448 (and Inf) the min saturates to 448 (0x7E) */
+    const uint32_t norm =
+        rs_fp8_umin(((a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20) - (120u << 3), 0x7Eu);
+    /* subnormal range (|x| < 2^-6, multiples of 2^-9): adding 2^14, whose fp32 ulp is 2^-9,
+     * rounds |x| to the grid; the low bits count steps (|x| clamped to 2^-6: elsewhere the
+     * result is not used) */
+    const uint32_t sub =
+        rs_fp8_bits(RS_FP8_ADD(rs_fp8_float(rs_fp8_umin(a, 0x3C800000u)), 16384.0f)) - 0x46800000u;
+    const uint32_t is_sub = rs_fp8_lt_mask(a, 0x3C800000u);
+    const uint32_t is_nan = rs_fp8_lt_mask(0x7F800000u, a);
+    uint32_t code = (sub & is_sub) | (norm & ~is_sub);
+    code = (0x7Fu & is_nan) | (code & ~is_nan);
     return (uint8_t)(code | sign);
 }
 
