@@ -143,6 +143,10 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
                     if (pass == 0) {
                         uint16_t m = amax_bits(v + (c - a), end - c);
                         amax[b] = m > amax[b] ? m : amax[b];
+                    } else if (end - c == 128) { /* whole blocks: a fixed trip count */
+                        convert_row(out + (c - a), v + (c - a), 128, inv[b]);
+                    } else if (end - c == 32) {
+                        convert_row(out + (c - a), v + (c - a), 32, inv[b]);
                     } else {
                         convert_row(out + (c - a), v + (c - a), end - c, inv[b]);
                     }
