@@ -83,7 +83,7 @@ static void e4m3_every_bf16(void **state)
 typedef struct {
     int64_t E, rows, cols, br, bc;
     bool pow2, mx;
-    int fill; /* 0 random, 1 zero block + huge value + NaN/Inf, 2 all zero */
+    int fill; /* 0 random, 1 zero block + huge value + NaN/Inf, 2 all zero, 3 every bf16 pattern */
 } shape_t;
 
 /* Quantize the sub-box [e0:e1, r0:r1, c0:c1] (block-aligned or at the
@@ -100,7 +100,7 @@ static void run_box(const shape_t *t, int64_t e0, int64_t e1, int64_t r0, int64_
     uint8_t *sref = malloc((size_t)ns * 4);
     assert_non_null(x);
     for (int64_t i = 0; i < n; i++)
-        x[i] = t->fill == 2 ? 0 : rand_bf16(-12, 12);
+        x[i] = t->fill == 2 ? 0 : t->fill == 3 ? (uint16_t)i : rand_bf16(-12, 12);
     if (t->fill == 1) {
         /* block (0,0,0): zero; block (0,0,1) or the next: one huge value;
          * the last block: a NaN, an Inf and a -Inf among finite values */
@@ -244,6 +244,13 @@ static void special_values(void **state)
     run_box(&t, 0, 1, 0, 256, 0, 300, 1);
     t.pow2 = true;
     run_box(&t, 0, 1, 0, 256, 0, 300, 1);
+    /* every bf16 pattern (NaN, Inf, subnormals, both signs) through the block loops */
+    shape_t every = {1, 512, 128, 128, 128, false, false, 3};
+    run_box(&every, 0, 1, 0, 512, 0, 128, 1);
+    every.pow2 = true;
+    run_box(&every, 0, 1, 0, 512, 0, 128, 1);
+    shape_t every_mx = {1, 2048, 32, 1, 32, true, true, 3};
+    run_box(&every_mx, 0, 1, 0, 2048, 0, 32, 1);
     shape_t z = {1, 130, 129, 128, 128, false, false, 2}; /* every block zero */
     run_box(&z, 0, 1, 0, 130, 0, 129, 1);
     /* the amax = 0 rule spelled out: scale 1e-4/448, zeros stay zero */
