@@ -12,14 +12,9 @@ uint8_t rs_e4m3_from_f32(float x)
     return rs_fp8_e4m3(x);
 }
 
-uint32_t rs_quant_scale_size(const rs_quant_t *q)
-{
-    return q->kind == RS_QUANT_MXFP8 ? 1u : 4u;
-}
-
 float rs_quant_scale(const rs_quant_t *q, float amax)
 {
-    return rs_fp8_scale_of_amax(amax, q->kind == RS_QUANT_MXFP8 || q->pow2_scale);
+    return rs_fp8_scale_of_amax(amax, rs_quant_pow2(q));
 }
 
 uint8_t rs_e8m0_from_scale(float scale)
@@ -70,25 +65,25 @@ convert_row_avx512(uint8_t *restrict out, const uint16_t *restrict v, int64_t n,
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), round = _mm512_set1_epi32(0x7FFFF),
                   one = _mm512_set1_epi32(1), rebias = _mm512_set1_epi32(120 << 3),
                   maxn = _mm512_set1_epi32(0x7E), nan = _mm512_set1_epi32(0x7F),
-                  sub_top = _mm512_set1_epi32(0x3C800000), magic_bits = _mm512_set1_epi32(0x46800000),
-                  inf = _mm512_set1_epi32(0x7F800000), sign_bit = _mm512_set1_epi32(0x80);
+                  sub_top = _mm512_set1_epi32(0x3C800000),
+                  magic_bits = _mm512_set1_epi32(0x46800000), inf = _mm512_set1_epi32(0x7F800000),
+                  sign_bit = _mm512_set1_epi32(0x80);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 live = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
         __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, v + i));
-        __m512i b = _mm512_castps_si512(
-            _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), vinv));
+        __m512i b =
+            _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), vinv));
         __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), sign_bit);
         __m512i a = _mm512_and_si512(b, abs_mask);
         __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), one);
         __m512i norm = _mm512_min_epu32(
             _mm512_sub_epi32(
-                _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20),
-                rebias),
+                _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20), rebias),
             maxn);
-        __m512i sub = _mm512_sub_epi32(
-            _mm512_castps_si512(
-                _mm512_add_ps(_mm512_castsi512_ps(_mm512_min_epu32(a, sub_top)), magic)),
-            magic_bits);
+        __m512i sub =
+            _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(
+                                 _mm512_castsi512_ps(_mm512_min_epu32(a, sub_top)), magic)),
+                             magic_bits);
         __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, sub_top), norm, sub);
         code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, inf), code, nan);
         _mm512_mask_cvtepi32_storeu_epi8(out + i, live, _mm512_or_si512(code, sign));
@@ -130,7 +125,7 @@ static void write_scales(const rs_quant_t *q, void *scale, const reshard_fragmen
     sidx[0] = e; /* 2-d boxes overwrite it with the block row */
     sidx[nd - 2] = rb;
     for (int64_t b = 0; b < nb; b++) {
-        float sc = rs_fp8_scale(amax[b], q->kind == RS_QUANT_MXFP8 || q->pow2_scale);
+        float sc = rs_fp8_scale(amax[b], rs_quant_pow2(q));
         inv[b] = rs_fp8_inverse(sc);
         sidx[nd - 1] = cb0 + b;
         int64_t sp = pos_of(sf, nd, sidx);

@@ -43,21 +43,7 @@
 #include <stdint.h>
 
 #include "reshard/reshard.h"
-
-typedef enum { RS_QUANT_NONE = 0, RS_QUANT_FP8_BLOCK, RS_QUANT_MXFP8 } rs_quant_kind_t;
-
-typedef struct rs_quant {
-    rs_quant_kind_t kind;
-    int64_t block_rows, block_cols; /* 128,128 for FP8_BLOCK; 1,32 for MXFP8 (blocks along the
-                                       input dim = last dim) */
-    bool pow2_scale;                /* FP8_BLOCK: round scale up to a power of two (UE8M0,
-                                       DeepGEMM); MXFP8 is always pow2 with e8m0 scales */
-} rs_quant_t;
-
-/** Largest finite e4m3 value. */
-#define RS_E4M3_MAX 448.0f
-/** amax is clamped below at this value (DeepGEMM per_block_cast_to_fp8). */
-#define RS_QUANT_AMAX_MIN 1e-4f
+#include "util/quant_types.h"
 
 /** The e4m3 byte of fp32 @p x: RNE, saturating at +-448, NaN kept (see above). */
 uint8_t rs_e4m3_from_f32(float x);
@@ -68,9 +54,6 @@ float rs_quant_scale(const rs_quant_t *q, float amax);
 
 /** E8M0 byte of a power-of-two scale (its biased exponent). */
 uint8_t rs_e8m0_from_scale(float scale);
-
-/** Bytes of one scale element: 4 (fp32) for FP8_BLOCK, 1 (e8m0) for MXFP8. */
-uint32_t rs_quant_scale_size(const rs_quant_t *q);
 
 /* Quantize the bf16 elements of box (tensor coordinates; last two dims are rows, cols; an optional
  * leading expert dim) read from src per src_frag, writing e4m3 bytes to dst per dst_frag and one

@@ -1,11 +1,12 @@
 /* The verification pattern of quantized destinations: the e4m3 bytes and
- * scales the rule (exec/quant.h) makes of the bf16 pattern values of the
+ * scales the rule (util/fp8.h; conventions in exec/quant.h) makes of the bf16 pattern values of the
  * source. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/quant.h"
 #include "layout/layout_internal.h"
+#include "util/fp8.h"
+#include "util/quant_types.h"
 
 typedef struct {
     int32_t T;
@@ -41,7 +42,7 @@ static float block_scale(qexp_t *x, int64_t e, int64_t rb, int64_t kb)
                 amax = v;
         }
     x->key[kb] = k;
-    return x->sc[kb] = rs_quant_scale(&x->q, amax);
+    return x->sc[kb] = rs_fp8_scale_of_amax(amax, rs_quant_pow2(&x->q));
 }
 
 int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment_t *f,
@@ -84,7 +85,7 @@ int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment
                 kb = flat % x.CB;
                 float s = block_scale(&x, e, rb, kb);
                 if (mx)
-                    want = rs_e8m0_from_scale(s);
+                    want = rs_fp8_e8m0(s);
                 else
                     memcpy(&want, &s, 4);
             } else {
@@ -92,7 +93,7 @@ int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment
                 rb = flat / x.C % x.R / x.q.block_rows;
                 kb = flat % x.C / x.q.block_cols;
                 float s = block_scale(&x, e, rb, kb);
-                want = rs_e4m3_from_f32(bf16_value(T, flat) * (1.0f / s));
+                want = rs_fp8_e4m3(bf16_value(T, flat) * rs_fp8_inverse(s));
             }
             uint32_t got = 0;
             memcpy(&got, p, es); /* little-endian */

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "reshard/reshard.h"
+#include "util/quant_types.h"
 
 /** Elements [first, first+count) of @c box in row-major order, stored per
  *  @c frag (base and strides) in a buffer of @c elem_size-byte elements. */
@@ -24,9 +25,6 @@ typedef struct {
     int64_t count;
     uint32_t elem_size;
 } rs_span_t;
-
-/** A quantization rule (exec/quant.h). */
-struct rs_quant;
 
 /** Words reduced by MIN alongside the status of every agreement. */
 #define RS_AGREE_WORDS 6
@@ -60,8 +58,8 @@ typedef struct rs_transport_ops {
                                    const reshard_box_t *box, uint32_t elem_size);
     /** Quantize the bf16 elements of @p box read from (src_frag in src) into
      *  e4m3 bytes in (dst_frag in dst) and one scale per block in
-     *  (scale_frag in scale), by the rule of exec/quant.h (rs_quant_box_cpu,
-     *  whose arguments these are); NULL means the CPU implementation. */
+     *  (scale_frag in scale), by the rule of util/fp8.h, conventions in exec/quant.h
+     * (rs_quant_box_cpu, whose arguments these are); NULL means the CPU implementation. */
     reshard_status_t (*quantize)(reshard_comm_t *c, const struct rs_quant *q, void *dst,
                                  const reshard_fragment_t *dst_frag, void *scale,
                                  const reshard_fragment_t *scale_frag, const void *src,
@@ -69,8 +67,8 @@ typedef struct rs_transport_ops {
     /** Agree on an outcome: every rank passes its local status and gets an
      *  error of some rank if any failed (or TIMEOUT if a rank does not arrive
      *  within @p timeout_s; once some rank timed out, the others stop waiting
-     *  promptly: the first to give up releases all, see reshard_elastic.h). Collective over all ranks of the comm; called
-     *  twice per execution: before any byte moves (buffer checks, plan
+     *  promptly: the first to give up releases all, see reshard_elastic.h). Collective over all
+     * ranks of the comm; called twice per execution: before any byte moves (buffer checks, plan
      *  fingerprints) and at the end. With the same reduction every rank also
      *  passes RS_AGREE_WORDS words (@p words; NULL = all INT64_MAX) and
      *  receives their element-wise minimum over all ranks in @p min_words

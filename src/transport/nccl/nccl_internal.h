@@ -28,9 +28,9 @@ cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *sr
 cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, const void *src,
                             cudaStream_t stream);
 
-/** The kernel job of quantization rule @p q (exec/quant.h) over @p box; arguments as the
- *  transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind, and as
- *  rs_quant_job_init). */
+/** The kernel job of quantization rule @p q (util/quant_types.h; conventions in exec/quant.h) over
+ * @p box; arguments as the transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind,
+ * and as rs_quant_job_init). */
 reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct rs_quant *q, const void *dst,
                                    const reshard_fragment_t *dst_frag, const void *scale,
                                    const reshard_fragment_t *scale_frag, const void *src,

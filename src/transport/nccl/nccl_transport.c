@@ -30,9 +30,9 @@
 
 #include <nccl.h>
 
-#include "exec/quant.h" /* rs_quant_t: the rule's parameters (kind, block, pow2) */
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
+#include "util/quant_types.h"
 #include "util/timeout.h"
 
 /** Staging blocks an endpoint remembers (in use or cached for the next execution). */
