@@ -58,35 +58,51 @@ RS_QUANT_INLINE void convert_row(uint8_t *restrict out, const uint16_t *restrict
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define RS_QUANT_AVX512 1
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-convert_row_avx512(uint8_t *restrict out, const uint16_t *restrict v, int64_t n, float inv)
+#define RS_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* 16 elements (lanes of @p live) of @p v times @p vinv into @p out. */
+RS_AVX512_TARGET static inline void convert16_avx512(uint8_t *out, const uint16_t *v,
+                                                     __mmask16 live, __m512 vinv)
 {
-    const __m512 vinv = _mm512_set1_ps(inv), magic = _mm512_set1_ps(16384.0f);
     const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), round = _mm512_set1_epi32(0x7FFFF),
                   one = _mm512_set1_epi32(1), rebias = _mm512_set1_epi32(120 << 3),
                   maxn = _mm512_set1_epi32(0x7E), nan = _mm512_set1_epi32(0x7F),
                   sub_top = _mm512_set1_epi32(0x3C800000),
                   magic_bits = _mm512_set1_epi32(0x46800000), inf = _mm512_set1_epi32(0x7F800000),
                   sign_bit = _mm512_set1_epi32(0x80);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 live = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-        __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, v + i));
-        __m512i b =
-            _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), vinv));
-        __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), sign_bit);
-        __m512i a = _mm512_and_si512(b, abs_mask);
-        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), one);
-        __m512i norm = _mm512_min_epu32(
-            _mm512_sub_epi32(
-                _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20), rebias),
-            maxn);
-        __m512i sub =
-            _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(
-                                 _mm512_castsi512_ps(_mm512_min_epu32(a, sub_top)), magic)),
-                             magic_bits);
-        __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, sub_top), norm, sub);
-        code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, inf), code, nan);
-        _mm512_mask_cvtepi32_storeu_epi8(out + i, live, _mm512_or_si512(code, sign));
+    const __m512 magic = _mm512_set1_ps(16384.0f);
+    __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, v));
+    __m512i b =
+        _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), vinv));
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), sign_bit);
+    __m512i a = _mm512_and_si512(b, abs_mask);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), one);
+    __m512i norm = _mm512_min_epu32(
+        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20),
+                         rebias),
+        maxn);
+    __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(
+                                       _mm512_castsi512_ps(_mm512_min_epu32(a, sub_top)), magic)),
+                                   magic_bits);
+    __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, sub_top), norm, sub);
+    code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, inf), code, nan);
+    _mm512_mask_cvtepi32_storeu_epi8(out, live, _mm512_or_si512(code, sign));
+}
+
+/* @p n elements of @p v from a block bound on, block j (of @p bc columns, a multiple of 16)
+ * times inv[j]. */
+RS_AVX512_TARGET static void convert_blocks_avx512(uint8_t *restrict out,
+                                                   const uint16_t *restrict v, int64_t n,
+                                                   const float *inv, int64_t bc)
+{
+    for (int64_t c = 0, j = 0; c < n; c += bc, j++) {
+        const __m512 vinv = _mm512_set1_ps(inv[j]);
+        const int64_t end = c + bc < n ? c + bc : n;
+        int64_t i = c;
+        for (; i + 16 <= end; i += 16)
+            convert16_avx512(out + i, v + i, (__mmask16)0xFFFF, vinv);
+        if (i < end)
+            convert16_avx512(out + i, v + i, (__mmask16)((1u << (end - i)) - 1u), vinv);
     }
 }
 #endif
@@ -162,8 +178,11 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
     const bool d_dense = box->extent[cd] == 1 || df->stride[cd] == 1;
     memset(amax, 0, (size_t)nb * sizeof *amax);
 #ifdef RS_QUANT_AVX512
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl");
+    /* segments start on block bounds (ROW_MAX is a multiple of bc) and no vector of 16
+     * crosses one (bc a multiple of 16) */
+    const bool avx512_blocks =
+        bc % 16 == 0 && ROW_MAX % bc == 0 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 #endif
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1)
@@ -176,16 +195,19 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
                 const uint16_t *v = row_of(s16, srcf, nd, idx, n, s_dense, tmp);
                 int64_t dp = pass ? pos_of(df, nd, idx) : 0;
                 uint8_t *out = d_dense ? d8 + dp : otmp;
-                for (int64_t c = a; c < a + n;) { /* block columns: bc-aligned from c_lo */
+#ifdef RS_QUANT_AVX512
+                const bool done = pass == 1 && avx512_blocks; /* the segment in one call */
+                if (done)
+                    convert_blocks_avx512(out, v, n, inv + (a - c_lo) / bc, bc);
+#else
+                const bool done = false;
+#endif
+                for (int64_t c = a; !done && c < a + n;) { /* block columns: bc-aligned from c_lo */
                     int64_t b = (c - c_lo) / bc, end = c_lo + (b + 1) * bc;
                     end = end < a + n ? end : a + n;
                     if (pass == 0) {
                         uint16_t m = amax_bits(v + (c - a), end - c);
                         amax[b] = m > amax[b] ? m : amax[b];
-#ifdef RS_QUANT_AVX512
-                    } else if (avx512) {
-                        convert_row_avx512(out + (c - a), v + (c - a), end - c, inv[b]);
-#endif
                     } else if (end - c == 128) { /* whole blocks: a fixed trip count */
                         convert_row(out + (c - a), v + (c - a), 128, inv[b]);
                     } else if (end - c == 32) {
