@@ -133,22 +133,30 @@ static inline const uint16_t *row_of(const uint16_t *s16, const reshard_fragment
 
 /* The scales of block row @p rb (expert @p e of a 3-d box), block columns
  * [cb0, cb0 + nb), from their amax bits; their reciprocals into @p inv. */
-static void write_scales(const rs_quant_t *q, void *scale, const reshard_fragment_t *sf, int nd,
-                         int64_t e, int64_t rb, int64_t cb0, int64_t nb, const uint16_t *amax,
-                         float *inv)
+RS_QUANT_INLINE void write_scales(const rs_quant_t *q, void *scale, const reshard_fragment_t *sf,
+                                  int nd, int64_t e, int64_t rb, int64_t cb0, int64_t nb,
+                                  const uint16_t *restrict amax, float *restrict inv)
 {
     int64_t sidx[RESHARD_MAX_DIMS] = {0};
     sidx[0] = e; /* 2-d boxes overwrite it with the block row */
     sidx[nd - 2] = rb;
-    for (int64_t b = 0; b < nb; b++) {
-        float sc = rs_fp8_scale(amax[b], rs_quant_pow2(q));
-        inv[b] = rs_fp8_inverse(sc);
-        sidx[nd - 1] = cb0 + b;
-        int64_t sp = pos_of(sf, nd, sidx);
-        if (q->kind == RS_QUANT_MXFP8)
-            ((uint8_t *)scale)[sp] = rs_e8m0_from_scale(sc);
-        else
-            memcpy((uint8_t *)scale + sp * 4, &sc, 4);
+    sidx[nd - 1] = cb0;
+    const int64_t sp = pos_of(sf, nd, sidx), ss = sf->stride[nd - 1];
+    const int pow2 = rs_quant_pow2(q);
+    if (q->kind == RS_QUANT_MXFP8) {
+        uint8_t *s8 = (uint8_t *)scale + sp;
+        for (int64_t b = 0; b < nb; b++) {
+            float sc = rs_fp8_scale(amax[b], pow2);
+            inv[b] = rs_fp8_inverse(sc);
+            s8[b * ss] = rs_fp8_e8m0(sc);
+        }
+    } else {
+        uint8_t *s8 = (uint8_t *)scale + sp * 4; /* fp32 scales, possibly unaligned */
+        for (int64_t b = 0; b < nb; b++) {
+            float sc = rs_fp8_scale(amax[b], pow2);
+            inv[b] = rs_fp8_inverse(sc);
+            memcpy(s8 + b * ss * 4, &sc, 4);
+        }
     }
 }
 
