@@ -64,28 +64,27 @@ RS_QUANT_INLINE void convert_row(uint8_t *restrict out, const uint16_t *restrict
 RS_AVX512_TARGET static inline void convert16_avx512(uint8_t *out, const uint16_t *v,
                                                      __mmask16 live, __m512 vinv)
 {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), round = _mm512_set1_epi32(0x7FFFF),
-                  one = _mm512_set1_epi32(1), rebias = _mm512_set1_epi32(120 << 3),
-                  maxn = _mm512_set1_epi32(0x7E), nan = _mm512_set1_epi32(0x7F),
-                  sub_top = _mm512_set1_epi32(0x3C800000),
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1),
+                  /* the rounding bias and the exponent rebias (-120 << 23) as one addend */
+        round = _mm512_set1_epi32((int)(0x7FFFFu - (960u << 20))), maxn = _mm512_set1_epi32(0x7E),
+                  nan = _mm512_set1_epi32(0x7F), sub_top = _mm512_set1_epi32(0x3C800000),
                   magic_bits = _mm512_set1_epi32(0x46800000), inf = _mm512_set1_epi32(0x7F800000),
                   sign_bit = _mm512_set1_epi32(0x80);
     const __m512 magic = _mm512_set1_ps(16384.0f);
     __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(live, v));
     __m512i b =
         _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), vinv));
-    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), sign_bit);
     __m512i a = _mm512_and_si512(b, abs_mask);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(a, 20), one);
-    __m512i norm = _mm512_min_epu32(
-        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20),
-                         rebias),
-        maxn);
-    __m512i sub = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(
-                                       _mm512_castsi512_ps(_mm512_min_epu32(a, sub_top)), magic)),
-                                   magic_bits);
-    __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, sub_top), norm, sub);
-    code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, inf), code, nan);
+    /* normal lanes; in subnormal lanes (below 2^-7 the sum wraps) it is replaced below */
+    __m512i code = _mm512_min_epu32(
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, round), lsb), 20), maxn);
+    /* subnormal lanes: the magic add, unclamped (other lanes keep the normal code) */
+    code = _mm512_mask_sub_epi32(code, _mm512_cmplt_epu32_mask(a, sub_top),
+                                 _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), magic)),
+                                 magic_bits);
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(a, inf), nan);
+    __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), sign_bit);
     _mm512_mask_cvtepi32_storeu_epi8(out, live, _mm512_or_si512(code, sign));
 }
 
