@@ -94,6 +94,31 @@ RS_AVX512_TARGET static inline void convert16_avx512(uint8_t *out, const uint16_
     _mm512_mask_cvtepi32_storeu_epi8(out, live, _mm512_or_si512(code, sign));
 }
 
+/* Fold the amax keys of @p n elements of @p v from a block bound on into amax[j] for block
+ * j (of @p bc columns, a multiple of 32): amax_bits' signed-max formulation, 32 lanes, and
+ * one horizontal step per block (phminposuw finds the least of 8 lanes; x ^ 0x7FFF turns
+ * the signed maximum into an unsigned minimum). */
+RS_AVX512_TARGET static void amax_blocks_avx512(const uint16_t *restrict v, int64_t n, int64_t bc,
+                                                uint16_t *restrict amax)
+{
+    const __m512i abs_mask = _mm512_set1_epi16(0x7FFF), bias = _mm512_set1_epi16(0x80);
+    for (int64_t c = 0, j = 0; c < n; c += bc, j++) {
+        const int64_t end = c + bc < n ? c + bc : n;
+        __m512i m = bias;
+        for (int64_t i = c; i < end; i += 32) {
+            __mmask32 live =
+                end - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (end - i)) - 1u);
+            __m512i x = _mm512_maskz_loadu_epi16(live, v + i);
+            m = _mm512_max_epi16(m, _mm512_add_epi16(_mm512_and_si512(x, abs_mask), bias));
+        }
+        __m256i m8 = _mm256_max_epi16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+        __m128i m4 = _mm_max_epi16(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+        __m128i lo = _mm_minpos_epu16(_mm_xor_si128(m4, _mm_set1_epi16(0x7FFF)));
+        uint16_t key = (uint16_t)(((uint16_t)_mm_cvtsi128_si32(lo) ^ 0x7FFFu) - 0x80u);
+        amax[j] = key > amax[j] ? key : amax[j];
+    }
+}
+
 /* @p n elements of @p v from a block bound on, block j (of @p bc columns, a multiple of 16)
  * times inv[j]. */
 RS_AVX512_TARGET static void convert_blocks_avx512(uint8_t *restrict out,
@@ -209,8 +234,11 @@ static void quant_strip(const rs_quant_t *q, uint8_t *d8, const reshard_fragment
                 int64_t dp = pass ? pos_of(df, nd, idx) : 0;
                 uint8_t *out = d_dense ? d8 + dp : otmp;
 #ifdef RS_QUANT_AVX512
-                const bool done = pass == 1 && avx512_blocks; /* the segment in one call */
-                if (done)
+                /* the segment in one call */
+                const bool done = avx512_blocks && (pass == 1 || bc % 32 == 0);
+                if (done && pass == 0)
+                    amax_blocks_avx512(v, n, bc, amax + (a - c_lo) / bc);
+                else if (done)
                     convert_blocks_avx512(out, v, n, inv + (a - c_lo) / bc, bc);
 #else
                 const bool done = false;
