@@ -573,12 +573,67 @@ static void refused(void **state)
     cat_free(&c);
 }
 
+/* Two destination replicas of w on one rank (two buffers each for the data
+ * and the scales, as two vLLM DP replicas placed on rank 2), sender-side
+ * (mode 0) and with receiver-side block rows (mode 1): every buffer of both
+ * replicas gets its e4m3 bytes and scales. */
+static void replicas_one_rank(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    for (int mode = 0; mode < 2; mode++) {
+        side_t s, d;
+        fresh(&c, &s, &d);
+        int64_t cut = mode == 0 ? 256 : 200;
+        src_rows(&s, &c.w, 0, 0, cut, 0, 260);
+        src_rows(&s, &c.w, 1, cut, 300, 0, 260);
+        dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+        dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+        dst_rows(&d, &c.w, 3, 0, 1, 0, 128, 0, 260);
+        dst_rows(&d, &c.w, 3, 0, 1, 128, 300, 0, 260);
+        assert_int_equal(reshard_layout_buffer_count(d.l, 2), 4);
+        run(&c, s.l, d.l, false, NULL, NULL);
+        run(&c, s.l, d.l, true, NULL, NULL);
+        reshard_layout_destroy(s.l);
+        reshard_layout_destroy(d.l);
+    }
+    cat_free(&c);
+}
+
+/* A destination rank holding the rows of w in two buffers cut inside a
+ * block row ([0, 64) and [64, 300)) with one scale buffer for all blocks:
+ * the blocks of row 0 are sender-side (rank 0 holds w whole) and their
+ * scales are written once, not declared twice. */
+static void dest_cuts_sender_block(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    src_rows(&s, &c.w, 0, 0, 300, 0, 260);
+    int64_t o1[2] = {0, 0}, e1[2] = {64, 260}, o2[2] = {64, 0}, e2[2] = {236, 260};
+    int64_t so[2] = {0, 0}, se[2] = {3, 3};
+    add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, o1, e1);
+    add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, o2, e2);
+    add_dense(&d, c.w.sid, 2, RESHARD_FP32, 2, so, se);
+    dst_rows(&d, &c.w, 3, 0, 1, 0, 300, 0, 260);
+    run(&c, s.l, d.l, false, NULL, NULL);
+    run(&c, s.l, d.l, true, NULL, NULL);
+    reshard_layout_destroy(s.l);
+    reshard_layout_destroy(d.l);
+    cat_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_mode),
         cmocka_unit_test(wire_bytes),
         cmocka_unit_test(refused),
+        cmocka_unit_test(replicas_one_rank),
+        cmocka_unit_test(dest_cuts_sender_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
