@@ -626,6 +626,52 @@ static void dest_cuts_sender_block(void **state)
     cat_free(&c);
 }
 
+/* A dense fragment of box (off, ext) in a new undeclared buffer of @p rank. */
+static int32_t add_undeclared(side_t *s, int32_t t, int32_t rank, int nd, const int64_t *off,
+                              const int64_t *ext)
+{
+    int32_t b = s->next[rank]++;
+    reshard_fragment_t f = {.tensor = t, .rank = rank, .buffer = b};
+    f.box.ndim = nd;
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        f.box.offset[d] = off[d];
+        f.box.extent[d] = ext[d];
+        f.stride[d] = st;
+        st *= ext[d];
+    }
+    assert_int_equal(reshard_layout_add_fragment(s->l, &f), RESHARD_OK);
+    return b;
+}
+
+/* Undeclared buffers: a destination buffer of w (its layout holds w's
+ * scales) is sized as e4m3, 1 byte an element; a source buffer of w as
+ * bf16; and the refit into buffers of exactly those sizes is right. */
+static void undeclared_sizes(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    int64_t o[2] = {0, 0}, e[2] = {300, 260}, se[2] = {3, 3}, e1[2] = {128, 260}, o2[2] = {128, 0},
+            e2[2] = {172, 260};
+    int32_t sb = add_undeclared(&s, c.w.id, 0, 2, o, e);
+    int32_t db = add_undeclared(&d, c.w.id, 2, 2, o, e);
+    int32_t ds = add_undeclared(&d, c.w.sid, 2, 2, o, se);
+    add_undeclared(&d, c.w.id, 3, 2, o, e1);
+    add_undeclared(&d, c.w.id, 3, 2, o2, e2);
+    add_undeclared(&d, c.w.sid, 3, 2, o, se);
+    assert_int_equal(reshard_layout_buffer_bytes(s.l, 0, sb), 300 * 260 * 2);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, db), 300 * 260);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, ds), 9 * 4);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 3, 1), 172 * 260);
+    run(&c, s.l, d.l, false, NULL, NULL);
+    reshard_layout_destroy(s.l);
+    reshard_layout_destroy(d.l);
+    cat_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -634,6 +680,7 @@ int main(void)
         cmocka_unit_test(refused),
         cmocka_unit_test(replicas_one_rank),
         cmocka_unit_test(dest_cuts_sender_block),
+        cmocka_unit_test(undeclared_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
