@@ -701,6 +701,118 @@ void rs_qplan_keep_rank(rs_qplan_t *qp, int32_t rank)
     qp->npost = keep_rank(qp->post, qp->npost, rank);
 }
 
+/* Scratch position of a pre step: rank, then e4m3 or scale offset. */
+typedef struct {
+    int32_t rank;
+    int64_t base;
+    int64_t step;
+} spos_t;
+
+static int cmp_spos(const void *a, const void *b)
+{
+    const spos_t *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->base < y->base ? -1 : x->base > y->base;
+}
+
+/* The pre step whose scratch fragment is @p f (e4m3 data or scales), or -1. */
+static int64_t step_of(const rs_qplan_t *qp, const spos_t *pos[2], const reshard_fragment_t *f)
+{
+    int32_t id = qp->src_scratch[f->rank];
+    if (f->buffer != id && f->buffer != id + 1)
+        return -1;
+    spos_t key = {f->rank, f->base, 0};
+    const spos_t *h = bsearch(&key, pos[f->buffer - id], (size_t)qp->npre, sizeof key, cmp_spos);
+    return h ? h->step : -1;
+}
+
+reshard_status_t rs_qplan_pack_scratch(reshard_plan_t *plan)
+{
+    rs_qplan_t *qp = plan->quant;
+    reshard_layout_t *src = plan->own_src;
+    int64_t np = qp->npre;
+    spos_t *pos[2] = {malloc((size_t)(np + 1) * sizeof(spos_t)),
+                      malloc((size_t)(np + 1) * sizeof(spos_t))};
+    uint8_t *used = calloc((size_t)np + 1, 1);
+    int32_t *map = malloc((size_t)(src->n + 1) * sizeof *map);
+    if (!pos[0] || !pos[1] || !used || !map) {
+        free(pos[0]);
+        free(pos[1]);
+        free(used);
+        free(map);
+        return NOMEM();
+    }
+    for (int64_t i = 0; i < np; i++) {
+        pos[0][i] = (spos_t){qp->pre[i].rank, qp->pre[i].dst.base, i};
+        pos[1][i] = (spos_t){qp->pre[i].rank, qp->pre[i].scale.base, i};
+    }
+    qsort(pos[0], (size_t)np, sizeof(spos_t), cmp_spos);
+    qsort(pos[1], (size_t)np, sizeof(spos_t), cmp_spos);
+    const spos_t *cpos[2] = {pos[0], pos[1]};
+    /* a region is used when a piece sends (or copies) its e4m3 data or scales */
+    for (int64_t i = 0; i < plan->npieces; i++) {
+        const rs_piece_t *p = &plan->pieces[i];
+        int64_t k = p->stage == RS_STAGE_DIRECT ? step_of(qp, cpos, &src->f[p->from_frag]) : -1;
+        if (k >= 0)
+            used[k] = 1;
+    }
+    /* the used regions packed in step order (each rank's offsets ascend) */
+    for (int32_t r = 0; r < qp->world; r++)
+        qp->src_q_bytes[r] = qp->src_s_bytes[r] = 0;
+    int64_t *nq = malloc((size_t)(np + 1) * sizeof *nq),
+            *ns = malloc((size_t)(np + 1) * sizeof *ns);
+    reshard_status_t st = nq && ns ? RESHARD_OK : NOMEM();
+    for (int64_t i = 0; st == RESHARD_OK && i < np; i++) {
+        const rs_qstep_t *s = &qp->pre[i];
+        if (!used[i])
+            continue;
+        uint32_t z = rs_quant_scale_size(&s->q);
+        uint64_t *qb = &qp->src_q_bytes[s->rank], *sb = &qp->src_s_bytes[s->rank];
+        *sb = (*sb + z - 1) / z * z;
+        nq[i] = (int64_t)*qb;
+        ns[i] = (int64_t)(*sb / z);
+        *qb += (uint64_t)rs_box_numel(&s->box);
+        *sb += (uint64_t)rs_box_numel(&s->scale.box) * z;
+    }
+    /* the scratch fragments: used ones moved, the others dropped */
+    int64_t m = 0;
+    for (int64_t i = 0; st == RESHARD_OK && i < src->n; i++) {
+        reshard_fragment_t f = src->f[i];
+        int64_t k = step_of(qp, cpos, &f);
+        map[i] = -1;
+        if (k >= 0 && !used[k])
+            continue;
+        if (k >= 0)
+            f.base = f.buffer == qp->src_scratch[f.rank] ? nq[k] : ns[k];
+        map[i] = (int32_t)m;
+        src->f[m++] = f;
+    }
+    if (st == RESHARD_OK) {
+        src->n = m;
+        for (int64_t i = 0; i < plan->npieces; i++)
+            if (plan->pieces[i].stage == RS_STAGE_DIRECT)
+                plan->pieces[i].from_frag = map[plan->pieces[i].from_frag];
+        int64_t n = 0;
+        for (int64_t i = 0; i < np; i++) {
+            if (!used[i])
+                continue;
+            rs_qstep_t s = qp->pre[i];
+            s.dst.base = nq[i];
+            s.scale.base = ns[i];
+            qp->pre[n++] = s;
+        }
+        qp->npre = n;
+    }
+    free(nq);
+    free(ns);
+    free(pos[0]);
+    free(pos[1]);
+    free(used);
+    free(map);
+    return st;
+}
+
 void rs_qplan_free(rs_qplan_t *qp)
 {
     if (!qp)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "plan/plan_internal.h"
 #include "quant_ref.h"
 #include "reshard/reshard.h"
 
@@ -672,6 +673,49 @@ static void undeclared_sizes(void **state)
     cat_free(&c);
 }
 
+/* Source scratch holds only what the rank's plan quantizes: rank 0 holds a
+ * replica of w it never sends (rank 2 holds w itself and copies it
+ * locally) and experts.w13, which it sends to rank 3. Rank 0's scratch is
+ * e's e4m3 bytes and scales alone, in its own plan and in the shared one,
+ * and the refit (e's scratch moved to offset 0) is right. */
+static void scratch_what_is_sent(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    src_rows(&s, &c.w, 0, 0, 300, 0, 260);
+    src_rows(&s, &c.e, 0, 0, 256, 0, 192);
+    src_rows(&s, &c.w, 2, 0, 300, 0, 260);
+    dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+    dst_rows(&d, &c.e, 3, 0, 4, 0, 256, 0, 192);
+    uint64_t eq = 4 * 256 * 192, es = 4 * 2 * 2 * 4;
+    int32_t mes[3] = {RESHARD_ALL_RANKS, 0, 2};
+    for (int i = 0; i < 3; i++) {
+        int32_t me = mes[i];
+        reshard_plan_params_t p = {.world_size = WORLD, .my_rank = me};
+        reshard_plan_t *plan = NULL;
+        assert_int_equal(reshard_plan_create(s.l, d.l, &p, &plan), RESHARD_OK);
+        if (me != 2) {
+            assert_int_equal(reshard_plan_pair_bytes(plan, 0, 2), 0);
+            assert_int_equal(plan->quant->src_q_bytes[0], eq);
+            assert_int_equal(plan->quant->src_s_bytes[0], es);
+        }
+        if (me != 0) {
+            assert_int_equal(plan->quant->src_q_bytes[2], 300 * 260);
+            assert_int_equal(plan->quant->src_s_bytes[2], 9 * 4);
+        }
+        assert_int_equal(plan->quant->src_q_bytes[1], 0);
+        reshard_plan_destroy(plan);
+    }
+    run(&c, s.l, d.l, false, NULL, NULL);
+    run(&c, s.l, d.l, true, NULL, NULL);
+    reshard_layout_destroy(s.l);
+    reshard_layout_destroy(d.l);
+    cat_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -681,6 +725,7 @@ int main(void)
         cmocka_unit_test(replicas_one_rank),
         cmocka_unit_test(dest_cuts_sender_block),
         cmocka_unit_test(undeclared_sizes),
+        cmocka_unit_test(scratch_what_is_sent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
