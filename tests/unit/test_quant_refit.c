@@ -130,8 +130,10 @@ typedef struct {
     int32_t next[WORLD];
 } side_t;
 
+#define UNDECLARED ((reshard_dtype_t)-1)
+
 /* A dense [E?] x rows x cols fragment of box (e0:e1, r0:r1, c0:c1) in a new
- * declared buffer of @p rank; returns its id. */
+ * buffer of @p rank, declared as @p dt (unless UNDECLARED); returns its id. */
 static int32_t add_dense(side_t *s, int32_t t, int32_t rank, reshard_dtype_t dt, int nd,
                          const int64_t *off, const int64_t *ext)
 {
@@ -146,6 +148,8 @@ static int32_t add_dense(side_t *s, int32_t t, int32_t rank, reshard_dtype_t dt,
         st *= ext[d];
     }
     assert_int_equal(reshard_layout_add_fragment(s->l, &f), RESHARD_OK);
+    if (dt == UNDECLARED)
+        return b;
     char name[64];
     snprintf(name, sizeof name, "t%d.r%d.b%d", t, rank, b);
     assert_int_equal(reshard_layout_declare_buffer(s->l, rank, b, name, dt, nd, ext), RESHARD_OK);
@@ -574,6 +578,15 @@ static void refused(void **state)
     cat_free(&c);
 }
 
+/* Run with own-rank plans and with one shared plan, then free the layouts. */
+static void run_both(const cat_t *c, side_t *s, side_t *d)
+{
+    run(c, s->l, d->l, false, NULL, NULL);
+    run(c, s->l, d->l, true, NULL, NULL);
+    reshard_layout_destroy(s->l);
+    reshard_layout_destroy(d->l);
+}
+
 /* Two destination replicas of w on one rank (two buffers each for the data
  * and the scales, as two vLLM DP replicas placed on rank 2), sender-side
  * (mode 0) and with receiver-side block rows (mode 1): every buffer of both
@@ -594,10 +607,7 @@ static void replicas_one_rank(void **state)
         dst_rows(&d, &c.w, 3, 0, 1, 0, 128, 0, 260);
         dst_rows(&d, &c.w, 3, 0, 1, 128, 300, 0, 260);
         assert_int_equal(reshard_layout_buffer_count(d.l, 2), 4);
-        run(&c, s.l, d.l, false, NULL, NULL);
-        run(&c, s.l, d.l, true, NULL, NULL);
-        reshard_layout_destroy(s.l);
-        reshard_layout_destroy(d.l);
+        run_both(&c, &s, &d);
     }
     cat_free(&c);
 }
@@ -620,29 +630,8 @@ static void dest_cuts_sender_block(void **state)
     add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, o2, e2);
     add_dense(&d, c.w.sid, 2, RESHARD_FP32, 2, so, se);
     dst_rows(&d, &c.w, 3, 0, 1, 0, 300, 0, 260);
-    run(&c, s.l, d.l, false, NULL, NULL);
-    run(&c, s.l, d.l, true, NULL, NULL);
-    reshard_layout_destroy(s.l);
-    reshard_layout_destroy(d.l);
+    run_both(&c, &s, &d);
     cat_free(&c);
-}
-
-/* A dense fragment of box (off, ext) in a new undeclared buffer of @p rank. */
-static int32_t add_undeclared(side_t *s, int32_t t, int32_t rank, int nd, const int64_t *off,
-                              const int64_t *ext)
-{
-    int32_t b = s->next[rank]++;
-    reshard_fragment_t f = {.tensor = t, .rank = rank, .buffer = b};
-    f.box.ndim = nd;
-    int64_t st = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        f.box.offset[d] = off[d];
-        f.box.extent[d] = ext[d];
-        f.stride[d] = st;
-        st *= ext[d];
-    }
-    assert_int_equal(reshard_layout_add_fragment(s->l, &f), RESHARD_OK);
-    return b;
 }
 
 /* Undeclared buffers: a destination buffer of w (its layout holds w's
@@ -657,12 +646,12 @@ static void undeclared_sizes(void **state)
     fresh(&c, &s, &d);
     int64_t o[2] = {0, 0}, e[2] = {300, 260}, se[2] = {3, 3}, e1[2] = {128, 260}, o2[2] = {128, 0},
             e2[2] = {172, 260};
-    int32_t sb = add_undeclared(&s, c.w.id, 0, 2, o, e);
-    int32_t db = add_undeclared(&d, c.w.id, 2, 2, o, e);
-    int32_t ds = add_undeclared(&d, c.w.sid, 2, 2, o, se);
-    add_undeclared(&d, c.w.id, 3, 2, o, e1);
-    add_undeclared(&d, c.w.id, 3, 2, o2, e2);
-    add_undeclared(&d, c.w.sid, 3, 2, o, se);
+    int32_t sb = add_dense(&s, c.w.id, 0, UNDECLARED, 2, o, e);
+    int32_t db = add_dense(&d, c.w.id, 2, UNDECLARED, 2, o, e);
+    int32_t ds = add_dense(&d, c.w.sid, 2, UNDECLARED, 2, o, se);
+    add_dense(&d, c.w.id, 3, UNDECLARED, 2, o, e1);
+    add_dense(&d, c.w.id, 3, UNDECLARED, 2, o2, e2);
+    add_dense(&d, c.w.sid, 3, UNDECLARED, 2, o, se);
     assert_int_equal(reshard_layout_buffer_bytes(s.l, 0, sb), 300 * 260 * 2);
     assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, db), 300 * 260);
     assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, ds), 9 * 4);
@@ -709,10 +698,7 @@ static void scratch_what_is_sent(void **state)
         assert_int_equal(plan->quant->src_q_bytes[1], 0);
         reshard_plan_destroy(plan);
     }
-    run(&c, s.l, d.l, false, NULL, NULL);
-    run(&c, s.l, d.l, true, NULL, NULL);
-    reshard_layout_destroy(s.l);
-    reshard_layout_destroy(d.l);
+    run_both(&c, &s, &d);
     cat_free(&c);
 }
 
