@@ -778,10 +778,16 @@ static int run(const run_args_t *a, int rank, int size)
         return 2;
     }
     st = reshard_model_load(a->model, &mo, &model);
-    if (st == RESHARD_OK)
-        st = reshard_model_check(model, &ts, &is, size);
+    /* reshard_model_refit_create applies reshard_model_check's spec and layout
+     * rules while it builds the layouts (once); the world size is checked here */
     if (st == RESHARD_OK)
         st = reshard_model_refit_create(model, &ts, &is, &refit);
+    char world_err[160] = "";
+    if (st == RESHARD_OK && refit.train_world + refit.infer_world != size) {
+        snprintf(world_err, sizeof world_err, "world size %d != train world %d + infer world %d",
+                 size, refit.train_world, refit.infer_world);
+        st = RESHARD_ERR_CONFIG;
+    }
     r.refit = &refit;
     reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_STAGING_BYTES |
                                               RESHARD_PLAN_PARAM_TIMEOUT |
@@ -803,7 +809,7 @@ static int run(const run_args_t *a, int rank, int size)
     if (st != RESHARD_OK) {
         if (rank == 0 || st == RESHARD_ERR_NOMEM)
             fprintf(stderr, "reshard run: %s: %s\n", reshard_status_string(st),
-                    reshard_last_error());
+                    world_err[0] ? world_err : reshard_last_error());
         st = agree_setup(st);
         goto out;
     }

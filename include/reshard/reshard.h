@@ -183,7 +183,8 @@ uint64_t reshard_tensors_bytes(const reshard_tensors_t *tensors);
  * per_block_cast_to_fp8; the product's rule for non-finite values).
  * The quantized tensor keeps its source dtype (bf16) in the catalogue; its
  * destination fragments hold e4m3 bytes (positions count 1-byte elements) in
- * buffers declared RESHARD_FP8_E4M3; the source holds bf16 and never the
+ * buffers declared RESHARD_FP8_E4M3 (or undeclared: reshard_layout_buffer_bytes
+ * counts 1 byte an element there); the source holds bf16 and never the
  * scale tensor. The tensor is 2-d [rows, cols] or 3-d [experts, rows, cols];
  * its view may split the rows (not the cols, nor the expert dim).
  * reshard_plan_create decides per destination block where it is quantized:
@@ -321,7 +322,9 @@ reshard_status_t reshard_layout_fragment(const reshard_layout_t *layout, int64_t
  * Bytes buffer @p buffer of rank @p rank must have: its declared bytes when
  * it is declared (reshard_layout_declare_buffer below), else enough to hold
  * every fragment of this layout placed in it (one past the last element any
- * fragment touches). 0 when neither.
+ * fragment touches; an element of a quantized tensor counts 1 byte, e4m3,
+ * in a layout that holds fragments of its scale tensor, i.e. a destination
+ * layout, see reshard_tensors_set_quant). 0 when neither.
  */
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer);
 /** One more than the largest buffer id used by @p rank's fragments (0 if none). */

@@ -124,16 +124,37 @@ uint64_t rs_fragment_end_bytes(const reshard_layout_t *layout, const reshard_fra
     return (last + 1) * rs_frag_elem_size(layout, f);
 }
 
+/* Does @p layout hold tensor @p t quantized: @p t is marked quantized and
+ * the layout holds fragments of its scale tensor (only destinations do)? */
+static bool is_quant_dest(const reshard_layout_t *l, int32_t t)
+{
+    const rs_tensor_t *x = &l->tensors->t[t];
+    if (x->quant.kind == RESHARD_QUANT_NONE)
+        return false;
+    for (int64_t i = 0; i < l->n; i++)
+        if (l->f[i].tensor == x->quant.scale_tensor)
+            return true;
+    return false;
+}
+
 uint64_t reshard_layout_buffer_bytes(const reshard_layout_t *layout, int32_t rank, int32_t buffer)
 {
     const rs_decl_t *d = layout ? rs_decl_find(&layout->decls, rank, buffer) : NULL;
     if (d)
         return d->bytes;
     uint64_t bytes = 0;
+    int32_t last = -1;
+    bool e4m3 = false;
     for (int64_t i = 0; layout && i < layout->n; i++) {
         const reshard_fragment_t *f = &layout->f[i];
         if (f->rank == rank && f->buffer == buffer) {
             uint64_t e = rs_fragment_end_bytes(layout, f);
+            if (f->tensor != last) {
+                last = f->tensor;
+                e4m3 = is_quant_dest(layout, last);
+            }
+            if (e4m3) /* undeclared: rs_fragment_end_bytes counted source elements */
+                e /= reshard_dtype_size(layout->tensors->t[f->tensor].dtype);
             if (e > bytes)
                 bytes = e;
         }

@@ -286,8 +286,8 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
     return reshard_layout_add_fragment(e->layout, &s);
 bad:
     return rs_error(RESHARD_ERR_CONFIG,
-                    "fp8: %s on rank %d is not sharded at %lldx%lld block granularity: %s", tw.name,
-                    w->rank, (long long)B, (long long)BC, why);
+                    "%s: %s on rank %d is not sharded at %lldx%lld block granularity: %s",
+                    B == 1 ? "mxfp8" : "fp8", tw.name, w->rank, (long long)B, (long long)BC, why);
 }
 
 reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *off,

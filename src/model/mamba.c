@@ -110,7 +110,10 @@ reshard_status_t rs_hybrid_parse(json_t *root, const reshard_model_options_t *o,
                         "modelled; vLLM's NemotronH drops mtp.* weights from the main model");
     if (o->dtype != RESHARD_BF16 || o->infer_quant != RESHARD_QUANT_NONE)
         return rs_error(RESHARD_ERR_CONFIG, "nemotron_h: only the bf16 form is modelled, not %s",
-                        reshard_dtype_name(o->dtype));
+                        o->infer_quant == RESHARD_QUANT_MXFP8 ? "mxfp8 (1x32 blocks)"
+                        : o->infer_quant != RESHARD_QUANT_NONE
+                            ? "fp8 128x128 quantized inference weights"
+                            : reshard_dtype_name(o->dtype));
     /* attention_bias and mlp_bias are refused for every family (config.c) */
     TRY(refuse_true(root, "mamba_proj_bias", "in_proj/out_proj biases"));
     TRY(refuse_true(root, "use_bias", "in_proj/out_proj biases"));

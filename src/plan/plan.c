@@ -122,6 +122,7 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         rs_qplan_drop_inputs(plan->quant);
         if (plan->p.my_rank != RESHARD_ALL_RANKS)
             rs_qplan_keep_rank(plan->quant, plan->p.my_rank);
+        st = rs_qplan_pack_scratch(plan);
     }
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);

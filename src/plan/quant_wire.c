@@ -41,6 +41,69 @@ static int fpush(fvec_t *v, const reshard_fragment_t *f)
     return 0;
 }
 
+typedef struct {
+    reshard_box_t *b;
+    int64_t n, cap;
+} bvec_t;
+
+static int bpush(bvec_t *v, const reshard_box_t *b)
+{
+    if (rs_grow(&v->b, &v->cap, v->n, sizeof *v->b) != 0)
+        return -1;
+    v->b[v->n++] = *b;
+    return 0;
+}
+
+/* *@p out (emptied first) = box @p a minus the boxes @p sub[0, @p n), as
+ * disjoint boxes. */
+static int minus(bvec_t *out, const reshard_box_t *a, const reshard_box_t *sub, int64_t n)
+{
+    out->n = 0;
+    if (bpush(out, a) != 0)
+        return -1;
+    bvec_t next = {0};
+    for (int64_t k = 0; k < n && out->n; k++) {
+        next.n = 0;
+        for (int64_t i = 0; i < out->n; i++) {
+            reshard_box_t x, rest = out->b[i];
+            if (!rs_box_intersect(&rest, &sub[k], &x)) {
+                if (bpush(&next, &rest) != 0)
+                    goto nomem;
+                continue;
+            }
+            /* the slabs of rest outside x, dim by dim */
+            for (int d = 0; d < rest.ndim; d++) {
+                int64_t rhi = rest.offset[d] + rest.extent[d], xhi = x.offset[d] + x.extent[d];
+                reshard_box_t lo = rest, hi = rest;
+                lo.extent[d] = x.offset[d] - rest.offset[d];
+                hi.offset[d] = xhi;
+                hi.extent[d] = rhi - xhi;
+                if ((lo.extent[d] > 0 && bpush(&next, &lo) != 0) ||
+                    (hi.extent[d] > 0 && bpush(&next, &hi) != 0))
+                    goto nomem;
+                rest.offset[d] = x.offset[d];
+                rest.extent[d] = x.extent[d];
+            }
+        }
+        bvec_t t = *out;
+        *out = next;
+        next = t;
+    }
+    free(next.b);
+    return 0;
+nomem:
+    free(next.b);
+    return -1;
+}
+
+static int64_t bnumel(const bvec_t *v)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < v->n; i++)
+        n += rs_box_numel(&v->b[i]);
+    return n;
+}
+
 /* A quantized tensor: its ids, global shape and block extents per global dim. */
 typedef struct {
     int32_t t, s;       /* catalogue ids */
@@ -50,6 +113,7 @@ typedef struct {
     rs_quant_t q;
     uint32_t ssize;
     fvec_t dst_t, dst_s; /* destination fragments of T and S, global */
+    bvec_t *written;     /* per fragment of dst_s: the blocks given a writer so far */
     int64_t pre0, pre1;  /* its pre steps: [pre0, pre1) of qp->pre */
 } qt_t;
 
@@ -285,6 +349,24 @@ static bool sender_side(const qt_t *q, const rs_qplan_t *qp, const reshard_box_t
     return false;
 }
 
+/* A post step of @p q: quantize the landed bf16 @p bf over the blocks
+ * @p blocks into destination fragment @p g and scale fragment @p s. */
+static reshard_status_t post_step(rs_qplan_t *qp, const qt_t *q, const reshard_fragment_t *bf,
+                                  const reshard_fragment_t *g, const reshard_fragment_t *s,
+                                  const reshard_box_t *blocks)
+{
+    rs_qstep_t p = {.rank = g->rank,
+                    .tensor = q->t,
+                    .qtensor = q->wq,
+                    .stensor = q->ws,
+                    .q = q->q,
+                    .src = *bf,
+                    .dst = *g,
+                    .scale = *s,
+                    .box = elems_of(q, blocks)};
+    return push_step(&qp->post, &qp->npost, &qp->cpost, &p) != 0 ? NOMEM() : RESHARD_OK;
+}
+
 /* One cell (block box @p cell) of destination fragment @p g of T. */
 static reshard_status_t wire_cell(rs_qplan_t *qp, const reshard_tensors_t *T, qt_t *q,
                                   const reshard_fragment_t *g, const reshard_box_t *cell)
@@ -311,30 +393,50 @@ static reshard_status_t wire_cell(rs_qplan_t *qp, const reshard_tensors_t *T, qt
         qp->dst_bf_bytes[rank] += (uint64_t)rs_box_numel(&e) * 2;
         st = reshard_layout_add_fragment(qp->dst, &bf);
     }
+    /* The scale fragments of the rank over the cell (two or more where the
+     * rank holds replicas, e.g. DP replicas in one process): together they
+     * must cover the cell; each block of each of them is written once,
+     * whichever of the rank's fragments of T reaches it first. */
     int64_t covered = 0;
+    bvec_t seen = {0}, part = {0}, fresh = {0}, extra = {0};
     for (int64_t i = 0; st == RESHARD_OK && i < q->dst_s.n; i++) {
         const reshard_fragment_t *s = &q->dst_s.f[i];
         reshard_box_t x;
         if (s->rank != rank || !rs_box_intersect(&s->box, cell, &x))
             continue;
-        covered += rs_box_numel(&x);
-        if (snd) {
-            reshard_fragment_t d = sub(s, &x, q->ws);
-            st = reshard_layout_add_fragment(qp->dst, &d);
-            continue;
-        }
-        rs_qstep_t p = {.rank = rank,
-                        .tensor = q->t,
-                        .qtensor = q->wq,
-                        .stensor = q->ws,
-                        .q = q->q,
-                        .src = bf,
-                        .dst = *g,
-                        .scale = *s,
-                        .box = elems_of(q, &x)};
-        if (push_step(&qp->post, &qp->npost, &qp->cpost, &p) != 0)
+        bvec_t *w = &q->written[i];
+        if (minus(&part, &x, seen.b, seen.n) != 0 || minus(&fresh, &x, w->b, w->n) != 0 ||
+            bpush(&seen, &x) != 0) {
             st = NOMEM();
+            break;
+        }
+        covered += bnumel(&part);
+        if (snd) {
+            for (int64_t k = 0; st == RESHARD_OK && k < fresh.n; k++) {
+                reshard_fragment_t d = sub(s, &fresh.b[k], q->ws);
+                st = reshard_layout_add_fragment(qp->dst, &d);
+            }
+        } else {
+            /* the blocks of the cell first reached through s (this fragment of
+             * T and s get them), then those of s no step writes yet (this
+             * fragment of T gets the same bytes again there) */
+            for (int64_t k = 0; st == RESHARD_OK && k < part.n; k++)
+                st = post_step(qp, q, &bf, g, s, &part.b[k]);
+            for (int64_t k = 0; st == RESHARD_OK && k < fresh.n; k++) {
+                if (minus(&extra, &fresh.b[k], part.b, part.n) != 0)
+                    st = NOMEM();
+                for (int64_t m = 0; st == RESHARD_OK && m < extra.n; m++)
+                    st = post_step(qp, q, &bf, g, s, &extra.b[m]);
+            }
+        }
+        for (int64_t k = 0; st == RESHARD_OK && k < fresh.n; k++)
+            if (bpush(w, &fresh.b[k]) != 0)
+                st = NOMEM();
     }
+    free(seen.b);
+    free(part.b);
+    free(fresh.b);
+    free(extra.b);
     if (st == RESHARD_OK && covered != rs_box_numel(cell))
         return rs_error(RESHARD_ERR_UNCOVERED,
                         "tensor %s, rank %d, box %s: the scale tensor %s has no destination "
@@ -482,6 +584,9 @@ static reshard_status_t build(rs_qplan_t *qp, const reshard_layout_t *src,
             st = reshard_layout_add_fragment(qp->dst, f);
     }
     for (int32_t k = 0; st == RESHARD_OK && k < nq; k++)
+        if (!(qs[k].written = calloc((size_t)qs[k].dst_s.n + 1, sizeof *qs[k].written)))
+            st = NOMEM();
+    for (int32_t k = 0; st == RESHARD_OK && k < nq; k++)
         for (int64_t i = 0; st == RESHARD_OK && i < qs[k].dst_t.n; i++)
             st = wire_dest(qp, T, &qs[k], &qs[k].dst_t.f[i]);
     return st;
@@ -554,6 +659,9 @@ reshard_status_t rs_quant_wire(const reshard_layout_t *src, const reshard_layout
     }
     for (int32_t k = 0; qs && k < nq; k++) {
         free(qs[k].dst_t.f);
+        for (int64_t i = 0; qs[k].written && i < qs[k].dst_s.n; i++)
+            free(qs[k].written[i].b);
+        free(qs[k].written);
         free(qs[k].dst_s.f);
     }
     free(qs);
@@ -591,6 +699,118 @@ void rs_qplan_keep_rank(rs_qplan_t *qp, int32_t rank)
 {
     qp->npre = keep_rank(qp->pre, qp->npre, rank);
     qp->npost = keep_rank(qp->post, qp->npost, rank);
+}
+
+/* Scratch position of a pre step: rank, then e4m3 or scale offset. */
+typedef struct {
+    int32_t rank;
+    int64_t base;
+    int64_t step;
+} spos_t;
+
+static int cmp_spos(const void *a, const void *b)
+{
+    const spos_t *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    return x->base < y->base ? -1 : x->base > y->base;
+}
+
+/* The pre step whose scratch fragment is @p f (e4m3 data or scales), or -1. */
+static int64_t step_of(const rs_qplan_t *qp, const spos_t *pos[2], const reshard_fragment_t *f)
+{
+    int32_t id = qp->src_scratch[f->rank];
+    if (f->buffer != id && f->buffer != id + 1)
+        return -1;
+    spos_t key = {f->rank, f->base, 0};
+    const spos_t *h = bsearch(&key, pos[f->buffer - id], (size_t)qp->npre, sizeof key, cmp_spos);
+    return h ? h->step : -1;
+}
+
+reshard_status_t rs_qplan_pack_scratch(reshard_plan_t *plan)
+{
+    rs_qplan_t *qp = plan->quant;
+    reshard_layout_t *src = plan->own_src;
+    int64_t np = qp->npre;
+    spos_t *pos[2] = {malloc((size_t)(np + 1) * sizeof(spos_t)),
+                      malloc((size_t)(np + 1) * sizeof(spos_t))};
+    uint8_t *used = calloc((size_t)np + 1, 1);
+    int32_t *map = malloc((size_t)(src->n + 1) * sizeof *map);
+    if (!pos[0] || !pos[1] || !used || !map) {
+        free(pos[0]);
+        free(pos[1]);
+        free(used);
+        free(map);
+        return NOMEM();
+    }
+    for (int64_t i = 0; i < np; i++) {
+        pos[0][i] = (spos_t){qp->pre[i].rank, qp->pre[i].dst.base, i};
+        pos[1][i] = (spos_t){qp->pre[i].rank, qp->pre[i].scale.base, i};
+    }
+    qsort(pos[0], (size_t)np, sizeof(spos_t), cmp_spos);
+    qsort(pos[1], (size_t)np, sizeof(spos_t), cmp_spos);
+    const spos_t *cpos[2] = {pos[0], pos[1]};
+    /* a region is used when a piece sends (or copies) its e4m3 data or scales */
+    for (int64_t i = 0; i < plan->npieces; i++) {
+        const rs_piece_t *p = &plan->pieces[i];
+        int64_t k = p->stage == RS_STAGE_DIRECT ? step_of(qp, cpos, &src->f[p->from_frag]) : -1;
+        if (k >= 0)
+            used[k] = 1;
+    }
+    /* the used regions packed in step order (each rank's offsets ascend) */
+    for (int32_t r = 0; r < qp->world; r++)
+        qp->src_q_bytes[r] = qp->src_s_bytes[r] = 0;
+    int64_t *nq = malloc((size_t)(np + 1) * sizeof *nq),
+            *ns = malloc((size_t)(np + 1) * sizeof *ns);
+    reshard_status_t st = nq && ns ? RESHARD_OK : NOMEM();
+    for (int64_t i = 0; st == RESHARD_OK && i < np; i++) {
+        const rs_qstep_t *s = &qp->pre[i];
+        if (!used[i])
+            continue;
+        uint32_t z = rs_quant_scale_size(&s->q);
+        uint64_t *qb = &qp->src_q_bytes[s->rank], *sb = &qp->src_s_bytes[s->rank];
+        *sb = (*sb + z - 1) / z * z;
+        nq[i] = (int64_t)*qb;
+        ns[i] = (int64_t)(*sb / z);
+        *qb += (uint64_t)rs_box_numel(&s->box);
+        *sb += (uint64_t)rs_box_numel(&s->scale.box) * z;
+    }
+    /* the scratch fragments: used ones moved, the others dropped */
+    int64_t m = 0;
+    for (int64_t i = 0; st == RESHARD_OK && i < src->n; i++) {
+        reshard_fragment_t f = src->f[i];
+        int64_t k = step_of(qp, cpos, &f);
+        map[i] = -1;
+        if (k >= 0 && !used[k])
+            continue;
+        if (k >= 0)
+            f.base = f.buffer == qp->src_scratch[f.rank] ? nq[k] : ns[k];
+        map[i] = (int32_t)m;
+        src->f[m++] = f;
+    }
+    if (st == RESHARD_OK) {
+        src->n = m;
+        for (int64_t i = 0; i < plan->npieces; i++)
+            if (plan->pieces[i].stage == RS_STAGE_DIRECT)
+                plan->pieces[i].from_frag = map[plan->pieces[i].from_frag];
+        int64_t n = 0;
+        for (int64_t i = 0; i < np; i++) {
+            if (!used[i])
+                continue;
+            rs_qstep_t s = qp->pre[i];
+            s.dst.base = nq[i];
+            s.scale.base = ns[i];
+            qp->pre[n++] = s;
+        }
+        qp->npre = n;
+    }
+    free(nq);
+    free(ns);
+    free(pos[0]);
+    free(pos[1]);
+    free(used);
+    free(map);
+    return st;
 }
 
 void rs_qplan_free(rs_qplan_t *qp)

@@ -21,8 +21,13 @@ static bool same_piece(const reshard_plan_t *one, const rs_piece_t *a, const res
     rs_piece_t x = *a, y = *b;
     const reshard_layout_t *fa = a->stage == RS_STAGE_DIRECT ? one->src : one->dst;
     const reshard_layout_t *fb = b->stage == RS_STAGE_DIRECT ? all->src : all->dst;
-    if (a->stage != b->stage ||
-        memcmp(frag(fa, a->from_frag), frag(fb, b->from_frag), sizeof(reshard_fragment_t)) ||
+    reshard_fragment_t ff = *frag(fa, a->from_frag), gf = *frag(fb, b->from_frag);
+    if (a->stage == RS_STAGE_DIRECT && a->sender != one->p.my_rank && one->quant &&
+        (ff.buffer == one->quant->src_scratch[ff.rank] ||
+         ff.buffer == one->quant->src_scratch[ff.rank] + 1))
+        ff.base = gf.base; /* another rank's quantization scratch: packed by that rank's plan
+                              (rs_qplan_pack_scratch), read by its sender only */
+    if (a->stage != b->stage || memcmp(&ff, &gf, sizeof ff) ||
         memcmp(frag(one->dst, a->to_frag), frag(all->dst, b->to_frag), sizeof(reshard_fragment_t)))
         return false;
     x.from_frag = y.from_frag = x.to_frag = y.to_frag = 0;

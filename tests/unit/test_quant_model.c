@@ -280,6 +280,29 @@ static void refused_rules(void **state)
     assert_int_equal(st, RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "block granularity"));
     reshard_model_destroy(m);
+    /* MXFP8: 384 / 8 = 48-column down_proj shards cut 32-column blocks; the
+     * refusal names the form, tensor, rank and columns */
+    mo.infer_quant = RESHARD_QUANT_MXFP8;
+    assert_int_equal(reshard_model_load_json(MOE_JSON, &mo, &m), RESHARD_OK);
+    reshard_infer_spec_parse("tp=2,dp=4", &is);
+    st = reshard_model_refit_create(m, &ts, &is, &f);
+    if (!strstr(reshard_last_error(), "infer: mxfp8: "))
+        print_error("%s\n", reshard_last_error());
+    assert_int_equal(st, RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "infer: mxfp8: model.layers.0.mlp.experts."));
+    assert_non_null(strstr(reshard_last_error(), "1x32 block granularity: columns [0, 48) of 384"));
+    reshard_model_destroy(m);
+    /* nemotron_h is modelled in bf16 only: the refusal names the form asked */
+    reshard_model_options_t nq = {.dtype = RESHARD_BF16, .infer_quant = RESHARD_QUANT_MXFP8};
+    m = NULL;
+    assert_int_equal(reshard_model_load("nemotron-3-nano-30b-a3b", &nq, &m), RESHARD_ERR_CONFIG);
+    assert_null(m);
+    if (!strstr(reshard_last_error(), "not mxfp8"))
+        print_error("%s\n", reshard_last_error());
+    assert_non_null(strstr(reshard_last_error(), "only the bf16 form is modelled, not mxfp8"));
+    nq.infer_quant = RESHARD_QUANT_FP8_BLOCK;
+    assert_int_equal(reshard_model_load("nemotron-3-nano-30b-a3b", &nq, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "not fp8 128x128"));
 }
 
 int main(void)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "plan/plan_internal.h"
 #include "quant_ref.h"
 #include "reshard/reshard.h"
 
@@ -129,8 +130,10 @@ typedef struct {
     int32_t next[WORLD];
 } side_t;
 
+#define UNDECLARED ((reshard_dtype_t)-1)
+
 /* A dense [E?] x rows x cols fragment of box (e0:e1, r0:r1, c0:c1) in a new
- * declared buffer of @p rank; returns its id. */
+ * buffer of @p rank, declared as @p dt (unless UNDECLARED); returns its id. */
 static int32_t add_dense(side_t *s, int32_t t, int32_t rank, reshard_dtype_t dt, int nd,
                          const int64_t *off, const int64_t *ext)
 {
@@ -145,6 +148,8 @@ static int32_t add_dense(side_t *s, int32_t t, int32_t rank, reshard_dtype_t dt,
         st *= ext[d];
     }
     assert_int_equal(reshard_layout_add_fragment(s->l, &f), RESHARD_OK);
+    if (dt == UNDECLARED)
+        return b;
     char name[64];
     snprintf(name, sizeof name, "t%d.r%d.b%d", t, rank, b);
     assert_int_equal(reshard_layout_declare_buffer(s->l, rank, b, name, dt, nd, ext), RESHARD_OK);
@@ -573,12 +578,140 @@ static void refused(void **state)
     cat_free(&c);
 }
 
+/* Run with own-rank plans and with one shared plan, then free the layouts. */
+static void run_both(const cat_t *c, side_t *s, side_t *d)
+{
+    run(c, s->l, d->l, false, NULL, NULL);
+    run(c, s->l, d->l, true, NULL, NULL);
+    reshard_layout_destroy(s->l);
+    reshard_layout_destroy(d->l);
+}
+
+/* Two destination replicas of w on one rank (two buffers each for the data
+ * and the scales, as two vLLM DP replicas placed on rank 2), sender-side
+ * (mode 0) and with receiver-side block rows (mode 1): every buffer of both
+ * replicas gets its e4m3 bytes and scales. */
+static void replicas_one_rank(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    for (int mode = 0; mode < 2; mode++) {
+        side_t s, d;
+        fresh(&c, &s, &d);
+        int64_t cut = mode == 0 ? 256 : 200;
+        src_rows(&s, &c.w, 0, 0, cut, 0, 260);
+        src_rows(&s, &c.w, 1, cut, 300, 0, 260);
+        dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+        dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+        dst_rows(&d, &c.w, 3, 0, 1, 0, 128, 0, 260);
+        dst_rows(&d, &c.w, 3, 0, 1, 128, 300, 0, 260);
+        assert_int_equal(reshard_layout_buffer_count(d.l, 2), 4);
+        run_both(&c, &s, &d);
+    }
+    cat_free(&c);
+}
+
+/* A destination rank holding the rows of w in two buffers cut inside a
+ * block row ([0, 64) and [64, 300)) with one scale buffer for all blocks:
+ * the blocks of row 0 are sender-side (rank 0 holds w whole) and their
+ * scales are written once, not declared twice. */
+static void dest_cuts_sender_block(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    src_rows(&s, &c.w, 0, 0, 300, 0, 260);
+    int64_t o1[2] = {0, 0}, e1[2] = {64, 260}, o2[2] = {64, 0}, e2[2] = {236, 260};
+    int64_t so[2] = {0, 0}, se[2] = {3, 3};
+    add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, o1, e1);
+    add_dense(&d, c.w.id, 2, RESHARD_FP8_E4M3, 2, o2, e2);
+    add_dense(&d, c.w.sid, 2, RESHARD_FP32, 2, so, se);
+    dst_rows(&d, &c.w, 3, 0, 1, 0, 300, 0, 260);
+    run_both(&c, &s, &d);
+    cat_free(&c);
+}
+
+/* Undeclared buffers: a destination buffer of w (its layout holds w's
+ * scales) is sized as e4m3, 1 byte an element; a source buffer of w as
+ * bf16; and the refit into buffers of exactly those sizes is right. */
+static void undeclared_sizes(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    int64_t o[2] = {0, 0}, e[2] = {300, 260}, se[2] = {3, 3}, e1[2] = {128, 260}, o2[2] = {128, 0},
+            e2[2] = {172, 260};
+    int32_t sb = add_dense(&s, c.w.id, 0, UNDECLARED, 2, o, e);
+    int32_t db = add_dense(&d, c.w.id, 2, UNDECLARED, 2, o, e);
+    int32_t ds = add_dense(&d, c.w.sid, 2, UNDECLARED, 2, o, se);
+    add_dense(&d, c.w.id, 3, UNDECLARED, 2, o, e1);
+    add_dense(&d, c.w.id, 3, UNDECLARED, 2, o2, e2);
+    add_dense(&d, c.w.sid, 3, UNDECLARED, 2, o, se);
+    assert_int_equal(reshard_layout_buffer_bytes(s.l, 0, sb), 300 * 260 * 2);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, db), 300 * 260);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 2, ds), 9 * 4);
+    assert_int_equal(reshard_layout_buffer_bytes(d.l, 3, 1), 172 * 260);
+    run(&c, s.l, d.l, false, NULL, NULL);
+    reshard_layout_destroy(s.l);
+    reshard_layout_destroy(d.l);
+    cat_free(&c);
+}
+
+/* Source scratch holds only what the rank's plan quantizes: rank 0 holds a
+ * replica of w it never sends (rank 2 holds w itself and copies it
+ * locally) and experts.w13, which it sends to rank 3. Rank 0's scratch is
+ * e's e4m3 bytes and scales alone, in its own plan and in the shared one,
+ * and the refit (e's scratch moved to offset 0) is right. */
+static void scratch_what_is_sent(void **state)
+{
+    (void)state;
+    cat_t c;
+    cat_init(&c);
+    side_t s, d;
+    fresh(&c, &s, &d);
+    src_rows(&s, &c.w, 0, 0, 300, 0, 260);
+    src_rows(&s, &c.e, 0, 0, 256, 0, 192);
+    src_rows(&s, &c.w, 2, 0, 300, 0, 260);
+    dst_rows(&d, &c.w, 2, 0, 1, 0, 300, 0, 260);
+    dst_rows(&d, &c.e, 3, 0, 4, 0, 256, 0, 192);
+    uint64_t eq = 4 * 256 * 192, es = 4 * 2 * 2 * 4;
+    int32_t mes[3] = {RESHARD_ALL_RANKS, 0, 2};
+    for (int i = 0; i < 3; i++) {
+        int32_t me = mes[i];
+        reshard_plan_params_t p = {.world_size = WORLD, .my_rank = me};
+        reshard_plan_t *plan = NULL;
+        assert_int_equal(reshard_plan_create(s.l, d.l, &p, &plan), RESHARD_OK);
+        if (me != 2) {
+            assert_int_equal(reshard_plan_pair_bytes(plan, 0, 2), 0);
+            assert_int_equal(plan->quant->src_q_bytes[0], eq);
+            assert_int_equal(plan->quant->src_s_bytes[0], es);
+        }
+        if (me != 0) {
+            assert_int_equal(plan->quant->src_q_bytes[2], 300 * 260);
+            assert_int_equal(plan->quant->src_s_bytes[2], 9 * 4);
+        }
+        assert_int_equal(plan->quant->src_q_bytes[1], 0);
+        reshard_plan_destroy(plan);
+    }
+    run_both(&c, &s, &d);
+    cat_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_mode),
         cmocka_unit_test(wire_bytes),
         cmocka_unit_test(refused),
+        cmocka_unit_test(replicas_one_rank),
+        cmocka_unit_test(dest_cuts_sender_block),
+        cmocka_unit_test(undeclared_sizes),
+        cmocka_unit_test(scratch_what_is_sent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
