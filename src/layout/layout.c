@@ -86,6 +86,7 @@ reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout, const res
         dst->box.extent[d] = 0;
         dst->stride[d] = 0;
     }
+    rs_layout_facts_add(layout);
     return RESHARD_OK;
 }
 

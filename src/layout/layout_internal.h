@@ -55,12 +55,63 @@ typedef struct {
     int64_t byname_cap;
 } rs_decls_t;
 
+/** What planning asks of every fragment of a layout, kept as fragments are
+ *  added (layout/facts.c). */
+typedef struct {
+    int64_t n;        /**< fragments covered: valid while n == the layout's n; -1: no longer kept */
+    uint64_t hash;    /**< rs_fragment_hash of each, chained with rs_hash_mix in order */
+    int32_t max_rank; /**< greatest rank of a fragment (-1: none) */
+    int64_t strided;  /**< fragments whose strides do not show distinct elements at
+                           distinct positions (rs_strides_injective false) */
+} rs_layout_facts_t;
+
 struct reshard_layout {
     const reshard_tensors_t *tensors;
     reshard_fragment_t *f;
     int64_t n, cap;
     rs_decls_t decls;
+    rs_layout_facts_t facts; /**< of f[0..facts.n), while only appended to */
 };
+
+/** Fold word @p w into @p h: a bijection of h for each w, so a change in
+ *  one word of a record always changes the record's fold. */
+static inline uint64_t rs_hash_fold(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+/** Mix word @p w into the running hash @p h (splitmix64 finaliser). */
+static inline uint64_t rs_hash_mix(uint64_t h, uint64_t w)
+{
+    uint64_t x = h ^ (w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/** Start of the chain of fragment hashes (rs_layout_facts_t.hash). */
+#define RS_FRAGMENTS_SEED 0x467261676d656e74ULL
+
+/** Hash of one fragment record: tensor, rank, buffer, ndim, base, and each
+ *  dim's offset, extent and stride. */
+uint64_t rs_fragment_hash(const reshard_fragment_t *f);
+
+/** Sufficient condition for distinct elements of @p f's box to have
+ *  distinct positions: with dims sorted by stride, each stride exceeds the
+ *  span of the dims before it. */
+bool rs_strides_injective(const reshard_fragment_t *f);
+
+/** Fold the fragment just appended (l->f[l->n - 1]) into l->facts, or mark
+ *  the facts no longer kept when the fragments changed otherwise. */
+void rs_layout_facts_add(reshard_layout_t *l);
+
+/** The facts of every fragment of @p l: the kept ones when they cover it,
+ *  else computed by one pass (a layout whose fragments were written
+ *  directly, as a plan's own copies are). */
+void rs_layout_facts_of(const reshard_layout_t *l, rs_layout_facts_t *out);
 
 /** The declared buffer (rank, buffer), or NULL (a binary search). */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);

@@ -11,7 +11,8 @@ void rs_scope_free(rs_scope_t *s)
 {
     free(s->in);
     free(s->sole);
-    s->in = s->sole = NULL;
+    free(s->any);
+    s->in = s->sole = s->any = NULL;
 }
 
 /* Fragment indices of @p l whose tensor has held[tensor] set, grouped by
@@ -183,14 +184,15 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
     s->rank = rank;
     s->ndomains = rs_domain_count(p);
     s->ntensors = dst->tensors->n;
-    s->in = s->sole = NULL;
+    s->in = s->sole = s->any = NULL;
     if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
     size_t nt = (size_t)(s->ntensors ? s->ntensors : 1);
     s->in = calloc((size_t)s->ndomains * nt, 1);
     s->sole = calloc(nt, 1);
+    s->any = calloc(nt, 1);
     uint8_t *held = calloc(nt, 1);
-    if (!s->in || !s->sole || !held) {
+    if (!s->in || !s->sole || !s->any || !held) {
         free(held);
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     }
@@ -202,8 +204,16 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
         for (int32_t t = 0; t < s->ntensors; t++)
             s->in[(int64_t)d * s->ntensors + t] = held[t] ? RS_SCOPE_ALL : RS_SCOPE_OUT;
     reshard_status_t st = sends_only(p, src, dst, held, s);
-    free(held);
     /* its own domain: everything it may receive, forward or relay */
-    memset(s->in + (int64_t)rs_domain_of(p, rank) * s->ntensors, RS_SCOPE_ALL, (size_t)s->ntensors);
+    int32_t mine = rs_domain_of(p, rank);
+    memset(s->in + (int64_t)mine * s->ntensors, RS_SCOPE_ALL, (size_t)s->ntensors);
+    /* the tensors with a computed group that has a destination fragment:
+     * those it holds (every domain's groups of them are computed) and those
+     * its own domain needs */
+    memcpy(s->any, held, nt);
+    for (int64_t i = 0; i < dst->n; i++)
+        if (rs_domain_of(p, dst->f[i].rank) == mine)
+            s->any[dst->f[i].tensor] = 1;
+    free(held);
     return st;
 }
