@@ -1,7 +1,8 @@
 /* Facts about a layout's fragments, kept as they are added, so that
  * planning does not pass over a million fragments again to learn them: the
  * greatest rank, whether any fragment's strides may fold two elements onto
- * one position, and a hash of every fragment record in order. */
+ * one position, whether each lies in its declared buffer, and a hash of
+ * every fragment record in order. */
 #include <string.h>
 
 #include "layout/layout_internal.h"
@@ -43,8 +44,16 @@ bool rs_strides_injective(const reshard_fragment_t *f)
     return true;
 }
 
-static void facts_fold(rs_layout_facts_t *k, const reshard_fragment_t *f)
+bool rs_fragment_fits(const reshard_layout_t *l, const reshard_fragment_t *f, const rs_decl_t *b)
 {
+    return l->tensors->t[f->tensor].dtype == b->dtype && rs_fragment_end_bytes(l, f) <= b->bytes;
+}
+
+static void facts_fold(const reshard_layout_t *l, rs_layout_facts_t *k, const reshard_fragment_t *f)
+{
+    const rs_decl_t *b =
+        l->decls.n ? rs_decl_find_near(&l->decls, f->rank, f->buffer, &k->decl_pos) : NULL;
+    k->unfit += !b || !rs_fragment_fits(l, f, b);
     k->hash = rs_hash_mix(k->hash, rs_fragment_hash(f));
     if (f->rank > k->max_rank)
         k->max_rank = f->rank;
@@ -58,10 +67,10 @@ void rs_layout_facts_add(reshard_layout_t *l)
     if (k->n == 0 && l->n == 1) {
         k->hash = RS_FRAGMENTS_SEED;
         k->max_rank = -1;
-        k->strided = 0;
+        k->strided = k->unfit = k->decl_pos = 0;
     }
     if (k->n == l->n - 1)
-        facts_fold(k, &l->f[l->n - 1]);
+        facts_fold(l, k, &l->f[l->n - 1]);
     else
         k->n = -1; /* the fragments changed another way: never valid again */
 }
@@ -72,8 +81,8 @@ void rs_layout_facts_of(const reshard_layout_t *l, rs_layout_facts_t *out)
         *out = l->facts;
         return;
     }
-    rs_layout_facts_t k = {0, RS_FRAGMENTS_SEED, -1, 0};
+    rs_layout_facts_t k = {0, RS_FRAGMENTS_SEED, -1, 0, 0, 0};
     for (int64_t i = 0; i < l->n; i++)
-        facts_fold(&k, &l->f[i]);
+        facts_fold(l, &k, &l->f[i]);
     *out = k;
 }

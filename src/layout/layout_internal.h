@@ -63,6 +63,11 @@ typedef struct {
     int32_t max_rank; /**< greatest rank of a fragment (-1: none) */
     int64_t strided;  /**< fragments whose strides do not show distinct elements at
                            distinct positions (rs_strides_injective false) */
+    int64_t unfit;    /**< fragments not shown, when added, to lie in a declared buffer of
+                           their dtype (rs_fragment_fits; none declared yet, or not fitting):
+                           0 means every fragment fits its declaration, as declarations are
+                           never changed */
+    int64_t decl_pos; /**< where the last declaration was found (rs_decl_find_near) */
 } rs_layout_facts_t;
 
 struct reshard_layout {
@@ -103,6 +108,10 @@ uint64_t rs_fragment_hash(const reshard_fragment_t *f);
  *  distinct positions: with dims sorted by stride, each stride exceeds the
  *  span of the dims before it. */
 bool rs_strides_injective(const reshard_fragment_t *f);
+
+/** True when fragment @p f lies inside the bytes of its declared buffer
+ *  @p b and has its dtype. */
+bool rs_fragment_fits(const reshard_layout_t *l, const reshard_fragment_t *f, const rs_decl_t *b);
 
 /** Fold the fragment just appended (l->f[l->n - 1]) into l->facts, or mark
  *  the facts no longer kept when the fragments changed otherwise. */

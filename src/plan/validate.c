@@ -53,13 +53,14 @@ reshard_status_t rs_check_ranks(const reshard_layout_t *l, int32_t world, const 
 }
 
 /* Every fragment in a declared buffer lies inside its bytes and has its dtype. */
-static reshard_status_t check_declared(const reshard_layout_t *l, const char *side)
+static reshard_status_t check_declared(const reshard_layout_t *l, const rs_layout_facts_t *facts,
+                                       const char *side)
 {
     int64_t pos = 0;
-    for (int64_t i = 0; l->decls.n > 0 && i < l->n; i++) {
+    for (int64_t i = 0; facts->unfit > 0 && l->decls.n > 0 && i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
         const rs_decl_t *b = rs_decl_find_near(&l->decls, f->rank, f->buffer, &pos);
-        if (!b)
+        if (!b || rs_fragment_fits(l, f, b))
             continue;
         const rs_tensor_t *t = &l->tensors->t[f->tensor];
         char bs[256];
@@ -255,9 +256,9 @@ reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t
     if (st == RESHARD_OK)
         st = rs_check_ranks(dst, world, "destination");
     if (st == RESHARD_OK)
-        st = check_declared(src, "source");
+        st = check_declared(src, &fs, "source");
     if (st == RESHARD_OK)
-        st = check_declared(dst, "destination");
+        st = check_declared(dst, &fd, "destination");
     if (st == RESHARD_OK)
         st = check_self_overlap(src, &fs, "source");
     if (st == RESHARD_OK)
