@@ -147,6 +147,13 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
     rs_error_clear();
     if (!layout || !name || !shape)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_declare_buffer: NULL argument");
+    return rs_layout_declare(layout, rank, buffer, name, rs_str_hash(name), dtype, ndim, shape);
+}
+
+reshard_status_t rs_layout_declare(reshard_layout_t *layout, int32_t rank, int32_t buffer,
+                                   const char *name, uint64_t hash, reshard_dtype_t dtype, int ndim,
+                                   const int64_t *shape)
+{
     const char *nm = name[0] ? name : "(empty)";
     if (!name[0] || rank < 0 || buffer < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -172,7 +179,7 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
     }
     rs_decls_t *d = &layout->decls;
     int64_t id;
-    const char *copy = rs_strpool_add(&d->names, name, rs_str_hash(name), &id);
+    const char *copy = rs_strpool_add(&d->names, name, hash, &id);
     if (!copy || reserve(d) != 0) {
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);

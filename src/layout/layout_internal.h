@@ -122,6 +122,13 @@ void rs_layout_facts_add(reshard_layout_t *l);
  *  directly, as a plan's own copies are). */
 void rs_layout_facts_of(const reshard_layout_t *l, rs_layout_facts_t *out);
 
+/** reshard_layout_declare_buffer with the name's hash @p hash
+ *  (rs_str_hash) already known: a model layout's caller pools the name too.
+ *  @p layout, @p name and @p shape are not NULL. */
+reshard_status_t rs_layout_declare(reshard_layout_t *layout, int32_t rank, int32_t buffer,
+                                   const char *name, uint64_t hash, reshard_dtype_t dtype, int ndim,
+                                   const int64_t *shape);
+
 /** The declared buffer (rank, buffer), or NULL (a binary search). */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);
 /** As rs_decl_find, looking first at position *@p pos of d->order and the

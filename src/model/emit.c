@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/layout_internal.h"
 #include "model/model_internal.h"
 #include "util/error.h"
 
@@ -110,7 +111,9 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
 {
     char full[320];
     rs_nm(full, sizeof full, name, suffix);
-    TRY(reshard_layout_declare_buffer(e->layout, e->rank, id, full, dtype, ndim, shape));
+    uint64_t h = rs_str_hash(full); /* the layout and the buffer table pool the name alike */
+    rs_error_clear();
+    TRY(rs_layout_declare(e->layout, e->rank, id, full, h, dtype, ndim, shape));
     reshard_model_buffers_t *b = e->bufs;
     if (!b)
         return RESHARD_OK;
@@ -122,7 +125,7 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
         b->e = ne;
         b->cap = cap;
     }
-    const char *nm = rs_strpool_add(&b->names, full, rs_str_hash(full), NULL);
+    const char *nm = rs_strpool_add(&b->names, full, h, NULL);
     if (!nm)
         return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
     /* the bytes it was just declared with (the declaration checked the shape) */
