@@ -30,7 +30,7 @@ static int64_t name_find(const rs_decls_t *d, int64_t id, int32_t rank, int64_t 
         return -1;
     }
     const rs_name_decls_t *l = &d->byname[id];
-    int64_t k = l->n > 0 && d->e[l->i[l->n - 1]].rank < rank ? l->n : name_rank_bound(d, l, rank);
+    int64_t k = l->n > 0 && l->last_rank < rank ? l->n : name_rank_bound(d, l, rank);
     *pos = k;
     return k < l->n && d->e[l->i[k]].rank == rank ? l->i[k] : -1;
 }
@@ -135,7 +135,8 @@ static int name_insert(rs_decls_t *d, int64_t id, int64_t pos, int64_t i)
     }
     memmove(l->i + pos + 1, l->i + pos, (size_t)(l->n - pos) * sizeof *l->i);
     l->i[pos] = i;
-    l->n++;
+    if (pos == l->n++)
+        l->last_rank = d->e[i].rank;
     return 0;
 }
 

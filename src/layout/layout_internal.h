@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     int64_t *i;
     int64_t n, cap;
+    int32_t last_rank; /**< rank of entry i[n - 1] (n > 0): declarations come rank by rank */
 } rs_name_decls_t;
 
 /** The declared buffers of a layout: entries in order of declaration, an
