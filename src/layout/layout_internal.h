@@ -71,13 +71,38 @@ typedef struct {
     int64_t decl_pos; /**< where the last declaration was found (rs_decl_find_near) */
 } rs_layout_facts_t;
 
+/** A layout's fragments by tensor, kept as fragments are added
+ *  (layout/by_tensor.c): per tensor its first and last fragment and its
+ *  count, per fragment the next of its tensor (-1: none). */
+typedef struct {
+    int64_t n; /**< fragments covered: kept while n == the layout's n; -1: no longer kept */
+    int64_t *next;
+    int64_t ncap;
+    int64_t *head, *tail, *count;
+    int64_t tcap; /**< entries of head, tail and count */
+} rs_tensor_lists_t;
+
 struct reshard_layout {
     const reshard_tensors_t *tensors;
     reshard_fragment_t *f;
     int64_t n, cap;
     rs_decls_t decls;
     rs_layout_facts_t facts; /**< of f[0..facts.n), while only appended to */
+    rs_tensor_lists_t lists; /**< of f[0..lists.n), while only appended to */
 };
+
+/** Link the fragment just appended (l->f[l->n - 1]) into l->lists, or stop
+ *  keeping them (fragments changed otherwise, or out of memory). */
+void rs_tensor_lists_add(reshard_layout_t *l);
+void rs_tensor_lists_free(rs_tensor_lists_t *k);
+
+/** Indices of @p l's fragments of the tensors t with @p want[t] (NULL:
+ *  every tensor), grouped by tensor, in layout order within each: CSR,
+ *  tensor t's at idx[start[t]..start[t+1]) (*@p start_out, catalogue size
+ *  + 1 entries). From the kept lists, touching only the wanted tensors'
+ *  fragments; else by two passes over the fragments. NULL when out of
+ *  memory; the caller frees both arrays. */
+int64_t *rs_layout_by_tensor(const reshard_layout_t *l, const uint8_t *want, int64_t **start_out);
 
 /** Fold word @p w into @p h: a bijection of h for each w, so a change in
  *  one word of a record always changes the record's fold. */

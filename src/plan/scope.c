@@ -15,31 +15,6 @@ void rs_scope_free(rs_scope_t *s)
     s->in = s->sole = s->any = NULL;
 }
 
-/* Fragment indices of @p l whose tensor has held[tensor] set, grouped by
- * tensor (CSR over every tensor: start[t]..start[t+1]), in layout order. */
-static int64_t *held_by_tensor(const reshard_layout_t *l, const uint8_t *held, int32_t nt,
-                               int64_t **start_out)
-{
-    int64_t *start = calloc((size_t)nt + 2, sizeof *start);
-    if (!start)
-        return NULL;
-    for (int64_t i = 0; i < l->n; i++)
-        if (held[l->f[i].tensor])
-            start[l->f[i].tensor + 2]++;
-    for (int32_t t = 0; t < nt; t++)
-        start[t + 2] += start[t + 1];
-    int64_t *idx = malloc((size_t)(start[nt + 1] ? start[nt + 1] : 1) * sizeof *idx);
-    if (!idx) {
-        free(start);
-        return NULL;
-    }
-    for (int64_t i = 0; i < l->n; i++)
-        if (held[l->f[i].tensor])
-            idx[start[l->f[i].tensor + 1]++] = i;
-    *start_out = start; /* start[t]..start[t+1] now, after the fill */
-    return idx;
-}
-
 /* True when no other source fragment of the tensor (sf[0..n)) shares an
  * element with one of @p rank's. */
 static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t n, int32_t rank)
@@ -127,8 +102,8 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
                                    const reshard_layout_t *dst, const uint8_t *held, rs_scope_t *s)
 {
     int32_t rank = p->my_rank, nt = s->ntensors, mine = rs_domain_of(p, rank);
-    int64_t *ss = NULL, *ds = NULL, *si = held_by_tensor(src, held, nt, &ss);
-    int64_t *di = si ? held_by_tensor(dst, held, nt, &ds) : NULL;
+    int64_t *ss = NULL, *ds = NULL, *si = rs_layout_by_tensor(src, held, &ss);
+    int64_t *di = si ? rs_layout_by_tensor(dst, held, &ds) : NULL;
     uint8_t *holds = calloc((size_t)s->ndomains, 1);
     int32_t *seen = calloc((size_t)s->ndomains, sizeof *seen);
     int32_t dmax = p->domain_size > 1 ? p->domain_size : 1;
