@@ -10,7 +10,7 @@
  *
  * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
  *                         [--rank R] [--no-global | --global-max N] [--check K]
- *                         [--mem-cap-mb M]
+ *                         [--mem-cap-mb M] [--repeat K]
  *                         [--layers K]
  *                         [--stages first=F,last=L | --stages none]
  *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
@@ -21,6 +21,8 @@
  *               every piece of every rank: memory grows with the square)
  *   --mem-cap-mb M  address-space cap of each measurement (default 8192; 0:
  *               none): a plan over it fails, and its row says so
+ *   --repeat K  own plans: K runs each (default 3), the row shows the run
+ *               of median total CPU (the growth ratio compares two of them)
  *   --check K   also check, in each global child, that K sampled ranks' own
  *               plans equal their part of the global plan (plan_check.c)
  *   --hash      print a digest of the global plan (not with --no-global)
@@ -38,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_median.h"
 #include "plan/plan_internal.h"
 #include "plan_check.h"
 #include "reshard/reshard.h"
@@ -315,6 +318,28 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
     return 0;
 }
 
+/* measure() @p reps times; the run of median total CPU goes to @p r (the
+ * first failure, if any, instead). */
+static int measure_median(const char *self, const config_t *c, int32_t rank, int check, int reps,
+                          result_t *r)
+{
+    result_t runs[MAX_REPS];
+    double t[MAX_REPS];
+    for (int k = 0; k < reps; k++) {
+        memset(&runs[k], 0, sizeof runs[k]);
+        if (measure(self, c, rank, check, &runs[k]) != 0) {
+            *r = runs[k];
+            return -1;
+        }
+        t[k] = runs[k].layout_cpu + runs[k].plan_cpu;
+    }
+    double m = median(t, reps);
+    for (int k = 0; k < reps; k++)
+        if (runs[k].layout_cpu + runs[k].plan_cpu == m)
+            *r = runs[k];
+    return 0;
+}
+
 static int parse_list(const char *s, int32_t *out, int max)
 {
     int n = 0;
@@ -362,7 +387,7 @@ int main(int argc, char **argv)
     }
     config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
     int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0,
-            global_max = INT32_MAX;
+            global_max = INT32_MAX, repeat = 3;
     int32_t ranks[64] = {5, -1}, nranks = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -386,6 +411,8 @@ int main(int argc, char **argv)
             c.layers = atoi(argv[++i]);
         else if (!strcmp(a, "--global-max") && v)
             global_max = atoi(argv[++i]);
+        else if (!strcmp(a, "--repeat") && v)
+            repeat = atoi(argv[++i]);
         else if (!strcmp(a, "--mem-cap-mb") && v)
             mem_cap_mb = atol(argv[++i]);
         else if (!strcmp(a, "--no-global"))
@@ -396,6 +423,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: see the comment at the top of bench/bench_plan_scale.c\n");
             return 2;
         }
+    }
+    if (repeat < 1 || repeat > MAX_REPS) {
+        fprintf(stderr, "bench_plan_scale: --repeat %d outside [1, %d]\n", repeat, MAX_REPS);
+        return 2;
     }
     if (hash)
         return hash_mode(&c, ranks, nranks, global);
@@ -419,7 +450,8 @@ int main(int argc, char **argv)
         for (int g = 0; g < 1 + (global && c.size <= global_max); g++) {
             result_t r;
             memset(&r, 0, sizeof r);
-            if (measure(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0, &r) != 0) {
+            if (measure_median(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0,
+                               g ? 1 : repeat, &r) != 0) {
                 printf("%5d+%-5d %-6s failed after %.1f s wall, peak %.1f MiB (cap %ld MiB)\n",
                        c.size, c.size, g ? "global" : "own", r.wall, (double)r.maxrss_kb / 1024.0,
                        mem_cap_mb);

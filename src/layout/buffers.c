@@ -30,7 +30,7 @@ static int64_t name_find(const rs_decls_t *d, int64_t id, int32_t rank, int64_t 
         return -1;
     }
     const rs_name_decls_t *l = &d->byname[id];
-    int64_t k = l->n > 0 && d->e[l->i[l->n - 1]].rank < rank ? l->n : name_rank_bound(d, l, rank);
+    int64_t k = l->n > 0 && l->last_rank < rank ? l->n : name_rank_bound(d, l, rank);
     *pos = k;
     return k < l->n && d->e[l->i[k]].rank == rank ? l->i[k] : -1;
 }
@@ -135,7 +135,8 @@ static int name_insert(rs_decls_t *d, int64_t id, int64_t pos, int64_t i)
     }
     memmove(l->i + pos + 1, l->i + pos, (size_t)(l->n - pos) * sizeof *l->i);
     l->i[pos] = i;
-    l->n++;
+    if (pos == l->n++)
+        l->last_rank = d->e[i].rank;
     return 0;
 }
 
@@ -147,6 +148,13 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
     rs_error_clear();
     if (!layout || !name || !shape)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_declare_buffer: NULL argument");
+    return rs_layout_declare(layout, rank, buffer, name, rs_str_hash(name), dtype, ndim, shape);
+}
+
+reshard_status_t rs_layout_declare(reshard_layout_t *layout, int32_t rank, int32_t buffer,
+                                   const char *name, uint64_t hash, reshard_dtype_t dtype, int ndim,
+                                   const int64_t *shape)
+{
     const char *nm = name[0] ? name : "(empty)";
     if (!name[0] || rank < 0 || buffer < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -172,7 +180,7 @@ reshard_status_t reshard_layout_declare_buffer(reshard_layout_t *layout, int32_t
     }
     rs_decls_t *d = &layout->decls;
     int64_t id;
-    const char *copy = rs_strpool_add(&d->names, name, rs_str_hash(name), &id);
+    const char *copy = rs_strpool_add(&d->names, name, hash, &id);
     if (!copy || reserve(d) != 0) {
         return rs_error(RESHARD_ERR_NOMEM, "declared buffer %s, rank %d: out of memory", name,
                         rank);

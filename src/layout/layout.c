@@ -23,6 +23,7 @@ void reshard_layout_destroy(reshard_layout_t *layout)
         return;
     free(layout->f);
     rs_decls_free(&layout->decls);
+    rs_tensor_lists_free(&layout->lists);
     free(layout);
 }
 
@@ -86,6 +87,8 @@ reshard_status_t reshard_layout_add_fragment(reshard_layout_t *layout, const res
         dst->box.extent[d] = 0;
         dst->stride[d] = 0;
     }
+    rs_layout_facts_add(layout);
+    rs_tensor_lists_add(layout);
     return RESHARD_OK;
 }
 

@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     int64_t *i;
     int64_t n, cap;
+    int32_t last_rank; /**< rank of entry i[n - 1] (n > 0): declarations come rank by rank */
 } rs_name_decls_t;
 
 /** The declared buffers of a layout: entries in order of declaration, an
@@ -55,12 +56,104 @@ typedef struct {
     int64_t byname_cap;
 } rs_decls_t;
 
+/** What planning asks of every fragment of a layout, kept as fragments are
+ *  added (layout/facts.c). */
+typedef struct {
+    int64_t n;        /**< fragments covered: valid while n == the layout's n; -1: no longer kept */
+    uint64_t hash;    /**< rs_fragment_hash of each, chained with rs_hash_mix in order */
+    int32_t max_rank; /**< greatest rank of a fragment (-1: none) */
+    int64_t strided;  /**< fragments whose strides do not show distinct elements at
+                           distinct positions (rs_strides_injective false) */
+    int64_t unfit;    /**< fragments not shown, when added, to lie in a declared buffer of
+                           their dtype (rs_fragment_fits; none declared yet, or not fitting):
+                           0 means every fragment fits its declaration, as declarations are
+                           never changed */
+    int64_t decl_pos; /**< where the last declaration was found (rs_decl_find_near) */
+} rs_layout_facts_t;
+
+/** A layout's fragments by tensor, kept as fragments are added
+ *  (layout/by_tensor.c): per tensor its first and last fragment and its
+ *  count, per fragment the next of its tensor (-1: none). */
+typedef struct {
+    int64_t n; /**< fragments covered: kept while n == the layout's n; -1: no longer kept */
+    int64_t *next;
+    int64_t ncap;
+    int64_t *head, *tail, *count;
+    int64_t tcap; /**< entries of head, tail and count */
+} rs_tensor_lists_t;
+
 struct reshard_layout {
     const reshard_tensors_t *tensors;
     reshard_fragment_t *f;
     int64_t n, cap;
     rs_decls_t decls;
+    rs_layout_facts_t facts; /**< of f[0..facts.n), while only appended to */
+    rs_tensor_lists_t lists; /**< of f[0..lists.n), while only appended to */
 };
+
+/** Link the fragment just appended (l->f[l->n - 1]) into l->lists, or stop
+ *  keeping them (fragments changed otherwise, or out of memory). */
+void rs_tensor_lists_add(reshard_layout_t *l);
+void rs_tensor_lists_free(rs_tensor_lists_t *k);
+
+/** Indices of @p l's fragments of the tensors t with @p want[t] (NULL:
+ *  every tensor), grouped by tensor, in layout order within each: CSR,
+ *  tensor t's at idx[start[t]..start[t+1]) (*@p start_out, catalogue size
+ *  + 1 entries). From the kept lists, touching only the wanted tensors'
+ *  fragments; else by two passes over the fragments. NULL when out of
+ *  memory; the caller frees both arrays. */
+int64_t *rs_layout_by_tensor(const reshard_layout_t *l, const uint8_t *want, int64_t **start_out);
+
+/** Fold word @p w into @p h: a bijection of h for each w, so a change in
+ *  one word of a record always changes the record's fold. */
+static inline uint64_t rs_hash_fold(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+/** Mix word @p w into the running hash @p h (splitmix64 finaliser). */
+static inline uint64_t rs_hash_mix(uint64_t h, uint64_t w)
+{
+    uint64_t x = h ^ (w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/** Start of the chain of fragment hashes (rs_layout_facts_t.hash). */
+#define RS_FRAGMENTS_SEED 0x467261676d656e74ULL
+
+/** Hash of one fragment record: tensor, rank, buffer, ndim, base, and each
+ *  dim's offset, extent and stride. */
+uint64_t rs_fragment_hash(const reshard_fragment_t *f);
+
+/** Sufficient condition for distinct elements of @p f's box to have
+ *  distinct positions: with dims sorted by stride, each stride exceeds the
+ *  span of the dims before it. */
+bool rs_strides_injective(const reshard_fragment_t *f);
+
+/** True when fragment @p f lies inside the bytes of its declared buffer
+ *  @p b and has its dtype. */
+bool rs_fragment_fits(const reshard_layout_t *l, const reshard_fragment_t *f, const rs_decl_t *b);
+
+/** Fold the fragment just appended (l->f[l->n - 1]) into l->facts, or mark
+ *  the facts no longer kept when the fragments changed otherwise. */
+void rs_layout_facts_add(reshard_layout_t *l);
+
+/** The facts of every fragment of @p l: the kept ones when they cover it,
+ *  else computed by one pass (a layout whose fragments were written
+ *  directly, as a plan's own copies are). */
+void rs_layout_facts_of(const reshard_layout_t *l, rs_layout_facts_t *out);
+
+/** reshard_layout_declare_buffer with the name's hash @p hash
+ *  (rs_str_hash) already known: a model layout's caller pools the name too.
+ *  @p layout, @p name and @p shape are not NULL. */
+reshard_status_t rs_layout_declare(reshard_layout_t *layout, int32_t rank, int32_t buffer,
+                                   const char *name, uint64_t hash, reshard_dtype_t dtype, int ndim,
+                                   const int64_t *shape);
 
 /** The declared buffer (rank, buffer), or NULL (a binary search). */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);

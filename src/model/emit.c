@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/layout_internal.h"
 #include "model/model_internal.h"
 #include "util/error.h"
 
@@ -110,7 +111,9 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
 {
     char full[320];
     rs_nm(full, sizeof full, name, suffix);
-    TRY(reshard_layout_declare_buffer(e->layout, e->rank, id, full, dtype, ndim, shape));
+    uint64_t h = rs_str_hash(full); /* the layout and the buffer table pool the name alike */
+    rs_error_clear();
+    TRY(rs_layout_declare(e->layout, e->rank, id, full, h, dtype, ndim, shape));
     reshard_model_buffers_t *b = e->bufs;
     if (!b)
         return RESHARD_OK;
@@ -122,7 +125,7 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
         b->e = ne;
         b->cap = cap;
     }
-    const char *nm = rs_strpool_add(&b->names, full, rs_str_hash(full), NULL);
+    const char *nm = rs_strpool_add(&b->names, full, h, NULL);
     if (!nm)
         return rs_error(RESHARD_ERR_NOMEM, "buffers: out of memory");
     /* the bytes it was just declared with (the declaration checked the shape) */
@@ -133,12 +136,19 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
     return RESHARD_OK;
 }
 
+/* Catalogue entry @p t, or NULL: read in place on the paths that run once
+ * per fragment (reshard_tensors_info copies the whole record). */
+static const rs_tensor_t *tensor_of(const rs_emit_t *e, int32_t t)
+{
+    return t >= 0 && t < e->T->n ? &e->T->t[t] : NULL;
+}
+
 int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows, int64_t width,
                        const char *fmt, ...)
 {
-    reshard_tensor_info_t info;
-    if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK)
-        return RESHARD_ERR_INVALID_ARG;
+    const rs_tensor_t *info = tensor_of(e, like);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_buffer: bad tensor id %d", like);
     int32_t id = e->next_buf++;
     int32_t sid = scale_of(e, like);
     if (sid >= 0)
@@ -149,14 +159,14 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     format_name(name, sizeof name, fmt, ap);
     va_end(ap);
     /* The parameter's shape: a vector, a matrix, or stacked expert matrices. */
-    int ndim = info.ndim == 3 && experts > 0 ? 3 : 2;
+    int ndim = info->ndim == 3 && experts > 0 ? 3 : 2;
     if (experts < 1) /* one expert's own parameter: a matrix */
         experts = 1;
     int64_t shape[3] = {experts, rows, width}, vec = experts * rows * width;
     /* a quantized inference side holds e4m3 of a bf16 catalogue tensor */
-    reshard_dtype_t dt = sid >= 0 && e->m->quant ? RESHARD_FP8_E4M3 : info.dtype;
-    reshard_status_t s = info.ndim == 1 ? open_one(e, id, name, "", dt, 1, &vec)
-                                        : open_one(e, id, name, "", dt, ndim, shape + 3 - ndim);
+    reshard_dtype_t dt = sid >= 0 && e->m->quant ? RESHARD_FP8_E4M3 : info->dtype;
+    reshard_status_t s = info->ndim == 1 ? open_one(e, id, name, "", dt, 1, &vec)
+                                         : open_one(e, id, name, "", dt, ndim, shape + 3 - ndim);
     if (s == RESHARD_OK && sid >= 0) {
         int64_t ss[3] = {experts, rs_cdiv(rows, rs_scale_block_rows(e->m)),
                          rs_cdiv(width, rs_scale_block_cols(e->m))};
@@ -293,33 +303,31 @@ bad:
 reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *off,
                          const int64_t *ext, int64_t base, const int64_t *st)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
-    if (s != RESHARD_OK)
-        return s;
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit: bad tensor id %d", t);
     reshard_fragment_t f = {.tensor = t, .rank = e->rank, .buffer = buf, .base = base};
-    f.box.ndim = info.view_ndim;
-    for (int d = 0; d < info.view_ndim; d++) {
+    f.box.ndim = info->vndim;
+    for (int d = 0; d < info->vndim; d++) {
         f.box.offset[d] = off[d];
         f.box.extent[d] = ext[d];
         f.stride[d] = st[d];
     }
-    s = reshard_layout_add_fragment(e->layout, &f);
+    reshard_status_t s = reshard_layout_add_fragment(e->layout, &f);
     if (s == RESHARD_OK && scale_of(e, t) >= 0)
         s = emit_scale(e, &f, buf + 1);
     return s;
 }
 
 /* Row-major strides of a box whose dim 0 extent is @p n0 (the rest whole). */
-static void dense_strides(const reshard_tensor_info_t *info, int64_t *off, int64_t *ext,
-                          int64_t *st)
+static void dense_strides(const rs_tensor_t *info, int64_t *off, int64_t *ext, int64_t *st)
 {
     int64_t acc = 1;
-    for (int d = info->view_ndim - 1; d >= 0; d--) {
+    for (int d = info->vndim - 1; d >= 0; d--) {
         st[d] = acc;
         off[d] = 0;
-        ext[d] = info->view_shape[d];
-        acc *= info->view_shape[d];
+        ext[d] = info->vshape[d];
+        acc *= info->vshape[d];
     }
 }
 
@@ -328,12 +336,11 @@ static void dense_strides(const reshard_tensor_info_t *info, int64_t *off, int64
 static reshard_status_t emit_dense(rs_emit_t *e, int32_t t, int32_t buf, int64_t base,
                                    const int64_t *rows)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
-    if (s != RESHARD_OK)
-        return s;
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit: bad tensor id %d", t);
     int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
-    dense_strides(&info, off, ext, st);
+    dense_strides(info, off, ext, st);
     if (rows) {
         off[0] = rows[0];
         ext[0] = rows[1];
@@ -364,13 +371,12 @@ reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, 
 
 reshard_status_t rs_emit_own(rs_emit_t *e, int32_t t, const char *name)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
-    if (s != RESHARD_OK)
-        return s;
-    int64_t rows = info.ndim >= 2 ? info.shape[info.ndim - 2] : 1;
-    int64_t experts = info.ndim == 3 ? info.shape[0] : 1;
-    int32_t buf = rs_emit_buffer(e, t, experts, rows, info.shape[info.ndim - 1], "%s", name);
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_own: bad tensor id %d", t);
+    int64_t rows = info->ndim >= 2 ? info->shape[info->ndim - 2] : 1;
+    int64_t experts = info->ndim == 3 ? info->shape[0] : 1;
+    int32_t buf = rs_emit_buffer(e, t, experts, rows, info->shape[info->ndim - 1], "%s", name);
     if (buf < 0)
         return (reshard_status_t)buf;
     return rs_emit_full(e, t, buf, 0);

@@ -361,35 +361,6 @@ static reshard_status_t cut_sole(const reshard_layout_t *src, const reshard_layo
     return st;
 }
 
-/* Fragment indices of a layout grouped by tensor (CSR: start[t]..start[t+1]). */
-static int64_t *group_by_tensor(const reshard_layout_t *l, int64_t **start_out)
-{
-    int32_t nt = l->tensors->n;
-    int64_t *start = calloc((size_t)nt + 1, sizeof *start);
-    int64_t *idx = malloc((size_t)(l->n ? l->n : 1) * sizeof *idx);
-    if (!start || !idx) {
-        free(start);
-        free(idx);
-        return NULL;
-    }
-    for (int64_t i = 0; i < l->n; i++)
-        start[l->f[i].tensor + 1]++;
-    for (int32_t t = 0; t < nt; t++)
-        start[t + 1] += start[t];
-    int64_t *fill = malloc((size_t)nt * sizeof *fill + 1);
-    if (!fill) {
-        free(start);
-        free(idx);
-        return NULL;
-    }
-    memcpy(fill, start, (size_t)nt * sizeof *fill);
-    for (int64_t i = 0; i < l->n; i++)
-        idx[fill[l->f[i].tensor]++] = i;
-    free(fill);
-    *start_out = start;
-    return idx;
-}
-
 struct rs_cutter {
     int64_t *sstart, *sidx, *dstart, *didx;
     rs_scratch_t s;
@@ -399,8 +370,9 @@ reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out)
 {
     rs_cutter_t *c = calloc(1, sizeof *c);
     if (c) {
-        c->sidx = group_by_tensor(plan->src, &c->sstart);
-        c->didx = group_by_tensor(plan->dst, &c->dstart);
+        /* the tensors the plan computes (a rank's own plan: a few) */
+        c->sidx = rs_layout_by_tensor(plan->src, plan->scope.any, &c->sstart);
+        c->didx = c->sidx ? rs_layout_by_tensor(plan->dst, plan->scope.any, &c->dstart) : NULL;
     }
     if (!c || !c->sidx || !c->didx) {
         rs_cutter_free(c);

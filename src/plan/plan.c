@@ -24,6 +24,8 @@ static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
     if (st == RESHARD_OK)
         st = rs_topo_create(plan, &topo);
     for (int32_t t = 0; st == RESHARD_OK && t < plan->dst->tensors->n; t++) {
+        if (!rs_scope_tensor(&plan->scope, t))
+            continue;
         st = rs_cells_build(plan, cut, t, &cells);
         if (st == RESHARD_OK)
             st = rs_assign_senders(&plan->p, plan->src, &cells);

@@ -11,32 +11,8 @@ void rs_scope_free(rs_scope_t *s)
 {
     free(s->in);
     free(s->sole);
-    s->in = s->sole = NULL;
-}
-
-/* Fragment indices of @p l whose tensor has held[tensor] set, grouped by
- * tensor (CSR over every tensor: start[t]..start[t+1]), in layout order. */
-static int64_t *held_by_tensor(const reshard_layout_t *l, const uint8_t *held, int32_t nt,
-                               int64_t **start_out)
-{
-    int64_t *start = calloc((size_t)nt + 2, sizeof *start);
-    if (!start)
-        return NULL;
-    for (int64_t i = 0; i < l->n; i++)
-        if (held[l->f[i].tensor])
-            start[l->f[i].tensor + 2]++;
-    for (int32_t t = 0; t < nt; t++)
-        start[t + 2] += start[t + 1];
-    int64_t *idx = malloc((size_t)(start[nt + 1] ? start[nt + 1] : 1) * sizeof *idx);
-    if (!idx) {
-        free(start);
-        return NULL;
-    }
-    for (int64_t i = 0; i < l->n; i++)
-        if (held[l->f[i].tensor])
-            idx[start[l->f[i].tensor + 1]++] = i;
-    *start_out = start; /* start[t]..start[t+1] now, after the fill */
-    return idx;
+    free(s->any);
+    s->in = s->sole = s->any = NULL;
 }
 
 /* True when no other source fragment of the tensor (sf[0..n)) shares an
@@ -126,8 +102,8 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
                                    const reshard_layout_t *dst, const uint8_t *held, rs_scope_t *s)
 {
     int32_t rank = p->my_rank, nt = s->ntensors, mine = rs_domain_of(p, rank);
-    int64_t *ss = NULL, *ds = NULL, *si = held_by_tensor(src, held, nt, &ss);
-    int64_t *di = si ? held_by_tensor(dst, held, nt, &ds) : NULL;
+    int64_t *ss = NULL, *ds = NULL, *si = rs_layout_by_tensor(src, held, &ss);
+    int64_t *di = si ? rs_layout_by_tensor(dst, held, &ds) : NULL;
     uint8_t *holds = calloc((size_t)s->ndomains, 1);
     int32_t *seen = calloc((size_t)s->ndomains, sizeof *seen);
     int32_t dmax = p->domain_size > 1 ? p->domain_size : 1;
@@ -183,14 +159,15 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
     s->rank = rank;
     s->ndomains = rs_domain_count(p);
     s->ntensors = dst->tensors->n;
-    s->in = s->sole = NULL;
+    s->in = s->sole = s->any = NULL;
     if (rank == RESHARD_ALL_RANKS)
         return RESHARD_OK;
     size_t nt = (size_t)(s->ntensors ? s->ntensors : 1);
     s->in = calloc((size_t)s->ndomains * nt, 1);
     s->sole = calloc(nt, 1);
+    s->any = calloc(nt, 1);
     uint8_t *held = calloc(nt, 1);
-    if (!s->in || !s->sole || !held) {
+    if (!s->in || !s->sole || !s->any || !held) {
         free(held);
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
     }
@@ -202,8 +179,16 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
         for (int32_t t = 0; t < s->ntensors; t++)
             s->in[(int64_t)d * s->ntensors + t] = held[t] ? RS_SCOPE_ALL : RS_SCOPE_OUT;
     reshard_status_t st = sends_only(p, src, dst, held, s);
-    free(held);
     /* its own domain: everything it may receive, forward or relay */
-    memset(s->in + (int64_t)rs_domain_of(p, rank) * s->ntensors, RS_SCOPE_ALL, (size_t)s->ntensors);
+    int32_t mine = rs_domain_of(p, rank);
+    memset(s->in + (int64_t)mine * s->ntensors, RS_SCOPE_ALL, (size_t)s->ntensors);
+    /* the tensors with a computed group that has a destination fragment:
+     * those it holds (every domain's groups of them are computed) and those
+     * its own domain needs */
+    memcpy(s->any, held, nt);
+    for (int64_t i = 0; i < dst->n; i++)
+        if (rs_domain_of(p, dst->f[i].rank) == mine)
+            s->any[dst->f[i].tensor] = 1;
+    free(held);
     return st;
 }

@@ -82,6 +82,8 @@ typedef struct {
     uint8_t *in;   /**< ndomains x ntensors RS_SCOPE_*; NULL for every group, whole */
     uint8_t *sole; /**< per tensor, for RS_SCOPE_SENDS groups: 1 when no two source
                         fragments of it share an element (NULL: none known) */
+    uint8_t *any;  /**< per tensor: 1 when some computed group of it has a
+                        destination fragment (NULL: every tensor) */
 } rs_scope_t;
 
 /** The groups a plan of @p p (p->my_rank's, or all) computes from the
@@ -102,6 +104,14 @@ void rs_scope_free(rs_scope_t *s);
 static inline bool rs_scope_has(const rs_scope_t *s, int32_t domain, int32_t tensor)
 {
     return !s->in || s->in[(int64_t)domain * s->ntensors + tensor] != RS_SCOPE_OUT;
+}
+
+/** False when no computed group of @p tensor has a destination fragment:
+ *  planning the tensor makes no cell (a rank's own plan, a tensor it does
+ *  not hold and its domain does not need), so it is skipped whole. */
+static inline bool rs_scope_tensor(const rs_scope_t *s, int32_t tensor)
+{
+    return !s->any || s->any[tensor];
 }
 
 /** True when the group (@p domain, @p tensor) is computed on the cells

@@ -37,7 +37,9 @@ reshard_status_t rs_check_catalogues(const reshard_tensors_t *a, const reshard_t
 
 reshard_status_t rs_check_ranks(const reshard_layout_t *l, int32_t world, const char *side)
 {
-    for (int64_t i = 0; i < l->n; i++) {
+    rs_layout_facts_t k;
+    rs_layout_facts_of(l, &k);
+    for (int64_t i = 0; k.max_rank >= world && i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
         if (f->rank >= world) {
             char bs[256];
@@ -51,13 +53,14 @@ reshard_status_t rs_check_ranks(const reshard_layout_t *l, int32_t world, const 
 }
 
 /* Every fragment in a declared buffer lies inside its bytes and has its dtype. */
-static reshard_status_t check_declared(const reshard_layout_t *l, const char *side)
+static reshard_status_t check_declared(const reshard_layout_t *l, const rs_layout_facts_t *facts,
+                                       const char *side)
 {
     int64_t pos = 0;
-    for (int64_t i = 0; l->decls.n > 0 && i < l->n; i++) {
+    for (int64_t i = 0; facts->unfit > 0 && l->decls.n > 0 && i < l->n; i++) {
         const reshard_fragment_t *f = &l->f[i];
         const rs_decl_t *b = rs_decl_find_near(&l->decls, f->rank, f->buffer, &pos);
-        if (!b)
+        if (!b || rs_fragment_fits(l, f, b))
             continue;
         const rs_tensor_t *t = &l->tensors->t[f->tensor];
         char bs[256];
@@ -184,42 +187,16 @@ static reshard_status_t check_group(const reshard_layout_t *l, const rs_extent_t
     return st;
 }
 
-/* Sufficient condition for distinct elements of a box to have distinct
- * positions: with dims sorted by stride, each stride exceeds the span of
- * the dims before it. */
-static bool strides_injective(const reshard_fragment_t *f)
-{
-    int64_t st[RESHARD_MAX_DIMS], ex[RESHARD_MAX_DIMS];
-    int n = 0;
-    for (int d = 0; d < f->box.ndim; d++)
-        if (f->box.extent[d] > 1) {
-            int k = n++;
-            while (k > 0 && st[k - 1] > f->stride[d]) {
-                st[k] = st[k - 1];
-                ex[k] = ex[k - 1];
-                k--;
-            }
-            st[k] = f->stride[d];
-            ex[k] = f->box.extent[d];
-        }
-    int64_t span = 0;
-    for (int k = 0; k < n; k++) {
-        if (st[k] <= span)
-            return false;
-        span += (ex[k] - 1) * st[k];
-    }
-    return true;
-}
-
 /* No fragment of @p l, on any rank, has strides that make two of its
  * elements share a position: checked exactly where the cheap sufficient
  * condition does not hold. */
-static reshard_status_t check_self_overlap(const reshard_layout_t *l, const char *side)
+static reshard_status_t check_self_overlap(const reshard_layout_t *l,
+                                           const rs_layout_facts_t *facts, const char *side)
 {
     reshard_status_t st = RESHARD_OK;
-    for (int64_t i = 0; i < l->n && st == RESHARD_OK; i++) {
+    for (int64_t i = 0; facts->strided > 0 && i < l->n && st == RESHARD_OK; i++) {
         const reshard_fragment_t *f = &l->f[i];
-        if (strides_injective(f))
+        if (rs_strides_injective(f))
             continue;
         size_t es = reshard_dtype_size(l->tensors->t[f->tensor].dtype);
         rs_extent_t e = {f->rank, f->buffer, (uint64_t)f->base * es, rs_fragment_end_bytes(l, f),
@@ -268,19 +245,24 @@ static reshard_status_t check_dst_overlap(const reshard_layout_t *l, int32_t ran
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world, int32_t rank)
 {
+    /* what every fragment alone must satisfy, as the layouts kept it while
+     * fragments were added: a whole pass only over a layout that breaks it */
+    rs_layout_facts_t fs, fd;
+    rs_layout_facts_of(src, &fs);
+    rs_layout_facts_of(dst, &fd);
     reshard_status_t st = rs_check_catalogues(src->tensors, dst->tensors);
     if (st == RESHARD_OK)
         st = rs_check_ranks(src, world, "source");
     if (st == RESHARD_OK)
         st = rs_check_ranks(dst, world, "destination");
     if (st == RESHARD_OK)
-        st = check_declared(src, "source");
+        st = check_declared(src, &fs, "source");
     if (st == RESHARD_OK)
-        st = check_declared(dst, "destination");
+        st = check_declared(dst, &fd, "destination");
     if (st == RESHARD_OK)
-        st = check_self_overlap(src, "source");
+        st = check_self_overlap(src, &fs, "source");
     if (st == RESHARD_OK)
-        st = check_self_overlap(dst, "destination");
+        st = check_self_overlap(dst, &fd, "destination");
     if (st == RESHARD_OK)
         st = check_dst_overlap(dst, rank);
     return st;

@@ -177,6 +177,44 @@ static void test_rank_out_of_range(void **state)
     free_pair(&p);
 }
 
+/* A destination fragment needing more bytes than its declared buffer is
+ * refused whether the buffer was declared before the fragment was added
+ * (checked as it is added) or after (checked when planning); one that fits
+ * passes both ways. Rank 1's buffer holds w[0:4, :] (16 bf16 = 32 bytes);
+ * rank 2's fits its fragment, so only rank 1's can raise the error. */
+static void test_declared_before_or_after(void **state)
+{
+    (void)state;
+    for (int after = 0; after < 2; after++)
+        for (int64_t rows = 4; rows <= 5; rows++) {
+            pair_t p;
+            make_pair(&p);
+            const int64_t shape[2] = {4, 4}, rest[2] = {8 - rows, 4};
+            /* rank 2's buffer fits its fragment */
+            assert_int_equal(
+                reshard_layout_declare_buffer(p.dst, 2, 0, "w.dst", RESHARD_BF16, 2, rest),
+                RESHARD_OK);
+            if (!after)
+                assert_int_equal(
+                    reshard_layout_declare_buffer(p.dst, 1, 0, "w.dst", RESHARD_BF16, 2, shape),
+                    RESHARD_OK);
+            add_dst(&p, 1, 0, rows, 0);
+            add_dst(&p, 2, rows, 8 - rows, 0);
+            if (after)
+                assert_int_equal(
+                    reshard_layout_declare_buffer(p.dst, 1, 0, "w.dst", RESHARD_BF16, 2, shape),
+                    RESHARD_OK);
+            if (rows == 4) {
+                assert_int_equal(plan_status(&p, 3), RESHARD_OK);
+            } else {
+                assert_int_equal(plan_status(&p, 3), RESHARD_ERR_BUFFER);
+                assert_msg("tensor w, rank 1, box [0:5, 0:4]: needs 40 bytes of destination "
+                           "buffer 0 (w.dst), declared 32 bytes");
+            }
+            free_pair(&p);
+        }
+}
+
 static void test_box_errors(void **state)
 {
     (void)state;
@@ -425,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_uncovered),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_rank_out_of_range),
+        cmocka_unit_test(test_declared_before_or_after),
         cmocka_unit_test(test_box_errors),
         cmocka_unit_test(test_catalogue_mismatch),
         cmocka_unit_test(test_tensor_errors),
