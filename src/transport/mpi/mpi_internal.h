@@ -117,8 +117,8 @@ reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);
  *  exchange of the transport interface. */
 void rs_mpi_unresponsive(const reshard_comm_t *c, unsigned char *flags);
 reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
-                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
-                                       unsigned char *got, double deadline);
+                                       int32_t n, int32_t n_need, const void *msg, uint64_t bytes,
+                                       void *recv, unsigned char *got, double deadline);
 
 /** Keep @p p (heap) reachable until the process ends, never freed: MPI may still read or
  *  write it (a buffer of a request left in flight by a failed execution). */
