@@ -1,29 +1,37 @@
 /*
- * reshard run --lose-rank R: the elastic-refit demonstration under MPI.
+ * reshard run --lose-rank R[,R2...]: the elastic-refit demonstration under MPI.
  *
- *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R
- *          [--lose-at I] [--lose-how stop|kill] [--iters K] [--timeout S] [--layers L]
- *          [--agree-timeout S] [--staging-mb B] [--respawn] [--json]
+ *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R[,R2...]
+ *          [--lose-at I[,I2...]] [--lose-how stop|kill] [--iters K] [--timeout S]
+ *          [--layers L] [--agree-timeout S] [--staging-mb B] [--relay-mb B]
+ *          [--domain-size D] [--respawn] [--json]
  *
  * Refits run every iteration as in `reshard run` (MPI transport, host memory). In refit I
  * rank R stops answering while the others are in the refit (SIGSTOP; with kill, SIGKILL,
- * which needs `mpirun --enable-recovery` under Open MPI 4.1). The others see the refit
- * fail (TIMEOUT), agree that R is gone (reshard_comm_agree_gone), build a communicator
- * without it (reshard_comm_shrink_mpi), replan for the membership
- * (reshard_membership_layouts), redo refit I and go on; every refit of every survivor is
- * verified element by element. The lowest surviving rank reports the recovery time:
- * detect (the failed refit), agree (--agree-timeout, default RESHARD_AGREE_GONE_TIMEOUT_S),
- * shrink, replan. With --respawn the survivors then start a new process of this command
- * (MPI_Comm_spawn over their communicator), which takes rank R's place
- * (reshard_comm_grow_mpi / reshard_comm_join_mpi); everyone replans for the whole world
- * and refits I+1..K include it: its fresh buffers are refit completely and verified. At
- * the end a stopped rank is resumed (SIGCONT) so that the job can end normally.
+ * which needs `mpirun --enable-recovery` under Open MPI 4.1); a list loses each rank in its
+ * refit (one --lose-at for all, or one each). The others see the refit fail (TIMEOUT),
+ * agree who is gone (reshard_comm_agree_gone), build a communicator without them
+ * (reshard_comm_shrink_mpi), replan for the membership (reshard_membership_layouts), redo
+ * the refit and go on; a later loss is recovered from the same way on the survivors' comm.
+ * Every refit of every survivor is verified element by element. The lowest surviving rank
+ * reports the last recovery's time: detect (the failed refit), agree (2 x --agree-timeout
+ * plus a round trip), shrink, replan. With --respawn the survivors then start a new
+ * process of this command (MPI_Comm_spawn over their communicator), which takes rank R's
+ * place (reshard_comm_grow_mpi / reshard_comm_join_mpi); everyone replans for the whole
+ * world and refits I+1..K include it: its fresh buffers are refit completely and verified.
+ * At the end the stopped ranks are resumed (SIGCONT) so that the job can end: one lost on
+ * purpose leaves; one stopped from outside finds that it was counted lost and ends the job
+ * with an error.
  *
- * Exit status: 0 when every survivor verified every refit; 1 otherwise (a rank whose loss
- * leaves an element without any replica ends with UNCOVERED on every survivor; a failed
- * agreement or shrink ends the job with MPI_Abort, since the ranks may then disagree on
- * who is left); 2 on bad usage. --timeout must exceed a refit's longest wait: a refit that
- * is merely slow is taken for a lost rank.
+ * Defaults (--timeout 5, --agree-timeout 0.5, --iters 4, --lose-at 2, --staging-mb 1) hold
+ * on a loaded host; --timeout must exceed a refit's longest wait and a live rank must run
+ * within --agree-timeout, or it is taken for a lost one.
+ *
+ * Exit status: 0 when every survivor verified every refit and the refits after the loss
+ * moved bytes; 1 otherwise (a rank whose loss leaves an element without any replica ends
+ * with UNCOVERED on every survivor; losing every inference rank refits nothing; a failed
+ * agreement or shrink, or a refit that still fails, ends the job with MPI_Abort, since the
+ * ranks may then disagree on who is left); 2 on bad usage.
  */
 #ifdef RESHARD_HAVE_MPI
 
@@ -304,9 +312,10 @@ static void report(const el_args_t *a, int size, bool ok, const el_totals_t *s, 
                "%.4f s (timeout %.3g s, agreement timeout %.3g s)\n",
                s->recoveries > 1 ? " (the last of them)" : "", total, t->detect, t->agree,
                t->shrink, t->replan, a->timeout_s, a->agree_s);
-        printf("  %ld recoveries; %ld refits on %d survivors verified, %llu bytes (%llu after the "
+        printf("  %ld recover%s; %ld refits on %d survivors verified, %llu bytes (%llu after the "
                "first loss)\n",
-               s->recoveries, s->refits, size - n_gone, s->verified, s->verified_after);
+               s->recoveries, s->recoveries == 1 ? "y" : "ies", s->refits, size - n_gone,
+               s->verified, s->verified_after);
         if (s->uncovered)
             printf("  RESHARD_ERR_UNCOVERED on %ld of %d survivors: %s\n", s->uncovered,
                    size - n_gone, why);
