@@ -121,6 +121,13 @@ static reshard_status_t membership_view(reshard_status_t st, MPI_Comm *sub, int3
         st = reshard_comm_create_mpi(*sub, &inner);
     if (*sub != MPI_COMM_NULL)
         MPI_Comm_free(sub);
+    rs_mpi_t *m = st == RESHARD_OK ? rs_mpi_of(inner) : NULL;
+    if (m) { /* its messages name plan ranks */
+        m->plan_of = malloc((size_t)m->size * sizeof *m->plan_of);
+        for (int32_t p = 0; m->plan_of && p < world; p++)
+            if (map[p] >= 0 && map[p] < m->size)
+                m->plan_of[map[p]] = p;
+    }
     if (st == RESHARD_OK)
         st = reshard_comm_create_view(inner, world, map, out);
     return st;

@@ -59,7 +59,16 @@ typedef struct {
     /** Peers whose requests were outstanding when a wait timed out
      *  (size entries; reshard_comm_unresponsive). */
     unsigned char *lost;
+    /** The plan rank of each rank of comm when the comm is the members' communicator
+     *  of a membership's view (size entries), else NULL: messages name plan ranks. */
+    int32_t *plan_of;
 } rs_mpi_t;
+
+/** The rank messages name for rank @p r of @p m's communicator: its plan rank. */
+static inline int rs_mpi_pr(const rs_mpi_t *m, int r)
+{
+    return m && m->plan_of && r >= 0 && r < m->size ? (int)m->plan_of[r] : r;
+}
 
 /** Largest single message; larger transfers are split into several messages
  *  of this size (MPI counts are int). Tests lower it to exercise splitting. */
