@@ -301,7 +301,7 @@ static void report(const el_args_t *a, int size, bool ok, const el_totals_t *s, 
     const el_times_t *t = &s->t;
     double total = t->detect + t->agree + t->shrink + t->replan;
     bool moved = s->verified_after > 0; /* losing every inference rank refits nothing */
-    bool joined = a->respawn && t->join > 0;
+    bool joined = a->respawn && s->joined_refits > 0; /* a new process ran refits */
     if (!a->json) {
         printf("reshard run --lose-rank %s:", a->lose_list);
         print_losses(a);
