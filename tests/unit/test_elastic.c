@@ -378,6 +378,9 @@ static void run_recovery(int32_t victim)
 /* ---- the agreement with a slow but alive rank -------------------------------- */
 
 #define AG_WORLD 4
+/* The agreement's timeout here: long enough that live threads on a loaded host always
+ * answer each other (0.25 s, scaled with RS_TEST_TIMEOUT_S) */
+#define AG_S (TIMEOUT_S * 5 / 6)
 
 typedef struct {
     reshard_inproc_group_t *g;
@@ -399,7 +402,7 @@ static void *ag_main(void *arg)
                               (long)((j->delay_s - (double)(time_t)j->delay_s) * 1e9)};
         nanosleep(&ts, NULL);
     }
-    j->st = reshard_comm_agree_gone(c, AGREE_S, j->gone, AG_WORLD, &j->n_gone);
+    j->st = reshard_comm_agree_gone(c, AG_S, j->gone, AG_WORLD, &j->n_gone);
     reshard_comm_destroy(c);
     return NULL;
 }
@@ -416,7 +419,7 @@ static int agree_with_slow_rank(int32_t stopped, int32_t slow)
     ag_job_t j[AG_WORLD];
     pthread_t th[AG_WORLD];
     for (int32_t r = 0; r < AG_WORLD; r++) {
-        j[r] = (ag_job_t){.g = g, .rank = r, .delay_s = r == slow ? 6 * AGREE_S : 0};
+        j[r] = (ag_job_t){.g = g, .rank = r, .delay_s = r == slow ? 5 * AG_S : 0};
         if (r != stopped)
             assert_int_equal(pthread_create(&th[r], NULL, ag_main, &j[r]), 0);
     }
