@@ -130,7 +130,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: refit 2 failed after %.2f s: %s\n", rank, t1 - t0,
                 reshard_last_error());
         int32_t gone[5], n_gone = 0;
-        st = reshard_comm_agree_gone(comm, timeout / 4, gone, 5, &n_gone);
+        st = reshard_comm_agree_gone(comm, timeout / 2, gone, 5, &n_gone);
         double t2 = MPI_Wtime();
         if (st != RESHARD_OK)
             die(rank, "agree", st);
