@@ -63,9 +63,11 @@ static void run_usage(FILE *out)
         "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
         "                     plan exchanges its byte count in plain messages\n"
         "  --json             print one JSON object (rank 0) instead of the table\n"
-        "  --lose-rank R      elastic refit: rank R is lost mid-run (see run_elastic.c;\n"
-        "                     with --lose-at I, --lose-how stop|kill, --agree-timeout S\n"
-        "                     (default 0.05), --respawn: a new process takes its place)\n"
+        "  --lose-rank R[,R2] elastic refit: ranks are lost mid-run (see run_elastic.c;\n"
+        "                     with --lose-at I[,I2] (default 2), --lose-how stop|kill,\n"
+        "                     --agree-timeout S (default 0.5), --respawn: a new process\n"
+        "                     takes R's place; there --iters defaults to 4, --timeout to 5,\n"
+        "                     --staging-mb to 1)\n"
         "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
         "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
         "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
@@ -928,7 +930,8 @@ int cmd_run(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--lose-rank", 11))
+        if (!strncmp(argv[i], "--lose-", 7) || !strcmp(argv[i], "--respawn") ||
+            !strncmp(argv[i], "--agree-timeout", 15))
             return cmd_run_elastic(rank, size, !inited, argc, argv);
     run_args_t a;
     int rc = parse_args(rank, argc, argv, &a);

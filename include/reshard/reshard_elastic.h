@@ -24,7 +24,7 @@
  *
  * Recovery time: the failed execution ends about the plan's timeout_s after
  * the last progress (the first rank to time out releases all), the
- * agreement takes 2 x its timeout (RESHARD_AGREE_GONE_TIMEOUT_S: 0.1 s),
+ * agreement takes 2 x its timeout plus a round trip (see its rule),
  * shrink and replan take milliseconds; then the next refit runs.
  *
  * Rank numbering. Plans keep the ORIGINAL layout ranks ("plan ranks") and the
@@ -100,50 +100,54 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  * on a channel of their own, apart from the round data of the failed
  * execution.
  *
- * Rule: liveness is decided by the exchange itself. A survivor starts from
- * the ranks already outside @p comm's membership (a view's lost ranks). In
- * round r (r = 0, 1, ...) it sends its set to every rank not in it and waits,
- * until start + 2 (r + 1) @p timeout_s, for the round-r sets of those ranks;
- * it adds every rank that did not answer and every rank in a set it
- * received. It stops after a round in which its set did not change and every
- * set it received equalled its own: then every survivor that answered it
- * holds the same set. At most comm size + 1 rounds: bounded by
- * 2 (size + 1) timeout_s; 2 timeout_s + one round trip when peers stopped
- * before the agreement (round 0 waits out its deadline for them, round 1
- * confirms among the survivors). reshard_comm_unresponsive is NOT used as evidence: a
- * rank waiting on a forward of a peer that itself waits on the stopped rank
- * finds that live peer unresponsive too; the agreement's own exchange tells
- * the stopped from the merely delayed.
+ * Rule (two rounds; T = @p timeout_s, t0 = this rank's start; "members" are the ranks of
+ * @p comm's membership: all of its ranks, or a view's members):
+ *   round 0: send this rank's prior set (a view's earlier lost ranks) to every other
+ *            member; wait until t0 + 2T for theirs. The set S = the prior sets received
+ *            plus every member whose round-0 message did not arrive in time;
+ *   round 1: send S to every other member, those in S included (a live one learns it
+ *            was counted lost); wait until t0 + 4T for the round-1 sets of the members
+ *            not in S. This rank accepts S only when
+ *              (a) no set it received (from any member) contains this rank,
+ *              (b) every member not in S sent its set in time and it equals S, and
+ *              (c) the members not in S are a quorum of the members: more than half,
+ *                  or exactly half including the lowest member;
+ *            otherwise it returns an error. reshard_comm_unresponsive is NOT used as
+ *            evidence (a rank waiting on a forward of a peer that itself waits on the
+ *            stopped rank finds that live peer unresponsive too).
+ * Guarantee: two ranks that both accept hold the same set, and neither is in it. Their
+ * groups (members not in their sets) are quorums, so they share a rank R; by (b) both
+ * received R's one round-1 set and it equalled theirs. A live rank that others counted
+ * lost cannot accept (its group would share a rank with theirs, whose set contains it):
+ * it returns an error, by (a) as soon as their round-1 set reaches it, else by (b) or (c).
+ * So there is never a second group carrying on. Bounded: returns by t0 + 4T plus the
+ * cost of the calls; when peers stopped before the agreement it takes 2T (round 0 waits
+ * them out) plus one round trip among the others.
  *
  * Limits (by design; no consensus is possible with timeouts alone):
- *   - survivors must enter the agreement within 2 @p timeout_s of each
- *     other. A failed execution releases them together: the first rank to
- *     time out (in a round wait or the outcome agreement, after the plan's
- *     timeout_s) releases every other at once (in-process: the group is
- *     abandoned; MPI: an abort notice, after which the outcome agreement
- *     waits at most 0.05 s more). So the survivors leave within a message's
- *     latency plus 0.05 s of each other, and a short timeout works:
- *     RESHARD_AGREE_GONE_TIMEOUT_S. The agreement then takes 2 @p timeout_s
- *     plus one round trip, and a lost rank costs the plan's timeout_s
- *     (detection) + 2 @p timeout_s + shrink + replan before the next refit.
- *     Pass more on a host so loaded that a live rank may not run for
- *     @p timeout_s: it would be taken for a lost one;
- *   - a slow but alive rank that does not answer within the deadline is
- *     excluded (it must not use the old comm again: its next execution on it
- *     fails);
- *   - a rank that stops or resumes during the agreement, or a partition,
- *     can leave survivors with different sets: a survivor that finds itself
- *     in another's set, or does not converge, returns an error;
- *   - a rank that is excluded but still alive gets TRANSPORT here when it
- *     learns it (it must rejoin as a restarted rank);
- *   - after an error here the ranks may disagree on who is left, and a
- *     shrink among them could block (MPI_Comm_create_group has no timeout):
- *     end the job instead (MPI_Abort).
+ *   - survivors must enter the agreement within 2T of each other. A failed execution
+ *     releases them together: the first rank to time out (in a round wait or the outcome
+ *     agreement, after the plan's timeout_s) releases every other at once (in-process:
+ *     the group is abandoned; MPI: an abort notice, after which the outcome agreement
+ *     waits at most 0.05 s more). RESHARD_AGREE_GONE_TIMEOUT_S suits an idle host;
+ *     pass more on a loaded one (the CLI defaults to 0.5 s): a live rank that does not
+ *     run for T is taken for a lost one;
+ *   - the guarantee is safety only: a rank that stops or resumes during the agreement,
+ *     a slow rank or a partition can make some or all survivors return an error (never
+ *     two different accepted sets). After such an error the ranks may disagree on who is
+ *     left, and a shrink among them could block: end the job (MPI_Abort);
+ *   - losing half of the members without the lowest one, or more than half, always
+ *     ends in an error here (no quorum): the survivors cannot tell it from a partition;
+ *   - a rank that is excluded but still alive must not use the old comm again (its next
+ *     execution on it fails); it leaves and rejoins as a restarted rank;
+ *   - the agreement may be repeated on the comm of a membership after a further loss:
+ *     its members are the members of that view.
  * @p gone (capacity @p max) receives the agreed lost ranks, sorted, plan
  * ranks (a view's earlier lost ranks included); @p n_gone the count.
- * Errors: INVALID_ARG, TRANSPORT (this rank was excluded by a peer; an MPI
- * error), TIMEOUT (no agreement within the bound), NOMEM, UNSUPPORTED (the
- * transport has no agreement channel).
+ * Errors: INVALID_ARG (NULL, max < 0, timeout_s not in (0, 1e9)), TRANSPORT (a member
+ * counts this rank as lost; no quorum; an MPI error), TIMEOUT (a member did not confirm
+ * in time, or confirmed another set), NOMEM, UNSUPPORTED (the transport has no
+ * agreement channel).
  */
 reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s, int32_t *gone,
                                          int32_t max, int32_t *n_gone);

@@ -41,8 +41,26 @@ for _name, _args in _SIGNATURES.items():
         _fn.restype, _fn.argtypes = ctypes.c_int, _args
 
 
-def _ranks(ranks):
-    ranks = [int(r) for r in ranks]
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _int(value, what, lo=_I32_MIN, hi=_I32_MAX):
+    """``value`` as a Python int in [lo, hi]: an int (numpy integers too), never a
+    bool, str or float; TypeError / ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("reshard: %s must be an int, got %r (%s)"
+                        % (what, value, type(value).__name__))
+    v = value.__index__()
+    if not lo <= v <= hi:
+        raise ValueError("reshard: %s = %d is outside [%d, %d]" % (what, v, lo, hi))
+    return v
+
+
+def _ranks(ranks, what="ranks", lo=0):
+    """A list of plan ranks (ints in [lo, 2**31 - 1]) as an int32 array and its count."""
+    if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+        raise TypeError("reshard: %s must be a list of ints, got %r" % (what, ranks))
+    ranks = [_int(r, "%s[%d]" % (what, i), lo=lo) for i, r in enumerate(ranks)]
     return (_i32 * max(len(ranks), 1))(*ranks), len(ranks)
 
 
@@ -59,7 +77,7 @@ def membership_layouts(src, dst, gone):
     every replica."""
     if not isinstance(src, Layout) or not isinstance(dst, Layout):
         raise TypeError("reshard: membership_layouts(src, dst, gone) needs two reshard.Layout")
-    arr, n = _ranks(gone)
+    arr, n = _ranks(gone, "gone")
     s, d = _vp(), _vp()
     _lib.check(_need("reshard_membership_layouts")(src._h, dst._h, arr, n, ctypes.byref(s),
                                                    ctypes.byref(d)))
@@ -88,13 +106,23 @@ AGREE_GONE_TIMEOUT_S = 0.05
 
 def agree_gone(comm, timeout_s=AGREE_GONE_TIMEOUT_S):
     """Agree with the other survivors on the lost ranks (reshard_comm_agree_gone): every
-    survivor gets the same sorted list or a ReshardError. Survivors must enter within
-    2 * timeout_s of each other; a failed execution releases them together, so the short
-    default suits (pass more on a heavily loaded host). Takes about 2 * timeout_s."""
+    survivor gets the same sorted list or a ReshardError (never two groups that each go
+    on: a rank counted lost by the others, a differing set or no quorum of the members
+    raises). Survivors must enter within 2 * timeout_s of each other; a failed execution
+    releases them together, so the short default suits an idle host (pass more, e.g.
+    0.5, on a loaded one). Takes about 2 * timeout_s plus a round trip, at most
+    4 * timeout_s. ``timeout_s``: a real number in (0, 1e9) (bool and str refused)."""
+    if isinstance(timeout_s, (bool, str, bytes)) or not hasattr(timeout_s, "__float__"):
+        raise TypeError("reshard: agree_gone timeout_s must be a number of seconds, got %r"
+                        % (timeout_s,))
+    t = float(timeout_s)
+    if not 0 < t < 1e9:  # also NaN
+        raise ValueError("reshard: agree_gone timeout_s = %r is not in (0, 1e9) seconds"
+                         % (timeout_s,))
     fn = _need("reshard_comm_agree_gone")
     arr = (_i32 * max(comm.size, 1))()
     n = _i32()
-    _lib.check(fn(comm._h, float(timeout_s), arr, comm.size, ctypes.byref(n)))
+    _lib.check(fn(comm._h, t, arr, comm.size, ctypes.byref(n)))
     return list(arr[:n.value])
 
 
@@ -111,7 +139,7 @@ def shrink(comm, gone, survivors=None):
     an in-process one a new InprocGroup ``survivors`` of the survivors' count. Returns a
     view whose rank and size are the plan rank and world; ``comm`` stays the caller's
     to close."""
-    arr, n = _ranks(gone)
+    arr, n = _ranks(gone, "gone")
     h = _vp()
     if comm.kind == "inproc":
         if survivors is None:
@@ -131,8 +159,9 @@ def view(inner, world, rank_map):
     mpi4py intercommunicator merged with Intercomm_merge, a fresh NCCL id through a
     store) seen as a comm of ``world`` plan ranks; ``rank_map[p]`` is the inner rank of
     plan rank p, or -1. ``inner`` is taken over (closing the view closes it)."""
-    arr, n = _ranks(rank_map)
-    if n != int(world):
+    world = _int(world, "world", lo=1)
+    arr, n = _ranks(rank_map, "rank_map", lo=-1)
+    if n != world:
         raise ValueError("reshard: rank_map needs %d entries, got %d" % (world, n))
     h = _vp()
     fn = _need("reshard_comm_create_view")
@@ -160,7 +189,7 @@ def grow_mpi(comm, intercomm, joining):
     fn = _need("reshard_comm_grow_mpi")
     ht = _mpi_handle_type()
     fn.argtypes = [_vp, ht, _P(_i32), _i32, _P(_vp)]
-    arr, n = _ranks(joining)
+    arr, n = _ranks(joining, "joining")
     h = _vp()
     _lib.check(fn(comm._h, ht(MPI._handleof(intercomm)), arr, n, ctypes.byref(h)))
     return _wrap(h.value, comm)
@@ -191,7 +220,9 @@ def membership_map(world, members):
     """For a membership ``members`` (plan ranks): the rank map of view() (plan rank ->
     rank in the members' communicator, members numbered in increasing plan-rank order,
     -1 for the others)."""
-    members = sorted(set(int(m) for m in members))
+    world = _int(world, "world", lo=1)
+    _ranks(members, "members")
+    members = sorted(set(m.__index__() for m in members))
     if not members or members[0] < 0 or members[-1] >= world:
         raise error(Status.RANK, "membership %s outside the plan world of %d" % (members, world))
     index = {p: i for i, p in enumerate(members)}

@@ -131,8 +131,8 @@ static void v_unresponsive(const reshard_comm_t *c, unsigned char *flags)
 }
 
 static reshard_status_t v_exchange(reshard_comm_t *c, int round, const int32_t *peers, int32_t n,
-                                   const void *msg, uint64_t bytes, void *recv, unsigned char *got,
-                                   double deadline)
+                                   int32_t n_need, const void *msg, uint64_t bytes, void *recv,
+                                   unsigned char *got, double deadline)
 {
     reshard_comm_t *in = vw(c)->inner;
     int32_t *q = malloc((size_t)(n ? n : 1) * sizeof *q);
@@ -142,7 +142,7 @@ static reshard_status_t v_exchange(reshard_comm_t *c, int round, const int32_t *
     for (int32_t i = 0; i < n && st == RESHARD_OK; i++)
         st = peer_of(c, peers[i], &q[i]);
     if (st == RESHARD_OK)
-        st = in->ops->agree_exchange(in, round, q, n, msg, bytes, recv, got, deadline);
+        st = in->ops->agree_exchange(in, round, q, n, n_need, msg, bytes, recv, got, deadline);
     free(q);
     return st;
 }
@@ -283,79 +283,126 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
     return RESHARD_OK;
 }
 
-/* One agreement round: returns whether this rank's set is final. */
-static reshard_status_t agree_round(reshard_comm_t *c, int round, unsigned char *set,
-                                    double deadline, int32_t *peers, unsigned char *recv,
-                                    unsigned char *got, bool *stable)
+/* The agreement (rule and limits in reshard_elastic.h). Sets are n bytes, set[p] = 1 when
+ * plan rank p is counted lost. */
+typedef struct {
+    reshard_comm_t *c;
+    int32_t n, members;         /* plan world; members of the comm (not in prior) */
+    unsigned char *prior, *set; /* the comm's lost ranks; the set of round 1 */
+    unsigned char *recv, *got;  /* n messages of n bytes; arrived */
+    int32_t *peers;
+} ag_t;
+
+/* Round 0: this rank's prior set to every other member; a member whose round-0 message
+ * did not arrive by @p deadline is counted lost, and the prior sets received are
+ * united (they agree when the earlier agreement did). */
+static reshard_status_t ag_round0(ag_t *a, double deadline)
 {
-    int32_t n = c->size, np = 0;
-    for (int32_t p = 0; p < n; p++)
-        if (!set[p] && p != c->rank)
-            peers[np++] = p;
-    memset(got, 0, (size_t)(np ? np : 1));
-    reshard_status_t st =
-        c->ops->agree_exchange(c, round, peers, np, set, (uint64_t)n, recv, got, deadline);
-    if (st != RESHARD_OK)
-        return st;
-    bool changed = false, equal = true;
-    for (int32_t i = 0; i < np; i++) {
-        if (!got[i]) {
-            changed = changed || !set[peers[i]];
-            set[peers[i]] = 1;
-            continue;
-        }
-        const unsigned char *theirs = recv + (size_t)i * (size_t)n;
-        if (theirs[c->rank])
-            return rs_error(RESHARD_ERR_TRANSPORT,
-                            "rank %d: rank %d counts this rank as lost (it did not answer in "
-                            "time); this rank must leave and rejoin",
-                            c->rank, peers[i]);
-        if (memcmp(theirs, set, (size_t)n) != 0)
-            equal = false;
+    int32_t np = 0;
+    for (int32_t p = 0; p < a->n; p++)
+        if (!a->prior[p] && p != a->c->rank)
+            a->peers[np++] = p;
+    memset(a->got, 0, (size_t)a->n);
+    reshard_status_t st = a->c->ops->agree_exchange(a->c, 0, a->peers, np, np, a->prior,
+                                                    (uint64_t)a->n, a->recv, a->got, deadline);
+    memcpy(a->set, a->prior, (size_t)a->n);
+    for (int32_t i = 0; st == RESHARD_OK && i < np; i++) {
+        a->set[a->peers[i]] |= !a->got[i];
+        for (int32_t p = 0; a->got[i] && p < a->n; p++)
+            a->set[p] |= a->recv[(size_t)i * (size_t)a->n + (size_t)p];
     }
-    for (int32_t i = 0; i < np; i++)
-        for (int32_t p = 0; got[i] && p < n; p++)
-            if (recv[(size_t)i * (size_t)n + (size_t)p] && !set[p]) {
-                set[p] = 1;
-                changed = true;
-            }
-    *stable = !changed && equal;
-    return RESHARD_OK;
+    return st;
+}
+
+/* Round 1: the round-0 set to every member, the ones counted lost included (so that a
+ * live one learns it); waits for the members left; checks them (see the header). */
+static reshard_status_t ag_round1(ag_t *a, double deadline)
+{
+    int32_t me = a->c->rank, need = 0, np = 0, left = 0, lowest = -1;
+    for (int32_t p = 0; p < a->n; p++)
+        if (!a->set[p] && p != me)
+            a->peers[need++] = p;
+    np = need;
+    for (int32_t p = 0; p < a->n; p++)
+        if (a->set[p] && !a->prior[p] && p != me)
+            a->peers[np++] = p; /* counted lost here: told, not waited for */
+    for (int32_t p = 0; p < a->n; p++)
+        if (!a->set[p]) {
+            lowest = lowest < 0 ? p : lowest;
+            left++;
+        }
+    memset(a->got, 0, (size_t)a->n);
+    reshard_status_t st = a->c->ops->agree_exchange(a->c, 1, a->peers, np, need, a->set,
+                                                    (uint64_t)a->n, a->recv, a->got, deadline);
+    for (int32_t i = 0; st == RESHARD_OK && i < np; i++)
+        if (a->got[i] && a->recv[(size_t)i * (size_t)a->n + (size_t)me])
+            return rs_error(RESHARD_ERR_TRANSPORT,
+                            "rank %d: rank %d counts this rank as lost (it did not answer within "
+                            "the agreement's timeout); this rank must leave and rejoin",
+                            me, a->peers[i]);
+    for (int32_t i = 0; st == RESHARD_OK && i < need; i++) {
+        if (!a->got[i])
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: rank %d answered the first round of the agreement but did "
+                            "not confirm the lost set in time; no agreement",
+                            me, a->peers[i]);
+        if (memcmp(a->recv + (size_t)i * (size_t)a->n, a->set, (size_t)a->n) != 0)
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: rank %d counts other ranks lost than this rank does (a rank "
+                            "answered some members in time and others not); no agreement",
+                            me, a->peers[i]);
+    }
+    /* a quorum of the members: two groups that both pass it share a rank, whose one set
+     * both confirmed, so they are the same group */
+    int32_t lowest_member = -1;
+    for (int32_t p = 0; p < a->n && lowest_member < 0; p++)
+        lowest_member = a->prior[p] ? -1 : p;
+    if (st == RESHARD_OK &&
+        !(2 * left > a->members || (2 * left == a->members && lowest == lowest_member)))
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: only %d of the %d members answered the agreement, not a "
+                        "majority (nor half with rank %d): the others may go on without this "
+                        "rank, which must leave and rejoin",
+                        me, left, a->members, lowest_member);
+    return st;
 }
 
 reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s, int32_t *gone,
                                          int32_t max, int32_t *n_gone)
 {
     rs_error_clear();
-    if (!comm || !n_gone || max < 0 || (max > 0 && !gone) || !(timeout_s > 0))
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_comm_agree_gone: bad argument");
+    if (!comm || !n_gone || max < 0 || (max > 0 && !gone) || !(timeout_s > 0) || !(timeout_s < 1e9))
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_comm_agree_gone: bad argument (comm %s, n_gone %s, max %d, gone "
+                        "%s, timeout_s %g: needs 0 < timeout_s < 1e9)",
+                        comm ? "given" : "NULL", n_gone ? "given" : "NULL", (int)max,
+                        gone ? "given" : "NULL", timeout_s);
     if (!comm->ops->agree_exchange)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "reshard_comm_agree_gone: the %s transport has no agreement channel",
                         comm->ops->name);
     int32_t n = comm->size;
-    unsigned char *set = calloc((size_t)n, 1), *got = calloc((size_t)n, 1);
-    unsigned char *recv = calloc((size_t)n * (size_t)n, 1);
-    int32_t *peers = calloc((size_t)n, sizeof *peers);
+    ag_t a = {.c = comm, .n = n};
+    a.prior = calloc((size_t)n, 1);
+    a.set = calloc((size_t)n, 1);
+    a.got = calloc((size_t)n, 1);
+    a.recv = calloc((size_t)n * (size_t)n, 1);
+    a.peers = calloc((size_t)n, sizeof *a.peers);
     reshard_status_t st = RESHARD_OK;
-    if (!set || !got || !recv || !peers)
+    if (!a.prior || !a.set || !a.got || !a.recv || !a.peers)
         st = rs_error(RESHARD_ERR_NOMEM, "reshard_comm_agree_gone: out of memory");
-    /* start from the ranks already outside a view's membership; liveness is
-     * decided by the exchange itself (see the header) */
-    for (int32_t p = 0; st == RESHARD_OK && rs_comm_is_view(comm) && p < n; p++)
-        set[p] = vw(comm)->to_inner[p] < 0;
+    for (int32_t p = 0; st == RESHARD_OK && p < n; p++) {
+        a.prior[p] = rs_comm_is_view(comm) && vw(comm)->to_inner[p] < 0;
+        a.members += !a.prior[p];
+    }
     double t0 = rs_now_s();
-    bool stable = false;
-    for (int round = 0; st == RESHARD_OK && !stable && round <= n; round++)
-        st = agree_round(comm, round, set, t0 + 2.0 * (round + 1) * timeout_s, peers, recv, got,
-                         &stable);
-    if (st == RESHARD_OK && !stable)
-        st = rs_error(RESHARD_ERR_TIMEOUT,
-                      "rank %d: the survivors did not agree on the lost ranks within %d rounds",
-                      comm->rank, n + 1);
+    if (st == RESHARD_OK)
+        st = ag_round0(&a, t0 + 2.0 * timeout_s);
+    if (st == RESHARD_OK)
+        st = ag_round1(&a, t0 + 4.0 * timeout_s);
     int32_t k = 0;
     for (int32_t p = 0; st == RESHARD_OK && p < n; p++)
-        if (set[p]) {
+        if (a.set[p]) {
             if (k < max)
                 gone[k] = p;
             k++;
@@ -364,10 +411,11 @@ reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s,
         st = rs_error(RESHARD_ERR_INVALID_ARG,
                       "reshard_comm_agree_gone: %d lost ranks, room for %d", k, max);
     *n_gone = st == RESHARD_OK ? k : 0;
-    free(set);
-    free(got);
-    free(recv);
-    free(peers);
+    free(a.prior);
+    free(a.set);
+    free(a.got);
+    free(a.recv);
+    free(a.peers);
     return st;
 }
 

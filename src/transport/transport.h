@@ -83,10 +83,12 @@ typedef struct rs_transport_ops {
      *  round data: send @p bytes of @p msg to each of the @p n @p peers and
      *  receive @p bytes from each into recv + i * bytes, setting got[i] = 1
      *  for each that arrived before @p deadline (seconds of CLOCK_MONOTONIC).
+     *  Waits (until the deadline) only for the first @p n_need peers; the
+     *  messages of the others are taken when they are already there.
      *  Rounds (@p round) are kept apart. Never blocks past the deadline. */
     reshard_status_t (*agree_exchange)(reshard_comm_t *c, int round, const int32_t *peers,
-                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
-                                       unsigned char *got, double deadline);
+                                       int32_t n, int32_t n_need, const void *msg, uint64_t bytes,
+                                       void *recv, unsigned char *got, double deadline);
     /** Free the transport's state (impl). */
     void (*destroy)(reshard_comm_t *c);
 } rs_transport_ops_t;

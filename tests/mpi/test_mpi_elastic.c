@@ -130,7 +130,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "rank %d: refit 2 failed after %.2f s: %s\n", rank, t1 - t0,
                 reshard_last_error());
         int32_t gone[5], n_gone = 0;
-        st = reshard_comm_agree_gone(comm, RESHARD_AGREE_GONE_TIMEOUT_S, gone, 5, &n_gone);
+        st = reshard_comm_agree_gone(comm, timeout / 2, gone, 5, &n_gone);
         double t2 = MPI_Wtime();
         if (st != RESHARD_OK)
             die(rank, "agree", st);
@@ -158,6 +158,24 @@ int main(int argc, char **argv)
         MPI_Comm_group(MPI_COMM_WORLD, &wg);
         MPI_Group_excl(wg, 1, &victim, &sg);
         MPI_Comm_create_group(MPI_COMM_WORLD, sg, 7, &surv);
+        /* after the shrink, errors name plan ranks: rank 0 sits one refit out; each other
+         * survivor's error begins with its plan rank (above the victim: its rank in the
+         * shrunken comm is one less) */
+        int bad = 0, bad_all = 0;
+        if (rank != 0) {
+            uint64_t v2 = 0;
+            reshard_status_t st2 = refit(s, d, next, rank, size, timeout, &v2, NULL);
+            char want[32];
+            snprintf(want, sizeof want, "rank %d:", rank);
+            const char *msg = reshard_last_error();
+            if (st2 == RESHARD_OK)
+                die(rank, "a refit without a member succeeded", RESHARD_ERR_VERIFY);
+            bad = strncmp(msg, want, strlen(want)) != 0;
+            fprintf(stderr, "rank %d: refit without rank 0: %s\n", rank, msg);
+        }
+        MPI_Allreduce(&bad, &bad_all, 1, MPI_INT, MPI_SUM, surv);
+        if (bad_all != 0)
+            die(rank, "an error after a shrink does not name the plan rank", RESHARD_ERR_VERIFY);
         unsigned long long mine = v, total = 0;
         double times[4] = {t1 - t0, t2 - t1, t3 - t2, t_plan}, worst[4];
         MPI_Reduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, surv);

@@ -107,3 +107,30 @@ def test_lost_every_replica_is_uncovered():
     s2, d2 = reshard.elastic.membership_layouts(src, dst, [3, 6])
     assert len(s2) == 3 and len(d2) == 3  # rank 3 and rank 6 hold one fragment each
     assert 3 not in s2.ranks() and 6 not in d2.ranks()
+
+
+def test_rank_lists_are_checked_ints():
+    """Ranks are ints in [0, 2**31): 2**32 would wrap to rank 0, '1' and 1.7 are not
+    ranks; the message names the argument."""
+    _, src, dst = layouts()
+    for bad, kind in ((2 ** 32, ValueError), (-1, ValueError), ("1", TypeError),
+                      (1.7, TypeError), (True, TypeError), (None, TypeError)):
+        with pytest.raises(kind, match=r"gone\[0\]"):
+            reshard.elastic.membership_layouts(src, dst, [bad])
+    with pytest.raises(TypeError, match="gone must be a list"):
+        reshard.elastic.membership_layouts(src, dst, "1")
+    s2, d2 = reshard.elastic.membership_layouts(src, dst, [np.int64(6)])
+    assert 6 not in d2.ranks() and len(d2) == 3
+    with pytest.raises(ValueError, match=r"members\[1\]"):
+        reshard.elastic.membership_map(4, [0, 2 ** 32])
+    assert reshard.elastic.membership_map(4, [3, 1]) == [-1, 0, -1, 1]
+
+
+def test_agree_gone_timeout_is_checked():
+    group = reshard.InprocGroup(1)
+    comm = group.comm(0)
+    for bad, kind in ((float("nan"), ValueError), (0, ValueError), (-1.0, ValueError),
+                      ("0.1", TypeError), (True, TypeError), (1e9, ValueError)):
+        with pytest.raises(kind, match="timeout_s"):
+            reshard.elastic.agree_gone(comm, bad)
+    assert reshard.elastic.agree_gone(comm, 0.01) == []  # alone: nobody is lost

@@ -375,6 +375,92 @@ static void run_recovery(int32_t victim)
     release(&f);
 }
 
+/* ---- the agreement with a slow but alive rank -------------------------------- */
+
+#define AG_WORLD 4
+/* The agreement's timeout here: long enough that live threads on a loaded host always
+ * answer each other (0.25 s, scaled with RS_TEST_TIMEOUT_S) */
+#define AG_S (TIMEOUT_S * 5 / 6)
+
+typedef struct {
+    reshard_inproc_group_t *g;
+    int32_t rank;
+    double delay_s; /* enters the agreement this late; < 0: never (stopped) */
+    reshard_status_t st;
+    int32_t gone[AG_WORLD], n_gone;
+} ag_job_t;
+
+static void *ag_main(void *arg)
+{
+    ag_job_t *j = arg;
+    reshard_comm_t *c = NULL;
+    j->st = reshard_comm_create_inproc(j->g, j->rank, &c);
+    if (j->st != RESHARD_OK)
+        return NULL;
+    if (j->delay_s > 0) {
+        struct timespec ts = {(time_t)j->delay_s,
+                              (long)((j->delay_s - (double)(time_t)j->delay_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    j->st = reshard_comm_agree_gone(c, AG_S, j->gone, AG_WORLD, &j->n_gone);
+    reshard_comm_destroy(c);
+    return NULL;
+}
+
+/* Rank @p stopped never takes part, rank @p slow enters after the others' whole
+ * agreement (4 x its timeout): whatever the outcome, two ranks that accept hold the same
+ * set and neither is in it (never two groups carrying on); the stopped rank is in every
+ * accepted set; the slow rank is counted lost by every accepting rank and errors. Returns
+ * how many ranks accepted. */
+static int agree_with_slow_rank(int32_t stopped, int32_t slow)
+{
+    reshard_inproc_group_t *g = NULL;
+    assert_int_equal(reshard_inproc_group_create(AG_WORLD, &g), RESHARD_OK);
+    ag_job_t j[AG_WORLD];
+    pthread_t th[AG_WORLD];
+    for (int32_t r = 0; r < AG_WORLD; r++) {
+        j[r] = (ag_job_t){.g = g, .rank = r, .delay_s = r == slow ? 5 * AG_S : 0};
+        if (r != stopped)
+            assert_int_equal(pthread_create(&th[r], NULL, ag_main, &j[r]), 0);
+    }
+    for (int32_t r = 0; r < AG_WORLD; r++)
+        if (r != stopped)
+            pthread_join(th[r], NULL);
+    int accepted = 0;
+    for (int32_t r = 0; r < AG_WORLD; r++) {
+        if (r == stopped || j[r].st != RESHARD_OK)
+            continue;
+        accepted++;
+        bool has_stopped = false, has_slow = false;
+        for (int32_t i = 0; i < j[r].n_gone; i++) {
+            assert_int_not_equal(j[r].gone[i], r);
+            has_stopped = has_stopped || j[r].gone[i] == stopped;
+            has_slow = has_slow || j[r].gone[i] == slow;
+        }
+        assert_true(has_stopped);
+        assert_true(has_slow);
+        for (int32_t q = 0; q < AG_WORLD; q++) {
+            if (q == stopped || j[q].st != RESHARD_OK)
+                continue;
+            assert_int_equal(j[q].n_gone, j[r].n_gone);
+            assert_memory_equal(j[q].gone, j[r].gone, (size_t)j[r].n_gone * sizeof(int32_t));
+        }
+    }
+    assert_int_not_equal(j[slow].st, RESHARD_OK);
+    reshard_inproc_group_destroy(g);
+    return accepted;
+}
+
+static void test_agree_slow_rank(void **state)
+{
+    (void)state;
+    /* {0, 1} are half of the members with the lowest: they go on without 2 and 3, and the
+     * slow rank 2 learns that it was counted lost */
+    assert_int_equal(agree_with_slow_rank(3, 2), 2);
+    /* {1, 2} are half without the lowest: nobody goes on */
+    assert_int_equal(agree_with_slow_rank(3, 0), 0);
+}
+
 static void test_lost_inference_rank(void **state)
 {
     (void)state;
@@ -392,7 +478,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_membership_plan),       cmocka_unit_test(test_membership_domains),
         cmocka_unit_test(test_membership_uncovered),  cmocka_unit_test(test_lost_inference_rank),
-        cmocka_unit_test(test_lost_training_replica),
+        cmocka_unit_test(test_lost_training_replica), cmocka_unit_test(test_agree_slow_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

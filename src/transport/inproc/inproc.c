@@ -316,8 +316,9 @@ static void ip_unresponsive(const reshard_comm_t *c, unsigned char *flags)
 /* The agreement board: a sender posts one message per round; receivers read
  * the slots of the peers they wait for. */
 static reshard_status_t ip_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
-                                          int32_t n, const void *msg, uint64_t bytes, void *recv,
-                                          unsigned char *got, double deadline)
+                                          int32_t n, int32_t n_need, const void *msg,
+                                          uint64_t bytes, void *recv, unsigned char *got,
+                                          double deadline)
 {
     rs_inproc_t *ip = c->impl;
     reshard_inproc_group_t *g = ip->g;
@@ -348,7 +349,7 @@ static reshard_status_t ip_agree_exchange(reshard_comm_t *c, int round, const in
     for (int32_t i = 0; i < n && st == RESHARD_OK; i++) {
         void **slot = &g->board[(int64_t)round * g->n + peers[i]];
         int rc = 0;
-        while (!*slot && rc != ETIMEDOUT)
+        while (!*slot && rc != ETIMEDOUT && i < n_need)
             rc = pthread_cond_timedwait(&g->cv, &g->mu, &dl);
         got[i] = *slot != NULL;
         if (got[i])

@@ -5,6 +5,7 @@
  * MPI_Comm_create_group, in which the lost ranks take no part.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,28 @@ static void nap(void)
     }
 }
 
+/* Test the receives of @p req not yet in @p got (the first @p n); returns how many of the
+ * first @p n_need are still missing. */
+static reshard_status_t test_recvs(rs_mpi_t *m, MPI_Request *req, int32_t n, int32_t n_need,
+                                   unsigned char *got, int32_t *missing)
+{
+    *missing = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int flag = 0;
+        if (!got[i] && req[i] != MPI_REQUEST_NULL) {
+            int rc = MPI_Test(&req[i], &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS)
+                return rs_mpi_error(m, rc, "agreement exchange");
+        }
+        got[i] = got[i] || flag;
+        *missing += i < n_need && !got[i];
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
-                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
-                                       unsigned char *got, double deadline)
+                                       int32_t n, int32_t n_need, const void *msg, uint64_t bytes,
+                                       void *recv, unsigned char *got, double deadline)
 {
     rs_mpi_t *m = c->impl;
     if (bytes > (uint64_t)1 << 20)
@@ -59,24 +79,12 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
         if (rc != MPI_SUCCESS)
             st = rs_mpi_error(m, rc, "agreement exchange");
     }
-    int left = n;
+    int32_t left = n_need;
+    if (st == RESHARD_OK)
+        st = test_recvs(m, req, n, n_need, got, &left);
     while (st == RESHARD_OK && left > 0 && rs_now_s() < deadline) {
-        for (int32_t i = 0; i < n; i++) {
-            int flag = 0;
-            if (got[i] || req[i] == MPI_REQUEST_NULL)
-                continue;
-            int rc = MPI_Test(&req[i], &flag, MPI_STATUS_IGNORE);
-            if (rc != MPI_SUCCESS) {
-                st = rs_mpi_error(m, rc, "agreement exchange");
-                break;
-            }
-            if (flag) {
-                got[i] = 1;
-                left--;
-            }
-        }
-        if (left > 0)
-            nap();
+        nap();
+        st = test_recvs(m, req, n, n_need, got, &left);
     }
     /* receives that did not arrive are cancelled (a late message then stays
      * unmatched on this tag); sends complete or are leaked */
@@ -113,9 +121,72 @@ static reshard_status_t membership_view(reshard_status_t st, MPI_Comm *sub, int3
         st = reshard_comm_create_mpi(*sub, &inner);
     if (*sub != MPI_COMM_NULL)
         MPI_Comm_free(sub);
+    rs_mpi_t *m = st == RESHARD_OK ? rs_mpi_of(inner) : NULL;
+    if (m) { /* its messages name plan ranks */
+        m->plan_of = malloc((size_t)m->size * sizeof *m->plan_of);
+        for (int32_t p = 0; m->plan_of && p < world; p++)
+            if (map[p] >= 0 && map[p] < m->size)
+                m->plan_of[map[p]] = p;
+    }
     if (st == RESHARD_OK)
         st = reshard_comm_create_view(inner, world, map, out);
     return st;
+}
+
+/* The watchdog of a blocking MPI call (reshard_mpi.h: RESHARD_SHRINK_WATCHDOG_S). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int32_t rank;
+    double seconds;
+    const char *what;
+} watchdog_t;
+
+static void *watchdog_main(void *arg)
+{
+    watchdog_t *w = arg;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)w->seconds;
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
+    bool fire = !w->done;
+    pthread_mutex_unlock(&w->mu);
+    if (fire) {
+        fprintf(stderr,
+                "reshard_comm_shrink_mpi: rank %d: %s did not complete within %g s (a survivor "
+                "stopped or left after the agreement); ending the job (MPI_Abort)\n",
+                (int)w->rank, w->what, w->seconds);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return NULL;
+}
+
+/* MPI_Comm_create_group under the watchdog. */
+static int create_group_bounded(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *out,
+                                int32_t rank)
+{
+    watchdog_t w = {.rank = rank,
+                    .seconds = RESHARD_SHRINK_WATCHDOG_S,
+                    .what = "MPI_Comm_create_group over the survivors"};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    pthread_t th;
+    bool watching = pthread_create(&th, NULL, watchdog_main, &w) == 0;
+    int rc = MPI_Comm_create_group(comm, group, tag, out);
+    pthread_mutex_lock(&w.mu);
+    w.done = true;
+    pthread_cond_signal(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    if (watching)
+        pthread_join(th, NULL);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
 }
 
 reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
@@ -148,7 +219,7 @@ reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *go
         rc = MPI_Group_incl(all, k, ranks, &survivors);
     /* collective over the survivors only: the lost ranks take no part */
     if (rc == MPI_SUCCESS)
-        rc = MPI_Comm_create_group(m->comm, survivors, RS_MPI_TAG_SHRINK, &sub);
+        rc = create_group_bounded(m->comm, survivors, RS_MPI_TAG_SHRINK, &sub, comm->rank);
     if (rc != MPI_SUCCESS)
         st = rs_mpi_error(m, rc, "MPI_Comm_create_group (shrink)");
     if (survivors != MPI_GROUP_NULL)

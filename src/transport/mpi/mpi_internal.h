@@ -59,7 +59,16 @@ typedef struct {
     /** Peers whose requests were outstanding when a wait timed out
      *  (size entries; reshard_comm_unresponsive). */
     unsigned char *lost;
+    /** The plan rank of each rank of comm when the comm is the members' communicator
+     *  of a membership's view (size entries), else NULL: messages name plan ranks. */
+    int32_t *plan_of;
 } rs_mpi_t;
+
+/** The rank messages name for rank @p r of @p m's communicator: its plan rank. */
+static inline int rs_mpi_pr(const rs_mpi_t *m, int r)
+{
+    return m && m->plan_of && r >= 0 && r < m->size ? (int)m->plan_of[r] : r;
+}
 
 /** Largest single message; larger transfers are split into several messages
  *  of this size (MPI counts are int). Tests lower it to exercise splitting. */
@@ -117,8 +126,8 @@ reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);
  *  exchange of the transport interface. */
 void rs_mpi_unresponsive(const reshard_comm_t *c, unsigned char *flags);
 reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32_t *peers,
-                                       int32_t n, const void *msg, uint64_t bytes, void *recv,
-                                       unsigned char *got, double deadline);
+                                       int32_t n, int32_t n_need, const void *msg, uint64_t bytes,
+                                       void *recv, unsigned char *got, double deadline);
 
 /** Keep @p p (heap) reachable until the process ends, never freed: MPI may still read or
  *  write it (a buffer of a request left in flight by a failed execution). */

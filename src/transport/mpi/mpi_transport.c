@@ -51,7 +51,8 @@ reshard_status_t rs_mpi_error(rs_mpi_t *m, int mpi_rc, const char *what)
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(mpi_rc, msg, &len);
-    return rs_error(RESHARD_ERR_TRANSPORT, "rank %d: %s failed: %s", m ? m->rank : -1, what, msg);
+    return rs_error(RESHARD_ERR_TRANSPORT, "rank %d: %s failed: %s", m ? rs_mpi_pr(m, m->rank) : -1,
+                    what, msg);
 }
 
 reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m)
@@ -59,7 +60,7 @@ reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m)
     return rs_error(RESHARD_ERR_TRANSPORT,
                     "rank %d: this MPI comm failed in an earlier execution; destroy it and "
                     "create a new one",
-                    m->rank);
+                    rs_mpi_pr(m, m->rank));
 }
 
 reshard_status_t rs_mpi_reqs_push(rs_mpi_reqs_t *l, MPI_Request r, int32_t peer)
@@ -100,11 +101,11 @@ reshard_status_t rs_mpi_post(rs_mpi_t *m, rs_mpi_reqs_t *l, bool send, int32_t p
     if (m->broken)
         return rs_mpi_broken_error(m);
     if (peer < 0 || peer >= m->size)
-        return rs_error(RESHARD_ERR_RANK, "rank %d: MPI peer %d outside [0, %d)", m->rank, peer,
-                        m->size);
+        return rs_error(RESHARD_ERR_RANK, "rank %d: MPI peer %d outside [0, %d)",
+                        rs_mpi_pr(m, m->rank), peer, m->size);
     if (bytes > 0 && !buf)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: NULL buffer for %llu bytes", m->rank,
-                        (unsigned long long)bytes);
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: NULL buffer for %llu bytes",
+                        rs_mpi_pr(m, m->rank), (unsigned long long)bytes);
     uint64_t max = rs_mpi_max_message_bytes;
     if (max == 0 || max > INT_MAX)
         max = (uint64_t)INT_MAX;
@@ -174,7 +175,7 @@ static reshard_status_t check_abort(rs_mpi_t *m, bool *got)
     return RESHARD_OK;
 }
 
-static void describe_peers(const rs_mpi_reqs_t *l, char *out, size_t size)
+static void describe_peers(const rs_mpi_t *m, const rs_mpi_reqs_t *l, char *out, size_t size)
 {
     size_t n = 0;
     out[0] = '\0';
@@ -183,7 +184,8 @@ static void describe_peers(const rs_mpi_reqs_t *l, char *out, size_t size)
         for (int j = 0; j < i && !seen; j++)
             seen = l->peer[j] == l->peer[i];
         if (!seen)
-            n += (size_t)snprintf(out + n, size - n, "%s%d", n ? ", " : "", (int)l->peer[i]);
+            n += (size_t)snprintf(out + n, size - n, "%s%d", n ? ", " : "",
+                                  rs_mpi_pr(m, (int)l->peer[i]));
     }
 }
 
@@ -227,21 +229,22 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
                 reshard_status_t peer_st = (reshard_status_t)m->abort_msg[0];
                 if (peer_st >= RESHARD_OK)
                     peer_st = RESHARD_ERR_TRANSPORT;
-                return rs_error(peer_st, "rank %d: %s stopped: rank %d failed with %s", m->rank,
-                                what, m->abort_msg[1], reshard_status_string(peer_st));
+                return rs_error(peer_st, "rank %d: %s stopped: rank %d failed with %s",
+                                rs_mpi_pr(m, m->rank), what, rs_mpi_pr(m, m->abort_msg[1]),
+                                reshard_status_string(peer_st));
             }
         }
         double now = rs_now_s();
         if (now > deadline) {
             char peers[256];
-            describe_peers(l, peers, sizeof peers);
+            describe_peers(m, l, peers, sizeof peers);
             for (int i = 0; m->lost && i < l->n; i++)
                 if (l->peer[i] >= 0 && l->peer[i] < m->size)
                     m->lost[l->peer[i]] = 1;
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: %s: no transfer completed for %.1f s; %d outstanding, "
                             "waiting for rank(s) %s (dead or stalled peer?)",
-                            m->rank, what, timeout_s, l->n, peers);
+                            rs_mpi_pr(m, m->rank), what, timeout_s, l->n, peers);
         }
         backoff(idle++);
     }
@@ -340,7 +343,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     enum { N = 2 + RS_AGREE_WORDS };
     int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
     if (!in)
-        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement", m->rank);
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement",
+                        rs_mpi_pr(m, m->rank));
     in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
     in[1] = in_flight ? -1 : 0;
     for (int i = 0; i < RS_AGREE_WORDS; i++)
@@ -360,7 +364,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: not every rank reached the end of the execution "
                             "(waited up to %.1f s; dead or stalled peer)%s%s",
-                            m->rank, timeout_s, local != RESHARD_OK ? "; this rank: " : "",
+                            rs_mpi_pr(m, m->rank), timeout_s,
+                            local != RESHARD_OK ? "; this rank: " : "",
                             local != RESHARD_OK ? local_msg : "");
         return st;
     }
@@ -389,13 +394,13 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         return RESHARD_OK;
     if (who == m->rank && global == local)
         return local_msg[0] ? rs_error(local, "%s", local_msg)
-                            : rs_error(local, "rank %d failed with %s", m->rank,
+                            : rs_error(local, "rank %d failed with %s", rs_mpi_pr(m, m->rank),
                                        reshard_status_string(local));
     if (local != RESHARD_OK && prio == KEY_OWN)
-        return rs_error(global, "rank %d failed with %s; this rank also failed: %s", who,
-                        reshard_status_string(global), local_msg);
-    return rs_error(global, "rank %d: execution failed: rank %d reported %s", m->rank, who,
-                    reshard_status_string(global));
+        return rs_error(global, "rank %d failed with %s; this rank also failed: %s",
+                        rs_mpi_pr(m, who), reshard_status_string(global), local_msg);
+    return rs_error(global, "rank %d: execution failed: rank %d reported %s", rs_mpi_pr(m, m->rank),
+                    rs_mpi_pr(m, who), reshard_status_string(global));
 }
 
 /* ---- the ops ------------------------------------------------------------- */
@@ -412,8 +417,8 @@ static reshard_status_t mpi_alloc_staging(reshard_comm_t *c, uint64_t bytes, voi
         return rs_error(RESHARD_ERR_INVALID_ARG, "alloc_staging: out is NULL");
     *out = NULL;
     if (bytes > SIZE_MAX - 4096)
-        return rs_error(RESHARD_ERR_OVERFLOW, "rank %d: staging of %llu bytes", m->rank,
-                        (unsigned long long)bytes);
+        return rs_error(RESHARD_ERR_OVERFLOW, "rank %d: staging of %llu bytes",
+                        rs_mpi_pr(m, m->rank), (unsigned long long)bytes);
     /* reuse the kept block when it is free and large enough */
     if (m->staging && !m->staging_used && m->staging_bytes >= bytes) {
         m->staging_used = true;
@@ -423,7 +428,7 @@ static reshard_status_t mpi_alloc_staging(reshard_comm_t *c, uint64_t bytes, voi
     void *p = NULL;
     if (posix_memalign(&p, 4096, bytes ? (size_t)bytes : 1) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: cannot allocate %llu bytes of staging",
-                        m->rank, (unsigned long long)bytes);
+                        rs_mpi_pr(m, m->rank), (unsigned long long)bytes);
     if (!m->staging_used) { /* keep the new block instead of the smaller free one */
         free(m->staging);
         m->staging = p;
@@ -456,7 +461,8 @@ static void mpi_free_staging(reshard_comm_t *c, void *p)
 static reshard_status_t check_slot(rs_mpi_t *m, int slot)
 {
     if (slot != 0 && slot != 1)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: slot %d is not 0 or 1", m->rank, slot);
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rank %d: slot %d is not 0 or 1",
+                        rs_mpi_pr(m, m->rank), slot);
     if (m->broken)
         return rs_mpi_broken_error(m);
     return RESHARD_OK;
@@ -470,8 +476,8 @@ static reshard_status_t mpi_round_begin(reshard_comm_t *c, int slot)
         return st;
     if (m->slot[slot].n > 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "rank %d: round_begin on slot %d with %d transfers outstanding", m->rank,
-                        slot, m->slot[slot].n);
+                        "rank %d: round_begin on slot %d with %d transfers outstanding",
+                        rs_mpi_pr(m, m->rank), slot, m->slot[slot].n);
     return RESHARD_OK;
 }
 
@@ -521,8 +527,8 @@ static reshard_status_t mpi_finish(reshard_comm_t *c, reshard_status_t local, co
     rs_mpi_t *m = impl(c);
     if (local == RESHARD_OK && (m->slot[0].n > 0 || m->slot[1].n > 0))
         local = rs_error(RESHARD_ERR_INVALID_ARG,
-                         "rank %d: agreement reached with %d transfers in flight", m->rank,
-                         m->slot[0].n + m->slot[1].n);
+                         "rank %d: agreement reached with %d transfers in flight",
+                         rs_mpi_pr(m, m->rank), m->slot[0].n + m->slot[1].n);
     return rs_mpi_agree(m, local, words, min_words, timeout_s);
 }
 
@@ -552,6 +558,7 @@ static void mpi_destroy(reshard_comm_t *c)
     rs_mpi_reqs_free(&m->slot[1]);
     rs_mpi_reqs_free(&m->abort_sends);
     free(m->lost);
+    free(m->plan_of);
     m->lost = NULL;
     if (m->broken)
         rs_mpi_keep(m); /* the abort channel's receive may still land in abort_msg */
