@@ -299,7 +299,9 @@ static reshard_status_t build(cat_t *c)
         if (mtp) {
             TRY(vec(c, &l->enorm, H, "enorm.weight"));
             TRY(vec(c, &l->hnorm, H, "hnorm.weight"));
-            TRY(mat(c, &l->eh_proj, true, H, 2 * H, "eh_proj.weight"));
+            /* vLLM deepseek_mtp.py builds eh_proj as a plain nn.Linear without the
+             * quant config: bf16 and no weight_scale_inv in every form. */
+            TRY(mat(c, &l->eh_proj, false, H, 2 * H, "eh_proj.weight"));
         }
         TRY(vec(c, &l->in_norm, H, "input_layernorm.weight"));
         TRY(attention(c, l));

@@ -198,6 +198,20 @@ static void test_mtp_and_fp8(void **state)
     assert_int_equal(ti.shape[1], 32);
     reshard_tensors_destroy(t);
     reshard_model_destroy(m);
+
+    /* FP8 DeepSeek-V3 with MTP: vLLM's deepseek_mtp.py builds eh_proj as a plain
+     * nn.Linear (no quant config), so it stays bf16 with no block scales. */
+    m = load("deepseek-v3", 1, RESHARD_FP8_E4M3);
+    reshard_model_tensors(m, &t);
+    id = reshard_tensors_find(t, "model.layers.61.eh_proj.weight");
+    assert_int_equal(reshard_tensors_info(t, id, &ti), RESHARD_OK);
+    assert_int_equal(ti.dtype, RESHARD_BF16);
+    assert_true(reshard_tensors_find(t, "model.layers.61.eh_proj.weight_scale_inv") < 0);
+    id = reshard_tensors_find(t, "model.layers.61.self_attn.o_proj.weight");
+    assert_int_equal(reshard_tensors_info(t, id, &ti), RESHARD_OK);
+    assert_int_equal(ti.dtype, RESHARD_FP8_E4M3);
+    reshard_tensors_destroy(t);
+    reshard_model_destroy(m);
 }
 
 static void test_spec_parse(void **state)
