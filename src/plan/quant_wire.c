@@ -589,6 +589,22 @@ static reshard_status_t build(rs_qplan_t *qp, const reshard_layout_t *src,
     for (int32_t k = 0; st == RESHARD_OK && k < nq; k++)
         for (int64_t i = 0; st == RESHARD_OK && i < qs[k].dst_t.n; i++)
             st = wire_dest(qp, T, &qs[k], &qs[k].dst_t.f[i]);
+    /* Scales are made from the weight's blocks on the same rank: a scale
+     * element whose block no fragment of the weight holds on that rank would
+     * never be written, so it is refused rather than left stale. */
+    for (int32_t k = 0; st == RESHARD_OK && k < nq; k++)
+        for (int64_t i = 0; st == RESHARD_OK && i < qs[k].dst_s.n; i++) {
+            const reshard_fragment_t *f = &qs[k].dst_s.f[i];
+            if (bnumel(&qs[k].written[i]) == rs_box_numel(&f->box))
+                continue;
+            char sb[256];
+            st = rs_error(RESHARD_ERR_UNCOVERED,
+                          "tensor %s, rank %d, buffer %d, box %s: scale blocks whose weight "
+                          "blocks of %s the rank does not hold; a destination holds the "
+                          "scales of its own weight blocks only",
+                          T->t[qs[k].s].name, f->rank, f->buffer,
+                          rs_box_str(&f->box, sb, sizeof sb), T->t[qs[k].t].name);
+        }
     return st;
 }
 

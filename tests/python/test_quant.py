@@ -222,6 +222,23 @@ def test_quant_marks_errors():
     assert tensors.quant("w") is None
 
 
+@needs_quant
+def test_scale_without_its_weight_blocks_refused():
+    # the weight's columns split at 150 on two ranks (sender side) while each rank holds
+    # every scale: the scale columns of the other rank's blocks would never be written
+    tensors = reshard.Tensors()
+    tensors.add("w", (256, 300), torch.bfloat16)
+    tensors.add("w_scale", (2, 3), torch.float32)
+    tensors.set_quant("w", "fp8", scale="w_scale")
+    src = reshard.Layout.from_placements(tensors, {"w": ([0], [Replicate()])})
+    dst = reshard.Layout.from_placements(
+        tensors, {"w": ([1, 2], [Shard(1)]), "w_scale": ([1, 2], [Replicate()])}, quantized=True)
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=1, world=3)
+    assert e.value.status == reshard.Status.UNCOVERED
+    assert "w_scale" in e.value.message and "rank 1" in e.value.message
+
+
 # --- a model refit: Megatron bf16 -> vLLM FP8 form ----------------------------------------
 
 FP8_DENSE = {  # qwen3-shaped, 128-row heads: every vLLM tp=2 shard lies on 128x128 blocks
