@@ -16,12 +16,10 @@ typedef struct {
     int64_t *key; /* per block column: (e * RB + rb) of the cached scale, -1: none */
 } qexp_t;
 
-static float bf16_value(int32_t T, int64_t flat)
+/* bf16 bits of the pattern value of element @p flat of tensor T. */
+static uint16_t bf16_bits(int32_t T, int64_t flat)
 {
-    uint32_t u = (uint32_t)(uint16_t)rs_pattern_value(T, flat) << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return (uint16_t)rs_pattern_value(T, flat);
 }
 
 /* The scale of block (e, rb, kb) of the pattern of tensor T. */
@@ -33,16 +31,14 @@ static float block_scale(qexp_t *x, int64_t e, int64_t rb, int64_t kb)
     int64_t r1 = (rb + 1) * x->q.block_rows, c1 = (kb + 1) * x->q.block_cols;
     r1 = r1 < x->R ? r1 : x->R;
     c1 = c1 < x->C ? c1 : x->C;
-    float amax = 0.0f;
+    uint32_t amax = 0;
     for (int64_t r = rb * x->q.block_rows; r < r1; r++)
         for (int64_t c = kb * x->q.block_cols; c < c1; c++) {
-            float v = bf16_value(x->T, (e * x->R + r) * x->C + c);
-            v = v < 0 ? -v : v;
-            if (v <= 3.4028235e38f && v > amax) /* finite values only */
-                amax = v;
+            uint32_t key = rs_fp8_amax_key(bf16_bits(x->T, (e * x->R + r) * x->C + c));
+            amax = key > amax ? key : amax;
         }
     x->key[kb] = k;
-    return x->sc[kb] = rs_fp8_scale_of_amax(amax, rs_quant_pow2(&x->q));
+    return x->sc[kb] = rs_fp8_scale(amax, rs_quant_pow2(&x->q));
 }
 
 int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment_t *f,
@@ -93,7 +89,7 @@ int64_t rs_quant_pattern_check(const reshard_layout_t *l, const reshard_fragment
                 rb = flat / x.C % x.R / x.q.block_rows;
                 kb = flat % x.C / x.q.block_cols;
                 float s = block_scale(&x, e, rb, kb);
-                want = rs_fp8_e4m3(bf16_value(T, flat) * rs_fp8_inverse(s));
+                want = rs_fp8_quantize(bf16_bits(T, flat), rs_fp8_inverse(s));
             }
             uint32_t got = 0;
             memcpy(&got, p, es); /* little-endian */
