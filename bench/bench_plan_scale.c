@@ -199,12 +199,20 @@ static reshard_plan_params_t params_of(const setup_t *s, int32_t rank)
                                    .domain_size = s->domain_size};
 }
 
-static reshard_plan_t *plan_for(const setup_t *s, int32_t rank, double *secs, double *cpu)
+/* A rank's own plan, the full global plan (RESHARD_ALL_RANKS), or with
+ * @p summary the global summary plan keeping the pieces of @p keep[0..nkeep). */
+static reshard_plan_t *plan_for(const setup_t *s, int32_t rank, int summary, const int32_t *keep,
+                                int nkeep, double *secs, double *cpu)
 {
     reshard_plan_params_t p = params_of(s, rank);
+    if (summary) {
+        p.field_mask |= RESHARD_PLAN_PARAM_SUMMARY;
+        p.summary = 1;
+    }
     reshard_plan_t *plan = NULL;
     double t0 = now(), c0 = cpu_now();
-    if (reshard_plan_create(s->refit.train, s->refit.infer, &p, &plan) != RESHARD_OK) {
+    if (rs_plan_create_keeping(s->refit.train, s->refit.infer, &p, keep, nkeep, &plan) !=
+        RESHARD_OK) {
         fprintf(stderr, "bench_plan_scale: plan (rank %d): %s\n", rank, reshard_last_error());
         return NULL;
     }
@@ -225,23 +233,38 @@ static int sample_ranks(const setup_t *s, int k, int32_t *out)
     return n;
 }
 
+/* Network bytes over their lower bound, busiest NIC over its bound (global). */
+static void quality(const reshard_plan_t *plan, double *net_lb, double *nic)
+{
+    reshard_plan_stats_t st;
+    reshard_plan_get_stats(plan, &st);
+    uint64_t most = st.max_nic_send_bytes > st.max_nic_recv_bytes ? st.max_nic_send_bytes
+                                                                  : st.max_nic_recv_bytes;
+    uint64_t bound = st.nic_send_bound_bytes > st.nic_recv_bound_bytes ? st.nic_send_bound_bytes
+                                                                       : st.nic_recv_bound_bytes;
+    *net_lb = st.bytes_lower_bound ? (double)st.bytes_network / (double)st.bytes_lower_bound : 0;
+    *nic = bound ? (double)most / (double)bound : 0;
+}
+
 /* Child: one measurement, printed as "layout_s layout_cpu plan_s plan_cpu
- * digest checked". */
+ * digest checked net_lb nic". A global plan is a summary plan that keeps
+ * the sampled ranks' pieces (--check) to compare their own plans with. */
 static int run_one(const config_t *c, int32_t rank, int check)
 {
     setup_t s;
     if (setup(c, &s) != 0)
         return 1;
     double secs = 0, cpu = 0;
-    reshard_plan_t *plan = plan_for(&s, rank, &secs, &cpu);
+    int32_t ranks[16];
+    int n = check > 0 ? sample_ranks(&s, check < 16 ? check : 16, ranks) : 0;
+    bool global = rank == RESHARD_ALL_RANKS;
+    reshard_plan_t *plan = plan_for(&s, rank, global, ranks, global ? n : 0, &secs, &cpu);
     if (!plan) {
         teardown(&s);
         return 1;
     }
     int rc = 0, checked = 0;
-    int32_t ranks[16];
-    int n = check > 0 ? sample_ranks(&s, check < 16 ? check : 16, ranks) : 0;
-    for (int i = 0; i < n && rank == RESHARD_ALL_RANKS; i++) {
+    for (int i = 0; i < n && global; i++) {
         char why[512];
         reshard_plan_params_t p = params_of(&s, RESHARD_ALL_RANKS);
         if (rs_test_check_rank_plan(s.refit.train, s.refit.infer, &p, plan, ranks[i], why,
@@ -252,8 +275,11 @@ static int run_one(const config_t *c, int32_t rank, int check)
             checked++;
         }
     }
-    printf("%.3f %.3f %.3f %.3f %016llx %d\n", s.layout_s, s.layout_cpu, secs, cpu,
-           (unsigned long long)plan_digest(plan), checked);
+    double net_lb = 0, nic = 0;
+    if (global)
+        quality(plan, &net_lb, &nic);
+    printf("%.3f %.3f %.3f %.3f %016llx %d %.4f %.4f\n", s.layout_s, s.layout_cpu, secs, cpu,
+           (unsigned long long)plan_digest(plan), checked, net_lb, nic);
     reshard_plan_destroy(plan);
     teardown(&s);
     return rc;
@@ -264,6 +290,7 @@ typedef struct {
     double layout_s, layout_cpu, plan_s, plan_cpu, wall;
     char digest[32];
     int checked;
+    double net_lb, nic;
     long maxrss_kb;
     int status; /* of the child (wait4) */
 } result_t;
@@ -312,8 +339,8 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
     r->maxrss_kb = ru.ru_maxrss;
     r->status = status;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        sscanf(line, "%lf %lf %lf %lf %16s %d", &r->layout_s, &r->layout_cpu, &r->plan_s,
-               &r->plan_cpu, r->digest, &r->checked) != 6)
+        sscanf(line, "%lf %lf %lf %lf %16s %d %lf %lf", &r->layout_s, &r->layout_cpu, &r->plan_s,
+               &r->plan_cpu, r->digest, &r->checked, &r->net_lb, &r->nic) != 8)
         return -1;
     return 0;
 }
@@ -358,16 +385,23 @@ static int hash_mode(const config_t *c, const int32_t *ranks, int nranks, int gl
         return 1;
     double secs, cpu;
     if (global) {
-        reshard_plan_t *all = plan_for(&s, RESHARD_ALL_RANKS, &secs, &cpu);
-        if (!all)
+        reshard_plan_t *all = plan_for(&s, RESHARD_ALL_RANKS, 0, NULL, 0, &secs, &cpu);
+        reshard_plan_t *sum = plan_for(&s, RESHARD_ALL_RANKS, 1, NULL, 0, &secs, &cpu);
+        if (!all || !sum)
             return 1;
-        printf("%s %s %d+%d global %016llx\n", c->model, c->system ? c->system : "none", c->size,
-               c->size, (unsigned long long)plan_digest(all));
+        /* the summary plan counts what the full plan's pieces add up to */
+        reshard_plan_stats_t a, b;
+        reshard_plan_get_stats(all, &a);
+        reshard_plan_get_stats(sum, &b);
+        printf("%s %s %d+%d global %016llx summary stats %s\n", c->model,
+               c->system ? c->system : "none", c->size, c->size,
+               (unsigned long long)plan_digest(all), memcmp(&a, &b, sizeof a) ? "DIFFER" : "equal");
+        reshard_plan_destroy(sum);
         reshard_plan_destroy(all);
     }
     for (int i = 0; i < nranks; i++) {
         int32_t r = ranks[i] < 0 ? s.world + ranks[i] : ranks[i];
-        reshard_plan_t *one = plan_for(&s, r, &secs, &cpu);
+        reshard_plan_t *one = plan_for(&s, r, 0, NULL, 0, &secs, &cpu);
         if (!one)
             return 1;
         printf("%s %s %d+%d rank %d %016llx\n", c->model, c->system ? c->system : "none", c->size,
@@ -441,8 +475,11 @@ int main(int argc, char **argv)
            rank);
     printf("# times in seconds (wall; cpu = this process's CPU time, steadier on a shared "
            "machine), peak = max RSS\n");
-    printf("%-11s %-6s %9s %9s %9s %9s %9s %9s %17s %s\n", "ranks", "plan", "layout_s",
-           "layout_cpu", "plan_s", "plan_cpu", "total_cpu", "peak_MiB", "digest", "checked");
+    printf("# global = summary plan (counters and stream totals; the sampled ranks' pieces kept "
+           "for --check); net/lb = network bytes / lower bound, nic = busiest NIC / its bound\n");
+    printf("%-11s %-6s %9s %9s %9s %9s %9s %9s %17s %7s %6s %6s\n", "ranks", "plan", "layout_s",
+           "layout_cpu", "plan_s", "plan_cpu", "total_cpu", "peak_MiB", "digest", "checked",
+           "net/lb", "nic");
     int bad = 0;
     double own_first = 0;
     for (int i = 0; i < nsizes; i++) {
@@ -458,9 +495,12 @@ int main(int argc, char **argv)
                 bad = 1;
                 continue;
             }
-            printf("%5d+%-5d %-6s %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %17s %d\n", c.size, c.size,
+            printf("%5d+%-5d %-6s %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %17s %7d", c.size, c.size,
                    g ? "global" : "own", r.layout_s, r.layout_cpu, r.plan_s, r.plan_cpu,
                    r.layout_cpu + r.plan_cpu, (double)r.maxrss_kb / 1024.0, r.digest, r.checked);
+            if (g)
+                printf(" %6.3f %6.3f", r.net_lb, r.nic);
+            printf("\n");
             if (!g && i == 0)
                 own_first = r.layout_cpu + r.plan_cpu;
             if (!g && i == nsizes - 1 && nsizes > 1 && own_first > 0)

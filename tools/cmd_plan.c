@@ -234,6 +234,10 @@ int cmd_plan(int argc, char **argv)
                                 .world_size = world,
                                 .my_rank = (int32_t)a.rank,
                                 .domain_size = (int32_t)a.domain_size};
+    if (a.rank == RESHARD_ALL_RANKS) { /* counters only: no pieces held */
+        pp.field_mask |= RESHARD_PLAN_PARAM_SUMMARY;
+        pp.summary = 1;
+    }
     if (a.staging_mb >= 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
         pp.staging_bytes = (uint64_t)(a.staging_mb * 1048576.0);

@@ -409,9 +409,10 @@ enum {
     RESHARD_PLAN_PARAM_DOMAIN_SIZE = 1u << 1,
     RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
     RESHARD_PLAN_PARAM_RELAY_BYTES = 1u << 3,
+    RESHARD_PLAN_PARAM_SUMMARY = 1u << 4,
 };
 /** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
-#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0xf)
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x1f)
 
 /** Default staging memory per rank: 256 MiB. */
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
@@ -448,6 +449,10 @@ typedef struct {
                                  Relays balance a domain's NICs by landing pieces on
                                  ranks that do not need them; a smaller bound relays
                                  less and may leave a busier NIC */
+    int32_t summary;        /**< nonzero: a summary plan (RESHARD_ALL_RANKS only,
+                                 INVALID_ARG otherwise), which keeps its counters and
+                                 per-stream totals but not its pieces; see
+                                 reshard_plan_create */
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;
@@ -464,6 +469,16 @@ typedef struct reshard_plan reshard_plan_t;
  * executes is exactly what the RESHARD_ALL_RANKS plan gives it. Chunk sizes
  * come from a bound on each rank's streams computed from the layouts alone.
  * With RESHARD_ALL_RANKS, every group (global statistics, simulation).
+ *
+ * A summary plan (params->summary, RESHARD_ALL_RANKS) makes every decision
+ * of the global plan but keeps, of its pieces, only what they add up to: the
+ * statistics, per-rank link loads and per-stream byte totals, tallied one
+ * tensor at a time. Its memory grows with the world and the streams, not
+ * with the pieces (a 1024 + 1024-rank MoE refit has some 70 million pieces,
+ * about 12 GB held, and a million streams), and it plans in parallel on up
+ * to RESHARD_PLAN_THREADS threads. reshard_plan_get_stats,
+ * reshard_sim_plan and reshard_plan_pair_bytes give what they give for the
+ * full plan; reshard_plan_execute refuses it (INVALID_ARG).
  *
  * Validation, before anything else: both layouts describe the same tensors
  * (the same catalogue, or catalogues with equal names, dtypes and view
@@ -496,7 +511,7 @@ typedef struct reshard_plan reshard_plan_t;
  * Errors: INVALID_ARG (also: field_mask bits outside RESHARD_PLAN_PARAM_ALL,
  * named in hex; a set timeout_s that is NaN, infinite or under
  * RESHARD_MIN_TIMEOUT_S; a negative domain_size; world_size outside
- * 1..RESHARD_MAX_WORLD_SIZE), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
+ * 1..RESHARD_MAX_WORLD_SIZE; summary with a my_rank), SHAPE, DTYPE, RANK, UNCOVERED, OVERLAP,
  * OVERFLOW, STAGING (bound under 4 KiB, or too small for a rank's streams),
  * BUFFER, NOMEM — the message names the tensor, rank and box (and buffer).
  */

@@ -5,7 +5,8 @@
  *   1. A system (reshard_system_t): ranks per NVLink domain and, per link
  *      class (network, NVLink, local copy), a bandwidth and a per-message
  *      latency. "h100" and "gb200" are built in.
- *   2. reshard_sim_plan: the cost model applied to a plan's pieces.
+ *   2. reshard_sim_plan: the cost model applied to a global plan's pieces
+ *      (what they add up to: a summary plan does as well).
  *   3. reshard_sim_model: plan a model refit for a system (each side fills
  *      its own domains) and predict it, the gather+broadcast baseline and the
  *      lower bound.
@@ -121,9 +122,10 @@ typedef struct {
 } reshard_sim_t;
 
 /**
- * Apply the cost model to @p plan (any plan: its pieces are global) on
- * @p sys. The plan's own domain_size is used for link classes; @p sys gives
- * the speeds. Errors: INVALID_ARG (NULL, a bandwidth <= 0), NOMEM.
+ * Apply the cost model to @p plan, a RESHARD_ALL_RANKS plan (full or
+ * summary), on @p sys. The plan's own domain_size is used for link classes;
+ * @p sys gives the speeds. Errors: INVALID_ARG (NULL, a bandwidth <= 0, a
+ * rank's own plan), NOMEM.
  */
 reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
                                   reshard_sim_t *out);

@@ -60,13 +60,14 @@ class BufferInfo(ctypes.Structure):
 class PlanParams(ctypes.Structure):
     _fields_ = [("field_mask", c_u64), ("world_size", c_i32), ("my_rank", c_i32),
                 ("staging_bytes", c_u64), ("domain_size", c_i32), ("timeout_s", ctypes.c_double),
-                ("relay_bytes", c_u64)]
+                ("relay_bytes", c_u64), ("summary", c_i32)]
 
 
 PARAM_STAGING_BYTES = 1 << 0
 PARAM_DOMAIN_SIZE = 1 << 1
 PARAM_TIMEOUT = 1 << 2
 PARAM_RELAY_BYTES = 1 << 3
+PARAM_SUMMARY = 1 << 4
 
 
 class PlanStats(ctypes.Structure):

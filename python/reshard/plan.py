@@ -21,6 +21,8 @@ class Plan:
     staging_mb   staging memory bound per rank, MiB (default 256)
     relay_mb     relay scratch bound per rank, MiB (default none)
     timeout_s    a silent peer fails the execution after this many seconds (default 60)
+    summary      ALL_RANKS only: keep counters and per-stream totals, not pieces
+                 (statistics and pair_bytes of a plan too large to hold; not executable)
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute
@@ -30,7 +32,7 @@ class Plan:
     """
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
-                 relay_mb=None, timeout_s=None, comm=None):
+                 relay_mb=None, timeout_s=None, comm=None, summary=False):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         p = _lib.PlanParams(world_size=int(world), my_rank=int(rank))
@@ -46,6 +48,9 @@ class Plan:
         if timeout_s is not None:
             p.field_mask |= _lib.PARAM_TIMEOUT
             p.timeout_s = float(timeout_s)
+        if summary:
+            p.field_mask |= _lib.PARAM_SUMMARY
+            p.summary = 1
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = int(rank), int(world)
         self.timeout_s = timeout_s

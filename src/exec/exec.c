@@ -588,6 +588,11 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
             RESHARD_ERR_INVALID_ARG,
             "reshard_plan_execute: comm is rank %d of %d, the plan is for rank %d of %d", rank,
             comm->size, plan->p.my_rank, plan->p.world_size);
+    if (plan->p.summary)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_execute: rank %d: the plan is a summary (counters only, "
+                        "no pieces): plan with summary = 0 to execute",
+                        rank);
     /* Quantized destinations: the caller's buffers plus this rank's scratch. */
     rs_qbufs_t qb = {0};
     reshard_status_t st = RESHARD_OK;

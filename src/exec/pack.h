@@ -2,6 +2,7 @@
 #ifndef RS_EXEC_PACK_H
 #define RS_EXEC_PACK_H
 
+#include "layout/layout_internal.h" /* RS_DIRECT_MIN_BYTES, rs_box_dense */
 #include "transport/transport.h"
 
 /** Copy the elements of @p span from @p buf (laid out per span->frag) to the
@@ -13,23 +14,5 @@ void rs_unpack_cpu(void *buf, const void *in, const rs_span_t *span);
 void rs_copy_box_cpu(void *dst, const reshard_fragment_t *dst_frag, const void *src,
                      const reshard_fragment_t *src_frag, const reshard_box_t *box,
                      uint32_t elem_size);
-
-/** Chunks at least this large that lie inside one piece's data, dense in the
- *  user buffer, move straight from/to it: no pack, no unpack. */
-#define RS_DIRECT_MIN_BYTES (64u << 10)
-
-/** Is every element of box @p b at consecutive positions of fragment @p f? */
-static inline bool rs_box_dense(const reshard_box_t *b, const reshard_fragment_t *f)
-{
-    int64_t expect = 1;
-    for (int d = b->ndim - 1; d >= 0; d--) {
-        if (b->extent[d] == 1)
-            continue;
-        if (f->stride[d] != expect)
-            return false;
-        expect *= b->extent[d];
-    }
-    return true;
-}
 
 #endif

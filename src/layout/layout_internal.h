@@ -171,6 +171,25 @@ void rs_decls_free(rs_decls_t *d);
 int64_t rs_box_numel(const reshard_box_t *b);
 /** Intersection of a and b (same ndim); false when empty. */
 bool rs_box_intersect(const reshard_box_t *a, const reshard_box_t *b, reshard_box_t *out);
+
+/** Chunks at least this large that lie inside one piece's data, dense in the
+ *  user buffer, move straight from/to it: no pack, no unpack. */
+#define RS_DIRECT_MIN_BYTES (64u << 10)
+
+/** Is every element of box @p b at consecutive positions of fragment @p f? */
+static inline bool rs_box_dense(const reshard_box_t *b, const reshard_fragment_t *f)
+{
+    int64_t expect = 1;
+    for (int d = b->ndim - 1; d >= 0; d--) {
+        if (b->extent[d] == 1)
+            continue;
+        if (f->stride[d] != expect)
+            return false;
+        expect *= b->extent[d];
+    }
+    return true;
+}
+
 /** True when @p inner lies inside @p outer. */
 bool rs_box_contains(const reshard_box_t *outer, const reshard_box_t *inner);
 /** Row-major flat index of point @p idx in a view shape. */

@@ -366,6 +366,15 @@ struct rs_cutter {
     rs_scratch_t s;
 };
 
+void rs_cutter_frags(const rs_cutter_t *c, int32_t t, const int64_t **src, int64_t *nsrc,
+                     const int64_t **dst, int64_t *ndst)
+{
+    *src = c->sidx + c->sstart[t];
+    *nsrc = c->sstart[t + 1] - c->sstart[t];
+    *dst = c->didx + c->dstart[t];
+    *ndst = c->dstart[t + 1] - c->dstart[t];
+}
+
 reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out)
 {
     rs_cutter_t *c = calloc(1, sizeof *c);

@@ -1,7 +1,8 @@
 /* Step 4: pieces from assigned cells (in-domain) and from the topology step
  * (network landings and forwards), kept when in the plan's scope (whole
- * streams: rs_piece_vec_push), one tensor's cells at a time; then merged
- * where boxes touch, in stream order. */
+ * streams: rs_piece_vec_push), one tensor's cells at a time, merged where
+ * boxes touch (a merge never joins two tensors); then all put in stream
+ * order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +104,7 @@ static int sort_pieces(rs_piece_t *p, int64_t n, int32_t world)
                 r = nr;
             }
             for (int64_t k = i; k < j; k++)
-                r[k - i] = (rs_ref_t){0, &p[b[k]], cmp_piece};
+                r[k - i] = (rs_ref_t){0, 0, &p[b[k]], cmp_piece};
             rs_sort_refs(r, (size_t)(j - i));
             for (int64_t k = i; k < j; k++)
                 b[k] = (size_t)((const rs_piece_t *)r[k - i].rec - p);
@@ -119,24 +120,82 @@ static int sort_pieces(rs_piece_t *p, int64_t n, int32_t world)
     return rc;
 }
 
-/* Sort into stream order (stable), then merge neighbours until nothing
- * merges: a merge keeps the first piece's offsets, so the order stays
- * sorted and each further pass only rescans. */
-static int sort_and_merge(const reshard_layout_t *dst, rs_piece_t *p, int64_t *n, int32_t world)
+/* Key of the leading fields of cmp_piece: (stage, sender, receiver). */
+static uint64_t key_piece(const void *pp)
 {
-    if (sort_pieces(p, *n, world) != 0)
+    const rs_piece_t *p = pp;
+    return ((uint64_t)(uint32_t)p->stage << 62) | ((uint64_t)(uint32_t)p->sender << 31) |
+           (uint64_t)(uint32_t)p->receiver;
+}
+
+/* Do two of the @p n pieces share stage and fragments (so that they might
+ * merge)? A hash set of (to_frag, from_frag, stage); -1 when out of memory. */
+static int may_merge(const rs_piece_t *p, int64_t n)
+{
+    int64_t cap = 64;
+    while (cap < 2 * n)
+        cap *= 2;
+    uint64_t *set = calloc((size_t)cap, sizeof *set);
+    if (!set)
         return -1;
-    for (int pass = 0; pass <= RESHARD_MAX_DIMS && *n > 1; pass++) {
-        int64_t w = 0;
-        for (int64_t i = 0; i < *n; i++)
-            if (w == 0 || !try_merge(dst, &p[w - 1], &p[i]))
-                p[w++] = p[i];
-        bool changed = w != *n;
-        *n = w;
-        if (!changed)
-            return 0;
+    int found = 0;
+    for (int64_t i = 0; i < n && !found; i++) {
+        uint64_t k = ((uint64_t)(uint32_t)p[i].to_frag << 33) |
+                     ((uint64_t)(uint32_t)p[i].from_frag << 1) | (uint64_t)(p[i].stage & 1);
+        k += 1; /* 0 marks a free slot */
+        int64_t j = (int64_t)((k * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+        while (set[j] && set[j] != k)
+            j = (j + 1) & (cap - 1);
+        found = set[j] == k;
+        set[j] = k;
     }
-    return 0;
+    free(set);
+    return found;
+}
+
+/* Second key of cmp_piece: (tensor, to_frag). */
+static uint64_t key2_piece(const void *pp)
+{
+    const rs_piece_t *p = pp;
+    return ((uint64_t)(uint32_t)p->tensor << 32) | (uint32_t)p->to_frag;
+}
+
+reshard_status_t rs_pieces_merge(const reshard_plan_t *plan, rs_piece_vec_t *v, int64_t from)
+{
+    rs_piece_t *p = v->p + from;
+    int64_t n = v->n - from;
+    if (n < 2)
+        return RESHARD_OK;
+    int m = may_merge(p, n);
+    if (m < 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory merging pieces");
+    if (!m) /* nothing merges; stream order comes with rs_pieces_finish */
+        return RESHARD_OK;
+    if (rs_sort_records(p, (size_t)n, sizeof *p, cmp_piece, key_piece, key2_piece) != 0)
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
+    /* a merge keeps the first piece's offsets, so the order stays sorted and
+     * each further pass only rescans */
+    for (int pass = 0; pass <= RESHARD_MAX_DIMS && n > 1; pass++) {
+        int64_t w = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (w == 0 || !try_merge(plan->dst, &p[w - 1], &p[i]))
+                p[w++] = p[i];
+        bool changed = w != n;
+        n = w;
+        if (!changed)
+            break;
+    }
+    v->n = from + n;
+    return RESHARD_OK;
+}
+
+void rs_pieces_keep(const reshard_plan_t *plan, rs_piece_vec_t *v, int64_t from)
+{
+    int64_t w = from;
+    for (int64_t i = from; i < v->n; i++)
+        if (rs_plan_keeps(plan, v->p[i].stage, v->p[i].sender, v->p[i].receiver))
+            v->p[w++] = v->p[i];
+    v->n = w;
 }
 
 reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
@@ -162,7 +221,7 @@ reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v)
     plan->pieces = v->p;
     plan->npieces = v->n;
     memset(v, 0, sizeof *v);
-    if (sort_and_merge(plan->dst, plan->pieces, &plan->npieces, plan->p.world_size) != 0)
+    if (sort_pieces(plan->pieces, plan->npieces, plan->p.world_size) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory sorting pieces");
     return RESHARD_OK;
 }

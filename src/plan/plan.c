@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plan/quant_wire.h"
+#include "plan/tally.h"
 #include "plan/topo.h"
 #include "util/error.h"
 #include "util/timeout.h"
@@ -11,31 +12,54 @@
 /* Minimum staging bound: a chunk per stream and slot must be worth a message. */
 #define RS_MIN_STAGING_BYTES 4096u
 
-/* Steps 1-4 one tensor at a time (every decision is made inside one
- * (domain, tensor) group), so only one tensor's cells are held at once; then
- * the pieces of all tensors are merged and sorted into streams. */
+/* Steps 1-4 for one tensor (every decision is made inside one (domain,
+ * tensor) group): its pieces are appended to @p v, merged, tallied and, in a
+ * summary plan, dropped unless kept. */
+static reshard_status_t plan_tensor(reshard_plan_t *plan, int32_t t, rs_cutter_t *cut,
+                                    rs_direct_t *direct, rs_topo_t *topo, rs_cells_t *cells,
+                                    rs_piece_vec_t *v, rs_tally_t *tally, rs_bounds_t *bounds)
+{
+    int64_t from = v->n;
+    bool all = plan->p.my_rank == RESHARD_ALL_RANKS;
+    reshard_status_t st = rs_cells_build(plan, cut, t, cells);
+    if (st == RESHARD_OK)
+        st = rs_direct_take(plan, direct, cut, t, cells, v, all ? bounds : NULL);
+    if (st == RESHARD_OK)
+        st = rs_assign_senders(&plan->p, plan->src, cells);
+    if (st == RESHARD_OK)
+        st = rs_pieces_add(plan, cells, topo, v);
+    if (st == RESHARD_OK)
+        st = rs_pieces_merge(plan, v, from);
+    if (st == RESHARD_OK)
+        st = rs_tally_add(tally, plan, v->p + from, v->n - from);
+    if (st == RESHARD_OK && plan->p.summary)
+        rs_pieces_keep(plan, v, from);
+    if (st == RESHARD_OK && all)
+        st = rs_bounds_add(plan, cells, bounds);
+    return st;
+}
+
+/* Every tensor of the plan's scope, one at a time, so only one tensor's
+ * cells are held at once; then the pieces of all tensors are sorted into
+ * streams. */
 static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
 {
     rs_cutter_t *cut = NULL;
+    rs_direct_t *direct = NULL;
     rs_topo_t *topo = NULL;
     rs_cells_t cells = {0};
     rs_piece_vec_t v = {0};
     reshard_status_t st = rs_cutter_create(plan, &cut);
     if (st == RESHARD_OK)
+        st = rs_direct_create(plan, &direct);
+    if (st == RESHARD_OK)
         st = rs_topo_create(plan, &topo);
-    for (int32_t t = 0; st == RESHARD_OK && t < plan->dst->tensors->n; t++) {
-        if (!rs_scope_tensor(&plan->scope, t))
-            continue;
-        st = rs_cells_build(plan, cut, t, &cells);
-        if (st == RESHARD_OK)
-            st = rs_assign_senders(&plan->p, plan->src, &cells);
-        if (st == RESHARD_OK)
-            st = rs_pieces_add(plan, &cells, topo, &v);
-        if (st == RESHARD_OK && plan->p.my_rank == RESHARD_ALL_RANKS)
-            st = rs_bounds_add(plan, &cells, bounds);
-    }
+    for (int32_t t = 0; st == RESHARD_OK && t < plan->dst->tensors->n; t++)
+        if (rs_scope_tensor(&plan->scope, t))
+            st = plan_tensor(plan, t, cut, direct, topo, &cells, &v, plan->tally, bounds);
     rs_cells_free(&cells);
     rs_topo_free(topo);
+    rs_direct_free(direct);
     rs_cutter_free(cut);
     if (st == RESHARD_OK)
         return rs_pieces_finish(plan, &v);
@@ -43,8 +67,34 @@ static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
     return st;
 }
 
+/* A summary plan's kept ranks and their domains. */
+static reshard_status_t set_keep(reshard_plan_t *plan, const int32_t *keep, int32_t nkeep)
+{
+    if (nkeep <= 0)
+        return RESHARD_OK;
+    plan->keep_rank = calloc((size_t)plan->p.world_size, 1);
+    plan->keep_domain = calloc((size_t)rs_domain_count(&plan->p), 1);
+    if (!plan->keep_rank || !plan->keep_domain)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
+    for (int32_t i = 0; i < nkeep; i++) {
+        if (keep[i] < 0 || keep[i] >= plan->p.world_size)
+            return rs_error(RESHARD_ERR_RANK, "reshard_plan_create: kept rank %d outside [0, %d)",
+                            keep[i], plan->p.world_size);
+        plan->keep_rank[keep[i]] = 1;
+        plan->keep_domain[rs_domain_of(&plan->p, keep[i])] = 1;
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out)
+{
+    return rs_plan_create_keeping(src, dst, params, NULL, 0, out);
+}
+
+reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                        const reshard_plan_params_t *params, const int32_t *keep,
+                                        int32_t nkeep, reshard_plan_t **out)
 {
     rs_error_clear();
     if (!src || !dst || !params || !out)
@@ -64,6 +114,12 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         (params->my_rank < 0 || params->my_rank >= params->world_size))
         return rs_error(RESHARD_ERR_RANK, "reshard_plan_create: my_rank %d outside [0, %d)",
                         params->my_rank, params->world_size);
+    if ((params->field_mask & RESHARD_PLAN_PARAM_SUMMARY) && params->summary &&
+        params->my_rank != RESHARD_ALL_RANKS)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_create: a summary plan is a global plan (my_rank "
+                        "RESHARD_ALL_RANKS), not rank %d's own",
+                        params->my_rank);
     reshard_plan_t *plan = calloc(1, sizeof *plan);
     if (!plan)
         return rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
@@ -76,6 +132,7 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         plan->p.timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
     if (!(params->field_mask & RESHARD_PLAN_PARAM_RELAY_BYTES))
         plan->p.relay_bytes = UINT64_MAX;
+    plan->p.summary = (params->field_mask & RESHARD_PLAN_PARAM_SUMMARY) && params->summary;
     plan->src = src;
     plan->dst = dst;
     reshard_status_t st = RESHARD_OK;
@@ -104,6 +161,12 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         st = rs_validate(src, dst, params->world_size, params->my_rank);
     if (st == RESHARD_OK)
         st = rs_scope_build(&plan->p, src, dst, &plan->scope);
+    if (st == RESHARD_OK && plan->p.summary)
+        st = set_keep(plan, keep, nkeep);
+    if (st == RESHARD_OK && !(plan->tally = calloc(1, sizeof *plan->tally)))
+        st = rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
+    if (st == RESHARD_OK)
+        st = rs_tally_init(plan->tally, &plan->p, plan->p.my_rank);
     rs_bounds_t bounds = {0};
     if (st == RESHARD_OK)
         st = rs_bounds_create(plan, &bounds);
@@ -124,7 +187,8 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
         rs_qplan_drop_inputs(plan->quant);
         if (plan->p.my_rank != RESHARD_ALL_RANKS)
             rs_qplan_keep_rank(plan->quant, plan->p.my_rank);
-        st = rs_qplan_pack_scratch(plan);
+        if (!plan->p.summary) /* a summary plan is not executed */
+            st = rs_qplan_pack_scratch(plan);
     }
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);
@@ -144,6 +208,11 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     rs_qplan_free(plan->quant);
     free(plan->pieces);
     free(plan->chunk_cap);
+    if (plan->tally)
+        rs_tally_free(plan->tally);
+    free(plan->tally);
+    free(plan->keep_rank);
+    free(plan->keep_domain);
     free(plan);
 }
 
@@ -159,6 +228,16 @@ reshard_status_t reshard_plan_get_stats(const reshard_plan_t *plan, reshard_plan
 uint64_t reshard_plan_pair_bytes(const reshard_plan_t *plan, int32_t src, int32_t dst)
 {
     uint64_t b = 0;
+    if (plan && plan->p.my_rank == RESHARD_ALL_RANKS) { /* every stream is tallied */
+        if (src < 0 || dst < 0 || src >= plan->p.world_size || dst >= plan->p.world_size)
+            return 0;
+        for (int32_t stage = 0; stage < RS_NSTAGES; stage++) {
+            const rs_stream_total_t *s =
+                rs_tally_stream(plan->tally, rs_tally_key(stage, src, dst));
+            b += s ? s->bytes : 0;
+        }
+        return b;
+    }
     for (int64_t i = 0; plan && i < plan->npieces; i++)
         if (plan->pieces[i].sender == src && plan->pieces[i].receiver == dst)
             b += plan->pieces[i].bytes;

@@ -77,6 +77,8 @@ typedef struct {
     reshard_layout_t *src, *dst;                        /**< the wire layouts (while planning) */
 } rs_qplan_t;
 
+typedef struct rs_tally rs_tally_t; /* plan/tally.h */
+
 struct reshard_plan {
     reshard_plan_params_t p;
     rs_scope_t scope;
@@ -87,10 +89,14 @@ struct reshard_plan {
     reshard_tensors_t *own_tensors;
     reshard_layout_t *own_src, *own_dst;
     uint64_t fingerprint; /**< of the inputs (rs_fingerprint) */
-    rs_piece_t *pieces;   /**< sorted by (stage, sender, receiver, tensor, to_frag, box) */
+    rs_piece_t *pieces;   /**< sorted by (stage, sender, receiver, tensor, to_frag, box);
+                               a summary plan keeps those of its kept ranks only */
     int64_t npieces;
     uint64_t *chunk_cap; /**< per rank: bytes per stream per round it can stage */
     reshard_plan_stats_t stats;
+    rs_tally_t *tally;    /**< what the pieces add up to (plan/tally.h) */
+    uint8_t *keep_rank;   /**< summary plans: per rank, its pieces are kept (or NULL) */
+    uint8_t *keep_domain; /**< per domain: it holds a kept rank (its landings are kept) */
     rs_rank_plan_t *mine; /**< for my_rank, or NULL for RESHARD_ALL_RANKS plans */
     rs_qplan_t *quant;    /**< quantized destinations, or NULL */
 };
@@ -118,6 +124,23 @@ static inline bool rs_scope_keeps(const reshard_plan_t *plan, int32_t stage, int
 }
 
 /** Build @p rank's streams from the plan's pieces. */
+/** reshard_plan_create, where a summary plan (params->summary) also keeps
+ *  the pieces a rank's own plan keeps (rs_scope_keeps) for each of the
+ *  @p nkeep ranks @p keep: to compare own plans with a global plan too large
+ *  to hold whole. */
+reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                        const reshard_plan_params_t *params, const int32_t *keep,
+                                        int32_t nkeep, reshard_plan_t **out);
+
+/** Does a summary plan keep a piece of this stream (rs_plan_create_keeping)? */
+static inline bool rs_plan_keeps(const reshard_plan_t *plan, int32_t stage, int32_t sender,
+                                 int32_t receiver)
+{
+    return plan->keep_rank &&
+           (plan->keep_rank[sender] || plan->keep_rank[receiver] ||
+            (stage == RS_STAGE_DIRECT && plan->keep_domain[rs_domain_of(&plan->p, receiver)]));
+}
+
 reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs_rank_plan_t **out);
 void rs_rank_plan_free(rs_rank_plan_t *rp);
 

@@ -46,6 +46,11 @@ typedef struct rs_cutter rs_cutter_t;
 reshard_status_t rs_cutter_create(const reshard_plan_t *plan, rs_cutter_t **out);
 void rs_cutter_free(rs_cutter_t *c);
 
+/** The fragments of tensor @p t the cutter holds: source and destination
+ *  layout indices, in layout order. */
+void rs_cutter_frags(const rs_cutter_t *c, int32_t t, const int64_t **src, int64_t *nsrc,
+                     const int64_t **dst, int64_t *ndst);
+
 /** Replace @p cells by the cells of tensor @p t: every destination fragment
  *  of @p t in the plan's scope (plan->scope) cut along source fragment
  *  boundaries (step 1); UNCOVERED when a cell has no holder. Cells come in
@@ -53,6 +58,30 @@ void rs_cutter_free(rs_cutter_t *c);
 reshard_status_t rs_cells_build(const reshard_plan_t *plan, rs_cutter_t *cut, int32_t t,
                                 rs_cells_t *cells);
 void rs_cells_free(rs_cells_t *cells);
+
+/** State of the direct step (direct.c), kept across tensors. */
+typedef struct rs_direct rs_direct_t;
+
+reshard_status_t rs_direct_create(const reshard_plan_t *plan, rs_direct_t **out);
+void rs_direct_free(rs_direct_t *d);
+
+/** The lower bounds' sums (stats.c), per domain and per rank. */
+typedef struct {
+    uint64_t *dom_need;  /**< per domain: unique bytes it needs from outside */
+    uint64_t *sole_load; /**< per rank: bytes only it holds that other domains need */
+} rs_bounds_t;
+
+/** Groups of tensor @p t that leave nothing to choose (step 1b): no rank of
+ *  the domain holds an element of t, no two source fragments of t share one
+ *  (each cell has one holder), and the domain's fragments of t land whole
+ *  (rs_group_lands_whole). Each of their cells becomes one stage-0 piece
+ *  from its holder to its receiver, which is what steps 2-4 would make of
+ *  it, appended to @p v where the scope keeps it; its bytes go to @p bounds
+ *  (when not NULL). The cells of the other groups stay in @p cells, in
+ *  order. NOMEM. */
+reshard_status_t rs_direct_take(const reshard_plan_t *plan, rs_direct_t *d, const rs_cutter_t *cut,
+                                int32_t t, rs_cells_t *cells, rs_piece_vec_t *v,
+                                rs_bounds_t *bounds);
 
 /** Choose one sender per cell held inside its receiver's domain (step 2):
  *  the receiver itself when it holds the cell, else the domain peer with the
@@ -73,17 +102,22 @@ typedef struct rs_topo rs_topo_t;
 reshard_status_t rs_pieces_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_topo_t *topo,
                                rs_piece_vec_t *v);
 
-/** Move the pieces of @p v into the plan, merged where boxes touch and
- *  sorted into stream order. */
+/** Merge the pieces @p v->p[from..n) (one tensor's) whose boxes touch
+ *  (same stream and fragments, every dim but one equal; never a relayed
+ *  landing or its forwards): when two share their fragments, they are
+ *  sorted into stream order and merged; otherwise left as they are. NOMEM. */
+reshard_status_t rs_pieces_merge(const reshard_plan_t *plan, rs_piece_vec_t *v, int64_t from);
+
+/** Drop from @p v->p[from..n) the pieces a summary plan does not keep
+ *  (rs_plan_keeps). */
+void rs_pieces_keep(const reshard_plan_t *plan, rs_piece_vec_t *v, int64_t from);
+
+/** Move the pieces of @p v (merged tensor by tensor) into the plan, sorted
+ *  into stream order. */
 reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v);
 
 /** The lower bounds' sums, per domain and per rank (reshard_plan_stats_t),
  *  gathered one tensor's cells at a time. */
-typedef struct {
-    uint64_t *dom_need;  /**< per domain: unique bytes it needs from outside */
-    uint64_t *sole_load; /**< per rank: bytes only it holds that other domains need */
-} rs_bounds_t;
-
 reshard_status_t rs_bounds_create(const reshard_plan_t *plan, rs_bounds_t *b);
 void rs_bounds_free(rs_bounds_t *b);
 

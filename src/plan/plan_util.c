@@ -10,6 +10,8 @@ static int cmp_ref(const void *pa, const void *pb)
     const rs_ref_t *a = pa, *b = pb;
     if (a->key != b->key)
         return a->key < b->key ? -1 : 1;
+    if (a->key2 != b->key2)
+        return a->key2 < b->key2 ? -1 : 1;
     int c = a->cmp(a->rec, b->rec);
     if (c)
         return c;
@@ -41,14 +43,85 @@ void rs_permute_records(void *base, size_t n, size_t size, size_t *from, void *t
     }
 }
 
+/* Insertion sort of a short run by cmp_ref. */
+static void insertion_sort(rs_ref_t *r, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        rs_ref_t x = r[i];
+        size_t j = i;
+        for (; j > 0 && cmp_ref(&r[j - 1], &x) > 0; j--)
+            r[j] = r[j - 1];
+        r[j] = x;
+    }
+}
+
+/* Runs of equal keys sorted by (cmp, address). */
+static void sort_runs(rs_ref_t *r, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && r[j].key == r[i].key && r[j].key2 == r[i].key2)
+            j++;
+        if (j - i <= 16)
+            insertion_sort(r + i, j - i);
+        else
+            qsort(r + i, j - i, sizeof *r, cmp_ref);
+        i = j;
+    }
+}
+
+static uint64_t key_word(const rs_ref_t *r, int w)
+{
+    return w ? r->key : r->key2;
+}
+
+/* Stable LSD radix sort of @p r by (key, key2), a byte at a time (bytes
+ * every ref shares are skipped), through @p tmp (n refs). */
+static void radix_by_key(rs_ref_t *r, rs_ref_t *tmp, size_t n)
+{
+    rs_ref_t *a = r, *b = tmp;
+    for (int w = 0; w < 2; w++) { /* key2 first: least significant */
+        uint64_t differ = 0;
+        for (size_t i = 1; i < n; i++)
+            differ |= key_word(&a[i], w) ^ key_word(&a[0], w);
+        for (int shift = 0; shift < 64; shift += 8) {
+            if (!((differ >> shift) & 0xffu))
+                continue;
+            size_t cnt[257] = {0};
+            for (size_t i = 0; i < n; i++)
+                cnt[((key_word(&a[i], w) >> shift) & 0xffu) + 1]++;
+            for (int k = 0; k < 256; k++)
+                cnt[k + 1] += cnt[k];
+            for (size_t i = 0; i < n; i++)
+                b[cnt[(key_word(&a[i], w) >> shift) & 0xffu]++] = a[i];
+            rs_ref_t *t = a;
+            a = b;
+            b = t;
+        }
+    }
+    if (a != r)
+        memcpy(r, a, n * sizeof *r);
+}
+
 void rs_sort_refs(rs_ref_t *r, size_t n)
 {
-    if (n > 1)
-        qsort(r, n, sizeof *r, cmp_ref);
+    if (n < 2)
+        return;
+    rs_ref_t *tmp = n > 32 ? malloc(n * sizeof *tmp) : NULL;
+    if (!tmp) { /* short, or no memory for the radix pass: compare all */
+        if (n <= 32)
+            insertion_sort(r, n);
+        else
+            qsort(r, n, sizeof *r, cmp_ref);
+        return;
+    }
+    radix_by_key(r, tmp, n);
+    free(tmp);
+    sort_runs(r, n);
 }
 
 int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
-                    uint64_t (*key)(const void *))
+                    uint64_t (*key)(const void *), uint64_t (*key2)(const void *))
 {
     if (n < 2)
         return 0;
@@ -63,7 +136,8 @@ int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, 
     }
     unsigned char *b = base;
     for (size_t i = 0; i < n; i++)
-        r[i] = (rs_ref_t){key ? key(b + i * size) : 0, b + i * size, cmp};
+        r[i] = (rs_ref_t){key ? key(b + i * size) : 0, key2 ? key2(b + i * size) : 0, b + i * size,
+                          cmp};
     rs_sort_refs(r, n);
     for (size_t i = 0; i < n; i++)
         from[i] = (size_t)((const unsigned char *)r[i].rec - b) / size;

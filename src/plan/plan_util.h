@@ -24,14 +24,15 @@ int rs_piece_vec_push(const reshard_plan_t *plan, rs_piece_vec_t *v, const rs_pi
 /** Order of boxes of one ndim: offsets lexicographically, then extents. */
 int rs_box_cmp(const reshard_box_t *a, const reshard_box_t *b);
 
-/** What is sorted: a record's leading key, its address and the comparator. */
+/** What is sorted: a record's two leading keys, its address and the comparator. */
 typedef struct {
-    uint64_t key;
+    uint64_t key, key2;
     const void *rec;
     int (*cmp)(const void *, const void *);
 } rs_ref_t;
 
-/** Sort @p n refs by (key, cmp, address): stable for refs in address order. */
+/** Sort @p n refs by (key, key2, cmp, address): stable for refs in address
+ *  order. Radix on the keys, then the comparator within runs of equal keys. */
 void rs_sort_refs(rs_ref_t *r, size_t n);
 
 /** Reorder @p n records of @p size bytes so that position i holds the
@@ -58,10 +59,11 @@ rs_piece_t rs_direct_piece(const reshard_plan_t *plan, const reshard_box_t *box,
                            int32_t from_frag, int32_t to_frag, int32_t receiver, uint64_t bytes);
 
 /** Sort @p n records of @p size bytes by @p cmp (ties by position: stable),
- *  moving each record only twice. @p key, when not NULL, gives a leading key
- *  that orders records as @p cmp does where keys differ (comparisons of
- *  distinct keys then skip @p cmp). -1 when out of memory. */
+ *  moving each record only twice. @p key and then @p key2, when not NULL,
+ *  give leading keys that order records as @p cmp does where they differ
+ *  (records are radix-sorted by them; @p cmp only orders runs of equal
+ *  keys). -1 when out of memory. */
 int rs_sort_records(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *),
-                    uint64_t (*key)(const void *));
+                    uint64_t (*key)(const void *), uint64_t (*key2)(const void *));
 
 #endif

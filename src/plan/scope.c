@@ -45,10 +45,7 @@ static int cmp_span0(const void *pa, const void *pb)
     return a->frag < b->frag ? -1 : a->frag > b->frag;
 }
 
-/* True when no two source fragments sf[0..n) of a tensor share an element:
- * a sweep along dim 0 compares only fragments whose dim-0 ranges meet.
- * -1 when out of memory. */
-static int disjoint_all(const reshard_layout_t *src, const int64_t *sf, int64_t n)
+int rs_frags_disjoint(const reshard_layout_t *src, const int64_t *sf, int64_t n)
 {
     rs_span0_t *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     if (!v)
@@ -68,11 +65,8 @@ static int disjoint_all(const reshard_layout_t *src, const int64_t *sf, int64_t 
     return ok;
 }
 
-/* True when the destination fragments df[0..n) (one domain's, of one tensor)
- * are pairwise disjoint and none of its ranks gets more than the group's
- * relay limit; @p load is scratch of the domain's rank count, zeroed. */
-static bool lands_whole(const reshard_plan_params_t *p, const reshard_layout_t *dst, int32_t domain,
-                        const int64_t *df, int64_t n, uint64_t *load)
+bool rs_group_lands_whole(const reshard_plan_params_t *p, const reshard_layout_t *dst,
+                          int32_t domain, const int64_t *df, int64_t n, uint64_t *load)
 {
     int32_t R = rs_domain_ranks(p, domain),
             lo = p->domain_size > 1 ? domain * p->domain_size : domain;
@@ -114,7 +108,7 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
     for (int32_t t = 0; st == RESHARD_OK && t < nt; t++) {
         if (!held[t])
             continue;
-        int sole = disjoint_all(src, si + ss[t], ss[t + 1] - ss[t]);
+        int sole = rs_frags_disjoint(src, si + ss[t], ss[t + 1] - ss[t]);
         if (sole < 0) {
             st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
             break;
@@ -136,7 +130,7 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
             uint8_t *in = &s->in[(int64_t)d * nt + t];
             if (seen[d] == t + 1) /* a second run of the domain: not checked whole */
                 *in = RS_SCOPE_ALL;
-            else if (d != mine && !holds[d] && lands_whole(p, dst, d, df + a, b - a, load))
+            else if (d != mine && !holds[d] && rs_group_lands_whole(p, dst, d, df + a, b - a, load))
                 *in = RS_SCOPE_SENDS;
             seen[d] = t + 1;
             a = b;

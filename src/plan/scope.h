@@ -66,6 +66,20 @@ static inline uint64_t rs_group_relay_limit(uint64_t total, int32_t R)
     return (total + r - 1) / r + rs_group_stripe_bytes(total, R) / 4;
 }
 
+/** True when no two of the fragments l->f[idx[0..n)] (one tensor's) share
+ *  an element: a sweep along dim 0 compares only fragments whose dim-0
+ *  ranges meet. -1 when out of memory. */
+int rs_frags_disjoint(const reshard_layout_t *l, const int64_t *idx, int64_t n);
+
+/** True when the destination fragments dst->f[df[0..n)] (one domain's, of
+ *  one tensor) are pairwise disjoint and none of the domain's ranks gets
+ *  more than the group's relay limit (rs_group_relay_limit): the group's
+ *  topology step then lands each cell on its one needer, relaying and
+ *  striping nothing. @p load is scratch of the domain's rank count, zeroed
+ *  (and left so). */
+bool rs_group_lands_whole(const reshard_plan_params_t *p, const reshard_layout_t *dst,
+                          int32_t domain, const int64_t *df, int64_t n, uint64_t *load);
+
 /** Which (destination domain, tensor) groups a plan computes. Every decision
  *  of planning is made inside one group from that group's fragments alone,
  *  so a rank's own plan needs only the groups it takes part in: its own

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan/plan_steps.h"
+#include "plan/tally.h"
 #include "util/error.h"
 
 typedef struct {
@@ -35,6 +36,18 @@ static uint64_t key_need(const void *p)
 {
     const rs_need_t *n = p;
     return ((uint64_t)(uint32_t)n->domain << 32) | (uint32_t)n->tensor;
+}
+
+/* Second keys: the box's first offset (cmp_need), the sole holder (cmp_need_sole). */
+static uint64_t key2_need(const void *p)
+{
+    const rs_need_t *n = p;
+    return n->box.ndim > 0 ? (uint64_t)n->box.offset[0] : 0;
+}
+
+static uint64_t key2_need_sole(const void *p)
+{
+    return (uint64_t)(int64_t)((const rs_need_t *)p)->sole_holder + 1;
 }
 
 /* Order by (domain, tensor, sole holder, box). */
@@ -141,7 +154,7 @@ reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cel
         if (!inside)
             need[nn++] = (rs_need_t){dom, c->tensor, sole >= 0 ? sole : -1, c->box};
     }
-    if (rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need, key_need) != 0) {
+    if (rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need, key_need, key2_need) != 0) {
         free(need);
         return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     }
@@ -168,8 +181,8 @@ reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cel
     }
     /* what only one rank holds: the union per (domain, tensor, holder), since
      * needed boxes of one domain may overlap */
-    if (st == RESHARD_OK &&
-        rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need_sole, key_need) != 0)
+    if (st == RESHARD_OK && rs_sort_records(need, (size_t)nn, sizeof *need, cmp_need_sole, key_need,
+                                            key2_need_sole) != 0)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
     for (int64_t i = 0; i < nn && st == RESHARD_OK;) {
         int64_t j = i;
@@ -190,62 +203,32 @@ reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cel
     return st;
 }
 
-/* Count the pieces rank @p r sends (every piece for RESHARD_ALL_RANKS) by
- * link class, and the bytes it writes; network bytes per sending and per
- * receiving rank into @p nic_send and @p nic_recv, relay scratch per rank
- * into @p relay. A rank's counters summed over every rank give the global
- * ones. */
-static void count_pieces(const reshard_plan_t *plan, int32_t r, reshard_plan_stats_t *s,
-                         uint64_t *nic_send, uint64_t *nic_recv, uint64_t *relay)
-{
-    const reshard_plan_params_t *p = &plan->p;
-    bool all = r == RESHARD_ALL_RANKS;
-    for (int64_t i = 0; i < plan->npieces; i++) {
-        const rs_piece_t *q = &plan->pieces[i];
-        bool net = rs_domain_of(p, q->sender) != rs_domain_of(p, q->receiver);
-        if (all || q->receiver == r) {
-            /* relayed landings are forwarded, not written: they take scratch */
-            if (!(q->stage == RS_STAGE_DIRECT && rs_piece_is_relay(plan->dst, q)))
-                s->bytes_total += q->bytes;
-            else
-                relay[q->receiver] += rs_piece_stream_bytes(q);
-            if (net)
-                nic_recv[q->receiver] += q->bytes;
-        }
-        if (!all && q->sender != r)
-            continue;
-        s->pieces++;
-        if (i == 0 || q->sender != plan->pieces[i - 1].sender ||
-            q->receiver != plan->pieces[i - 1].receiver || q->stage != plan->pieces[i - 1].stage)
-            s->transfers += q->sender != q->receiver;
-        if (q->sender == q->receiver) {
-            s->bytes_local += q->bytes;
-        } else if (!net) {
-            s->bytes_nvlink += q->bytes;
-        } else {
-            s->bytes_network += q->bytes;
-            nic_send[q->sender] += q->bytes;
-        }
-    }
-}
-
 reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b)
 {
     const reshard_plan_params_t *p = &plan->p;
     int32_t W = p->world_size;
     reshard_plan_stats_t *s = &plan->stats;
     memset(s, 0, sizeof *s);
-    uint64_t *nic_send = calloc((size_t)W, sizeof *nic_send);
-    uint64_t *nic_recv = calloc((size_t)W, sizeof *nic_recv);
-    uint64_t *relay = calloc((size_t)W, sizeof *relay);
+    const rs_tally_t *t = plan->tally;
+    const uint64_t *nic_send = t->nic_send, *nic_recv = t->nic_recv, *relay = t->relay;
     const uint64_t *dom_need = b->dom_need, *sole_load = b->sole_load;
     int32_t *dom_ranks = calloc((size_t)W, sizeof *dom_ranks);
     bool *is_src = calloc((size_t)W, sizeof *is_src);
     reshard_status_t st = RESHARD_OK;
-    if (!nic_send || !nic_recv || !relay || !dom_ranks || !is_src)
+    if (!dom_ranks || !is_src)
         st = rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory");
-    if (st == RESHARD_OK)
-        count_pieces(plan, plan->p.my_rank, s, nic_send, nic_recv, relay);
+    s->bytes_total = t->bytes_total;
+    s->bytes_local = t->bytes_local;
+    s->bytes_nvlink = t->bytes_nvlink;
+    s->bytes_network = t->bytes_network;
+    s->pieces = t->pieces;
+    /* streams between distinct ranks the counted rank sends */
+    for (int64_t i = 0; i < t->cap; i++) {
+        uint64_t k = t->streams[i].key;
+        int32_t snd = rs_tally_sender(k);
+        if (k && snd != rs_tally_receiver(k) && (t->rank == RESHARD_ALL_RANKS || snd == t->rank))
+            s->transfers++;
+    }
     for (int32_t r = 0; st == RESHARD_OK && r < W; r++) {
         if (nic_send[r] > s->max_nic_send_bytes)
             s->max_nic_send_bytes = nic_send[r];
@@ -278,9 +261,6 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b)
         if (mean > s->nic_send_bound_bytes)
             s->nic_send_bound_bytes = mean;
     }
-    free(nic_send);
-    free(nic_recv);
-    free(relay);
     free(dom_ranks);
     free(is_src);
     return st;

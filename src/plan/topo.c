@@ -78,6 +78,13 @@ static uint64_t key_item(const void *p)
     return ((uint64_t)(uint32_t)it->domain << 32) | (uint32_t)it->tensor;
 }
 
+/* Second key of cmp_item: the box's first offset. */
+static uint64_t key2_item(const void *p)
+{
+    const rs_item_t *it = p;
+    return it->box.ndim > 0 ? (uint64_t)it->box.offset[0] : 0;
+}
+
 /* True when two distinct boxes of the sorted group it[0..n) overlap. */
 static bool group_overlaps(const rs_item_t *it, int64_t n)
 {
@@ -146,7 +153,7 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
         if (items_push(&raw, &it) != 0)
             goto oom;
     }
-    if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item, key_item) != 0)
+    if (rs_sort_records(raw.v, (size_t)raw.n, sizeof *raw.v, cmp_item, key_item, key2_item) != 0)
         goto oom;
     /* usually no two boxes of a group overlap and raw is the result; from
      * the first group that does, out takes the items over */
@@ -165,7 +172,7 @@ static reshard_status_t collect_needs(const reshard_plan_t *plan, const rs_cells
             if (refine_group(&raw.v[i], j - i, out) != 0)
                 goto oom;
             if (rs_sort_records(out->v + start, (size_t)(out->n - start), sizeof *out->v, cmp_item,
-                                NULL) != 0)
+                                NULL, NULL) != 0)
                 goto oom;
         } else {
             for (int64_t q = i; refined && q < j; q++)

@@ -1,10 +1,10 @@
-/* The refit cost model of reshard_sim.h applied to a plan's pieces. */
+/* The refit cost model of reshard_sim.h applied to what a plan's pieces add
+ * up to (its tally, plan/tally.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/pack.h"
-#include "plan/plan_internal.h"
+#include "plan/tally.h"
 #include "reshard/reshard_sim.h"
 #include "util/error.h"
 
@@ -105,25 +105,23 @@ reshard_status_t reshard_sim_baseline(const reshard_model_refit_t *r, const resh
 
 /* Per-rank counters of one link class. */
 typedef struct {
-    uint64_t *sent, *recv;
+    const uint64_t *sent, *recv; /* the plan's tally */
     int64_t *rounds;
     double *sq_out, *sq_in; /* sums of squared stream bytes, sent and received */
 } rs_link_t;
 
-static int link_alloc(rs_link_t *l, int32_t w)
+static int link_alloc(rs_link_t *l, int32_t w, const uint64_t *sent, const uint64_t *recv)
 {
-    l->sent = calloc((size_t)w, sizeof *l->sent);
-    l->recv = calloc((size_t)w, sizeof *l->recv);
+    l->sent = sent;
+    l->recv = recv;
     l->rounds = calloc((size_t)w, sizeof *l->rounds);
     l->sq_out = calloc((size_t)w, sizeof *l->sq_out);
     l->sq_in = calloc((size_t)w, sizeof *l->sq_in);
-    return l->sent && l->recv && l->rounds && l->sq_out && l->sq_in ? 0 : -1;
+    return l->rounds && l->sq_out && l->sq_in ? 0 : -1;
 }
 
 static void link_free(rs_link_t *l)
 {
-    free(l->sent);
-    free(l->recv);
     free(l->rounds);
     free(l->sq_out);
     free(l->sq_in);
@@ -152,39 +150,24 @@ static double link_time(const rs_link_t *l, int32_t w, double bw, double lat, in
     return worst;
 }
 
-/* Does piece @p p move straight from (@p send) or to the user buffer on that
- * side, as the executor does (exec.c): dense in the fragment it is read from
- * or written to (relay scratch always is) and at least RS_DIRECT_MIN_BYTES. */
-static bool direct_side(const reshard_plan_t *plan, const rs_piece_t *p, bool send)
-{
-    if (p->bytes < RS_DIRECT_MIN_BYTES)
-        return false;
-    if (rs_piece_is_relay(plan->dst, p) && send == (p->stage == RS_STAGE_FORWARD))
-        return true;
-    const reshard_fragment_t *f = !send                         ? &plan->dst->f[p->to_frag]
-                                  : p->stage == RS_STAGE_DIRECT ? &plan->src->f[p->from_frag]
-                                                                : &plan->dst->f[p->from_frag];
-    return rs_box_dense(&p->box, f);
-}
-
-/* A stream (one (stage, sender, receiver) run of pieces) ended: charge its
- * rounds to both ends. */
-static void end_stream(const reshard_plan_t *plan, const rs_piece_t *p, uint64_t bytes,
+/* A stream (@p stage, @p sender, @p receiver) of @p bytes on the wire:
+ * charge its rounds to both ends. */
+static void add_stream(const reshard_plan_t *plan, int32_t sender, int32_t receiver, uint64_t bytes,
                        rs_link_t *net, rs_link_t *nvl)
 {
-    if (p->sender == p->receiver || bytes == 0)
+    if (sender == receiver || bytes == 0)
         return;
-    uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
+    uint64_t a = plan->chunk_cap[sender], b = plan->chunk_cap[receiver];
     uint64_t chunk = a < b ? a : b;
     int64_t rounds = chunk ? (int64_t)((bytes + chunk - 1) / chunk) : 1;
-    bool same = rs_domain_of(&plan->p, p->sender) == rs_domain_of(&plan->p, p->receiver);
+    bool same = rs_domain_of(&plan->p, sender) == rs_domain_of(&plan->p, receiver);
     rs_link_t *l = same ? nvl : net;
-    if (rounds > l->rounds[p->sender])
-        l->rounds[p->sender] = rounds;
-    if (rounds > l->rounds[p->receiver])
-        l->rounds[p->receiver] = rounds;
-    l->sq_out[p->sender] += (double)bytes * (double)bytes;
-    l->sq_in[p->receiver] += (double)bytes * (double)bytes;
+    if (rounds > l->rounds[sender])
+        l->rounds[sender] = rounds;
+    if (rounds > l->rounds[receiver])
+        l->rounds[receiver] = rounds;
+    l->sq_out[sender] += (double)bytes * (double)bytes;
+    l->sq_in[receiver] += (double)bytes * (double)bytes;
 }
 
 reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
@@ -197,50 +180,24 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
                                                  "bandwidth that is not positive");
     memset(out, 0, sizeof *out);
     int32_t W = plan->p.world_size;
+    const rs_tally_t *tl = plan->tally;
     rs_link_t net = {0}, nvl = {0};
-    uint64_t *local = calloc((size_t)W, sizeof *local);
-    uint64_t *fwd = calloc((size_t)W, sizeof *fwd);       /* per domain */
-    uint64_t *copied = calloc((size_t)W, sizeof *copied); /* packed + unpacked */
-    if (link_alloc(&net, W) != 0 || link_alloc(&nvl, W) != 0 || !local || !fwd || !copied) {
+    if (plan->p.my_rank != RESHARD_ALL_RANKS)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_sim_plan: the plan is rank %d's own; simulation needs a global "
+                        "plan (RESHARD_ALL_RANKS)",
+                        plan->p.my_rank);
+    if (link_alloc(&net, W, tl->nic_send, tl->nic_recv) != 0 ||
+        link_alloc(&nvl, W, tl->nvl_send, tl->nvl_recv) != 0) {
         link_free(&net);
         link_free(&nvl);
-        free(local);
-        free(fwd);
-        free(copied);
         return rs_error(RESHARD_ERR_NOMEM, "reshard_sim_plan: out of memory");
     }
-    uint64_t run = 0;
-    for (int64_t i = 0; i < plan->npieces; i++) {
-        const rs_piece_t *p = &plan->pieces[i];
-        if (i > 0) {
-            const rs_piece_t *q = &plan->pieces[i - 1];
-            if (q->stage != p->stage || q->sender != p->sender || q->receiver != p->receiver) {
-                end_stream(plan, q, run, &net, &nvl);
-                run = 0;
-            }
-        }
-        run += rs_piece_stream_bytes(p);
-        int32_t ds = rs_domain_of(&plan->p, p->sender), dr = rs_domain_of(&plan->p, p->receiver);
-        if (p->sender != p->receiver) {
-            if (!direct_side(plan, p, true))
-                copied[p->sender] += p->bytes;
-            if (!direct_side(plan, p, false))
-                copied[p->receiver] += p->bytes;
-        }
-        if (p->sender == p->receiver) {
-            local[p->sender] += p->bytes;
-        } else if (ds == dr) {
-            nvl.sent[p->sender] += p->bytes;
-            nvl.recv[p->receiver] += p->bytes;
-            if (p->stage == RS_STAGE_FORWARD)
-                fwd[dr] += p->bytes;
-        } else {
-            net.sent[p->sender] += p->bytes;
-            net.recv[p->receiver] += p->bytes;
-        }
-    }
-    if (plan->npieces > 0)
-        end_stream(plan, &plan->pieces[plan->npieces - 1], run, &net, &nvl);
+    for (int64_t i = 0; i < tl->cap; i++)
+        if (tl->streams[i].key)
+            add_stream(plan, rs_tally_sender(tl->streams[i].key),
+                       rs_tally_receiver(tl->streams[i].key), tl->streams[i].padded, &net, &nvl);
+    const uint64_t *local = tl->local, *fwd = tl->fwd, *copied = tl->copied;
     out->max_relay_bytes = plan->stats.max_relay_bytes;
     out->network_s =
         link_time(&net, W, sys->nic_bytes_per_s, sys->nic_latency_s, &out->network_rounds, NULL);
@@ -308,8 +265,5 @@ reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_syst
     out->bound_s = out->nic_bound_s > out->nvlink_bound_s ? out->nic_bound_s : out->nvlink_bound_s;
     link_free(&net);
     link_free(&nvl);
-    free(local);
-    free(fwd);
-    free(copied);
     return RESHARD_OK;
 }

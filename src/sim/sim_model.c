@@ -27,10 +27,13 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
     reshard_status_t st = reshard_model_refit_create_at(model, train, infer, off, &r);
     reshard_plan_t *plan = NULL;
     if (st == RESHARD_OK) {
-        reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+        /* a summary plan: counters and stream totals are all the model needs */
+        reshard_plan_params_t p = {.field_mask =
+                                       RESHARD_PLAN_PARAM_DOMAIN_SIZE | RESHARD_PLAN_PARAM_SUMMARY,
                                    .world_size = off + r.infer_world,
                                    .my_rank = RESHARD_ALL_RANKS,
-                                   .domain_size = sys->domain_size};
+                                   .domain_size = sys->domain_size,
+                                   .summary = 1};
         if (sys->staging_bytes) {
             p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
             p.staging_bytes = sys->staging_bytes;
