@@ -442,3 +442,25 @@ def test_plan_from_other_layouts_fails_every_rank_alike():
     assert "'layer.norm' is not in the layout" in errs[2].message, str(errs[2])
     _assert_peers_told(errs, 2)
     assert_untouched(dsts)
+
+
+def test_summary_plan():
+    """A summary plan counts what the full global plan moves (4x6 fp32 Shard(0) ->
+    Shard(1): 96 bytes, between every source and destination pair 24) but keeps no
+    pieces: it is refused for one rank and for execution."""
+    _, src, dst = layouts()
+    full = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=WORLD)
+    summ = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=WORLD, summary=True)
+    assert summ.stats() == full.stats()
+    assert summ.stats()["bytes_total"] == 4 * 6 * 4 + 6 * 4
+    for s in (0, 1):
+        for d in (2, 3):
+            assert summ.pair_bytes(s, d) == full.pair_bytes(s, d)
+    assert summ.pair_bytes(0, 2) + summ.pair_bytes(1, 2) == 4 * 3 * 4 + 3 * 4
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Plan(src, dst, rank=0, world=WORLD, summary=True)
+    assert e.value.status == Status.INVALID_ARG and "summary" in e.value.message
+    errs, dsts = _bound_by(-1, None, plans=[summ] * WORLD)
+    for r in range(WORLD):
+        assert errs[r].status == Status.INVALID_ARG and "summary" in errs[r].message, str(errs[r])
+    assert_untouched(dsts)
