@@ -6,7 +6,10 @@
  * --stages, by default first=3,last=2: 61 layers over 16 stages); inference
  * tp=32,dp=N/32; N = 256, 512, 1024 by default. Each measurement runs in a
  * child process (this program re-run with --one), so its peak memory
- * (ru_maxrss) is its own.
+ * (ru_maxrss) is its own. The global plan is a summary plan
+ * (RESHARD_PLAN_PARAM_SUMMARY: counters and stream totals, as `reshard plan`
+ * and `reshard sim` make it), with network bytes over their lower bound and
+ * the busiest NIC over its bound beside it.
  *
  * usage: bench_plan_scale [--model M] [--system S] [--sizes 256,512,1024]
  *                         [--rank R] [--no-global | --global-max N] [--check K]
@@ -17,18 +20,19 @@
  *                         [--no-global] [--layers K] [--stages ...]
  *
  *   --rank R    the rank whose own plan is built (default 5, a training rank)
- *   --global-max N  global plans only at sizes up to N per side (they hold
- *               every piece of every rank: memory grows with the square)
+ *   --global-max N  global plans only at sizes up to N per side
  *   --mem-cap-mb M  address-space cap of each measurement (default 8192; 0:
  *               none): a plan over it fails, and its row says so
  *   --repeat K  own plans: K runs each (default 3), the row shows the run
  *               of median total CPU (the growth ratio compares two of them)
  *   --check K   also check, in each global child, that K sampled ranks' own
- *               plans equal their part of the global plan (plan_check.c)
- *   --hash      print a digest of the global plan (not with --no-global)
- *               and of the listed ranks' own plans (up to 64; every piece,
- *               stream, chunk size and counter), to compare two builds of
- *               the planner
+ *               plans equal their part of the global plan (plan_check.c):
+ *               the summary plan keeps those ranks' pieces
+ *   --hash      print a digest of the full global plan (not with
+ *               --no-global; it holds every piece) and of the listed ranks'
+ *               own plans (up to 64; every piece, stream, chunk size and
+ *               counter), to compare two builds of the planner, and whether
+ *               the summary plan's counters equal the full plan's
  */
 #define _DEFAULT_SOURCE /* wait4 */
 #include <stdint.h>

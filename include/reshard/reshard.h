@@ -475,8 +475,7 @@ typedef struct reshard_plan reshard_plan_t;
  * statistics, per-rank link loads and per-stream byte totals, tallied one
  * tensor at a time. Its memory grows with the world and the streams, not
  * with the pieces (a 1024 + 1024-rank MoE refit has some 70 million pieces,
- * about 12 GB held, and a million streams), and it plans in parallel on up
- * to RESHARD_PLAN_THREADS threads. reshard_plan_get_stats,
+ * about 12 GB held, and a million streams). reshard_plan_get_stats,
  * reshard_sim_plan and reshard_plan_pair_bytes give what they give for the
  * full plan; reshard_plan_execute refuses it (INVALID_ARG).
  *
