@@ -162,10 +162,10 @@ static uint64_t key2_piece(const void *pp)
 
 reshard_status_t rs_pieces_merge(const reshard_plan_t *plan, rs_piece_vec_t *v, int64_t from)
 {
-    rs_piece_t *p = v->p + from;
     int64_t n = v->n - from;
     if (n < 2)
         return RESHARD_OK;
+    rs_piece_t *p = v->p + from;
     int m = may_merge(p, n);
     if (m < 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory merging pieces");

@@ -31,7 +31,7 @@ static reshard_status_t plan_tensor(reshard_plan_t *plan, int32_t t, rs_cutter_t
     if (st == RESHARD_OK)
         st = rs_pieces_merge(plan, v, from);
     if (st == RESHARD_OK)
-        st = rs_tally_add(tally, plan, v->p + from, v->n - from);
+        st = rs_tally_add(tally, plan, v->n > from ? v->p + from : NULL, v->n - from);
     if (st == RESHARD_OK && plan->p.summary)
         rs_pieces_keep(plan, v, from);
     if (st == RESHARD_OK && all)
