@@ -113,11 +113,9 @@ reshard_status_t rs_direct_take(const reshard_plan_t *plan, rs_direct_t *d, cons
         if (rs_piece_vec_push(plan, v, &p) != 0)
             st = rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for %lld pieces",
                           (long long)v->n);
-        if (bounds) { /* disjoint needs from outside the domain, one holder each */
-            uint64_t b = (uint64_t)rs_box_numel(&c->box) * es;
-            bounds->dom_need[dom] += b;
-            bounds->sole_load[plan->src->f[h].rank] += b;
-        }
+        if (bounds)
+            rs_bounds_add_sole(bounds, dom, plan->src->f[h].rank,
+                               (uint64_t)rs_box_numel(&c->box) * es);
     }
     if (st == RESHARD_OK)
         cells->n = w;

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/topo.h" /* rs_topo_pieces */
+#include "plan/tally.h" /* rs_tally_key */
+#include "plan/topo.h"  /* rs_topo_pieces */
 #include "util/error.h"
 
 static int cmp_piece(const void *pa, const void *pb)
@@ -120,12 +121,11 @@ static int sort_pieces(rs_piece_t *p, int64_t n, int32_t world)
     return rc;
 }
 
-/* Key of the leading fields of cmp_piece: (stage, sender, receiver). */
+/* Key of the leading fields of cmp_piece: the stream (stage, sender, receiver). */
 static uint64_t key_piece(const void *pp)
 {
     const rs_piece_t *p = pp;
-    return ((uint64_t)(uint32_t)p->stage << 62) | ((uint64_t)(uint32_t)p->sender << 31) |
-           (uint64_t)(uint32_t)p->receiver;
+    return rs_tally_key(p->stage, p->sender, p->receiver);
 }
 
 /* Do two of the @p n pieces share stage and fragments (so that they might

@@ -17,7 +17,7 @@
  * summary plan, dropped unless kept. */
 static reshard_status_t plan_tensor(reshard_plan_t *plan, int32_t t, rs_cutter_t *cut,
                                     rs_direct_t *direct, rs_topo_t *topo, rs_cells_t *cells,
-                                    rs_piece_vec_t *v, rs_tally_t *tally, rs_bounds_t *bounds)
+                                    rs_piece_vec_t *v, rs_bounds_t *bounds)
 {
     int64_t from = v->n;
     bool all = plan->p.my_rank == RESHARD_ALL_RANKS;
@@ -31,7 +31,7 @@ static reshard_status_t plan_tensor(reshard_plan_t *plan, int32_t t, rs_cutter_t
     if (st == RESHARD_OK)
         st = rs_pieces_merge(plan, v, from);
     if (st == RESHARD_OK)
-        st = rs_tally_add(tally, plan, v->n > from ? v->p + from : NULL, v->n - from);
+        st = rs_tally_add(plan->tally, plan, v->n > from ? v->p + from : NULL, v->n - from);
     if (st == RESHARD_OK && plan->p.summary)
         rs_pieces_keep(plan, v, from);
     if (st == RESHARD_OK && all)
@@ -56,7 +56,7 @@ static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
         st = rs_topo_create(plan, &topo);
     for (int32_t t = 0; st == RESHARD_OK && t < plan->dst->tensors->n; t++)
         if (rs_scope_tensor(&plan->scope, t))
-            st = plan_tensor(plan, t, cut, direct, topo, &cells, &v, plan->tally, bounds);
+            st = plan_tensor(plan, t, cut, direct, topo, &cells, &v, bounds);
     rs_cells_free(&cells);
     rs_topo_free(topo);
     rs_direct_free(direct);
@@ -166,7 +166,7 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
     if (st == RESHARD_OK && !(plan->tally = calloc(1, sizeof *plan->tally)))
         st = rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
     if (st == RESHARD_OK)
-        st = rs_tally_init(plan->tally, &plan->p, plan->p.my_rank);
+        st = rs_tally_init(plan->tally, &plan->p);
     rs_bounds_t bounds = {0};
     if (st == RESHARD_OK)
         st = rs_bounds_create(plan, &bounds);

@@ -123,7 +123,6 @@ static inline bool rs_scope_keeps(const reshard_plan_t *plan, int32_t stage, int
             rs_domain_of(&plan->p, receiver) == rs_domain_of(&plan->p, r));
 }
 
-/** Build @p rank's streams from the plan's pieces. */
 /** reshard_plan_create, where a summary plan (params->summary) also keeps
  *  the pieces a rank's own plan keeps (rs_scope_keeps) for each of the
  *  @p nkeep ranks @p keep: to compare own plans with a global plan too large
@@ -141,6 +140,7 @@ static inline bool rs_plan_keeps(const reshard_plan_t *plan, int32_t stage, int3
             (stage == RS_STAGE_DIRECT && plan->keep_domain[rs_domain_of(&plan->p, receiver)]));
 }
 
+/** Build @p rank's streams from the plan's pieces. */
 reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs_rank_plan_t **out);
 void rs_rank_plan_free(rs_rank_plan_t *rp);
 

@@ -121,6 +121,17 @@ reshard_status_t rs_pieces_finish(reshard_plan_t *plan, rs_piece_vec_t *v);
 reshard_status_t rs_bounds_create(const reshard_plan_t *plan, rs_bounds_t *b);
 void rs_bounds_free(rs_bounds_t *b);
 
+/** Add to @p b a need of @p domain from outside it, of @p bytes, that no
+ *  other need of its (domain, tensor) group overlaps and only @p holder
+ *  holds: what rs_bounds_add counts for such a cell (a direct group's,
+ *  rs_direct_take). */
+static inline void rs_bounds_add_sole(rs_bounds_t *b, int32_t domain, int32_t holder,
+                                      uint64_t bytes)
+{
+    b->dom_need[domain] += bytes;
+    b->sole_load[holder] += bytes;
+}
+
 /** Add the needs of @p cells (all of their (domain, tensor) groups) to @p b. */
 reshard_status_t rs_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells, rs_bounds_t *b);
 

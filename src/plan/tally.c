@@ -9,11 +9,11 @@
 #define RS_TALLY_ARRAYS(X)                                                                         \
     X(nic_send) X(nic_recv) X(nvl_send) X(nvl_recv) X(local) X(relay) X(copied) X(fwd)
 
-reshard_status_t rs_tally_init(rs_tally_t *t, const reshard_plan_params_t *p, int32_t rank)
+reshard_status_t rs_tally_init(rs_tally_t *t, const reshard_plan_params_t *p)
 {
     memset(t, 0, sizeof *t);
     t->world = p->world_size;
-    t->rank = rank;
+    t->rank = p->my_rank;
     bool ok = true;
 #define RS_ALLOC(f) ok = ok && (t->f = calloc((size_t)t->world, sizeof *t->f)) != NULL;
     RS_TALLY_ARRAYS(RS_ALLOC)
@@ -156,27 +156,6 @@ reshard_status_t rs_tally_add(rs_tally_t *t, const reshard_plan_t *plan, const r
                                 (long long)t->nstreams);
             run = run_padded = 0;
         }
-    }
-    return RESHARD_OK;
-}
-
-reshard_status_t rs_tally_merge(rs_tally_t *a, const rs_tally_t *b)
-{
-    a->bytes_total += b->bytes_total;
-    a->bytes_local += b->bytes_local;
-    a->bytes_nvlink += b->bytes_nvlink;
-    a->bytes_network += b->bytes_network;
-    a->pieces += b->pieces;
-#define RS_ADD(f)                                                                                  \
-    for (int32_t r = 0; r < a->world; r++)                                                         \
-        a->f[r] += b->f[r];
-    RS_TALLY_ARRAYS(RS_ADD)
-#undef RS_ADD
-    for (int64_t i = 0; i < b->cap; i++) {
-        const rs_stream_total_t *s = &b->streams[i];
-        if (s->key && add_stream(a, s->key, s->bytes, s->padded) != 0)
-            return rs_error(RESHARD_ERR_NOMEM, "plan statistics: out of memory for %lld streams",
-                            (long long)a->nstreams);
     }
     return RESHARD_OK;
 }

@@ -42,11 +42,6 @@ static inline uint64_t rs_tally_key(int32_t stage, int32_t sender, int32_t recei
            (uint64_t)(uint32_t)receiver | ((uint64_t)1 << 61);
 }
 
-static inline int32_t rs_tally_stage(uint64_t key)
-{
-    return (int32_t)(key >> 62);
-}
-
 static inline int32_t rs_tally_sender(uint64_t key)
 {
     return (int32_t)((key >> 31) & 0x3fffffffu);
@@ -57,9 +52,9 @@ static inline int32_t rs_tally_receiver(uint64_t key)
     return (int32_t)(key & 0x7fffffffu);
 }
 
-/** An empty tally of the plan's world counting @p rank's pieces (or every
- *  rank's, RESHARD_ALL_RANKS). NOMEM. */
-reshard_status_t rs_tally_init(rs_tally_t *t, const reshard_plan_params_t *p, int32_t rank);
+/** An empty tally of @p p's world counting p->my_rank's pieces (every
+ *  rank's for RESHARD_ALL_RANKS). NOMEM. */
+reshard_status_t rs_tally_init(rs_tally_t *t, const reshard_plan_params_t *p);
 void rs_tally_free(rs_tally_t *t);
 
 /** Add pieces @p v[0..n) of @p plan (merged: rs_pieces_merge): a piece is
@@ -67,9 +62,6 @@ void rs_tally_free(rs_tally_t *t);
  *  side when t->rank sends it (both for RESHARD_ALL_RANKS). NOMEM. */
 reshard_status_t rs_tally_add(rs_tally_t *t, const reshard_plan_t *plan, const rs_piece_t *v,
                               int64_t n);
-
-/** Add @p b into @p a (same world and rank): a tally made in parts. NOMEM. */
-reshard_status_t rs_tally_merge(rs_tally_t *a, const rs_tally_t *b);
 
 /** The totals of stream @p key, or NULL when it has no piece. */
 const rs_stream_total_t *rs_tally_stream(const rs_tally_t *t, uint64_t key);

@@ -150,8 +150,8 @@ static double link_time(const rs_link_t *l, int32_t w, double bw, double lat, in
     return worst;
 }
 
-/* A stream (@p stage, @p sender, @p receiver) of @p bytes on the wire:
- * charge its rounds to both ends. */
+/* A stream from @p sender to @p receiver of @p bytes on the wire: charge its
+ * rounds to both ends. */
 static void add_stream(const reshard_plan_t *plan, int32_t sender, int32_t receiver, uint64_t bytes,
                        rs_link_t *net, rs_link_t *nvl)
 {
