@@ -77,10 +77,8 @@ static int classify(const reshard_plan_t *plan, rs_direct_t *d, const rs_cutter_
     /* the destination fragments, a run of one domain's at a time; a domain
      * with a second run is not checked whole, so not direct */
     for (int64_t a = 0; a < n;) {
-        int32_t dom = rs_domain_of(p, plan->dst->f[df[a]].rank);
-        int64_t b = a + 1;
-        while (b < n && rs_domain_of(p, plan->dst->f[df[b]].rank) == dom)
-            b++;
+        int32_t dom;
+        int64_t b = rs_domain_run(p, plan->dst, df, n, a, &dom);
         if (d->seen[dom] == t + 1)
             d->direct[dom] = 0;
         else if (!d->holds[dom] && rs_group_lands_whole(p, plan->dst, dom, df + a, b - a, d->load))

@@ -123,10 +123,8 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
         const int64_t *df = di + ds[t];
         int64_t n = ds[t + 1] - ds[t];
         for (int64_t a = 0; a < n;) {
-            int32_t d = rs_domain_of(p, dst->f[df[a]].rank);
-            int64_t b = a + 1;
-            while (b < n && rs_domain_of(p, dst->f[df[b]].rank) == d)
-                b++;
+            int32_t d;
+            int64_t b = rs_domain_run(p, dst, df, n, a, &d);
             uint8_t *in = &s->in[(int64_t)d * nt + t];
             if (seen[d] == t + 1) /* a second run of the domain: not checked whole */
                 *in = RS_SCOPE_ALL;

@@ -71,6 +71,19 @@ static inline uint64_t rs_group_relay_limit(uint64_t total, int32_t R)
  *  ranges meet. -1 when out of memory. */
 int rs_frags_disjoint(const reshard_layout_t *l, const int64_t *idx, int64_t n);
 
+/** End of the run of destination fragments dst->f[df[a..)] on ranks of one
+ *  domain (*@p domain): a tensor's fragments come a domain at a time. */
+static inline int64_t rs_domain_run(const reshard_plan_params_t *p, const reshard_layout_t *dst,
+                                    const int64_t *df, int64_t n, int64_t a, int32_t *domain)
+{
+    int32_t d = rs_domain_of(p, dst->f[df[a]].rank);
+    int64_t b = a + 1;
+    while (b < n && rs_domain_of(p, dst->f[df[b]].rank) == d)
+        b++;
+    *domain = d;
+    return b;
+}
+
 /** True when the destination fragments dst->f[df[0..n)] (one domain's, of
  *  one tensor) are pairwise disjoint and none of the domain's ranks gets
  *  more than the group's relay limit (rs_group_relay_limit): the group's
