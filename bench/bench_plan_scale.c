@@ -158,7 +158,9 @@ static int domain_size_of(const char *system)
     return !strcmp(system, "gb200") ? 72 : 8;
 }
 
-static int setup(const config_t *c, setup_t *s)
+/* The refit of @p c: whole, or with @p scoped_rank >= 0 that rank's scoped
+ * part (reshard_model_refit_create_scoped), as its own plan is made. */
+static int setup(const config_t *c, int32_t scoped_rank, setup_t *s)
 {
     memset(s, 0, sizeof *s);
     char train[128], infer[64];
@@ -178,7 +180,11 @@ static int setup(const config_t *c, setup_t *s)
     int32_t tw = reshard_train_world(&ts);
     int32_t offset = s->domain_size > 1 ? reshard_sim_infer_offset(tw, s->domain_size) : -1;
     double t0 = now(), c0 = cpu_now();
-    if (reshard_model_refit_create_at(s->model, &ts, &is, offset, &s->refit) != RESHARD_OK) {
+    reshard_status_t st =
+        scoped_rank >= 0 ? reshard_model_refit_create_scoped(s->model, &ts, &is, offset,
+                                                             scoped_rank, s->domain_size, &s->refit)
+                         : reshard_model_refit_create_at(s->model, &ts, &is, offset, &s->refit);
+    if (st != RESHARD_OK) {
         fprintf(stderr, "bench_plan_scale: layouts: %s\n", reshard_last_error());
         reshard_model_destroy(s->model);
         return -1;
@@ -256,7 +262,7 @@ static void quality(const reshard_plan_t *plan, double *net_lb, double *nic)
 static int run_one(const config_t *c, int32_t rank, int check)
 {
     setup_t s;
-    if (setup(c, &s) != 0)
+    if (setup(c, rank, &s) != 0) /* an own plan from its rank's scoped layouts */
         return 1;
     double secs = 0, cpu = 0;
     int32_t ranks[16];
@@ -385,7 +391,7 @@ static int parse_list(const char *s, int32_t *out, int max)
 static int hash_mode(const config_t *c, const int32_t *ranks, int nranks, int global)
 {
     setup_t s;
-    if (setup(c, &s) != 0)
+    if (setup(c, -1, &s) != 0)
         return 1;
     double secs, cpu;
     if (global) {
@@ -406,10 +412,19 @@ static int hash_mode(const config_t *c, const int32_t *ranks, int nranks, int gl
     for (int i = 0; i < nranks; i++) {
         int32_t r = ranks[i] < 0 ? s.world + ranks[i] : ranks[i];
         reshard_plan_t *one = plan_for(&s, r, 0, NULL, 0, &secs, &cpu);
-        if (!one)
+        setup_t sc; /* the same rank's plan from its scoped layouts */
+        if (!one || setup(c, r, &sc) != 0)
             return 1;
-        printf("%s %s %d+%d rank %d %016llx\n", c->model, c->system ? c->system : "none", c->size,
-               c->size, r, (unsigned long long)plan_digest(one));
+        reshard_plan_t *two = plan_for(&sc, r, 0, NULL, 0, &secs, &cpu);
+        if (!two)
+            return 1;
+        uint64_t d1 = plan_digest(one), d2 = plan_digest(two);
+        printf("%s %s %d+%d rank %d %016llx scoped %s fingerprint %s\n", c->model,
+               c->system ? c->system : "none", c->size, c->size, r, (unsigned long long)d1,
+               d1 == d2 ? "equal" : "DIFFER",
+               one->fingerprint == two->fingerprint ? "equal" : "DIFFER");
+        reshard_plan_destroy(two);
+        teardown(&sc);
         reshard_plan_destroy(one);
     }
     teardown(&s);

@@ -402,6 +402,33 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
                                                const reshard_train_spec_t *train,
                                                const reshard_infer_spec_t *infer,
                                                int32_t infer_offset, reshard_model_refit_t *out);
+/**
+ * A rank's part of a refit description, for its own plan: as
+ * reshard_model_refit_create_at, but each layout holds, of every rank, only
+ * the fragments of the tensors rank @p rank's own plan needs (the tensors it
+ * holds on the training side, and those the ranks of its NVLink domain hold
+ * on the inference side), and only @p rank's declared buffers (the buffer
+ * tables likewise). The layouts record what the plan needs of the rest
+ * (which ranks hold each tensor, and where the whole came from, for the
+ * fingerprint), so reshard_plan_create with my_rank = @p rank and the same
+ * domain_size makes the same plan as from the whole layouts, at a cost that
+ * grows with what the rank touches rather than with the world.
+ * The layouts serve that plan only: reshard_plan_create refuses them
+ * (INVALID_ARG) for another rank, another domain size, a global plan, or
+ * once a fragment or buffer was added to them.
+ * A model with a quantized inference side (infer_quant) gets the whole
+ * layouts: its plan is made on wire layouts built from every fragment.
+ * @param rank         the planning rank, in [0, infer_offset + infer world)
+ * @param domain_size  ranks per NVLink domain, as the plan's domain_size
+ *                     (0 or 1: every rank its own domain)
+ * Errors: INVALID_ARG (NULL, negative domain_size), RANK (rank outside the
+ * refit's ranks), and those of reshard_model_refit_create_at. Local.
+ */
+reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
+                                                   const reshard_train_spec_t *train,
+                                                   const reshard_infer_spec_t *infer,
+                                                   int32_t infer_offset, int32_t rank,
+                                                   int32_t domain_size, reshard_model_refit_t *out);
 /** Free every member (layouts before the catalogue); NULL ok; zeroes *refit. */
 void reshard_model_refit_destroy(reshard_model_refit_t *refit);
 

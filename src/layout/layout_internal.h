@@ -82,14 +82,51 @@ typedef struct {
     int64_t tcap; /**< entries of head, tail and count */
 } rs_tensor_lists_t;
 
+/** Where a layout built by a generator (a model's, model/emit.c) came from,
+ *  and, for a scoped layout, what it leaves out. Kept while the layout has
+ *  exactly the fragments and declarations it was built with (rs_origin_of).
+ *
+ *  A scoped layout holds, of every rank, only the fragments of the tensors
+ *  one rank's own plan needs (plan/scope.h: those the rank holds as a
+ *  source, and those its own domain's ranks hold as destinations), and only
+ *  that rank's declared buffers; the holders record who holds what of the
+ *  whole layout, so the plan's chunk sizes (plan/chunk_caps.c) come out as
+ *  from the whole layout. */
+typedef struct {
+    uint64_t hash;     /**< of the generator's inputs; 0: none (not generated, or changed) */
+    int64_t n, ndecls; /**< the fragments and declarations it was built with */
+    int32_t rank;      /**< RESHARD_ALL_RANKS: whole; else scoped to this rank's own plan */
+    int32_t lo, hi;    /**< scoped: the ranks [lo, hi) of that rank's domain */
+    int32_t world;     /**< scoped: ranks the holder sets cover */
+    int64_t words;     /**< scoped: 64-bit words of one holder set */
+    uint64_t *holders; /**< scoped: per tensor, the ranks with a fragment of it
+                            in the whole layout (words each) */
+} rs_layout_origin_t;
+
 struct reshard_layout {
     const reshard_tensors_t *tensors;
     reshard_fragment_t *f;
     int64_t n, cap;
     rs_decls_t decls;
-    rs_layout_facts_t facts; /**< of f[0..facts.n), while only appended to */
-    rs_tensor_lists_t lists; /**< of f[0..lists.n), while only appended to */
+    rs_layout_facts_t facts;   /**< of f[0..facts.n), while only appended to */
+    rs_tensor_lists_t lists;   /**< of f[0..lists.n), while only appended to */
+    rs_layout_origin_t origin; /**< set by the generator that built it */
 };
+
+/** The layout's origin while it is unchanged since it was built, else NULL. */
+static inline const rs_layout_origin_t *rs_origin_of(const reshard_layout_t *l)
+{
+    const rs_layout_origin_t *o = &l->origin;
+    return o->hash && o->n == l->n && o->ndecls == l->decls.n ? o : NULL;
+}
+
+/** True when rank @p rank holds a fragment of tensor @p t in the whole
+ *  layout whose scoped origin is @p o. */
+static inline bool rs_origin_holds(const rs_layout_origin_t *o, int32_t t, int32_t rank)
+{
+    return rank >= 0 && rank < o->world &&
+           ((o->holders[(int64_t)t * o->words + (rank >> 6)] >> (rank & 63)) & 1u);
+}
 
 /** Link the fragment just appended (l->f[l->n - 1]) into l->lists, or stop
  *  keeping them (fragments changed otherwise, or out of memory). */

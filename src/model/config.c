@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/layout_internal.h"
 #include "model/model_internal.h"
 #include "util/error.h"
 
@@ -265,6 +266,23 @@ static reshard_status_t check_sizes(const reshard_model_t *m)
     return s;
 }
 
+/* The model's origin: its config as canonical JSON (keys sorted, compact)
+ * and the load options, which together fix every layout built from it. */
+static reshard_status_t set_origin(json_t *root, const reshard_model_options_t *o,
+                                   reshard_model_t *m)
+{
+    char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text)
+        return rs_error(RESHARD_ERR_NOMEM, "model: out of memory");
+    uint64_t h = rs_str_hash(text);
+    free(text);
+    const int64_t opt[] = {o->mtp != 0, o->dtype, o->layers, o->infer_quant, m->pow2};
+    for (size_t i = 0; i < sizeof opt / sizeof *opt; i++)
+        h = rs_hash_mix(h, (uint64_t)opt[i]);
+    m->origin = h;
+    return RESHARD_OK;
+}
+
 static reshard_status_t load_root(json_t *root, const char *name,
                                   const reshard_model_options_t *opts, reshard_model_t **out)
 {
@@ -290,6 +308,8 @@ static reshard_status_t load_root(json_t *root, const char *name,
     reshard_status_t s = m->name ? parse(root, &o, m) : RESHARD_ERR_NOMEM;
     if (s == RESHARD_OK)
         s = check_sizes(m);
+    if (s == RESHARD_OK)
+        s = set_origin(root, &o, m);
     if (s != RESHARD_OK) {
         reshard_model_destroy(m);
         return s;

@@ -106,6 +106,28 @@ static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
         vsnprintf(buf, size, fmt, ap);
 }
 
+/* Whether the current rank's buffers are declared (the scope's rank only, in a scoped build). */
+static bool declares(const rs_emit_t *e)
+{
+    return !e->scope || e->scope->declare_rank == RESHARD_ALL_RANKS ||
+           e->scope->declare_rank == e->rank;
+}
+
+/* Add fragment @p f, as the scope says: its rank among its tensor's holders,
+ * the fragment itself only when its tensor is wanted. */
+static reshard_status_t put(rs_emit_t *e, const reshard_fragment_t *f)
+{
+    const rs_emit_scope_t *sc = e->scope;
+    if (!sc)
+        return reshard_layout_add_fragment(e->layout, f);
+    if (sc->holders)
+        sc->holders[(int64_t)f->tensor * sc->words + (f->rank >> 6)] |= (uint64_t)1
+                                                                        << (f->rank & 63);
+    if (sc->want && !sc->want[f->tensor])
+        return RESHARD_OK;
+    return reshard_layout_add_fragment(e->layout, f);
+}
+
 static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,
                                  reshard_dtype_t dtype, int ndim, const int64_t *shape)
 {
@@ -153,6 +175,8 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
     int32_t sid = scale_of(e, like);
     if (sid >= 0)
         e->next_buf++;
+    if (!declares(e)) /* another rank's, in a scoped build: only the id */
+        return id;
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -189,6 +213,8 @@ int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_
     if (reshard_tensors_info(e->T, like, &info) != RESHARD_OK || e->ids->scale[like] >= 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_buffer_shaped: bad tensor %d", like);
     int32_t id = e->next_buf++;
+    if (!declares(e))
+        return id;
     char name[256];
     va_list ap;
     va_start(ap, fmt);
@@ -293,7 +319,7 @@ static reshard_status_t emit_scale(rs_emit_t *e, const reshard_fragment_t *w, in
         goto bad;
     }
     s.base = eidx * scale_expert_stride + brow / B * CBW + bcol / BC;
-    return reshard_layout_add_fragment(e->layout, &s);
+    return put(e, &s);
 bad:
     return rs_error(RESHARD_ERR_CONFIG,
                     "%s: %s on rank %d is not sharded at %lldx%lld block granularity: %s",
@@ -313,7 +339,7 @@ reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *of
         f.box.extent[d] = ext[d];
         f.stride[d] = st[d];
     }
-    reshard_status_t s = reshard_layout_add_fragment(e->layout, &f);
+    reshard_status_t s = put(e, &f);
     if (s == RESHARD_OK && scale_of(e, t) >= 0)
         s = emit_scale(e, &f, buf + 1);
     return s;
@@ -448,25 +474,44 @@ reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t pa
     return rows > 0 ? rs_emit_dim0(e, t, buf, 0, r0, rows) : RESHARD_OK;
 }
 
+uint64_t rs_side_origin(const reshard_model_t *m, bool train, const char *spec_text,
+                        int32_t rank_offset)
+{
+    uint64_t h = rs_hash_mix(m->origin, train ? 0x747261696eULL : 0x696e666572ULL);
+    h = rs_hash_mix(h, rs_str_hash(spec_text));
+    h = rs_hash_mix(h, (uint64_t)(uint32_t)rank_offset);
+    return h ? h : 1;
+}
+
 reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
                               bool train, int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
-                              const void *spec, reshard_layout_t **out,
-                              reshard_model_buffers_t **buffers)
+                              const void *spec, const rs_emit_scope_t *scope, uint64_t origin,
+                              reshard_layout_t **out, reshard_model_buffers_t **buffers)
 {
     rs_model_ids_t ids;
     reshard_status_t s = rs_model_ids_for(model, tensors, &ids);
     if (s != RESHARD_OK)
         return s;
-    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids, .train = train};
+    rs_emit_t e = {.m = model, .T = tensors, .ids = &ids, .train = train, .scope = scope};
     s = reshard_layout_create(tensors, &e.layout);
     if (s == RESHARD_OK && buffers)
         s = rs_buffers_new(&e.bufs);
-    for (int32_t r = 0; s == RESHARD_OK && r < world; r++) {
+    int32_t lo = 0, hi = world;
+    if (scope) {
+        lo = scope->lo - rank_offset > 0 ? scope->lo - rank_offset : 0;
+        hi = scope->hi - rank_offset < world ? scope->hi - rank_offset : world;
+    }
+    for (int32_t r = lo; s == RESHARD_OK && r < hi; r++) {
         e.rank = rank_offset + r;
         e.next_buf = 0;
         s = fn(&e, r, spec);
     }
     rs_model_ids_free(&ids);
+    if (s == RESHARD_OK)
+        e.layout->origin = (rs_layout_origin_t){.hash = origin,
+                                                .n = e.layout->n,
+                                                .ndecls = e.layout->decls.n,
+                                                .rank = RESHARD_ALL_RANKS};
     if (s != RESHARD_OK) {
         reshard_layout_destroy(e.layout);
         reshard_model_buffers_destroy(e.bufs);

@@ -240,11 +240,22 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
     rs_error_clear();
     if (!model || !tensors || !spec || !out || rank_offset < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_train_layout: bad argument");
+    return rs_train_emit(model, tensors, spec, rank_offset, NULL, out, buffers);
+}
+
+reshard_status_t rs_train_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                               const reshard_train_spec_t *spec, int32_t rank_offset,
+                               const rs_emit_scope_t *scope, reshard_layout_t **out,
+                               reshard_model_buffers_t **buffers)
+{
     reshard_status_t s = rs_check_train(model, spec);
     if (s != RESHARD_OK)
         return s;
+    char text[160];
+    uint64_t origin =
+        rs_side_origin(model, true, reshard_train_spec_str(spec, text, sizeof text), rank_offset);
     return rs_emit_side(model, tensors, true, reshard_train_world(spec), rank_offset, train_rank,
-                        spec, out, buffers);
+                        spec, scope, origin, out, buffers);
 }
 
 reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,

@@ -58,6 +58,7 @@ struct reshard_model {
     reshard_quant_kind_t quant; /**< inference side quantized from bf16 (or NONE) */
     int pow2;                   /**< FP8_BLOCK scales rounded up to powers of two */
     bool *moe;                  /**< per layer 0..L+nmtp-1: MoE MLP */
+    uint64_t origin;            /**< hash of the config (canonical JSON) and load options */
     rs_hybrid_t hy;             /**< nemotron_h only */
 };
 
@@ -171,6 +172,19 @@ struct reshard_model_buffers {
     rs_strpool_t names; /**< each parameter name once, however many ranks hold it */
 };
 
+/** What of one side a build writes (model/scoped.c): every rank's
+ *  parameters are still worked out, in the same order, but only some are
+ *  kept. */
+typedef struct {
+    int32_t lo, hi;       /**< ranks visited: [lo, hi) of the side's (global rank numbers) */
+    const uint8_t *want;  /**< NULL: every fragment; else only those of tensors t with want[t] */
+    int32_t declare_rank; /**< RESHARD_ALL_RANKS: every visited rank's buffers; else only this
+                               rank's (one that no rank has: none) */
+    uint64_t *holders;    /**< NULL, or per tensor a set of ranks (@p words 64-bit words
+                               each): the rank of every fragment worked out is added */
+    int64_t words;
+} rs_emit_scope_t;
+
 /** State while one side's layout is written: the current rank and its next
  *  buffer id. */
 typedef struct {
@@ -179,6 +193,7 @@ typedef struct {
     const rs_model_ids_t *ids;
     reshard_layout_t *layout;
     reshard_model_buffers_t *bufs; /**< NULL: no table wanted */
+    const rs_emit_scope_t *scope;  /**< NULL: every rank, fragment and buffer */
     int32_t rank;
     int32_t next_buf;
     bool train; /**< the training side (bf16 and no scales when the model has infer_quant) */
@@ -189,13 +204,42 @@ typedef reshard_status_t (*rs_rank_params_fn)(rs_emit_t *e, int32_t r, const voi
 
 /**
  * Build one side's layout (and buffer table when @p buffers is not NULL):
- * for every side rank r in [0, world), with e->rank = rank_offset + r and its
- * buffer ids from 0, call @p fn. On error nothing is left allocated.
+ * for every side rank r in [0, world) (those @p scope visits; NULL: all),
+ * with e->rank = rank_offset + r and its buffer ids from 0, call @p fn. The
+ * layout's origin records @p origin (rs_side_origin) and what it was built
+ * with. On error nothing is left allocated.
  */
 reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensors_t *tensors,
                               bool train, int32_t world, int32_t rank_offset, rs_rank_params_fn fn,
-                              const void *spec, reshard_layout_t **out,
-                              reshard_model_buffers_t **buffers);
+                              const void *spec, const rs_emit_scope_t *scope, uint64_t origin,
+                              reshard_layout_t **out, reshard_model_buffers_t **buffers);
+
+/** Hash of what one side's layout is built from: the model (config and
+ *  load options), the side, its spec as text (reshard_*_spec_str) and its
+ *  first rank. Never 0. */
+uint64_t rs_side_origin(const reshard_model_t *m, bool train, const char *spec_text,
+                        int32_t rank_offset);
+
+/** The Megatron (megatron.c) and vLLM (vllm.c) layouts, of the ranks and
+ *  fragments @p scope keeps (NULL: all): the spec checked, then
+ *  rs_emit_side. */
+reshard_status_t rs_train_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                               const reshard_train_spec_t *spec, int32_t rank_offset,
+                               const rs_emit_scope_t *scope, reshard_layout_t **out,
+                               reshard_model_buffers_t **buffers);
+reshard_status_t rs_infer_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                               const reshard_infer_spec_t *spec, int32_t rank_offset,
+                               const rs_emit_scope_t *scope, reshard_layout_t **out,
+                               reshard_model_buffers_t **buffers);
+
+/** The start of every refit build (refit.c): @p out zeroed, the specs
+ *  checked, the sizes and offset set (@p infer_offset < 0: the train world)
+ *  and the catalogue built. On error nothing is left allocated. */
+reshard_status_t rs_refit_begin(const reshard_model_t *model, const reshard_train_spec_t *train,
+                                const reshard_infer_spec_t *infer, int32_t infer_offset,
+                                reshard_model_refit_t *out);
+/** Re-raise a layout builder's CONFIG error with the side (@p side) it came from. */
+reshard_status_t rs_layout_rule(reshard_status_t s, const char *side);
 
 /**
  * Open the next buffer of the current rank: a matrix of @p experts x @p rows

@@ -18,8 +18,7 @@ void reshard_model_refit_destroy(reshard_model_refit_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Re-raise the builder's CONFIG error with the side it came from. */
-static reshard_status_t layout_rule(reshard_status_t s, const char *side)
+reshard_status_t rs_layout_rule(reshard_status_t s, const char *side)
 {
     if (s != RESHARD_ERR_CONFIG)
         return s;
@@ -38,11 +37,11 @@ reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_
     reshard_layout_t *l = NULL;
     reshard_status_t s = reshard_model_tensors(m, &ts);
     if (s == RESHARD_OK)
-        s = layout_rule(reshard_model_train_layout(m, ts, train, 0, &l, NULL), "train");
+        s = rs_layout_rule(reshard_model_train_layout(m, ts, train, 0, &l, NULL), "train");
     reshard_layout_destroy(l);
     l = NULL;
     if (s == RESHARD_OK)
-        s = layout_rule(reshard_model_infer_layout(m, ts, infer, 0, &l, NULL), "infer");
+        s = rs_layout_rule(reshard_model_infer_layout(m, ts, infer, 0, &l, NULL), "infer");
     reshard_layout_destroy(l);
     reshard_tensors_destroy(ts);
     return s;
@@ -56,18 +55,12 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
     return reshard_model_refit_create_at(model, train, infer, -1, out);
 }
 
-reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
-                                               const reshard_train_spec_t *train,
-                                               const reshard_infer_spec_t *infer,
-                                               int32_t infer_offset, reshard_model_refit_t *out)
+reshard_status_t rs_refit_begin(const reshard_model_t *model, const reshard_train_spec_t *train,
+                                const reshard_infer_spec_t *infer, int32_t infer_offset,
+                                reshard_model_refit_t *out)
 {
-    rs_error_clear();
-    if (!out)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL out");
     memset(out, 0, sizeof *out);
-    if (!model || !train || !infer)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL argument");
-    /* The spec rules; the layout rules are applied by building the layouts below. */
+    /* The spec rules; the layout rules are applied by building the layouts. */
     reshard_status_t s = rs_check_train(model, train);
     if (s == RESHARD_OK)
         s = rs_check_infer(model, infer);
@@ -83,14 +76,31 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
                         "inference ranks start at %d, inside the %d training ranks",
                         out->infer_offset, out->train_world);
     s = reshard_model_tensors(model, &out->tensors);
+    if (s != RESHARD_OK)
+        memset(out, 0, sizeof *out);
+    return s;
+}
+
+reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
+                                               const reshard_train_spec_t *train,
+                                               const reshard_infer_spec_t *infer,
+                                               int32_t infer_offset, reshard_model_refit_t *out)
+{
+    rs_error_clear();
+    if (!out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL out");
+    memset(out, 0, sizeof *out);
+    if (!model || !train || !infer)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL argument");
+    reshard_status_t s = rs_refit_begin(model, train, infer, infer_offset, out);
     if (s == RESHARD_OK)
-        s = layout_rule(reshard_model_train_layout(model, out->tensors, train, 0, &out->train,
-                                                   &out->train_buffers),
-                        "train");
+        s = rs_layout_rule(
+            rs_train_emit(model, out->tensors, train, 0, NULL, &out->train, &out->train_buffers),
+            "train");
     if (s == RESHARD_OK)
-        s = layout_rule(reshard_model_infer_layout(model, out->tensors, infer, out->infer_offset,
-                                                   &out->infer, &out->infer_buffers),
-                        "infer");
+        s = rs_layout_rule(rs_infer_emit(model, out->tensors, infer, out->infer_offset, NULL,
+                                         &out->infer, &out->infer_buffers),
+                           "infer");
     if (s != RESHARD_OK)
         reshard_model_refit_destroy(out);
     return s;

@@ -43,6 +43,37 @@ static void or_into(uint64_t *dst, const uint64_t *src, int64_t n)
         dst[i] |= src[i];
 }
 
+/* Per tensor, the domains of its destination fragments and the ranks of its
+ * source fragments: from every fragment of whole layouts. */
+static void from_fragments(const reshard_plan_t *plan, rs_bound_sets_t *b)
+{
+    for (int64_t i = 0; i < plan->dst->n; i++) {
+        const reshard_fragment_t *f = &plan->dst->f[i];
+        set_bit(b->tdom + (int64_t)f->tensor * b->wd, rs_domain_of(&plan->p, f->rank));
+    }
+    for (int64_t i = 0; i < plan->src->n; i++) {
+        const reshard_fragment_t *f = &plan->src->f[i];
+        set_bit(b->tsrc + (int64_t)f->tensor * b->ww, f->rank);
+    }
+}
+
+/* The same from the holders that scoped layouts record of the whole ones. */
+static void from_holders(const reshard_plan_t *plan, rs_bound_sets_t *b)
+{
+    const rs_layout_origin_t *hs = plan->holders_src, *hd = plan->holders_dst;
+    int32_t nt = plan->dst->tensors->n;
+    for (int32_t t = 0; t < nt; t++) {
+        const uint64_t *s = hs->holders + (int64_t)t * hs->words;
+        const uint64_t *d = hd->holders + (int64_t)t * hd->words;
+        memcpy(b->tsrc + (int64_t)t * b->ww, s, (size_t)hs->words * sizeof *s);
+        for (int64_t w = 0; w < hd->words; w++)
+            for (uint64_t bits = d[w]; bits; bits &= bits - 1) {
+                int32_t r = (int32_t)(w * 64 + __builtin_ctzll(bits));
+                set_bit(b->tdom + (int64_t)t * b->wd, rs_domain_of(&plan->p, r));
+            }
+    }
+}
+
 static int bound_sets(const reshard_plan_t *plan, rs_bound_sets_t *b)
 {
     const reshard_plan_params_t *p = &plan->p;
@@ -60,20 +91,24 @@ static int bound_sets(const reshard_plan_t *plan, rs_bound_sets_t *b)
         free(need);
         return -1;
     }
-    for (int64_t i = 0; i < plan->dst->n; i++) {
-        const reshard_fragment_t *f = &plan->dst->f[i];
-        int32_t d = rs_domain_of(p, f->rank);
-        set_bit(b->tdom + (int64_t)f->tensor * b->wd, d);
-        need[(int64_t)d * nt + f->tensor] = 1;
-        b->forwards[d] = true;
-    }
-    for (int64_t i = 0; i < plan->src->n; i++) {
-        const reshard_fragment_t *f = &plan->src->f[i];
-        set_bit(b->tsrc + (int64_t)f->tensor * b->ww, f->rank);
-    }
-    for (int64_t i = 0; i < plan->src->n; i++) {
-        const reshard_fragment_t *f = &plan->src->f[i];
-        or_into(b->sendto + (int64_t)f->rank * b->wd, b->tdom + (int64_t)f->tensor * b->wd, b->wd);
+    if (plan->holders_src)
+        from_holders(plan, b);
+    else
+        from_fragments(plan, b);
+    for (int32_t t = 0; t < nt; t++)
+        for (int32_t d = 0; d < ND; d++)
+            if (has_bit(b->tdom + (int64_t)t * b->wd, d)) {
+                need[(int64_t)d * nt + t] = 1;
+                b->forwards[d] = true;
+            }
+    /* what each rank may send to: the domains needing a tensor it holds */
+    for (int32_t t = 0; t < nt; t++) {
+        const uint64_t *hs = b->tsrc + (int64_t)t * b->ww;
+        for (int64_t w = 0; w < b->ww; w++)
+            for (uint64_t bits = hs[w]; bits; bits &= bits - 1) {
+                int64_t r = w * 64 + __builtin_ctzll(bits);
+                or_into(b->sendto + r * b->wd, b->tdom + (int64_t)t * b->wd, b->wd);
+            }
     }
     for (int32_t d = 0; d < ND; d++)
         for (int32_t t = 0; t < nt; t++)

@@ -40,6 +40,14 @@ static uint64_t fold_str(uint64_t h, const char *s)
 
 static void put_layout(rs_fp_t *f, const reshard_layout_t *l)
 {
+    /* a generated layout unchanged since: what it was generated from, the
+     * same for the whole layout and each rank's scoped part of it */
+    const rs_layout_origin_t *o = rs_origin_of(l);
+    if (o) {
+        put(f, 0x6f726967696eULL);
+        put(f, o->hash);
+        return;
+    }
     /* the fragments: their records' hashes chained in order, as the layout
      * kept them while they were added (rs_layout_facts_of) */
     rs_layout_facts_t k;

@@ -150,9 +150,21 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
     plan->p.timeout_s = rs_timeout_s(plan->p.timeout_s);
     if (plan->p.domain_size > plan->p.world_size) /* one domain holds every rank */
         plan->p.domain_size = plan->p.world_size;
+    if (st == RESHARD_OK)
+        st = rs_validate_scope(&plan->p, src, dst);
+    if (st == RESHARD_OK && src->origin.holders) { /* checked: both scoped alike */
+        plan->holders_src = &src->origin;
+        plan->holders_dst = &dst->origin;
+    }
     /* Quantized destinations: plan the wire layouts instead (quant_wire.c). */
     if (st == RESHARD_OK)
         st = rs_quant_wire(src, dst, plan->p.world_size, &plan->quant);
+    if (st == RESHARD_OK && plan->quant && plan->holders_src)
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "rank %d: its layouts are scoped to its own plan, but the catalogue has "
+                      "quantized destinations, planned on wire layouts made from the whole "
+                      "ones: build the whole layouts",
+                      plan->p.my_rank);
     if (st == RESHARD_OK && plan->quant) {
         plan->src = src = plan->quant->src;
         plan->dst = dst = plan->quant->dst;
@@ -183,6 +195,7 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
         st = rs_plan_own_inputs(plan);
     }
+    plan->holders_src = plan->holders_dst = NULL; /* the caller's, read while planning */
     if (st == RESHARD_OK && plan->quant) {
         rs_qplan_drop_inputs(plan->quant);
         if (plan->p.my_rank != RESHARD_ALL_RANKS)

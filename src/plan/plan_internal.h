@@ -99,6 +99,10 @@ struct reshard_plan {
     uint8_t *keep_domain; /**< per domain: it holds a kept rank (its landings are kept) */
     rs_rank_plan_t *mine; /**< for my_rank, or NULL for RESHARD_ALL_RANKS plans */
     rs_qplan_t *quant;    /**< quantized destinations, or NULL */
+    /** Scoped layouts (reshard_model_refit_create_scoped): who holds each
+     *  tensor in the whole source and destination layouts, while planning;
+     *  NULL for whole layouts. */
+    const rs_layout_origin_t *holders_src, *holders_dst;
 };
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

@@ -33,6 +33,14 @@ typedef struct {
 reshard_status_t rs_validate(const reshard_layout_t *src, const reshard_layout_t *dst,
                              int32_t world, int32_t rank);
 
+/** Layouts scoped to one rank's own plan (reshard_model_refit_create_scoped)
+ *  serve that plan only: both scoped alike, unchanged since they were built,
+ *  @p p planning for their rank with the domain they were scoped to, a
+ *  world holding theirs. INVALID_ARG (RANK for a small world) naming the
+ *  rank and what differs otherwise; OK for two unscoped layouts. */
+reshard_status_t rs_validate_scope(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                                   const reshard_layout_t *dst);
+
 /** Both catalogues describe the same tensors (the same object, or equal
  *  names, dtypes, views and quantized forms): SHAPE or DTYPE otherwise. */
 reshard_status_t rs_check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b);
@@ -158,9 +166,11 @@ static inline int32_t rs_least_loaded(const uint64_t *load, const int32_t *rk, i
 }
 
 /** Fingerprint of the inputs that shape a plan: the catalogue, both
- *  layouts' fragments and declared buffers (in order), and world size,
- *  domain size, staging and relay bounds and timeout of @p p (after
- *  defaults). Independent of p->my_rank. */
+ *  layouts' fragments and declared buffers (in order) or, for a layout a
+ *  generator built and nobody changed since, what it was built from (its
+ *  origin: the same for the whole layout and every rank's scoped one), and
+ *  world size, domain size, staging and relay bounds and timeout of @p p
+ *  (after defaults). Independent of p->my_rank. */
 uint64_t rs_fingerprint(const reshard_plan_params_t *p, const reshard_layout_t *src,
                         const reshard_layout_t *dst);
 

@@ -1,9 +1,70 @@
 /* Validation of a layout pair before planning. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan_steps.h"
 #include "util/error.h"
+
+/* What a layout's scope is, for messages: "rank R's own plan (domain ranks [lo, hi))". */
+static const char *scope_str(const reshard_layout_t *l, char *buf, size_t size)
+{
+    const rs_layout_origin_t *o = &l->origin;
+    if (!o->holders)
+        snprintf(buf, size, "every rank's plan (whole)");
+    else
+        snprintf(buf, size, "rank %d's own plan (domain ranks [%d, %d))", o->rank, o->lo, o->hi);
+    return buf;
+}
+
+reshard_status_t rs_validate_scope(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                                   const reshard_layout_t *dst)
+{
+    const rs_layout_origin_t *os = &src->origin, *od = &dst->origin;
+    if (!os->holders && !od->holders)
+        return RESHARD_OK;
+    char a[96], b[96];
+    const reshard_layout_t *ls[2] = {src, dst};
+    const char *side[2] = {"source", "destination"};
+    for (int k = 0; k < 2; k++)
+        if (ls[k]->origin.holders && !rs_origin_of(ls[k]))
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "the %s layout was built for %s and changed since (%lld fragments "
+                            "and %lld buffers then, %lld and %lld now): it leaves out other "
+                            "tensors, so build the whole layout to change it",
+                            side[k], scope_str(ls[k], a, sizeof a), (long long)ls[k]->origin.n,
+                            (long long)ls[k]->origin.ndecls, (long long)ls[k]->n,
+                            (long long)ls[k]->decls.n);
+    if (!os->holders || !od->holders || os->rank != od->rank || os->lo != od->lo ||
+        os->hi != od->hi || os->world != od->world)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "the source layout was built for %s, the destination layout for %s: "
+                        "both must be one rank's scoped layouts, or both whole",
+                        scope_str(src, a, sizeof a), scope_str(dst, b, sizeof b));
+    if (p->my_rank == RESHARD_ALL_RANKS)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "the layouts were built for %s: a global plan (my_rank "
+                        "RESHARD_ALL_RANKS) needs the whole layouts",
+                        scope_str(src, a, sizeof a));
+    if (p->my_rank != os->rank)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "the layouts were built for %s, not for rank %d's",
+                        scope_str(src, a, sizeof a), p->my_rank);
+    if (p->world_size < os->world)
+        return rs_error(RESHARD_ERR_RANK,
+                        "the layouts were built for %s on %d ranks; world size %d is smaller",
+                        scope_str(src, a, sizeof a), os->world, p->world_size);
+    int32_t d = rs_domain_of(p, p->my_rank), lo = p->my_rank, hi = lo + 1;
+    if (p->domain_size > 1) {
+        lo = d * p->domain_size;
+        hi = lo + rs_domain_ranks(p, d);
+    }
+    if (lo != os->lo || hi != os->hi)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "the layouts were built for %s, but domain size %d puts rank %d in "
+                        "domain ranks [%d, %d): build them with the plan's domain size",
+                        scope_str(src, a, sizeof a), p->domain_size, p->my_rank, lo, hi);
+    return RESHARD_OK;
+}
 
 reshard_status_t rs_check_catalogues(const reshard_tensors_t *a, const reshard_tensors_t *b)
 {
