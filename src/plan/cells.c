@@ -226,6 +226,28 @@ static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_
     if (scratch_grid(s, ncells, 0) != 0)
         return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
     memset(s->start, 0, (size_t)(ncells + 1) * sizeof *s->start);
+    if (ncells == 1) { /* one cell, the whole box: every candidate holds it */
+        if (ncand == 0) {
+            char bs[256];
+            return rs_error(RESHARD_ERR_UNCOVERED,
+                            "tensor %s, rank %d, box %s: no source fragment holds these "
+                            "destination elements",
+                            t->name, D->rank, rs_box_str(&D->box, bs, sizeof bs));
+        }
+        bool keep = only == RESHARD_ALL_RANKS;
+        for (int64_t q = 0; q < ncand && !keep; q++)
+            keep = src->f[s->cand[q]].rank == only;
+        rs_cell_t c;
+        memset(&c, 0, sizeof c);
+        c.box = D->box;
+        c.tensor = D->tensor;
+        c.to_frag = (int32_t)di;
+        c.receiver = D->rank;
+        c.bytes = (uint64_t)rs_box_numel(&c.box) * reshard_dtype_size(t->dtype);
+        if (keep && push_cell(cells, &c, s->cand, (int32_t)ncand) != 0)
+            return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
+        return RESHARD_OK;
+    }
     for (int64_t j = 0; j < ncand; j++) {
         grid_span(s, npts, nd, &D->box, &s->isect[j],
                   j ? s->span + (2 * j - 1) * RESHARD_MAX_DIMS : NULL,

@@ -291,19 +291,27 @@ static int build_units(rs_topo_t *t)
         }
         int32_t *h = t->hold + t->nhold;
         int64_t k = 0;
-        for (int64_t q = i; q < j; q++) {
+        /* replicas in the domain need the same box from the same holders:
+         * one copy of the list is the union */
+        const rs_cell_t *c0 = &t->cells->c[it->v[i].cell];
+        bool same = true;
+        for (int64_t q = i + 1; q < j && same; q++) {
+            const rs_cell_t *c = &t->cells->c[it->v[q].cell];
+            same = c->nholders == c0->nholders &&
+                   !memcmp(t->cells->h + c->holders, t->cells->h + c0->holders,
+                           (size_t)c0->nholders * sizeof *h);
+        }
+        for (int64_t q = i; q < (same ? i + 1 : j); q++) {
             const rs_cell_t *c = &t->cells->c[it->v[q].cell];
             memcpy(h + k, t->cells->h + c->holders, (size_t)c->nholders * sizeof *h);
             k += c->nholders;
         }
-        if (j - i > 1 && !ascending(h, k))
+        if (!ascending(h, k)) /* a cell lists each holder once: sorted, no duplicate is apart */
             qsort(h, (size_t)k, sizeof *h, cmp_i32);
         int64_t w = 0;
         for (int64_t q = 0; q < k; q++)
             if (w == 0 || h[q] != h[w - 1])
                 h[w++] = h[q];
-        if (j - i == 1 && w > 1 && !ascending(h, w))
-            qsort(h, (size_t)w, sizeof *h, cmp_i32);
         u->h = t->nhold;
         u->nh = (int32_t)w;
         u->sole = true;
