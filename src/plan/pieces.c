@@ -143,7 +143,9 @@ static int may_merge(const rs_piece_t *p, int64_t n)
         uint64_t k = ((uint64_t)(uint32_t)p[i].to_frag << 33) |
                      ((uint64_t)(uint32_t)p[i].from_frag << 1) | (uint64_t)(p[i].stage & 1);
         k += 1; /* 0 marks a free slot */
-        int64_t j = (int64_t)((k * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+        /* every key bit reaches the slot (a plain product leaves the high
+         * bits, to_frag, out of a small table's index) */
+        int64_t j = (int64_t)(rs_hash_mix(0, k) & (uint64_t)(cap - 1));
         while (set[j] && set[j] != k)
             j = (j + 1) & (cap - 1);
         found = set[j] == k;

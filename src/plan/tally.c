@@ -39,7 +39,8 @@ void rs_tally_free(rs_tally_t *t)
 
 static int64_t slot_of(uint64_t key, int64_t cap)
 {
-    return (int64_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & (cap - 1);
+    /* every key bit reaches the slot: sender and receiver alike */
+    return (int64_t)(rs_hash_mix(0, key) & (uint64_t)(cap - 1));
 }
 
 /* Slot of @p key in s[0..cap) (a power of two): its own, or the free one it
