@@ -123,9 +123,12 @@ static reshard_status_t put(rs_emit_t *e, const reshard_fragment_t *f)
     if (sc->holders)
         sc->holders[(int64_t)f->tensor * sc->words + (f->rank >> 6)] |= (uint64_t)1
                                                                         << (f->rank & 63);
-    if (sc->want && !sc->want[f->tensor])
-        return RESHARD_OK;
-    return reshard_layout_add_fragment(e->layout, f);
+    if (!sc->want)
+        return reshard_layout_add_fragment(e->layout, f);
+    uint8_t w = sc->want[f->tensor];
+    bool keep = (w & RS_KEEP_ALL) ||
+                ((w & RS_KEEP_NEAR) && f->rank >= sc->near_lo && f->rank < sc->near_hi);
+    return keep ? reshard_layout_add_fragment(e->layout, f) : RESHARD_OK;
 }
 
 static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,

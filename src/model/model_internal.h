@@ -172,16 +172,22 @@ struct reshard_model_buffers {
     rs_strpool_t names; /**< each parameter name once, however many ranks hold it */
 };
 
+/** Which fragments of a tensor a scoped build keeps (rs_emit_scope_t.want):
+ *  every rank's, or those of the ranks [near_lo, near_hi) only. */
+enum { RS_KEEP_ALL = 1, RS_KEEP_NEAR = 2 };
+
 /** What of one side a build writes (model/scoped.c): every rank's
  *  parameters are still worked out, in the same order, but only some are
  *  kept. */
 typedef struct {
-    int32_t lo, hi;       /**< ranks visited: [lo, hi) of the side's (global rank numbers) */
-    const uint8_t *want;  /**< NULL: every fragment; else only those of tensors t with want[t] */
-    int32_t declare_rank; /**< RESHARD_ALL_RANKS: every visited rank's buffers; else only this
-                               rank's (one that no rank has: none) */
-    uint64_t *holders;    /**< NULL, or per tensor a set of ranks (@p words 64-bit words
-                               each): the rank of every fragment worked out is added */
+    int32_t lo, hi;           /**< ranks visited: [lo, hi) of the side's (global rank numbers) */
+    const uint8_t *want;      /**< NULL: every fragment; else per tensor RS_KEEP_* bits: which of
+                                   its fragments are kept */
+    int32_t near_lo, near_hi; /**< the ranks RS_KEEP_NEAR keeps: [near_lo, near_hi) */
+    int32_t declare_rank;     /**< RESHARD_ALL_RANKS: every visited rank's buffers; else only this
+                                   rank's (one that no rank has: none) */
+    uint64_t *holders;        /**< NULL, or per tensor a set of ranks (@p words 64-bit words
+                                   each): the rank of every fragment worked out is added */
     int64_t words;
 } rs_emit_scope_t;
 

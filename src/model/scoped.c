@@ -3,8 +3,10 @@
  * the fragments of the tensors the rank's own plan needs, every rank's, and
  * who holds what of the whole, so its own plan costs what the rank touches
  * and not the whole world. The scope is the planner's (plan/scope.h): the
- * tensors the rank holds as a source and those its domain's ranks hold as
- * destinations.
+ * tensors the rank holds as a source, whose groups it computes in every
+ * domain (every fragment of them is kept), and those its domain's ranks hold
+ * as destinations, whose group it computes in its own domain only (every
+ * source fragment of them, and their destination fragments in the domain).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,9 @@ typedef struct {
     int32_t nt;
 } scoped_t;
 
-/* Mark in @p want the tensors the ranks [lo, hi) hold on one side. */
+/* Set @p flag in want[t] for each tensor t the ranks [lo, hi) hold on one side. */
 static reshard_status_t mark_held(const scoped_t *c, bool train, int32_t lo, int32_t hi,
-                                  uint64_t *scratch, uint8_t *want)
+                                  uint64_t *scratch, uint8_t flag, uint8_t *want)
 {
     memset(scratch, 0, (size_t)c->nt * (size_t)c->words * sizeof *scratch);
     uint8_t *keep_none = calloc((size_t)c->nt, 1);
@@ -46,8 +48,11 @@ static reshard_status_t mark_held(const scoped_t *c, bool train, int32_t lo, int
     reshard_layout_destroy(l);
     free(keep_none);
     for (int32_t t = 0; s == RESHARD_OK && t < c->nt; t++)
-        for (int64_t w = 0; w < c->words && !want[t]; w++)
-            want[t] = scratch[(int64_t)t * c->words + w] != 0;
+        for (int64_t w = 0; w < c->words; w++)
+            if (scratch[(int64_t)t * c->words + w]) {
+                want[t] |= flag;
+                break;
+            }
     return s;
 }
 
@@ -64,6 +69,8 @@ static reshard_status_t build_side(const scoped_t *c, bool train, const uint8_t 
     rs_emit_scope_t sc = {.lo = 0,
                           .hi = world,
                           .want = want,
+                          .near_lo = lo,
+                          .near_hi = hi,
                           .declare_rank = rank,
                           .holders = holders,
                           .words = c->words};
@@ -126,20 +133,30 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
         hi = lo + ds < world ? lo + ds : world;
     }
     scoped_t c = {.m = model, .r = out, .words = (world + 63) / 64, .nt = out->tensors->n};
-    uint8_t *want = calloc((size_t)(c.nt ? c.nt : 1), 1);
-    uint64_t *scratch = calloc((size_t)(c.nt ? c.nt : 1) * (size_t)c.words, sizeof *scratch);
-    if (!want || !scratch)
+    size_t nt = (size_t)(c.nt ? c.nt : 1);
+    uint8_t *held = calloc(nt, 1), *want_src = calloc(nt, 1), *want_dst = calloc(nt, 1);
+    uint64_t *scratch = calloc(nt * (size_t)c.words, sizeof *scratch);
+    if (!held || !want_src || !want_dst || !scratch)
         s = rs_error(RESHARD_ERR_NOMEM, "refit: out of memory scoping the layouts");
+    /* held: the tensors it sends (every domain's groups of them, so every
+     * fragment); near: those its domain receives (its domain's group only:
+     * every source fragment, the destination fragments in the domain) */
     if (s == RESHARD_OK)
-        s = mark_held(&c, true, rank, rank + 1, scratch, want);
+        s = mark_held(&c, true, rank, rank + 1, scratch, RS_KEEP_ALL, held);
     if (s == RESHARD_OK)
-        s = mark_held(&c, false, lo, hi, scratch, want);
+        s = mark_held(&c, false, lo, hi, scratch, RS_KEEP_NEAR, want_dst);
+    for (size_t t = 0; s == RESHARD_OK && t < (size_t)c.nt; t++) {
+        want_src[t] = held[t] || want_dst[t] ? RS_KEEP_ALL : 0;
+        want_dst[t] = held[t] ? RS_KEEP_ALL : want_dst[t];
+    }
     free(scratch);
+    free(held);
     if (s == RESHARD_OK)
-        s = build_side(&c, true, want, rank, lo, hi);
+        s = build_side(&c, true, want_src, rank, lo, hi);
     if (s == RESHARD_OK)
-        s = build_side(&c, false, want, rank, lo, hi);
-    free(want);
+        s = build_side(&c, false, want_dst, rank, lo, hi);
+    free(want_src);
+    free(want_dst);
     if (s != RESHARD_OK)
         reshard_model_refit_destroy(out);
     return s;
