@@ -19,7 +19,8 @@
  *        bench_plan_scale --hash [--model M] [--system S] [--size N] [--ranks R1,R2,...]
  *                         [--no-global] [--layers K] [--stages ...]
  *
- *   --rank R    the rank whose own plan is built (default 5, a training rank)
+ *   --rank R    the training rank whose own plan is built (default 5)
+ *   --infer-rank K  and the K-th inference rank's (default 5; -1: none)
  *   --global-max N  global plans only at sizes up to N per side
  *   --mem-cap-mb M  address-space cap of each measurement (default 8192; 0:
  *               none): a plan over it fails, and its row says so
@@ -148,6 +149,7 @@ typedef struct {
     reshard_model_t *model;
     reshard_model_refit_t refit;
     int32_t world, domain_size;
+    int32_t rank; /* the scoped rank, or RESHARD_ALL_RANKS */
     double layout_s, layout_cpu;
 } setup_t;
 
@@ -158,8 +160,16 @@ static int domain_size_of(const char *system)
     return !strcmp(system, "gb200") ? 72 : 8;
 }
 
-/* The refit of @p c: whole, or with @p scoped_rank >= 0 that rank's scoped
- * part (reshard_model_refit_create_scoped), as its own plan is made. */
+/* A rank as the command line gives it: R >= 0 itself, RESHARD_ALL_RANKS,
+ * or inference rank K as infer_rank(K) (the K-th inference rank). */
+static int32_t infer_rank(int32_t k)
+{
+    return -2 - k;
+}
+
+/* The refit of @p c: whole, or with @p scoped_rank a rank (infer_rank(K)
+ * too) that rank's scoped part (reshard_model_refit_create_scoped), as its
+ * own plan is made; the rank goes to s->rank. */
 static int setup(const config_t *c, int32_t scoped_rank, setup_t *s)
 {
     memset(s, 0, sizeof *s);
@@ -179,6 +189,9 @@ static int setup(const config_t *c, int32_t scoped_rank, setup_t *s)
     s->domain_size = domain_size_of(c->system);
     int32_t tw = reshard_train_world(&ts);
     int32_t offset = s->domain_size > 1 ? reshard_sim_infer_offset(tw, s->domain_size) : -1;
+    if (scoped_rank <= -2) /* infer_rank(K) */
+        scoped_rank = (offset >= 0 ? offset : tw) + (-2 - scoped_rank);
+    s->rank = scoped_rank;
     double t0 = now(), c0 = cpu_now();
     reshard_status_t st =
         scoped_rank >= 0 ? reshard_model_refit_create_scoped(s->model, &ts, &is, offset,
@@ -256,14 +269,33 @@ static void quality(const reshard_plan_t *plan, double *net_lb, double *nic)
     *nic = bound ? (double)most / (double)bound : 0;
 }
 
-/* Child: one measurement, printed as "layout_s layout_cpu plan_s plan_cpu
- * digest checked net_lb nic". A global plan is a summary plan that keeps
- * the sampled ranks' pieces (--check) to compare their own plans with. */
+/* What an own plan has its rank do: streams (both directions, every stage)
+ * and pieces (sent, received and local). */
+static void touched(const reshard_plan_t *plan, int64_t *streams, int64_t *pieces)
+{
+    const rs_rank_plan_t *m = plan->mine;
+    *streams = *pieces = 0;
+    for (int st = 0; m && st < RS_NSTAGES; st++) {
+        *streams += m->nsend[st] + m->nrecv[st];
+        for (int32_t i = 0; i < m->nsend[st]; i++)
+            *pieces += m->send[st][i].n;
+        for (int32_t i = 0; i < m->nrecv[st]; i++)
+            *pieces += m->recv[st][i].n;
+    }
+    if (m)
+        *pieces += m->nlocal;
+}
+
+/* Child: one measurement, printed as "rank layout_s layout_cpu plan_s
+ * plan_cpu digest checked net_lb nic streams pieces". A global plan is a
+ * summary plan that keeps the sampled ranks' pieces (--check) to compare
+ * their own plans with. */
 static int run_one(const config_t *c, int32_t rank, int check)
 {
     setup_t s;
     if (setup(c, rank, &s) != 0) /* an own plan from its rank's scoped layouts */
         return 1;
+    rank = s.rank;
     double secs = 0, cpu = 0;
     int32_t ranks[16];
     int n = check > 0 ? sample_ranks(&s, check < 16 ? check : 16, ranks) : 0;
@@ -288,8 +320,11 @@ static int run_one(const config_t *c, int32_t rank, int check)
     double net_lb = 0, nic = 0;
     if (global)
         quality(plan, &net_lb, &nic);
-    printf("%.3f %.3f %.3f %.3f %016llx %d %.4f %.4f\n", s.layout_s, s.layout_cpu, secs, cpu,
-           (unsigned long long)plan_digest(plan), checked, net_lb, nic);
+    int64_t streams, pieces;
+    touched(plan, &streams, &pieces);
+    printf("%d %.3f %.3f %.3f %.3f %016llx %d %.4f %.4f %lld %lld\n", rank, s.layout_s,
+           s.layout_cpu, secs, cpu, (unsigned long long)plan_digest(plan), checked, net_lb, nic,
+           (long long)streams, (long long)pieces);
     reshard_plan_destroy(plan);
     teardown(&s);
     return rc;
@@ -297,10 +332,12 @@ static int run_one(const config_t *c, int32_t rank, int check)
 
 /* Parent: run a child for one measurement; its output line and peak memory. */
 typedef struct {
+    int rank;
     double layout_s, layout_cpu, plan_s, plan_cpu, wall;
     char digest[32];
     int checked;
     double net_lb, nic;
+    long long streams, pieces; /* an own plan's (touched) */
     long maxrss_kb;
     int status; /* of the child (wait4) */
 } result_t;
@@ -349,8 +386,9 @@ static int measure(const char *self, const config_t *c, int32_t rank, int check,
     r->maxrss_kb = ru.ru_maxrss;
     r->status = status;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        sscanf(line, "%lf %lf %lf %lf %16s %d %lf %lf", &r->layout_s, &r->layout_cpu, &r->plan_s,
-               &r->plan_cpu, r->digest, &r->checked, &r->net_lb, &r->nic) != 8)
+        sscanf(line, "%d %lf %lf %lf %lf %16s %d %lf %lf %lld %lld", &r->rank, &r->layout_s,
+               &r->layout_cpu, &r->plan_s, &r->plan_cpu, r->digest, &r->checked, &r->net_lb,
+               &r->nic, &r->streams, &r->pieces) != 11)
         return -1;
     return 0;
 }
@@ -439,8 +477,8 @@ int main(int argc, char **argv)
         return run_one(&c, atoi(argv[5]), atoi(argv[6]));
     }
     config_t c = {"kimi-k2", "h100", 256, "first=3,last=2", 0};
-    int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, check = 0, global = 1, hash = 0,
-            global_max = INT32_MAX, repeat = 3;
+    int32_t sizes[8] = {256, 512, 1024}, nsizes = 3, rank = 5, irank = 5, check = 0, global = 1,
+            hash = 0, global_max = INT32_MAX, repeat = 3;
     int32_t ranks[64] = {5, -1}, nranks = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -454,6 +492,8 @@ int main(int argc, char **argv)
             c.size = atoi(argv[++i]);
         else if (!strcmp(a, "--rank") && v)
             rank = atoi(argv[++i]);
+        else if (!strcmp(a, "--infer-rank") && v)
+            irank = atoi(argv[++i]);
         else if (!strcmp(a, "--ranks") && v)
             nranks = parse_list(argv[++i], ranks, 64);
         else if (!strcmp(a, "--check") && v)
@@ -489,44 +529,69 @@ int main(int argc, char **argv)
         return 1;
     self[len] = 0;
     printf("# reshard plan of %s%s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1,%s, infer "
-           "tp=32,dp=N/32; own plan of rank %d\n",
+           "tp=32,dp=N/32; own plans of rank %d and of inference rank %d, from their scoped "
+           "layouts (layout_s: reshard_model_refit_create_scoped)\n",
            c.model, c.layers ? " (first layers only)" : "", c.system ? c.system : "none", c.stages,
-           rank);
+           rank, irank);
     printf("# times in seconds (wall; cpu = this process's CPU time, steadier on a shared "
-           "machine), peak = max RSS\n");
+           "machine), peak = max RSS; streams, pieces: what the own plan has its rank do\n");
     printf("# global = summary plan (counters and stream totals; the sampled ranks' pieces kept "
            "for --check); net/lb = network bytes / lower bound, nic = busiest NIC / its bound\n");
-    printf("%-11s %-6s %9s %9s %9s %9s %9s %9s %17s %7s %6s %6s\n", "ranks", "plan", "layout_s",
-           "layout_cpu", "plan_s", "plan_cpu", "total_cpu", "peak_MiB", "digest", "checked",
-           "net/lb", "nic");
+    printf("%-11s %-6s %5s %9s %9s %9s %9s %9s %9s %8s %8s %17s %7s %6s %6s\n", "ranks", "plan",
+           "rank", "layout_s", "layout_cpu", "plan_s", "plan_cpu", "total_cpu", "peak_MiB",
+           "streams", "pieces", "digest", "checked", "net/lb", "nic");
     int bad = 0;
-    double own_first = 0;
+    const int32_t owners[2] = {rank, irank >= 0 ? infer_rank(irank) : RESHARD_ALL_RANKS};
+    result_t first[2], last[2];
+    memset(first, 0, sizeof first);
+    memset(last, 0, sizeof last);
     for (int i = 0; i < nsizes; i++) {
         c.size = sizes[i];
-        for (int g = 0; g < 1 + (global && c.size <= global_max); g++) {
+        for (int g = 0; g < 3; g++) {
+            if ((g < 2 && owners[g] == RESHARD_ALL_RANKS) ||
+                (g == 2 && !(global && c.size <= global_max)))
+                continue;
             result_t r;
             memset(&r, 0, sizeof r);
-            if (measure_median(self, &c, g ? RESHARD_ALL_RANKS : rank, g ? check : 0,
-                               g ? 1 : repeat, &r) != 0) {
+            if (measure_median(self, &c, g < 2 ? owners[g] : RESHARD_ALL_RANKS, g == 2 ? check : 0,
+                               g == 2 ? 1 : repeat, &r) != 0) {
                 printf("%5d+%-5d %-6s failed after %.1f s wall, peak %.1f MiB (cap %ld MiB)\n",
-                       c.size, c.size, g ? "global" : "own", r.wall, (double)r.maxrss_kb / 1024.0,
-                       mem_cap_mb);
+                       c.size, c.size, g == 2 ? "global" : "own", r.wall,
+                       (double)r.maxrss_kb / 1024.0, mem_cap_mb);
                 bad = 1;
                 continue;
             }
-            printf("%5d+%-5d %-6s %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f %17s %7d", c.size, c.size,
-                   g ? "global" : "own", r.layout_s, r.layout_cpu, r.plan_s, r.plan_cpu,
-                   r.layout_cpu + r.plan_cpu, (double)r.maxrss_kb / 1024.0, r.digest, r.checked);
-            if (g)
+            char who[16] = "all";
+            if (g < 2)
+                snprintf(who, sizeof who, "%d", r.rank);
+            printf("%5d+%-5d %-6s %5s", c.size, c.size, g == 2 ? "global" : "own", who);
+            printf(" %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f", r.layout_s, r.layout_cpu, r.plan_s,
+                   r.plan_cpu, r.layout_cpu + r.plan_cpu, (double)r.maxrss_kb / 1024.0);
+            if (g < 2)
+                printf(" %8lld %8lld", r.streams, r.pieces);
+            else
+                printf(" %8s %8s", "-", "-");
+            printf(" %17s %7d", r.digest, r.checked);
+            if (g == 2)
                 printf(" %6.3f %6.3f", r.net_lb, r.nic);
             printf("\n");
-            if (!g && i == 0)
-                own_first = r.layout_cpu + r.plan_cpu;
-            if (!g && i == nsizes - 1 && nsizes > 1 && own_first > 0)
-                printf("# own plan (layouts included) cpu, %d vs %d per side: %.2fx\n", c.size,
-                       sizes[0], (r.layout_cpu + r.plan_cpu) / own_first);
+            if (g < 2 && i == 0)
+                first[g] = r;
+            if (g < 2)
+                last[g] = r;
         }
         fflush(stdout);
+    }
+    for (int g = 0; g < 2 && nsizes > 1; g++) {
+        double a = first[g].layout_cpu + first[g].plan_cpu, b = last[g].layout_cpu + last[g].plan_cpu;
+        if (owners[g] == RESHARD_ALL_RANKS || a <= 0)
+            continue;
+        printf("# own plan of %s rank (layouts included), %d vs %d per side: cpu %.2fx, streams "
+               "%.2fx, pieces %.2fx, peak memory %.2fx\n",
+               g ? "the inference" : "the training", sizes[nsizes - 1], sizes[0], b / a,
+               first[g].streams ? (double)last[g].streams / (double)first[g].streams : 0,
+               first[g].pieces ? (double)last[g].pieces / (double)first[g].pieces : 0,
+               first[g].maxrss_kb ? (double)last[g].maxrss_kb / (double)first[g].maxrss_kb : 0);
     }
     return bad;
 }

@@ -94,6 +94,23 @@ const char *rs_nm(char *buf, size_t size, const char *a, const char *b)
     return buf;
 }
 
+const char *rs_name_join(char *buf, size_t size, const char *a, const char *b, int64_t index,
+                         const char *c)
+{
+    char num[24], *q = num + sizeof num;
+    *--q = '\0';
+    for (int64_t v = index; index >= 0 && (v > 0 || q == num + sizeof num - 1); v /= 10)
+        *--q = (char)('0' + v % 10);
+    const char *part[4] = {a, b, q, c};
+    size_t n = 0;
+    for (int k = 0; k < 4 && size > 0; k++)
+        for (const char *x = part[k]; *x && n + 1 < size; x++)
+            buf[n++] = *x;
+    if (size > 0)
+        buf[n] = '\0';
+    return buf;
+}
+
 /* vsnprintf, with "%s" (what most parameter names are formatted with) a copy. */
 static void format_name(char *buf, size_t size, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
@@ -113,22 +130,26 @@ static bool declares(const rs_emit_t *e)
            e->scope->declare_rank == e->rank;
 }
 
-/* Add fragment @p f, as the scope says: its rank among its tensor's holders,
- * the fragment itself only when its tensor is wanted. */
-static reshard_status_t put(rs_emit_t *e, const reshard_fragment_t *f)
+/* Whether the scope keeps the current rank's fragments of tensor @p t (and
+ * records the rank among the tensor's holders). */
+static bool keeps(rs_emit_t *e, int32_t t)
 {
     const rs_emit_scope_t *sc = e->scope;
     if (!sc)
-        return reshard_layout_add_fragment(e->layout, f);
+        return true;
     if (sc->holders)
-        sc->holders[(int64_t)f->tensor * sc->words + (f->rank >> 6)] |= (uint64_t)1
-                                                                        << (f->rank & 63);
+        sc->holders[(int64_t)t * sc->words + (e->rank >> 6)] |= (uint64_t)1 << (e->rank & 63);
     if (!sc->want)
-        return reshard_layout_add_fragment(e->layout, f);
-    uint8_t w = sc->want[f->tensor];
-    bool keep = (w & RS_KEEP_ALL) ||
-                ((w & RS_KEEP_NEAR) && f->rank >= sc->near_lo && f->rank < sc->near_hi);
-    return keep ? reshard_layout_add_fragment(e->layout, f) : RESHARD_OK;
+        return true;
+    uint8_t w = sc->want[t];
+    return (w & RS_KEEP_ALL) ||
+           ((w & RS_KEEP_NEAR) && e->rank >= sc->near_lo && e->rank < sc->near_hi);
+}
+
+/* Add fragment @p f (of the current rank) if the scope keeps it. */
+static reshard_status_t put(rs_emit_t *e, const reshard_fragment_t *f)
+{
+    return keeps(e, f->tensor) ? reshard_layout_add_fragment(e->layout, f) : RESHARD_OK;
 }
 
 static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, const char *suffix,
@@ -335,6 +356,10 @@ reshard_status_t rs_emit(rs_emit_t *e, int32_t t, int32_t buf, const int64_t *of
     const rs_tensor_t *info = tensor_of(e, t);
     if (!info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit: bad tensor id %d", t);
+    /* a fragment a scoped build leaves out, with no scale fragment whose
+     * block rules must still be checked: only its holder is recorded */
+    if (e->scope && scale_of(e, t) < 0 && !keeps(e, t))
+        return RESHARD_OK;
     reshard_fragment_t f = {.tensor = t, .rank = e->rank, .buffer = buf, .base = base};
     f.box.ndim = info->vndim;
     for (int d = 0; d < info->vndim; d++) {
@@ -390,11 +415,10 @@ reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base
 
 reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t s = reshard_tensors_info(e->T, t, &info);
-    if (s != RESHARD_OK)
-        return s;
-    int64_t off[2] = {0, c0}, ext[2] = {info.shape[0], n}, st[2] = {n, 1};
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_cols: bad tensor id %d", t);
+    int64_t off[2] = {0, c0}, ext[2] = {info->shape[0], n}, st[2] = {n, 1};
     return rs_emit(e, t, buf, off, ext, 0, st);
 }
 
@@ -436,9 +460,10 @@ reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t 
 {
     /* W: the experts' input width (H, or a latent size); gated: fc1 is
      * [gate; up], else up alone (nemotron_h's squared-ReLU experts) */
-    reshard_tensor_info_t down;
-    TRY(reshard_tensors_info(e->T, l->e_down, &down));
-    int64_t W = down.shape[1], nb = per_expert ? ne : 1, per = nb ? ne / nb : 0;
+    const rs_tensor_t *down = tensor_of(e, l->e_down);
+    if (!down)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_experts: bad tensor id %d", l->e_down);
+    int64_t W = down->shape[1], nb = per_expert ? ne : 1, per = nb ? ne / nb : 0;
     bool gated = l->e_gate >= 0;
     int64_t g = gated ? 2 : 1;
     /* pass 0: fc1 [per, g*n, W]; pass 1: fc2 [per, W, n] */
@@ -529,12 +554,11 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
 reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
                                 const char *name)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t st = reshard_tensors_info(e->T, t, &info);
-    if (st != RESHARD_OK)
-        return st;
-    int64_t n0 = info.view_shape[0] / tp;
-    int64_t rows = info.shape[0] / tp, width = info.shape[info.ndim - 1];
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_column: bad tensor id %d", t);
+    int64_t n0 = info->vshape[0] / tp;
+    int64_t rows = info->shape[0] / tp, width = info->shape[info->ndim - 1];
     int32_t b = rs_emit_buffer(e, t, 1, rows, width, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;
@@ -543,12 +567,11 @@ reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t ran
 
 reshard_status_t rs_emit_row(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp, const char *name)
 {
-    reshard_tensor_info_t info;
-    reshard_status_t st = reshard_tensors_info(e->T, t, &info);
-    if (st != RESHARD_OK)
-        return st;
-    int64_t n = info.shape[1] / tp;
-    int32_t b = rs_emit_buffer(e, t, 1, info.shape[0], n, "%s", name);
+    const rs_tensor_t *info = tensor_of(e, t);
+    if (!info)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_row: bad tensor id %d", t);
+    int64_t n = info->shape[1] / tp;
+    int32_t b = rs_emit_buffer(e, t, 1, info->shape[0], n, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;
     return rs_emit_cols(e, t, b, rank_tp * n, n);

@@ -85,14 +85,14 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     int32_t tp = s->tp, t = c->tp;
     if (mtp) {
         int32_t k = i - m->L;
-        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, k);
+        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".");
         TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
         TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
         TRY(rs_emit_column(e, l->eh_proj, tp, t, rs_nm(n, sizeof n, p, "eh_proj.weight")));
         /* multi_token_prediction.py: the inner layer is mtp_model_layer */
-        snprintf(p, sizeof p, "%smtp.layers.%d.mtp_model_layer.", chunk, k);
+        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".mtp_model_layer.");
     } else {
-        snprintf(p, sizeof p, "%sdecoder.layers.%d.", chunk, local);
+        rs_name_join(p, sizeof p, chunk, "decoder.layers.", local, ".");
     }
     if (m->fam != RS_FAM_DSV3) {
         TRY(rs_emit_own(e, l->in_norm,
@@ -162,7 +162,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         }
     }
     if (mtp) {
-        snprintf(p, sizeof p, "%smtp.layers.%d.", chunk, i - m->L);
+        rs_name_join(p, sizeof p, chunk, "mtp.layers.", i - m->L, ".");
         TRY(rs_emit_own(e, l->head_norm, rs_nm(n, sizeof n, p, "final_layernorm.weight")));
     }
     return RESHARD_OK;

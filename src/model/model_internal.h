@@ -157,6 +157,11 @@ static inline int32_t rs_vpp(const reshard_train_spec_t *s)
 /** @p a then @p b into @p buf of @p size bytes (cut to fit, as snprintf
  *  "%s%s"); returns @p buf. Parameter names are a layer prefix and a name. */
 const char *rs_nm(char *buf, size_t size, const char *a, const char *b);
+/** @p a, @p b, then @p index in decimal (none when negative), then @p c into
+ *  @p buf of @p size bytes (cut to fit); returns @p buf. A layer's name
+ *  prefix ("decoder.layers.3."), without a printf per layer and rank. */
+const char *rs_name_join(char *buf, size_t size, const char *a, const char *b, int64_t index,
+                         const char *c);
 
 /* --- emission ------------------------------------------------------------- */
 

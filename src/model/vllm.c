@@ -72,13 +72,13 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
     bool mtp = i >= m->L;
     int32_t tp = s->tp, t = r % tp;
     if (mtp) {
-        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+        rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
         TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
         TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
         TRY(rs_emit_own(e, l->eh_proj, rs_nm(n, sizeof n, p, "eh_proj.weight")));
-        snprintf(p, sizeof p, "model.layers.%d.mtp_block.", l->hf_index);
+        rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".mtp_block.");
     } else {
-        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+        rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
     }
     TRY(rs_emit_own(e, l->in_norm, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
     if (m->fam != RS_FAM_DSV3) {
@@ -116,7 +116,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
     } else {
         /* mixtral: block_sparse_moe.gate / .experts; others mlp. */
         char q[128];
-        snprintf(q, sizeof q, "%s%s.", p, m->moe_block);
+        rs_name_join(q, sizeof q, p, m->moe_block, -1, ".");
         TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, q, "gate.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias,
@@ -125,7 +125,9 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
                             rs_nm(n2, sizeof n2, q, "experts.w2_weight")));
         if (l->s_gate >= 0) {
             int64_t ns = m->Is / tp;
-            snprintf(q, sizeof q, "%smlp.%s.", p, m->shared);
+            char mlp[128];
+            rs_name_join(mlp, sizeof mlp, p, "mlp.", -1, "");
+            rs_name_join(q, sizeof q, mlp, m->shared, -1, ".");
             TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
                             rs_nm(n, sizeof n, q, "gate_up_proj.weight"),
                             rs_nm(n2, sizeof n2, q, "down_proj.weight")));
@@ -135,7 +137,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         }
     }
     if (mtp) {
-        snprintf(p, sizeof p, "model.layers.%d.", l->hf_index);
+        rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
         TRY(rs_emit_own(e, l->head_norm, rs_nm(n, sizeof n, p, "shared_head.norm.weight")));
     }
     return RESHARD_OK;
