@@ -258,7 +258,11 @@ static reshard_status_t cut_fragment(const reshard_layout_t *src, const reshard_
         bool keep = only == RESHARD_ALL_RANKS || kc->nmine > 0;
         rs_cell_t c;
         memset(&c, 0, sizeof c);
-        c.box = D->box;
+        c.box.ndim = nd; /* the box's dims alone: past ndim a cell holds 0 */
+        for (int d = 0; d < nd; d++) {
+            c.box.offset[d] = D->box.offset[d];
+            c.box.extent[d] = D->box.extent[d];
+        }
         c.tensor = D->tensor;
         c.to_frag = (int32_t)di;
         c.receiver = D->rank;
@@ -532,6 +536,7 @@ static reshard_status_t sole_fast(const reshard_plan_t *plan, const rs_sole_inde
     int64_t n = 0;
     for (int64_t i = 0; i < x->nown; i++) {
         reshard_box_t b;
+        memset(&b, 0, sizeof b); /* dims past ndim stay 0, as in every cell */
         if (!rs_box_intersect(&src->f[x->own[i]].box, &D->box, &b))
             continue;
         if (n == FEW)

@@ -78,7 +78,12 @@ int rs_test_check_rank_plan(const reshard_layout_t *src, const reshard_layout_t 
         return -1;
     }
     int rc = 0;
-    if (rs_rank_plan_build(all, rank, &g) != RESHARD_OK) {
+    if (one->fingerprint != all->fingerprint) {
+        snprintf(why, ws, "rank %d: fingerprint %016llx, global plan %016llx", rank,
+                 (unsigned long long)one->fingerprint, (unsigned long long)all->fingerprint);
+        rc = -1;
+    }
+    if (rc == 0 && rs_rank_plan_build(all, rank, &g) != RESHARD_OK) {
         snprintf(why, ws, "rank %d: global rank plan failed", rank);
         rc = -1;
     }

@@ -6,6 +6,7 @@
 
 /**
  * Build rank @p rank's own plan (params with my_rank = rank) and check that
+ * it has the global plan's fingerprint and that
  * what it executes is exactly what the global plan @p all gives that rank:
  * the same local copies and, per stage, the same streams (peer, chunk size,
  * bytes) carrying the same pieces in the same order, and that the stage-0

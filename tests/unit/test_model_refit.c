@@ -652,8 +652,10 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
 
 typedef struct {
     const tcfg_t *c;
+    const reshard_model_t *m;
     const reshard_model_refit_t *f;
     const reshard_plan_t *plan; /* NULL: each rank plans for itself */
+    int scoped; /* ... from its scoped layouts (reshard_model_refit_create_scoped) */
     reshard_plan_params_t params;
     reshard_inproc_group_t *group;
     int32_t rank;
@@ -732,14 +734,31 @@ static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
     }
 }
 
-/* Each rank computes its own plan from the layouts alone (my_rank = rank). */
+/* Domain size of plan params (0: none given). */
+static int32_t domain_of_params(const reshard_plan_params_t *p)
+{
+    return (p->field_mask & RESHARD_PLAN_PARAM_DOMAIN_SIZE) ? p->domain_size : 0;
+}
+
+/* Each rank computes its own plan from the layouts alone (my_rank = rank):
+ * the whole ones, or (j->scoped) the part its plan needs, built by itself. */
 static reshard_status_t own_plan_execute(job_t *j, reshard_comm_t *comm, reshard_buffer_t *src,
                                          int32_t ns, reshard_buffer_t *dst, int32_t nd)
 {
     reshard_plan_params_t pp = j->params;
     pp.my_rank = j->rank;
-    reshard_plan_t *plan;
-    reshard_status_t s = reshard_plan_create(j->f->train, j->f->infer, &pp, &plan);
+    reshard_plan_t *plan = NULL;
+    reshard_model_refit_t g = {0};
+    const reshard_model_refit_t *f = j->f;
+    reshard_status_t s = RESHARD_OK;
+    if (j->scoped) {
+        s = reshard_model_refit_create_scoped(j->m, &f->train_spec, &f->infer_spec, -1, j->rank,
+                                              domain_of_params(&pp), &g);
+        f = &g;
+    }
+    if (s == RESHARD_OK)
+        s = reshard_plan_create(f->train, f->infer, &pp, &plan);
+    reshard_model_refit_destroy(&g); /* the plan keeps what it executes */
     if (s == RESHARD_OK)
         s = reshard_plan_execute(plan, comm, src, ns, dst, nd, NULL);
     reshard_plan_destroy(plan);
@@ -824,11 +843,80 @@ static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
     }
 }
 
-/* How a case is planned: NVLink domain size, and per-rank plans. */
+/* How a case is planned: NVLink domain size, and per-rank plans (2: from
+ * each rank's scoped layouts). */
 typedef struct {
     int32_t domain_size;
     int own_plans;
 } how_t;
+
+/* The buffer table entries of @p rank in @p a and in @p b are the same
+ * (rank, buffer, bytes, name), and @p b has no other rank's. */
+static void same_rank_buffers(const reshard_model_buffers_t *a, const reshard_model_buffers_t *b,
+                              int32_t rank, const char *what)
+{
+    int64_t nb = reshard_model_buffers_count(b), k = 0;
+    for (int64_t i = 0; i < reshard_model_buffers_count(a); i++) {
+        reshard_model_buffer_t x, y;
+        reshard_model_buffers_get(a, i, &x);
+        if (x.rank != rank)
+            continue;
+        if (k >= nb)
+            fail_msg("%s rank %d: scoped buffer table ends before %s", what, rank, x.name);
+        reshard_model_buffers_get(b, k++, &y);
+        if (x.buffer != y.buffer || x.bytes != y.bytes || strcmp(x.name, y.name) != 0)
+            fail_msg("%s rank %d: buffer %d %s (%llu bytes) is %d %s (%llu) scoped", what, rank,
+                     x.buffer, x.name, (unsigned long long)x.bytes, y.buffer, y.name,
+                     (unsigned long long)y.bytes);
+    }
+    assert_int_equal(k, nb);
+}
+
+/* The fragments of @p part are fragments of @p whole in the same order, and
+ * every fragment of @p whole on @p rank is among them. */
+static void ordered_subset(const reshard_layout_t *whole, const reshard_layout_t *part,
+                           int32_t rank, const char *what)
+{
+    int64_t n = reshard_layout_count(whole), m = reshard_layout_count(part), k = 0;
+    for (int64_t i = 0; i < n && k <= m; i++) {
+        reshard_fragment_t a, b;
+        reshard_layout_fragment(whole, i, &a);
+        if (k < m) {
+            reshard_layout_fragment(part, k, &b);
+            if (!memcmp(&a, &b, sizeof a)) {
+                k++;
+                continue;
+            }
+        }
+        if (a.rank == rank)
+            fail_msg("%s rank %d: its fragment %lld of the whole layout is not in its scoped one",
+                     what, rank, (long long)i);
+    }
+    if (k != m)
+        fail_msg("%s rank %d: scoped fragment %lld is not the whole layout's next", what, rank,
+                 (long long)k);
+}
+
+/* Rank @p r's scoped refit: a part of the whole one @p f that keeps all of
+ * r's fragments and buffers, whose own plan is exactly r's part of the
+ * global plan @p all (pieces, streams, chunk sizes, fingerprint). */
+static void check_scoped(const reshard_model_t *m, const reshard_model_refit_t *f,
+                         const reshard_plan_params_t *pp, const reshard_plan_t *all, int32_t r,
+                         const char *what)
+{
+    reshard_model_refit_t g;
+    if (reshard_model_refit_create_scoped(m, &f->train_spec, &f->infer_spec, -1, r,
+                                          domain_of_params(pp), &g) != RESHARD_OK)
+        fail_msg("%s rank %d: scoped refit: %s", what, r, reshard_last_error());
+    ordered_subset(f->train, g.train, r, what);
+    ordered_subset(f->infer, g.infer, r, what);
+    same_rank_buffers(f->train_buffers, g.train_buffers, r, what);
+    same_rank_buffers(f->infer_buffers, g.infer_buffers, r, what);
+    char why[512];
+    if (rs_test_check_rank_plan(g.train, g.infer, pp, all, r, why, sizeof why) != 0)
+        fail_msg("%s scoped: %s", what, why);
+    reshard_model_refit_destroy(&g);
+}
 
 static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *train,
                            const char *infer, how_t how)
@@ -859,11 +947,15 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
     reshard_plan_t *plan;
     if (reshard_plan_create(f.train, f.infer, &pp, &plan) != RESHARD_OK)
         fail_msg("plan %s -> %s: %s", train, infer, reshard_last_error());
-    /* every rank's own plan is exactly its part of the global plan */
+    /* every rank's own plan, from the whole layouts and from its scoped
+     * ones, is exactly its part of the global plan */
+    char what[256];
+    snprintf(what, sizeof what, "%s %s -> %s", c->type, train, infer);
     for (int32_t r = 0; r < world; r++) {
         char why[512];
         if (rs_test_check_rank_plan(f.train, f.infer, &pp, plan, r, why, sizeof why) != 0)
-            fail_msg("%s %s -> %s: %s", c->type, train, infer, why);
+            fail_msg("%s: %s", what, why);
+        check_scoped(m, &f, &pp, plan, r, what);
     }
     reshard_inproc_group_t *group;
     assert_int_equal(reshard_inproc_group_create(world, &group), RESHARD_OK);
@@ -871,8 +963,10 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
     pthread_t *th = calloc((size_t)world, sizeof *th);
     for (int32_t r = 0; r < world; r++) {
         jobs[r] = (job_t){.c = c,
+                          .m = m,
                           .f = &f,
                           .plan = how.own_plans ? NULL : plan,
+                          .scoped = how.own_plans == 2,
                           .params = pp,
                           .group = group,
                           .rank = r};
@@ -938,6 +1032,8 @@ static void test_fused_qkv_groups(void **state)
     /* every rank plans for itself; NVLink domains of 4 ranks (forwarding) */
     refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){1, 1});
     refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 1});
+    /* ... each from its scoped layouts */
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 2});
 }
 
 /* Qwen3-MoE: 6 experts, layer 0 dense (mlp_only_layers). */
