@@ -39,7 +39,8 @@ static void plan_usage(FILE *out)
         "                     (reshard run, bound to its MPI world, starts them\n"
         "                     right after the training ranks)\n"
         "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
-        "  --rank R           build only rank R's own plan, as rank R would, and\n"
+        "  --rank R           build only rank R's own plan, as rank R would (from\n"
+        "                     its part of the layouts), and\n"
         "                     print its own counters and planning time\n"
         "  --staging-mb S     staging memory bound per rank in MiB (default 256)\n"
         "  --relay-mb S       relay scratch bound per rank in MiB (default: none;\n"
@@ -217,19 +218,23 @@ int cmd_plan(int argc, char **argv)
     reshard_model_refit_t refit;
     /* with NVLink domains each side fills its own domains */
     int32_t offset = a.domain_size > 1 ? reshard_sim_infer_offset(tw, (int32_t)a.domain_size) : -1;
-    s = reshard_model_refit_create_at(model, &ts, &is, offset, &refit);
+    int32_t world = (offset >= 0 ? offset : tw) + iw;
+    if (a.rank >= world) {
+        fprintf(stderr, "reshard plan: --rank %ld is outside [0, %d)\n", a.rank, world);
+        reshard_model_destroy(model);
+        return 2;
+    }
+    /* a rank's own plan needs only its part of the layouts (what it sends,
+     * and what its domain receives) */
+    s = a.rank == RESHARD_ALL_RANKS
+            ? reshard_model_refit_create_at(model, &ts, &is, offset, &refit)
+            : reshard_model_refit_create_scoped(model, &ts, &is, offset, (int32_t)a.rank,
+                                                (int32_t)a.domain_size, &refit);
     if (s != RESHARD_OK) {
         reshard_model_destroy(model);
         return fail("layouts", s);
     }
     double t1 = now_s();
-    int32_t world = refit.infer_offset + refit.infer_world;
-    if (a.rank >= world) {
-        fprintf(stderr, "reshard plan: --rank %ld is outside [0, %d)\n", a.rank, world);
-        reshard_model_refit_destroy(&refit);
-        reshard_model_destroy(model);
-        return 2;
-    }
     reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
                                 .world_size = world,
                                 .my_rank = (int32_t)a.rank,

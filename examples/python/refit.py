@@ -37,7 +37,13 @@ def main():
 
     world = MPI.COMM_WORLD
     rank = world.rank
-    refit = reshard.Model(args.model, layers=args.layers).refit(args.train, args.infer)
+    model = reshard.Model(args.model, layers=args.layers)
+    try:  # this rank's part of the layouts: what it sends, what its domain receives
+        refit = model.refit(args.train, args.infer, rank=rank, domain_size=args.domain_size)
+    except reshard.ReshardError as e:
+        if e.status != reshard.Status.RANK:  # a rank past the refit's world: said below
+            raise
+        refit = model.refit(args.train, args.infer)
     if world.size != refit.world:
         if rank == 0:
             print("refit.py: %s -> %s needs %d ranks (train %d + infer %d), not %d"

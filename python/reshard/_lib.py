@@ -176,6 +176,8 @@ _SIGNATURES = {
     "reshard_infer_world": (c_i32, [P(InferSpec)]),
     "reshard_model_refit_create_at": (st, [c_vp, P(TrainSpec), P(InferSpec), c_i32,
                                            P(ModelRefit)]),
+    "reshard_model_refit_create_scoped": (st, [c_vp, P(TrainSpec), P(InferSpec), c_i32, c_i32,
+                                               c_i32, P(ModelRefit)]),
     "reshard_model_refit_destroy": (None, [P(ModelRefit)]),
     "reshard_model_buffers_count": (c_i64, [c_vp]),
     "reshard_model_buffers_get": (st, [c_vp, c_i64, P(ModelBuffer)]),

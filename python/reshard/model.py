@@ -39,21 +39,29 @@ class Model:
             _lib.lib.reshard_model_destroy(self._h)
             self._h = None
 
-    def refit(self, train, infer, infer_offset=None):
+    def refit(self, train, infer, infer_offset=None, rank=None, domain_size=0):
         """The refit of this model from Megatron ``train`` ("tp=2,pp=2,ep=2") on ranks
         [0, train_world) to vLLM ``infer`` ("tp=4" or "tp=2,dp=2,ep=on") on ranks
         [infer_offset, infer_offset + infer_world) (default: right after training).
-        Raises ReshardError (INVALID_ARG for a malformed spec, CONFIG for a rule the
-        model breaks, with the rule)."""
-        return Refit(self, train, infer, infer_offset)
+        With ``rank``: only that rank's part, for its own Plan (rank=rank, the same
+        ``domain_size``): every rank's fragments of the tensors the rank sends or its
+        NVLink domain receives, and its own parameters only
+        (reshard_model_refit_create_scoped); its cost grows with what the rank touches,
+        not with the world, and a Plan for another rank, another domain size or
+        ALL_RANKS refuses it. Raises ReshardError (INVALID_ARG for a malformed spec,
+        CONFIG for a rule the model breaks, with the rule; RANK for a rank outside the
+        refit)."""
+        return Refit(self, train, infer, infer_offset, rank, domain_size)
 
 
 class Refit:
     """Everything one refit needs: ``tensors`` (HF names and shapes), ``train`` and
     ``infer`` Layouts (their parameters(rank) are the frameworks' named_parameters()),
-    ``train_world``, ``infer_world``, ``infer_offset`` and ``world``."""
+    ``train_world``, ``infer_world``, ``infer_offset`` and ``world``; ``rank``: the
+    rank a scoped refit was built for (its layouts name only that rank's parameters),
+    None for the whole refit."""
 
-    def __init__(self, model, train, infer, infer_offset=None):
+    def __init__(self, model, train, infer, infer_offset=None, rank=None, domain_size=0):
         ts, ispec = _lib.TrainSpec(), _lib.InferSpec()
         _lib.check(_lib.lib.reshard_train_spec_parse(str(train).encode(), ctypes.byref(ts)),
                    "train spec %r" % train)
@@ -61,10 +69,16 @@ class Refit:
                    "infer spec %r" % infer)
         self._r = _lib.ModelRefit()
         off = -1 if infer_offset is None else int(infer_offset)
-        _lib.check(_lib.lib.reshard_model_refit_create_at(model._h, ctypes.byref(ts),
-                                                          ctypes.byref(ispec), off,
-                                                          ctypes.byref(self._r)))
+        if rank is None:
+            _lib.check(_lib.lib.reshard_model_refit_create_at(model._h, ctypes.byref(ts),
+                                                              ctypes.byref(ispec), off,
+                                                              ctypes.byref(self._r)))
+        else:
+            _lib.check(_lib.lib.reshard_model_refit_create_scoped(
+                model._h, ctypes.byref(ts), ctypes.byref(ispec), off, int(rank),
+                int(domain_size or 0), ctypes.byref(self._r)))
         self.model = model
+        self.rank = None if rank is None else int(rank)
         self.train_spec, self.infer_spec = str(train), str(infer)
         self.tensors = Tensors(_handle=self._r.tensors, _owner=self)
         self.train = Layout(self.tensors, _handle=self._r.train, _owner=self)

@@ -34,17 +34,22 @@ def test_catalogue_is_the_hf_checkpoint(config_path):
     assert all(t.dtype == reshard.DType.bf16 for t in refit.tensors)
 
 
+@pytest.mark.parametrize("scoped", [False, True], ids=["whole", "scoped"])
 @pytest.mark.parametrize("train,infer", [("tp=2,pp=2", "tp=4"), ("tp=2,dp=2", "tp=2,dp=2"),
                                          ("tp=1,pp=2", "tp=1")])
-def test_model_refit_threads(config_path, train, infer):
-    refit = reshard.Model(config_path).refit(train, infer)
+def test_model_refit_threads(config_path, train, infer, scoped):
+    """Every rank plans from the whole refit, or (scoped) from its own part of it."""
+    model = reshard.Model(config_path)
+    refit = model.refit(train, infer)
     w = conventions.Weights(conventions.load_config(config_path))
     sentinel = reshard.SENTINEL_BYTE
     got, want = {}, {}
 
     def rank_fn(comm):
         r = comm.rank
-        plan = reshard.Plan(refit.train, refit.infer, rank=r, world=refit.world, staging_mb=1)
+        mine = model.refit(train, infer, rank=r, domain_size=2) if scoped else refit
+        plan = reshard.Plan(mine.train, mine.infer, rank=r, world=refit.world, staging_mb=1,
+                            domain_size=2 if scoped else None)
         side, i = refit.role(r)
         if side == "train":
             plan.execute(comm, src=conventions.megatron_state_dict(w, train, i))
@@ -108,3 +113,23 @@ def test_bind_named_parameters_of_a_module(config_path):
     assert sorted(out) == sorted(expect)
     for n, e in expect.items():
         assert conventions.mismatches(out[n], e) == 0, n
+
+
+def test_scoped_refit_serves_its_rank_only(config_path):
+    """A scoped refit names its own rank's parameters only, and a plan for another
+    rank, a global plan or another domain size is refused with the reason."""
+    model = reshard.Model(config_path)
+    whole = model.refit("tp=2,pp=2", "tp=4")
+    mine = model.refit("tp=2,pp=2", "tp=4", rank=1, domain_size=2)
+    assert mine.rank == 1 and whole.rank is None
+    assert mine.train.parameters(1) == whole.train.parameters(1)
+    assert mine.train.parameters(0) == []
+    reshard.Plan(mine.train, mine.infer, rank=1, world=mine.world, domain_size=2)
+    for rank, ds, text in [(2, 2, "not for rank 2's"), (reshard.ALL_RANKS, 2, "global plan"),
+                           (1, 4, "domain size 4")]:
+        with pytest.raises(reshard.ReshardError) as e:
+            reshard.Plan(mine.train, mine.infer, rank=rank, world=mine.world, domain_size=ds)
+        assert e.value.status == reshard.Status.INVALID_ARG and text in str(e.value)
+    with pytest.raises(reshard.ReshardError) as e:
+        model.refit("tp=2,pp=2", "tp=4", rank=8)
+    assert e.value.status == reshard.Status.RANK
