@@ -243,10 +243,12 @@ reshard_status_t rs_infer_emit(const reshard_model_t *model, const reshard_tenso
                                const rs_emit_scope_t *scope, reshard_layout_t **out,
                                reshard_model_buffers_t **buffers);
 
-/** The start of every refit build (refit.c): @p out zeroed, the specs
+/** The start of every refit build (refit.c): the arguments checked
+ *  (INVALID_ARG naming @p fn, the public function), @p out zeroed, the specs
  *  checked, the sizes and offset set (@p infer_offset < 0: the train world)
  *  and the catalogue built. On error nothing is left allocated. */
-reshard_status_t rs_refit_begin(const reshard_model_t *model, const reshard_train_spec_t *train,
+reshard_status_t rs_refit_begin(const char *fn, const reshard_model_t *model,
+                                const reshard_train_spec_t *train,
                                 const reshard_infer_spec_t *infer, int32_t infer_offset,
                                 reshard_model_refit_t *out);
 /** Re-raise a layout builder's CONFIG error with the side (@p side) it came from. */

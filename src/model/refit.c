@@ -55,11 +55,16 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
     return reshard_model_refit_create_at(model, train, infer, -1, out);
 }
 
-reshard_status_t rs_refit_begin(const reshard_model_t *model, const reshard_train_spec_t *train,
+reshard_status_t rs_refit_begin(const char *fn, const reshard_model_t *model,
+                                const reshard_train_spec_t *train,
                                 const reshard_infer_spec_t *infer, int32_t infer_offset,
                                 reshard_model_refit_t *out)
 {
+    if (!out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "%s: NULL out", fn);
     memset(out, 0, sizeof *out);
+    if (!model || !train || !infer)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "%s: NULL argument", fn);
     /* The spec rules; the layout rules are applied by building the layouts. */
     reshard_status_t s = rs_check_train(model, train);
     if (s == RESHARD_OK)
@@ -87,12 +92,8 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
                                                int32_t infer_offset, reshard_model_refit_t *out)
 {
     rs_error_clear();
-    if (!out)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL out");
-    memset(out, 0, sizeof *out);
-    if (!model || !train || !infer)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create: NULL argument");
-    reshard_status_t s = rs_refit_begin(model, train, infer, infer_offset, out);
+    reshard_status_t s =
+        rs_refit_begin("reshard_model_refit_create", model, train, infer, infer_offset, out);
     if (s == RESHARD_OK)
         s = rs_layout_rule(
             rs_train_emit(model, out->tensors, train, 0, NULL, &out->train, &out->train_buffers),

@@ -101,21 +101,18 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
                                                    int32_t domain_size, reshard_model_refit_t *out)
 {
     rs_error_clear();
-    if (!out)
-        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_refit_create_scoped: NULL out");
-    memset(out, 0, sizeof *out);
-    if (!model || !train || !infer)
-        return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "reshard_model_refit_create_scoped: NULL argument");
+    if (out)
+        memset(out, 0, sizeof *out);
     if (domain_size < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_model_refit_create_scoped: domain_size %d is negative",
                         domain_size);
     /* a quantized inference side is planned on wire layouts made from the
      * whole ones (plan/quant_wire.c) */
-    if (model->quant != RESHARD_QUANT_NONE)
+    if (model && model->quant != RESHARD_QUANT_NONE)
         return reshard_model_refit_create_at(model, train, infer, infer_offset, out);
-    reshard_status_t s = rs_refit_begin(model, train, infer, infer_offset, out);
+    reshard_status_t s =
+        rs_refit_begin("reshard_model_refit_create_scoped", model, train, infer, infer_offset, out);
     if (s != RESHARD_OK)
         return s;
     int32_t world = out->infer_offset + out->infer_world;
