@@ -498,7 +498,11 @@ typedef struct reshard_plan reshard_plan_t;
  * records a fingerprint of its inputs — the catalogue, both layouts'
  * fragments and declared buffers, world_size, domain_size, staging, relay
  * and timeout (not my_rank) — which reshard_plan_execute compares across
- * ranks.
+ * ranks. For a layout a model built (reshard_model.h) and nobody changed
+ * since, what it was built from stands for its fragments and buffers: the
+ * model's config and load options, the spec, the first rank and the
+ * library's layout generators; so a rank's scoped layouts
+ * (reshard_model_refit_create_scoped) and the whole ones agree.
  * Quantized destinations (reshard_tensors_set_quant): each destination block
  * is quantized by a sender when one source fragment holds it whole (stats and
  * pieces then count e4m3 bytes and scales), else by its receiver, which must

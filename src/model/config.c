@@ -266,16 +266,25 @@ static reshard_status_t check_sizes(const reshard_model_t *m)
     return s;
 }
 
-/* The model's origin: its config as canonical JSON (keys sorted, compact)
- * and the load options, which together fix every layout built from it. */
+/* Digest of the layout generators' sources (CMakeLists.txt): builds that
+ * generate layouts differently give models different origins. */
+#ifndef RESHARD_MODEL_DIGEST
+#define RESHARD_MODEL_DIGEST "unknown"
+#endif
+
+/* The model's origin: its config as canonical JSON (keys sorted, compact),
+ * the load options and the library that turns them into layouts, which
+ * together fix every layout built from it. */
 static reshard_status_t set_origin(json_t *root, const reshard_model_options_t *o,
                                    reshard_model_t *m)
 {
     char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     if (!text)
         return rs_error(RESHARD_ERR_NOMEM, "model: out of memory");
-    uint64_t h = rs_str_hash(text);
+    uint64_t h = rs_hash_mix(rs_str_hash(text), rs_str_hash(RESHARD_MODEL_DIGEST));
     free(text);
+    h = rs_hash_mix(h, ((uint64_t)RESHARD_VERSION_MAJOR << 32) |
+                           ((uint64_t)RESHARD_VERSION_MINOR << 16) | RESHARD_VERSION_PATCH);
     const int64_t opt[] = {o->mtp != 0, o->dtype, o->layers, o->infer_quant, m->pow2};
     for (size_t i = 0; i < sizeof opt / sizeof *opt; i++)
         h = rs_hash_mix(h, (uint64_t)opt[i]);
