@@ -521,6 +521,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_plan_scale: --repeat %d outside [1, %d]\n", repeat, MAX_REPS);
         return 2;
     }
+    /* N per side: ep = dp = N/16 training, dp = N/32 inference replicas of 32 */
+    for (int i = 0; i < (hash ? 1 : nsizes); i++) {
+        int32_t n = hash ? c.size : sizes[i];
+        if (n < 32 || n % 32) {
+            fprintf(stderr, "bench_plan_scale: size %d per side is not a positive multiple of 32\n",
+                    n);
+            return 2;
+        }
+    }
     if (hash)
         return hash_mode(&c, ranks, nranks, global);
     char self[4096];
@@ -528,11 +537,12 @@ int main(int argc, char **argv)
     if (len <= 0)
         return 1;
     self[len] = 0;
-    printf("# reshard plan of %s%s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1,%s, infer "
+    bool stages = strcmp(c.stages, "none") != 0;
+    printf("# reshard plan of %s%s, system %s; train tp=1,pp=16,ep=N/16,dp=N/16,etp=1%s%s, infer "
            "tp=32,dp=N/32; own plans of rank %d and of inference rank %d, from their scoped "
            "layouts (layout_s: reshard_model_refit_create_scoped)\n",
-           c.model, c.layers ? " (first layers only)" : "", c.system ? c.system : "none", c.stages,
-           rank, irank);
+           c.model, c.layers ? " (first layers only)" : "", c.system ? c.system : "none",
+           stages ? "," : "", stages ? c.stages : "", rank, irank);
     printf("# times in seconds (wall; cpu = this process's CPU time, steadier on a shared "
            "machine), peak = max RSS; streams, pieces: what the own plan has its rank do\n");
     printf("# global = summary plan (counters and stream totals; the sampled ranks' pieces kept "
@@ -583,7 +593,8 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     for (int g = 0; g < 2 && nsizes > 1; g++) {
-        double a = first[g].layout_cpu + first[g].plan_cpu, b = last[g].layout_cpu + last[g].plan_cpu;
+        double a = first[g].layout_cpu + first[g].plan_cpu,
+               b = last[g].layout_cpu + last[g].plan_cpu;
         if (owners[g] == RESHARD_ALL_RANKS || a <= 0)
             continue;
         printf("# own plan of %s rank (layouts included), %d vs %d per side: cpu %.2fx, streams "

@@ -396,7 +396,8 @@ reshard_status_t reshard_model_refit_create(const reshard_model_t *model,
  * @p infer_offset (>= the train world; -1 for the train world). With NVLink
  * domains each side fills its own domains, so the inference side starts at
  * the next domain boundary (reshard_sim_infer_offset).
- * Errors: CONFIG (offset inside the training ranks), and those above. Local.
+ * Errors: CONFIG (offset inside the training ranks, or inference ranks past
+ * RESHARD_MAX_WORLD_SIZE), and those above. Local.
  */
 reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
                                                const reshard_train_spec_t *train,
@@ -421,6 +422,8 @@ reshard_status_t reshard_model_refit_create_at(const reshard_model_t *model,
  * @param rank         the planning rank, in [0, infer_offset + infer world)
  * @param domain_size  ranks per NVLink domain, as the plan's domain_size
  *                     (0 or 1: every rank its own domain)
+ * The two layouts of one call plan together only: a pair from two calls
+ * (other specs, another rank or domain), or the two swapped, is refused.
  * Errors: INVALID_ARG (NULL, negative domain_size), RANK (rank outside the
  * refit's ranks), and those of reshard_model_refit_create_at. Local.
  */
@@ -450,7 +453,8 @@ void reshard_model_refit_destroy(reshard_model_refit_t *refit);
  *                     transfers (distinct sender/receiver pairs), pieces
  *                     (tensor sends); bytes_lower_bound and the nic bounds
  *                     are left 0 (they belong to the problem: take the plan's).
- * Errors: INVALID_ARG, NOMEM. Local.
+ * Errors: INVALID_ARG (also for a scoped refit: the baseline moves every
+ * tensor), NOMEM. Local.
  */
 reshard_status_t reshard_model_baseline(const reshard_model_t *model,
                                         const reshard_model_refit_t *refit, int32_t domain_size,

@@ -54,6 +54,15 @@ class Model:
         return Refit(self, train, infer, infer_offset, rank, domain_size)
 
 
+def _int32(value, name):
+    """``value`` as an int the C side takes (int32_t): ValueError otherwise, never a
+    silent wrap."""
+    v = int(value)
+    if not -2**31 <= v < 2**31:
+        raise ValueError("reshard: %s=%d is outside a 32-bit rank number" % (name, v))
+    return v
+
+
 class Refit:
     """Everything one refit needs: ``tensors`` (HF names and shapes), ``train`` and
     ``infer`` Layouts (their parameters(rank) are the frameworks' named_parameters()),
@@ -68,15 +77,18 @@ class Refit:
         _lib.check(_lib.lib.reshard_infer_spec_parse(str(infer).encode(), ctypes.byref(ispec)),
                    "infer spec %r" % infer)
         self._r = _lib.ModelRefit()
-        off = -1 if infer_offset is None else int(infer_offset)
+        off = -1 if infer_offset is None else _int32(infer_offset, "infer_offset")
+        if rank is None and domain_size:
+            raise ValueError("reshard: domain_size=%r is for a rank's scoped refit: give rank= "
+                             "too (the whole refit serves every domain size)" % (domain_size,))
         if rank is None:
             _lib.check(_lib.lib.reshard_model_refit_create_at(model._h, ctypes.byref(ts),
                                                               ctypes.byref(ispec), off,
                                                               ctypes.byref(self._r)))
         else:
             _lib.check(_lib.lib.reshard_model_refit_create_scoped(
-                model._h, ctypes.byref(ts), ctypes.byref(ispec), off, int(rank),
-                int(domain_size or 0), ctypes.byref(self._r)))
+                model._h, ctypes.byref(ts), ctypes.byref(ispec), off, _int32(rank, "rank"),
+                _int32(domain_size or 0, "domain_size"), ctypes.byref(self._r)))
         self.model = model
         self.rank = None if rank is None else int(rank)
         self.train_spec, self.infer_spec = str(train), str(infer)

@@ -95,7 +95,12 @@ typedef struct {
 typedef struct {
     uint64_t hash;     /**< of the generator's inputs; 0: none (not generated, or changed) */
     int64_t n, ndecls; /**< the fragments and declarations it was built with */
+    int32_t ntensors;  /**< and the catalogue's tensor count */
     int32_t rank;      /**< RESHARD_ALL_RANKS: whole; else scoped to this rank's own plan */
+    uint64_t pair;     /**< scoped: the hash of both sides' origins, the rank and domain:
+                            the same in the two layouts of one scoped build */
+    int32_t side;      /**< scoped: 0 built as the source (training) side, 1 as the
+                            destination (inference) side */
     int32_t lo, hi;    /**< scoped: the ranks [lo, hi) of that rank's domain */
     int32_t world;     /**< scoped: ranks the holder sets cover */
     int64_t words;     /**< scoped: 64-bit words of one holder set */
@@ -117,7 +122,9 @@ struct reshard_layout {
 static inline const rs_layout_origin_t *rs_origin_of(const reshard_layout_t *l)
 {
     const rs_layout_origin_t *o = &l->origin;
-    return o->hash && o->n == l->n && o->ndecls == l->decls.n ? o : NULL;
+    return o->hash && o->n == l->n && o->ndecls == l->decls.n && o->ntensors == l->tensors->n
+               ? o
+               : NULL;
 }
 
 /** True when rank @p rank holds a fragment of tensor @p t in the whole

@@ -539,6 +539,7 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
         e.layout->origin = (rs_layout_origin_t){.hash = origin,
                                                 .n = e.layout->n,
                                                 .ndecls = e.layout->decls.n,
+                                                .ntensors = tensors->n,
                                                 .rank = RESHARD_ALL_RANKS};
     if (s != RESHARD_OK) {
         reshard_layout_destroy(e.layout);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/layout_internal.h" /* a scoped refit's origin */
 #include "model/model_internal.h"
 #include "util/error.h"
 
@@ -80,6 +81,12 @@ reshard_status_t rs_refit_begin(const char *fn, const reshard_model_t *model,
         return rs_error(RESHARD_ERR_CONFIG,
                         "inference ranks start at %d, inside the %d training ranks",
                         out->infer_offset, out->train_world);
+    if ((int64_t)out->infer_offset + out->infer_world > RESHARD_MAX_WORLD_SIZE)
+        return rs_error(RESHARD_ERR_CONFIG,
+                        "inference ranks [%d, %lld) run past the largest world a plan takes, %d "
+                        "ranks",
+                        out->infer_offset, (long long)out->infer_offset + out->infer_world,
+                        RESHARD_MAX_WORLD_SIZE);
     s = reshard_model_tensors(model, &out->tensors);
     if (s != RESHARD_OK)
         memset(out, 0, sizeof *out);
@@ -228,6 +235,12 @@ reshard_status_t reshard_model_baseline(const reshard_model_t *model,
     rs_error_clear();
     if (!model || !r || !r->train || !r->infer || !stats || domain_size < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_baseline: bad argument");
+    if (r->train->origin.holders || r->infer->origin.holders)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_model_baseline: the refit was built for rank %d's own plan "
+                        "(reshard_model_refit_create_scoped); the baseline moves every tensor, "
+                        "so it needs the whole refit",
+                        r->train->origin.rank);
     memset(stats, 0, sizeof *stats);
     rs_model_ids_t ids;
     reshard_status_t s = rs_model_ids_for(model, r->tensors, &ids);

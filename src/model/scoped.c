@@ -85,6 +85,7 @@ static reshard_status_t build_side(const scoped_t *c, bool train, const uint8_t 
         return s;
     }
     rs_layout_origin_t *o = &(*l)->origin;
+    o->side = train ? 0 : 1;
     o->rank = rank;
     o->lo = lo;
     o->hi = hi;
@@ -107,10 +108,6 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "reshard_model_refit_create_scoped: domain_size %d is negative",
                         domain_size);
-    /* a quantized inference side is planned on wire layouts made from the
-     * whole ones (plan/quant_wire.c) */
-    if (model && model->quant != RESHARD_QUANT_NONE)
-        return reshard_model_refit_create_at(model, train, infer, infer_offset, out);
     reshard_status_t s =
         rs_refit_begin("reshard_model_refit_create_scoped", model, train, infer, infer_offset, out);
     if (s != RESHARD_OK)
@@ -122,6 +119,12 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
                         "reshard_model_refit_create_scoped: rank %d outside the refit's %d "
                         "ranks",
                         rank, world);
+    }
+    /* a quantized inference side is planned on wire layouts made from the
+     * whole ones (plan/quant_wire.c) */
+    if (model->quant != RESHARD_QUANT_NONE) {
+        reshard_model_refit_destroy(out);
+        return reshard_model_refit_create_at(model, train, infer, infer_offset, out);
     }
     /* the rank's domain, as the plan's params make it (plan/scope.h) */
     int32_t ds = domain_size > world ? world : domain_size, lo = rank, hi = rank + 1;
@@ -154,6 +157,12 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
         s = build_side(&c, false, want_dst, rank, lo, hi);
     free(want_src);
     free(want_dst);
+    if (s == RESHARD_OK) { /* the two layouts of this build, and no others, plan together */
+        uint64_t pair = rs_hash_mix(out->train->origin.hash, out->infer->origin.hash);
+        pair = rs_hash_mix(pair, ((uint64_t)(uint32_t)rank << 32) | (uint32_t)lo);
+        pair = rs_hash_mix(pair, (uint64_t)(uint32_t)hi);
+        out->train->origin.pair = out->infer->origin.pair = pair;
+    }
     if (s != RESHARD_OK)
         reshard_model_refit_destroy(out);
     return s;

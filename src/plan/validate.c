@@ -29,18 +29,32 @@ reshard_status_t rs_validate_scope(const reshard_plan_params_t *p, const reshard
     for (int k = 0; k < 2; k++)
         if (ls[k]->origin.holders && !rs_origin_of(ls[k]))
             return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "the %s layout was built for %s and changed since (%lld fragments "
-                            "and %lld buffers then, %lld and %lld now): it leaves out other "
-                            "tensors, so build the whole layout to change it",
+                            "the %s layout was built for %s and changed since (%lld fragments, "
+                            "%lld buffers and %d tensors then, %lld, %lld and %d now): it "
+                            "leaves out other tensors, so build the whole layout to change it",
                             side[k], scope_str(ls[k], a, sizeof a), (long long)ls[k]->origin.n,
-                            (long long)ls[k]->origin.ndecls, (long long)ls[k]->n,
-                            (long long)ls[k]->decls.n);
+                            (long long)ls[k]->origin.ndecls, ls[k]->origin.ntensors,
+                            (long long)ls[k]->n, (long long)ls[k]->decls.n, ls[k]->tensors->n);
     if (!os->holders || !od->holders || os->rank != od->rank || os->lo != od->lo ||
         os->hi != od->hi || os->world != od->world)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "the source layout was built for %s, the destination layout for %s: "
                         "both must be one rank's scoped layouts, or both whole",
                         scope_str(src, a, sizeof a), scope_str(dst, b, sizeof b));
+    if (os->side != 0 || od->side != 1)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "layouts scoped to %s: the source is the build's %s side and the "
+                        "destination its %s side; a scoped build plans from training to "
+                        "inference",
+                        scope_str(src, a, sizeof a), os->side ? "inference" : "training",
+                        od->side ? "inference" : "training");
+    if (os->pair != od->pair)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "layouts scoped to %s come from two different builds "
+                        "(reshard_model_refit_create_scoped): a scoped layout leaves out what "
+                        "its own build's other side does not need, so both must be one "
+                        "build's",
+                        scope_str(src, a, sizeof a));
     if (p->my_rank == RESHARD_ALL_RANKS)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "the layouts were built for %s: a global plan (my_rank "
@@ -58,6 +72,8 @@ reshard_status_t rs_validate_scope(const reshard_plan_params_t *p, const reshard
         lo = d * p->domain_size;
         hi = lo + rs_domain_ranks(p, d);
     }
+    if (hi > os->world) /* ranks past the layouts' world hold nothing: the same scope */
+        hi = os->world;
     if (lo != os->lo || hi != os->hi)
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "the layouts were built for %s, but domain size %d puts rank %d in "

@@ -133,3 +133,6 @@ def test_scoped_refit_serves_its_rank_only(config_path):
     with pytest.raises(reshard.ReshardError) as e:
         model.refit("tp=2,pp=2", "tp=4", rank=8)
     assert e.value.status == reshard.Status.RANK
+    for kw in [dict(rank=2**40), dict(rank=1, domain_size=2**33), dict(domain_size=2)]:
+        with pytest.raises(ValueError):
+            model.refit("tp=2,pp=2", "tp=4", **kw)

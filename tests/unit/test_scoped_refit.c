@@ -211,6 +211,17 @@ static void test_misuse_refused(void **state)
     assert_int_equal(reshard_plan_create(whole.train, whole.infer, &p, &plan), RESHARD_OK);
     reshard_plan_destroy(plan);
     reshard_model_refit_destroy(&whole);
+    /* swapped sides, and two builds' layouts (another inference spec, the same ranks) */
+    p = params(x.world, 3, 4);
+    refused(x.g.infer, x.g.train, &p, RESHARD_ERR_INVALID_ARG,
+            "a scoped build plans from training to inference");
+    reshard_infer_spec_t is2;
+    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=4", &is2), RESHARD_OK);
+    reshard_model_refit_t other;
+    assert_int_equal(reshard_model_refit_create_scoped(x.m, &x.ts, &is2, -1, 3, 4, &other),
+                     RESHARD_OK);
+    refused(x.g.train, other.infer, &p, RESHARD_ERR_INVALID_ARG, "come from two different builds");
+    reshard_model_refit_destroy(&other);
     /* changed after it was built: a fragment, then a buffer */
     reshard_fragment_t f;
     reshard_layout_fragment(x.g.infer, 0, &f);
@@ -226,6 +237,44 @@ static void test_misuse_refused(void **state)
         RESHARD_OK);
     refused(x.g.train, x.g.infer, &p, RESHARD_ERR_INVALID_ARG, "the source layout was built");
     fixture_free(&x);
+    /* a tensor added to the catalogue both layouts share */
+    fixture(&x);
+    int64_t two[2] = {4, 4};
+    assert_int_equal(reshard_tensors_add(x.g.tensors, "extra", RESHARD_BF16, 2, two, 0, NULL, NULL),
+                     RESHARD_OK);
+    refused(x.g.train, x.g.infer, &p, RESHARD_ERR_INVALID_ARG, "changed since");
+    /* the baseline needs every tensor */
+    reshard_plan_stats_t st;
+    assert_int_equal(reshard_model_baseline(x.m, &x.g, 4, &st), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "needs the whole refit"));
+    fixture_free(&x);
+}
+
+/* A plan's world may be larger than the refit's: the ranks past it hold
+ * nothing, so a domain that runs past the refit is the same scope. */
+static void test_larger_world(void **state)
+{
+    (void)state;
+    reshard_model_t *m = load("deepseek-v3", 4, RESHARD_QUANT_NONE);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    specs("tp=2,pp=2,ep=4,dp=4", "tp=4,dp=2", &ts, &is); /* 16 + 8 ranks */
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    reshard_plan_params_t pp = params(30, RESHARD_ALL_RANKS, 5);
+    reshard_plan_t *all = NULL;
+    assert_int_equal(reshard_plan_create(f.train, f.infer, &pp, &all), RESHARD_OK);
+    for (int32_t r = 20; r < 24; r++) { /* domain [20, 25) of a 30-rank plan */
+        reshard_model_refit_t g;
+        assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, r, 5, &g), RESHARD_OK);
+        char why[512];
+        if (rs_test_check_rank_plan(g.train, g.infer, &pp, all, r, why, sizeof why) != 0)
+            fail_msg("rank %d: %s", r, why);
+        reshard_model_refit_destroy(&g);
+    }
+    reshard_plan_destroy(all);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
 }
 
 static void test_create_errors(void **state)
@@ -249,6 +298,10 @@ static void test_create_errors(void **state)
                      RESHARD_ERR_INVALID_ARG);
     assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, 0, 0, NULL),
                      RESHARD_ERR_INVALID_ARG);
+    /* inference ranks past the largest world: refused before anything is built */
+    assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, 2147483000, 1, 0, &g),
+                     RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "past the largest world"));
     /* a bad spec is the refit's error */
     specs("tp=3", "tp=4", &ts, &is);
     assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, 0, 0, &g),
@@ -266,6 +319,8 @@ static void test_quantized_is_whole(void **state)
     reshard_infer_spec_t is;
     specs("tp=2,pp=2", "tp=4", &ts, &is);
     reshard_model_refit_t g, whole;
+    assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, 8, 0, &g),
+                     RESHARD_ERR_RANK);
     assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, 1, 0, &g), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &whole), RESHARD_OK);
     assert_int_equal(reshard_layout_count(g.train), reshard_layout_count(whole.train));
@@ -331,7 +386,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_misuse_refused),
         cmocka_unit_test(test_create_errors),  cmocka_unit_test(test_quantized_is_whole),
-        cmocka_unit_test(test_fingerprints),
+        cmocka_unit_test(test_fingerprints),   cmocka_unit_test(test_larger_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
