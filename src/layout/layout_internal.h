@@ -127,14 +127,6 @@ static inline const rs_layout_origin_t *rs_origin_of(const reshard_layout_t *l)
                : NULL;
 }
 
-/** True when rank @p rank holds a fragment of tensor @p t in the whole
- *  layout whose scoped origin is @p o. */
-static inline bool rs_origin_holds(const rs_layout_origin_t *o, int32_t t, int32_t rank)
-{
-    return rank >= 0 && rank < o->world &&
-           ((o->holders[(int64_t)t * o->words + (rank >> 6)] >> (rank & 63)) & 1u);
-}
-
 /** Link the fragment just appended (l->f[l->n - 1]) into l->lists, or stop
  *  keeping them (fragments changed otherwise, or out of memory). */
 void rs_tensor_lists_add(reshard_layout_t *l);

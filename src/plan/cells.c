@@ -454,12 +454,6 @@ static void sole_index_free(rs_sole_index_t *x)
     x->tensor = -1;
 }
 
-static int cmp_i64_asc(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Build the index of tensor @p t (source fragments sf[0..n)); -1 when out of memory. */
 static int sole_index(const reshard_plan_t *plan, const int64_t *sf, int64_t n, int32_t t,
                       rs_sole_index_t *x)
@@ -488,7 +482,7 @@ static int sole_index(const reshard_plan_t *plan, const int64_t *sf, int64_t n, 
             b[m++] = bx->offset[d];
             b[m++] = bx->offset[d] + bx->extent[d];
         }
-        qsort(b, (size_t)m, sizeof *b, cmp_i64_asc);
+        qsort(b, (size_t)m, sizeof *b, cmp_i64);
         int64_t u = 0;
         for (int64_t i = 0; i < m; i++)
             if (u == 0 || b[i] != b[u - 1])
@@ -506,13 +500,16 @@ static bool bound_inside(const rs_sole_index_t *x, int d, int64_t lo, int64_t hi
     return i < x->nbound[d] && x->bound[d][i] < hi;
 }
 
-static int cmp_cell_offsets(const void *pa, const void *pb)
+/* A cell and its one holder (sole_fast). */
+typedef struct {
+    rs_cell_t c;
+    int32_t holder;
+} rs_held_cell_t;
+
+/* Grid order of distinct cells: row-major, i.e. by their boxes' offsets. */
+static int cmp_held_cell(const void *pa, const void *pb)
 {
-    const rs_cell_t *a = pa, *b = pb;
-    for (int d = 0; d < a->box.ndim; d++)
-        if (a->box.offset[d] != b->box.offset[d])
-            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
-    return 0;
+    return rs_box_cmp(&((const rs_held_cell_t *)pa)->c.box, &((const rs_held_cell_t *)pb)->c.box);
 }
 
 /* cut_sole from the tensor's index alone, touching only the rank's own
@@ -531,8 +528,7 @@ static reshard_status_t sole_fast(const reshard_plan_t *plan, const rs_sole_inde
     if (!x->tiles)
         return RESHARD_OK;
     enum { FEW = 16 };
-    rs_cell_t c[FEW];
-    int32_t holder[FEW];
+    rs_held_cell_t c[FEW];
     int64_t n = 0;
     for (int64_t i = 0; i < x->nown; i++) {
         reshard_box_t b;
@@ -545,19 +541,18 @@ static reshard_status_t sole_fast(const reshard_plan_t *plan, const rs_sole_inde
             if (bound_inside(x, d, b.offset[d], b.offset[d] + b.extent[d]))
                 return RESHARD_OK;
         memset(&c[n], 0, sizeof c[n]);
-        c[n].box = b;
-        c[n].tensor = D->tensor;
-        c[n].to_frag = (int32_t)di;
-        c[n].receiver = D->rank;
-        c[n].bytes = (uint64_t)rs_box_numel(&b) * reshard_dtype_size(t->dtype);
-        c[n].holders = x->own[i]; /* until sorted: the holder */
+        c[n].c.box = b;
+        c[n].c.tensor = D->tensor;
+        c[n].c.to_frag = (int32_t)di;
+        c[n].c.receiver = D->rank;
+        c[n].c.bytes = (uint64_t)rs_box_numel(&b) * reshard_dtype_size(t->dtype);
+        c[n].holder = (int32_t)x->own[i];
         n++;
     }
     if (n > 1)
-        qsort(c, (size_t)n, sizeof *c, cmp_cell_offsets);
+        qsort(c, (size_t)n, sizeof *c, cmp_held_cell);
     for (int64_t i = 0; i < n; i++) {
-        holder[i] = (int32_t)c[i].holders;
-        if (push_cell(cells, &c[i], &holder[i], 1) != 0)
+        if (push_cell(cells, &c[i].c, &c[i].holder, 1) != 0)
             return rs_error(RESHARD_ERR_NOMEM, "planning tensor %s: out of memory", t->name);
     }
     *done = true;
@@ -598,21 +593,12 @@ static uint64_t box_hash(const reshard_box_t *b)
     return h;
 }
 
-static bool box_equal(const reshard_box_t *a, const reshard_box_t *b)
-{
-    if (a->ndim != b->ndim)
-        return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->offset[d] != b->offset[d] || a->extent[d] != b->extent[d])
-            return false;
-    return true;
-}
-
-/* Slot of @p box in the cache: its entry's, or the free one it would take. */
+/* Slot of @p box in the cache: its entry's, or the free one it would take
+ * (the boxes held are one tensor's: the same dims, as rs_box_cmp compares). */
 static int64_t cache_slot(const rs_cand_cache_t *c, const reshard_box_t *box)
 {
     int64_t i = (int64_t)(box_hash(box) & (uint64_t)(c->nslot - 1));
-    while (c->slot[i] && !box_equal(&c->e[c->slot[i] - 1].box, box))
+    while (c->slot[i] && rs_box_cmp(&c->e[c->slot[i] - 1].box, box) != 0)
         i = (i + 1) & (c->nslot - 1);
     return i;
 }
