@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-fuzz}
 secs=${2:-45}
-tools/apt-install.sh clang-14 libclang-rt-14-dev
+tools/apt-install.sh --group fuzz
 CC=clang-14 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRESHARD_FUZZ=ON \
   -DRESHARD_SANITIZE=ON -DRESHARD_WITH_MPI=OFF -DRESHARD_WITH_NCCL=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)" --target fuzz_config fuzz_spec fuzz_refit test_hostile_inputs

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-tools/apt-install.sh python3 python3-numpy python3-mpi4py python3-pytest python3-torch
+tools/apt-install.sh --group python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 export RESHARD_LIBRARY="$PWD/$build/libreshard.so" PYTHONPATH="$PWD/python"

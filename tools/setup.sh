@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
-tools/apt-install.sh cmake make gcc pkg-config libcmocka-dev libjansson-dev libopenmpi-dev openmpi-bin
+tools/apt-install.sh --group build
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)"
