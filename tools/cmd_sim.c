@@ -116,6 +116,7 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
     json_t *t = json_object_get(c, "train"), *n = json_object_get(c, "infer");
     is->tp = (int32_t)get_int(n, "tp", 1);
     is->dp = (int32_t)get_int(n, "dp", 1);
+    is->engines = (int32_t)get_int(n, "engines", 1);
     json_t *ep = json_object_get(n, "ep");
     is->ep = json_is_true(ep) || (json_is_string(ep) && !strcmp(json_string_value(ep), "on"));
     ts->tp = (int32_t)get_int(t, "tp", 1);
@@ -133,7 +134,7 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
     else if (json_object_get(t, "dp"))
         ts->dp = (int32_t)get_int(t, "dp", 1);
     else
-        ts->dp = (int32_t)((int64_t)is->tp * is->dp / per_dp);
+        ts->dp = (int32_t)((int64_t)reshard_infer_world(is) / per_dp);
     if (ts->dp < 1)
         ts->dp = 1;
 }

@@ -184,6 +184,60 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
 /* 2. Parallel specs                                                   */
 /* ------------------------------------------------------------------ */
 
+/** The training framework whose conventions the train layout follows.
+ *  Both build Megatron-Core models (same parameter names, grids and fused
+ *  buffers); they differ in what the HF->Megatron path sets up:
+ *    vocabulary  Megatron-LM pads it to a multiple of 128*tp (vocab_utils.py
+ *                58-59, --make-vocab-size-divisible-by 128); Megatron-Bridge
+ *                does not pad a vocabulary read from the HF config
+ *                (gpt_provider.py 184, 266-271; hybrid_provider.py 155, 297:
+ *                should_pad_vocab False): each TP rank holds V/tp rows, so tp
+ *                must divide V (VocabParallelEmbedding's divide).
+ *    expert_bias fp32 from the start under Bridge (model_provider.py 74-76
+ *                keeps it through the Float16Module cast); Megatron-LM creates
+ *                it bf16 and makes it fp32 at the first forward (router.py
+ *                _maintain_float32_expert_bias). The layout declares it fp32:
+ *                a Megatron-LM trainer that refits before its first forward
+ *                step holds bf16 and is refused by the dtype check.
+ *    hybrid vpp  Bridge's hybrid provider refuses a virtual pipeline
+ *                (hybrid_provider.py 291), so nemotron_h with more '|'
+ *                segments than pp is refused under Bridge.
+ *  (Megatron-LM d98e8a6, Megatron-Bridge 067f987.)
+ *  The default is Megatron-LM: it keeps the layouts (and fingerprints) of
+ *  every earlier release, and a wrong choice is never silent: the two
+ *  differ only in buffer shapes (the vocabulary rows) and dtypes, which
+ *  binding by name checks before anything moves. NeMo RL's trainers, and
+ *  the published refit cases (data/cases), are Megatron-Bridge:
+ *  "convention=megatron-bridge". */
+typedef enum {
+    RESHARD_TRAIN_DEFAULT = 0,         /**< RESHARD_TRAIN_MEGATRON_LM */
+    RESHARD_TRAIN_MEGATRON_BRIDGE = 1, /**< spec "convention=megatron-bridge" */
+    RESHARD_TRAIN_MEGATRON_LM = 2      /**< spec "convention=megatron-lm" */
+} reshard_train_convention_t;
+
+/** The vLLM release whose parameter names the inference layout uses. Every
+ *  name that differs between releases is in one table (src/model/vllm.c,
+ *  rs_vllm_name); the layouts are otherwise the same.
+ *    0.24  vLLM up to 0.24 (facts at vLLM 9aaf83e): routed experts
+ *          "...experts.w13_weight" / "...experts.w2_weight"
+ *    0.25  vLLM 0.25 and later (PR #41184): the routed experts live on a
+ *          nested module, "...experts.routed_experts.w13_weight" / "w2_weight"
+ *  The default is 0.25, the current release line. A worker should check the
+ *  names against its engine's named_parameters() at start-up (binding by name
+ *  refuses a name the layout does not declare). */
+typedef enum {
+    RESHARD_VLLM_DEFAULT = 0, /**< RESHARD_VLLM_0_25 */
+    RESHARD_VLLM_0_24 = 1,    /**< spec "vllm=0.24" */
+    RESHARD_VLLM_0_25 = 2     /**< spec "vllm=0.25" */
+} reshard_vllm_version_t;
+
+/** Name of a training convention ("megatron-bridge", "megatron-lm"; the
+ *  default's name for 0), or NULL for a value that is none. Any thread. */
+const char *reshard_train_convention_name(reshard_train_convention_t convention);
+/** Name of a vLLM version ("0.24", "0.25"; the default's for 0), or NULL for
+ *  a value that is none. Any thread. */
+const char *reshard_vllm_version_name(reshard_vllm_version_t version);
+
 /** Megatron sizes. world = tp*cp*dp*pp; experts use the grid
  *  etp (fastest), ep, edp, pp of the same world, edp = tp*cp*dp/(etp*ep).
  *  etp 0 means tp: Megatron's --expert-tensor-parallel-size defaults to the
@@ -194,29 +248,46 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
  *  first/last stage (--decoder-first-pipeline-num-layers,
  *  --decoder-last-pipeline-num-layers) and the rest split evenly over the other
  *  stages. vpp (0 or 1: none) model chunks per stage
- *  (--virtual-pipeline-model-parallel-size): chunk c of stage p holds the
+ *  (--num-virtual-stages-per-pipeline-rank; arguments.py 3114-3116):
+ *  chunk c of stage p holds the
  *  c-th vpp-th of the stage's layers, which in layer order come after all
  *  stages' chunks c-1 and the chunks c of stages 0..p-1 (with an even split:
- *  the (c*pp + p)-th block of L/(pp*vpp) layers). */
+ *  the (c*pp + p)-th block of L/(pp*vpp) layers). nemotron_h with '|' in its
+ *  pattern: Megatron derives vpp = segments / pp itself (arguments.py
+ *  840-862); vpp may be left out or given equal to it. */
 typedef struct {
     int32_t tp, pp, dp, cp, ep, etp;
     int32_t vpp;         /**< model chunks per pipeline stage; 0 or 1: none */
     int32_t first, last; /**< layers of the first / last stage; 0: not given */
+    int32_t convention;  /**< reshard_train_convention_t; 0: the default (Megatron-LM) */
 } reshard_train_spec_t;
 
-/** vLLM sizes: tp ranks per DP replica, dp replicas; ep non-zero = expert
- *  parallelism over all tp*dp ranks. world = tp*dp. */
+/** vLLM sizes. @p engines independent engines (0 or 1: one), each holding the
+ *  whole model on tp*dp ranks: tp ranks per DP replica and dp replicas of
+ *  vLLM's own data parallelism (--data-parallel-size), whose MoE layers span
+ *  all tp*dp ranks of the engine; ep non-zero = expert parallelism over the
+ *  tp*dp ranks of each engine. world = engines*tp*dp; inference rank i is in
+ *  engine i / (tp*dp) and is rank i % (tp*dp) of it.
+ *  RL frameworks run inference data parallelism as independent engines
+ *  (NeMo RL's generation DP: separate vLLM instances, each the whole model;
+ *  with expert parallelism EP = TP inside an engine): "tp=8,engines=16,ep=on".
+ *  "tp=8,dp=16" is one engine whose experts are split over 128 ranks: for a
+ *  MoE model the two hold different things. Dense models hold the same in
+ *  both. */
 typedef struct {
     int32_t tp, dp;
     int ep;
+    int32_t engines; /**< independent engines; 0 or 1: one */
+    int32_t vllm;    /**< reshard_vllm_version_t; 0: the default (0.25) */
 } reshard_infer_spec_t;
 
 /**
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
- * last; missing keys are 1 except etp, which is tp, and first/last, which
- * are not given (0); order free). Grammar of both spec parsers:
+ * last: sizes; convention: "megatron-lm" or "megatron-bridge"; missing keys
+ * are 1 except etp, which is tp, first/last, which are not given (0), and
+ * convention, the default (0); order free). Grammar of both spec parsers:
  *   spec  := item ("," item)*          item := key "=" value
- *   value := size | "on" | "off"       size := [1-9][0-9]*, at most 2^24
+ *   value := size | "on" | "off" | name   size := [1-9][0-9]*, at most 2^24
  * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
  * a size has no sign and no leading zero ("+4", "04" and "4.0" are refused).
  * Errors: INVALID_ARG with a message naming the offending text (unknown key,
@@ -225,19 +296,26 @@ typedef struct {
  */
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
-/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: sizes; ep: exactly "on" or
- *  "off"), in the grammar of reshard_train_spec_parse.
- *  Errors as reshard_train_spec_parse. */
+/** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
+ *  or "off"; vllm: a supported version name, "0.24" or "0.25"), in the
+ *  grammar of reshard_train_spec_parse (value also := a version name for
+ *  vllm).
+ *  Errors as reshard_train_spec_parse; an unknown vllm version is
+ *  INVALID_ARG naming it and the supported ones. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 
 /** Ranks of a training spec (tp*cp*dp*pp), or -1 for a NULL or invalid spec
  *  (a size below 1, e.g. tp=0) or a product that overflows int32. */
 int32_t reshard_train_world(const reshard_train_spec_t *spec);
-/** Ranks of an inference spec (tp*dp), or -1 as reshard_train_world. */
+/** Ranks of an inference spec (engines*tp*dp), or -1 as reshard_train_world
+ *  (also for a negative engines or an unknown vllm version). */
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
- *  ",first=3", ",last=2" when set; infer: "tp=8,dp=16,ep=on") into @p out
+ *  ",first=3", ",last=2" when set and ",convention=megatron-bridge" when that
+ *  is the convention; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
+ *  than one engine and ",vllm=0.24" when that is the version: a default
+ *  written out or left out gives the same text) into @p out
  *  of @p size bytes, truncated to fit and always terminated. Any rank, any
  *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is
  *  returned; with a NULL @p out or @p size 0, a static "" is returned and
@@ -285,13 +363,17 @@ typedef struct reshard_model_buffers reshard_model_buffers_t;
 typedef struct {
     int32_t rank;
     int32_t buffer;
-    uint64_t bytes;   /**< full size, padding included (>= reshard_layout_buffer_bytes) */
-    const char *name; /**< framework parameter name as the rank's named_parameters()
-                           gives it, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
-                           (Megatron: layer numbers from 0 on each stage and model
-                           chunk; with vpp > 1 chunk c's names start with "c.") or
-                           "model.layers.3.self_attn.qkv_proj.weight" (vLLM: global
-                           layer numbers) */
+    uint64_t bytes;    /**< full size, padding included (>= reshard_layout_buffer_bytes) */
+    const char *name;  /**< framework parameter name as the rank's named_parameters()
+                            gives it, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
+                            (Megatron: layer numbers from 0 on each stage and model
+                            chunk; with vpp > 1 chunk c's names start with "c.") or
+                            "model.layers.3.self_attn.qkv_proj.weight" (vLLM: global
+                            layer numbers) */
+    int module_buffer; /**< 1: the module registers it as a buffer, so its
+                           named_buffers() gives it, not its named_parameters()
+                           (Megatron's "...mlp.router.expert_bias", router.py
+                           182-197): bind a dict of both */
 } reshard_model_buffer_t;
 
 /** Number of buffers described. */

@@ -368,7 +368,7 @@ static void test_kv_head_rule(void **state)
                                              NULL, &m),
                      RESHARD_OK);
     reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
-    reshard_infer_spec_t i = {6, 1, 0};
+    reshard_infer_spec_t i = {.tp = 6, .dp = 1};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
     i.tp = 2;
@@ -641,21 +641,46 @@ static void test_parameter_names(void **state)
     assert_int_equal(bi.ndim, 2);
     assert_int_equal(bi.shape[0], 32);
     assert_int_equal(bi.shape[1], 64);
-    static const char *const vl[] = {"model.layers.1.input_layernorm.weight",
-                                     "model.layers.1.self_attn.qkv_proj.weight",
-                                     "model.layers.1.self_attn.qkv_proj.bias",
-                                     "model.layers.1.self_attn.o_proj.weight",
-                                     "model.layers.1.post_attention_layernorm.weight",
-                                     "model.layers.1.mlp.gate.weight",
-                                     "model.layers.1.mlp.experts.w13_weight",
-                                     "model.layers.1.mlp.experts.w2_weight",
-                                     "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
-                                     "model.layers.1.mlp.shared_expert.down_proj.weight",
-                                     "model.layers.1.mlp.shared_expert_gate.weight"};
+    static const char *const vl[] = {
+        "model.layers.1.input_layernorm.weight", "model.layers.1.self_attn.qkv_proj.weight",
+        "model.layers.1.self_attn.qkv_proj.bias", "model.layers.1.self_attn.o_proj.weight",
+        "model.layers.1.post_attention_layernorm.weight", "model.layers.1.mlp.gate.weight",
+        /* vLLM >= 0.25 (PR #41184), the default */
+        "model.layers.1.mlp.experts.routed_experts.w13_weight",
+        "model.layers.1.mlp.experts.routed_experts.w2_weight",
+        "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
+        "model.layers.1.mlp.shared_expert.down_proj.weight",
+        "model.layers.1.mlp.shared_expert_gate.weight"};
     int32_t r = f.train_world + 1; /* vLLM TP rank 1 */
     for (size_t k = 0; k < sizeof vl / sizeof *vl; k++)
         if (reshard_layout_find_buffer(f.infer, r, vl[k]) < 0)
             fail_msg("vLLM rank 1 lacks %s", vl[k]);
+    assert_int_equal(
+        reshard_layout_find_buffer(f.infer, r, "model.layers.1.mlp.experts.w13_weight"), -1);
+    reshard_model_refit_destroy(&f);
+    /* vLLM up to 0.24: FusedMoE holds w13_weight / w2_weight itself; nothing else differs */
+    assert_int_equal(reshard_infer_spec_parse("tp=2,vllm=0.24", &i), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    for (size_t k = 0; k < sizeof vl / sizeof *vl; k++) {
+        char old[160];
+        const char *nest = strstr(vl[k], "routed_experts.");
+        if (nest)
+            snprintf(old, sizeof old, "%.*s%s", (int)(nest - vl[k]), vl[k],
+                     nest + strlen("routed_experts."));
+        else
+            snprintf(old, sizeof old, "%s", vl[k]);
+        if (reshard_layout_find_buffer(f.infer, r, old) < 0)
+            fail_msg("vLLM 0.24 rank 1 lacks %s", old);
+    }
+    assert_int_equal(reshard_layout_find_buffer(
+                         f.infer, r, "model.layers.1.mlp.experts.routed_experts.w13_weight"),
+                     -1);
+    /* Megatron's router.expert_bias would be a module buffer; router.weight is a parameter */
+    for (int64_t k = 0; k < reshard_model_buffers_count(f.train_buffers); k++) {
+        reshard_model_buffer_t mb;
+        assert_int_equal(reshard_model_buffers_get(f.train_buffers, k, &mb), RESHARD_OK);
+        assert_int_equal(mb.module_buffer, 0); /* qwen2_moe has no expert_bias */
+    }
     reshard_model_refit_destroy(&f);
     reshard_model_destroy(m);
 
