@@ -35,8 +35,8 @@
  *                             - squared-ReLU MLP, E MoE; '|' = Megatron stage boundary).
  *                             HF names "backbone.layers.N.norm.weight" and
  *                             "backbone.layers.N.mixer.*": Mamba in_proj [z; x; B; C; dt] x H,
- *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log
- *                             (fp32), D and dt_bias [Hm] (bf16), norm.weight [I],
+ *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log,
+ *                             D and dt_bias [Hm] (bf16), norm.weight [I],
  *                             out_proj [H, I]; MoE gate.weight (bf16) and
  *                             gate.e_score_correction_bias (fp32), stacked non-gated
  *                             experts "mixer.experts.up_proj.weight" [E, I, latent or H]
@@ -44,17 +44,21 @@
  *                             fc1/fc2_latent_proj (replicated). Megatron: HybridStack names
  *                             (mixer.in_proj.layer_norm_weight, mixer.conv1d_weight,
  *                             decoder.final_norm; '|' segment c*pp + p is model chunk c of
- *                             stage p); tp must divide n_groups. vLLM: NemotronH names
+ *                             stage p, vpp = segments / pp as Megatron derives it, an empty
+ *                             segment a stage or chunk without decoder layers); tp must
+ *                             divide n_groups. vLLM: NemotronH names
  *                             (model.embed_tokens, model.norm_f); tp must divide n_groups or
  *                             n_groups be 1 (then every rank holds B and C whole).
  *                             vLLM's parameter mixer.A holds -exp(A_log): a post-load value
  *                             reshard does not compute; the vLLM layout has a buffer
- *                             "model.layers.N.mixer.A_log" ([Hm/tp] fp32) that receives the
+ *                             "model.layers.N.mixer.A_log" ([Hm/tp] bf16) that receives the
  *                             rank's A_log slice, from which the worker sets A. One dtype
- *                             per tensor on both sides: A_log fp32 (Megatron keeps A_log
- *                             fp32; vLLM's A is fp32), D and dt_bias bf16 (vLLM MambaMixer2
- *                             creates them in the model dtype). A trainer whose A_log is
- *                             bf16 binds an fp32 copy. Refused: biases,
+ *                             per tensor on both sides: A_log bf16 (Megatron creates it
+ *                             fp32, but under bf16 training Float16Module casts every
+ *                             floating parameter not marked keep_in_fp32, module.py
+ *                             458-511), D and dt_bias bf16 (vLLM MambaMixer2 creates them
+ *                             in the model dtype). Under vLLM's sequence-parallel MoE the
+ *                             shared experts are whole on every rank. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
  * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, n_shared_experts
@@ -64,11 +68,24 @@
  * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
  * frameworks (Megatron's router.py creates the weight fp32 and casts it to
  * params_dtype in reset_parameters; vLLM's gate is a bf16 ReplicatedLinear); the
- * router score-correction bias fp32 on both sides (vLLM deepseek_v2.py; Megatron
- * keeps expert_bias fp32, router.py _maintain_float32_expert_bias).
+ * router score-correction bias fp32 on both sides (vLLM deepseek_v2.py; Megatron's
+ * expert_bias is fp32 under Megatron-Bridge from the start and under Megatron-LM
+ * from the first forward, router.py _maintain_float32_expert_bias). Megatron's
+ * mlp.router.expert_bias is a module buffer (register_buffer: named_buffers(),
+ * not named_parameters()); reshard_model_buffer_t.module_buffer marks it.
  *
- * Not modelled (out of scope): vLLM kernel-specific post-load formats (FlashInfer
- * CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
+ * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
+ * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
+ * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
+ * data parallelism as independent engines (reshard_infer_spec_t.engines) or as
+ * vLLM's own dp, whose MoE layers span tp*dp. Under vLLM's sequence-parallel
+ * MoE (EP, tp > 1, dp > 1 in one engine; the default all2all backend) DeepSeek
+ * and NemotronH hold their shared experts whole (deepseek_v2.py, nemotron_h.py:
+ * disable_tp); Qwen2-MoE's stays TP-split (qwen2_moe.py).
+ *
+ * Not modelled (out of scope): other vLLM releases' names, all2all backends other
+ * than allgather_reducescatter, EPLB redundant experts, vLLM kernel-specific post-load formats
+ * (FlashInfer CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
  * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
  * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
  * (added vocabulary), vLLM's fp32 router weight where its GateLinear has no SM90+ kernel
@@ -413,7 +430,8 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * weight (bf16) (+ expert_bias, fp32), TEGroupedMLP experts
  * mlp.experts.linear_fc1.weightK [2I/etp, H] and linear_fc2.weightK [H, I/etp]
  * for local expert K, shared_experts.linear_fc1/fc2 (+ gate_weight [1, H]);
- * final layernorm, output_layer. Vocab padded to a multiple of 128*tp.
+ * final layernorm, output_layer. Vocab padded to a multiple of 128*tp
+ * (Megatron-LM) or not padded, V/tp rows per rank (Megatron-Bridge).
  * @param buffers  optional; receives the buffer table
  * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
  */
@@ -424,8 +442,9 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
                                             reshard_model_buffers_t **buffers);
 
 /**
- * The vLLM inference layout, ranks [rank_offset, rank_offset + tp*dp); infer
- * rank i is DP replica i/tp, TP rank i%tp. Buffers per rank: embed_tokens
+ * The vLLM inference layout, ranks [rank_offset, rank_offset + engines*tp*dp);
+ * infer rank i is in engine i/(tp*dp), and within it, with r = i%(tp*dp), DP
+ * replica r/tp and TP rank r%tp: every engine holds the same. Buffers per rank: embed_tokens
  * (vocab padded to 64, contiguous equal ranges; with tied embeddings it is
  * also the lm_head), per layer: input_layernorm, qkv_proj ([q; k; v] rows of
  * the rank, kv heads replicated when tp > kv heads; qwen2: qkv_proj.bias likewise) or
@@ -433,13 +452,16 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * (replicated [q_a; kv_a]), q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj;
  * q_norm/k_norm; o_proj; post_attention_layernorm; gate_up_proj; down_proj;
  * gate (router, bf16) (+ e_score_correction_bias, fp32); experts.w13_weight and
- * experts.w2_weight (EP: whole experts, contiguous blocks, remainder to the
+ * experts.w2_weight (vLLM 0.24; from 0.25 experts.routed_experts.w13_weight and
+ * experts.routed_experts.w2_weight) (EP: whole experts, contiguous blocks, remainder to the
  * first ranks, [E_local, 2I, H] and [E_local, H, I]; no EP: each expert's
  * intermediate dim split over all tp*dp ranks, rank r = dp_rank*tp + tp_rank holding
  * slice r (fused_moe/config.py), [E, 2I/(tp*dp), H] and
  * [E, H, I/(tp*dp)]); shared_experts (qwen2_moe: shared_expert) gate_up_proj/down_proj
- * (+ shared_expert_gate [1, H], replicated); norm; lm_head (mixtral: block_sparse_moe.
- * gate and block_sparse_moe.experts.*).
+ * (TP-split; DeepSeek's whole under sequence-parallel MoE: ep, tp > 1, dp > 1)
+ * (+ shared_expert_gate [1, H], replicated; qwen2_moe declares it also without a
+ * shared expert, written by no fragment: vLLM has it, no trainer does); norm;
+ * lm_head (mixtral: block_sparse_moe.gate and block_sparse_moe.experts.*).
  * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
