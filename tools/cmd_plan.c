@@ -273,7 +273,7 @@ int cmd_plan(int argc, char **argv)
     reshard_model_info(model, &mi);
     if (a.json) {
         json_t *o = json_object();
-        char buf[128];
+        char buf[192];
         json_object_set_new(o, "model", json_string(a.model));
         json_object_set_new(o, "train", json_string(reshard_train_spec_str(&ts, buf, sizeof buf)));
         json_object_set_new(o, "infer", json_string(reshard_infer_spec_str(&is, buf, sizeof buf)));
@@ -303,7 +303,7 @@ int cmd_plan(int argc, char **argv)
         printf("%s\n", text);
         free(text);
     } else {
-        char b1[128], b2[128];
+        char b1[192], b2[128];
         printf("model    %s (%s, %d layers%s, %s): %.2f G params, %.3f GB\n", a.model, mi.family,
                mi.layers, mi.mtp_layers ? " + MTP" : "", a.dtype, (double)mi.params / 1e9,
                (double)model_bytes / 1e9);

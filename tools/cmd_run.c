@@ -655,7 +655,7 @@ static void print_header(const run_t *r, double plan_s)
 {
     const reshard_model_refit_t *f = r->refit;
     const run_args_t *a = r->a;
-    char tspec[128], ispec[128], model_b[32], need[32];
+    char tspec[192], ispec[128], model_b[32], need[32];
     reshard_train_spec_str(&f->train_spec, tspec, sizeof tspec);
     reshard_infer_spec_str(&f->infer_spec, ispec, sizeof ispec);
     fmt_bytes(reshard_tensors_bytes(f->tensors), model_b, sizeof model_b);

@@ -302,7 +302,8 @@ typedef struct {
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
  * last: sizes; convention: "megatron-lm" or "megatron-bridge"; missing keys
  * are 1 except etp, which is tp, first/last, which are not given (0), and
- * convention, the default (0); order free). Grammar of both spec parsers:
+ * convention, the default (0; "megatron-lm" given by name also parses as 0);
+ * order free). Grammar of both spec parsers:
  *   spec  := item ("," item)*          item := key "=" value
  *   value := size | "on" | "off" | name   size := [1-9][0-9]*, at most 2^24
  * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
@@ -316,7 +317,7 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
 /** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
  *  or "off"; vllm: a supported version name, "0.24" or "0.25"), in the
  *  grammar of reshard_train_spec_parse (value also := a version name for
- *  vllm).
+ *  vllm; "0.25", the default's name, parses as 0).
  *  Errors as reshard_train_spec_parse; an unknown vllm version is
  *  INVALID_ARG naming it and the supported ones. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);

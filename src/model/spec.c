@@ -111,7 +111,8 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
             return st;
         for (int c = RESHARD_TRAIN_MEGATRON_BRIDGE; c <= RESHARD_TRAIN_MEGATRON_LM; c++)
             if (!strcmp(val, conventions[c])) {
-                s->convention = c;
+                /* the default's own name parses as the default: one spec, one text */
+                s->convention = c == RESHARD_TRAIN_MEGATRON_LM ? RESHARD_TRAIN_DEFAULT : c;
                 return RESHARD_OK;
             }
         return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -151,7 +152,7 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
             return st;
         for (int v = RESHARD_VLLM_0_24; v <= RESHARD_VLLM_0_25; v++)
             if (!strcmp(val, vllm_versions[v])) {
-                s->vllm = v;
+                s->vllm = v == RESHARD_VLLM_0_25 ? RESHARD_VLLM_DEFAULT : v;
                 return RESHARD_OK;
             }
         return rs_error(RESHARD_ERR_INVALID_ARG,
