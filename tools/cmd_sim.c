@@ -119,20 +119,20 @@ static const char *case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer
     is->tp = (int32_t)get_int(n, "tp", 1);
     is->dp = (int32_t)get_int(n, "dp", 1);
     is->engines = (int32_t)get_int(n, "engines", 1);
+    /* the named values through the spec parsers: their names and errors */
     const char *conv = json_string_value(json_object_get(t, "convention"));
-    if (conv && !strcmp(conv, "megatron-bridge"))
-        ts->convention = RESHARD_TRAIN_MEGATRON_BRIDGE;
-    else if (conv && !strcmp(conv, "megatron-lm"))
-        ts->convention = RESHARD_TRAIN_MEGATRON_LM;
-    else if (conv)
-        return "case table: train convention is neither megatron-lm nor megatron-bridge";
     const char *vllm = json_string_value(json_object_get(n, "vllm"));
-    if (vllm && !strcmp(vllm, "0.24"))
-        is->vllm = RESHARD_VLLM_0_24;
-    else if (vllm && !strcmp(vllm, "0.25"))
-        is->vllm = RESHARD_VLLM_0_25;
-    else if (vllm)
-        return "case table: infer vllm is neither 0.24 nor 0.25";
+    char item[96];
+    reshard_train_spec_t tn;
+    reshard_infer_spec_t in;
+    snprintf(item, sizeof item, "convention=%.60s", conv ? conv : "megatron-lm");
+    if (reshard_train_spec_parse(item, &tn) != RESHARD_OK)
+        return reshard_last_error();
+    snprintf(item, sizeof item, "vllm=%.60s", vllm ? vllm : "0.25");
+    if (reshard_infer_spec_parse(item, &in) != RESHARD_OK)
+        return reshard_last_error();
+    ts->convention = tn.convention;
+    is->vllm = in.vllm;
     json_t *ep = json_object_get(n, "ep");
     is->ep = json_is_true(ep) || (json_is_string(ep) && !strcmp(json_string_value(ep), "on"));
     ts->tp = (int32_t)get_int(t, "tp", 1);

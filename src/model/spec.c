@@ -20,6 +20,21 @@ const char *reshard_vllm_version_name(reshard_vllm_version_t v)
     return (unsigned)v < sizeof vllm_versions / sizeof *vllm_versions ? vllm_versions[v] : NULL;
 }
 
+/* A named value of @p key: its index in @p names [lo, hi] into *out, the
+ * default's own name (@p dflt) stored as 0 (one spec, one text); else
+ * INVALID_ARG with @p what (the known names). */
+static reshard_status_t named(const char *side, const char *key, const char *val,
+                              const char *const *names, int lo, int hi, int dflt, int32_t *out,
+                              const char *what)
+{
+    for (int i = lo; i <= hi; i++)
+        if (!strcmp(val, names[i])) {
+            *out = i == dflt ? 0 : i;
+            return RESHARD_OK;
+        }
+    return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec: %s=%s is not %s", side, key, val, what);
+}
+
 /* Drop the spaces and tabs around @p s (in place). */
 static char *trim(char *s)
 {
@@ -107,18 +122,12 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
     reshard_train_spec_t *s = spec;
     if (!strcmp(key, "convention")) {
         reshard_status_t st = mark(side, key, 1u << 9, seen);
-        if (st != RESHARD_OK)
-            return st;
-        for (int c = RESHARD_TRAIN_MEGATRON_BRIDGE; c <= RESHARD_TRAIN_MEGATRON_LM; c++)
-            if (!strcmp(val, conventions[c])) {
-                /* the default's own name parses as the default: one spec, one text */
-                s->convention = c == RESHARD_TRAIN_MEGATRON_LM ? RESHARD_TRAIN_DEFAULT : c;
-                return RESHARD_OK;
-            }
-        return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "%s spec: convention=%s is not a modelled training convention (known: "
-                        "megatron-lm (the default), megatron-bridge)",
-                        side, val);
+        return st != RESHARD_OK
+                   ? st
+                   : named(side, key, val, conventions, RESHARD_TRAIN_MEGATRON_BRIDGE,
+                           RESHARD_TRAIN_MEGATRON_LM, RESHARD_TRAIN_MEGATRON_LM, &s->convention,
+                           "a modelled training convention (known: megatron-lm (the default), "
+                           "megatron-bridge)");
     }
     static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last"};
     int32_t *dst[] = {&s->tp,  &s->pp,  &s->dp,    &s->cp,  &s->ep,
@@ -148,18 +157,12 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
     }
     if (!strcmp(key, "vllm")) {
         reshard_status_t st = mark(side, key, 16u, seen);
-        if (st != RESHARD_OK)
-            return st;
-        for (int v = RESHARD_VLLM_0_24; v <= RESHARD_VLLM_0_25; v++)
-            if (!strcmp(val, vllm_versions[v])) {
-                s->vllm = v == RESHARD_VLLM_0_25 ? RESHARD_VLLM_DEFAULT : v;
-                return RESHARD_OK;
-            }
-        return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "%s spec: vllm=%s is not a supported vLLM version (supported: 0.24 = up "
-                        "to 0.24, 0.25 = 0.25 and later (the default); the parameter names "
-                        "differ between them)",
-                        side, val);
+        return st != RESHARD_OK
+                   ? st
+                   : named(side, key, val, vllm_versions, RESHARD_VLLM_0_24, RESHARD_VLLM_0_25,
+                           RESHARD_VLLM_0_25, &s->vllm,
+                           "a supported vLLM version (supported: 0.24 = up to 0.24, 0.25 = 0.25 "
+                           "and later (the default); the parameter names differ between them)");
     }
     if (!strcmp(key, "ep")) {
         reshard_status_t st = mark(side, key, 4u, seen);

@@ -42,14 +42,26 @@ def test_model_refit_threads(config_path, train, infer, scoped):
     model = reshard.Model(config_path)
     refit = model.refit(train, infer)
     w = conventions.Weights(conventions.load_config(config_path))
+    if scoped:
+        refit_and_check(refit, w, train, infer, domain_size=2,
+                        part=lambda r: model.refit(train, infer, rank=r, domain_size=2))
+    else:
+        refit_and_check(refit, w, train, infer)
+
+
+def refit_and_check(refit, w, train, infer, part=None, domain_size=None):
+    """Run ``refit`` on threads: trainer ranks send the Megatron state dicts of
+    ``train``, inference ranks receive into sentinel-filled vLLM state dicts of
+    ``infer``; every element (padding still the sentinel) must be the conventions'.
+    ``part(rank)``: the refit a rank plans from (its scoped part), default the whole."""
     sentinel = reshard.SENTINEL_BYTE
     got, want = {}, {}
 
     def rank_fn(comm):
         r = comm.rank
-        mine = model.refit(train, infer, rank=r, domain_size=2) if scoped else refit
+        mine = part(r) if part else refit
         plan = reshard.Plan(mine.train, mine.infer, rank=r, world=refit.world, staging_mb=1,
-                            domain_size=2 if scoped else None)
+                            domain_size=domain_size)
         side, i = refit.role(r)
         if side == "train":
             plan.execute(comm, src=conventions.megatron_state_dict(w, train, i))
@@ -162,26 +174,7 @@ def test_engines_and_conventions_threads(tmp_path, train, infer, kw):
     emb = [q for q in refit.train.parameters(0) if q.name == "embedding.word_embeddings.weight"]
     vrows = 300 // 2 if "bridge" in full_train else 512 // 2  # LM: 300 padded to 128 * tp
     assert emb[0].shape == (vrows, 64)
-    got, want = {}, {}
-
-    def rank_fn(comm):
-        plan = reshard.Plan(refit.train, refit.infer, rank=comm.rank, world=refit.world,
-                            staging_mb=1)
-        side, i = refit.role(comm.rank)
-        if side == "train":
-            plan.execute(comm, src=conventions.megatron_state_dict(w, full_train, i))
-        else:
-            expect = conventions.vllm_state_dict(w, infer, i, reshard.SENTINEL_BYTE)
-            dst = {n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
-                   .view(t.dtype) for n, t in expect.items()}
-            plan.execute(comm, dst=dst)
-            got[i], want[i] = dst, expect
-
-    reshard.run_threads(refit.world, rank_fn)
-    assert sorted(got) == list(range(refit.infer_world))
-    for i in got:
-        for name, e in want[i].items():
-            assert conventions.mismatches(got[i][name], e) == 0, "infer rank %d %s" % (i, name)
+    refit_and_check(refit, w, full_train, infer)
 
 
 def test_spec_keywords_refused_twice_or_unknown(tmp_path):
