@@ -265,7 +265,8 @@ const char *reshard_vllm_version_name(reshard_vllm_version_t version);
  *  first/last stage (--decoder-first-pipeline-num-layers,
  *  --decoder-last-pipeline-num-layers) and the rest split evenly over the other
  *  stages. vpp (0 or 1: none) model chunks per stage
- *  (--num-virtual-stages-per-pipeline-rank; arguments.py 3114-3116):
+ *  (--num-virtual-stages-per-pipeline-rank, or layers per chunk with
+ *  --num-layers-per-virtual-pipeline-stage; arguments.py 3114-3116):
  *  chunk c of stage p holds the
  *  c-th vpp-th of the stage's layers, which in layer order come after all
  *  stages' chunks c-1 and the chunks c of stages 0..p-1 (with an even split:
