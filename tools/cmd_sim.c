@@ -139,7 +139,7 @@ static const char *case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer
     ts->pp = (int32_t)get_int(t, "pp", 1);
     ts->cp = (int32_t)get_int(t, "cp", 1);
     ts->ep = (int32_t)get_int(t, "ep", 1);
-    ts->etp = (int32_t)get_int(t, "etp", ts->tp); /* Megatron's default: tp */
+    ts->etp = (int32_t)get_int(t, "etp", 0); /* 0: the convention's default */
     ts->vpp = (int32_t)get_int(t, "vpp", 1);
     ts->first = (int32_t)get_int(t, "first", 0);
     ts->last = (int32_t)get_int(t, "last", 0);

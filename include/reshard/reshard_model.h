@@ -216,6 +216,10 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
  *                _maintain_float32_expert_bias). The layout declares it fp32:
  *                a Megatron-LM trainer that refits before its first forward
  *                step holds bf16 and is refused by the dtype check.
+ *    etp         Megatron-LM's --expert-tensor-parallel-size defaults to tp
+ *                (arguments.py 587-588); Bridge sets it to 1 when ep > 1 and it
+ *                is not given (transformer_config.py
+ *                _set_moe_expert_tensor_parallel_default).
  *    hybrid vpp  Bridge's hybrid provider refuses a virtual pipeline
  *                (hybrid_provider.py 291), so nemotron_h with more '|'
  *                segments than pp is refused under Bridge.
@@ -257,9 +261,10 @@ const char *reshard_vllm_version_name(reshard_vllm_version_t version);
 
 /** Megatron sizes. world = tp*cp*dp*pp; experts use the grid
  *  etp (fastest), ep, edp, pp of the same world, edp = tp*cp*dp/(etp*ep).
- *  etp 0 means tp: Megatron's --expert-tensor-parallel-size defaults to the
- *  tensor-parallel size (parallel_state.py, arguments.py), so expert
- *  parallelism with tp > 1 usually needs etp=1 given explicitly.
+ *  etp 0 means the convention's default: tp under Megatron-LM (its
+ *  --expert-tensor-parallel-size defaults to the tensor-parallel size,
+ *  parallel_state.py, arguments.py), so expert parallelism with tp > 1
+ *  usually needs etp=1 given explicitly; 1 under Megatron-Bridge when ep > 1.
  *  Pipeline (transformer_block.py get_num_layers_to_build): without first and
  *  last, pp must divide the layers; first/last (> 0) fix the layers of the
  *  first/last stage (--decoder-first-pipeline-num-layers,
@@ -302,7 +307,8 @@ typedef struct {
 /**
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
  * last: sizes; convention: "megatron-lm" or "megatron-bridge"; missing keys
- * are 1 except etp, which is tp, first/last, which are not given (0), and
+ * are 1 except etp, which is tp (Megatron-Bridge with ep > 1: 1), first/last,
+ * which are not given (0), and
  * convention, the default (0; "megatron-lm" given by name also parses as 0);
  * order free). Grammar of both spec parsers:
  *   spec  := item ("," item)*          item := key "=" value

@@ -144,17 +144,27 @@ reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_
  *  layers [first, first+count) (spec checked by rs_check_train). */
 void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
                      int32_t *first, int32_t *count);
-/** Expert tensor-parallel size (0 means tp) and model chunks per stage. */
+/** The training convention with its default applied (reshard_model.h). */
+static inline int32_t rs_convention(const reshard_train_spec_t *s)
+{
+    return s->convention == RESHARD_TRAIN_DEFAULT ? RESHARD_TRAIN_MEGATRON_LM : s->convention;
+}
+/** Expert tensor-parallel size (0: the convention's default: tp under
+ *  Megatron-LM, arguments.py 587-588; 1 with ep > 1 under Megatron-Bridge,
+ *  transformer_config.py _set_moe_expert_tensor_parallel_default at 067f987)
+ *  and model chunks per stage. */
 static inline int32_t rs_etp(const reshard_train_spec_t *s)
 {
-    return s->etp > 0 ? s->etp : s->tp;
+    if (s->etp > 0)
+        return s->etp;
+    return rs_convention(s) == RESHARD_TRAIN_MEGATRON_BRIDGE && s->ep > 1 ? 1 : s->tp;
 }
 static inline int32_t rs_vpp(const reshard_train_spec_t *s)
 {
     return s->vpp > 1 ? s->vpp : 1;
 }
-/** Independent inference engines (0 means one), the vLLM version and the
- *  training convention with their defaults applied (reshard_model.h). */
+/** Independent inference engines (0 means one) and the vLLM version with
+ *  their defaults applied (reshard_model.h). */
 static inline int32_t rs_engines(const reshard_infer_spec_t *s)
 {
     return s->engines > 1 ? s->engines : 1;
@@ -162,10 +172,6 @@ static inline int32_t rs_engines(const reshard_infer_spec_t *s)
 static inline int32_t rs_vllm(const reshard_infer_spec_t *s)
 {
     return s->vllm == RESHARD_VLLM_DEFAULT ? RESHARD_VLLM_0_25 : s->vllm;
-}
-static inline int32_t rs_convention(const reshard_train_spec_t *s)
-{
-    return s->convention == RESHARD_TRAIN_DEFAULT ? RESHARD_TRAIN_MEGATRON_LM : s->convention;
 }
 static inline bool rs_vllm_version_ok(int32_t v)
 {

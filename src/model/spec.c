@@ -190,8 +190,8 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_train_spec_parse: NULL out");
     reshard_train_spec_t s = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1};
     reshard_status_t st = parse_pairs("train", text, &s, train_set);
-    if (s.etp == 0) /* Megatron: --expert-tensor-parallel-size defaults to tp */
-        s.etp = s.tp;
+    if (s.etp == 0) /* the convention's default: tp (Megatron-LM) or 1 (Bridge with ep > 1) */
+        s.etp = rs_etp(&s);
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "train spec \"%s\": world size overflows",
                       quote(text).s);
@@ -424,8 +424,8 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
          "train: etp*ep=%d does not divide tp*cp*dp=%lld (the expert grid etp,ep,edp must fill "
          "each pipeline stage; %s)",
          etp * s->ep, (long long)stage,
-         etp > 1 ? "etp defaults to tp as Megatron's --expert-tensor-parallel-size does: give "
-                   "etp=1, a smaller ep or a larger dp"
+         etp > 1 ? "etp defaults to tp as Megatron-LM's --expert-tensor-parallel-size does "
+                   "(Megatron-Bridge: 1): give etp=1, a smaller ep or a larger dp"
                  : "give a smaller ep or a larger dp");
     return RESHARD_OK;
 }

@@ -1363,6 +1363,18 @@ static void test_megatron_conventions(void **state)
     (void)state;
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1,convention=megatron-bridge",
                "tp=2,dp=2,ep=on");
+    /* Bridge: etp defaults to 1 with ep > 1 (transformer_config.py); Megatron-LM: tp */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,convention=megatron-bridge",
+               "tp=2,dp=2,ep=off");
+    reshard_train_spec_t e;
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2,convention=megatron-bridge", &e),
+                     RESHARD_OK);
+    assert_int_equal(e.etp, 1);
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2", &e), RESHARD_OK);
+    assert_int_equal(e.etp, 2);
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,convention=megatron-bridge", &e),
+                     RESHARD_OK);
+    assert_int_equal(e.etp, 2); /* no expert parallelism: tp */
     refit_case(&llama, RESHARD_BF16, "tp=4,cp=2,convention=megatron-bridge", "tp=2,engines=4");
     refit_case(&llama, RESHARD_BF16, "tp=4,convention=megatron-lm", "tp=4");
     /* V = 203 is divisible by no tp: Bridge cannot split it */
