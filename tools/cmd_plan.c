@@ -27,8 +27,10 @@ static void plan_usage(FILE *out)
         "  --model M          shipped model name or path to a HF config.json\n"
         "  --train SPEC       Megatron sizes, e.g. tp=4,pp=8,ep=16,dp=4 (+ cp=, etp=\n"
         "                     (default tp), vpp=, first=, last= (first/last stage\n"
-        "                     layers; needed when pp does not divide the layers))\n"
-        "  --infer SPEC       vLLM sizes, e.g. tp=8,dp=16 (+ ep=on)\n"
+        "                     layers; needed when pp does not divide the layers),\n"
+        "                     convention=megatron-lm|megatron-bridge)\n"
+        "  --infer SPEC       vLLM sizes, e.g. tp=8,engines=16 (+ dp= (vLLM's own data\n"
+        "                     parallelism inside an engine), ep=on, vllm=0.24|0.25)\n"
         "  --json             print one JSON object instead of the summary\n"
         "  --layers K         keep only the first K decoder layers\n"
         "  --mtp              include the multi-token-prediction layers\n"
@@ -273,7 +275,7 @@ int cmd_plan(int argc, char **argv)
     reshard_model_info(model, &mi);
     if (a.json) {
         json_t *o = json_object();
-        char buf[128];
+        char buf[192];
         json_object_set_new(o, "model", json_string(a.model));
         json_object_set_new(o, "train", json_string(reshard_train_spec_str(&ts, buf, sizeof buf)));
         json_object_set_new(o, "infer", json_string(reshard_infer_spec_str(&is, buf, sizeof buf)));
@@ -303,7 +305,7 @@ int cmd_plan(int argc, char **argv)
         printf("%s\n", text);
         free(text);
     } else {
-        char b1[128], b2[128];
+        char b1[192], b2[128];
         printf("model    %s (%s, %d layers%s, %s): %.2f G params, %.3f GB\n", a.model, mi.family,
                mi.layers, mi.mtp_layers ? " + MTP" : "", a.dtype, (double)mi.params / 1e9,
                (double)model_bytes / 1e9);

@@ -51,8 +51,10 @@ static void run_usage(FILE *out)
         "usage: mpirun -np N reshard run --model M --train SPEC --infer SPEC [options]\n"
         "  --model M          shipped model name or path to a HF config.json\n"
         "  --train SPEC       Megatron sizes, e.g. tp=2,pp=2,ep=4,etp=1 (+ dp=, cp=,\n"
-        "                     etp= (default tp), vpp=, first=, last=)\n"
-        "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ ep=on)\n"
+        "                     etp= (default tp), vpp=, first=, last=,\n"
+        "                     convention=megatron-lm|megatron-bridge)\n"
+        "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ engines=, ep=on,\n"
+        "                     vllm=0.24|0.25)\n"
         "                     N must be train world + infer world; ranks [0, train\n"
         "                     world) train, the rest infer\n"
         "  --layers K         keep only the first K decoder layers\n"
@@ -655,7 +657,7 @@ static void print_header(const run_t *r, double plan_s)
 {
     const reshard_model_refit_t *f = r->refit;
     const run_args_t *a = r->a;
-    char tspec[128], ispec[128], model_b[32], need[32];
+    char tspec[192], ispec[128], model_b[32], need[32];
     reshard_train_spec_str(&f->train_spec, tspec, sizeof tspec);
     reshard_infer_spec_str(&f->infer_spec, ispec, sizeof ispec);
     fmt_bytes(reshard_tensors_bytes(f->tensors), model_b, sizeof model_b);

@@ -98,6 +98,8 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
 typedef struct {
     char id[128], system[32], model[160], train[128], infer[96];
     json_t *published;    /* object: published key -> number or [lo, hi] */
+    json_t *approx;       /* list of strings: where the model differs from what ran (NULL or
+                             empty: modelled as run); NULL for a configuration of your own */
     char reason[512];     /* non-empty: no prediction */
     reshard_system_t sys; /* as modelled, options applied */
     reshard_sim_refit_t r;
@@ -111,18 +113,33 @@ static int64_t get_int(json_t *o, const char *key, int64_t dflt)
 
 /* Published sizes -> specs. A training world left implicit follows from
  * "world" or, failing that, equals the inference world. */
-static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t *is)
+static const char *case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t *is)
 {
     json_t *t = json_object_get(c, "train"), *n = json_object_get(c, "infer");
     is->tp = (int32_t)get_int(n, "tp", 1);
     is->dp = (int32_t)get_int(n, "dp", 1);
+    is->engines = (int32_t)get_int(n, "engines", 1);
+    /* the named values through the spec parsers: their names and errors */
+    const char *conv = json_string_value(json_object_get(t, "convention"));
+    const char *vllm = json_string_value(json_object_get(n, "vllm"));
+    char item[96];
+    reshard_train_spec_t tn;
+    reshard_infer_spec_t in;
+    snprintf(item, sizeof item, "convention=%.60s", conv ? conv : "megatron-lm");
+    if (reshard_train_spec_parse(item, &tn) != RESHARD_OK)
+        return reshard_last_error();
+    snprintf(item, sizeof item, "vllm=%.60s", vllm ? vllm : "0.25");
+    if (reshard_infer_spec_parse(item, &in) != RESHARD_OK)
+        return reshard_last_error();
+    ts->convention = tn.convention;
+    is->vllm = in.vllm;
     json_t *ep = json_object_get(n, "ep");
     is->ep = json_is_true(ep) || (json_is_string(ep) && !strcmp(json_string_value(ep), "on"));
     ts->tp = (int32_t)get_int(t, "tp", 1);
     ts->pp = (int32_t)get_int(t, "pp", 1);
     ts->cp = (int32_t)get_int(t, "cp", 1);
     ts->ep = (int32_t)get_int(t, "ep", 1);
-    ts->etp = (int32_t)get_int(t, "etp", ts->tp); /* Megatron's default: tp */
+    ts->etp = (int32_t)get_int(t, "etp", 0); /* 0: the convention's default */
     ts->vpp = (int32_t)get_int(t, "vpp", 1);
     ts->first = (int32_t)get_int(t, "first", 0);
     ts->last = (int32_t)get_int(t, "last", 0);
@@ -133,9 +150,10 @@ static void case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer_spec_t
     else if (json_object_get(t, "dp"))
         ts->dp = (int32_t)get_int(t, "dp", 1);
     else
-        ts->dp = (int32_t)((int64_t)is->tp * is->dp / per_dp);
+        ts->dp = (int32_t)((int64_t)reshard_infer_world(is) / per_dp);
     if (ts->dp < 1)
         ts->dp = 1;
+    return NULL;
 }
 
 static void predict(sim_row_t *row, const char *model_name, const reshard_train_spec_t *ts,
@@ -198,7 +216,13 @@ static void case_row(json_t *c, sim_row_t *row, const sim_args_t *a)
     reshard_infer_spec_t is;
     memset(&ts, 0, sizeof ts);
     memset(&is, 0, sizeof is);
-    case_specs(c, &ts, &is);
+    json_t *ap = json_object_get(c, "approximations");
+    row->approx = json_is_array(ap) ? json_incref(ap) : json_array();
+    const char *bad = case_specs(c, &ts, &is);
+    if (bad) {
+        snprintf(row->reason, sizeof row->reason, "%s", bad);
+        return;
+    }
     predict(row, row->model, &ts, &is, a);
 }
 
@@ -232,9 +256,13 @@ static void print_header(void)
            "bucket),\n"
            "packing outside the transfers' overlap, the last round's tail of a shared NIC -- "
            "checked against\n"
-           "measured reshard and baseline times; see reshard_sim.h.\n\n");
-    printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s\n", "case", "system", "model",
-           "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
+           "measured reshard and baseline times; see reshard_sim.h.\n"
+           "Each case is modelled as it ran: inference data parallelism as independent engines "
+           "(each a whole\nmodel), the training convention of the source; 'as run' = nothing "
+           "modelled differently, 'approx'\n= the differences listed below the table.\n\n");
+    printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s | %s\n", "case", "system", "model",
+           "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb",
+           "modelled");
     fflush(stdout);
 }
 
@@ -246,11 +274,12 @@ static void print_row(const sim_row_t *r)
            fig(r->published, "baseline_s", a, sizeof a),
            fig(r->published, "reshard_s", b, sizeof b),
            fig(r->published, "direct_p2p_s", c, sizeof c));
+    const char *how = !r->approx ? "as given" : json_array_size(r->approx) ? "approx" : "as run";
     if (r->reason[0])
         printf("not predicted: %s\n", r->reason);
     else
-        printf("%9.2f %9.2f %9.2f %7.3f\n", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
-               r->r.sim.seconds / r->r.sim.bound_s);
+        printf("%9.2f %9.2f %9.2f %7.3f | %s\n", r->r.baseline_s, r->r.sim.seconds,
+               r->r.sim.bound_s, r->r.sim.seconds / r->r.sim.bound_s, how);
     fflush(stdout);
 }
 
@@ -278,6 +307,19 @@ static void print_footer(const sim_row_t *rows, size_t n)
                                 : r->r.stats.nic_recv_bound_bytes),
                (double)r->r.sim.max_relay_bytes / 1e9);
     }
+    printf("\nmodelled as run or approximated:\n");
+    for (size_t i = 0; i < n; i++) {
+        const sim_row_t *r = &rows[i];
+        if (!r->approx) {
+            printf("%-27s as given on the command line\n", r->id);
+            continue;
+        }
+        if (!json_array_size(r->approx))
+            printf("%-27s as run\n", r->id);
+        for (size_t k = 0; k < json_array_size(r->approx); k++)
+            printf("%-27s %s %s\n", k ? "" : r->id,
+                   k ? " " : "approx:", json_string_value(json_array_get(r->approx, k)));
+    }
 }
 
 static json_t *row_json(const sim_row_t *r)
@@ -297,6 +339,9 @@ static json_t *row_json(const sim_row_t *r)
     }
     json_object_set_new(o, "published_note",
                         json_string("vendor measurements on their own clusters, not reproduced"));
+    json_object_set_new(o, "modelled_as_run",
+                        r->approx ? json_boolean(json_array_size(r->approx) == 0) : json_null());
+    json_object_set_new(o, "approximations", r->approx ? json_incref(r->approx) : json_array());
     if (r->reason[0]) {
         json_object_set_new(o, "predicted_s", json_null());
         json_object_set_new(o, "baseline_predicted_s", json_null());
@@ -430,6 +475,7 @@ int cmd_sim(int argc, char **argv)
     int failed = 0;
     for (size_t i = 0; i < n; i++) {
         json_decref(rows[i].published);
+        json_decref(rows[i].approx);
         failed |= a.model && rows[i].reason[0];
     }
     if (failed)

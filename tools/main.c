@@ -61,8 +61,10 @@ static void usage(FILE *out)
             "\n");
     print_models(out);
     fprintf(out,
-            "train SPEC: tp=4,pp=8,ep=16,dp=4 (+ cp=, etp= (default tp), vpp=, first=, last=);\n"
-            "infer SPEC: tp=8,dp=16 (+ ep=on).\n"
+            "train SPEC: tp=4,pp=8,ep=16,dp=4 (+ cp=, etp= (default tp), vpp=, first=, last=,\n"
+            "            convention=megatron-lm (default) | megatron-bridge);\n"
+            "infer SPEC: tp=8,engines=16 (+ dp= (vLLM's own, inside each engine), ep=on,\n"
+            "            vllm=0.25 (default) | 0.24).\n"
             "'reshard <command> --help' describes a command's options.\n");
 }
 

@@ -12,9 +12,10 @@ when pp > 1); fused linear_qkv rows grouped by query group [q heads; k; v], spli
 evenly over tp; linear_fc1 = [gate; up] of the tp rank; linear_proj and
 linear_fc2 split on dim 1; the input norm fused as linear_qkv.layer_norm_weight and
 the pre-MLP norm as linear_fc1.layer_norm_weight; vocabulary padded to a multiple of
-128*tp.
+128*tp (Megatron-LM), or not padded (convention=megatron-bridge: Megatron-Bridge keeps
+the HF config's vocabulary).
 
-vLLM (infer spec tp, dp): DP replicas identical; qkv_proj = [q; k; v] rows of the tp
+vLLM (infer spec tp, dp, engines): DP replicas and engines identical for a dense model; qkv_proj = [q; k; v] rows of the tp
 rank (with tp > kv heads, rank r holds kv head r // (tp / kv)); gate_up_proj =
 [gate; up]; o_proj and down_proj split on dim 1; vocabulary padded to a multiple
 of 64; with tied embeddings lm_head is embed_tokens (one parameter).
@@ -181,14 +182,17 @@ def dense_pieces(w, hf, tp, t):
 def megatron_state_dict(w, train, rank, pad_fill=0):
     """Megatron-Core named_parameters() of training rank ``rank`` for spec ``train``
     ("tp=2,pp=2,dp=2"), as bf16 torch tensors."""
-    cfg, s = w.cfg, {k: int(v) for k, v in parse_spec(train).items()}
+    s = parse_spec(train)
+    convention = s.pop("convention", "megatron-lm")
+    cfg, s = w.cfg, {k: int(v) for k, v in s.items()}
     tp, pp, dp, cp = s.get("tp", 1), s.get("pp", 1), s.get("dp", 1), s.get("cp", 1)
     t, stage = rank % tp, rank // (tp * cp * dp)
     if cfg["L"] % pp:
         raise ValueError("Megatron needs pp=%d to divide the %d layers" % (pp, cfg["L"]))
     per = cfg["L"] // pp
     H, hd, kv, hpg = cfg["H"], cfg["hd"], cfg["kv"], cfg["nh"] // cfg["kv"]
-    vpad = roundup(cfg["V"], 128 * tp)
+    # Megatron-LM pads the vocabulary to 128*tp; Megatron-Bridge keeps the HF size
+    vpad = cfg["V"] if convention == "megatron-bridge" else roundup(cfg["V"], 128 * tp)
     out = {}
     if stage == 0:
         out["embedding.word_embeddings.weight"] = padded_rows(w, "model.embed_tokens.weight",

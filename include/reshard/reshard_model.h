@@ -35,8 +35,8 @@
  *                             - squared-ReLU MLP, E MoE; '|' = Megatron stage boundary).
  *                             HF names "backbone.layers.N.norm.weight" and
  *                             "backbone.layers.N.mixer.*": Mamba in_proj [z; x; B; C; dt] x H,
- *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log
- *                             (fp32), D and dt_bias [Hm] (bf16), norm.weight [I],
+ *                             conv1d.weight [x; B; C] x 1 x K and conv1d.bias, A_log,
+ *                             D and dt_bias [Hm] (bf16), norm.weight [I],
  *                             out_proj [H, I]; MoE gate.weight (bf16) and
  *                             gate.e_score_correction_bias (fp32), stacked non-gated
  *                             experts "mixer.experts.up_proj.weight" [E, I, latent or H]
@@ -44,17 +44,21 @@
  *                             fc1/fc2_latent_proj (replicated). Megatron: HybridStack names
  *                             (mixer.in_proj.layer_norm_weight, mixer.conv1d_weight,
  *                             decoder.final_norm; '|' segment c*pp + p is model chunk c of
- *                             stage p); tp must divide n_groups. vLLM: NemotronH names
+ *                             stage p, vpp = segments / pp as Megatron derives it, an empty
+ *                             segment a stage or chunk without decoder layers); tp must
+ *                             divide n_groups. vLLM: NemotronH names
  *                             (model.embed_tokens, model.norm_f); tp must divide n_groups or
  *                             n_groups be 1 (then every rank holds B and C whole).
  *                             vLLM's parameter mixer.A holds -exp(A_log): a post-load value
  *                             reshard does not compute; the vLLM layout has a buffer
- *                             "model.layers.N.mixer.A_log" ([Hm/tp] fp32) that receives the
+ *                             "model.layers.N.mixer.A_log" ([Hm/tp] bf16) that receives the
  *                             rank's A_log slice, from which the worker sets A. One dtype
- *                             per tensor on both sides: A_log fp32 (Megatron keeps A_log
- *                             fp32; vLLM's A is fp32), D and dt_bias bf16 (vLLM MambaMixer2
- *                             creates them in the model dtype). A trainer whose A_log is
- *                             bf16 binds an fp32 copy. Refused: biases,
+ *                             per tensor on both sides: A_log bf16 (Megatron creates it
+ *                             fp32, but under bf16 training Float16Module casts every
+ *                             floating parameter not marked keep_in_fp32, module.py
+ *                             458-511), D and dt_bias bf16 (vLLM MambaMixer2 creates them
+ *                             in the model dtype). Under vLLM's sequence-parallel MoE the
+ *                             shared experts are whole on every rank. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
  * A config field that implies tensors a family does not build (attention_bias,
  * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, n_shared_experts
@@ -64,11 +68,24 @@
  * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
  * frameworks (Megatron's router.py creates the weight fp32 and casts it to
  * params_dtype in reset_parameters; vLLM's gate is a bf16 ReplicatedLinear); the
- * router score-correction bias fp32 on both sides (vLLM deepseek_v2.py; Megatron
- * keeps expert_bias fp32, router.py _maintain_float32_expert_bias).
+ * router score-correction bias fp32 on both sides (vLLM deepseek_v2.py; Megatron's
+ * expert_bias is fp32 under Megatron-Bridge from the start and under Megatron-LM
+ * from the first forward, router.py _maintain_float32_expert_bias). Megatron's
+ * mlp.router.expert_bias is a module buffer (register_buffer: named_buffers(),
+ * not named_parameters()); reshard_model_buffer_t.module_buffer marks it.
  *
- * Not modelled (out of scope): vLLM kernel-specific post-load formats (FlashInfer
- * CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
+ * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
+ * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
+ * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
+ * data parallelism as independent engines (reshard_infer_spec_t.engines) or as
+ * vLLM's own dp, whose MoE layers span tp*dp. Under vLLM's sequence-parallel
+ * MoE (EP, tp > 1, dp > 1 in one engine; the default all2all backend) DeepSeek
+ * and NemotronH hold their shared experts whole (deepseek_v2.py, nemotron_h.py:
+ * disable_tp); Qwen2-MoE's stays TP-split (qwen2_moe.py).
+ *
+ * Not modelled (out of scope): other vLLM releases' names, all2all backends other
+ * than allgather_reducescatter, EPLB redundant experts, vLLM kernel-specific post-load formats
+ * (FlashInfer CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
  * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
  * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
  * (added vocabulary), vLLM's fp32 router weight where its GateLinear has no SM90+ kernel
@@ -184,39 +201,118 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
 /* 2. Parallel specs                                                   */
 /* ------------------------------------------------------------------ */
 
+/** The training framework whose conventions the train layout follows.
+ *  Both build Megatron-Core models (same parameter names, grids and fused
+ *  buffers); they differ in what the HF->Megatron path sets up:
+ *    vocabulary  Megatron-LM pads it to a multiple of 128*tp (vocab_utils.py
+ *                58-59, --make-vocab-size-divisible-by 128); Megatron-Bridge
+ *                does not pad a vocabulary read from the HF config
+ *                (gpt_provider.py 184, 266-271; hybrid_provider.py 155, 297:
+ *                should_pad_vocab False): each TP rank holds V/tp rows, so tp
+ *                must divide V (VocabParallelEmbedding's divide).
+ *    expert_bias fp32 from the start under Bridge (model_provider.py 74-76
+ *                keeps it through the Float16Module cast); Megatron-LM creates
+ *                it bf16 and makes it fp32 at the first forward (router.py
+ *                _maintain_float32_expert_bias). The layout declares it fp32:
+ *                a Megatron-LM trainer that refits before its first forward
+ *                step holds bf16 and is refused by the dtype check.
+ *    etp         Megatron-LM's --expert-tensor-parallel-size defaults to tp
+ *                (arguments.py 587-588); Bridge sets it to 1 when ep > 1 and it
+ *                is not given (transformer_config.py
+ *                _set_moe_expert_tensor_parallel_default).
+ *    hybrid vpp  Bridge's hybrid provider refuses a virtual pipeline
+ *                (hybrid_provider.py 291), so nemotron_h with more '|'
+ *                segments than pp is refused under Bridge.
+ *  (Megatron-LM d98e8a6, Megatron-Bridge 067f987.)
+ *  The default is Megatron-LM: it keeps the layouts (and fingerprints) of
+ *  every earlier release, and a wrong choice is never silent: the two
+ *  differ only in buffer shapes (the vocabulary rows) and dtypes, which
+ *  binding by name checks before anything moves. NeMo RL's trainers, and
+ *  the published refit cases (data/cases), are Megatron-Bridge:
+ *  "convention=megatron-bridge". */
+typedef enum {
+    RESHARD_TRAIN_DEFAULT = 0,         /**< RESHARD_TRAIN_MEGATRON_LM */
+    RESHARD_TRAIN_MEGATRON_BRIDGE = 1, /**< spec "convention=megatron-bridge" */
+    RESHARD_TRAIN_MEGATRON_LM = 2      /**< spec "convention=megatron-lm" */
+} reshard_train_convention_t;
+
+/** The vLLM release whose parameter names the inference layout uses. Every
+ *  name that differs between releases is in one table (src/model/vllm.c,
+ *  rs_vllm_name); the layouts are otherwise the same.
+ *    0.24  vLLM up to 0.24 (facts at vLLM 9aaf83e): routed experts
+ *          "...experts.w13_weight" / "...experts.w2_weight"
+ *    0.25  vLLM 0.25 and later (PR #41184): the routed experts live on a
+ *          nested module, "...experts.routed_experts.w13_weight" / "w2_weight"
+ *  The default is 0.25, the current release line. A worker should check the
+ *  names against its engine's named_parameters() at start-up (binding by name
+ *  refuses a name the layout does not declare). */
+typedef enum {
+    RESHARD_VLLM_DEFAULT = 0, /**< RESHARD_VLLM_0_25 */
+    RESHARD_VLLM_0_24 = 1,    /**< spec "vllm=0.24" */
+    RESHARD_VLLM_0_25 = 2     /**< spec "vllm=0.25" */
+} reshard_vllm_version_t;
+
+/** Name of a training convention ("megatron-bridge", "megatron-lm"; the
+ *  default's name for 0), or NULL for a value that is none. Any thread. */
+const char *reshard_train_convention_name(reshard_train_convention_t convention);
+/** Name of a vLLM version ("0.24", "0.25"; the default's for 0), or NULL for
+ *  a value that is none. Any thread. */
+const char *reshard_vllm_version_name(reshard_vllm_version_t version);
+
 /** Megatron sizes. world = tp*cp*dp*pp; experts use the grid
  *  etp (fastest), ep, edp, pp of the same world, edp = tp*cp*dp/(etp*ep).
- *  etp 0 means tp: Megatron's --expert-tensor-parallel-size defaults to the
- *  tensor-parallel size (parallel_state.py, arguments.py), so expert
- *  parallelism with tp > 1 usually needs etp=1 given explicitly.
+ *  etp 0 means the convention's default: tp under Megatron-LM (its
+ *  --expert-tensor-parallel-size defaults to the tensor-parallel size,
+ *  parallel_state.py, arguments.py), so expert parallelism with tp > 1
+ *  usually needs etp=1 given explicitly; 1 under Megatron-Bridge when ep > 1.
  *  Pipeline (transformer_block.py get_num_layers_to_build): without first and
  *  last, pp must divide the layers; first/last (> 0) fix the layers of the
  *  first/last stage (--decoder-first-pipeline-num-layers,
  *  --decoder-last-pipeline-num-layers) and the rest split evenly over the other
  *  stages. vpp (0 or 1: none) model chunks per stage
- *  (--virtual-pipeline-model-parallel-size): chunk c of stage p holds the
+ *  (--num-virtual-stages-per-pipeline-rank, or layers per chunk with
+ *  --num-layers-per-virtual-pipeline-stage; arguments.py 3114-3116):
+ *  chunk c of stage p holds the
  *  c-th vpp-th of the stage's layers, which in layer order come after all
  *  stages' chunks c-1 and the chunks c of stages 0..p-1 (with an even split:
- *  the (c*pp + p)-th block of L/(pp*vpp) layers). */
+ *  the (c*pp + p)-th block of L/(pp*vpp) layers). nemotron_h with '|' in its
+ *  pattern: Megatron derives vpp = segments / pp itself (arguments.py
+ *  840-862); vpp may be left out or given equal to it. */
 typedef struct {
     int32_t tp, pp, dp, cp, ep, etp;
     int32_t vpp;         /**< model chunks per pipeline stage; 0 or 1: none */
     int32_t first, last; /**< layers of the first / last stage; 0: not given */
+    int32_t convention;  /**< reshard_train_convention_t; 0: the default (Megatron-LM) */
 } reshard_train_spec_t;
 
-/** vLLM sizes: tp ranks per DP replica, dp replicas; ep non-zero = expert
- *  parallelism over all tp*dp ranks. world = tp*dp. */
+/** vLLM sizes. @p engines independent engines (0 or 1: one), each holding the
+ *  whole model on tp*dp ranks: tp ranks per DP replica and dp replicas of
+ *  vLLM's own data parallelism (--data-parallel-size), whose MoE layers span
+ *  all tp*dp ranks of the engine; ep non-zero = expert parallelism over the
+ *  tp*dp ranks of each engine. world = engines*tp*dp; inference rank i is in
+ *  engine i / (tp*dp) and is rank i % (tp*dp) of it.
+ *  RL frameworks run inference data parallelism as independent engines
+ *  (NeMo RL's generation DP: separate vLLM instances, each the whole model;
+ *  with expert parallelism EP = TP inside an engine): "tp=8,engines=16,ep=on".
+ *  "tp=8,dp=16" is one engine whose experts are split over 128 ranks: for a
+ *  MoE model the two hold different things. Dense models hold the same in
+ *  both. */
 typedef struct {
     int32_t tp, dp;
     int ep;
+    int32_t engines; /**< independent engines; 0 or 1: one */
+    int32_t vllm;    /**< reshard_vllm_version_t; 0: the default (0.25) */
 } reshard_infer_spec_t;
 
 /**
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
- * last; missing keys are 1 except etp, which is tp, and first/last, which
- * are not given (0); order free). Grammar of both spec parsers:
+ * last: sizes; convention: "megatron-lm" or "megatron-bridge"; missing keys
+ * are 1 except etp, which is tp (Megatron-Bridge with ep > 1: 1), first/last,
+ * which are not given (0), and
+ * convention, the default (0; "megatron-lm" given by name also parses as 0);
+ * order free). Grammar of both spec parsers:
  *   spec  := item ("," item)*          item := key "=" value
- *   value := size | "on" | "off"       size := [1-9][0-9]*, at most 2^24
+ *   value := size | "on" | "off" | name   size := [1-9][0-9]*, at most 2^24
  * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
  * a size has no sign and no leading zero ("+4", "04" and "4.0" are refused).
  * Errors: INVALID_ARG with a message naming the offending text (unknown key,
@@ -225,19 +321,26 @@ typedef struct {
  */
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
-/** Parse "tp=8,dp=16,ep=on" (keys tp, dp: sizes; ep: exactly "on" or
- *  "off"), in the grammar of reshard_train_spec_parse.
- *  Errors as reshard_train_spec_parse. */
+/** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
+ *  or "off"; vllm: a supported version name, "0.24" or "0.25"), in the
+ *  grammar of reshard_train_spec_parse (value also := a version name for
+ *  vllm; "0.25", the default's name, parses as 0).
+ *  Errors as reshard_train_spec_parse; an unknown vllm version is
+ *  INVALID_ARG naming it and the supported ones. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 
 /** Ranks of a training spec (tp*cp*dp*pp), or -1 for a NULL or invalid spec
  *  (a size below 1, e.g. tp=0) or a product that overflows int32. */
 int32_t reshard_train_world(const reshard_train_spec_t *spec);
-/** Ranks of an inference spec (tp*dp), or -1 as reshard_train_world. */
+/** Ranks of an inference spec (engines*tp*dp), or -1 as reshard_train_world
+ *  (also for a negative engines or an unknown vllm version). */
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
- *  ",first=3", ",last=2" when set; infer: "tp=8,dp=16,ep=on") into @p out
+ *  ",first=3", ",last=2" when set and ",convention=megatron-bridge" when that
+ *  is the convention; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
+ *  than one engine and ",vllm=0.24" when that is the version: a default
+ *  written out or left out gives the same text) into @p out
  *  of @p size bytes, truncated to fit and always terminated. Any rank, any
  *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is
  *  returned; with a NULL @p out or @p size 0, a static "" is returned and
@@ -285,13 +388,17 @@ typedef struct reshard_model_buffers reshard_model_buffers_t;
 typedef struct {
     int32_t rank;
     int32_t buffer;
-    uint64_t bytes;   /**< full size, padding included (>= reshard_layout_buffer_bytes) */
-    const char *name; /**< framework parameter name as the rank's named_parameters()
-                           gives it, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
-                           (Megatron: layer numbers from 0 on each stage and model
-                           chunk; with vpp > 1 chunk c's names start with "c.") or
-                           "model.layers.3.self_attn.qkv_proj.weight" (vLLM: global
-                           layer numbers) */
+    uint64_t bytes;    /**< full size, padding included (>= reshard_layout_buffer_bytes) */
+    const char *name;  /**< framework parameter name as the rank's named_parameters()
+                            gives it, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
+                            (Megatron: layer numbers from 0 on each stage and model
+                            chunk; with vpp > 1 chunk c's names start with "c.") or
+                            "model.layers.3.self_attn.qkv_proj.weight" (vLLM: global
+                            layer numbers) */
+    int module_buffer; /**< 1: the module registers it as a buffer, so its
+                           named_buffers() gives it, not its named_parameters()
+                           (Megatron's "...mlp.router.expert_bias", router.py
+                           182-197): bind a dict of both */
 } reshard_model_buffer_t;
 
 /** Number of buffers described. */
@@ -331,7 +438,8 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * weight (bf16) (+ expert_bias, fp32), TEGroupedMLP experts
  * mlp.experts.linear_fc1.weightK [2I/etp, H] and linear_fc2.weightK [H, I/etp]
  * for local expert K, shared_experts.linear_fc1/fc2 (+ gate_weight [1, H]);
- * final layernorm, output_layer. Vocab padded to a multiple of 128*tp.
+ * final layernorm, output_layer. Vocab padded to a multiple of 128*tp
+ * (Megatron-LM) or not padded, V/tp rows per rank (Megatron-Bridge).
  * @param buffers  optional; receives the buffer table
  * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
  */
@@ -342,8 +450,9 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
                                             reshard_model_buffers_t **buffers);
 
 /**
- * The vLLM inference layout, ranks [rank_offset, rank_offset + tp*dp); infer
- * rank i is DP replica i/tp, TP rank i%tp. Buffers per rank: embed_tokens
+ * The vLLM inference layout, ranks [rank_offset, rank_offset + engines*tp*dp);
+ * infer rank i is in engine i/(tp*dp), and within it, with r = i%(tp*dp), DP
+ * replica r/tp and TP rank r%tp: every engine holds the same. Buffers per rank: embed_tokens
  * (vocab padded to 64, contiguous equal ranges; with tied embeddings it is
  * also the lm_head), per layer: input_layernorm, qkv_proj ([q; k; v] rows of
  * the rank, kv heads replicated when tp > kv heads; qwen2: qkv_proj.bias likewise) or
@@ -351,13 +460,16 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * (replicated [q_a; kv_a]), q_a_layernorm, q_b_proj, kv_a_layernorm, kv_b_proj;
  * q_norm/k_norm; o_proj; post_attention_layernorm; gate_up_proj; down_proj;
  * gate (router, bf16) (+ e_score_correction_bias, fp32); experts.w13_weight and
- * experts.w2_weight (EP: whole experts, contiguous blocks, remainder to the
+ * experts.w2_weight (vLLM 0.24; from 0.25 experts.routed_experts.w13_weight and
+ * experts.routed_experts.w2_weight) (EP: whole experts, contiguous blocks, remainder to the
  * first ranks, [E_local, 2I, H] and [E_local, H, I]; no EP: each expert's
  * intermediate dim split over all tp*dp ranks, rank r = dp_rank*tp + tp_rank holding
  * slice r (fused_moe/config.py), [E, 2I/(tp*dp), H] and
  * [E, H, I/(tp*dp)]); shared_experts (qwen2_moe: shared_expert) gate_up_proj/down_proj
- * (+ shared_expert_gate [1, H], replicated); norm; lm_head (mixtral: block_sparse_moe.
- * gate and block_sparse_moe.experts.*).
+ * (TP-split; DeepSeek's whole under sequence-parallel MoE: ep, tp > 1, dp > 1)
+ * (+ shared_expert_gate [1, H], replicated; qwen2_moe declares it also without a
+ * shared expert, written by no fragment: vLLM has it, no trainer does); norm;
+ * lm_head (mixtral: block_sparse_moe.gate and block_sparse_moe.experts.*).
  * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,

@@ -100,15 +100,18 @@ class ModelOptions(ctypes.Structure):
 
 class TrainSpec(ctypes.Structure):
     _fields_ = [("tp", c_i32), ("pp", c_i32), ("dp", c_i32), ("cp", c_i32), ("ep", c_i32),
-                ("etp", c_i32), ("vpp", c_i32), ("first", c_i32), ("last", c_i32)]
+                ("etp", c_i32), ("vpp", c_i32), ("first", c_i32), ("last", c_i32),
+                ("convention", c_i32)]
 
 
 class InferSpec(ctypes.Structure):
-    _fields_ = [("tp", c_i32), ("dp", c_i32), ("ep", ctypes.c_int)]
+    _fields_ = [("tp", c_i32), ("dp", c_i32), ("ep", ctypes.c_int), ("engines", c_i32),
+                ("vllm", c_i32)]
 
 
 class ModelBuffer(ctypes.Structure):
-    _fields_ = [("rank", c_i32), ("buffer", c_i32), ("bytes", c_u64), ("name", c_str)]
+    _fields_ = [("rank", c_i32), ("buffer", c_i32), ("bytes", c_u64), ("name", c_str),
+                ("module_buffer", ctypes.c_int)]
 
 
 class ModelRefit(ctypes.Structure):
@@ -173,6 +176,8 @@ _SIGNATURES = {
     "reshard_train_spec_parse": (st, [c_str, P(TrainSpec)]),
     "reshard_infer_spec_parse": (st, [c_str, P(InferSpec)]),
     "reshard_train_world": (c_i32, [P(TrainSpec)]),
+    "reshard_train_convention_name": (c_str, [ctypes.c_int]),
+    "reshard_vllm_version_name": (c_str, [ctypes.c_int]),
     "reshard_infer_world": (c_i32, [P(InferSpec)]),
     "reshard_model_refit_create_at": (st, [c_vp, P(TrainSpec), P(InferSpec), c_i32,
                                            P(ModelRefit)]),

@@ -39,10 +39,21 @@ class Model:
             _lib.lib.reshard_model_destroy(self._h)
             self._h = None
 
-    def refit(self, train, infer, infer_offset=None, rank=None, domain_size=0):
+    def refit(self, train, infer, infer_offset=None, rank=None, domain_size=0, engines=None,
+              vllm=None, convention=None):
         """The refit of this model from Megatron ``train`` ("tp=2,pp=2,ep=2") on ranks
         [0, train_world) to vLLM ``infer`` ("tp=4" or "tp=2,dp=2,ep=on") on ranks
         [infer_offset, infer_offset + infer_world) (default: right after training).
+        ``engines``: independent vLLM engines, each the whole model on tp*dp ranks (the
+        spec's "engines=N"; RL frameworks' inference data parallelism), as opposed to
+        vLLM's own dp, whose MoE layers span tp*dp. ``vllm``: the engine version whose
+        parameter names the layout uses, "0.24" or "0.25" (the default; spec
+        "vllm="). ``convention``: the training framework, "megatron-lm" (the default)
+        or "megatron-bridge" (no vocabulary padding; spec "convention="). Each keyword
+        is the same as its spec key (giving both is an error). Megatron's
+        ``...mlp.router.expert_bias`` is a module buffer: bind the trainer's
+        ``{**dict(m.named_parameters()), **dict(m.named_buffers())}``
+        (Refit.module_buffers names them).
         With ``rank``: only that rank's part, for its own Plan (rank=rank, the same
         ``domain_size``): every rank's fragments of the tensors the rank sends or its
         NVLink domain receives, and its own parameters only
@@ -51,6 +62,13 @@ class Model:
         ALL_RANKS refuses it. Raises ReshardError (INVALID_ARG for a malformed spec,
         CONFIG for a rule the model breaks, with the rule; RANK for a rank outside the
         refit)."""
+        train, infer = str(train), str(infer)
+        if convention is not None:
+            train += ",convention=%s" % (convention,)
+        if engines is not None:
+            infer += ",engines=%d" % (_int32(engines, "engines"),)
+        if vllm is not None:
+            infer += ",vllm=%s" % (vllm,)
         return Refit(self, train, infer, infer_offset, rank, domain_size)
 
 
@@ -66,7 +84,9 @@ def _int32(value, name):
 class Refit:
     """Everything one refit needs: ``tensors`` (HF names and shapes), ``train`` and
     ``infer`` Layouts (their parameters(rank) are the frameworks' named_parameters()),
-    ``train_world``, ``infer_world``, ``infer_offset`` and ``world``; ``rank``: the
+    ``train_world``, ``infer_world``, ``infer_offset`` and ``world``; ``engines`` (independent
+    inference engines), ``vllm`` (the vLLM version whose names the inference layout uses,
+    "0.24" or "0.25") and ``convention`` ("megatron-lm" or "megatron-bridge"); ``rank``: the
     rank a scoped refit was built for (its layouts name only that rank's parameters),
     None for the whole refit."""
 
@@ -95,10 +115,25 @@ class Refit:
         self.tensors = Tensors(_handle=self._r.tensors, _owner=self)
         self.train = Layout(self.tensors, _handle=self._r.train, _owner=self)
         self.infer = Layout(self.tensors, _handle=self._r.infer, _owner=self)
+        self.engines = max(1, self._r.infer_spec.engines)
+        self.vllm = _lib.lib.reshard_vllm_version_name(self._r.infer_spec.vllm).decode()
+        self.convention = _lib.lib.reshard_train_convention_name(
+            self._r.train_spec.convention).decode()
         self.train_world = self._r.train_world
         self.infer_world = self._r.infer_world
         self.infer_offset = self._r.infer_offset
         self.world = self.infer_offset + self.infer_world
+
+    def module_buffers(self, rank):
+        """Names of training rank ``rank``'s tensors that its module registers as buffers
+        (named_buffers(), not named_parameters()): Megatron's router.expert_bias."""
+        out, b = [], _lib.ModelBuffer()
+        for i in range(_lib.lib.reshard_model_buffers_count(self._r.train_buffers)):
+            _lib.check(_lib.lib.reshard_model_buffers_get(self._r.train_buffers, i,
+                                                          ctypes.byref(b)))
+            if b.rank == rank and b.module_buffer:
+                out.append(b.name.decode())
+        return out
 
     def role(self, rank):
         """("train", rank) for a training rank, ("infer", rank - infer_offset) for an

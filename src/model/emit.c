@@ -34,7 +34,8 @@ reshard_status_t reshard_model_buffers_get(const reshard_model_buffers_t *b, int
 {
     if (!b || !out || i < 0 || i >= b->n)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_buffers_get: bad argument");
-    *out = (reshard_model_buffer_t){b->e[i].rank, b->e[i].buffer, b->e[i].bytes, b->e[i].name};
+    *out = (reshard_model_buffer_t){b->e[i].rank, b->e[i].buffer, b->e[i].bytes, b->e[i].name,
+                                    b->e[i].module_buffer};
     return RESHARD_OK;
 }
 
@@ -178,7 +179,12 @@ static reshard_status_t open_one(rs_emit_t *e, int32_t id, const char *name, con
     uint64_t bytes = reshard_dtype_size(dtype);
     for (int k = 0; k < ndim; k++)
         bytes *= (uint64_t)shape[k];
-    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, bytes, nm};
+    /* Megatron registers router.expert_bias with register_buffer (router.py
+     * 182-197, d98e8a6): the module's named_buffers() has it, not its
+     * named_parameters() */
+    size_t nf = strlen(full), nb = sizeof ".router.expert_bias" - 1;
+    int module_buffer = e->train && nf > nb && !strcmp(full + nf - nb, ".router.expert_bias");
+    b->e[b->n++] = (rs_buf_entry_t){e->rank, id, bytes, nm, module_buffer};
     return RESHARD_OK;
 }
 

@@ -19,9 +19,13 @@
  * (as vLLM's weight loader does when it loads a checkpoint). reshard never
  * writes A_log bytes into a buffer named mixer.A.
  *
- * One dtype per logical tensor on both sides: A_log fp32 (Megatron keeps it
- * fp32; vLLM's A is fp32), D and dt_bias bf16 (vLLM's MambaMixer2 creates
- * them with no dtype, i.e. the model dtype; Megatron does not keep them fp32).
+ * One dtype per logical tensor on both sides: A_log, D and dt_bias bf16.
+ * Megatron creates A_log fp32, but under bf16 training Float16Module casts
+ * every floating parameter not marked keep_in_fp32 (transformer/module.py
+ * 458-511 at Megatron-LM d98e8a6; nothing marks A_log), so a trainer holds
+ * it bf16; the A_log buffer of the vLLM side is bf16 too (the worker computes
+ * the fp32 A = -exp(A_log) from it, losing nothing the trainer had). D and
+ * dt_bias: vLLM's MambaMixer2 creates them in the model dtype.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -72,15 +76,15 @@ static reshard_status_t parse_pattern(json_t *root, reshard_model_t *m)
     for (size_t i = 0; i < n; i++) {
         char k = pat[i];
         if (k == '|') {
-            /* a segment is a stage or model chunk: an empty one is no stage,
-             * refused rather than read as fewer segments */
-            if (i == 0 || pat[i - 1] == '|' || i + 1 == n)
-                return rs_error(RESHARD_ERR_CONFIG,
-                                "config: hybrid_override_pattern '%.200s' has an empty '|' "
-                                "segment at %zu (each '|' segment is a pipeline stage or model "
-                                "chunk of at least one layer)",
-                                pat, i);
-            if (layers < m->L && layers > hy->stage0[segs - 1])
+            /* An empty segment ("M||M", a leading or trailing '|') is a
+             * stage or model chunk without decoder layers: Megatron's
+             * select_pipeline_segment (hybrid_layer_allocation.py 331-490,
+             * d98e8a6) splits on '|' and builds a HybridStack of no layers
+             * for it, and the validator accepts it, so it is modelled as
+             * Megatron runs it (the stage holds only what its position gives
+             * it: embedding, final norm, output layer). With the layers
+             * option, segments that begin past the kept layers are dropped. */
+            if (layers < m->L || m->L == m->Lcfg)
                 hy->stage0[segs++] = layers;
             continue;
         }
@@ -197,7 +201,8 @@ static reshard_status_t mamba_tensors(rs_cat_t *c, rs_layer_ids_t *l, const char
     TRY(rs_cat_add(c, &l->m_in, BF16, 2, in, 0, NULL, "%sin_proj.weight", p));
     TRY(rs_cat_add(c, &l->m_conv_w, BF16, 3, cw, 0, NULL, "%sconv1d.weight", p));
     TRY(rs_cat_add(c, &l->m_conv_b, BF16, 1, &cb, 0, NULL, "%sconv1d.bias", p));
-    TRY(rs_cat_add(c, &l->m_A_log, FP32, 1, &Hm, 0, NULL, "%sA_log", p));
+    /* bf16: Float16Module casts it (see the top of this file) */
+    TRY(rs_cat_add(c, &l->m_A_log, BF16, 1, &Hm, 0, NULL, "%sA_log", p));
     TRY(rs_cat_add(c, &l->m_D, BF16, 1, &Hm, 0, NULL, "%sD", p));
     TRY(rs_cat_add(c, &l->m_dt_bias, BF16, 1, &Hm, 0, NULL, "%sdt_bias", p));
     TRY(rs_cat_add(c, &l->m_norm, BF16, 1, &I, 0, NULL, "%snorm.weight", p));
@@ -319,10 +324,26 @@ reshard_status_t rs_hybrid_check_train(const reshard_model_t *m, const reshard_t
     RULE(s->first == 0 && s->last == 0,
          "train: first=/last= stage layer counts with '|' in hybrid_override_pattern (Megatron: "
          "the '|' separators already define the stages)");
-    RULE(hy->segments == s->pp * v,
-         "train: hybrid_override_pattern has %d '|' pipeline segments but pp*vpp=%d (Megatron: "
-         "one segment per pipeline stage and model chunk)",
-         hy->segments, s->pp * v);
+    /* arguments.py 840-862 (d98e8a6): segments % pp == 0, and Megatron
+     * derives vpp = segments / pp (it refuses
+     * --num-virtual-stages-per-pipeline-rank with a hybrid pattern; reshard
+     * accepts vpp= when it equals the derived value) */
+    RULE(hy->segments % s->pp == 0,
+         "train: pp=%d does not divide the %d '|' pipeline segments of hybrid_override_pattern "
+         "(Megatron: the segments must split evenly over the pipeline stages)",
+         s->pp, hy->segments);
+    int32_t derived = hy->segments / s->pp;
+    RULE(v == 1 || v == derived,
+         "train: vpp=%d with '|' in hybrid_override_pattern: Megatron derives vpp = segments/pp "
+         "= %d/%d = %d itself (leave vpp out)",
+         v, hy->segments, s->pp, derived);
+    /* Megatron-Bridge hybrid_provider.py 291 (067f987): no virtual pipeline */
+    RULE(derived == 1 || rs_convention(s) != RESHARD_TRAIN_MEGATRON_BRIDGE,
+         "train (megatron-bridge): the %d '|' segments over pp=%d make %d virtual pipeline "
+         "stages per rank, which Megatron-Bridge's hybrid provider refuses (\"Virtual pipeline "
+         "model parallelism is temporarily unsupported in Hybrid models\"); use pp=%d or "
+         "convention=megatron-lm",
+         hy->segments, s->pp, derived, hy->segments);
     return RESHARD_OK;
 }
 
@@ -442,7 +463,7 @@ static reshard_status_t moe_common(rs_emit_t *e, const rs_layer_ids_t *l, int32_
 {
     TRY(rs_emit_own(e, l->router, names[0]));
     TRY(rs_emit_own(e, l->router_bias, names[1]));
-    if (l->s_up >= 0) {
+    if (l->s_up >= 0) { /* tp 1: whole (vLLM's sequence-parallel MoE) */
         TRY(rs_emit_column(e, l->s_up, tp, t, names[2]));
         TRY(rs_emit_row(e, l->s_down, tp, t, names[3]));
     }
@@ -569,12 +590,17 @@ reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *
                                           "mixer.shared_experts.up_proj.weight",
                                           "mixer.shared_experts.down_proj.weight",
                                           "mixer.fc1_latent_proj.weight",
-                                          "mixer.fc2_latent_proj.weight",
-                                          "mixer.experts.w13_weight",
-                                          "mixer.experts.w2_weight"};
-        names_of(buf, names, p, sfx, 8);
-        TRY(moe_common(e, l, tp, t, names));
-        return rs_vllm_experts(e, l, s, r, names[6], names[7]);
+                                          "mixer.fc2_latent_proj.weight"};
+        names_of(buf, names, p, sfx, 6);
+        char w13[160], w2[160];
+        snprintf(w13, sizeof w13, "%smixer.experts.%s", p, rs_vllm_name(s, RS_VN_W13));
+        snprintf(w2, sizeof w2, "%smixer.experts.%s", p, rs_vllm_name(s, RS_VN_W2));
+        /* nemotron_h.py NemotronHMoE: the shared experts get
+         * disable_tp=is_sequence_parallel, so under vLLM's sequence-parallel
+         * MoE every rank holds them whole */
+        bool whole = rs_vllm_sequence_parallel_moe(s);
+        TRY(moe_common(e, l, whole ? 1 : tp, whole ? 0 : t, names));
+        return rs_vllm_experts(e, l, s, r, w13, w2);
     }
     }
 }

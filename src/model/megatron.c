@@ -176,7 +176,11 @@ static reshard_status_t chunk_params(rs_emit_t *e, const reshard_train_spec_t *s
 {
     const reshard_model_t *m = e->m;
     const rs_model_ids_t *ids = e->ids;
-    int64_t vpad = rs_roundup(m->V, 128 * (int64_t)s->tp);
+    /* Megatron-LM pads the vocabulary to a multiple of 128*tp (vocab_utils.py
+     * 58-59); Megatron-Bridge keeps the HF config's (gpt_provider.py 266-271) */
+    int64_t vpad = rs_convention(s) == RESHARD_TRAIN_MEGATRON_LM
+                       ? rs_roundup(m->V, 128 * (int64_t)s->tp)
+                       : m->V;
     int32_t v = rs_vpp(s);
     bool pre = c->stage == 0 && chunk == 0, post = c->stage == s->pp - 1 && chunk == v - 1;
     char pfx[16] = "", n[96];
@@ -251,11 +255,13 @@ reshard_status_t rs_train_emit(const reshard_model_t *model, const reshard_tenso
     reshard_status_t s = rs_check_train(model, spec);
     if (s != RESHARD_OK)
         return s;
-    char text[160];
+    reshard_train_spec_t eff = *spec; /* vpp as Megatron derives it */
+    rs_train_effective(model, &eff);
+    char text[192];
     uint64_t origin =
-        rs_side_origin(model, true, reshard_train_spec_str(spec, text, sizeof text), rank_offset);
-    return rs_emit_side(model, tensors, true, reshard_train_world(spec), rank_offset, train_rank,
-                        spec, scope, origin, out, buffers);
+        rs_side_origin(model, true, reshard_train_spec_str(&eff, text, sizeof text), rank_offset);
+    return rs_emit_side(model, tensors, true, reshard_train_world(&eff), rank_offset, train_rank,
+                        &eff, scope, origin, out, buffers);
 }
 
 reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,

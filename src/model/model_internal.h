@@ -144,15 +144,60 @@ reshard_status_t rs_check_layouts(const reshard_model_t *m, const reshard_train_
  *  layers [first, first+count) (spec checked by rs_check_train). */
 void rs_stage_layers(int32_t L, const reshard_train_spec_t *s, int32_t p, int32_t chunk,
                      int32_t *first, int32_t *count);
-/** Expert tensor-parallel size (0 means tp) and model chunks per stage. */
+/** The training convention with its default applied (reshard_model.h). */
+static inline int32_t rs_convention(const reshard_train_spec_t *s)
+{
+    return s->convention == RESHARD_TRAIN_DEFAULT ? RESHARD_TRAIN_MEGATRON_LM : s->convention;
+}
+/** Expert tensor-parallel size (0: the convention's default: tp under
+ *  Megatron-LM, arguments.py 587-588; 1 with ep > 1 under Megatron-Bridge,
+ *  transformer_config.py _set_moe_expert_tensor_parallel_default at 067f987)
+ *  and model chunks per stage. */
 static inline int32_t rs_etp(const reshard_train_spec_t *s)
 {
-    return s->etp > 0 ? s->etp : s->tp;
+    if (s->etp > 0)
+        return s->etp;
+    return rs_convention(s) == RESHARD_TRAIN_MEGATRON_BRIDGE && s->ep > 1 ? 1 : s->tp;
 }
 static inline int32_t rs_vpp(const reshard_train_spec_t *s)
 {
     return s->vpp > 1 ? s->vpp : 1;
 }
+/** Independent inference engines (0 means one) and the vLLM version with
+ *  their defaults applied (reshard_model.h). */
+static inline int32_t rs_engines(const reshard_infer_spec_t *s)
+{
+    return s->engines > 1 ? s->engines : 1;
+}
+static inline int32_t rs_vllm(const reshard_infer_spec_t *s)
+{
+    return s->vllm == RESHARD_VLLM_DEFAULT ? RESHARD_VLLM_0_25 : s->vllm;
+}
+static inline bool rs_vllm_version_ok(int32_t v)
+{
+    return v >= RESHARD_VLLM_DEFAULT && v <= RESHARD_VLLM_0_25;
+}
+/** With the hybrid '|' pattern: vpp = segments / pp, as Megatron derives it
+ *  (spec checked by rs_check_train first). */
+void rs_train_effective(const reshard_model_t *m, reshard_train_spec_t *s);
+/** Ranks of one inference engine (tp*dp). */
+static inline int32_t rs_engine_world(const reshard_infer_spec_t *s)
+{
+    return s->tp * s->dp;
+}
+/** vLLM's use_sequence_parallel_moe (config/parallel.py): with the default
+ *  all2all backend (allgather_reducescatter), expert parallelism, tp > 1 and
+ *  dp > 1 inside one engine. NemotronH and DeepSeek then build the shared
+ *  experts with disable_tp: every rank holds them whole. */
+static inline bool rs_vllm_sequence_parallel_moe(const reshard_infer_spec_t *s)
+{
+    return s->ep && s->tp > 1 && s->dp > 1;
+}
+/** The names that differ between vLLM releases (vllm.c): one table. */
+typedef enum { RS_VN_W13, RS_VN_W2, RS_VN_N } rs_vllm_name_t;
+/** The name suffix of @p which under the spec's vLLM version, after the MoE
+ *  module's "experts." (e.g. "w13_weight" or "routed_experts.w13_weight"). */
+const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which);
 
 /** @p a then @p b into @p buf of @p size bytes (cut to fit, as snprintf
  *  "%s%s"); returns @p buf. Parameter names are a layer prefix and a name. */
@@ -168,7 +213,8 @@ const char *rs_name_join(char *buf, size_t size, const char *a, const char *b, i
 typedef struct {
     int32_t rank, buffer;
     uint64_t bytes;
-    const char *name; /**< pooled (reshard_model_buffers.names) */
+    const char *name;  /**< pooled (reshard_model_buffers.names) */
+    int module_buffer; /**< reshard_model_buffer_t.module_buffer */
 } rs_buf_entry_t;
 
 struct reshard_model_buffers {

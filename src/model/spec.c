@@ -6,6 +6,35 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
+/* The supported names of the conventions and versions (reshard_model.h). */
+static const char *const conventions[] = {"megatron-lm", "megatron-bridge", "megatron-lm"};
+static const char *const vllm_versions[] = {"0.25", "0.24", "0.25"};
+
+const char *reshard_train_convention_name(reshard_train_convention_t c)
+{
+    return (unsigned)c < sizeof conventions / sizeof *conventions ? conventions[c] : NULL;
+}
+
+const char *reshard_vllm_version_name(reshard_vllm_version_t v)
+{
+    return (unsigned)v < sizeof vllm_versions / sizeof *vllm_versions ? vllm_versions[v] : NULL;
+}
+
+/* A named value of @p key: its index in @p names [lo, hi] into *out, the
+ * default's own name (@p dflt) stored as 0 (one spec, one text); else
+ * INVALID_ARG with @p what (the known names). */
+static reshard_status_t named(const char *side, const char *key, const char *val,
+                              const char *const *names, int lo, int hi, int dflt, int32_t *out,
+                              const char *what)
+{
+    for (int i = lo; i <= hi; i++)
+        if (!strcmp(val, names[i])) {
+            *out = i == dflt ? 0 : i;
+            return RESHARD_OK;
+        }
+    return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec: %s=%s is not %s", side, key, val, what);
+}
+
 /* Drop the spaces and tabs around @p s (in place). */
 static char *trim(char *s)
 {
@@ -91,6 +120,15 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
                                   unsigned *seen)
 {
     reshard_train_spec_t *s = spec;
+    if (!strcmp(key, "convention")) {
+        reshard_status_t st = mark(side, key, 1u << 9, seen);
+        return st != RESHARD_OK
+                   ? st
+                   : named(side, key, val, conventions, RESHARD_TRAIN_MEGATRON_BRIDGE,
+                           RESHARD_TRAIN_MEGATRON_LM, RESHARD_TRAIN_MEGATRON_LM, &s->convention,
+                           "a modelled training convention (known: megatron-lm (the default), "
+                           "megatron-bridge)");
+    }
     static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last"};
     int32_t *dst[] = {&s->tp,  &s->pp,  &s->dp,    &s->cp,  &s->ep,
                       &s->etp, &s->vpp, &s->first, &s->last};
@@ -100,7 +138,8 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
             return st != RESHARD_OK ? st : positive(side, key, val, dst[i]);
         }
     return rs_error(RESHARD_ERR_INVALID_ARG,
-                    "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp, vpp, first, last)",
+                    "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp, vpp, first, last, "
+                    "convention)",
                     side, key);
 }
 
@@ -111,6 +150,19 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
     if (!strcmp(key, "tp") || !strcmp(key, "dp")) {
         reshard_status_t st = mark(side, key, key[0] == 't' ? 1u : 2u, seen);
         return st != RESHARD_OK ? st : positive(side, key, val, key[0] == 't' ? &s->tp : &s->dp);
+    }
+    if (!strcmp(key, "engines")) {
+        reshard_status_t st = mark(side, key, 8u, seen);
+        return st != RESHARD_OK ? st : positive(side, key, val, &s->engines);
+    }
+    if (!strcmp(key, "vllm")) {
+        reshard_status_t st = mark(side, key, 16u, seen);
+        return st != RESHARD_OK
+                   ? st
+                   : named(side, key, val, vllm_versions, RESHARD_VLLM_0_24, RESHARD_VLLM_0_25,
+                           RESHARD_VLLM_0_25, &s->vllm,
+                           "a supported vLLM version (supported: 0.24 = up to 0.24, 0.25 = 0.25 "
+                           "and later (the default); the parameter names differ between them)");
     }
     if (!strcmp(key, "ep")) {
         reshard_status_t st = mark(side, key, 4u, seen);
@@ -127,8 +179,8 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
                             side, val);
         return RESHARD_OK;
     }
-    return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec: unknown key '%s' (known: tp, dp, ep)", side,
-                    key);
+    return rs_error(RESHARD_ERR_INVALID_ARG,
+                    "%s spec: unknown key '%s' (known: tp, dp, ep, engines, vllm)", side, key);
 }
 
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out)
@@ -138,8 +190,8 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_train_spec_parse: NULL out");
     reshard_train_spec_t s = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1};
     reshard_status_t st = parse_pairs("train", text, &s, train_set);
-    if (s.etp == 0) /* Megatron: --expert-tensor-parallel-size defaults to tp */
-        s.etp = s.tp;
+    if (s.etp == 0) /* the convention's default: tp (Megatron-LM) or 1 (Bridge with ep > 1) */
+        s.etp = rs_etp(&s);
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "train spec \"%s\": world size overflows",
                       quote(text).s);
@@ -153,7 +205,7 @@ reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t
     rs_error_clear();
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_infer_spec_parse: NULL out");
-    reshard_infer_spec_t s = {1, 1, 0};
+    reshard_infer_spec_t s = {.tp = 1, .dp = 1, .engines = 1};
     reshard_status_t st = parse_pairs("infer", text, &s, infer_set);
     if (st == RESHARD_OK && reshard_infer_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": world size overflows",
@@ -178,7 +230,7 @@ static int32_t product(const int32_t *v, int n)
 
 int32_t reshard_train_world(const reshard_train_spec_t *s)
 {
-    if (!s)
+    if (!s || (unsigned)s->convention > RESHARD_TRAIN_MEGATRON_LM)
         return -1;
     int32_t v[4] = {s->tp, s->cp, s->dp, s->pp};
     return product(v, 4);
@@ -186,10 +238,10 @@ int32_t reshard_train_world(const reshard_train_spec_t *s)
 
 int32_t reshard_infer_world(const reshard_infer_spec_t *s)
 {
-    if (!s)
+    if (!s || s->engines < 0 || (unsigned)s->vllm > RESHARD_VLLM_0_25)
         return -1;
-    int32_t v[2] = {s->tp, s->dp};
-    return product(v, 2);
+    int32_t v[3] = {s->tp, s->dp, rs_engines(s)};
+    return product(v, 3);
 }
 
 const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, size_t size)
@@ -206,7 +258,9 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, siz
     if (n >= 0 && (size_t)n < size && s->first > 0)
         n += snprintf(out + n, size - (size_t)n, ",first=%d", s->first);
     if (n >= 0 && (size_t)n < size && s->last > 0)
-        snprintf(out + n, size - (size_t)n, ",last=%d", s->last);
+        n += snprintf(out + n, size - (size_t)n, ",last=%d", s->last);
+    if (n >= 0 && (size_t)n < size && rs_convention(s) == RESHARD_TRAIN_MEGATRON_BRIDGE)
+        snprintf(out + n, size - (size_t)n, ",convention=megatron-bridge");
     return out;
 }
 
@@ -217,7 +271,11 @@ const char *reshard_infer_spec_str(const reshard_infer_spec_t *s, char *out, siz
     out[0] = '\0';
     if (!s)
         return out;
-    snprintf(out, size, "tp=%d,dp=%d,ep=%s", s->tp, s->dp, s->ep ? "on" : "off");
+    int n = snprintf(out, size, "tp=%d,dp=%d,ep=%s", s->tp, s->dp, s->ep ? "on" : "off");
+    if (n >= 0 && (size_t)n < size && rs_engines(s) > 1)
+        n += snprintf(out + n, size - (size_t)n, ",engines=%d", s->engines);
+    if (n >= 0 && (size_t)n < size && rs_vllm(s) == RESHARD_VLLM_0_24)
+        snprintf(out + n, size - (size_t)n, ",vllm=0.24");
     return out;
 }
 
@@ -270,7 +328,9 @@ static reshard_status_t check_stages(const reshard_model_t *m, const reshard_tra
     RULE(s->first >= 0 && s->last >= 0 && s->vpp >= 0, "train: vpp, first and last must be >= 1");
     RULE(pp > 1 || (s->first == 0 && s->last == 0),
          "train: first=/last= (--decoder-first/last-pipeline-num-layers) need pp > 1");
-    RULE(pp > 1 || v == 1, "train: vpp=%d (--virtual-pipeline-model-parallel-size) needs pp > 1",
+    RULE(pp > 1 || v == 1,
+         "train: vpp=%d (--num-virtual-stages-per-pipeline-rank) needs pp > 1 (Megatron's "
+         "virtual pipeline interleaves model chunks over the pipeline stages)",
          v);
     if (s->first == 0 && s->last == 0)
         RULE(L % pp == 0,
@@ -300,9 +360,29 @@ static reshard_status_t check_stages(const reshard_model_t *m, const reshard_tra
     return RESHARD_OK;
 }
 
+void rs_train_effective(const reshard_model_t *m, reshard_train_spec_t *s)
+{
+    /* arguments.py 840-862: with '|' in the hybrid pattern Megatron sets
+     * virtual_pipeline_model_parallel_size = segments / pp itself */
+    if (m->fam == RS_FAM_NEMOTRON_H && m->hy.segments > 1 && s->pp > 0 &&
+        m->hy.segments % s->pp == 0)
+        s->vpp = m->hy.segments / s->pp;
+}
+
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
-    RULE(reshard_train_world(s) > 0, "train: sizes must be >= 1 and the world fit in int32");
+    RULE(reshard_train_world(s) > 0,
+         "train: sizes must be >= 1, the world fit in int32 and the convention be "
+         "megatron-lm or megatron-bridge");
+    if (rs_convention(s) == RESHARD_TRAIN_MEGATRON_BRIDGE)
+        /* Megatron-Bridge gpt_provider.py 184, 266-271 (067f987): a vocabulary from the
+         * HF config is not padded; VocabParallelEmbedding divides it by tp */
+        RULE(m->V % s->tp == 0,
+             "train (megatron-bridge): tp=%d does not divide the vocabulary %lld (Megatron-Bridge "
+             "does not pad a vocabulary read from the HF config, and Megatron's "
+             "VocabParallelEmbedding splits it evenly; convention=megatron-lm pads it to a "
+             "multiple of 128*tp)",
+             s->tp, (long long)m->V);
     /* nemotron_h: '|' in the pattern sets the stages (rs_hybrid_check_train) */
     if (m->fam != RS_FAM_NEMOTRON_H || m->hy.segments == 1)
         TRY(check_stages(m, s));
@@ -344,15 +424,21 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
          "train: etp*ep=%d does not divide tp*cp*dp=%lld (the expert grid etp,ep,edp must fill "
          "each pipeline stage; %s)",
          etp * s->ep, (long long)stage,
-         etp > 1 ? "etp defaults to tp as Megatron's --expert-tensor-parallel-size does: give "
-                   "etp=1, a smaller ep or a larger dp"
+         etp > 1 ? "etp defaults to tp as Megatron-LM's --expert-tensor-parallel-size does "
+                   "(Megatron-Bridge: 1): give etp=1, a smaller ep or a larger dp"
                  : "give a smaller ep or a larger dp");
     return RESHARD_OK;
 }
 
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s)
 {
-    RULE(reshard_infer_world(s) > 0, "infer: sizes must be >= 1 and the world fit in int32");
+    RULE(s->engines >= 0, "infer: engines=%d must be >= 1", s->engines);
+    RULE(rs_vllm_version_ok(s->vllm),
+         "infer: vllm version %d is not a supported vLLM version (RESHARD_VLLM_0_24, "
+         "RESHARD_VLLM_0_25 or 0 for the default)",
+         s->vllm);
+    RULE(reshard_infer_world(s) > 0,
+         "infer: sizes must be >= 1 and the world (engines*tp*dp) fit in int32");
     int32_t tp = s->tp;
     RULE(m->nh % tp == 0, "infer: tp=%d does not divide the %d attention heads", tp, m->nh);
     if (m->fam != RS_FAM_DSV3)
@@ -381,7 +467,8 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
              (long long)tp * s->dp, (long long)m->Im);
     else
         RULE((int64_t)tp * s->dp <= m->E,
-             "infer: EP size tp*dp=%d is more than the %d experts (every EP rank needs one)",
+             "infer: EP size tp*dp=%d is more than the %d experts (every EP rank of an engine "
+             "needs one)",
              tp * s->dp, m->E);
     return RESHARD_OK;
 }

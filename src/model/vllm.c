@@ -6,6 +6,25 @@
 #include "model/model_internal.h"
 #include "util/error.h"
 
+/* Every parameter name that differs between the vLLM versions reshard
+ * models (reshard_vllm_version_t), in one table: the suffix after a MoE
+ * module's "experts.", per version.
+ *   0.24: FusedMoE holds w13_weight / w2_weight itself (vLLM 9aaf83e,
+ *         model_executor/layers/fused_moe/layer.py 747-752).
+ *   0.25: PR #41184 moves the routed experts onto a nested module,
+ *         MoERunner.routed_experts (runner/moe_runner.py; routed_experts.py
+ *         build_expert_params_mapping): "experts.routed_experts.w13_weight". */
+static const char *const vllm_names[RS_VN_N][3] = {
+    /*            default (0.25)                0.24          0.25 */
+    [RS_VN_W13] = {"routed_experts.w13_weight", "w13_weight", "routed_experts.w13_weight"},
+    [RS_VN_W2] = {"routed_experts.w2_weight", "w2_weight", "routed_experts.w2_weight"},
+};
+
+const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which)
+{
+    return vllm_names[which][rs_vllm(s)];
+}
+
 /* qkv_proj weight (or bias: @p bias) of TP rank t: [its q heads; its kv
  * heads (k); the same (v)], each head_dim rows (of H). With tp > kv heads,
  * kv head t / (tp / kv) is replicated on tp / kv consecutive ranks
@@ -121,19 +140,37 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias,
                             rs_nm(n, sizeof n, q, "gate.e_score_correction_bias")));
-        TRY(rs_vllm_experts(e, l, s, r, rs_nm(n, sizeof n, q, "experts.w13_weight"),
-                            rs_nm(n2, sizeof n2, q, "experts.w2_weight")));
+        rs_name_join(n, sizeof n, q, "experts.", -1, rs_vllm_name(s, RS_VN_W13));
+        rs_name_join(n2, sizeof n2, q, "experts.", -1, rs_vllm_name(s, RS_VN_W2));
+        TRY(rs_vllm_experts(e, l, s, r, n, n2));
         if (l->s_gate >= 0) {
-            int64_t ns = m->Is / tp;
+            /* deepseek_v2.py DeepseekV2MoE: the shared experts get
+             * disable_tp=is_sequence_parallel (vLLM's sequence-parallel MoE:
+             * every rank holds them whole); qwen2_moe.py's shared_expert is
+             * a plain Qwen2MoeMLP, TP-split always (vLLM 002fb90) */
+            bool whole = m->fam == RS_FAM_DSV3 && rs_vllm_sequence_parallel_moe(s);
+            int64_t ns = whole ? m->Is : m->Is / tp;
             char mlp[128];
             rs_name_join(mlp, sizeof mlp, p, "mlp.", -1, "");
             rs_name_join(q, sizeof q, mlp, m->shared, -1, ".");
-            TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,
+            TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, whole ? 0 : t * ns, ns,
                             rs_nm(n, sizeof n, q, "gate_up_proj.weight"),
                             rs_nm(n2, sizeof n2, q, "down_proj.weight")));
-            if (l->s_sigmoid >= 0) /* qwen2_moe.py: ReplicatedLinear(H, 1) */
-                TRY(rs_emit_own(e, l->s_sigmoid,
-                                rs_nm(n, sizeof n, p, "mlp.shared_expert_gate.weight")));
+        }
+        if (l->s_sigmoid >= 0) /* qwen2_moe.py: torch.nn.Linear(H, 1), replicated */
+            TRY(rs_emit_own(e, l->s_sigmoid,
+                            rs_nm(n, sizeof n, p, "mlp.shared_expert_gate.weight")));
+        else if (m->fam == RS_FAM_QWEN2_MOE) {
+            /* qwen2_moe.py Qwen2MoeSparseMoeBlock creates shared_expert_gate
+             * even when shared_expert_intermediate_size is 0 (then there is
+             * no shared expert and the gate is never used; Megatron holds
+             * no such parameter). Declared, so that the engine's
+             * named_parameters() bind, and written by no fragment: the refit
+             * leaves it as loaded. bf16 [1, H], the router's dtype. */
+            int32_t b = rs_emit_buffer(e, l->router, 1, 1, m->H, "%s",
+                                       rs_nm(n, sizeof n, p, "mlp.shared_expert_gate.weight"));
+            if (b < 0)
+                return (reshard_status_t)b;
         }
     }
     if (mtp) {
@@ -160,9 +197,11 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     return RESHARD_OK;
 }
 
+/* Side rank r is rank r % (tp*dp) of engine r / (tp*dp): every engine holds
+ * the whole model alike. */
 static reshard_status_t infer_rank(rs_emit_t *e, int32_t r, const void *spec)
 {
-    return rank_params(e, spec, r);
+    return rank_params(e, spec, r % rs_engine_world(spec));
 }
 
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,

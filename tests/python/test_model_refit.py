@@ -42,14 +42,26 @@ def test_model_refit_threads(config_path, train, infer, scoped):
     model = reshard.Model(config_path)
     refit = model.refit(train, infer)
     w = conventions.Weights(conventions.load_config(config_path))
+    if scoped:
+        refit_and_check(refit, w, train, infer, domain_size=2,
+                        part=lambda r: model.refit(train, infer, rank=r, domain_size=2))
+    else:
+        refit_and_check(refit, w, train, infer)
+
+
+def refit_and_check(refit, w, train, infer, part=None, domain_size=None):
+    """Run ``refit`` on threads: trainer ranks send the Megatron state dicts of
+    ``train``, inference ranks receive into sentinel-filled vLLM state dicts of
+    ``infer``; every element (padding still the sentinel) must be the conventions'.
+    ``part(rank)``: the refit a rank plans from (its scoped part), default the whole."""
     sentinel = reshard.SENTINEL_BYTE
     got, want = {}, {}
 
     def rank_fn(comm):
         r = comm.rank
-        mine = model.refit(train, infer, rank=r, domain_size=2) if scoped else refit
+        mine = part(r) if part else refit
         plan = reshard.Plan(mine.train, mine.infer, rank=r, world=refit.world, staging_mb=1,
-                            domain_size=2 if scoped else None)
+                            domain_size=domain_size)
         side, i = refit.role(r)
         if side == "train":
             plan.execute(comm, src=conventions.megatron_state_dict(w, train, i))
@@ -136,3 +148,59 @@ def test_scoped_refit_serves_its_rank_only(config_path):
     for kw in [dict(rank=2**40), dict(rank=1, domain_size=2**33), dict(domain_size=2)]:
         with pytest.raises(ValueError):
             model.refit("tp=2,pp=2", "tp=4", **kw)
+
+
+@pytest.mark.parametrize("train,infer,kw", [
+    ("tp=2,convention=megatron-bridge", "tp=2,engines=2", {}),
+    ("tp=2,pp=2", "tp=2", {"engines": 2, "convention": "megatron-bridge"}),
+    ("tp=2", "tp=1,dp=2", {"engines": 2, "vllm": "0.24"}),
+])
+def test_engines_and_conventions_threads(tmp_path, train, infer, kw):
+    """Independent engines and Megatron-Bridge (no vocabulary padding) through
+    Model.refit, keywords or spec keys alike: every element against the conventions."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(TINY))
+    model = reshard.Model(str(p))
+    refit = model.refit(train, infer, **kw)
+    full_train = train + (",convention=%s" % kw["convention"] if "convention" in kw else "")
+    eng = kw.get("engines") or int(conventions.parse_spec(infer).get("engines", 1))
+    assert refit.engines == eng
+    assert refit.convention == ("megatron-bridge" if "bridge" in full_train else "megatron-lm")
+    assert refit.vllm == kw.get("vllm", "0.25")
+    s = conventions.parse_spec(infer)
+    assert refit.infer_world == eng * int(s.get("tp", 1)) * int(s.get("dp", 1))
+    w = conventions.Weights(conventions.load_config(str(p)))
+    # Bridge: 300 vocabulary rows split 150/150, no padding rows
+    emb = [q for q in refit.train.parameters(0) if q.name == "embedding.word_embeddings.weight"]
+    vrows = 300 // 2 if "bridge" in full_train else 512 // 2  # LM: 300 padded to 128 * tp
+    assert emb[0].shape == (vrows, 64)
+    refit_and_check(refit, w, full_train, infer)
+
+
+def test_spec_keywords_refused_twice_or_unknown(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(TINY))
+    model = reshard.Model(str(p))
+    with pytest.raises(reshard.ReshardError, match="given twice"):
+        model.refit("tp=1", "tp=1,engines=2", engines=2)
+    with pytest.raises(reshard.ReshardError, match="vllm=0.9 is not a supported vLLM version"):
+        model.refit("tp=1", "tp=1", vllm="0.9")
+    with pytest.raises(reshard.ReshardError, match="convention=nemo is not a modelled"):
+        model.refit("tp=1", "tp=1", convention="nemo")
+    # V = 300 is not divisible by tp=8: Megatron-Bridge cannot split it
+    with pytest.raises(reshard.ReshardError, match="megatron-bridge.*tp=8 does not divide"):
+        model.refit("tp=8", "tp=1", convention="megatron-bridge")
+
+
+def test_expert_bias_is_a_module_buffer():
+    """Megatron registers router.expert_bias as a buffer (named_buffers()); the router
+    weight and everything else are parameters."""
+    refit = reshard.Model("deepseek-v3", layers=4).refit("tp=1,pp=1", "tp=8,ep=on")
+    names = refit.module_buffers(0)
+    assert names == ["decoder.layers.3.mlp.router.expert_bias"]
+    params = {q.name for q in refit.train.parameters(0)}
+    assert set(names) <= params and "decoder.layers.3.mlp.router.weight" in params
+    # vLLM 0.25 names the routed experts under routed_experts
+    inames = {q.name for q in refit.infer.parameters(refit.infer_offset)}
+    assert "model.layers.3.mlp.experts.routed_experts.w13_weight" in inames
+    assert "model.layers.3.mlp.experts.w13_weight" not in inames

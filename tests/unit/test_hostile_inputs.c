@@ -522,19 +522,19 @@ static void test_model_check_fp8_blocks(void **state)
     reshard_model_t *m;
     assert_int_equal(reshard_model_load("qwen3-30b-a3b", &o, &m), RESHARD_OK);
     reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
-    reshard_infer_spec_t i = {4, 1, 0};
+    reshard_infer_spec_t i = {.tp = 4, .dp = 1};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("infer: fp8:");
     assert_msg("not sharded at 128x128 block granularity");
     assert_msg("rows [0, 192) of 768 are not on 128-row block bounds");
     /* the same split on the training side (etp=4) */
     t = (reshard_train_spec_t){.tp = 4, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 4};
-    i = (reshard_infer_spec_t){1, 1, 0};
+    i = (reshard_infer_spec_t){.tp = 1, .dp = 1};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_msg("train: fp8:");
     /* 768 / 2 = 384 = 3 blocks: accepted, and its layouts build */
     t = (reshard_train_spec_t){.tp = 2, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 2};
-    i = (reshard_infer_spec_t){2, 1, 0};
+    i = (reshard_infer_spec_t){.tp = 2, .dp = 1};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_OK);
     reshard_model_refit_t r;
     assert_int_equal(reshard_model_refit_create(m, &t, &i, &r), RESHARD_OK);

@@ -368,7 +368,7 @@ static void test_kv_head_rule(void **state)
                                              NULL, &m),
                      RESHARD_OK);
     reshard_train_spec_t t = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .etp = 1};
-    reshard_infer_spec_t i = {6, 1, 0};
+    reshard_infer_spec_t i = {.tp = 6, .dp = 1};
     assert_int_equal(reshard_model_check(m, &t, &i, 0), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=6 does not divide the 4 kv heads nor"));
     i.tp = 2;
@@ -641,21 +641,46 @@ static void test_parameter_names(void **state)
     assert_int_equal(bi.ndim, 2);
     assert_int_equal(bi.shape[0], 32);
     assert_int_equal(bi.shape[1], 64);
-    static const char *const vl[] = {"model.layers.1.input_layernorm.weight",
-                                     "model.layers.1.self_attn.qkv_proj.weight",
-                                     "model.layers.1.self_attn.qkv_proj.bias",
-                                     "model.layers.1.self_attn.o_proj.weight",
-                                     "model.layers.1.post_attention_layernorm.weight",
-                                     "model.layers.1.mlp.gate.weight",
-                                     "model.layers.1.mlp.experts.w13_weight",
-                                     "model.layers.1.mlp.experts.w2_weight",
-                                     "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
-                                     "model.layers.1.mlp.shared_expert.down_proj.weight",
-                                     "model.layers.1.mlp.shared_expert_gate.weight"};
+    static const char *const vl[] = {
+        "model.layers.1.input_layernorm.weight", "model.layers.1.self_attn.qkv_proj.weight",
+        "model.layers.1.self_attn.qkv_proj.bias", "model.layers.1.self_attn.o_proj.weight",
+        "model.layers.1.post_attention_layernorm.weight", "model.layers.1.mlp.gate.weight",
+        /* vLLM >= 0.25 (PR #41184), the default */
+        "model.layers.1.mlp.experts.routed_experts.w13_weight",
+        "model.layers.1.mlp.experts.routed_experts.w2_weight",
+        "model.layers.1.mlp.shared_expert.gate_up_proj.weight",
+        "model.layers.1.mlp.shared_expert.down_proj.weight",
+        "model.layers.1.mlp.shared_expert_gate.weight"};
     int32_t r = f.train_world + 1; /* vLLM TP rank 1 */
     for (size_t k = 0; k < sizeof vl / sizeof *vl; k++)
         if (reshard_layout_find_buffer(f.infer, r, vl[k]) < 0)
             fail_msg("vLLM rank 1 lacks %s", vl[k]);
+    assert_int_equal(
+        reshard_layout_find_buffer(f.infer, r, "model.layers.1.mlp.experts.w13_weight"), -1);
+    reshard_model_refit_destroy(&f);
+    /* vLLM up to 0.24: FusedMoE holds w13_weight / w2_weight itself; nothing else differs */
+    assert_int_equal(reshard_infer_spec_parse("tp=2,vllm=0.24", &i), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &t, &i, &f), RESHARD_OK);
+    for (size_t k = 0; k < sizeof vl / sizeof *vl; k++) {
+        char old[160];
+        const char *nest = strstr(vl[k], "routed_experts.");
+        if (nest)
+            snprintf(old, sizeof old, "%.*s%s", (int)(nest - vl[k]), vl[k],
+                     nest + strlen("routed_experts."));
+        else
+            snprintf(old, sizeof old, "%s", vl[k]);
+        if (reshard_layout_find_buffer(f.infer, r, old) < 0)
+            fail_msg("vLLM 0.24 rank 1 lacks %s", old);
+    }
+    assert_int_equal(reshard_layout_find_buffer(
+                         f.infer, r, "model.layers.1.mlp.experts.routed_experts.w13_weight"),
+                     -1);
+    /* Megatron's router.expert_bias would be a module buffer; router.weight is a parameter */
+    for (int64_t k = 0; k < reshard_model_buffers_count(f.train_buffers); k++) {
+        reshard_model_buffer_t mb;
+        assert_int_equal(reshard_model_buffers_get(f.train_buffers, k, &mb), RESHARD_OK);
+        assert_int_equal(mb.module_buffer, 0); /* qwen2_moe has no expert_bias */
+    }
     reshard_model_refit_destroy(&f);
     reshard_model_destroy(m);
 
@@ -721,6 +746,103 @@ static void test_baseline_counts(void **state)
     reshard_model_destroy(m);
 }
 
+/* Declared shape [rows, cols] of buffer @p name of @p rank (fails when absent). */
+static void declared_2d(const reshard_layout_t *l, int32_t rank, const char *name, int64_t rows,
+                        int64_t cols)
+{
+    int32_t b = reshard_layout_find_buffer(l, rank, name);
+    if (b < 0)
+        fail_msg("rank %d has no %s", rank, name);
+    reshard_buffer_info_t bi;
+    assert_int_equal(reshard_layout_declared_buffer(l, rank, b, &bi), RESHARD_OK);
+    if (bi.ndim != 2 || bi.shape[0] != rows || bi.shape[1] != cols)
+        fail_msg("rank %d %s: [%lld, %lld], the framework holds [%lld, %lld]", rank, name,
+                 (long long)bi.shape[0], (long long)bi.shape[1], (long long)rows, (long long)cols);
+}
+
+/* The shipped models as the issue's audit found them. Vocabulary rows per
+ * Megatron TP rank: Megatron-LM roundup(V, 128*tp)/tp, Megatron-Bridge V/tp
+ * (Qwen2-57B differs from tp=2, Qwen2.5 from tp=8, Mixtral from tp=4).
+ * Nemotron 3 Nano under vLLM tp=2,dp=2,ep=on (sequence-parallel MoE): the
+ * shared expert's up_proj whole, (3712, 2688); in engines of dp=1 TP-split. */
+static void test_audit_shipped(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *model;
+        int64_t V, H;
+        int32_t tp;
+    } v[] = {{"qwen2-57b-a14b", 151936, 3584, 2},
+             {"qwen2.5-72b-instruct", 152064, 8192, 8},
+             {"mixtral-8x7b", 32000, 4096, 4},
+             {"qwen2.5-7b-instruct", 152064, 3584, 4}};
+    for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+        reshard_model_options_t o = {.layers = 1};
+        reshard_model_t *m;
+        assert_int_equal(reshard_model_load(v[k].model, &o, &m), RESHARD_OK);
+        for (int bridge = 0; bridge < 2; bridge++) {
+            char spec[96];
+            snprintf(spec, sizeof spec, "tp=%d%s", v[k].tp,
+                     bridge ? ",convention=megatron-bridge" : "");
+            reshard_train_spec_t t;
+            reshard_infer_spec_t i;
+            assert_int_equal(reshard_train_spec_parse(spec, &t), RESHARD_OK);
+            assert_int_equal(reshard_infer_spec_parse("tp=1", &i), RESHARD_OK);
+            reshard_model_refit_t f;
+            if (reshard_model_refit_create(m, &t, &i, &f) != RESHARD_OK)
+                fail_msg("%s %s: %s", v[k].model, spec, reshard_last_error());
+            int64_t pad = 128 * (int64_t)v[k].tp;
+            int64_t rows = bridge ? v[k].V / v[k].tp : (v[k].V + pad - 1) / pad * pad / v[k].tp;
+            declared_2d(f.train, v[k].tp - 1, "embedding.word_embeddings.weight", rows, v[k].H);
+            reshard_model_refit_destroy(&f);
+        }
+        reshard_model_destroy(m);
+    }
+    reshard_model_options_t o = {.layers = 2};
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load("nemotron-3-nano-30b-a3b", &o, &m), RESHARD_OK);
+    static const struct {
+        const char *infer;
+        int64_t rows;
+    } n[] = {{"tp=2,dp=2,ep=on", 3712}, {"tp=2,ep=on,engines=2", 1856}, {"tp=2,dp=2", 1856}};
+    for (size_t k = 0; k < sizeof n / sizeof *n; k++) {
+        reshard_train_spec_t t;
+        reshard_infer_spec_t i;
+        assert_int_equal(reshard_train_spec_parse("tp=2,ep=2,etp=1", &t), RESHARD_OK);
+        assert_int_equal(reshard_infer_spec_parse(n[k].infer, &i), RESHARD_OK);
+        reshard_model_refit_t f;
+        if (reshard_model_refit_create(m, &t, &i, &f) != RESHARD_OK)
+            fail_msg("%s: %s", n[k].infer, reshard_last_error());
+        for (int32_t r = 0; r < f.infer_world; r++)
+            declared_2d(f.infer, f.infer_offset + r,
+                        "model.layers.1.mixer.shared_experts.up_proj.weight", n[k].rows, 2688);
+        /* A_log: bf16 on both sides */
+        reshard_buffer_info_t bi;
+        int32_t b = reshard_layout_find_buffer(f.train, 0, "decoder.layers.0.mixer.A_log");
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, b, &bi), RESHARD_OK);
+        assert_int_equal(bi.dtype, RESHARD_BF16);
+        b = reshard_layout_find_buffer(f.infer, f.infer_offset, "model.layers.0.mixer.A_log");
+        assert_int_equal(reshard_layout_declared_buffer(f.infer, f.infer_offset, b, &bi),
+                         RESHARD_OK);
+        assert_int_equal(bi.dtype, RESHARD_BF16);
+        /* router.expert_bias: fp32, a module buffer */
+        b = reshard_layout_find_buffer(f.train, 0, "decoder.layers.1.mlp.router.expert_bias");
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, b, &bi), RESHARD_OK);
+        assert_int_equal(bi.dtype, RESHARD_FP32);
+        int found = 0;
+        for (int64_t q = 0; q < reshard_model_buffers_count(f.train_buffers); q++) {
+            reshard_model_buffer_t mb;
+            assert_int_equal(reshard_model_buffers_get(f.train_buffers, q, &mb), RESHARD_OK);
+            int bias = strstr(mb.name, ".router.expert_bias") != NULL;
+            assert_int_equal(mb.module_buffer, bias);
+            found += bias;
+        }
+        assert_int_equal(found, f.train_world); /* one MoE layer, every rank */
+        reshard_model_refit_destroy(&f);
+    }
+    reshard_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -728,7 +850,8 @@ int main(void)
         cmocka_unit_test(test_spec_parse),          cmocka_unit_test(test_config_rules),
         cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
         cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
-        cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_audit_shipped),
+        cmocka_unit_test(test_baseline_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,8 +133,11 @@ typedef struct {
     const reshard_train_spec_t *ts; /* Megatron: the spec, and the rank's stage */
     int32_t stage;
     int64_t e0, ne;  /* vLLM: experts held (EP) */
-    int32_t dp, dpr; /* vLLM: DP size and replica */
+    int32_t dp, dpr; /* vLLM: DP size and replica (inside the rank's engine) */
     int vllm_ep;
+    int vllm_nested; /* vLLM >= 0.25 (PR #41184): experts.routed_experts.w13_weight */
+    int seq_moe;     /* vLLM use_sequence_parallel_moe: EP, tp > 1, dp > 1 in one engine */
+    int bridge;      /* Megatron-Bridge: the vocabulary is not padded */
 } rk_t;
 
 static void at(where_t *w, const char *prefix, const char *name, int64_t e, int64_t r, int64_t col)
@@ -229,8 +232,19 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     snprintf(rbias, sizeof rbias, "%sgate.e_score_correction_bias", moe_block(c));
     if (ends(rest, "norm.weight") || !strcmp(rest, router) || !strcmp(rest, rbias) ||
         !strcmp(rest, "eh_proj.weight") || !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight") ||
-        !strcmp(rest, "mlp.shared_expert_gate.weight")) {
+        (!strcmp(rest, "mlp.shared_expert_gate.weight") && shared_I(c))) {
         whole(x, hf, g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "mlp.shared_expert_gate.weight")) {
+        /* qwen2_moe.py: the gate exists without a shared expert; no trainer
+         * holds it, so the refit must leave it alone (bf16 [1, H]: the
+         * router's dtype, named for the check of the declaration) */
+        *g = (geom_t){1, 1, H};
+        if (w) {
+            at(w, pre, "mlp.gate.weight", 0, 0, col);
+            w->pad = 1;
+        }
         return 1;
     }
     int bias = !strcmp(rest, "self_attn.qkv_proj.bias");
@@ -279,7 +293,12 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         return 1;
     }
     int shared = !strncmp(rest, shared_hf(c), strlen(shared_hf(c)));
-    int64_t I = shared ? shared_I(c) : c->I, n = I / tp;
+    /* deepseek_v2.py: shared experts built with disable_tp under vLLM's
+     * sequence-parallel MoE: whole on every rank */
+    int whole_shared = shared && is_mla(c) && x->seq_moe;
+    int64_t I = shared ? shared_I(c) : c->I, n = whole_shared ? I : I / tp;
+    if (whole_shared)
+        t = 0;
     const char *sub = shared ? shared_hf(c) : "mlp.";
     char a[96], b[96];
     if (ends(rest, "gate_up_proj.weight")) {
@@ -304,8 +323,9 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     int64_t ni = x->vllm_ep ? c->Im : c->Im / (tp * x->dp);
     int64_t i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
     char e13[96], e2[96], eg[96], eu[96], ed[96];
-    snprintf(e13, sizeof e13, "%sexperts.w13_weight", moe_block(c));
-    snprintf(e2, sizeof e2, "%sexperts.w2_weight", moe_block(c));
+    const char *nest = x->vllm_nested ? "routed_experts." : "";
+    snprintf(e13, sizeof e13, "%sexperts.%sw13_weight", moe_block(c), nest);
+    snprintf(e2, sizeof e2, "%sexperts.%sw2_weight", moe_block(c), nest);
     snprintf(eg, sizeof eg, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 0));
     snprintf(eu, sizeof eu, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 1));
     snprintf(ed, sizeof ed, "%sexperts.%s.weight", moe_block(c), expert_hf(c, 2));
@@ -366,7 +386,7 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
 {
     const tcfg_t *c = x->c;
     int64_t tp = x->tp, t = x->t, H = c->H;
-    int64_t vpad = (c->V + 128 * tp - 1) / (128 * tp) * (128 * tp);
+    int64_t vpad = x->bridge ? c->V : (c->V + 128 * tp - 1) / (128 * tp) * (128 * tp);
     int chunk = 0, k = 0;
     if (x->ts->vpp > 1) { /* model chunk c's names start with "c." */
         if (sscanf(param, "%d.%n", &chunk, &k) != 1 || !k)
@@ -692,13 +712,17 @@ static void rank_ctx(const job_t *j, int train, rk_t *x)
         x->epr = (li / ts->etp) % ts->ep;
         x->ts = ts;
         x->stage = j->rank / S;
+        x->bridge = ts->convention == RESHARD_TRAIN_MEGATRON_BRIDGE;
     } else {
-        int32_t r = j->rank - j->f->train_world, eps = is->tp * is->dp;
+        /* independent engines: each holds the whole model on tp*dp ranks */
+        int32_t eps = is->tp * is->dp, r = (j->rank - j->f->train_world) % eps;
         x->tp = is->tp;
         x->t = r % is->tp;
         x->dp = is->dp;
         x->dpr = r / is->tp;
         x->vllm_ep = is->ep;
+        x->vllm_nested = is->vllm != RESHARD_VLLM_0_24;
+        x->seq_moe = is->ep && is->tp > 1 && is->dp > 1;
         if (j->c->E) {
             int64_t base = j->c->E / eps, rem = j->c->E % eps; /* remainder to the first ranks */
             x->ne = base + (r < rem);
@@ -723,6 +747,8 @@ static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
                                                         b.buffer, &bi),
                          RESHARD_OK);
         assert_string_equal(bi.name, b.name);
+        /* Megatron's router.expert_bias is a registered buffer (router.py) */
+        assert_int_equal(b.module_buffer, train && ends(b.name, ".router.expert_bias"));
         int64_t bad = check_buffer(&x, train ? megatron_oracle : vllm_oracle, &b, &bi,
                                    bufs[b.buffer].ptr, &j->checked);
         for (int q = 0; q < 64; q++) /* nothing written past the end */
@@ -1213,6 +1239,181 @@ static void test_fp8(void **state)
     refit_case(&dsv3_fp8, RESHARD_FP8_E4M3, "tp=2,pp=2", "tp=2,ep=on");
 }
 
+/* ------------------------------------------------------------------ */
+/* Wave 3: engines, vLLM versions, sequence-parallel MoE, conventions   */
+/* ------------------------------------------------------------------ */
+
+/* Independent engines vs vLLM's own DP. Per element the oracle knows: an
+ * engine's rank r % (tp*dp) holds what rank r of a single engine holds. */
+static void test_engines(void **state)
+{
+    (void)state;
+    /* dense: engines and vLLM DP hold the same */
+    refit_case(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,engines=3");
+    /* MoE, EP inside each engine (EP = TP = 2: 6 experts -> 3, 3 per engine) */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,engines=2,ep=on");
+    /* MoE without EP: each engine splits the experts over its own tp */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,engines=2");
+    /* engines of vLLM DP: 2 engines of tp=1,dp=2 with EP over each engine's 2 ranks */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=1,dp=2,ep=on,engines=2");
+    /* each engine spans two domains of 2 ranks; every rank plans for itself,
+     * and from its scoped layouts */
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
+                   (how_t){2, 1});
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
+                   (how_t){2, 2});
+    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,engines=2,ep=on",
+                   (how_t){2, 0});
+}
+
+/* Bytes that must cross into the inference domains (plan lower bound), from
+ * first principles: a domain receives the unique bytes its ranks hold. */
+static uint64_t lower_bound(const tcfg_t *c, const char *train, const char *infer, int32_t dom)
+{
+    char *json = config_json(c);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse(train, &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse(infer, &is), RESHARD_OK);
+    reshard_model_refit_t f;
+    if (reshard_model_refit_create(m, &ts, &is, &f) != RESHARD_OK)
+        fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
+    reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_DOMAIN_SIZE,
+                                .world_size = f.train_world + f.infer_world,
+                                .my_rank = RESHARD_ALL_RANKS,
+                                .domain_size = dom};
+    reshard_plan_t *plan;
+    if (reshard_plan_create(f.train, f.infer, &pp, &plan) != RESHARD_OK)
+        fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
+    reshard_plan_stats_t st;
+    assert_int_equal(reshard_plan_get_stats(plan, &st), RESHARD_OK);
+    reshard_plan_destroy(plan);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+    return st.bytes_lower_bound;
+}
+
+static void test_engines_bound(void **state)
+{
+    (void)state;
+    const tcfg_t *c = &qwen3_moe;
+    /* bf16 bytes of the routed experts (layers 1, 2) and of the whole model */
+    uint64_t experts = 2 * 3 * (uint64_t)(c->E * c->Im * c->H) * 2;
+    uint64_t attn =
+        (uint64_t)(c->nh * c->hd * c->H + 2 * c->kv * c->hd * c->H + c->H * c->nh * c->hd) * 2;
+    uint64_t norms = (uint64_t)(2 * c->H + 2 * c->hd) * 2; /* + qwen3 q/k norms */
+    uint64_t dense = 3 * (uint64_t)(c->I * c->H) * 2;
+    uint64_t router = (uint64_t)(c->E * c->H) * 2;
+    uint64_t M = 2 * (uint64_t)(c->V * c->H) * 2 + (uint64_t)c->H * 2 + 3 * (attn + norms) + dense +
+                 2 * router + experts;
+    /* domains of 2 ranks; the 4 inference ranks are 2 domains */
+    /* two engines of tp=2, one per domain: each domain needs a whole copy */
+    assert_int_equal(lower_bound(c, "tp=2,dp=2,ep=2,etp=1", "tp=2,engines=2,ep=on", 2), 2 * M);
+    /* one engine of tp=2,dp=2 with EP over its 4 ranks: each domain needs the
+     * non-expert part whole and its own experts (4 and 2 of the 6) */
+    assert_int_equal(lower_bound(c, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on", 2),
+                     2 * (M - experts) + experts);
+    /* dense: the same either way */
+    assert_int_equal(lower_bound(&llama, "tp=2,dp=2", "tp=4,engines=2", 4),
+                     lower_bound(&llama, "tp=2,dp=2", "tp=4,dp=2", 4));
+}
+
+/* vLLM names by version: the oracle expects experts.routed_experts.* from
+ * 0.25 (the default) and experts.* up to 0.24; the contents are the same. */
+static void test_vllm_versions(void **state)
+{
+    (void)state;
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,vllm=0.24");
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,vllm=0.25");
+    refit_case(&mixtral, RESHARD_BF16, "tp=2,pp=2", "tp=1,dp=4,ep=on,vllm=0.24");
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_infer_spec_parse("tp=2,vllm=0.26", &is), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "vllm=0.26 is not a supported vLLM version"));
+    assert_int_equal(reshard_infer_spec_parse("tp=2,vllm=0.24,vllm=0.25", &is),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_infer_spec_parse("tp=2,engines=0", &is), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=3,engines=4,vllm=0.24", &is), RESHARD_OK);
+    assert_int_equal(reshard_infer_world(&is), 24);
+    char text[96];
+    assert_string_equal(reshard_infer_spec_str(&is, text, sizeof text),
+                        "tp=2,dp=3,ep=off,engines=4,vllm=0.24");
+    is.vllm = 7;
+    assert_int_equal(reshard_infer_world(&is), -1);
+}
+
+/* DeepSeek shared experts under vLLM's sequence-parallel MoE (EP, tp > 1,
+ * dp > 1: whole on every rank) and outside it (TP-split); Qwen2-MoE's
+ * shared expert stays TP-split (qwen2_moe.py has no disable_tp). */
+static void test_sequence_parallel_shared(void **state)
+{
+    (void)state;
+    refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on");
+    refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=off");
+    refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4,ep=on");
+    refit_case(&qwen2_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+}
+
+/* Megatron-Bridge does not pad the vocabulary (each rank V/tp rows);
+ * Megatron-LM pads to 128*tp. */
+static void test_megatron_conventions(void **state)
+{
+    (void)state;
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1,convention=megatron-bridge",
+               "tp=2,dp=2,ep=on");
+    /* Bridge: etp defaults to 1 with ep > 1 (transformer_config.py); Megatron-LM: tp */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,convention=megatron-bridge",
+               "tp=2,dp=2,ep=off");
+    reshard_train_spec_t e;
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2,convention=megatron-bridge", &e),
+                     RESHARD_OK);
+    assert_int_equal(e.etp, 1);
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2", &e), RESHARD_OK);
+    assert_int_equal(e.etp, 2);
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,convention=megatron-bridge", &e),
+                     RESHARD_OK);
+    assert_int_equal(e.etp, 2); /* no expert parallelism: tp */
+    refit_case(&llama, RESHARD_BF16, "tp=4,cp=2,convention=megatron-bridge", "tp=2,engines=4");
+    refit_case(&llama, RESHARD_BF16, "tp=4,convention=megatron-lm", "tp=4");
+    /* V = 203 is divisible by no tp: Bridge cannot split it */
+    char *json = config_json(&qwen3_tied);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("tp=2,convention=megatron-bridge", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_check(m, &ts, &is, 0), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(),
+                           "train (megatron-bridge): tp=2 does not divide the vocabulary 203"));
+    assert_int_equal(reshard_train_spec_parse("tp=2,convention=megatron", &ts),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "convention=megatron is not a modelled"));
+    char text[128];
+    assert_int_equal(reshard_train_spec_parse("tp=2,convention=megatron-bridge", &ts), RESHARD_OK);
+    assert_string_equal(reshard_train_spec_str(&ts, text, sizeof text),
+                        "tp=2,pp=1,dp=1,cp=1,ep=1,etp=2,convention=megatron-bridge");
+    /* the default's name written out gives the default's text */
+    assert_int_equal(reshard_train_spec_parse("tp=2,convention=megatron-lm", &ts), RESHARD_OK);
+    assert_string_equal(reshard_train_spec_str(&ts, text, sizeof text),
+                        "tp=2,pp=1,dp=1,cp=1,ep=1,etp=2");
+    reshard_model_destroy(m);
+}
+
+/* Qwen2-MoE without a shared expert: vLLM still has shared_expert_gate; the
+ * refit declares it and leaves it alone (the oracle checks its sentinel). */
+static void test_qwen2_moe_no_shared(void **state)
+{
+    (void)state;
+    tcfg_t c = qwen2_moe;
+    c.Is = 0;
+    refit_case(&c, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    refit_case(&c, RESHARD_BF16, "tp=1,pp=2", "tp=2,engines=2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1224,6 +1425,12 @@ int main(void)
         cmocka_unit_test(test_qwen2_moe_mixtral),
         cmocka_unit_test(test_mla),
         cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_engines),
+        cmocka_unit_test(test_engines_bound),
+        cmocka_unit_test(test_vllm_versions),
+        cmocka_unit_test(test_sequence_parallel_shared),
+        cmocka_unit_test(test_megatron_conventions),
+        cmocka_unit_test(test_qwen2_moe_no_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
