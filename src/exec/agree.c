@@ -1,6 +1,6 @@
 /* The first agreement of an execution (see agree.h) and reshard_plan_fail.
  *
- * The transport reduces RS_AGREE_WORDS words by MIN over all ranks:
+ * The transport reduces RESHARD_AGREE_WORDS words by MIN over all ranks:
  *   [0] rank * 64 - status of a rank whose plan failed (lowest such rank)
  *   [1] rank of a rank whose local check failed (lowest)
  *   [2] [3] the high 32 bits of the fingerprint, least and greatest, each
@@ -49,8 +49,8 @@ static reshard_status_t agree(reshard_comm_t *comm, reshard_status_t local, bool
                               uint64_t fingerprint, double timeout_s, int64_t *m)
 {
     int32_t me = comm->rank;
-    int64_t w[RS_AGREE_WORDS];
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    int64_t w[RESHARD_AGREE_WORDS];
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         w[i] = m[i] = INT64_MAX;
     if (!planned)
         w[W_PLAN_FAILED] = (int64_t)me * 64 - (int64_t)local;
@@ -67,7 +67,7 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     int32_t me = comm->rank;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    int64_t m[RS_AGREE_WORDS];
+    int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, local, planned, fingerprint, timeout_s, m);
     if (m[W_FAILED] == INT64_MAX && agreed != RESHARD_OK) /* the agreement itself failed */
         return local != RESHARD_OK ? rs_error(local, "%s", msg) : agreed;
@@ -118,7 +118,7 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
     if (!(timeout_s > 0))
         timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */
-    int64_t m[RS_AGREE_WORDS];
+    int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, status, false, 0, timeout_s, m);
     if (m[W_PLAN_FAILED] == INT64_MAX)
         return agreed; /* the agreement itself failed */

@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /**
  * Take part in the first agreement with this rank's buffer check result

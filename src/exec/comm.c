@@ -1,7 +1,7 @@
 /* Transport-independent accessors of reshard_comm_t. */
 #include <stdlib.h>
 
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 void reshard_comm_destroy(reshard_comm_t *comm)
 {

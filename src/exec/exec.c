@@ -87,7 +87,7 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
                                    uint8_t *stage_buf, uint64_t len, bool sending,
                                    uint64_t *payload)
 {
-    const rs_transport_ops_t *ops = x->comm->ops;
+    const reshard_transport_ops_t *ops = x->comm->ops;
     uint64_t done = 0;
     while (done < len) {
         const rs_piece_t *p = &x->plan->pieces[s->idx[cur->piece]];
@@ -104,8 +104,8 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
             reshard_fragment_t tmp;
             void *buf;
             const reshard_fragment_t *f = piece_place(x, p, sending, &tmp, &buf);
-            rs_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
-                              (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
+            reshard_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
+                                   (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
             reshard_status_t st = RESHARD_OK;
             if (sending) {
                 if (ops->pack)
@@ -358,7 +358,7 @@ static void free_xstreams(rs_xstream_t *v, int32_t n)
 static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int64_t k,
                                    uint64_t slot_bytes)
 {
-    const rs_transport_ops_t *ops = x->comm->ops;
+    const reshard_transport_ops_t *ops = x->comm->ops;
     int slot = (int)(k & 1);
     uint8_t *base = x->staging + (size_t)slot * slot_bytes;
     reshard_status_t st = ops->round_begin(x->comm, slot);

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 
 #include "reshard/reshard_mpi.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /** Tags on the duplicated communicator. */
 enum {
@@ -113,7 +113,7 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  * waits at most 0.05 s more (a stopped rank never arrives); a rank that gives
  * up here tells every peer too, so the first to time out releases all. A rank that still has
  * round transfers in flight counts as failed and breaks the comm. The
- * RS_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
+ * RESHARD_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
  * collective into @p min_words (may be NULL).
  */
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,

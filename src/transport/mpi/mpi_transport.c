@@ -340,14 +340,14 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
      * On the heap: when the wait gives up, MPI may still write them, so they are then
      * kept (rs_mpi_keep) with the broken comm's request. */
-    enum { N = 2 + RS_AGREE_WORDS };
+    enum { N = 2 + RESHARD_AGREE_WORDS };
     int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
     if (!in)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement",
                         rs_mpi_pr(m, m->rank));
     in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
     in[1] = in_flight ? -1 : 0;
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         in[2 + i] = words ? words[i] : INT64_MAX;
     MPI_Request req;
     int rc = MPI_Iallreduce(in, out, N, MPI_INT64_T, MPI_MIN, m->comm, &req);
@@ -373,7 +373,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     int who = (int)(out[0] & 0xffffffff);
     bool flight = out[1] < 0;
     if (min_words)
-        memcpy(min_words, out + 2, RS_AGREE_WORDS * sizeof *out);
+        memcpy(min_words, out + 2, RESHARD_AGREE_WORDS * sizeof *out);
     free(in);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
     if (flight)
@@ -567,7 +567,8 @@ static void mpi_destroy(reshard_comm_t *c)
     c->impl = NULL;
 }
 
-static const rs_transport_ops_t rs_mpi_ops = {
+static const reshard_transport_ops_t rs_mpi_ops = {
+    .version = RESHARD_TRANSPORT_VERSION,
     .name = "mpi",
     .device_memory = false,
     .alloc_staging = mpi_alloc_staging,
