@@ -129,7 +129,8 @@ typedef struct reshard_transport_ops {
     /** Optional, for device memory: quantize the bf16 elements of @p box read from
      *  (src_frag in src) into e4m3 bytes in (dst_frag in dst) and one scale per block in
      *  (scale_frag in scale) by the rule @p q; NULL means the CPU implementation. The
-     *  built-in NCCL transport's; a caller's transport leaves it NULL. */
+     *  built-in NCCL transport's; a caller's transport leaves it NULL (with device_memory,
+     *  a refit that quantizes then fails with UNSUPPORTED on every rank). */
     reshard_status_t (*quantize)(reshard_comm_t *c, const struct reshard_quant_rule *q, void *dst,
                                  const reshard_fragment_t *dst_frag, void *scale,
                                  const reshard_fragment_t *scale_frag, const void *src,
@@ -167,6 +168,36 @@ typedef struct reshard_transport_ops {
     /** Optional: free the transport's state; called once by reshard_comm_destroy. */
     void (*destroy)(reshard_comm_t *c);
 } reshard_transport_ops_t;
+
+/**
+ * An endpoint over a caller's transport: rank @p rank of @p size, operations @p ops
+ * (copied: the table need not outlive the call), state @p ctx (the caller's; the library
+ * never reads it, reshard_comm_transport_ctx returns it). Local, not collective: every
+ * rank makes its own, with the same size. Plan, execute, plan_fail and destroy it like
+ * any other endpoint; reshard_comm_destroy calls ops->destroy (when given) and frees the
+ * endpoint.
+ * Errors: INVALID_ARG (NULL ops or out, a version this library does not know, a
+ * required operation NULL, device_memory without pack, unpack and local_copy, size < 1),
+ * RANK (rank outside [0, size)), NOMEM.
+ */
+reshard_status_t reshard_comm_create_transport(const reshard_transport_ops_t *ops, void *ctx,
+                                               int32_t rank, int32_t size, reshard_comm_t **out);
+
+/** The @p ctx an endpoint made by reshard_comm_create_transport was given (the state of a
+ *  built-in transport for the others); NULL for NULL. */
+void *reshard_comm_transport_ctx(const reshard_comm_t *comm);
+
+/** The name of an endpoint's transport ("inproc", "mpi", "nccl", or the caller's ops->name);
+ *  "" for NULL. */
+const char *reshard_comm_transport_name(const reshard_comm_t *comm);
+
+/**
+ * For a transport's operations: record @p message as the calling thread's last error
+ * (reshard_last_error; NULL: the status's name) and return @p status, so that
+ * `return reshard_transport_error(RESHARD_ERR_TIMEOUT, "rank 2: no data from rank 5");`
+ * ends an operation. The message should name this rank and the peer at fault.
+ */
+reshard_status_t reshard_transport_error(reshard_status_t status, const char *message);
 
 #ifdef __cplusplus
 }
