@@ -23,15 +23,17 @@ from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
 from .plan import ALL_RANKS, Plan, plan_fail
 from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
+from .torch_comm import from_torch
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
 
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)
+Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
 __all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
-           "fill_pattern", "from_mpi", "from_nccl_store", "library_path", "nccl_available",
+           "fill_pattern", "from_mpi", "from_nccl_store", "from_torch", "library_path", "nccl_available",
            "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

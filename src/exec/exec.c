@@ -649,6 +649,13 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     reshard_status_t agreed = comm->ops->finish(comm, st, NULL, NULL, plan->p.timeout_s);
+    /* This rank's wait on a peer failed: the agreement's message names the rank at the
+     * root of it (the one that stalled or died, not this one that noticed). */
+    if ((st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) && agreed != RESHARD_OK &&
+        reshard_last_error()[0] != '\0') {
+        snprintf(msg, sizeof msg, "%s", reshard_last_error());
+        return rs_error(st, "%s", msg);
+    }
     if (st != RESHARD_OK)
         return rs_error(st, "%s", msg);
     if (agreed != RESHARD_OK && reshard_last_error()[0] == '\0')
