@@ -1,10 +1,11 @@
 """One rank of a refit over a torch.distributed gloo group, started as its own process
 by test_torch_gloo.py (and bench/torch_vs_mpi.py):
 
-    python3 torch_worker.py CASE RANK WORLD STORE_FILE WORKDIR [TIMEOUT_S]
+    python3 torch_worker.py CASE[,CASE...] RANK WORLD STORE_FILE WORKDIR [TIMEOUT_S]
 
-It joins the group through a FileStore, runs CASE and prints one JSON line: rank,
-ok, status, message, verified (elements checked), seconds (the refit)."""
+It joins the group through a FileStore, runs each CASE on one comm and prints one
+JSON line per case: rank, case, ok, status, message, verified (elements checked),
+seconds (the refit), elapsed (the case)."""
 
 import datetime
 import json
@@ -262,17 +263,19 @@ def main():
     rank, world = int(rank), int(world)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=60))
-    out = {"rank": rank, "ok": True, "status": "OK", "message": "", "verified": 0}
     comm = reshard.Comm.from_torch()
-    t0 = time.monotonic()
-    try:
-        out["verified"], out["seconds"] = globals()["case_" + case](comm, workdir)
-    except reshard.ReshardError as e:
-        out.update(ok=False, status=e.status.name, message=e.message)
-    except AssertionError as e:
-        out.update(ok=False, status="ASSERT", message=str(e))
-    out["elapsed"] = time.monotonic() - t0
-    print(json.dumps(out), flush=True)
+    for name in case.split(","):  # one report per case, on one comm
+        out = {"rank": rank, "case": name, "ok": True, "status": "OK", "message": "",
+               "verified": 0}
+        t0 = time.monotonic()
+        try:
+            out["verified"], out["seconds"] = globals()["case_" + name](comm, workdir)
+        except reshard.ReshardError as e:
+            out.update(ok=False, status=e.status.name, message=e.message)
+        except AssertionError as e:
+            out.update(ok=False, status="ASSERT", message=str(e))
+        out["elapsed"] = time.monotonic() - t0
+        print(json.dumps(out), flush=True)
     comm.close()
     os._exit(0)  # gloo's connections to a dead or stalled peer must not hold the exit
 
