@@ -7,9 +7,9 @@ arrays to them by parameter name, without copies.
     import reshard
     from reshard import Shard, Replicate
 
-    refit = reshard.Model("qwen3-0.6b", layers=2).refit("tp=2", "tp=2")
-    plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=refit.world)
-    plan.execute(reshard.Comm.from_mpi(MPI.COMM_WORLD), src=trainer_params, dst=None)
+    comm = reshard.Comm.from_torch(group)  # or Comm.from_mpi(MPI.COMM_WORLD), ...
+    plan = reshard.Model("qwen3-0.6b", layers=2).plan(comm, "tp=2", "tp=2")  # once
+    plan.execute(src=trainer_params, dst=None)  # every step
 """
 
 from ._lib import path as library_path
@@ -21,7 +21,7 @@ from .layout import Fragment, Layout, Parameter
 from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
-from .plan import ALL_RANKS, Plan, plan_fail
+from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, plan_fail
 from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
 from .torch_comm import from_torch
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
@@ -32,7 +32,7 @@ Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
-__all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+__all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
            "fill_pattern", "from_mpi", "from_nccl_store", "from_torch", "library_path", "nccl_available",

@@ -55,10 +55,10 @@ def config(workdir, name, cfg):
 def model_refit(comm, path, train, infer, domain_size=None, verify=True, iters=1):
     """A Megatron -> vLLM refit of the config at ``path`` checked against the
     frameworks' rules (examples/python/conventions.py); returns (elements, seconds)."""
-    refit = reshard.Model(path).refit(train, infer)
+    plan = reshard.Model(path).plan(comm, train, infer, domain_size=domain_size,
+                                    timeout_s=TIMEOUT_S)  # the one-call path
+    refit = plan.refit
     w = conventions.Weights(conventions.load_config(path))
-    plan = reshard.Plan(refit.train, refit.infer, rank=comm.rank, world=refit.world,
-                        domain_size=domain_size, timeout_s=TIMEOUT_S)
     side, i = refit.role(comm.rank)
     src = conventions.megatron_state_dict(w, train, i) if side == "train" else None
     expect = conventions.vllm_state_dict(w, infer, i, reshard.SENTINEL_BYTE) \
@@ -68,7 +68,7 @@ def model_refit(comm, path, train, infer, domain_size=None, verify=True, iters=1
         dst = {n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
                .view(t.dtype) for n, t in expect.items()}
         t0 = time.perf_counter()
-        plan.execute(comm, src=src, dst=dst or None)
+        plan.execute(src=src, dst=dst or None)
         times.append(time.perf_counter() - t0)
         if verify:
             assert sorted(dst) == sorted(expect)
