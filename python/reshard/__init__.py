@@ -13,7 +13,7 @@ arrays to them by parameter name, without copies.
 """
 
 from ._lib import path as library_path
-from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl_store,
+from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl, from_nccl_store,
                    nccl_available, nccl_unique_id, run_threads)
 from .dtypes import DType, to_dtype, torch_dtype
 from .errors import ReshardError, Status
@@ -28,6 +28,7 @@ from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrin
 
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)
+Comm.from_nccl = staticmethod(from_nccl)
 Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
@@ -35,5 +36,5 @@ __version__ = "0.1.0"
 __all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
-           "fill_pattern", "from_mpi", "from_nccl_store", "from_torch", "library_path", "nccl_available",
+           "fill_pattern", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
            "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]
