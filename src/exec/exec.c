@@ -610,7 +610,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
-    st = rs_agree_preflight(comm, st, true, plan->fingerprint, plan->p.timeout_s);
+    st = rs_agree_preflight(comm, st, plan, plan->p.timeout_s);
     if (st != RESHARD_OK) {
         rs_qbufs_free(comm, &qb);
         return st;

@@ -127,3 +127,45 @@ def test_one_default_timeout():
     assert reshard.DEFAULT_TIMEOUT_S == c
     assert ".timeout_s = RESHARD_DEFAULT_TIMEOUT_S" in cli
     assert "a silent peer fails the refit (%g)" % c in cli
+
+
+@pytest.mark.parametrize("odd,what,first", [
+    ("layout", "(the layouts, the declared buffers differ; the first tensor where they do: 1 ",
+     "x"),
+    ("catalogue", "(the catalogue differ; the first tensor where they do: 2 ", None),
+    ("timeout", "(the params differ)", None),
+])
+def test_mismatch_says_what_differs(odd, what, first):
+    """Rank 3 plans from other inputs: every rank's MISMATCH names what differs
+    and the first tensor where it does, the same on every rank."""
+    from reshard import Shard
+    import numpy as np
+    out = {}
+
+    def fn(comm):
+        odd_rank = comm.rank == 3
+        tensors = reshard.Tensors()
+        tensors.add("a", (8, 4), np.float32)
+        tensors.add("x", (8, 4), np.float32)
+        if odd == "catalogue" and odd_rank:
+            tensors.add("y", (2,), np.float32)  # one tensor more
+        pl = Shard(0) if odd == "layout" and odd_rank else Shard(1)
+        src = reshard.Layout.from_placements(tensors, {"a": ([0, 1], [Shard(0)]),
+                                                       "x": ([0, 1], [Shard(0)])})
+        dst = reshard.Layout.from_placements(tensors, {"a": ([2, 3], [Shard(0)]),
+                                                       "x": ([2, 3], [pl])})
+        plan = reshard.Plan(src, dst, rank=comm.rank, world=4,
+                            timeout_s=31 if odd == "timeout" and odd_rank else 30)
+        with pytest.raises(reshard.ReshardError) as e:
+            plan.execute(comm, src=src.new_buffers(comm.rank) if comm.rank < 2 else None,
+                         dst=dst.new_buffers(comm.rank) if comm.rank >= 2 else None)
+        out[comm.rank] = e.value
+
+    reshard.run_threads(4, fn)
+    for r, e in sorted(out.items()):
+        assert e.status == reshard.Status.MISMATCH
+        assert e.message.startswith("rank %d: ranks 0 and 3 planned from different inputs %s"
+                                    % (r, what)), e.message
+        if first:
+            assert "('%s' on this rank)" % first in e.message
+    assert "('y' on this rank)" in out[3].message if odd == "catalogue" else True

@@ -83,7 +83,9 @@ def test_planning_from_other_layouts_over_gloo(good_group):
     for r in range(WORLD):
         rep = good_group[r]["mismatch"]
         assert rep["status"] == "MISMATCH", rep
-        assert "ranks 0 and 3 planned from different inputs" in rep["message"], rep
+        assert rep["message"].startswith(
+            "rank %d: ranks 0 and 3 planned from different inputs (the layouts, the declared "
+            "buffers differ; the first tensor where they do: 0 ('x' on this rank))" % r), rep
 
 
 @pytest.mark.parametrize("case,status", [("stall", "TIMEOUT"), ("kill", "TRANSPORT")])
