@@ -15,7 +15,6 @@ fails its operations at once.
 """
 
 import ctypes
-import datetime
 import struct
 import threading
 import time
