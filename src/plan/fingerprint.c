@@ -92,6 +92,13 @@ static void put_tensor(rs_fp_t *f, const rs_tensor_t *t)
         put(f, (uint64_t)t->vshape[d]);
 }
 
+static void put_catalogue(rs_fp_t *f, const reshard_tensors_t *ts)
+{
+    put(f, (uint64_t)ts->n);
+    for (int32_t i = 0; i < ts->n; i++)
+        put_tensor(f, &ts->t[i]);
+}
+
 static void put_params(rs_fp_t *f, const reshard_plan_params_t *p)
 {
     uint64_t timeout;
@@ -106,10 +113,7 @@ void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t
                           const reshard_layout_t *dst, uint64_t part[RS_FP_PARTS])
 {
     rs_fp_t c = {1}, l = {2}, b = {3}, q = {4};
-    const reshard_tensors_t *ts = src->tensors;
-    put(&c, (uint64_t)ts->n);
-    for (int32_t i = 0; i < ts->n; i++)
-        put_tensor(&c, &ts->t[i]);
+    put_catalogue(&c, src->tensors);
     put_fragments(&l, src);
     put_fragments(&l, dst);
     put_decls(&b, src);
@@ -153,10 +157,7 @@ uint64_t rs_fingerprint(const reshard_plan_params_t *p, const reshard_layout_t *
                         const reshard_layout_t *dst)
 {
     rs_fp_t f = {0x5265736861726421ULL};
-    const reshard_tensors_t *ts = src->tensors;
-    put(&f, (uint64_t)ts->n);
-    for (int32_t i = 0; i < ts->n; i++)
-        put_tensor(&f, &ts->t[i]);
+    put_catalogue(&f, src->tensors);
     put_layout(&f, src);
     put_layout(&f, dst);
     put_params(&f, p);
