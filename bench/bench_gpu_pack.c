@@ -82,7 +82,7 @@ typedef struct {
 static void run_op(const bench_case_t *b, op_t op, cudaStream_t s)
 {
     const int64_t numel = (int64_t)(b->bytes / 2);
-    rs_span_t span = {&b->frag, &b->box, 0, numel, 2};
+    reshard_span_t span = {&b->frag, &b->box, 0, numel, 2};
     switch (op) {
     case OP_MEMCPY:
         cuda_ok(cudaMemcpyAsync(b->copy_dst, b->copy_src, b->bytes, cudaMemcpyDeviceToDevice, s),

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
                                    .box = {2, {0, 0}, {rows, cols}},
                                    .base = 0,
                                    .stride = {2 * cols, 1}};
-        rs_span_t span = {&frag, &frag.box, 0, rows * cols, 2};
+        reshard_span_t span = {&frag, &frag.box, 0, rows * cols, 2};
         /* warm up every page once */
         rs_pack_cpu(contig, strided, &span);
         memcpy(contig2, contig, total);

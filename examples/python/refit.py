@@ -37,26 +37,20 @@ def main():
 
     world = MPI.COMM_WORLD
     rank = world.rank
+    comm = reshard.Comm.from_mpi(world)
     model = reshard.Model(args.model, layers=args.layers)
-    try:  # this rank's part of the layouts: what it sends, what its domain receives
-        refit = model.refit(args.train, args.infer, rank=rank, domain_size=args.domain_size)
-    except reshard.ReshardError as e:
-        if e.status != reshard.Status.RANK:  # a rank past the refit's world: said below
-            raise
-        refit = model.refit(args.train, args.infer)
-    if world.size != refit.world:
+    t0 = time.perf_counter()
+    try:  # the one-call path: this rank's part of the layouts and its own plan
+        plan = model.plan(comm, args.train, args.infer, domain_size=args.domain_size,
+                          staging_mb=args.staging_mb)
+    except reshard.ReshardError as e:  # every rank raises (the peers are told)
         if rank == 0:
-            print("refit.py: %s -> %s needs %d ranks (train %d + infer %d), not %d"
-                  % (args.train, args.infer, refit.world, refit.train_world, refit.infer_world,
-                     world.size), file=sys.stderr)
+            print("refit.py: %s" % e, file=sys.stderr)
         return 1
+    plan_s = time.perf_counter() - t0
+    refit = plan.refit
     weights = conventions.Weights(conventions.load_config(args.model, args.layers))
 
-    t0 = time.perf_counter()
-    plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=refit.world,
-                        domain_size=args.domain_size, staging_mb=args.staging_mb)
-    plan_s = time.perf_counter() - t0
-    comm = reshard.Comm.from_mpi(world)
     side, i = refit.role(rank)
     src = dst = expect = None
     if side == "train":
@@ -72,7 +66,7 @@ def main():
                 t.view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
         world.Barrier()
         t0 = time.perf_counter()
-        stats = plan.execute(comm, src=src, dst=dst)
+        stats = plan.execute(src=src, dst=dst)
         times.append(time.perf_counter() - t0)
         moved += stats["bytes_recv"] + stats["bytes_local"]
         if dst is not None:

@@ -7,13 +7,13 @@ arrays to them by parameter name, without copies.
     import reshard
     from reshard import Shard, Replicate
 
-    refit = reshard.Model("qwen3-0.6b", layers=2).refit("tp=2", "tp=2")
-    plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=refit.world)
-    plan.execute(reshard.Comm.from_mpi(MPI.COMM_WORLD), src=trainer_params, dst=None)
+    comm = reshard.Comm.from_torch(group)  # or Comm.from_mpi(MPI.COMM_WORLD), ...
+    plan = reshard.Model("qwen3-0.6b", layers=2).plan(comm, "tp=2", "tp=2")  # once
+    plan.execute(src=trainer_params, dst=None)  # every step
 """
 
 from ._lib import path as library_path
-from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl_store,
+from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl, from_nccl_store,
                    nccl_available, nccl_unique_id, run_threads)
 from .dtypes import DType, to_dtype, torch_dtype
 from .errors import ReshardError, Status
@@ -21,17 +21,20 @@ from .layout import Fragment, Layout, Parameter
 from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
-from .plan import ALL_RANKS, Plan, plan_fail
+from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, plan_fail
 from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
+from .torch_comm import from_torch
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
 
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)
+Comm.from_nccl = staticmethod(from_nccl)
+Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
-__all__ = ["ALL_RANKS", "Comm", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+__all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
-           "fill_pattern", "from_mpi", "from_nccl_store", "library_path", "nccl_available",
+           "fill_pattern", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
            "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

@@ -126,6 +126,27 @@ class Quant(ctypes.Structure):
 
 st = ctypes.c_int  # reshard_status_t
 
+TRANSPORT_VERSION = 1  # RESHARD_TRANSPORT_VERSION
+AGREE_WORDS = 6  # RESHARD_AGREE_WORDS
+INT64_MAX = 2**63 - 1
+
+
+class TransportOps(ctypes.Structure):
+    """reshard_transport_ops_t (reshard_transport.h); the optional members a Python
+    transport leaves NULL are plain pointers here."""
+    ALLOC = ctypes.CFUNCTYPE(st, c_vp, c_u64, P(c_vp))
+    FREE = ctypes.CFUNCTYPE(None, c_vp, c_vp)
+    SLOT = ctypes.CFUNCTYPE(st, c_vp, ctypes.c_int)
+    POST = ctypes.CFUNCTYPE(st, c_vp, ctypes.c_int, c_i32, c_vp, c_u64)
+    WAIT = ctypes.CFUNCTYPE(st, c_vp, ctypes.c_int, ctypes.c_double)
+    FINISH = ctypes.CFUNCTYPE(st, c_vp, st, P(c_i64), P(c_i64), ctypes.c_double)
+    _fields_ = [("version", ctypes.c_uint32), ("name", c_str), ("device_memory", ctypes.c_bool),
+                ("alloc_staging", ALLOC), ("free_staging", FREE), ("round_begin", SLOT),
+                ("post_send", POST), ("post_recv", POST), ("round_end", SLOT),
+                ("round_wait", WAIT), ("pack", c_vp), ("unpack", c_vp), ("local_copy", c_vp),
+                ("quantize", c_vp), ("finish", FINISH), ("unresponsive", c_vp),
+                ("agree_exchange", c_vp), ("destroy", c_vp)]
+
 # name: (restype, argtypes); a function missing from the library is left out
 # of the handle (optional parts: MPI, NCCL).
 _SIGNATURES = {
@@ -167,6 +188,9 @@ _SIGNATURES = {
     "reshard_comm_destroy": (None, [c_vp]),
     "reshard_comm_rank": (c_i32, [c_vp]),
     "reshard_comm_size": (c_i32, [c_vp]),
+    "reshard_comm_create_transport": (st, [P(TransportOps), c_vp, c_i32, c_i32, P(c_vp)]),
+    "reshard_comm_transport_name": (c_str, [c_vp]),
+    "reshard_transport_error": (st, [st, c_str]),
     "reshard_plan_execute": (st, [c_vp, c_vp, P(Buffer), c_i32, P(Buffer), c_i32, P(ExecStats)]),
     "reshard_plan_fail": (st, [c_vp, st, ctypes.c_double]),
     "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),

@@ -225,6 +225,48 @@ def from_nccl_store(store, rank, world, key="reshard/nccl_unique_id", device=Non
     return Comm(h.value, "nccl", "cuda", keep=stream)
 
 
+def _raw_pointer(obj, what):
+    """The address an NCCL communicator or CUDA stream object carries: an int, a ctypes
+    pointer or c_void_p, or an object with ``.value`` (ctypes), ``.ptr`` (CuPy's
+    NcclCommunicator) or ``.cuda_stream`` (torch.cuda.Stream)."""
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(obj, attr) and not isinstance(obj, int):
+            obj = getattr(obj, attr)
+    if isinstance(obj, ctypes.c_void_p):
+        obj = obj.value
+    elif isinstance(obj, ctypes._Pointer):
+        obj = ctypes.cast(obj, ctypes.c_void_p).value
+    if not isinstance(obj, int) or obj == 0:
+        raise error(Status.INVALID_ARG, "Comm.from_nccl: %s must be a non-NULL address (an "
+                    "int, a ctypes pointer, an object with .ptr), not %r" % (what, obj))
+    return obj
+
+
+def from_nccl(nccl_comm, stream=None):
+    """An endpoint on an NCCL communicator the caller already has (reshard_comm_create_nccl;
+    local, no communication): rank, size and device are the communicator's, and it stays
+    the caller's (closing the endpoint does not destroy it) — but an error or timeout
+    during an execution aborts it, after which it must not be used. For reshard's
+    timeouts to hold it should be nonblocking (config.blocking = 0). Do not use it from
+    another thread during an execution.
+
+    ``nccl_comm`` is the ncclComm_t address: vLLM's PyNcclCommunicator(...).comm (a
+    ctypes pointer), CuPy's cupy.cuda.nccl.NcclCommunicator(...).ptr, or an int from a
+    C extension; torch 1.13 does not hand out the communicators of its NCCL process
+    groups (use Comm.from_torch(group) for those). ``stream``: a torch.cuda.Stream or a
+    raw cudaStream_t (default: torch's current stream on the communicator's device when
+    torch has CUDA, else the endpoint's own stream). Raises ReshardError (UNSUPPORTED:
+    built without NCCL or no CUDA device; INVALID_ARG; TRANSPORT)."""
+    _need_nccl()
+    addr = _raw_pointer(nccl_comm, "nccl_comm")
+    if stream is None:
+        _, stream = _cuda_device_stream(None, None)
+    raw_stream = _raw_pointer(stream, "stream") if stream else None
+    h = _lib.c_vp()
+    _lib.check(_lib.lib.reshard_comm_create_nccl(addr, raw_stream, ctypes.byref(h)))
+    return Comm(h.value, "nccl", "cuda", keep=(nccl_comm, stream))
+
+
 def _cuda_device_stream(device, stream):
     try:
         import torch

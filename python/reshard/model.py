@@ -6,7 +6,9 @@ import ctypes
 
 from . import _lib
 from .dtypes import to_dtype
+from .errors import ReshardError, Status, error
 from .layout import Layout
+from .plan import Plan, comm_open, plan_fail
 from .tensors import Quant, Tensors, to_quant
 
 
@@ -71,6 +73,36 @@ class Model:
             infer += ",vllm=%s" % (vllm,)
         return Refit(self, train, infer, infer_offset, rank, domain_size)
 
+    def plan(self, comm, train, infer, infer_offset=None, domain_size=None, staging_mb=None,
+             relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None):
+        """The common path in one call: this rank's plan of the refit from ``train`` to
+        ``infer`` over ``comm`` (any reshard.Comm: its rank and size are the rank's
+        and the world's). It builds the rank's scoped refit (Model.refit(...,
+        rank=comm.rank, domain_size=...)) and its own Plan with the same domain size,
+        checks the refit's world against the comm's size, and when anything of that
+        fails, tells every peer through the comm (plan_fail: their execute, or their
+        Model.plan, fails at once naming this rank) before raising. Every rank of the
+        comm calls it, then plan.execute(src=..., dst=...) every step. The Plan's
+        ``refit`` is the scoped refit (role(), parameters(rank)); ``engines``, ``vllm``
+        and ``convention`` are Model.refit's, the other arguments Plan's. Raises ReshardError (this rank's error, or the one of a peer whose
+        planning failed)."""
+        comm_open(comm)
+        rank, size = comm.rank, comm.size
+        try:
+            refit = self.refit(train, infer, infer_offset=infer_offset, rank=rank,
+                               domain_size=domain_size or 0, engines=engines, vllm=vllm,
+                               convention=convention)
+        except ReshardError as e:
+            plan_fail(comm, e.status, timeout_s)
+            raise
+        if refit.world != size:
+            e = error(Status.INVALID_ARG, "rank %d: the refit %s -> %s needs %d ranks, the "
+                      "comm has %d" % (rank, train, infer, refit.world, size))
+            plan_fail(comm, e.status, timeout_s)
+            raise e
+        return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
+                          domain_size=domain_size)
+
 
 def _int32(value, name):
     """``value`` as an int the C side takes (int32_t): ValueError otherwise, never a
@@ -111,6 +143,7 @@ class Refit:
                 _int32(domain_size or 0, "domain_size"), ctypes.byref(self._r)))
         self.model = model
         self.rank = None if rank is None else int(rank)
+        self.domain_size = int(domain_size or 0)
         self.train_spec, self.infer_spec = str(train), str(infer)
         self.tensors = Tensors(_handle=self._r.tensors, _owner=self)
         self.train = Layout(self.tensors, _handle=self._r.train, _owner=self)
@@ -134,6 +167,21 @@ class Refit:
             if b.rank == rank and b.module_buffer:
                 out.append(b.name.decode())
         return out
+
+    def plan(self, comm, domain_size=None, staging_mb=None, relay_mb=None, timeout_s=None):
+        """This rank's Plan of the refit over ``comm``: rank comm.rank of comm.size
+        (which must be the refit's world); a scoped refit takes the domain size it was
+        built with. A failure is told to the peers through the comm before it is raised
+        (Plan(comm=)). The plan's ``refit`` is this refit and its ``comm`` the comm, so
+        plan.execute(src=..., dst=...) needs no comm."""
+        comm_open(comm)
+        if domain_size is None and self.domain_size:
+            domain_size = self.domain_size
+        plan = Plan(self.train, self.infer, rank=comm.rank, world=comm.size,
+                    domain_size=domain_size, staging_mb=staging_mb, relay_mb=relay_mb,
+                    timeout_s=timeout_s, comm=comm)
+        plan.refit = self
+        return plan
 
     def role(self, rank):
         """("train", rank) for a training rank, ("infer", rank - infer_offset) for an

@@ -8,6 +8,7 @@ from .errors import ReshardError, Status, error
 from .layout import Layout
 
 ALL_RANKS = _lib.ALL_RANKS
+DEFAULT_TIMEOUT_S = 60.0  # RESHARD_DEFAULT_TIMEOUT_S (reshard.h), the command line's too
 
 _STAT_KEYS = [f for f, _ in _lib.PlanStats._fields_]
 _EXEC_KEYS = [f for f, _ in _lib.ExecStats._fields_]
@@ -20,12 +21,17 @@ class Plan:
     domain_size  ranks per NVLink domain (0/1: every rank its own domain)
     staging_mb   staging memory bound per rank, MiB (default 256)
     relay_mb     relay scratch bound per rank, MiB (default none)
-    timeout_s    a silent peer fails the execution after this many seconds (default 60)
+    timeout_s    a silent peer fails the execution after this many seconds (default
+                 DEFAULT_TIMEOUT_S, 60: RESHARD_DEFAULT_TIMEOUT_S, as the command line's)
     summary      ALL_RANKS only: keep counters and per-stream totals, not pieces
                  (statistics and pair_bytes of a plan too large to hold; not executable)
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
-                 raise; this waits until the peers reach execute
+                 raise; this waits until the peers reach execute; execute's default
+
+    The common path is one call, Model.plan(comm, train, infer) (or Refit.plan(comm)):
+    the rank and world come from the comm. This explicit form is for tests and for
+    layouts written by hand.
 
     Raises ReshardError with the C message (SHAPE, DTYPE, UNCOVERED, OVERLAP, RANK,
     BUFFER, STAGING, ...). Python adds no planning of its own.
@@ -54,6 +60,8 @@ class Plan:
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = int(rank), int(world)
         self.timeout_s = timeout_s
+        self.comm = comm  # execute's default
+        self.refit = None  # set by Refit.plan / Model.plan
         self._h = None
         h = _lib.c_vp()
         status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
@@ -81,11 +89,12 @@ class Plan:
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""
         return _lib.lib.reshard_plan_pair_bytes(self._h, int(src_rank), int(dst_rank))
 
-    def execute(self, comm, src=None, dst=None):
+    def execute(self, comm=None, src=None, dst=None):
         """Move the bytes: this rank's source tensors ``src`` and destination tensors
         ``dst``, each a name -> tensor dict (e.g. dict(module.named_parameters())) or a
-        list by buffer id. Every rank of the comm calls it. Returns this rank's
-        measured byte counts as a dict.
+        list by buffer id, over ``comm`` (default the comm the plan was made with).
+        Every rank of the comm calls it. Returns this rank's measured byte counts as a
+        dict.
 
         Checked before anything moves, naming the parameter: the comm is open and has
         the plan's rank and size, a name the layout does not declare for this rank, a
@@ -99,6 +108,8 @@ class Plan:
         A binding error takes precedence over MISMATCH: a rank planned from other
         layouts usually fails binding by name first, and then every rank reports its
         status (BUFFER), not MISMATCH; MISMATCH comes when every binding passed."""
+        if comm is None:
+            comm = self.comm
         comm_open(comm)
         if comm.rank != self.rank and self.rank != ALL_RANKS or comm.size != self.world:
             self._fail(comm, [(Status.INVALID_ARG, "reshard_plan_execute: comm is rank %d of %d, "
@@ -150,7 +161,7 @@ def plan_fail(comm, status, timeout_s=None):
     a Status, an int, or the ReshardError Plan raised), where execute would have
     been called: every peer's execute then fails at once with that status, naming
     this rank, and nothing moves. Waits for the peers to arrive (``timeout_s``,
-    default 60 s). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
+    default DEFAULT_TIMEOUT_S). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
     if isinstance(status, ReshardError):
         status = status.status
     comm_open(comm)

@@ -1,6 +1,6 @@
 /* The first agreement of an execution (see agree.h) and reshard_plan_fail.
  *
- * The transport reduces RS_AGREE_WORDS words by MIN over all ranks:
+ * The transport reduces RESHARD_AGREE_WORDS words by MIN over all ranks:
  *   [0] rank * 64 - status of a rank whose plan failed (lowest such rank)
  *   [1] rank of a rank whose local check failed (lowest)
  *   [2] [3] the high 32 bits of the fingerprint, least and greatest, each
@@ -11,8 +11,11 @@
  * exactly when one of their halves differs, and then the least and greatest
  * of that half differ too, each naming a rank that holds it. */
 #include <stdio.h>
+#include <string.h>
 
 #include "exec/agree.h"
+#include "layout/layout_internal.h" /* rs_hash_mix */
+#include "plan/plan_internal.h"
 #include "util/error.h"
 
 enum { W_PLAN_FAILED, W_FAILED, W_HI_MIN, W_HI_MAX, W_LO_MIN, W_LO_MAX };
@@ -49,8 +52,8 @@ static reshard_status_t agree(reshard_comm_t *comm, reshard_status_t local, bool
                               uint64_t fingerprint, double timeout_s, int64_t *m)
 {
     int32_t me = comm->rank;
-    int64_t w[RS_AGREE_WORDS];
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    int64_t w[RESHARD_AGREE_WORDS];
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         w[i] = m[i] = INT64_MAX;
     if (!planned)
         w[W_PLAN_FAILED] = (int64_t)me * 64 - (int64_t)local;
@@ -61,13 +64,116 @@ static reshard_status_t agree(reshard_comm_t *comm, reshard_status_t local, bool
     return comm->ops->finish(comm, local, w, m, timeout_s);
 }
 
-reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local, bool planned,
-                                    uint64_t fingerprint, double timeout_s)
+/* ---- what differs, once the fingerprints do ------------------------------------------- */
+
+static uint32_t h32(uint64_t h)
+{
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* One agreement comparing up to 3 values across all ranks: differ[k] when two ranks'
+ * v[k] differ. Every rank calls it with the same nv. */
+static reshard_status_t compare(reshard_comm_t *comm, const uint64_t *v, int nv, double timeout_s,
+                                bool *differ)
+{
+    int64_t w[RESHARD_AGREE_WORDS], m[RESHARD_AGREE_WORDS], max = 0xffffffff;
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
+        w[i] = m[i] = INT64_MAX;
+    for (int k = 0; k < nv; k++) {
+        w[2 * k] = (int64_t)h32(v[k]);
+        w[2 * k + 1] = max - (int64_t)h32(v[k]);
+    }
+    reshard_status_t st = comm->ops->finish(comm, RESHARD_OK, w, m, timeout_s);
+    for (int k = 0; st == RESHARD_OK && k < nv; k++)
+        differ[k] = m[2 * k] != max - m[2 * k + 1];
+    return st;
+}
+
+/* Hash of the first @p k tensors' entries (rs_fingerprint_tensors). */
+static uint64_t tensors_prefix(const reshard_plan_t *plan, int32_t k)
+{
+    uint64_t h = 0x7072656669780aULL;
+    for (int32_t i = 0; i < k && i < plan->fp_ntensors; i++)
+        h = rs_hash_mix(h, plan->fp_tensor[i]);
+    return h;
+}
+
+/* Every rank, its plan's fingerprint differing from another's: a few more agreements
+ * find which parts of the inputs differ and the first tensor where they do; written
+ * into @p out ("" when an agreement failed). */
+static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, double timeout_s,
+                            char *out, size_t size)
+{
+    static const char *names[RS_FP_PARTS] = {"the catalogue", "the layouts", "the declared buffers",
+                                             "the params"};
+    bool d[RS_FP_PARTS + 1] = {false};
+    out[0] = '\0';
+    if (compare(comm, plan->fp_part, 3, timeout_s, d) != RESHARD_OK)
+        return;
+    /* the params, and the tensor count as [n, -n] (min and max) */
+    int64_t w[RESHARD_AGREE_WORDS], m[RESHARD_AGREE_WORDS];
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
+        w[i] = m[i] = INT64_MAX;
+    w[0] = (int64_t)h32(plan->fp_part[RS_FP_PARAMS]);
+    w[1] = 0xffffffff - w[0];
+    w[2] = plan->fp_ntensors;
+    w[3] = -(int64_t)plan->fp_ntensors;
+    if (comm->ops->finish(comm, RESHARD_OK, w, m, timeout_s) != RESHARD_OK)
+        return;
+    d[RS_FP_PARAMS] = m[0] != 0xffffffff - m[1];
+    int32_t n_min = (int32_t)m[2];
+    bool n_differ = m[2] != -m[3];
+    size_t n = (size_t)snprintf(out, size, " (");
+    int listed = 0;
+    for (int k = 0; k < RS_FP_PARTS; k++)
+        if (d[k])
+            n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", listed++ ? ", " : "",
+                                  names[k]);
+    if (!listed) {
+        out[0] = '\0';
+        return;
+    }
+    n += (size_t)snprintf(out + n, n < size ? size - n : 0, " differ");
+    int32_t first = -1;
+    if (d[RS_FP_CATALOGUE] || d[RS_FP_LAYOUTS]) {
+        /* the shortest prefix of the catalogue whose tensors differ: a binary search,
+         * one agreement a step, the same steps on every rank */
+        uint64_t v = tensors_prefix(plan, n_min);
+        bool dv = false;
+        if (compare(comm, &v, 1, timeout_s, &dv) != RESHARD_OK)
+            return;
+        int32_t lo = 0, hi = n_min;
+        if (dv) {
+            while (hi - lo > 1) {
+                int32_t mid = lo + (hi - lo) / 2;
+                v = tensors_prefix(plan, mid);
+                if (compare(comm, &v, 1, timeout_s, &dv) != RESHARD_OK)
+                    return;
+                *(dv ? &hi : &lo) = mid;
+            }
+            first = hi - 1;
+        } else if (n_differ) {
+            first = n_min; /* the first tensor some rank has and another has not */
+        }
+    }
+    if (first >= 0) {
+        const reshard_tensors_t *ts = plan->src->tensors;
+        n += (size_t)snprintf(out + n, n < size ? size - n : 0,
+                              "; the first tensor where they do: %d ('%s' on this rank)",
+                              (int)first, first < ts->n ? ts->t[first].name : "none");
+    }
+    snprintf(out + n, n < size ? size - n : 0, ")");
+}
+
+reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local,
+                                    const reshard_plan_t *plan, double timeout_s)
 {
     int32_t me = comm->rank;
+    bool planned = plan != NULL;
+    uint64_t fingerprint = planned ? plan->fingerprint : 0;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    int64_t m[RS_AGREE_WORDS];
+    int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, local, planned, fingerprint, timeout_s, m);
     if (m[W_FAILED] == INT64_MAX && agreed != RESHARD_OK) /* the agreement itself failed */
         return local != RESHARD_OK ? rs_error(local, "%s", msg) : agreed;
@@ -84,11 +190,16 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     int32_t a, b;
     if (fp_differ(m, &a, &b)) {
         int32_t lo = a < b ? a : b, hi = a < b ? b : a;
+        char what[512];
+        mismatch_detail(comm, plan, timeout_s, what, sizeof what);
         return rs_error(RESHARD_ERR_MISMATCH,
-                        "rank %d: ranks %d and %d planned from different inputs (their plan "
-                        "fingerprints differ: catalogue, layouts, declared buffers or params; "
-                        "either may be the odd one); nothing was sent%s%s",
-                        me, lo, hi, local != RESHARD_OK ? "; this rank also: " : "",
+                        "rank %d: ranks %d and %d planned from different inputs%s; nothing was "
+                        "sent%s%s",
+                        me, lo, hi,
+                        what[0] ? what
+                                : " (their plan fingerprints differ: catalogue, layouts, "
+                                  "declared buffers or params; either may be the odd one)",
+                        local != RESHARD_OK ? "; this rank also: " : "",
                         local != RESHARD_OK ? msg : "");
     }
     if (local != RESHARD_OK)
@@ -118,7 +229,7 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
     if (!(timeout_s > 0))
         timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */
-    int64_t m[RS_AGREE_WORDS];
+    int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, status, false, 0, timeout_s, m);
     if (m[W_PLAN_FAILED] == INT64_MAX)
         return agreed; /* the agreement itself failed */

@@ -7,20 +7,22 @@
 
 #include <stdbool.h>
 
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /**
  * Take part in the first agreement with this rank's buffer check result
- * @p local (its message is the last error) and, when @p planned, its plan
- * fingerprint @p fingerprint; without a plan, @p local is the status its
+ * @p local (its message is the last error) and, with a @p plan, its plan
+ * fingerprint; without one (NULL), @p local is the status its
  * plan_create returned. Returns OK only when every rank planned, every
  * fingerprint is equal and every rank's buffers are good. Otherwise, in this
  * order: the status of the lowest rank whose plan failed ("rank R could not
  * create its plan"), MISMATCH naming a rank whose fingerprint differs from
- * another's, this rank's own error, another rank's error — or the
+ * another's, which parts of the inputs differ (catalogue, layouts, declared
+ * buffers, params: a few more agreements, the same on every rank) and the first
+ * tensor where they do, this rank's own error, another rank's error — or the
  * transport's TIMEOUT / TRANSPORT when the agreement itself failed.
  */
-reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local, bool planned,
-                                    uint64_t fingerprint, double timeout_s);
+reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local,
+                                    const reshard_plan_t *plan, double timeout_s);
 
 #endif

@@ -18,7 +18,7 @@ typedef struct {
     reshard_comm_t *inner;
     int32_t *to_inner; /* plan world: inner rank or -1 */
     int32_t *to_plan;  /* inner size: plan rank */
-    rs_transport_ops_t ops;
+    reshard_transport_ops_t ops;
 } rs_view_t;
 
 static rs_view_t *vw(const reshard_comm_t *c)
@@ -85,13 +85,15 @@ static reshard_status_t v_wait(reshard_comm_t *c, int slot, double timeout_s)
     return in->ops->round_wait(in, slot, timeout_s);
 }
 
-static reshard_status_t v_pack(reshard_comm_t *c, void *out, const void *buf, const rs_span_t *s)
+static reshard_status_t v_pack(reshard_comm_t *c, void *out, const void *buf,
+                               const reshard_span_t *s)
 {
     reshard_comm_t *in = vw(c)->inner;
     return in->ops->pack(in, out, buf, s);
 }
 
-static reshard_status_t v_unpack(reshard_comm_t *c, void *buf, const void *inb, const rs_span_t *s)
+static reshard_status_t v_unpack(reshard_comm_t *c, void *buf, const void *inb,
+                                 const reshard_span_t *s)
 {
     reshard_comm_t *in = vw(c)->inner;
     return in->ops->unpack(in, buf, inb, s);
@@ -230,9 +232,10 @@ reshard_status_t reshard_comm_create_view(reshard_comm_t *inner, int32_t world_s
         reshard_comm_destroy(c);
         return st;
     }
-    const rs_transport_ops_t *io = inner->ops;
+    const reshard_transport_ops_t *io = inner->ops;
     v->inner = inner;
-    v->ops = (rs_transport_ops_t){
+    v->ops = (reshard_transport_ops_t){
+        .version = RESHARD_TRANSPORT_VERSION,
         .name = io->name,
         .device_memory = io->device_memory,
         .alloc_staging = v_alloc,

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 
 #include "reshard/reshard_elastic.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /** True when @p c is a view (reshard_comm_create_view). */
 bool rs_comm_is_view(const reshard_comm_t *c);

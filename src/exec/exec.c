@@ -87,7 +87,7 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
                                    uint8_t *stage_buf, uint64_t len, bool sending,
                                    uint64_t *payload)
 {
-    const rs_transport_ops_t *ops = x->comm->ops;
+    const reshard_transport_ops_t *ops = x->comm->ops;
     uint64_t done = 0;
     while (done < len) {
         const rs_piece_t *p = &x->plan->pieces[s->idx[cur->piece]];
@@ -104,8 +104,8 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
             reshard_fragment_t tmp;
             void *buf;
             const reshard_fragment_t *f = piece_place(x, p, sending, &tmp, &buf);
-            rs_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
-                              (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
+            reshard_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
+                                   (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
             reshard_status_t st = RESHARD_OK;
             if (sending) {
                 if (ops->pack)
@@ -358,7 +358,7 @@ static void free_xstreams(rs_xstream_t *v, int32_t n)
 static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int64_t k,
                                    uint64_t slot_bytes)
 {
-    const rs_transport_ops_t *ops = x->comm->ops;
+    const reshard_transport_ops_t *ops = x->comm->ops;
     int slot = (int)(k & 1);
     uint8_t *base = x->staging + (size_t)slot * slot_bytes;
     reshard_status_t st = ops->round_begin(x->comm, slot);
@@ -610,7 +610,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
-    st = rs_agree_preflight(comm, st, true, plan->fingerprint, plan->p.timeout_s);
+    st = rs_agree_preflight(comm, st, plan, plan->p.timeout_s);
     if (st != RESHARD_OK) {
         rs_qbufs_free(comm, &qb);
         return st;
@@ -649,6 +649,13 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     reshard_status_t agreed = comm->ops->finish(comm, st, NULL, NULL, plan->p.timeout_s);
+    /* This rank's wait on a peer failed: the agreement's message names the rank at the
+     * root of it (the one that stalled or died, not this one that noticed). */
+    if ((st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) && agreed != RESHARD_OK &&
+        reshard_last_error()[0] != '\0') {
+        snprintf(msg, sizeof msg, "%s", reshard_last_error());
+        return rs_error(st, "%s", msg);
+    }
     if (st != RESHARD_OK)
         return rs_error(st, "%s", msg);
     if (agreed != RESHARD_OK && reshard_last_error()[0] == '\0')

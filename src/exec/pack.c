@@ -38,7 +38,7 @@ static void copy_run(uint8_t *out, int64_t os, const uint8_t *in, int64_t is, in
 /* Walk the rows of a span. Packing reads the strided buffer @p in and writes
  * the contiguous @p out; unpacking reads the contiguous @p in and writes the
  * strided @p out. */
-static void walk_span(const rs_span_t *s, const uint8_t *in, uint8_t *out, bool packing)
+static void walk_span(const reshard_span_t *s, const uint8_t *in, uint8_t *out, bool packing)
 {
     const reshard_box_t *b = s->box;
     int last = b->ndim - 1;
@@ -78,12 +78,12 @@ static void walk_span(const rs_span_t *s, const uint8_t *in, uint8_t *out, bool 
     }
 }
 
-void rs_pack_cpu(void *out, const void *buf, const rs_span_t *span)
+void rs_pack_cpu(void *out, const void *buf, const reshard_span_t *span)
 {
     walk_span(span, buf, out, true);
 }
 
-void rs_unpack_cpu(void *buf, const void *in, const rs_span_t *span)
+void rs_unpack_cpu(void *buf, const void *in, const reshard_span_t *span)
 {
     walk_span(span, in, buf, false);
 }

@@ -77,6 +77,11 @@ static reshard_status_t quantize(reshard_comm_t *c, const rs_qstep_t *s, void *d
 {
     if (c->ops->quantize)
         return c->ops->quantize(c, &s->q, d, &s->dst, sc, &s->scale, x, &s->src, box);
+    if (c->ops->device_memory) /* a caller's device transport: no quantizer for its memory */
+        return rs_error(RESHARD_ERR_UNSUPPORTED,
+                        "rank %d: the %s transport cannot quantize (device memory without a "
+                        "quantize operation)",
+                        c->rank, c->ops->name);
     rs_quant_box_cpu(&s->q, d, &s->dst, sc, &s->scale, x, &s->src, box);
     return RESHARD_OK;
 }

@@ -4,7 +4,7 @@
 #define RS_EXEC_QUANT_STEPS_H
 
 #include "plan/plan_internal.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /** The caller's buffers extended by this rank's scratch buffers. */
 typedef struct {

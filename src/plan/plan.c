@@ -193,7 +193,10 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         st = rs_rank_plan_build(plan, plan->p.my_rank, &plan->mine);
     if (st == RESHARD_OK) {
         plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
-        st = rs_plan_own_inputs(plan);
+        rs_fingerprint_parts(&plan->p, src, dst, plan->fp_part);
+        plan->fp_tensor = rs_fingerprint_tensors(src, dst, &plan->fp_ntensors);
+        st = plan->fp_tensor ? rs_plan_own_inputs(plan)
+                             : rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
     }
     plan->holders_src = plan->holders_dst = NULL; /* the caller's, read while planning */
     if (st == RESHARD_OK && plan->quant) {
@@ -226,6 +229,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     free(plan->tally);
     free(plan->keep_rank);
     free(plan->keep_domain);
+    free(plan->fp_tensor);
     free(plan);
 }
 

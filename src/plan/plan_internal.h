@@ -79,6 +79,9 @@ typedef struct {
 
 typedef struct rs_tally rs_tally_t; /* plan/tally.h */
 
+/** The parts of a plan fingerprint (rs_fingerprint_parts). */
+enum { RS_FP_CATALOGUE, RS_FP_LAYOUTS, RS_FP_BUFFERS, RS_FP_PARAMS, RS_FP_PARTS };
+
 struct reshard_plan {
     reshard_plan_params_t p;
     rs_scope_t scope;
@@ -88,9 +91,12 @@ struct reshard_plan {
     const reshard_layout_t *dst;
     reshard_tensors_t *own_tensors;
     reshard_layout_t *own_src, *own_dst;
-    uint64_t fingerprint; /**< of the inputs (rs_fingerprint) */
-    rs_piece_t *pieces;   /**< sorted by (stage, sender, receiver, tensor, to_frag, box);
-                               a summary plan keeps those of its kept ranks only */
+    uint64_t fingerprint;          /**< of the inputs (rs_fingerprint) */
+    uint64_t fp_part[RS_FP_PARTS]; /**< its parts (rs_fingerprint_parts) */
+    uint64_t *fp_tensor;           /**< per tensor (rs_fingerprint_tensors), or NULL */
+    int32_t fp_ntensors;
+    rs_piece_t *pieces; /**< sorted by (stage, sender, receiver, tensor, to_frag, box);
+                             a summary plan keeps those of its kept ranks only */
     int64_t npieces;
     uint64_t *chunk_cap; /**< per rank: bytes per stream per round it can stage */
     reshard_plan_stats_t stats;

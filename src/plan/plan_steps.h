@@ -174,6 +174,18 @@ static inline int32_t rs_least_loaded(const uint64_t *load, const int32_t *rk, i
 uint64_t rs_fingerprint(const reshard_plan_params_t *p, const reshard_layout_t *src,
                         const reshard_layout_t *dst);
 
+/** The parts of what rs_fingerprint covers, each hashed alone, so that ranks whose
+ *  fingerprints differ can find which differ: the catalogue, the layouts' fragments
+ *  (or their origins), the declared buffers of hand-built layouts, the params. */
+void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                          const reshard_layout_t *dst, uint64_t part[RS_FP_PARTS]);
+
+/** Per tensor of the catalogue (*n_out of them): a hash of its catalogue entry and of
+ *  its fragments in hand-built layouts, for finding the first tensor where two ranks'
+ *  inputs differ. Heap (the caller frees it); NULL when out of memory. */
+uint64_t *rs_fingerprint_tensors(const reshard_layout_t *src, const reshard_layout_t *dst,
+                                 int32_t *n_out);
+
 /** Make the plan independent of the caller's layouts and catalogue: copy
  *  what execution reads (the catalogue; for a rank's own plan its own
  *  fragments and declared buffers and the fragments its pieces name, the

@@ -12,7 +12,7 @@
 
 typedef enum { RS_QUANT_NONE = 0, RS_QUANT_FP8_BLOCK, RS_QUANT_MXFP8 } rs_quant_kind_t;
 
-typedef struct rs_quant {
+typedef struct reshard_quant_rule {
     rs_quant_kind_t kind;
     int64_t block_rows, block_cols; /* 128,128 for FP8_BLOCK; 1,32 for MXFP8 (blocks along the
                                        input dim = last dim) */

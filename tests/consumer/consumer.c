@@ -6,6 +6,7 @@
 #include <reshard/reshard.h>
 #include <reshard/reshard_config.h>
 #include <reshard/reshard_model.h>
+#include <reshard/reshard_transport.h>
 
 int main(void)
 {
@@ -29,6 +30,15 @@ int main(void)
     reshard_plan_stats_t stats = {0};
     if (st == RESHARD_OK)
         st = reshard_plan_get_stats(plan, &stats);
+    /* the installed transport interface: a table of another version is refused */
+    reshard_transport_ops_t ops = {.version = RESHARD_TRANSPORT_VERSION + 1, .name = "mine"};
+    reshard_comm_t *comm = NULL;
+    if (st == RESHARD_OK &&
+        reshard_comm_create_transport(&ops, NULL, 0, 1, &comm) != RESHARD_ERR_INVALID_ARG) {
+        fprintf(stderr, "consumer: reshard_comm_create_transport took a version %u table\n",
+                (unsigned)ops.version);
+        return 1;
+    }
     if (st != RESHARD_OK) {
         fprintf(stderr, "consumer: %s: %s\n", reshard_status_string(st), reshard_last_error());
         return 1;

@@ -56,7 +56,7 @@ static int failures;
  * column-major fragment, in chunks of @p chunk bytes through self send/recv. */
 static void transport_rounds(reshard_comm_t *c, int64_t R, int64_t C, uint32_t es, uint64_t chunk)
 {
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     reshard_box_t box = {2, {0, 0}, {R, C}};
     reshard_fragment_t sf = {0, 0, 0, box, 5, {C + 3, 1}}; /* row-major, padded rows */
     reshard_fragment_t df = {0, 0, 0, box, 0, {1, R}};     /* column-major */
@@ -84,7 +84,7 @@ static void transport_rounds(reshard_comm_t *c, int64_t R, int64_t C, uint32_t e
             const int slot = (int)(k & 1);
             uint8_t *send = staging + (size_t)slot * 2 * chunk, *recv = send + chunk;
             const int64_t first = k * per, count = numel - first < per ? numel - first : per;
-            rs_span_t span = {&sf, &box, first, count, es};
+            reshard_span_t span = {&sf, &box, first, count, es};
             st = ops->round_begin(c, slot);
             if (st == RESHARD_OK)
                 st = ops->post_recv(c, slot, 0, recv, (uint64_t)count * es);
@@ -100,7 +100,7 @@ static void transport_rounds(reshard_comm_t *c, int64_t R, int64_t C, uint32_t e
             const int slot = (int)(j & 1);
             uint8_t *recv = staging + (size_t)slot * 2 * chunk + chunk;
             const int64_t first = j * per, count = numel - first < per ? numel - first : per;
-            rs_span_t span = {&df, &box, first, count, es};
+            reshard_span_t span = {&df, &box, first, count, es};
             st = ops->round_wait(c, slot, 30.0);
             if (st == RESHARD_OK)
                 st = ops->unpack(c, dd, recv, &span);

@@ -31,7 +31,7 @@ int main(void)
         fprintf(stderr, "FAIL: NCCL endpoint: %s\n", reshard_last_error());
         return 1;
     }
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     void *buf = NULL;
     int bad = 0;
     if (ops->alloc_staging(c, 1 << 20, &buf) != RESHARD_OK) {

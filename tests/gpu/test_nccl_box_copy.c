@@ -225,7 +225,7 @@ static int one_case(int ncase, counts_t *cnt)
         first = rnd(0, numel);
         count = numel - first; /* may be 0 */
     }
-    rs_span_t span = {&f, &box, first, count, es};
+    reshard_span_t span = {&f, &box, first, count, es};
 
     const size_t fbytes = (size_t)frag_span(&f) * es, gbytes = (size_t)frag_span(&g) * es;
     const size_t pbytes = (size_t)count * es;

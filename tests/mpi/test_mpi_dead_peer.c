@@ -21,9 +21,9 @@
 #include "reshard/reshard.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
-static rs_transport_ops_t faulty;
+static reshard_transport_ops_t faulty;
 static reshard_status_t (*real_round_wait)(reshard_comm_t *, int, double);
 static int g_stall, g_waits;
 

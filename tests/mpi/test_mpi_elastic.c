@@ -29,9 +29,9 @@
 #include "reshard/reshard_elastic.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
-static rs_transport_ops_t stopping;
+static reshard_transport_ops_t stopping;
 static reshard_status_t (*real_round_wait)(reshard_comm_t *, int, double);
 static int g_waits, g_kill;
 

@@ -42,7 +42,7 @@ static unsigned char msg_byte(int from, int to, int r, uint64_t i)
 /* Several rounds, two in flight, every pair in both directions. */
 static void run_rounds(reshard_comm_t *c)
 {
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     CHECK(reshard_comm_rank(c) == g_rank && reshard_comm_size(c) == g_size, "rank/size");
     enum { ROUNDS = 6, MAXB = 6 * 1531 };
     void *stage[2];
@@ -134,7 +134,7 @@ static void test_clean_failure(void)
 static void test_abort_propagation(void)
 {
     reshard_comm_t *c = new_comm();
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     int bad = g_size - 1;
     static char buf[64];
     reshard_status_t st;
@@ -169,7 +169,7 @@ static void test_abort_propagation(void)
 static void test_round_timeout(void)
 {
     reshard_comm_t *c = new_comm();
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     static char buf[64];
     reshard_status_t st;
     double t0 = MPI_Wtime();
@@ -198,7 +198,7 @@ static void test_round_timeout(void)
 static void test_agreement_timeout(void)
 {
     reshard_comm_t *c = new_comm();
-    const rs_transport_ops_t *ops = c->ops;
+    const reshard_transport_ops_t *ops = c->ops;
     int slow = g_size - 1;
     reshard_status_t st;
     if (g_rank == slow) {

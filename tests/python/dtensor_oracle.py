@@ -50,3 +50,37 @@ def local_shard(full, mesh, placements, rank):
     """The local tensor of ``rank`` (a numpy copy of ``full``'s elements it holds)."""
     idx = local_indices(full.shape, mesh, placements, rank)
     return None if idx is None else full[np.ix_(*idx)]
+
+
+def four_rank_refit(comm, timeout_s=30.0):
+    """A refit on the 4 ranks of ``comm`` across DTensor placements (StridedShard and
+    2-d meshes, a replicated int64 tensor), every destination element checked against
+    local_shard; returns the elements checked on this rank."""
+    import torch
+    import reshard
+    from reshard import Shard
+    tensors = reshard.Tensors()
+    tensors.add("w", (10, 6), torch.float32)
+    tensors.add("b", (7,), torch.int64)
+    src_p = {"w": ([0, 1, 2, 3], [Shard(0)]), "b": ([1, 2], [Replicate()])}
+    dst_p = {"w": ([[3, 2], [1, 0]], [Shard(1), StridedShard(0, 2)]),
+             "b": ([[0, 1], [2, 3]], [Shard(0), Replicate()])}
+    src = reshard.Layout.from_placements(tensors, src_p)
+    dst = reshard.Layout.from_placements(tensors, dst_p)
+    full = {"w": np.arange(60, dtype=np.float32).reshape(10, 6) + 0.5,
+            "b": np.arange(7, dtype=np.int64) * 11 - 3}
+    r = comm.rank
+    s = {}
+    for n, (mesh, pl) in src_p.items():
+        shard = local_shard(full[n], mesh, pl, r)
+        if shard is not None and shard.size:
+            s[n] = torch.from_numpy(np.ascontiguousarray(shard))
+    d = dst.new_buffers(r, fill=reshard.SENTINEL_BYTE)
+    plan = reshard.Plan(src, dst, rank=r, world=4, staging_mb=0.01, timeout_s=timeout_s)
+    plan.execute(comm, src=s, dst=d)
+    checked = 0
+    for n, (mesh, pl) in dst_p.items():
+        want = local_shard(full[n], mesh, pl, r)
+        assert np.array_equal(d[n].numpy(), want), n
+        checked += 0 if want is None else want.size
+    return checked

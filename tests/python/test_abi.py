@@ -18,7 +18,7 @@ MIRRORS = {
     "reshard_buffer_t": _lib.Buffer, "reshard_exec_stats_t": _lib.ExecStats,
     "reshard_model_options_t": _lib.ModelOptions, "reshard_train_spec_t": _lib.TrainSpec,
     "reshard_infer_spec_t": _lib.InferSpec, "reshard_model_buffer_t": _lib.ModelBuffer,
-    "reshard_model_refit_t": _lib.ModelRefit,
+    "reshard_model_refit_t": _lib.ModelRefit, "reshard_transport_ops_t": _lib.TransportOps,
 }
 
 
@@ -31,11 +31,16 @@ def header_structs():
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     text = re.sub(r"//[^\n]*", "", text)
     out = {}
-    for body, name in re.findall(r"typedef struct\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
+    for body, name in re.findall(r"typedef struct\s*\w*\s*\{(.*?)\}\s*(\w+)\s*;", text,
+                                 flags=re.S):
         fields = []
         for decl in body.split(";"):
             decl = decl.strip()
             if not decl:
+                continue
+            member = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\(", decl)  # a function pointer
+            if member:
+                fields.append(member.group(1))
                 continue
             first, *rest = decl.split(",")
             names = [first.split()[-1]] + [r.strip() for r in rest]
@@ -49,3 +54,11 @@ def test_struct_fields_match_the_header(c_name):
     structs = header_structs()
     assert c_name in structs, "%s is not in include/reshard" % c_name
     assert [f for f, _ in MIRRORS[c_name]._fields_] == structs[c_name]
+
+
+def test_transport_constants_match_the_header():
+    with open(os.path.join(INCLUDE, "reshard_transport.h")) as fh:
+        text = fh.read()
+    for macro, value in (("RESHARD_TRANSPORT_VERSION", _lib.TRANSPORT_VERSION),
+                         ("RESHARD_AGREE_WORDS", _lib.AGREE_WORDS)):
+        assert int(re.search(r"#define %s (\d+)" % macro, text).group(1)) == value, macro

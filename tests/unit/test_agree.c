@@ -121,8 +121,8 @@ static void pair_rank(job_t *j, reshard_comm_t *c)
 }
 
 /* Rank 3 built its destination mesh as {3, 2}, the others {2, 3}: every rank
- * fails with MISMATCH naming rank 3 (not TIMEOUT: the timeout is 60 s), and
- * no destination byte is written. */
+ * fails with MISMATCH naming rank 3 (not TIMEOUT: the timeout is 60 s), the layouts
+ * as what differs and "w" as the first tensor, and no destination byte is written. */
 static void test_mesh_order_mismatch(void **state)
 {
     (void)state;
@@ -133,7 +133,10 @@ static void test_mesh_order_mismatch(void **state)
         if (jobs[r].st != RESHARD_ERR_MISMATCH)
             fail_msg("rank %d: %s: %s", r, reshard_status_string(jobs[r].st), jobs[r].msg);
         char want[128];
-        snprintf(want, sizeof want, "rank %d: ranks 0 and 3 planned from different inputs", r);
+        snprintf(want, sizeof want,
+                 "rank %d: ranks 0 and 3 planned from different inputs (the layouts differ; "
+                 "the first tensor where they do: 0 ('w' on this rank))",
+                 r);
         if (!strstr(jobs[r].msg, want))
             fail_msg("rank %d: message '%s' lacks '%s'", r, jobs[r].msg, want);
     }

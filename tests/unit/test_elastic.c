@@ -27,7 +27,7 @@
 #include "plan_check.h"
 #include "refit_once.h"
 #include "reshard/reshard_elastic.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 #define WORLD 8
 
@@ -234,7 +234,7 @@ static reshard_status_t refit_once(const reshard_layout_t *src, const reshard_la
 
 /* The victim's transport: at its first round wait, mid-refit, it stops
  * answering until the survivors have recovered (then its wait times out). */
-static rs_transport_ops_t stalling;
+static reshard_transport_ops_t stalling;
 static reshard_status_t (*real_wait)(reshard_comm_t *, int, double);
 static pthread_barrier_t *stall_until;
 static int stalled;

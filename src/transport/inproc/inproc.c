@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "transport/transport.h"
+#include "exec/comm.h"
 #include "util/error.h"
 #include "util/timeout.h"
 
@@ -40,7 +40,7 @@ struct reshard_inproc_group {
      * (every round's message of a sender is the same for all its peers) */
     void **board;
     int32_t board_rounds;
-    int64_t wmin[RS_AGREE_WORDS], wresult[RS_AGREE_WORDS];
+    int64_t wmin[RESHARD_AGREE_WORDS], wresult[RESHARD_AGREE_WORDS];
 };
 
 typedef struct {
@@ -75,7 +75,7 @@ reshard_status_t reshard_inproc_group_create(int32_t nranks, reshard_inproc_grou
         return rs_error(RESHARD_ERR_NOMEM, "reshard_inproc_group_create: out of memory");
     }
     g->n = nranks;
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         g->wmin[i] = INT64_MAX;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -245,7 +245,7 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
     uint64_t gen = g->generation;
     if (local != RESHARD_OK && (g->worst == RESHARD_OK || local > g->worst))
         g->worst = local;
-    for (int i = 0; words && i < RS_AGREE_WORDS; i++)
+    for (int i = 0; words && i < RESHARD_AGREE_WORDS; i++)
         if (words[i] < g->wmin[i])
             g->wmin[i] = words[i];
     reshard_status_t st = RESHARD_OK;
@@ -263,7 +263,7 @@ static reshard_status_t ip_finish(reshard_comm_t *c, reshard_status_t local, con
     if (++g->arrived == g->n) {
         g->result = g->worst;
         g->worst = RESHARD_OK;
-        for (int i = 0; i < RS_AGREE_WORDS; i++) {
+        for (int i = 0; i < RESHARD_AGREE_WORDS; i++) {
             g->wresult[i] = g->wmin[i];
             g->wmin[i] = INT64_MAX;
         }
@@ -368,7 +368,8 @@ static void ip_destroy(reshard_comm_t *c)
     free(ip);
 }
 
-static const rs_transport_ops_t rs_inproc_ops = {
+static const reshard_transport_ops_t rs_inproc_ops = {
+    .version = RESHARD_TRANSPORT_VERSION,
     .name = "inproc",
     .device_memory = false,
     .alloc_staging = ip_alloc,

@@ -521,7 +521,8 @@ typedef struct {
 static void pack_move(const rs_bexec_t *x, const rs_move_t *mv, uint8_t *out)
 {
     const reshard_fragment_t *f = &x->b->src->f[mv->src_frag];
-    rs_span_t span = {f, &mv->box, 0, rs_box_numel(&mv->box), elem_size_of(x->b->src, f->tensor)};
+    reshard_span_t span = {f, &mv->box, 0, rs_box_numel(&mv->box),
+                           elem_size_of(x->b->src, f->tensor)};
     rs_pack_cpu(out, x->src_bufs[f->buffer].ptr, &span);
 }
 
@@ -567,8 +568,8 @@ static reshard_status_t gather(rs_bexec_t *x, int32_t k)
             if (mv->sender == me)
                 continue;
             const rs_item_t *it = &b->items[mv->item];
-            rs_span_t span = {&it->frag, &mv->box, 0, rs_box_numel(&mv->box),
-                              elem_size_of(b->src, it->tensor)};
+            reshard_span_t span = {&it->frag, &mv->box, 0, rs_box_numel(&mv->box),
+                                   elem_size_of(b->src, it->tensor)};
             rs_unpack_cpu(x->bucket, x->recvbuf + off, &span);
             off += mv->bytes;
         }

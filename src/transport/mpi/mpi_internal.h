@@ -9,12 +9,13 @@
 #include <stdbool.h>
 
 #include "reshard/reshard_mpi.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 /** Tags on the duplicated communicator. */
 enum {
     RS_MPI_TAG_SLOT0 = 100,  /**< round data of slot 0; slot 1 uses TAG_SLOT0 + 1 */
-    RS_MPI_TAG_ABORT = 110,  /**< "rank r failed with status s": {status, rank} */
+    RS_MPI_TAG_ABORT = 110,  /**< "rank r failed with status s": {status, rank, epoch,
+                                  the peer r found unresponsive or -1} */
     RS_MPI_TAG_GATHER = 120, /**< baseline gather messages */
     RS_MPI_TAG_CHAIN = 121,  /**< baseline broadcast segments along the chain */
     RS_MPI_TAG_SHRINK = 130, /**< MPI_Comm_create_group of a shrink */
@@ -38,10 +39,11 @@ typedef struct {
      *  recognised and dropped. */
     int epoch;
     MPI_Request abort_recv; /**< posted ANY_SOURCE receive of TAG_ABORT */
-    int abort_msg[3];       /**< {status, rank, epoch} of a received abort */
+    int abort_msg[4];       /**< {status, rank, epoch, suspect} of a received abort: suspect
+                                 is the peer the failing rank found unresponsive, or -1 */
     bool abort_received;    /**< abort_msg holds a peer's failure of this epoch */
     bool abort_reported;    /**< a wait returned the peer's failure to the caller */
-    int abort_payload[3];   /**< what we send when we fail */
+    int abort_payload[4];   /**< what we send when we fail */
     bool abort_sent;        /**< we told every peer that we failed (this epoch) */
     rs_mpi_reqs_t abort_sends;
     /** Staging kept between executions (fresh pages cost a fault and a
@@ -113,7 +115,7 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  * waits at most 0.05 s more (a stopped rank never arrives); a rank that gives
  * up here tells every peer too, so the first to time out releases all. A rank that still has
  * round transfers in flight counts as failed and breaks the comm. The
- * RS_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
+ * RESHARD_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
  * collective into @p min_words (may be NULL).
  */
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,

@@ -143,7 +143,7 @@ static void backoff(int idle)
 /* (Re)post the receive of the abort channel. */
 static reshard_status_t post_abort_recv(rs_mpi_t *m)
 {
-    int rc = MPI_Irecv(m->abort_msg, 3, MPI_INT, MPI_ANY_SOURCE, RS_MPI_TAG_ABORT, m->comm,
+    int rc = MPI_Irecv(m->abort_msg, 4, MPI_INT, MPI_ANY_SOURCE, RS_MPI_TAG_ABORT, m->comm,
                        &m->abort_recv);
     if (rc != MPI_SUCCESS) {
         m->abort_recv = MPI_REQUEST_NULL;
@@ -229,6 +229,12 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
                 reshard_status_t peer_st = (reshard_status_t)m->abort_msg[0];
                 if (peer_st >= RESHARD_OK)
                     peer_st = RESHARD_ERR_TRANSPORT;
+                if (m->abort_msg[3] >= 0 && m->abort_msg[3] < m->size)
+                    return rs_error(peer_st,
+                                    "rank %d: %s stopped: rank %d stalled or died (rank %d "
+                                    "found it unresponsive: %s)",
+                                    rs_mpi_pr(m, m->rank), what, rs_mpi_pr(m, m->abort_msg[3]),
+                                    rs_mpi_pr(m, m->abort_msg[1]), reshard_status_string(peer_st));
                 return rs_error(peer_st, "rank %d: %s stopped: rank %d failed with %s",
                                 rs_mpi_pr(m, m->rank), what, rs_mpi_pr(m, m->abort_msg[1]),
                                 reshard_status_string(peer_st));
@@ -264,11 +270,15 @@ static void send_aborts(rs_mpi_t *m, reshard_status_t st)
     m->abort_payload[0] = (int)st;
     m->abort_payload[1] = m->rank;
     m->abort_payload[2] = m->epoch;
+    m->abort_payload[3] = -1; /* the peer this rank timed out on: named by every rank */
+    for (int p = 0; m->lost && p < m->size && m->abort_payload[3] < 0; p++)
+        if (m->lost[p])
+            m->abort_payload[3] = p;
     for (int p = 0; p < m->size; p++) {
         if (p == m->rank)
             continue;
         MPI_Request r;
-        if (MPI_Isend(m->abort_payload, 3, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
+        if (MPI_Isend(m->abort_payload, 4, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
             MPI_SUCCESS)
             continue;
         if (rs_mpi_reqs_push(&m->abort_sends, r, p) != RESHARD_OK) {
@@ -340,14 +350,14 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
      * On the heap: when the wait gives up, MPI may still write them, so they are then
      * kept (rs_mpi_keep) with the broken comm's request. */
-    enum { N = 2 + RS_AGREE_WORDS };
+    enum { N = 2 + RESHARD_AGREE_WORDS };
     int64_t *in = malloc(2 * N * sizeof *in), *out = in + N;
     if (!in)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory for the agreement",
                         rs_mpi_pr(m, m->rank));
     in[0] = ((int64_t)(prio * KEY_SCALE + ((int)local + KEY_BIAS)) << 32) | m->rank;
     in[1] = in_flight ? -1 : 0;
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         in[2 + i] = words ? words[i] : INT64_MAX;
     MPI_Request req;
     int rc = MPI_Iallreduce(in, out, N, MPI_INT64_T, MPI_MIN, m->comm, &req);
@@ -360,6 +370,20 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     if (st != RESHARD_OK) {
         m->broken = true;
         rs_mpi_keep(in); /* MPI may still touch it */
+        int suspect = m->abort_received ? m->abort_msg[3] : -1;
+        if (st == RESHARD_ERR_TIMEOUT && suspect < 0)
+            for (int p = 0; m->lost && p < m->size && suspect < 0; p++)
+                if (m->lost[p])
+                    suspect = p;
+        if (st == RESHARD_ERR_TIMEOUT && suspect >= 0 && suspect < m->size)
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: rank %d stalled or died (rank %d found it unresponsive); "
+                            "not every rank reached the end of the execution (waited up to "
+                            "%.1f s)%s%s",
+                            rs_mpi_pr(m, m->rank), rs_mpi_pr(m, suspect),
+                            rs_mpi_pr(m, m->abort_received ? m->abort_msg[1] : m->rank), timeout_s,
+                            local != RESHARD_OK ? "; this rank: " : "",
+                            local != RESHARD_OK ? local_msg : "");
         if (st == RESHARD_ERR_TIMEOUT)
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: not every rank reached the end of the execution "
@@ -373,7 +397,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     int who = (int)(out[0] & 0xffffffff);
     bool flight = out[1] < 0;
     if (min_words)
-        memcpy(min_words, out + 2, RS_AGREE_WORDS * sizeof *out);
+        memcpy(min_words, out + 2, RESHARD_AGREE_WORDS * sizeof *out);
     free(in);
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
     if (flight)
@@ -567,7 +591,8 @@ static void mpi_destroy(reshard_comm_t *c)
     c->impl = NULL;
 }
 
-static const rs_transport_ops_t rs_mpi_ops = {
+static const reshard_transport_ops_t rs_mpi_ops = {
+    .version = RESHARD_TRANSPORT_VERSION,
     .name = "mpi",
     .device_memory = false,
     .alloc_staging = mpi_alloc_staging,

@@ -141,7 +141,7 @@ static reshard_status_t check_inside(const reshard_fragment_t *f, const reshard_
     return RESHARD_OK;
 }
 
-reshard_status_t rs_box_copy_for_pack(rs_box_copy_t *d, const rs_span_t *span, void *out,
+reshard_status_t rs_box_copy_for_pack(rs_box_copy_t *d, const reshard_span_t *span, void *out,
                                       const void *buf)
 {
     if (span == NULL)
@@ -156,7 +156,7 @@ reshard_status_t rs_box_copy_for_pack(rs_box_copy_t *d, const rs_span_t *span, v
                             span->first, span->count, span->elem_size, out, buf);
 }
 
-reshard_status_t rs_box_copy_for_unpack(rs_box_copy_t *d, const rs_span_t *span, void *buf,
+reshard_status_t rs_box_copy_for_unpack(rs_box_copy_t *d, const reshard_span_t *span, void *buf,
                                         const void *in)
 {
     if (span == NULL)

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "reshard/reshard.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 #ifdef __CUDACC__
 #define RS_HD static __host__ __device__ __forceinline__
@@ -248,10 +248,10 @@ reshard_status_t rs_box_copy_init(rs_box_copy_t *d, int ndim, const int64_t *ext
 
 /** Prepare the copy that packs @p span from fragment buffer @p buf into @p out (element
  *  `span->first` lands at out[0]). Errors: INVALID_ARG. */
-reshard_status_t rs_box_copy_for_pack(rs_box_copy_t *d, const rs_span_t *span, void *out,
+reshard_status_t rs_box_copy_for_pack(rs_box_copy_t *d, const reshard_span_t *span, void *out,
                                       const void *buf);
 /** Prepare the copy that unpacks @p span from @p in into fragment buffer @p buf. */
-reshard_status_t rs_box_copy_for_unpack(rs_box_copy_t *d, const rs_span_t *span, void *buf,
+reshard_status_t rs_box_copy_for_unpack(rs_box_copy_t *d, const reshard_span_t *span, void *buf,
                                         const void *in);
 /** Prepare the copy of @p box from (src_frag in src) to (dst_frag in dst). */
 reshard_status_t rs_box_copy_for_local(rs_box_copy_t *d, void *dst,

@@ -9,7 +9,7 @@
 
 #include "transport/nccl/box_copy.h"
 #include "transport/nccl/quant_box.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,17 +31,18 @@ cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, con
 /** The kernel job of quantization rule @p q (util/quant_types.h; conventions in exec/quant.h) over
  * @p box; arguments as the transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind,
  * and as rs_quant_job_init). */
-reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct rs_quant *q, const void *dst,
-                                   const reshard_fragment_t *dst_frag, const void *scale,
-                                   const reshard_fragment_t *scale_frag, const void *src,
-                                   const reshard_fragment_t *src_frag, const reshard_box_t *box);
+reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct reshard_quant_rule *q,
+                                   const void *dst, const reshard_fragment_t *dst_frag,
+                                   const void *scale, const reshard_fragment_t *scale_frag,
+                                   const void *src, const reshard_fragment_t *src_frag,
+                                   const reshard_box_t *box);
 
 /** pack / unpack / local copy on a given stream, without a communicator (tests, benchmark).
  *  Asynchronous; errors: INVALID_ARG, TRANSPORT (launch failed). */
 reshard_status_t rs_nccl_pack_on(cudaStream_t stream, void *out, const void *buf,
-                                 const rs_span_t *span);
+                                 const reshard_span_t *span);
 reshard_status_t rs_nccl_unpack_on(cudaStream_t stream, void *buf, const void *in,
-                                   const rs_span_t *span);
+                                   const reshard_span_t *span);
 reshard_status_t rs_nccl_local_copy_on(cudaStream_t stream, void *dst,
                                        const reshard_fragment_t *dst_frag, const void *src,
                                        const reshard_fragment_t *src_frag, const reshard_box_t *box,
@@ -57,7 +58,7 @@ struct ncclComm *rs_nccl_parent(reshard_comm_t *c, int *device, cudaStream_t *st
 double rs_nccl_env_timeout(void);
 
 /** The operations table of the NCCL transport. */
-extern const rs_transport_ops_t rs_nccl_ops;
+extern const reshard_transport_ops_t rs_nccl_ops;
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,7 @@ typedef struct {
 } rs_nccl_block_t;
 
 /* Bytes of the outcome all-reduce: the status and the agreement words. */
-#define RS_NCCL_AGREE_BYTES ((1 + RS_AGREE_WORDS) * sizeof(int64_t))
+#define RS_NCCL_AGREE_BYTES ((1 + RESHARD_AGREE_WORDS) * sizeof(int64_t))
 
 typedef struct {
     ncclComm_t nccl; /**< NULL once aborted or destroyed */
@@ -63,7 +63,7 @@ typedef struct {
     cudaEvent_t done[2]; /**< end of each slot's last round on the stream */
     cudaEvent_t fin;     /**< end of the outcome agreement / drain */
     int64_t *d_status;   /**< device words of the outcome all-reduce: status, then
-                              RS_AGREE_WORDS words */
+                              RESHARD_AGREE_WORDS words */
     int64_t *h_status;   /**< pinned host copy */
     double timeout_s;    /**< bound for waits; the plan's timeout once known */
     rs_nccl_block_t blocks[RS_NCCL_BLOCKS];
@@ -419,7 +419,7 @@ static reshard_status_t launch(reshard_comm_t *c, const rs_box_copy_t *d, void *
 }
 
 static reshard_status_t nccl_pack(reshard_comm_t *c, void *out, const void *buf,
-                                  const rs_span_t *span)
+                                  const reshard_span_t *span)
 {
     rs_box_copy_t d;
     reshard_status_t st = usable(c, "pack");
@@ -431,7 +431,7 @@ static reshard_status_t nccl_pack(reshard_comm_t *c, void *out, const void *buf,
 }
 
 static reshard_status_t nccl_unpack(reshard_comm_t *c, void *buf, const void *in,
-                                    const rs_span_t *span)
+                                    const reshard_span_t *span)
 {
     rs_box_copy_t d;
     reshard_status_t st = usable(c, "unpack");
@@ -456,8 +456,8 @@ static reshard_status_t nccl_local_copy(reshard_comm_t *c, void *dst,
     return launch(c, &d, dst, src, "local copy kernel launch");
 }
 
-static reshard_status_t nccl_quantize(reshard_comm_t *c, const struct rs_quant *q, void *dst,
-                                      const reshard_fragment_t *dst_frag, void *scale,
+static reshard_status_t nccl_quantize(reshard_comm_t *c, const struct reshard_quant_rule *q,
+                                      void *dst, const reshard_fragment_t *dst_frag, void *scale,
                                       const reshard_fragment_t *scale_frag, const void *src,
                                       const reshard_fragment_t *src_frag, const reshard_box_t *box)
 {
@@ -493,14 +493,14 @@ static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, const i
             return st;
     }
     t->h_status[0] = (int64_t)local;
-    for (int i = 0; i < RS_AGREE_WORDS; i++)
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         t->h_status[1 + i] = words ? words[i] : INT64_MAX;
     cudaError_t e = cudaMemcpyAsync(t->d_status, t->h_status, RS_NCCL_AGREE_BYTES,
                                     cudaMemcpyHostToDevice, t->stream);
     if (e != cudaSuccess)
         return fail_cuda(c, "cudaMemcpyAsync (status)", e);
     st = settle(c,
-                ncclAllReduce(t->d_status, t->d_status, 1 + RS_AGREE_WORDS, ncclInt64, ncclMin,
+                ncclAllReduce(t->d_status, t->d_status, 1 + RESHARD_AGREE_WORDS, ncclInt64, ncclMin,
                               t->nccl, t->stream),
                 "ncclAllReduce (outcome of the refit)");
     if (st != RESHARD_OK)
@@ -517,7 +517,7 @@ static reshard_status_t agree(reshard_comm_t *c, reshard_status_t local, const i
     t->pending[0] = t->pending[1] = false; /* the stream is drained */
     *all = (int32_t)t->h_status[0];
     if (min_words)
-        memcpy(min_words, t->h_status + 1, RS_AGREE_WORDS * sizeof *min_words);
+        memcpy(min_words, t->h_status + 1, RESHARD_AGREE_WORDS * sizeof *min_words);
     return RESHARD_OK;
 }
 
@@ -592,7 +592,8 @@ static void nccl_destroy(reshard_comm_t *c)
     rs_error(RESHARD_OK, "%s", saved);
 }
 
-const rs_transport_ops_t rs_nccl_ops = {
+const reshard_transport_ops_t rs_nccl_ops = {
+    .version = RESHARD_TRANSPORT_VERSION,
     .name = "nccl",
     .device_memory = true,
     .alloc_staging = nccl_alloc_staging,
@@ -1008,10 +1009,11 @@ reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard
 
 /* ---- stream-level entry points for tests and the benchmark ----------------------------- */
 
-reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct rs_quant *q, const void *dst,
-                                   const reshard_fragment_t *dst_frag, const void *scale,
-                                   const reshard_fragment_t *scale_frag, const void *src,
-                                   const reshard_fragment_t *src_frag, const reshard_box_t *box)
+reshard_status_t rs_nccl_quant_job(rs_quant_job_t *j, const struct reshard_quant_rule *q,
+                                   const void *dst, const reshard_fragment_t *dst_frag,
+                                   const void *scale, const reshard_fragment_t *scale_frag,
+                                   const void *src, const reshard_fragment_t *src_frag,
+                                   const reshard_box_t *box)
 {
     if (q == NULL || (q->kind != RS_QUANT_FP8_BLOCK && q->kind != RS_QUANT_MXFP8))
         return rs_error(RESHARD_ERR_INVALID_ARG, "quantize: no quantization rule or kind %d",
@@ -1033,7 +1035,7 @@ static reshard_status_t launch_on(cudaStream_t stream, const rs_box_copy_t *d, v
 }
 
 reshard_status_t rs_nccl_pack_on(cudaStream_t stream, void *out, const void *buf,
-                                 const rs_span_t *span)
+                                 const reshard_span_t *span)
 {
     rs_box_copy_t d;
     reshard_status_t st = rs_box_copy_for_pack(&d, span, out, buf);
@@ -1041,7 +1043,7 @@ reshard_status_t rs_nccl_pack_on(cudaStream_t stream, void *out, const void *buf
 }
 
 reshard_status_t rs_nccl_unpack_on(cudaStream_t stream, void *buf, const void *in,
-                                   const rs_span_t *span)
+                                   const reshard_span_t *span)
 {
     rs_box_copy_t d;
     reshard_status_t st = rs_box_copy_for_unpack(&d, span, buf, in);

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "reshard/reshard.h"
-#include "transport/transport.h"
+#include "exec/comm.h"
 #include "util/fp8.h"
 
 #ifdef __CUDACC__

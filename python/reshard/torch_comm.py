@@ -1,0 +1,392 @@
+"""Endpoints over an existing torch.distributed process group (Comm.from_torch).
+
+A gloo group moves CPU tensors through a transport written here, in Python, against
+the public transport interface (reshard_transport.h, through ctypes callbacks): the
+library plans, packs, unpacks and verifies as on every transport; this module only
+posts the group's point-to-point sends and receives and runs the outcome agreement.
+An NCCL group moves CUDA tensors over the library's own NCCL transport, on a
+communicator of the same ranks bootstrapped through the group (torch does not hand
+out its ncclComm_t), on torch's current CUDA stream.
+
+Bounded waits: every torch call made here is asynchronous work; the caller waits for
+it with the plan's deadline while a helper thread sits in Work.wait() (bounded by the
+group's own timeout, the one given to init_process_group). A dead peer's connection
+fails its operations at once.
+"""
+
+import ctypes
+import struct
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+from . import _lib
+from .comm import Comm, _cuda_device_stream, _need_nccl, nccl_unique_id
+from .errors import Status, error
+
+# Tags of reshard's messages on the group: the data of slot 0 and 1, the agreement.
+# Other point-to-point traffic of the caller on the same group must use other tags.
+TAG_BASE = 0x52530000
+TAG_SLOT0 = TAG_BASE
+TAG_AGREE = TAG_BASE + 8
+
+_MSG_BYTES = 480  # the start of a rank's error message travels with its status
+_HEAD = 4 + _lib.AGREE_WORDS  # int64: status, own, suspect, in_flight, words
+_FORMAT = "<%dq%ds" % (_HEAD, _MSG_BYTES)
+_CONTRIB_BYTES = struct.calcsize(_FORMAT)
+
+_TIMEOUT, _LOST = "timeout", "lost"
+GRACE_S = 0.5  # how long the agreement still waits for ranks some rank failed on
+
+
+def _torch():
+    import torch
+    import torch.distributed as dist
+    return torch, dist
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class _Waiter:
+    """Waits for one torch Work on a thread of its own (Work.wait() without a timeout,
+    so bounded by the group's own timeout), so that the caller waits with its own
+    deadline: gloo's Work.wait(timeout) closes every connection of the rank when it
+    times out, after which this rank could tell no peer why it failed."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self, work):
+        self.done = threading.Event()
+        self.error: Optional[str] = None
+        threading.Thread(target=self._run, args=(work,), daemon=True).start()
+
+    def _run(self, work):
+        try:
+            work.wait()
+        except BaseException as e:  # noqa: BLE001 - reported by wait()
+            self.error = _first_line(e)
+        finally:
+            self.done.set()
+
+    def wait(self, seconds: float) -> Optional[Tuple[str, str]]:
+        """None once the work completed within ``seconds``, else (kind, text): kind
+        "timeout" (still running) or "lost" (it failed: a closed connection)."""
+        if not self.done.wait(max(seconds, 0.0)):
+            return _TIMEOUT, "not complete"
+        if self.error is None:
+            return None
+        return (_TIMEOUT if "Timed out" in self.error else _LOST), self.error
+
+
+class _Contribution:
+    __slots__ = ("status", "own", "suspect", "in_flight", "words", "msg")
+
+    def __init__(self, status, own, suspect, in_flight, words, msg):
+        self.status, self.own, self.suspect = status, own, suspect
+        self.in_flight, self.words, self.msg = in_flight, words, msg
+
+
+class GlooTransport:
+    """The transport operations over a gloo process group: one per endpoint; the
+    library calls them through the ctypes table this builds (ops)."""
+
+    def __init__(self, group):
+        torch, _ = _torch()
+        self._torch = torch
+        self.group = group
+        self.rank, self.size = group.rank(), group.size()
+        self.slots: List[list] = [[], []]  # (work, peer, tensor) per slot
+        self.staging: Dict[int, object] = {}
+        self.kept: list = []  # memory gloo may still touch after a failure: never freed
+        self.suspect: Optional[int] = None  # the peer this execution failed on
+        self.lost = set()
+        self.broken = False
+        self.epoch = 0  # agreements taken part in (the same count on every rank)
+        self.ops = self._table()
+
+    # ---- memory ------------------------------------------------------------------------
+
+    def _view(self, addr: int, nbytes: int):
+        """A uint8 CPU tensor over ``nbytes`` at ``addr`` (no copy)."""
+        raw = (ctypes.c_uint8 * nbytes).from_address(addr)
+        return self._torch.frombuffer(raw, dtype=self._torch.uint8)
+
+    def alloc_staging(self, nbytes: int, out) -> int:
+        t = self._torch.empty(max(int(nbytes), 1), dtype=self._torch.uint8)
+        self.staging[t.data_ptr()] = t
+        out[0] = t.data_ptr()
+        return 0
+
+    def free_staging(self, addr: int) -> None:
+        t = self.staging.pop(addr, None)
+        if t is not None and (self.broken or self.slots[0] or self.slots[1]):
+            self.kept.append(t)  # a failed round may still write it
+
+    # ---- rounds ------------------------------------------------------------------------
+
+    def round_begin(self, slot: int) -> int:
+        if slot not in (0, 1):
+            return self._err(Status.INVALID_ARG, "rank %d: slot %d is not 0 or 1"
+                             % (self.rank, slot))
+        if self.slots[slot]:
+            return self._err(Status.INVALID_ARG, "rank %d: round_begin on slot %d with %d "
+                             "transfers outstanding" % (self.rank, slot, len(self.slots[slot])))
+        return 0
+
+    def post(self, send: bool, slot: int, peer: int, addr: int, nbytes: int) -> int:
+        if self.broken:
+            return self._err(Status.TRANSPORT, "rank %d: this torch comm failed in an earlier "
+                             "execution; make a new one" % self.rank)
+        t = self._view(addr, nbytes)
+        try:
+            if send:
+                work = _Waiter(self.group.send([t], peer, TAG_SLOT0 + slot))
+            else:
+                work = _Waiter(self.group.recv([t], peer, TAG_SLOT0 + slot))
+        except RuntimeError as e:
+            self.suspect, self.broken = peer, True
+            self.lost.add(peer)
+            return self._err(Status.TRANSPORT, "rank %d: %s to rank %d failed: %s (dead peer?)"
+                             % (self.rank, "send" if send else "receive", peer, e))
+        self.slots[slot].append((work, peer, t))
+        return 0
+
+    def round_wait(self, slot: int, timeout_s: float) -> int:
+        pending = self.slots[slot]
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            work, peer, _ = pending[0]
+            failed = work.wait(deadline - time.monotonic())
+            if failed is not None:
+                self.broken = True
+                self.kept.extend(pending)
+                self.slots[slot] = []
+                peers = sorted({p for _, p, _ in pending})
+                self.lost.update(peers)
+                self.suspect = peer
+                kind, text = failed
+                if kind == _TIMEOUT:
+                    return self._err(Status.TIMEOUT, "rank %d: no transfer with rank %d "
+                                     "completed for %.1f s (round wait, slot %d; %d outstanding "
+                                     "with rank(s) %s; dead or stalled peer?)"
+                                     % (self.rank, peer, timeout_s, slot, len(pending),
+                                        ", ".join(map(str, peers))))
+                return self._err(Status.TRANSPORT, "rank %d: the connection to rank %d failed "
+                                 "(round wait, slot %d): %s" % (self.rank, peer, slot, text))
+            pending.pop(0)
+            deadline = time.monotonic() + timeout_s  # progress: the clock starts again
+        return 0
+
+    # ---- the outcome agreement ---------------------------------------------------------
+
+    def finish(self, local: int, words, min_words, timeout_s: float) -> int:
+        """Every rank sends its contribution (status, whether the failure is its own,
+        the peer it failed on, whether transfers were left in flight, the words, the
+        start of its message) to every other rank and takes theirs: first from the ranks
+        expected to arrive, then from those some rank failed on.
+        A peer may still be inside a round wait of up to timeout_s when this one
+        arrives, so a missing contribution is waited for up to twice timeout_s, and
+        only GRACE_S once every rank still missing is one some rank failed on."""
+        torch = self._torch
+        local_msg = _lib.last_error()
+        in_flight = bool(self.slots[0] or self.slots[1])
+        if in_flight:
+            self.broken = True
+            self.kept.extend(self.slots[0] + self.slots[1])
+            self.slots = [[], []]
+        head = [int(local), int(local != 0 and self.suspect is None),  # own failure
+                -1 if self.suspect is None else self.suspect, int(in_flight)]
+        head += [int(words[i]) if words else _lib.INT64_MAX for i in range(_lib.AGREE_WORDS)]
+        text = local_msg.encode("utf-8", "replace")[:_MSG_BYTES - 1] if local else b""
+        mine = torch.frombuffer(bytearray(struct.pack(_FORMAT, *head, text)), dtype=torch.uint8)
+        tag = TAG_AGREE + (self.epoch & 1)  # a peer is at most one agreement ahead
+        self.epoch += 1
+        peers = [p for p in range(self.size) if p != self.rank]
+        got = {self.rank: self._parse(mine)}
+        suspects, missing = set(self.lost), set()
+        sends = {}
+        for p in peers:
+            try:
+                sends[p] = _Waiter(self.group.send([mine], p, tag))
+            except RuntimeError:  # gloo closed the connection (a timeout, a dead peer)
+                suspects.add(p)
+        bufs = {p: torch.empty(_CONTRIB_BYTES, dtype=torch.uint8) for p in peers}
+        recvs = {}
+        for p in peers:
+            try:
+                recvs[p] = _Waiter(self.group.recv([bufs[p]], p, tag))
+            except RuntimeError:
+                suspects.add(p)
+        pending = set(peers)
+        deadline = time.monotonic() + 2 * timeout_s
+        cut = False
+        while pending:
+            # ranks expected to arrive first, in rank order; the ones some rank failed on
+            # (which may never come) last, for GRACE_S
+            waiting = sorted(pending - suspects) or sorted(pending)
+            p = waiting[0]
+            if p in suspects and not cut:
+                deadline, cut = min(deadline, time.monotonic() + GRACE_S), True
+            if p not in recvs or recvs[p].wait(deadline - time.monotonic()) is not None:
+                pending.discard(p)  # given up on (past the deadline, or its connection failed)
+                missing.add(p)
+                continue
+            got[p] = c = self._parse(bufs[p])
+            pending.discard(p)
+            if c.status != 0 and c.suspect >= 0:
+                suspects.add(c.suspect)
+        pending |= missing
+        for p, w in sends.items():
+            if p not in pending and w.wait(max(deadline - time.monotonic(), GRACE_S)):
+                pending.add(p)  # it has our contribution or never will: state unknown
+        self.suspect = None
+        if pending:
+            self.broken = True
+            self.kept.extend([mine] + list(bufs.values()))
+            self.lost.update(pending)
+            return self._missing(sorted(pending), got, local, local_msg, timeout_s)
+        if any(c.in_flight for c in got.values()):
+            self.broken = True
+        if min_words:
+            for i in range(_lib.AGREE_WORDS):
+                min_words[i] = min(c.words[i] for c in got.values())
+        return self._outcome(got, local, local_msg)
+
+    @staticmethod
+    def _parse(buf) -> _Contribution:
+        *head, raw = struct.unpack(_FORMAT, buf.numpy().tobytes())
+        return _Contribution(head[0], head[1], head[2], head[3], head[4:],
+                             raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+
+    def _missing(self, missing, got, local, local_msg, timeout_s) -> int:
+        """The error when ranks ``missing`` did not reach the agreement: it names them,
+        with the evidence of a rank that failed on one of them."""
+        names = ", ".join(str(p) for p in missing)
+        witness = [r for r, c in sorted(got.items()) if c.status != 0 and c.suspect in missing]
+        if witness:
+            c = got[witness[0]]
+            return self._err(c.status, "rank %d: rank(s) %s stalled or died: they did not "
+                             "reach the end of the execution (%s)"
+                             % (self.rank, names, c.msg or _status_name(c.status)))
+        also = "; this rank: " + local_msg if local and local_msg else ""
+        return self._err(Status.TIMEOUT, "rank %d: rank(s) %s did not reach the end of the "
+                         "execution within %.1f s (stalled or dead)%s"
+                         % (self.rank, names, 2 * timeout_s, also))
+
+    def _outcome(self, got: Dict[int, _Contribution], local: int, local_msg: str) -> int:
+        """Every rank arrived: the error of the rank at the root of the failures, the
+        same on every rank."""
+        failed = {r: c for r, c in got.items() if c.status != 0}
+        if not failed:
+            return 0
+        own = sorted(r for r, c in failed.items() if c.own)
+        if own:
+            culprit = own[0]
+        else:  # every failure waited on a peer: follow the suspects to one that did not
+            culprit, seen = min(failed), set()
+            while culprit in failed and failed[culprit].suspect >= 0 and culprit not in seen:
+                seen.add(culprit)
+                culprit = failed[culprit].suspect
+        if culprit == self.rank and local != 0:
+            return self._err(local, local_msg or "rank %d failed" % self.rank)
+        if culprit in failed:
+            c = failed[culprit]
+            return self._err(c.status, "rank %d: rank %d failed with %s: %s"
+                             % (self.rank, culprit, _status_name(c.status), c.msg))
+        reporter = min(r for r, c in failed.items() if c.suspect == culprit)
+        c = failed[reporter]
+        return self._err(c.status, "rank %d: rank %d was too slow (%s)"
+                         % (self.rank, culprit, c.msg))
+
+    # ---- the ctypes table --------------------------------------------------------------
+
+    def _err(self, status, message) -> int:
+        return _lib.lib.reshard_transport_error(int(status), message.encode("utf-8", "replace"))
+
+    def _guard(self, fn, what):
+        def call(*args):
+            try:
+                return fn(*args)
+            except BaseException as e:  # noqa: BLE001 - an exception must not cross C
+                self.broken = True
+                return self._err(Status.TRANSPORT, "rank %d: %s raised %s: %s"
+                                 % (self.rank, what, type(e).__name__, e))
+        return call
+
+    def _table(self):
+        T = _lib.TransportOps
+        g = self._guard
+        self._callbacks = [
+            T.ALLOC(g(lambda c, n, out: self.alloc_staging(n, out), "alloc_staging")),
+            T.FREE(lambda c, p: self.free_staging(p)),
+            T.SLOT(g(lambda c, s: self.round_begin(s), "round_begin")),
+            T.POST(g(lambda c, s, peer, buf, n: self.post(True, s, peer, buf, n), "post_send")),
+            T.POST(g(lambda c, s, peer, buf, n: self.post(False, s, peer, buf, n),
+                     "post_recv")),
+            T.SLOT(lambda c, s: 0),
+            T.WAIT(g(lambda c, s, t: self.round_wait(s, t), "round_wait")),
+            T.FINISH(g(lambda c, st, w, mw, t: self.finish(st, w, mw, t), "finish")),
+        ]
+        alloc, free, begin, send, recv, end, wait, fin = self._callbacks
+        return T(version=_lib.TRANSPORT_VERSION, name=b"torch-gloo", device_memory=False,
+                 alloc_staging=alloc, free_staging=free, round_begin=begin, post_send=send,
+                 post_recv=recv, round_end=end, round_wait=wait, finish=fin)
+
+
+def _status_name(status: int) -> str:
+    return _lib.lib.reshard_status_string(int(status)).decode()
+
+
+def from_torch(group=None):
+    """An endpoint over the torch.distributed process group ``group`` (default the
+    world group): rank and size are the group's. Local (no collective) for a gloo
+    group: every rank of the group makes its own, and all of them execute every plan.
+
+    gloo: CPU tensors (torch CPU tensors, numpy arrays), moved by the group's
+    point-to-point operations under reshard's tags (TAG_BASE ..), waited for with the
+    plan's timeout. A peer that stalls or dies fails the execution on every rank
+    within about twice the timeout (the round wait, then the agreement), naming that
+    rank; the comm is then broken: make a new one (the group itself remains usable
+    for other work only with peers that are still alive).
+
+    nccl: CUDA tensors, on a reshard NCCL communicator of the group's ranks, created
+    collectively here: group rank 0 makes the unique id and broadcasts it over the
+    group; the endpoint runs on torch's current CUDA stream of the current device.
+    Needs a library built with NCCL.
+
+    Raises ReshardError (INVALID_ARG: torch.distributed not initialized; UNSUPPORTED:
+    another backend)."""
+    _, dist = _torch()
+    if not dist.is_available() or not dist.is_initialized():
+        raise error(Status.INVALID_ARG, "Comm.from_torch: torch.distributed is not "
+                    "initialized (call torch.distributed.init_process_group first)")
+    if group is None:
+        group = dist.group.WORLD
+    backend = str(dist.get_backend(group)).lower()
+    if backend == "gloo":
+        t = GlooTransport(group)
+        h = _lib.c_vp()
+        _lib.check(_lib.lib.reshard_comm_create_transport(ctypes.byref(t.ops), None, t.rank,
+                                                          t.size, ctypes.byref(h)))
+        return Comm(h.value, "torch-gloo", "cpu", keep=t)
+    if backend == "nccl":
+        return _from_torch_nccl(group, dist)
+    raise error(Status.UNSUPPORTED, "Comm.from_torch: backend %r: gloo (CPU tensors) and nccl "
+                "(CUDA tensors) are supported" % backend)
+
+
+def _from_torch_nccl(group, dist):
+    _need_nccl()
+    rank, size = group.rank(), group.size()
+    holder = [nccl_unique_id() if rank == 0 else None]
+    root = 0 if group is dist.group.WORLD else dist.distributed_c10d._get_global_rank(group, 0)
+    dist.broadcast_object_list(holder, src=root, group=group)
+    uid = bytes(holder[0])
+    device, raw_stream = _cuda_device_stream(None, None)
+    h = _lib.c_vp()
+    _lib.check(_lib.lib.reshard_comm_create_nccl_from_id(uid, int(rank), int(size), device,
+                                                          raw_stream, ctypes.byref(h)))
+    return Comm(h.value, "nccl", "cuda")

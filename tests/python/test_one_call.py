@@ -1,0 +1,171 @@
+"""The common path in one call (Model.plan / Refit.plan): the comm gives the rank and
+the world, the plan is checked against it, and a rank whose planning fails tells its
+peers, which fail at once naming it instead of timing out. In-process threads; the
+same path over gloo processes is test_torch_gloo.py's."""
+
+import json
+import os
+import re
+import time
+
+import pytest
+import torch
+
+import reshard
+import conventions
+from test_model_refit import TINY
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def config_path(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(dict(TINY, tie_word_embeddings=False)))
+    return str(p)
+
+
+@pytest.mark.parametrize("infer,domain_size", [("tp=2", None), ("tp=1,dp=2", 2)])
+def test_model_plan_one_call(config_path, infer, domain_size):
+    """Every rank: plan = model.plan(comm, train, infer); plan.execute(src=, dst=); every
+    vLLM element checked against the frameworks' rules."""
+    model = reshard.Model(config_path)
+    w = conventions.Weights(conventions.load_config(config_path))
+    got = {}
+
+    def rank_fn(comm):
+        plan = model.plan(comm, "tp=2", infer, domain_size=domain_size)
+        assert (plan.rank, plan.world, plan.refit.rank) == (comm.rank, 4, comm.rank)
+        side, i = plan.refit.role(comm.rank)
+        if side == "train":
+            plan.execute(src=conventions.megatron_state_dict(w, "tp=2", i))
+            return
+        expect = conventions.vllm_state_dict(w, infer, i, reshard.SENTINEL_BYTE)
+        dst = {n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+               .view(t.dtype) for n, t in expect.items()}
+        plan.execute(dst=dst)
+        got[i] = {n: conventions.mismatches(dst[n], e) for n, e in expect.items()}
+
+    reshard.run_threads(4, rank_fn)
+    assert sorted(got) == [0, 1]
+    assert all(bad == 0 for g in got.values() for bad in g.values()), got
+
+
+def test_model_plan_world_differs_from_comm(config_path):
+    """A 4-rank refit on a 3-rank comm: every rank raises at once (no timeout)."""
+    model = reshard.Model(config_path)
+    errors = {}
+
+    def rank_fn(comm):
+        t0 = time.monotonic()
+        with pytest.raises(reshard.ReshardError) as e:
+            model.plan(comm, "tp=2", "tp=2", timeout_s=30)
+        errors[comm.rank] = (e.value.status, e.value.message, time.monotonic() - t0)
+
+    reshard.run_threads(3, rank_fn)
+    for r, (status, message, secs) in errors.items():
+        assert status == reshard.Status.INVALID_ARG, message
+        assert "needs 4 ranks, the comm has 3" in message
+        assert secs < 10
+
+
+def test_model_plan_failure_told_to_peers(config_path):
+    """Rank 1's plan fails (a staging bound under the minimum): it raises STAGING, and
+    every peer's execute fails at once with STAGING naming rank 1, nothing written."""
+    model = reshard.Model(config_path)
+    out = {}
+
+    def rank_fn(comm):
+        t0 = time.monotonic()
+        try:
+            plan = model.plan(comm, "tp=2", "tp=2", timeout_s=30,
+                              staging_mb=0.001 if comm.rank == 1 else None)
+            dst = plan.refit.infer.new_buffers(comm.rank, fill=reshard.SENTINEL_BYTE) \
+                if comm.rank >= 2 else None
+            src = plan.refit.train.new_buffers(comm.rank) if comm.rank < 2 else None
+            plan.execute(src=src, dst=dst)
+        except reshard.ReshardError as e:
+            out[comm.rank] = (e.status, e.message, time.monotonic() - t0)
+            if comm.rank >= 2:
+                assert all((t.view(torch.uint8) == reshard.SENTINEL_BYTE).all()
+                           for t in dst.values())
+
+    reshard.run_threads(4, rank_fn)
+    assert sorted(out) == [0, 1, 2, 3]
+    for r, (status, message, secs) in out.items():
+        assert status == reshard.Status.STAGING, (r, message)
+        assert secs < 10
+        if r != 1:
+            assert "rank 1 could not create its plan" in message, message
+
+
+def test_refit_plan_is_checked_against_the_comm(config_path):
+    """Refit.plan of a whole refit takes the comm's rank; a scoped refit built for
+    another rank is refused, and the peers are told."""
+    model = reshard.Model(config_path)
+    whole = model.refit("tp=2", "tp=2")
+    errors = {}
+
+    def rank_fn(comm):
+        other = model.refit("tp=2", "tp=2", rank=(comm.rank + 1) % 4)
+        with pytest.raises(reshard.ReshardError) as e:
+            other.plan(comm, timeout_s=30)
+        errors[comm.rank] = e.value.status
+        plan = whole.plan(comm)
+        assert (plan.rank, plan.world) == (comm.rank, 4)
+
+    reshard.run_threads(4, rank_fn)
+    assert all(s == reshard.Status.INVALID_ARG for s in errors.values()), errors
+
+
+def test_one_default_timeout():
+    """Python's default timeout is the library's and the command line's."""
+    with open(os.path.join(ROOT, "include", "reshard", "reshard.h")) as f:
+        c = float(re.search(r"#define RESHARD_DEFAULT_TIMEOUT_S ([0-9.]+)", f.read()).group(1))
+    with open(os.path.join(ROOT, "tools", "cmd_run.c")) as f:
+        cli = f.read()
+    assert reshard.DEFAULT_TIMEOUT_S == c
+    assert ".timeout_s = RESHARD_DEFAULT_TIMEOUT_S" in cli
+    assert "a silent peer fails the refit (%g)" % c in cli
+
+
+@pytest.mark.parametrize("odd,what,first", [
+    ("layout", "(the layouts, the declared buffers differ; the first tensor where they do: 1 ",
+     "x"),
+    ("catalogue", "(the catalogue differ; the first tensor where they do: 2 ", None),
+    ("timeout", "(the params differ)", None),
+])
+def test_mismatch_says_what_differs(odd, what, first):
+    """Rank 3 plans from other inputs: every rank's MISMATCH names what differs
+    and the first tensor where it does, the same on every rank."""
+    from reshard import Shard
+    import numpy as np
+    out = {}
+
+    def fn(comm):
+        odd_rank = comm.rank == 3
+        tensors = reshard.Tensors()
+        tensors.add("a", (8, 4), np.float32)
+        tensors.add("x", (8, 4), np.float32)
+        if odd == "catalogue" and odd_rank:
+            tensors.add("y", (2,), np.float32)  # one tensor more
+        pl = Shard(0) if odd == "layout" and odd_rank else Shard(1)
+        src = reshard.Layout.from_placements(tensors, {"a": ([0, 1], [Shard(0)]),
+                                                       "x": ([0, 1], [Shard(0)])})
+        dst = reshard.Layout.from_placements(tensors, {"a": ([2, 3], [Shard(0)]),
+                                                       "x": ([2, 3], [pl])})
+        plan = reshard.Plan(src, dst, rank=comm.rank, world=4,
+                            timeout_s=31 if odd == "timeout" and odd_rank else 30)
+        with pytest.raises(reshard.ReshardError) as e:
+            plan.execute(comm, src=src.new_buffers(comm.rank) if comm.rank < 2 else None,
+                         dst=dst.new_buffers(comm.rank) if comm.rank >= 2 else None)
+        out[comm.rank] = e.value
+
+    reshard.run_threads(4, fn)
+    for r, e in sorted(out.items()):
+        assert e.status == reshard.Status.MISMATCH
+        assert e.message.startswith("rank %d: ranks 0 and 3 planned from different inputs %s"
+                                    % (r, what)), e.message
+        if first:
+            assert "('%s' on this rank)" % first in e.message
+    assert "('y' on this rank)" in out[3].message if odd == "catalogue" else True
