@@ -19,12 +19,44 @@ static bool is_gone(const int32_t *gone, int32_t n, int32_t rank)
     return false;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* @p l's gone set: @p in's and @p gone's ranks, sorted, unique. */
+static reshard_status_t set_gone(reshard_layout_t *l, const reshard_layout_t *in,
+                                 const int32_t *gone, int32_t n_gone)
+{
+    int64_t n = (int64_t)in->ngone + n_gone;
+    if (n == 0)
+        return RESHARD_OK;
+    int32_t *g = malloc((size_t)n * sizeof *g);
+    if (!g)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_membership_layouts: out of memory");
+    if (in->ngone)
+        memcpy(g, in->gone, (size_t)in->ngone * sizeof *g);
+    if (n_gone)
+        memcpy(g + in->ngone, gone, (size_t)n_gone * sizeof *g);
+    qsort(g, (size_t)n, sizeof *g, cmp_i32);
+    int32_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (k == 0 || g[k - 1] != g[i])
+            g[k++] = g[i];
+    l->gone = g;
+    l->ngone = k;
+    return RESHARD_OK;
+}
+
 /* A copy of @p in without the fragments and declarations of gone ranks. */
 static reshard_status_t filter(const reshard_layout_t *in, const int32_t *gone, int32_t n_gone,
                                reshard_layout_t **out)
 {
     reshard_layout_t *l = NULL;
     reshard_status_t st = reshard_layout_create(in->tensors, &l);
+    if (st == RESHARD_OK)
+        st = set_gone(l, in, gone, n_gone);
     for (int64_t i = 0; st == RESHARD_OK && i < in->n; i++)
         if (!is_gone(gone, n_gone, in->f[i].rank))
             st = reshard_layout_add_fragment(l, &in->f[i]);
