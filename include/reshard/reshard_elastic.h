@@ -57,7 +57,14 @@ extern "C" {
  * reshard_plan_create and the original world_size: lost destinations receive
  * nothing, lost sources are never chosen, and a survivor's own plan is its
  * part of the global plan of the new membership (planning is local and
- * deterministic as always).
+ * deterministic as always). A lost rank takes no part in any plan of the
+ * new membership: not as a source, destination, landing or relay rank (the
+ * layouts record the gone ranks, and their plans' fingerprints include them).
+ * From a rank's scoped layouts (reshard_model_refit_create_scoped) the
+ * results are that rank's scoped layouts of the membership: its own plan
+ * from them equals its part of the global plan of the whole membership
+ * layouts (same fingerprint), and they are refused, as scoped layouts
+ * always are, for a global plan or another rank's plan.
  *
  * Checked here, on every rank alike: every element of a surviving
  * destination fragment that a lost source fragment held is still held by a
