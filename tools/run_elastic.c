@@ -4,7 +4,7 @@
  *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R[,R2...]
  *          [--lose-at I[,I2...]] [--lose-how stop|kill] [--iters K] [--timeout S]
  *          [--layers L] [--agree-timeout S] [--staging-mb B] [--relay-mb B]
- *          [--domain-size D] [--respawn] [--json]
+ *          [--domain-size D] [--respawn] [--json] [--result-file F]
  *
  * Refits run every iteration as in `reshard run` (MPI transport, host memory). In refit I
  * rank R stops answering while the others are in the refit (SIGSTOP; with kill, SIGKILL,
@@ -26,6 +26,12 @@
  * Defaults (--timeout 5, --agree-timeout 0.5, --iters 4, --lose-at 2, --staging-mb 1) hold
  * on a loaded host; --timeout must exceed a refit's longest wait and a live rank must run
  * within --agree-timeout, or it is taken for a lost one.
+ *
+ * --result-file F: the reporting survivor writes the outcome to F as one JSON line,
+ * {"ok": true|false, "exit_status": 0|1} (F is removed at the start; no file afterwards
+ * means the job ended without a report: failed). Use it (or --json's "ok") with
+ * --lose-how kill: under `mpirun --enable-recovery` mpirun exits 0 whatever the ranks
+ * return.
  *
  * Exit status: 0 when every survivor verified every refit and the refits after the loss
  * moved bytes; 1 otherwise (a rank whose loss leaves an element without any replica ends
@@ -58,7 +64,7 @@
 #define EL_MAX_LOST 8
 
 typedef struct {
-    const char *model, *train, *infer, *how, *lose_list, *at_list;
+    const char *model, *train, *infer, *how, *lose_list, *at_list, *result_file;
     long layers, iters, domain_size;
     int n_lose;                  /* ranks lost on purpose, one after another */
     long lose_rank[EL_MAX_LOST]; /* lose_rank[0]: the one --respawn replaces */
@@ -128,6 +134,7 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
                               {"--lose-how", CLI_STRING, &a->how, 0, 0},
+                              {"--result-file", CLI_STRING, &a->result_file, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--respawn", CLI_FLAG, &a->respawn, 0, 0},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
@@ -564,6 +571,26 @@ static bool loses_now(const el_args_t *a, int rank, long it)
     return false;
 }
 
+/* --result-file: the outcome as one JSON line, {"ok": B, "exit_status": N}, written by
+ * the reporting survivor (to a temporary name, then renamed: never half a file). Under
+ * `mpirun --enable-recovery` the exit status is mpirun's (0 whatever the ranks return),
+ * so this file is the outcome; no file means the job ended without a report (failed). */
+static void write_result(const el_args_t *a, bool ok, int rc)
+{
+    if (!a->result_file)
+        return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", a->result_file, (int)getpid());
+    FILE *fp = fopen(tmp, "w");
+    bool done =
+        fp && fprintf(fp, "{\"ok\": %s, \"exit_status\": %d}\n", ok ? "true" : "false", rc) > 0;
+    done = fp && fclose(fp) == 0 && done;
+    if (!done || rename(tmp, a->result_file) != 0) {
+        fprintf(stderr, "reshard run: cannot write --result-file %s\n", a->result_file);
+        unlink(tmp);
+    }
+}
+
 static int elastic(const el_args_t *a, int rank, int size, char **argv)
 {
     reshard_model_t *model = NULL;
@@ -573,6 +600,8 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
         reshard_model_destroy(model);
         return 2;
     }
+    if (rank == 0 && a->result_file)
+        unlink(a->result_file); /* no stale outcome: written again only by the reporter */
     int pid = (int)getpid();
     int *pids = malloc((size_t)size * sizeof *pids);
     if (!pids)
@@ -663,6 +692,8 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
                 kill((pid_t)pids[gone[i]], SIGCONT); /* let the stopped ones end with the job */
         }
         rc = ok ? 0 : 1;
+        if (trank == 0)
+            write_result(a, ok, rc);
         MPI_Comm_free(&team);
     }
     free(pids);
