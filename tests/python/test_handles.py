@@ -56,13 +56,6 @@ def test_handles_refuse_copy_and_pickle(how):
     objs["InprocGroup"].close()
 
 
-def _delayed(fn, delay_s):
-    def body():
-        time.sleep(delay_s)
-        fn()
-    return body
-
-
 def _wait_busy(comm):
     """Until a thread executes on ``comm`` (at most 5 s)."""
     t0 = time.monotonic()
@@ -71,72 +64,65 @@ def _wait_busy(comm):
     assert comm._calls == 1
 
 
+class _Refit:
+    """Rank 0 sends "w" to rank 1 on one in-process group; start() runs rank 1 (0.5 s
+    late) and rank 0 on threads and returns once rank 0 executes (it waits for rank 1
+    in the first agreement); join() waits for both and checks what rank 1 received."""
+
+    def __init__(self):
+        _, self.src, self.dst = layouts()
+        self.plan = reshard.Plan(self.src, self.dst, rank=reshard.ALL_RANKS, world=2,
+                                 timeout_s=10)
+        self.group = reshard.InprocGroup(2)
+        self.c0, self.c1 = self.group.comm(0), self.group.comm(1)
+        self.s0 = self.src.new_buffers(0, library="numpy")
+        reshard.fill_pattern(self.src, 0, self.s0)
+        self.d1 = self.dst.new_buffers(1, library="numpy")
+        self.errs = []
+
+    def _rank(self, r):
+        if r == 1:
+            time.sleep(0.5)  # the ranks' order is fixed by this, not by the load
+        try:
+            self.plan.execute(*((self.c0, self.s0, {}) if r == 0 else (self.c1, {}, self.d1)))
+        except reshard.ReshardError as e:
+            self.errs.append(e)
+
+    def start(self):
+        self.threads = [threading.Thread(target=self._rank, args=(r,)) for r in (1, 0)]
+        for t in self.threads:
+            t.start()
+        _wait_busy(self.c0)
+
+    def join(self):
+        for t in self.threads:
+            t.join()
+        assert self.errs == []
+        assert reshard.verify_pattern(self.dst, 1, self.d1) == 64 * 64 * 4
+        self.group.close()
+
+
 def test_two_threads_on_one_comm():
-    _, src, dst = layouts()
-    plan = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=2, timeout_s=10)
-    group = reshard.InprocGroup(2)
-    c0, c1 = group.comm(0), group.comm(1)
-    s0 = src.new_buffers(0, library="numpy")
-    reshard.fill_pattern(src, 0, s0)
-    zeros = src.new_buffers(0, library="numpy", fill=0)
-    d1 = dst.new_buffers(1, library="numpy")
-    out = {}
-
-    def rank0():
-        out[0] = plan.execute(c0, src=s0, dst={})
-
-    def rank1():
-        out[1] = plan.execute(c1, src={}, dst=d1)
-
-    t0 = threading.Thread(target=rank0)
-    t1 = threading.Thread(target=_delayed(rank1, 0.5))  # rank 0 waits for it
-    t1.start()
-    t0.start()
-    _wait_busy(c0)
+    x = _Refit()
+    x.start()
+    zeros = x.src.new_buffers(0, library="numpy", fill=0)
     with pytest.raises(reshard.ReshardError,
                        match="rank 0: another thread is executing on this comm") as e:
-        plan.execute(c0, src=zeros, dst={})  # a second thread of rank 0, zeroed sources
+        x.plan.execute(x.c0, src=zeros, dst={})  # a second thread of rank 0, zeroed sources
     assert e.value.status == reshard.Status.INVALID_ARG
-    t0.join()
-    t1.join()
-    assert reshard.verify_pattern(dst, 1, d1) == 64 * 64 * 4
-    assert out[1]["bytes_recv"] == 64 * 64 * 4
-    group.close()
+    x.join()
 
 
 def test_close_waits_for_an_execution():
-    _, src, dst = layouts()
-    plan = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=2, timeout_s=10)
-    group = reshard.InprocGroup(2)
-    c0, c1 = group.comm(0), group.comm(1)
-    s0 = src.new_buffers(0, library="numpy")
-    reshard.fill_pattern(src, 0, s0)
-    d1 = dst.new_buffers(1, library="numpy")
-    done, errs = {}, []
-
-    def rank0():
-        try:
-            plan.execute(c0, src=s0, dst={})
-        except reshard.ReshardError as e:
-            errs.append(e)
-        done[0] = time.monotonic()
-
-    t0 = threading.Thread(target=rank0)
-    t1 = threading.Thread(target=_delayed(lambda: plan.execute(c1, src={}, dst=d1), 0.5))
-    t1.start()
-    t0.start()
-    _wait_busy(c0)
-    c0.close()  # while rank 0 waits for rank 1
-    closed = time.monotonic()
-    t0.join()
-    t1.join()
-    assert errs == []
-    assert done[0] <= closed
-    assert c0.closed
-    assert reshard.verify_pattern(dst, 1, d1) == 64 * 64 * 4
+    x = _Refit()
+    t0 = time.monotonic()
+    x.start()
+    x.c0.close()  # while rank 0 waits for rank 1, which starts 0.5 s after t0
+    assert time.monotonic() - t0 >= 0.5  # so close() waited for rank 0's execution
+    assert x.c0.closed
     with pytest.raises(reshard.ReshardError, match="comm is closed"):
-        plan.execute(c0, src=s0, dst={})
-    group.close()
+        x.plan.execute(x.c0, src=x.s0, dst={})
+    x.join()
 
 
 BAD_PLAN_ARGS = [

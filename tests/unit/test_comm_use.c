@@ -28,6 +28,8 @@ typedef struct {
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
     reshard_plan_params_t pp;
+    reshard_inproc_group_t *g;
+    reshard_comm_t *c0, *c1; /* ranks 0 and 1 */
 } fixture_t;
 
 static void build(fixture_t *f)
@@ -48,10 +50,16 @@ static void build(fixture_t *f)
                                     .world_size = 2,
                                     .my_rank = RESHARD_ALL_RANKS,
                                     .timeout_s = 5.0};
+    assert_int_equal(reshard_inproc_group_create(2, &f->g), RESHARD_OK);
+    assert_int_equal(reshard_comm_create_inproc(f->g, 0, &f->c0), RESHARD_OK);
+    assert_int_equal(reshard_comm_create_inproc(f->g, 1, &f->c1), RESHARD_OK);
 }
 
 static void release(fixture_t *f)
 {
+    reshard_comm_destroy(f->c0);
+    reshard_comm_destroy(f->c1);
+    reshard_inproc_group_destroy(f->g);
     reshard_layout_destroy(f->src);
     reshard_layout_destroy(f->dst);
     reshard_tensors_destroy(f->ts);
@@ -89,41 +97,47 @@ static void wait_busy(const reshard_comm_t *c)
     assert_true(__atomic_load_n(&c->use, __ATOMIC_ACQUIRE) & RS_COMM_BUSY);
 }
 
+/* Rank 1 (0.5 s late) and rank 0's execution *@p a on threads; returns once *@p a
+ * executes (waits in the first agreement for rank 1). */
+static void start(fixture_t *f, job_t *a, job_t *r1, pthread_t *ta, pthread_t *tr)
+{
+    *a = (job_t){.f = f, .comm = f->c0, .rank = 0};
+    *r1 = (job_t){.f = f, .comm = f->c1, .rank = 1, .delay_s = 0.5};
+    assert_int_equal(pthread_create(tr, NULL, run, r1), 0);
+    assert_int_equal(pthread_create(ta, NULL, run, a), 0);
+    wait_busy(f->c0);
+}
+
+/* Join both threads of start(): both executions OK, rank 1 verified every element. */
+static void finish(job_t *a, job_t *r1, pthread_t ta, pthread_t tr)
+{
+    pthread_join(ta, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(a->st, RESHARD_OK);
+    assert_int_equal(r1->st, RESHARD_OK);
+    assert_int_equal(r1->verified, 64 * 64 * 4);
+}
+
 static void test_two_threads_one_comm(void **state)
 {
     (void)state;
     fixture_t f;
     build(&f);
-    reshard_inproc_group_t *g = NULL;
-    reshard_comm_t *c0 = NULL, *c1 = NULL;
-    assert_int_equal(reshard_inproc_group_create(2, &g), RESHARD_OK);
-    assert_int_equal(reshard_comm_create_inproc(g, 0, &c0), RESHARD_OK);
-    assert_int_equal(reshard_comm_create_inproc(g, 1, &c1), RESHARD_OK);
-    job_t a = {.f = &f, .comm = c0, .rank = 0}, b = a;
-    job_t r1 = {.f = &f, .comm = c1, .rank = 1, .delay_s = 0.5};
+    job_t a, r1;
     pthread_t ta, tr;
-    assert_int_equal(pthread_create(&tr, NULL, run, &r1), 0);
-    assert_int_equal(pthread_create(&ta, NULL, run, &a), 0);
-    wait_busy(c0);
+    start(&f, &a, &r1, &ta, &tr);
+    job_t b = a;
     run(&b); /* the second thread on rank 0's comm */
-    pthread_join(ta, NULL);
-    pthread_join(tr, NULL);
+    finish(&a, &r1, ta, tr);
     assert_int_equal(b.st, RESHARD_ERR_INVALID_ARG);
     assert_non_null(strstr(b.msg, "rank 0: another thread is executing on this comm"));
-    assert_int_equal(a.st, RESHARD_OK);
-    assert_int_equal(r1.st, RESHARD_OK);
-    assert_int_equal(r1.verified, 64 * 64 * 4);
     /* the endpoint is free again: a next execution runs */
-    a.done = 0;
     r1.delay_s = 0;
     assert_int_equal(pthread_create(&tr, NULL, run, &r1), 0);
     run(&a);
     pthread_join(tr, NULL);
     assert_int_equal(a.st, RESHARD_OK);
     assert_int_equal(r1.st, RESHARD_OK);
-    reshard_comm_destroy(c0);
-    reshard_comm_destroy(c1);
-    reshard_inproc_group_destroy(g);
     release(&f);
 }
 
@@ -132,27 +146,14 @@ static void test_destroy_waits_for_execution(void **state)
     (void)state;
     fixture_t f;
     build(&f);
-    reshard_inproc_group_t *g = NULL;
-    reshard_comm_t *c0 = NULL, *c1 = NULL;
-    assert_int_equal(reshard_inproc_group_create(2, &g), RESHARD_OK);
-    assert_int_equal(reshard_comm_create_inproc(g, 0, &c0), RESHARD_OK);
-    assert_int_equal(reshard_comm_create_inproc(g, 1, &c1), RESHARD_OK);
-    job_t a = {.f = &f, .comm = c0, .rank = 0};
-    job_t r1 = {.f = &f, .comm = c1, .rank = 1, .delay_s = 0.5};
+    job_t a, r1;
     pthread_t ta, tr;
-    assert_int_equal(pthread_create(&tr, NULL, run, &r1), 0);
-    assert_int_equal(pthread_create(&ta, NULL, run, &a), 0);
-    wait_busy(c0);
-    reshard_comm_destroy(c0); /* while rank 0 waits for rank 1 in the first agreement */
+    start(&f, &a, &r1, &ta, &tr);
+    reshard_comm_destroy(f.c0); /* while rank 0 waits for rank 1 in the first agreement */
+    f.c0 = NULL;
     int done = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
-    pthread_join(ta, NULL);
-    pthread_join(tr, NULL);
+    finish(&a, &r1, ta, tr);
     assert_int_equal(done, 1); /* the execution returned before the endpoint was freed */
-    assert_int_equal(a.st, RESHARD_OK);
-    assert_int_equal(r1.st, RESHARD_OK);
-    assert_int_equal(r1.verified, 64 * 64 * 4);
-    reshard_comm_destroy(c1);
-    reshard_inproc_group_destroy(g);
     release(&f);
 }
 
