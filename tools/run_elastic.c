@@ -2,9 +2,9 @@
  * reshard run --lose-rank R[,R2...]: the elastic-refit demonstration under MPI.
  *
  *   mpirun -np N reshard run --model M --train SPEC --infer SPEC --lose-rank R[,R2...]
- *          [--lose-at I[,I2...]] [--lose-how stop|kill] [--iters K] [--timeout S]
+ *          [--lose-at I[,I2...]] [--lose-how stop|kill|resume] [--iters K] [--timeout S]
  *          [--layers L] [--agree-timeout S] [--staging-mb B] [--relay-mb B]
- *          [--domain-size D] [--respawn] [--json]
+ *          [--domain-size D] [--respawn] [--json] [--result-file F]
  *
  * Refits run every iteration as in `reshard run` (MPI transport, host memory). In refit I
  * rank R stops answering while the others are in the refit (SIGSTOP; with kill, SIGKILL,
@@ -20,12 +20,24 @@
  * place (reshard_comm_grow_mpi / reshard_comm_join_mpi); everyone replans for the whole
  * world and refits I+1..K include it: its fresh buffers are refit completely and verified.
  * At the end the stopped ranks are resumed (SIGCONT) so that the job can end: one lost on
- * purpose leaves; one stopped from outside finds that it was counted lost and ends the job
- * with an error.
+ * purpose leaves. One stopped from outside and resumed (--lose-how resume shows it: the
+ * lowest survivor resumes it right after the recovery, while the survivors refit on) goes
+ * on unaware, its refit fails, and the agreement tells it that it was counted lost
+ * (reshard_comm_agree_gone: TRANSPORT, its gone set holds this rank): it leaves without
+ * touching the survivors. Without ULFM that is all it can do: no MPI_Abort (it would end
+ * the survivors too), no exit before MPI_Finalize (mpirun would end the job); it calls
+ * MPI_Finalize, which returns when the survivors finalize, and exits with status 0 (the
+ * job's outcome is the survivors' report).
  *
  * Defaults (--timeout 5, --agree-timeout 0.5, --iters 4, --lose-at 2, --staging-mb 1) hold
  * on a loaded host; --timeout must exceed a refit's longest wait and a live rank must run
  * within --agree-timeout, or it is taken for a lost one.
+ *
+ * --result-file F: the reporting survivor writes the outcome to F as one JSON line,
+ * {"ok": true|false, "exit_status": 0|1} (F is removed at the start; no file afterwards
+ * means the job ended without a report: failed). Use it (or --json's "ok") with
+ * --lose-how kill: under `mpirun --enable-recovery` mpirun exits 0 whatever the ranks
+ * return.
  *
  * Exit status: 0 when every survivor verified every refit and the refits after the loss
  * moved bytes; 1 otherwise (a rank whose loss leaves an element without any replica ends
@@ -58,7 +70,7 @@
 #define EL_MAX_LOST 8
 
 typedef struct {
-    const char *model, *train, *infer, *how, *lose_list, *at_list;
+    const char *model, *train, *infer, *how, *lose_list, *at_list, *result_file;
     long layers, iters, domain_size;
     int n_lose;                  /* ranks lost on purpose, one after another */
     long lose_rank[EL_MAX_LOST]; /* lose_rank[0]: the one --respawn replaces */
@@ -128,6 +140,7 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                               {"--train", CLI_STRING, &a->train, 0, 0},
                               {"--infer", CLI_STRING, &a->infer, 0, 0},
                               {"--lose-how", CLI_STRING, &a->how, 0, 0},
+                              {"--result-file", CLI_STRING, &a->result_file, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--respawn", CLI_FLAG, &a->respawn, 0, 0},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
@@ -166,8 +179,8 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
             rc = 2;
     if (rc == 0 && (!a->model || !a->train || !a->infer))
         snprintf(err, sizeof err, "--model, --train and --infer are required"), rc = 2;
-    if (rc == 0 && strcmp(a->how, "stop") && strcmp(a->how, "kill"))
-        snprintf(err, sizeof err, "--lose-how: '%s' is not stop or kill", a->how), rc = 2;
+    if (rc == 0 && strcmp(a->how, "stop") && strcmp(a->how, "kill") && strcmp(a->how, "resume"))
+        snprintf(err, sizeof err, "--lose-how: '%s' is not stop, kill or resume", a->how), rc = 2;
     if (rc == 0)
         rc = lose_lists(a, err, sizeof err);
     if (rc == 0 && a->respawn && a->lose_at[0] >= a->iters)
@@ -226,6 +239,7 @@ typedef struct {
     reshard_plan_t *plan;
     reshard_comm_t *comm;
     el_bufs_t sb, db;
+    bool excluded; /* the survivors counted this rank lost and went on without it */
 } el_run_t;
 
 /* Free a run's buffers, plan and comm. */
@@ -532,6 +546,18 @@ static reshard_status_t recover(el_run_t *r, const reshard_model_refit_t *f, el_
     double t3 = MPI_Wtime();
     t->agree = t2 - t1;
     t->shrink = t3 - t2;
+    bool me_gone = false;
+    for (int32_t i = 0; st == RESHARD_ERR_TRANSPORT && i < *n_gone; i++)
+        me_gone = me_gone || gone[i] == r->rank;
+    if (me_gone) { /* excluded: the survivors' comm lacks this rank; leave them alone */
+        fprintf(stderr,
+                "rank %d: the survivors counted this rank lost and went on without it; "
+                "leaving without touching them: %s\n",
+                r->rank, reshard_last_error());
+        r->excluded = true;
+        *n_gone = 0;
+        return st;
+    }
     if (!next) { /* no agreement or no comm: the ranks may now disagree on who is left,
                   * and any collective among them could hang */
         fprintf(stderr, "rank %d: recovery failed, ending the job: %s: %s\n", r->rank,
@@ -556,12 +582,44 @@ static reshard_status_t recover(el_run_t *r, const reshard_model_refit_t *f, el_
 }
 
 /* Whether rank @p rank stops in refit @p it on purpose. */
+/* --lose-how resume: the lowest survivor resumes the stopped ranks right after the
+ * recovery, while the survivors go on refitting: they find that they were excluded. */
+static void resume_lost(const el_run_t *r, const int *pids, const int32_t *gone, int32_t n_gone)
+{
+    int inner = -1;
+    MPI_Comm_rank(reshard_comm_mpi_comm(r->comm), &inner);
+    if (inner != 0) /* members are in plan-rank order: 0 is the lowest survivor */
+        return;
+    for (int32_t i = 0; i < n_gone; i++)
+        kill((pid_t)pids[gone[i]], SIGCONT);
+}
+
 static bool loses_now(const el_args_t *a, int rank, long it)
 {
     for (int i = 0; i < a->n_lose; i++)
         if (a->lose_rank[i] == rank && a->lose_at[i] == it)
             return true;
     return false;
+}
+
+/* --result-file: the outcome as one JSON line, {"ok": B, "exit_status": N}, written by
+ * the reporting survivor (to a temporary name, then renamed: never half a file). Under
+ * `mpirun --enable-recovery` the exit status is mpirun's (0 whatever the ranks return),
+ * so this file is the outcome; no file means the job ended without a report (failed). */
+static void write_result(const el_args_t *a, bool ok, int rc)
+{
+    if (!a->result_file)
+        return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", a->result_file, (int)getpid());
+    FILE *fp = fopen(tmp, "w");
+    bool done =
+        fp && fprintf(fp, "{\"ok\": %s, \"exit_status\": %d}\n", ok ? "true" : "false", rc) > 0;
+    done = fp && fclose(fp) == 0 && done;
+    if (!done || rename(tmp, a->result_file) != 0) {
+        fprintf(stderr, "reshard run: cannot write --result-file %s\n", a->result_file);
+        unlink(tmp);
+    }
 }
 
 static int elastic(const el_args_t *a, int rank, int size, char **argv)
@@ -573,6 +631,8 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
         reshard_model_destroy(model);
         return 2;
     }
+    if (rank == 0 && a->result_file)
+        unlink(a->result_file); /* no stale outcome: written again only by the reporter */
     int pid = (int)getpid();
     int *pids = malloc((size_t)size * sizeof *pids);
     if (!pids)
@@ -594,13 +654,16 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
     for (long it = 1; st == RESHARD_OK && it <= a->iters && !lost; it++) {
         if (loses_now(a, rank, it)) {
             /* the others are inside refit `it` and wait for this rank */
-            bool kill_it = !strcmp(a->how, "kill");
+            bool kill_it = !strcmp(a->how, "kill"), resume = !strcmp(a->how, "resume");
             fprintf(stderr, "rank %d: lost on purpose (%s) in refit %ld\n", rank,
                     kill_it ? "SIGKILL" : "SIGSTOP", it);
             fflush(stderr);
             raise(kill_it ? SIGKILL : SIGSTOP);
-            lost = true; /* resumed after the survivors finished: leave */
-            break;
+            if (resume) /* resumed while the survivors go on, as if stopped from outside */
+                fprintf(stderr, "rank %d: resumed; going on as if nothing happened\n", rank);
+            lost = !resume; /* else resumed after the survivors finished: leave */
+            if (lost)
+                break;
         }
         double t0 = MPI_Wtime();
         uint64_t v = 0;
@@ -614,11 +677,20 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
             fprintf(stderr, "rank %d: refit %ld failed after %.2f s, recovering: %s\n", rank, it,
                     mine.t.detect, reshard_last_error());
             st = recover(&r, &f, &mine.t, gone, &n_gone, &msrc, &mdst);
+            if (r.excluded)
+                break;
             mine.recoveries++;
+            if (st == RESHARD_OK && !strcmp(a->how, "resume"))
+                resume_lost(&r, pids, gone, n_gone);
             recovered = true;
             t0 = MPI_Wtime();
             if (st == RESHARD_OK)
                 st = refit(&r, &v);
+        }
+        if (r.excluded) {
+            lost = true; /* leave: no collective with the survivors, no abort */
+            st = RESHARD_OK;
+            break;
         }
         if (st == RESHARD_OK) {
             mine.verified += v;
@@ -663,6 +735,8 @@ static int elastic(const el_args_t *a, int rank, int size, char **argv)
                 kill((pid_t)pids[gone[i]], SIGCONT); /* let the stopped ones end with the job */
         }
         rc = ok ? 0 : 1;
+        if (trank == 0)
+            write_result(a, ok, rc);
         MPI_Comm_free(&team);
     }
     free(pids);

@@ -575,7 +575,11 @@ void reshard_inproc_group_destroy(reshard_inproc_group_t *group);
 /** Endpoint of rank @p rank in @p group; one per thread. Errors: INVALID_ARG, RANK, NOMEM. */
 reshard_status_t reshard_comm_create_inproc(reshard_inproc_group_t *group, int32_t rank,
                                             reshard_comm_t **out);
-/** Free an endpoint of any transport; NULL ok. */
+/** Free an endpoint of any transport; NULL ok. Local. When another thread is
+ *  executing on it (reshard_plan_execute, reshard_plan_fail), waits for that
+ *  call to return (at most about the plan's timeout) before freeing; calls
+ *  that start once the destroy began return INVALID_ARG. The handle is
+ *  invalid once this returns. */
 void reshard_comm_destroy(reshard_comm_t *comm);
 /** Rank and size of an endpoint. */
 int32_t reshard_comm_rank(const reshard_comm_t *comm);
@@ -635,6 +639,11 @@ typedef struct {
  * different inputs), every rank's buffers passed (BUFFER on every rank). In
  * each case every rank returns at once and no destination byte anywhere is
  * written.
+ * One call at a time per endpoint: while one thread executes (or calls
+ * reshard_plan_fail) on @p comm, a call on it from another thread returns
+ * INVALID_ARG at once, sends nothing and leaves the running one alone, so a
+ * peer never pairs its messages with an interleaved execution; so does a
+ * call on a comm being destroyed.
  * Errors: INVALID_ARG, BUFFER, MISMATCH, a failed plan's status, TRANSPORT,
  * TIMEOUT (a peer silent past the plan's timeout), NOMEM. After a transport
  * error or timeout the peer state is undefined: the endpoint is marked

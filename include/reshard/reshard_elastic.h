@@ -57,7 +57,14 @@ extern "C" {
  * reshard_plan_create and the original world_size: lost destinations receive
  * nothing, lost sources are never chosen, and a survivor's own plan is its
  * part of the global plan of the new membership (planning is local and
- * deterministic as always).
+ * deterministic as always). A lost rank takes no part in any plan of the
+ * new membership: not as a source, destination, landing or relay rank (the
+ * layouts record the gone ranks, and their plans' fingerprints include them).
+ * From a rank's scoped layouts (reshard_model_refit_create_scoped) the
+ * results are that rank's scoped layouts of the membership: its own plan
+ * from them equals its part of the global plan of the whole membership
+ * layouts (same fingerprint), and they are refused, as scoped layouts
+ * always are, for a global plan or another rank's plan.
  *
  * Checked here, on every rank alike: every element of a surviving
  * destination fragment that a lost source fragment held is still held by a
@@ -139,13 +146,21 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  *   - losing half of the members without the lowest one, or more than half, always
  *     ends in an error here (no quorum): the survivors cannot tell it from a partition;
  *   - a rank that is excluded but still alive must not use the old comm again (its next
- *     execution on it fails); it leaves and rejoins as a restarted rank;
+ *     execution on it fails); it leaves and rejoins as a restarted rank. It learns it was
+ *     excluded here: TRANSPORT with @p gone holding this rank. Over MPI without ULFM
+ *     (Open MPI 4.1) leaving is all it can do, and how matters: MPI_Abort ends every
+ *     process of the job, the survivors too, and exiting without MPI_Finalize makes
+ *     mpirun end the job (unless mpirun --enable-recovery); so it stops using MPI and
+ *     calls MPI_Finalize, which returns once the survivors finalize too (a rejoin needs
+ *     a new process: reshard_comm_grow_mpi / reshard_comm_join_mpi);
  *   - the agreement may be repeated on the comm of a membership after a further loss:
  *     its members are the members of that view.
  * @p gone (capacity @p max) receives the agreed lost ranks, sorted, plan
  * ranks (a view's earlier lost ranks included); @p n_gone the count.
  * Errors: INVALID_ARG (NULL, max < 0, timeout_s not in (0, 1e9)), TRANSPORT (a member
- * counts this rank as lost; no quorum; an MPI error), TIMEOUT (a member did not confirm
+ * counts this rank as lost: then, alone among the errors, @p gone / @p n_gone receive
+ * that member's set, which holds this rank: it was excluded, and the survivors go on
+ * without it; no quorum; an MPI error), TIMEOUT (a member did not confirm
  * in time, or confirmed another set), NOMEM, UNSUPPORTED (the transport has no
  * agreement channel).
  */

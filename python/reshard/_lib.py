@@ -286,3 +286,58 @@ def shape_array(shape):
     for i, v in enumerate(shape):
         arr[i] = int(v)
     return arr
+
+
+class Handle:
+    """Base of the classes that own a C handle (Tensors, Layout, Plan, Model, Refit,
+    Comm, InprocGroup): a copy or an unpickled object would be a second owner of the
+    same handle and free it twice, so copy.copy, copy.deepcopy and pickle raise
+    TypeError naming the class."""
+
+    __slots__ = ()
+
+    def _no_copy(self, what):
+        raise TypeError("reshard.%s cannot be %s: it owns a C handle, which a second object "
+                        "would free twice; build a new one (or share this one)"
+                        % (type(self).__name__, what))
+
+    def __copy__(self):
+        self._no_copy("copied")
+
+    def __deepcopy__(self, memo):
+        self._no_copy("copied")
+
+    def __reduce_ex__(self, protocol):
+        self._no_copy("pickled")
+
+    def __reduce__(self):
+        self._no_copy("pickled")
+
+
+I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def as_int(value, what, lo=I32_MIN, hi=I32_MAX):
+    """``value`` as a Python int in [lo, hi]: an int (numpy integers too), never a
+    bool, str or float; TypeError / ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError("reshard: %s must be an int, got %r (%s)"
+                        % (what, value, type(value).__name__))
+    v = value.__index__()
+    if not lo <= v <= hi:
+        raise ValueError("reshard: %s = %d is outside [%d, %d]" % (what, v, lo, hi))
+    return v
+
+
+def as_mib_bytes(value, what):
+    """A size in MiB (an int or a float, never a bool or str) as bytes for a uint64_t:
+    TypeError / ValueError naming ``what`` for a negative, NaN or too large one."""
+    if isinstance(value, (bool, str, bytes)) or not (hasattr(value, "__index__")
+                                                     or hasattr(value, "__float__")):
+        raise TypeError("reshard: %s must be a number of MiB, got %r (%s)"
+                        % (what, value, type(value).__name__))
+    v = value.__index__() if hasattr(value, "__index__") else float(value)
+    if not 0 <= v < 2 ** 44:
+        raise ValueError("reshard: %s = %r MiB is outside [0, 2**44) (its bytes must fit in "
+                         "64 bits)" % (what, value))
+    return v << 20 if isinstance(v, int) else int(v * (1 << 20))

@@ -10,7 +10,7 @@ from . import _lib
 from .errors import Status, error
 
 
-class Comm:
+class Comm(_lib.Handle):
     """One rank's transport endpoint. ``kind`` is "inproc", "mpi" or "nccl"; ``device``
     the memory its buffers live in ("cpu" or "cuda"). Destroyed by close() or when
     garbage-collected (before MPI_Finalize for MPI ones: close() it)."""
@@ -20,6 +20,8 @@ class Comm:
         self.kind = kind
         self.device = device
         self._keep = keep  # the in-process group, the stream: outlive the endpoint
+        self._calls = 0  # executions in flight (Plan.execute): close() waits for them
+        self._idle = threading.Condition()
 
     @property
     def closed(self):
@@ -29,6 +31,19 @@ class Comm:
         if self._h is None:
             raise error(Status.INVALID_ARG, "comm is closed (%s comm): make a new one" % self.kind)
         return self._h
+
+    def _enter(self):
+        """The handle for one call of the C library that uses the endpoint (Plan.execute);
+        close() waits until _leave(). ReshardError (INVALID_ARG) once closed."""
+        with self._idle:
+            h = self._handle()
+            self._calls += 1
+            return h
+
+    def _leave(self):
+        with self._idle:
+            self._calls -= 1
+            self._idle.notify_all()
 
     @property
     def rank(self):
@@ -42,7 +57,17 @@ class Comm:
 
     def close(self):
         """Free the endpoint (local; an MPI one frees its duplicate communicator, so
-        before MPI_Finalize: after it, the endpoint is left to the process's end)."""
+        before MPI_Finalize: after it, the endpoint is left to the process's end). While
+        another thread executes on it, waits for that execution to return (bounded by
+        the plan's timeout); an execution that starts later finds it closed."""
+        idle = getattr(self, "_idle", None)
+        if idle is None:  # __init__ did not finish
+            return
+        with idle:
+            idle.wait_for(lambda: self._calls == 0)
+            self._close()
+
+    def _close(self):
         if self._h:
             if self.kind == "mpi" and _mpi_finalized():
                 self._h = None
@@ -73,7 +98,7 @@ def _mpi_finalized():
 # --- in-process ----------------------------------------------------------------------------
 
 
-class InprocGroup:
+class InprocGroup(_lib.Handle):
     """An in-process group of ``nranks`` threads (tests and examples): one comm per
     thread, comm(rank)."""
 

@@ -41,19 +41,8 @@ for _name, _args in _SIGNATURES.items():
         _fn.restype, _fn.argtypes = ctypes.c_int, _args
 
 
-_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
-
-
-def _int(value, what, lo=_I32_MIN, hi=_I32_MAX):
-    """``value`` as a Python int in [lo, hi]: an int (numpy integers too), never a
-    bool, str or float; TypeError / ValueError naming ``what`` otherwise."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError("reshard: %s must be an int, got %r (%s)"
-                        % (what, value, type(value).__name__))
-    v = value.__index__()
-    if not lo <= v <= hi:
-        raise ValueError("reshard: %s = %d is outside [%d, %d]" % (what, v, lo, hi))
-    return v
+_I32_MIN, _I32_MAX = _lib.I32_MIN, _lib.I32_MAX
+_int = _lib.as_int
 
 
 def _ranks(ranks, what="ranks", lo=0):

@@ -28,7 +28,7 @@ def _contiguous_strides(extent):
     return tuple(reversed(strides))
 
 
-class Layout:
+class Layout(_lib.Handle):
     """All fragments of one side of a refit, over a Tensors catalogue.
 
     Build one from explicit fragments (add_fragment), from DTensor placements

@@ -12,7 +12,7 @@ from .plan import Plan, comm_open, plan_fail
 from .tensors import Quant, Tensors, to_quant
 
 
-class Model:
+class Model(_lib.Handle):
     """A model config: a shipped name ("qwen3-0.6b", "qwen3-30b-a3b", "deepseek-v3", ...)
     or a path to a HF config.json. ``layers`` > 0 keeps the first K decoder layers;
     ``mtp`` adds the multi-token-prediction layers; ``dtype`` "bf16" or "fp8_e4m3"
@@ -113,7 +113,7 @@ def _int32(value, name):
     return v
 
 
-class Refit:
+class Refit(_lib.Handle):
     """Everything one refit needs: ``tensors`` (HF names and shapes), ``train`` and
     ``infer`` Layouts (their parameters(rank) are the frameworks' named_parameters()),
     ``train_world``, ``infer_world``, ``infer_offset`` and ``world``; ``engines`` (independent

@@ -14,7 +14,7 @@ _STAT_KEYS = [f for f, _ in _lib.PlanStats._fields_]
 _EXEC_KEYS = [f for f, _ in _lib.ExecStats._fields_]
 
 
-class Plan:
+class Plan(_lib.Handle):
     """The plan of rank ``rank`` (or ALL_RANKS for global statistics) for moving
     ``src`` to ``dst`` on ``world`` ranks; pure computation, nothing is sent.
 
@@ -34,31 +34,40 @@ class Plan:
     layouts written by hand.
 
     Raises ReshardError with the C message (SHAPE, DTYPE, UNCOVERED, OVERLAP, RANK,
-    BUFFER, STAGING, ...). Python adds no planning of its own.
+    BUFFER, STAGING, ...). Python adds no planning of its own. Before that, every
+    number is checked, never coerced: TypeError unless rank, world and domain_size
+    are ints and staging_mb, relay_mb and timeout_s numbers (never bools or str);
+    ValueError for rank outside [ALL_RANKS, 2**31), world outside [1, 2**31),
+    domain_size outside [0, 2**31), staging_mb or relay_mb outside [0, 2**44) MiB.
     """
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
-        p = _lib.PlanParams(world_size=int(world), my_rank=int(rank))
+        world = _lib.as_int(world, "world", lo=1)
+        rank = _lib.as_int(rank, "rank", lo=ALL_RANKS)
+        p = _lib.PlanParams(world_size=world, my_rank=rank)
         if domain_size is not None:
             p.field_mask |= _lib.PARAM_DOMAIN_SIZE
-            p.domain_size = int(domain_size)
+            p.domain_size = _lib.as_int(domain_size, "domain_size", lo=0)
         if staging_mb is not None:
             p.field_mask |= _lib.PARAM_STAGING_BYTES
-            p.staging_bytes = int(staging_mb * (1 << 20))
+            p.staging_bytes = _lib.as_mib_bytes(staging_mb, "staging_mb")
         if relay_mb is not None:
             p.field_mask |= _lib.PARAM_RELAY_BYTES
-            p.relay_bytes = int(relay_mb * (1 << 20))
+            p.relay_bytes = _lib.as_mib_bytes(relay_mb, "relay_mb")
         if timeout_s is not None:
+            if isinstance(timeout_s, (bool, str, bytes)) or not hasattr(timeout_s, "__float__"):
+                raise TypeError("reshard: timeout_s must be a number of seconds, got %r"
+                                % (timeout_s,))
             p.field_mask |= _lib.PARAM_TIMEOUT
             p.timeout_s = float(timeout_s)
         if summary:
             p.field_mask |= _lib.PARAM_SUMMARY
             p.summary = 1
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
-        self.rank, self.world = int(rank), int(world)
+        self.rank, self.world = rank, world
         self.timeout_s = timeout_s
         self.comm = comm  # execute's default
         self.refit = None  # set by Refit.plan / Model.plan
@@ -87,7 +96,8 @@ class Plan:
 
     def pair_bytes(self, src_rank, dst_rank):
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""
-        return _lib.lib.reshard_plan_pair_bytes(self._h, int(src_rank), int(dst_rank))
+        return _lib.lib.reshard_plan_pair_bytes(self._h, _lib.as_int(src_rank, "src_rank"),
+                                                 _lib.as_int(dst_rank, "dst_rank"))
 
     def execute(self, comm=None, src=None, dst=None):
         """Move the bytes: this rank's source tensors ``src`` and destination tensors
@@ -130,8 +140,12 @@ class Plan:
         if problems:
             self._fail(comm, problems)
         st = _lib.ExecStats()
-        status = _lib.lib.reshard_plan_execute(self._h, comm._h, s_arr, n_src, d_arr, n_dst,
-                                               ctypes.byref(st))
+        h = comm._enter()
+        try:
+            status = _lib.lib.reshard_plan_execute(self._h, h, s_arr, n_src, d_arr, n_dst,
+                                                   ctypes.byref(st))
+        finally:
+            comm._leave()
         keep = (s_views, d_views)  # the tensors stay referenced through the call
         _lib.check(status)
         del keep
@@ -140,8 +154,11 @@ class Plan:
     def _fail(self, comm, problems, cause=None):
         """This rank cannot execute: tell the peers (reshard_plan_fail with BUFFER, so
         that they fail at once, naming this rank), then raise the problems."""
-        told = _lib.lib.reshard_plan_fail(comm._h, int(Status.BUFFER),
-                                          float(self.timeout_s or 0))
+        h = comm._enter()
+        try:
+            told = _lib.lib.reshard_plan_fail(h, int(Status.BUFFER), float(self.timeout_s or 0))
+        finally:
+            comm._leave()
         note = None if told == 0 else _lib.last_error()
         try:
             raise_problems(problems, note)

@@ -41,7 +41,7 @@ def to_quant(kind):
     raise ValueError("reshard: unknown quantized form %r (fp8, fp8_block, mxfp8, none)" % (kind,))
 
 
-class Tensors:
+class Tensors(_lib.Handle):
     """An ordered catalogue of logical tensors (ids 0, 1, 2, ... in order of add).
 
     >>> t = Tensors(); t.add("w", (8, 4), "fp32")

@@ -228,9 +228,12 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
                         comm->rank);
     if (!(timeout_s > 0))
         timeout_s = RESHARD_DEFAULT_TIMEOUT_S;
+    if (rs_comm_enter(comm, "reshard_plan_fail") != RESHARD_OK)
+        return RESHARD_ERR_INVALID_ARG;
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */
     int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, status, false, 0, timeout_s, m);
+    rs_comm_leave(comm);
     if (m[W_PLAN_FAILED] == INT64_MAX)
         return agreed; /* the agreement itself failed */
     rs_error_clear();  /* every peer was told */

@@ -21,6 +21,19 @@ struct reshard_comm {
      *  reshard_plan_fail refuse a broken endpoint; it can still be shrunk
      *  (reshard_elastic.h) or destroyed. */
     bool broken;
+    /** RS_COMM_BUSY while a call uses the endpoint (an execution, an
+     *  agreement), RS_COMM_CLOSING once reshard_comm_destroy began; read and
+     *  written with __atomic builtins only (exec/comm.c). */
+    int use;
 };
+
+enum { RS_COMM_BUSY = 1, RS_COMM_CLOSING = 2 };
+
+/** Take @p comm for one call @p what (a function name) of this thread: INVALID_ARG naming
+ *  the rank when another thread is using it (two threads on one endpoint would
+ *  interleave their messages, and peers would take one's bytes for the other's) or it is
+ *  being destroyed; nothing is sent then. Release with rs_comm_leave. */
+reshard_status_t rs_comm_enter(reshard_comm_t *comm, const char *what);
+void rs_comm_leave(reshard_comm_t *comm);
 
 #endif

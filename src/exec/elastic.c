@@ -294,6 +294,7 @@ typedef struct {
     unsigned char *prior, *set; /* the comm's lost ranks; the set of round 1 */
     unsigned char *recv, *got;  /* n messages of n bytes; arrived */
     int32_t *peers;
+    bool excluded; /* a member's set counts this rank lost; set holds it */
 } ag_t;
 
 /* Round 0: this rank's prior set to every other member; a member whose round-0 message
@@ -338,11 +339,14 @@ static reshard_status_t ag_round1(ag_t *a, double deadline)
     reshard_status_t st = a->c->ops->agree_exchange(a->c, 1, a->peers, np, need, a->set,
                                                     (uint64_t)a->n, a->recv, a->got, deadline);
     for (int32_t i = 0; st == RESHARD_OK && i < np; i++)
-        if (a->got[i] && a->recv[(size_t)i * (size_t)a->n + (size_t)me])
+        if (a->got[i] && a->recv[(size_t)i * (size_t)a->n + (size_t)me]) {
+            memcpy(a->set, a->recv + (size_t)i * (size_t)a->n, (size_t)a->n);
+            a->excluded = true;
             return rs_error(RESHARD_ERR_TRANSPORT,
                             "rank %d: rank %d counts this rank as lost (it did not answer within "
                             "the agreement's timeout); this rank must leave and rejoin",
                             me, a->peers[i]);
+        }
     for (int32_t i = 0; st == RESHARD_OK && i < need; i++) {
         if (!a->got[i])
             return rs_error(RESHARD_ERR_TIMEOUT,
@@ -404,7 +408,8 @@ reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s,
     if (st == RESHARD_OK)
         st = ag_round1(&a, t0 + 4.0 * timeout_s);
     int32_t k = 0;
-    for (int32_t p = 0; st == RESHARD_OK && p < n; p++)
+    bool report = st == RESHARD_OK || a.excluded; /* the accepted set, or the one excluding us */
+    for (int32_t p = 0; report && p < n; p++)
         if (a.set[p]) {
             if (k < max)
                 gone[k] = p;
@@ -413,7 +418,7 @@ reshard_status_t reshard_comm_agree_gone(reshard_comm_t *comm, double timeout_s,
     if (st == RESHARD_OK && k > max)
         st = rs_error(RESHARD_ERR_INVALID_ARG,
                       "reshard_comm_agree_gone: %d lost ranks, room for %d", k, max);
-    *n_gone = st == RESHARD_OK ? k : 0;
+    *n_gone = report && st != RESHARD_ERR_INVALID_ARG ? (k < max ? k : max) : 0;
     free(a.prior);
     free(a.set);
     free(a.got);

@@ -678,6 +678,8 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
                         "transport error, so its peers' progress is unknown; destroy it (or "
                         "shrink it, reshard_elastic.h) and execute on a new one",
                         comm->rank);
+    if (rs_comm_enter(comm, "reshard_plan_execute") != RESHARD_OK)
+        return RESHARD_ERR_INVALID_ARG;
     reshard_status_t st = execute(plan, comm, src_bufs, n_src, dst_bufs, n_dst, stats);
     if (st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) {
         comm->broken = true;
@@ -686,5 +688,6 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
                      st == RESHARD_ERR_TIMEOUT ? "a peer did not answer within the plan's timeout"
                                                : "the transport failed");
     }
+    rs_comm_leave(comm);
     return st;
 }

@@ -25,6 +25,7 @@ void reshard_layout_destroy(reshard_layout_t *layout)
     rs_decls_free(&layout->decls);
     rs_tensor_lists_free(&layout->lists);
     free(layout->origin.holders);
+    free(layout->gone);
     free(layout);
 }
 

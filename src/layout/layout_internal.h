@@ -116,6 +116,11 @@ struct reshard_layout {
     rs_layout_facts_t facts;   /**< of f[0..facts.n), while only appended to */
     rs_tensor_lists_t lists;   /**< of f[0..lists.n), while only appended to */
     rs_layout_origin_t origin; /**< set by the generator that built it */
+    /** Ranks lost from the membership this layout is for (set by
+     *  reshard_membership_layouts, sorted, unique): they hold no fragment and
+     *  a plan gives them no work, not even as a landing or relay rank. */
+    int32_t *gone;
+    int32_t ngone;
 };
 
 /** The layout's origin while it is unchanged since it was built, else NULL. */

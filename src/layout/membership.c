@@ -19,12 +19,79 @@ static bool is_gone(const int32_t *gone, int32_t n, int32_t rank)
     return false;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* @p l's gone set: @p in's and @p gone's ranks, sorted, unique. */
+static reshard_status_t set_gone(reshard_layout_t *l, const reshard_layout_t *in,
+                                 const int32_t *gone, int32_t n_gone)
+{
+    int64_t n = (int64_t)in->ngone + n_gone;
+    if (n == 0)
+        return RESHARD_OK;
+    int32_t *g = malloc((size_t)n * sizeof *g);
+    if (!g)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_membership_layouts: out of memory");
+    if (in->ngone)
+        memcpy(g, in->gone, (size_t)in->ngone * sizeof *g);
+    if (n_gone)
+        memcpy(g + in->ngone, gone, (size_t)n_gone * sizeof *g);
+    qsort(g, (size_t)n, sizeof *g, cmp_i32);
+    int32_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (k == 0 || g[k - 1] != g[i])
+            g[k++] = g[i];
+    l->gone = g;
+    l->ngone = k;
+    return RESHARD_OK;
+}
+
+/* A generated layout's membership stays generated (its fingerprint is the
+ * origin's, so every rank's scoped part of it and the whole agree): the
+ * origin of @p in with the gone set (l->gone) folded into its hash and pair,
+ * the counts of @p l, and, scoped, the holders without the gone ranks. */
+static reshard_status_t keep_origin(reshard_layout_t *l, const reshard_layout_t *in)
+{
+    const rs_layout_origin_t *o = rs_origin_of(in);
+    if (!o)
+        return RESHARD_OK;
+    rs_layout_origin_t n = *o;
+    n.holders = NULL;
+    for (int32_t i = 0; i < l->ngone; i++) {
+        uint64_t w = 0x676f6e65ULL << 32 | (uint32_t)l->gone[i];
+        n.hash = rs_hash_mix(n.hash, w);
+        n.pair = rs_hash_mix(n.pair, w);
+    }
+    n.hash = n.hash ? n.hash : 1; /* 0 means "not generated" */
+    n.n = l->n;
+    n.ndecls = l->decls.n;
+    if (o->holders) {
+        size_t words = (size_t)o->words * (size_t)in->tensors->n;
+        n.holders = malloc(words ? words * sizeof *n.holders : 1);
+        if (!n.holders)
+            return rs_error(RESHARD_ERR_NOMEM, "reshard_membership_layouts: out of memory");
+        memcpy(n.holders, o->holders, words * sizeof *n.holders);
+        for (int32_t i = 0; i < l->ngone; i++)
+            if (l->gone[i] < o->world)
+                for (int32_t t = 0; t < in->tensors->n; t++)
+                    n.holders[(int64_t)t * o->words + l->gone[i] / 64] &=
+                        ~((uint64_t)1 << (l->gone[i] % 64));
+    }
+    l->origin = n;
+    return RESHARD_OK;
+}
+
 /* A copy of @p in without the fragments and declarations of gone ranks. */
 static reshard_status_t filter(const reshard_layout_t *in, const int32_t *gone, int32_t n_gone,
                                reshard_layout_t **out)
 {
     reshard_layout_t *l = NULL;
     reshard_status_t st = reshard_layout_create(in->tensors, &l);
+    if (st == RESHARD_OK)
+        st = set_gone(l, in, gone, n_gone);
     for (int64_t i = 0; st == RESHARD_OK && i < in->n; i++)
         if (!is_gone(gone, n_gone, in->f[i].rank))
             st = reshard_layout_add_fragment(l, &in->f[i]);
@@ -36,6 +103,8 @@ static reshard_status_t filter(const reshard_layout_t *in, const int32_t *gone, 
             st = reshard_layout_declare_buffer(l, b.rank, b.buffer, b.name, b.dtype, b.ndim,
                                                b.shape);
     }
+    if (st == RESHARD_OK)
+        st = keep_origin(l, in);
     if (st != RESHARD_OK) {
         reshard_layout_destroy(l);
         return st;

@@ -63,10 +63,14 @@ static reshard_status_t refuse_true(json_t *root, const char *key, const char *w
 static reshard_status_t parse_pattern(json_t *root, reshard_model_t *m)
 {
     rs_hybrid_t *hy = &m->hy;
-    const char *pat = json_string_value(json_object_get(root, "hybrid_override_pattern"));
+    json_t *field = json_object_get(root, "hybrid_override_pattern");
+    const char *pat = json_string_value(field);
     if (!pat)
         return rs_error(RESHARD_ERR_CONFIG,
-                        "config: required field 'hybrid_override_pattern' is missing (nemotron_h)");
+                        field ? "config: field 'hybrid_override_pattern' is not a string (one "
+                                "of M * - E per layer; nemotron_h)"
+                              : "config: required field 'hybrid_override_pattern' is missing "
+                                "(nemotron_h)");
     size_t n = strlen(pat);
     hy->kind = calloc(n + 1, 1);
     hy->stage0 = calloc(n + 1, sizeof *hy->stage0);

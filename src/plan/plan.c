@@ -67,6 +67,33 @@ static reshard_status_t plan_tensors(reshard_plan_t *plan, rs_bounds_t *bounds)
     return st;
 }
 
+/* The ranks gone from the membership of @p src and @p dst (plan->gone). */
+static reshard_status_t set_gone(reshard_plan_t *plan, const reshard_layout_t *src,
+                                 const reshard_layout_t *dst)
+{
+    if (!src->ngone && !dst->ngone)
+        return RESHARD_OK;
+    plan->gone = calloc((size_t)plan->p.world_size, 1);
+    if (!plan->gone)
+        return rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
+    const reshard_layout_t *side[2] = {src, dst};
+    for (int s = 0; s < 2; s++)
+        for (int32_t i = 0; i < side[s]->ngone; i++)
+            if (side[s]->gone[i] < plan->p.world_size)
+                plan->gone[side[s]->gone[i]] = 1;
+    return RESHARD_OK;
+}
+
+/* The fingerprint with the gone ranks folded in: plans for different
+ * memberships never agree. */
+static uint64_t fold_gone(const reshard_plan_t *plan, uint64_t fp)
+{
+    for (int32_t r = 0; plan->gone && r < plan->p.world_size; r++)
+        if (plan->gone[r])
+            fp = (fp ^ ((uint64_t)(uint32_t)r + 0x676f6e6500000000ULL)) * 0x9e3779b97f4a7c15ULL;
+    return fp;
+}
+
 /* A summary plan's kept ranks and their domains. */
 static reshard_status_t set_keep(reshard_plan_t *plan, const int32_t *keep, int32_t nkeep)
 {
@@ -152,6 +179,8 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         plan->p.domain_size = plan->p.world_size;
     if (st == RESHARD_OK)
         st = rs_validate_scope(&plan->p, src, dst);
+    if (st == RESHARD_OK)
+        st = set_gone(plan, src, dst);
     if (st == RESHARD_OK && src->origin.holders) { /* checked: both scoped alike */
         plan->holders_src = &src->origin;
         plan->holders_dst = &dst->origin;
@@ -192,7 +221,7 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
     if (st == RESHARD_OK && plan->p.my_rank != RESHARD_ALL_RANKS)
         st = rs_rank_plan_build(plan, plan->p.my_rank, &plan->mine);
     if (st == RESHARD_OK) {
-        plan->fingerprint = rs_fingerprint(&plan->p, src, dst);
+        plan->fingerprint = fold_gone(plan, rs_fingerprint(&plan->p, src, dst));
         rs_fingerprint_parts(&plan->p, src, dst, plan->fp_part);
         plan->fp_tensor = rs_fingerprint_tensors(src, dst, &plan->fp_ntensors);
         st = plan->fp_tensor ? rs_plan_own_inputs(plan)
@@ -230,6 +259,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     free(plan->keep_rank);
     free(plan->keep_domain);
     free(plan->fp_tensor);
+    free(plan->gone);
     free(plan);
 }
 

@@ -109,6 +109,10 @@ struct reshard_plan {
      *  tensor in the whole source and destination layouts, while planning;
      *  NULL for whole layouts. */
     const rs_layout_origin_t *holders_src, *holders_dst;
+    /** Per plan rank: 1 when it is gone from the membership the layouts are
+     *  for (their gone sets, reshard_membership_layouts); NULL when none is.
+     *  Such a rank is never chosen as a landing or relay rank. */
+    uint8_t *gone;
 };
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

@@ -461,7 +461,8 @@ static int relay_group(rs_topo_t *t, const rs_group_t *g, int64_t d0, reshard_bo
         int32_t y = -1; /* the least loaded rank with room; ties rotated */
         for (int32_t q = 0; q < g->R; q++) {
             int32_t r = g->lo + (rot + q) % g->R;
-            if (r != x && t->relay_used[r] + scratch <= budget &&
+            if (r != x && !(t->plan->gone && t->plan->gone[r]) &&
+                t->relay_used[r] + scratch <= budget &&
                 (y < 0 || t->recv_load[r] < t->recv_load[y]))
                 y = r;
         }

@@ -184,6 +184,60 @@ static void test_membership_uncovered(void **state)
     release(&f);
 }
 
+/* A lost rank takes no part in the membership's plan, not even as a relay
+ * (issue 25, item 1). "big" fp32 [256, 256] (256 KiB) is held by train rank
+ * 0 and needed by inference rank 4 alone, in domain {4,5,6,7}: rank 4 lands
+ * more than the group's share, so it relays stripes through 5, 6 and 7. With
+ * 5 lost, the global plan and every survivor's own plan leave it out: no
+ * byte to or from it, and rank 4 still receives all 256 KiB. */
+static void test_membership_no_relay_through_lost(void **state)
+{
+    (void)state;
+    reshard_tensors_t *ts = NULL;
+    assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
+    int64_t shape[2] = {256, 256};
+    int32_t big;
+    assert_int_equal(reshard_tensors_add(ts, "big", RESHARD_FP32, 2, shape, 0, NULL, &big),
+                     RESHARD_OK);
+    reshard_layout_t *src = NULL, *dst = NULL;
+    assert_int_equal(reshard_layout_create(ts, &src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &dst), RESHARD_OK);
+    int32_t r0 = 0, r4 = 4;
+    reshard_mesh_t m0 = {.ndim = 1, .shape = {1}, .ranks = &r0};
+    reshard_mesh_t m4 = {.ndim = 1, .shape = {1}, .ranks = &r4};
+    reshard_placement_t rep[1] = {{RESHARD_REPLICATE, 0, 0}};
+    assert_int_equal(reshard_layout_add_dtensor(src, big, &m0, rep, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(dst, big, &m4, rep, 0, 0), RESHARD_OK);
+    reshard_plan_params_t pp = params(4, 5.0);
+    reshard_plan_t *before = NULL;
+    assert_int_equal(reshard_plan_create(src, dst, &pp, &before), RESHARD_OK);
+    assert_true(bytes_into(before, 5) > 0); /* the case relays through 5 */
+    reshard_plan_destroy(before);
+    int32_t gone[1] = {5};
+    reshard_layout_t *s = NULL, *d = NULL;
+    assert_int_equal(reshard_membership_layouts(src, dst, gone, 1, &s, &d), RESHARD_OK);
+    reshard_plan_t *all = NULL;
+    assert_int_equal(reshard_plan_create(s, d, &pp, &all), RESHARD_OK);
+    assert_int_equal(bytes_into(all, 5), 0);
+    assert_int_equal(bytes_from(all, 5), 0);
+    assert_int_equal(reshard_plan_pair_bytes(all, 0, 4) + bytes_from(all, 6) + bytes_from(all, 7),
+                     256 * 256 * 4);
+    assert_true(bytes_into(all, 6) + bytes_into(all, 7) > 0); /* still relayed, elsewhere */
+    for (int32_t r = 0; r < WORLD; r++) {
+        if (r == 5)
+            continue;
+        char why[512] = "";
+        if (rs_test_check_rank_plan(s, d, &pp, all, r, why, sizeof why) != 0)
+            fail_msg("rank %d: %s", r, why);
+    }
+    reshard_plan_destroy(all);
+    reshard_layout_destroy(s);
+    reshard_layout_destroy(d);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
 /* ---- the recovery, one thread per rank ---------------------------------- */
 
 /* The peer timeout: 0.3 s, or RS_TEST_TIMEOUT_S (seconds) for slow runs such as
@@ -476,9 +530,13 @@ static void test_lost_training_replica(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_membership_plan),       cmocka_unit_test(test_membership_domains),
-        cmocka_unit_test(test_membership_uncovered),  cmocka_unit_test(test_lost_inference_rank),
-        cmocka_unit_test(test_lost_training_replica), cmocka_unit_test(test_agree_slow_rank),
+        cmocka_unit_test(test_membership_plan),
+        cmocka_unit_test(test_membership_domains),
+        cmocka_unit_test(test_membership_uncovered),
+        cmocka_unit_test(test_lost_inference_rank),
+        cmocka_unit_test(test_membership_no_relay_through_lost),
+        cmocka_unit_test(test_lost_training_replica),
+        cmocka_unit_test(test_agree_slow_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -995,6 +995,18 @@ static void test_refusals(void **state)
     assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "'X'"));
     free(json);
+    /* the pattern of another JSON type is named as such, not as missing */
+    json = config_json(&groups4, NULL);
+    char *pat = strstr(json, "\"hybrid_override_pattern\": \"");
+    assert_non_null(pat);
+    char *num = malloc(4200);
+    snprintf(num, 4200, "%.*s\"hybrid_override_pattern\": 5%s", (int)(pat - json), json,
+             strchr(pat + strlen("\"hybrid_override_pattern\": \""), '"') + 1);
+    assert_int_equal(reshard_model_load_json(num, NULL, &m), RESHARD_ERR_CONFIG);
+    if (!strstr(reshard_last_error(), "field 'hybrid_override_pattern' is not a string"))
+        fail_msg("%s", reshard_last_error());
+    free(num);
+    free(json);
     json = config_json(&groups4, NULL);
     reshard_model_options_t o = {.mtp = 1};
     assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);

@@ -13,6 +13,7 @@
 #include "plan/plan_internal.h" /* plan->fingerprint */
 #include "plan_check.h"
 #include "reshard/reshard.h"
+#include "reshard/reshard_elastic.h"
 #include "reshard/reshard_model.h"
 
 static reshard_model_t *load(const char *name, int32_t layers, reshard_quant_kind_t quant)
@@ -381,12 +382,68 @@ static void test_fingerprints(void **state)
     reshard_model_destroy(m4);
 }
 
+/* Scoped planning, then the documented recovery (issue 25, item 6): every
+ * survivor derives its membership layouts from its scoped refit; its own
+ * plan is its part of the global plan of the whole membership layouts (same
+ * fingerprint, so no MISMATCH), and the scoped rules still hold after
+ * reshard_membership_layouts (no global plan, no other rank's plan). Rank 5
+ * relayed its domain's landings (domains of 4), so this is item 1's case too. */
+static void test_scoped_recovery(void **state)
+{
+    (void)state;
+    reshard_model_t *m = load("qwen3-0.6b", 2, RESHARD_QUANT_NONE);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    specs("tp=2,dp=2", "tp=2,dp=2", &ts, &is);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    int32_t world = f.train_world + f.infer_world, gone[1] = {5};
+    assert_int_equal(world, 8);
+    reshard_layout_t *ws = NULL, *wd = NULL;
+    assert_int_equal(reshard_membership_layouts(f.train, f.infer, gone, 1, &ws, &wd), RESHARD_OK);
+    reshard_plan_params_t pp = params(world, RESHARD_ALL_RANKS, 4);
+    reshard_plan_t *all = NULL;
+    if (reshard_plan_create(ws, wd, &pp, &all) != RESHARD_OK)
+        fail_msg("global plan of the membership: %s", reshard_last_error());
+    for (int32_t r = 0; r < world; r++) {
+        if (r == gone[0])
+            continue;
+        reshard_model_refit_t g;
+        assert_int_equal(reshard_model_refit_create_scoped(m, &ts, &is, -1, r, 4, &g), RESHARD_OK);
+        reshard_layout_t *gs = NULL, *gd = NULL;
+        assert_int_equal(reshard_membership_layouts(g.train, g.infer, gone, 1, &gs, &gd),
+                         RESHARD_OK);
+        char why[512];
+        if (rs_test_check_rank_plan(gs, gd, &pp, all, r, why, sizeof why) != 0)
+            fail_msg("rank %d, scoped membership: %s", r, why);
+        reshard_plan_t *bad = NULL;
+        reshard_plan_params_t q = params(world, RESHARD_ALL_RANKS, 4);
+        assert_int_equal(reshard_plan_create(gs, gd, &q, &bad), RESHARD_ERR_INVALID_ARG);
+        assert_non_null(strstr(reshard_last_error(), "needs the whole layouts"));
+        q.my_rank = (r + 1) % world;
+        assert_int_equal(reshard_plan_create(gs, gd, &q, &bad), RESHARD_ERR_INVALID_ARG);
+        assert_non_null(strstr(reshard_last_error(), "not for rank"));
+        /* the scoped membership layouts with the whole ones: refused too */
+        q.my_rank = r;
+        assert_int_equal(reshard_plan_create(gs, wd, &q, &bad), RESHARD_ERR_INVALID_ARG);
+        reshard_layout_destroy(gs);
+        reshard_layout_destroy(gd);
+        reshard_model_refit_destroy(&g);
+    }
+    reshard_plan_destroy(all);
+    reshard_layout_destroy(ws);
+    reshard_layout_destroy(wd);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_misuse_refused),
-        cmocka_unit_test(test_create_errors),  cmocka_unit_test(test_quantized_is_whole),
-        cmocka_unit_test(test_fingerprints),   cmocka_unit_test(test_larger_world),
+        cmocka_unit_test(test_shipped_models),  cmocka_unit_test(test_misuse_refused),
+        cmocka_unit_test(test_create_errors),   cmocka_unit_test(test_quantized_is_whole),
+        cmocka_unit_test(test_fingerprints),    cmocka_unit_test(test_larger_world),
+        cmocka_unit_test(test_scoped_recovery),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
