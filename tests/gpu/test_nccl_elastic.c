@@ -1,12 +1,17 @@
 /*
  * Elastic refit through the NCCL transport's code with the fake CUDA runtime and NCCL
- * (fake_cuda_nccl.c; ranks are threads): refit 1 on every rank; in refit 2 inference rank
- * 3 stops answering; the others fail with TIMEOUT (their communicator is revoked, not
- * freed), agree on the lost rank over an in-process side channel, shrink the revoked
- * communicator (ncclCommShrink, NCCL_SHRINK_ABORT), replan for the membership and refit
- * verified: rank 2 gets every byte it owns, nothing goes to rank 3.
- *
- * Train tp=2 (ranks 0-1) -> infer tp=1, dp=2 (ranks 2-3) of a small Qwen3 config.
+ * (fake_cuda_nccl.c; ranks are threads; its revoke, shrink and split complete later, from a
+ * background job, as NCCL's nonblocking ones do). Train tp=2 (ranks 0-1) -> infer tp=1, dp=2
+ * (ranks 2-3) of a small Qwen3 config; refit 1 runs on every rank, then (--case):
+ *   lost   in refit 2 inference rank 3 stops answering; the others fail with TIMEOUT (their
+ *          communicator is revoked, not freed), agree on the lost rank over an in-process
+ *          side channel, shrink the revoked communicator (ncclCommShrink, NCCL_SHRINK_ABORT:
+ *          only once the revoke is quiescent), replan for the membership and refit verified:
+ *          rank 2 gets every byte it owns, nothing goes to rank 3.
+ *   leave  rank 3 leaves by agreement, with no failure: the others shrink the LIVE
+ *          communicator (the new one is filled in asynchronously) and refit verified.
+ *   none   nobody is gone (an empty agreement): every rank makes a new communicator of the
+ *          same members (NCCL refuses a shrink with no excluded rank) and refits verified.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -30,8 +35,10 @@ static const char *tiny_dense =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
     " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
 
+enum { CASE_LOST, CASE_LEAVE, CASE_NONE };
+
 typedef struct {
-    int rank;
+    int rank, kase;
     const char *id;
     reshard_inproc_group_t *side; /* CPU side channel for the agreement */
     pthread_barrier_t *done;
@@ -108,23 +115,29 @@ static void *rank_main(void *arg)
     if (st != RESHARD_OK || v != want)
         FAIL("refit 1: %s, verified %" PRIu64 " of %" PRIu64 ": %s", reshard_status_string(st), v,
              want, reshard_last_error());
-    if (j->rank == VICTIM) { /* stops answering until the survivors are done */
+    if (j->rank == VICTIM && j->kase != CASE_NONE) { /* gone until the others are done */
         pthread_barrier_wait(j->done);
         waited = 1;
         j->ok = 1;
         goto out;
     }
     double t0 = rs_now_s();
-    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
-    double t1 = rs_now_s();
-    if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
-        FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
     int32_t gone[NRANKS], n_gone = 0;
-    st = reshard_comm_agree_gone(side, RESHARD_AGREE_GONE_TIMEOUT_S, gone, NRANKS, &n_gone);
+    if (j->kase == CASE_LOST) {
+        st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+        if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
+            FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
+    }
+    double t1 = rs_now_s();
+    if (j->kase == CASE_LOST) {
+        st = reshard_comm_agree_gone(side, RESHARD_AGREE_GONE_TIMEOUT_S, gone, NRANKS, &n_gone);
+        if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
+            FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
+                 reshard_last_error());
+    } else if (j->kase == CASE_LEAVE) {
+        gone[n_gone++] = VICTIM;
+    }
     double t2 = rs_now_s();
-    if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
-        FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
-             reshard_last_error());
     st = reshard_comm_shrink_nccl(c, gone, n_gone, &next);
     double t3 = rs_now_s();
     if (st != RESHARD_OK)
@@ -132,9 +145,13 @@ static void *rank_main(void *arg)
     if (reshard_comm_rank(next) != j->rank || reshard_comm_size(next) != NRANKS)
         FAIL("shrunk comm: rank %d size %d, want plan rank %d of %d", reshard_comm_rank(next),
              reshard_comm_size(next), j->rank, NRANKS);
-    st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
-    if (st == RESHARD_OK)
-        st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+    if (n_gone > 0) {
+        st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
+        if (st == RESHARD_OK)
+            st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+    } else {
+        st = refit(c, next, r.train, r.infer, &sb, &db, j->rank, &v);
+    }
     if (st != RESHARD_OK || v != want)
         FAIL("refit after shrink: %s, verified %" PRIu64 " of %" PRIu64 ": %s",
              reshard_status_string(st), v, want, reshard_last_error());
@@ -157,8 +174,17 @@ out:
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    static const char *names[] = {"lost", "leave", "none"};
+    int kase = -1;
+    for (int k = 0; k < 3; k++)
+        if (argc == 3 && strcmp(argv[1], "--case") == 0 && strcmp(argv[2], names[k]) == 0)
+            kase = k;
+    if (kase < 0) {
+        fprintf(stderr, "usage: %s --case lost|leave|none\n", argv[0]);
+        return 2;
+    }
     char id[128];
     if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
         printf("FAIL: unique id: %s\n", reshard_last_error());
@@ -171,7 +197,7 @@ int main(void)
     job_t jobs[NRANKS];
     pthread_t th[NRANKS];
     for (int r = 0; r < NRANKS; r++) {
-        jobs[r] = (job_t){.rank = r, .id = id, .side = side, .done = &done};
+        jobs[r] = (job_t){.rank = r, .kase = kase, .id = id, .side = side, .done = &done};
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
     int bad = 0;
@@ -188,7 +214,8 @@ int main(void)
     }
     pthread_barrier_destroy(&done);
     reshard_inproc_group_destroy(side);
-    printf("%s: NCCL shrink after a lost rank: detect %.3f s, agree %.3f s, shrink %.4f s\n",
-           bad ? "FAILED" : "passed", detect, agree, shrink);
+    printf("%s: NCCL %s (%s): detect %.3f s, agree %.3f s, shrink %.4f s\n",
+           bad ? "FAILED" : "passed", kase == CASE_NONE ? "split" : "shrink", names[kase], detect,
+           agree, shrink);
     return bad;
 }
