@@ -47,6 +47,7 @@ int main(void)
 
 #include "reshard/reshard_nccl.h"
 #include "transport/nccl/nccl_internal.h"
+#include "window_check.h"
 
 #define MAX_ITERS 200
 #define TARGET 0.7
@@ -122,51 +123,6 @@ static void run_op(const bench_case_t *b, op_t op, cudaStream_t s)
     }
 }
 
-/* The pattern byte of fragment-buffer offset @p o (depends on all 64 bits). */
-static uint8_t pat(uint64_t o)
-{
-    o = (o ^ (o >> 29)) * 0x9E3779B97F4A7C15ull;
-    return (uint8_t)(o >> 56);
-}
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-
-static uint64_t next_u64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
-#define WIN 4096
-
-/* Compare windows of device buffer @p d (@p n bytes) with want(offset): the first and last
- * MiB, 4096 random 4 KiB windows. Prints the first wrong byte; returns the wrong count. */
-static uint64_t check_windows(const char *what, const uint8_t *d, uint64_t n,
-                              uint8_t (*want)(const bench_case_t *, uint64_t),
-                              const bench_case_t *b)
-{
-    static uint8_t h[1 << 20];
-    uint64_t wrong = 0;
-    for (int w = -2; w < 4096; w++) {
-        uint64_t at, len;
-        if (w < 0) {
-            len = n < sizeof h ? n : sizeof h;
-            at = w == -2 ? 0 : n - len;
-        } else {
-            len = n < WIN ? n : WIN;
-            at = next_u64() % (n - len + 1);
-        }
-        cuda_ok(cudaMemcpy(h, d + at, len, cudaMemcpyDeviceToHost), "cudaMemcpy (check)");
-        for (uint64_t i = 0; i < len; i++)
-            if (h[i] != want(b, at + i) && wrong++ == 0)
-                fprintf(stderr, "bench_gpu_pack: %s: byte %llu is %02x, want %02x\n", what,
-                        (unsigned long long)(at + i), h[i], want(b, at + i));
-    }
-    return wrong;
-}
-
 /* Row length and stride of the case's fragment, in bytes (bf16 elements). */
 static uint64_t run_bytes(const bench_case_t *b)
 {
@@ -179,16 +135,18 @@ static uint64_t stride_bytes(const bench_case_t *b)
 }
 
 /* Packed byte q: the byte of its row and column in the fragment buffer. */
-static uint8_t want_packed(const bench_case_t *b, uint64_t q)
+static uint8_t want_packed(const void *ctx, uint64_t q)
 {
+    const bench_case_t *b = ctx;
     const uint64_t run = run_bytes(b);
-    return pat(q / run * stride_bytes(b) + q % run);
+    return rs_pat(q / run * stride_bytes(b) + q % run);
 }
 
 /* Unpacked fragment-buffer byte o: the pattern inside the box's rows, 0 in the gaps. */
-static uint8_t want_unpacked(const bench_case_t *b, uint64_t o)
+static uint8_t want_unpacked(const void *ctx, uint64_t o)
 {
-    return o % stride_bytes(b) < run_bytes(b) ? pat(o) : 0;
+    const bench_case_t *b = ctx;
+    return o % stride_bytes(b) < run_bytes(b) ? rs_pat(o) : 0;
 }
 
 /* One run of pack, 4 MiB-span pack and unpack, each onto a cleared output, verified. */
@@ -200,7 +158,8 @@ static uint64_t verify_case(bench_case_t *b, cudaStream_t s)
         cuda_ok(cudaMemsetAsync(b->packed, 0, b->bytes, s), "cudaMemsetAsync");
         run_op(b, packs[k], s);
         cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-        wrong += check_windows(k ? "pack4M" : "pack", b->packed, b->bytes, want_packed, b);
+        wrong += rs_check_windows(k ? "bench_gpu_pack: pack4M" : "bench_gpu_pack: pack", b->packed,
+                                  b->bytes, want_packed, b, 4096);
     }
     const uint64_t span = (uint64_t)(b->box.extent[0] - 1) * stride_bytes(b) + run_bytes(b);
     void *keep = b->fragbuf;
@@ -209,7 +168,7 @@ static uint64_t verify_case(bench_case_t *b, cudaStream_t s)
     run_op(b, OP_UNPACK, s);
     b->fragbuf = keep;
     cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    wrong += check_windows("unpack", b->unpacked, span, want_unpacked, b);
+    wrong += rs_check_windows("bench_gpu_pack: unpack", b->unpacked, span, want_unpacked, b, 4096);
     return wrong;
 }
 
@@ -286,7 +245,7 @@ int main(int argc, char **argv)
         for (uint64_t at = 0; at < 2 * bytes; at += piece) {
             const uint64_t n = 2 * bytes - at < piece ? 2 * bytes - at : piece;
             for (uint64_t i = 0; i < n; i++)
-                h[i] = pat(at + i);
+                h[i] = rs_pat(at + i);
             cuda_ok(cudaMemcpy((uint8_t *)b.fragbuf + at, h, n, cudaMemcpyHostToDevice),
                     "cudaMemcpy (pattern)");
         }
