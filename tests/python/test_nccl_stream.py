@@ -10,19 +10,26 @@
   kernel" is fake_cuda_delay, the write a cudaMemcpyAsync on the legacy stream) or on a
   real GPU with PyTorch (torch.cuda._sleep, then copy_; tools/gpu-check.sh). One rank, so
   one GPU is enough: the refit's copies are local copy kernels on the endpoint's stream.
+
+`python3 tests/python/test_nccl_stream.py` runs the refit check without pytest (the lent
+GPU machine may have none): it prints PASSED, or SKIPPED with the reason (exit 77), or
+raises.
 """
 
 import ctypes
 import os
+import sys
 
 import numpy as np
-import pytest
 
 import reshard
 from reshard import Shard, Status
 from reshard import comm as rcomm
-from test_nccl_bootstrap import DictStore
-from test_nccl_rejoin import FakeDeviceTensor
+
+try:
+    import pytest
+except ImportError:  # the __main__ run below needs no pytest
+    pytest = None
 
 FAKE = os.environ.get("RESHARD_TEST_FAKE_NCCL") == "1"
 SHAPE = (64, 96)
@@ -35,7 +42,29 @@ class _Stream:
         self.device = type("Device", (), {"index": device})()
 
 
-@pytest.fixture
+class _Skip(Exception):
+    pass
+
+
+def _skip(reason):
+    if pytest is not None:
+        pytest.skip(reason)
+    raise _Skip(reason)
+
+
+class _OneRankStore:
+    """A key-value store for a one-rank communicator (the id goes nowhere)."""
+
+    def __init__(self):
+        self._d = {}
+
+    def set(self, key, value):
+        self._d[key] = bytes(value)
+
+    def get(self, key):
+        return self._d[key]
+
+
 def fake_torch_cuda(monkeypatch):
     """torch.cuda as on a machine whose current device is 1 (PyTorch's default stream
     there has handle 0)."""
@@ -50,6 +79,10 @@ def fake_torch_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
     return calls
+
+
+if pytest is not None:
+    fake_torch_cuda = pytest.fixture(fake_torch_cuda)
 
 
 def test_default_stream_is_passed_as_cuda_stream_legacy(fake_torch_cuda):
@@ -68,10 +101,13 @@ def test_device_without_index_is_the_current_device(fake_torch_cuda):
 
 
 def test_stream_of_another_device_is_refused(fake_torch_cuda):
-    with pytest.raises(reshard.ReshardError) as e:
+    try:
         rcomm._cuda_device_stream(0, _Stream(0x5000, 1))
-    assert e.value.status == Status.INVALID_ARG
-    assert "device 1" in str(e.value)
+    except reshard.ReshardError as e:
+        assert e.status == Status.INVALID_ARG
+        assert "device 1" in str(e)
+    else:
+        raise AssertionError("a stream of device 1 for an endpoint on device 0 was accepted")
 
 
 def _cuda_torch():
@@ -82,11 +118,11 @@ def _cuda_torch():
     return torch if torch.cuda.is_available() else None
 
 
-@pytest.mark.skipif(not FAKE and _cuda_torch() is None,
-                    reason="needs the fake CUDA/NCCL library or PyTorch with a GPU")
 def test_refit_is_ordered_after_a_pending_write_on_the_default_stream():
-    if not FAKE and not reshard.nccl_available():
-        pytest.skip("this libreshard has no NCCL transport")
+    if not FAKE and _cuda_torch() is None:
+        _skip("needs the fake CUDA/NCCL library or PyTorch with a GPU")
+    if not reshard.nccl_available():
+        _skip("this libreshard has no NCCL transport")
     tensors = reshard.Tensors()
     tensors.add("w", SHAPE, np.float32)
     src = reshard.Layout.from_placements(tensors, {"w": ([0], [Shard(0)])})
@@ -95,7 +131,8 @@ def test_refit_is_ordered_after_a_pending_write_on_the_default_stream():
     nbytes = FULL.nbytes
     if FAKE:
         # the caller's default stream, as torch.cuda.current_stream() reports it
-        comm = reshard.from_nccl_store(DictStore(), 0, 1, key="order", device=0,
+        from test_nccl_rejoin import FakeDeviceTensor
+        comm = reshard.from_nccl_store(_OneRankStore(), 0, 1, key="order", device=0,
                                        stream=_Stream(0, 0))
         lib = ctypes.CDLL(os.environ["RESHARD_LIBRARY"])
         lib.fake_cuda_delay.argtypes = [ctypes.c_void_p, ctypes.c_double]
@@ -109,7 +146,7 @@ def test_refit_is_ordered_after_a_pending_write_on_the_default_stream():
         got = d_t.array
     else:
         torch = _cuda_torch()
-        comm = reshard.from_nccl_store(DictStore(), 0, 1, key="order")  # torch's defaults
+        comm = reshard.from_nccl_store(_OneRankStore(), 0, 1, key="order")  # torch's defaults
         s_t = torch.zeros(SHAPE, dtype=torch.float32, device="cuda")
         d_t = torch.full(SHAPE, -1.0, dtype=torch.float32, device="cuda")
         full = torch.from_numpy(FULL).cuda()
@@ -120,3 +157,13 @@ def test_refit_is_ordered_after_a_pending_write_on_the_default_stream():
         got = d_t.cpu().numpy()
     comm.close()
     assert np.array_equal(got, FULL), "the refit read the source before the pending write"
+
+
+if __name__ == "__main__":
+    pytest = None  # report a skip as SKIPPED (exit 77), not as pytest's exception
+    try:
+        test_refit_is_ordered_after_a_pending_write_on_the_default_stream()
+    except _Skip as e:
+        print("SKIPPED: %s" % e)
+        sys.exit(77)
+    print("PASSED: the refit read the source after the pending write on the default stream")
