@@ -49,6 +49,7 @@ t0=$(date +%s)
 budget=${BUDGET_S:-540}
 deadline=$((t0 + budget))
 failed=0
+detail_re=""
 
 # A single-host check: NCCL's bootstrap on the loopback interface, its warnings in the log.
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
@@ -76,12 +77,23 @@ check() {
     [ "$bound" -gt "$left" ] && bound=$left
     say ""
     say "== $name (bound ${bound} s, t=$(($(date +%s) - t0)) s): $*"
-    local s=$(date +%s) rc
+    local s rc
+    s=$(date +%s)
     timeout -k 10 "$bound" "$@" >"$OUT/logs/$name.log" 2>&1
     rc=$?
     cat "$OUT/logs/$name.log" >>"$log"
     local dt=$(($(date +%s) - s)) last
-    last=$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -1 | cut -c1-120)
+    # the detail: the lines matching $detail_re (set by the caller), else the last line of
+    # the program's own output (ctest -V prefixes it with "N: ")
+    if [ -n "${detail_re:-}" ]; then
+        last=$(grep -E "$detail_re" "$OUT/logs/$name.log" | tr '\n' ' ' | cut -c1-160)
+    else
+        last=$(grep -E '^[0-9]+: ' "$OUT/logs/$name.log" |
+            grep -vE ': (Test command|Test timeout|Working Directory|Environment variables)' |
+            grep -vE '^[0-9]+: [A-Z_]+=' | tail -1 | cut -c1-160)
+        [ -n "$last" ] || last=$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -1 | cut -c1-160)
+    fi
+    detail_re=
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         result FAIL "$name" "$dt" "timed out after $bound s"
     elif [ $rc -eq 77 ] || grep -qE '\*\*\*Skipped|^SKIPPED|: SKIPPED' "$OUT/logs/$name.log"; then
@@ -99,8 +111,7 @@ check() {
 
 # ctest_check NAME BOUND_S TEST: one ctest test by exact name.
 ctest_check() {
-    check "$1" "$2" ctest --test-dir "$build" -R "^$3\$" --no-tests=error --output-on-failure \
-        --timeout "$2"
+    check "$1" "$2" ctest --test-dir "$build" -R "^$3\$" --no-tests=error -V --timeout "$2"
 }
 
 say "gpu-check: $([ $dry -eq 1 ] && echo "DRY RUN against the fake CUDA/NCCL" || echo "GPU run")," \
@@ -184,6 +195,7 @@ targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
 s=$(date +%s)
 say ""
 say "== configure + build ($targets)"
+# shellcheck disable=SC2086 # $targets: a list of targets
 if cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Release \
     -DRESHARD_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DRESHARD_NCCL_LIBRARY="$nccl_lib" \
     -DRESHARD_NCCL_INCLUDE_DIR="$nccl_inc" >>"$log" 2>&1 &&
@@ -225,6 +237,7 @@ if [ $dry -eq 0 ]; then
         done
     fi
     check torch_stream_order 120 "${pyenv[@]}" python3 "$root/tests/python/test_nccl_stream.py"
+    detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
         check multigpu 300 ctest --test-dir "$build" -L '^multigpu$' --no-tests=error \
@@ -244,12 +257,14 @@ else
         "memcheck_quant test_nccl_quant --gpu --cases 100" \
         "racecheck_quant test_nccl_quant --gpu --cases 40" \
         "synccheck_quant test_nccl_quant --gpu --cases 40"; do
+        # shellcheck disable=SC2086 # a name and its command's words
         set -- $c
         result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} $2 $3 $4 $5"
     done
     check torch_stream_order 120 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
         RESHARD_TEST_FAKE_NCCL=1 "PYTHONPATH=$root/python:$root/tests/python" \
         /usr/bin/python3 "$root/tests/python/test_nccl_stream.py"
+    detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target
     result SKIP multigpu 0 "dry run: multi-rank NCCL refits need 2+ GPUs"

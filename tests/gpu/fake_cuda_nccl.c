@@ -14,7 +14,9 @@
  * cudaStreamNonBlocking has no order with the legacy default stream (NULL, cudaStreamLegacy,
  * cudaStreamPerThread are all the legacy stream here); a blocking stream and the legacy stream
  * wait for each other's earlier work. cudaMemcpy and cudaFree synchronise; cudaMemset does
- * not (as CUDA's for device memory). The copy and quantize kernels run as their CPU
+ * not (as CUDA's for device memory); a device-wide synchronisation (cudaFree,
+ * cudaDeviceSynchronize) waits for the legacy stream and the calling thread's streams: each
+ * rank thread is a device of its own. The copy and quantize kernels run as their CPU
  * emulations, with the kernel's own grid (rs_box_copy_blocks) and thread counts.
  *
  * NCCL ranks are threads of this process that share a group found by unique id. Every
@@ -115,6 +117,7 @@ typedef struct entry {
 
 struct CUstream_st {
     int legacy, nonblocking, dead;
+    pthread_t owner; /* the creating thread: a "device" of its own (see drain) */
     entry_t *head, *tail;
     uint64_t enq, done; /* entries enqueued / completed */
     int fail_launch;    /* > 0: the fail_launch-th kernel launch from now fails */
@@ -240,7 +243,10 @@ static void progress(void)
     }
 }
 
-/* Wait until @p s (NULL: every stream) has nothing queued; bounded. */
+/* Wait until @p s has nothing queued; NULL: the device, i.e. the legacy stream and every
+ * stream the calling thread created. (Ranks are threads that all report device 0; on real
+ * hardware each has a GPU of its own, so a device-wide synchronisation must not wait for
+ * another rank's streams.) Bounded. */
 static void drain(struct CUstream_st *s)
 {
     const double t0 = now_s();
@@ -249,7 +255,8 @@ static void drain(struct CUstream_st *s)
         progress();
         int busy = 0;
         for (struct CUstream_st *x = streams; x != NULL; x = x->next)
-            busy |= (s == NULL || x == s) && x->head != NULL;
+            busy |= (s == NULL ? x->legacy || pthread_equal(x->owner, pthread_self()) : x == s) &&
+                    x->head != NULL;
         if (!busy)
             break;
         pthread_mutex_unlock(&mu);
@@ -275,22 +282,37 @@ static cudaError_t launch_check(struct CUstream_st *s)
     return cudaSuccess;
 }
 
+/* Queue entry @p x on @p stream (takes mu). */
+static void queue(cudaStream_t stream, entry_t *x)
+{
+    pthread_mutex_lock(&mu);
+    enqueue(stream, x);
+    pthread_mutex_unlock(&mu);
+}
+
+/* Queue kernel entry @p x on @p stream, unless the launch is to fail (fake_cuda_fail_launch). */
+static cudaError_t launch(cudaStream_t stream, entry_t *x)
+{
+    pthread_mutex_lock(&mu);
+    const cudaError_t e = launch_check(stream_of(stream));
+    if (e == cudaSuccess)
+        enqueue(stream, x);
+    else
+        free(x);
+    pthread_mutex_unlock(&mu);
+    return e;
+}
+
 cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *src,
                                cudaStream_t stream)
 {
     if (d->units == 0)
         return cudaSuccess;
-    pthread_mutex_lock(&mu);
-    cudaError_t e = launch_check(stream_of(stream));
-    if (e == cudaSuccess) {
-        entry_t *x = new_entry(E_BOX);
-        x->box = *d;
-        x->dst = dst;
-        x->src = src;
-        enqueue(stream, x);
-    }
-    pthread_mutex_unlock(&mu);
-    return e;
+    entry_t *x = new_entry(E_BOX);
+    x->box = *d;
+    x->dst = dst;
+    x->src = src;
+    return launch(stream, x);
 }
 
 cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, const void *src,
@@ -298,18 +320,12 @@ cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, con
 {
     if (j->blocks == 0)
         return cudaSuccess;
-    pthread_mutex_lock(&mu);
-    cudaError_t e = launch_check(stream_of(stream));
-    if (e == cudaSuccess) {
-        entry_t *x = new_entry(E_QUANT);
-        x->quant = *j;
-        x->dst = dst;
-        x->scale = scale;
-        x->src = src;
-        enqueue(stream, x);
-    }
-    pthread_mutex_unlock(&mu);
-    return e;
+    entry_t *x = new_entry(E_QUANT);
+    x->quant = *j;
+    x->dst = dst;
+    x->scale = scale;
+    x->src = src;
+    return launch(stream, x);
 }
 
 void fake_cuda_fail_launch(cudaStream_t stream, int nth)
@@ -321,20 +337,16 @@ void fake_cuda_fail_launch(cudaStream_t stream, int nth)
 
 void fake_cuda_delay(cudaStream_t stream, double seconds)
 {
-    pthread_mutex_lock(&mu);
     entry_t *x = new_entry(E_DELAY);
     x->until = now_s() + seconds;
-    enqueue(stream, x);
-    pthread_mutex_unlock(&mu);
+    queue(stream, x);
 }
 
 cudaError_t rs_test_spin_launch(const volatile int *flag, cudaStream_t stream)
 {
-    pthread_mutex_lock(&mu);
     entry_t *x = new_entry(E_SPIN);
     x->flag = flag;
-    enqueue(stream, x);
-    pthread_mutex_unlock(&mu);
+    queue(stream, x);
     return cudaSuccess;
 }
 
@@ -401,13 +413,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     (void)kind;
     if (count == 0)
         return cudaSuccess;
-    pthread_mutex_lock(&mu);
     entry_t *x = new_entry(E_COPY);
     x->dst = dst;
     x->src = src;
     x->bytes = count;
-    enqueue(stream, x);
-    pthread_mutex_unlock(&mu);
+    queue(stream, x);
     return cudaSuccess;
 }
 
@@ -422,13 +432,11 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t strea
 {
     if (count == 0)
         return cudaSuccess;
-    pthread_mutex_lock(&mu);
     entry_t *x = new_entry(E_SET);
     x->dst = p;
     x->value = value;
     x->bytes = count;
-    enqueue(stream, x);
-    pthread_mutex_unlock(&mu);
+    queue(stream, x);
     return cudaSuccess;
 }
 
@@ -443,6 +451,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     if (x == NULL)
         return cudaErrorMemoryAllocation;
     x->nonblocking = (flags & cudaStreamNonBlocking) != 0;
+    x->owner = pthread_self();
     pthread_mutex_lock(&mu);
     x->next = streams->next; /* after the legacy stream, which stays first */
     streams->next = x;

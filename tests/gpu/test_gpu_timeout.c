@@ -32,14 +32,22 @@ static int check(int ok, const char *what)
     return ok ? 0 : 1;
 }
 
-/* An endpoint of a one-rank communicator on device 0 and stream @p s (NULL: its own). */
-static reshard_comm_t *endpoint(cudaStream_t s)
+/* An endpoint of a one-rank communicator on device 0 and stream @p s (NULL: its own), with
+ * @p bytes of staging in *buf, past the executor's preflight agreement (which hands the
+ * timeout over); NULL after saying why. */
+static reshard_comm_t *ready_endpoint(cudaStream_t s, uint64_t bytes, void **buf)
 {
     char id[128];
     reshard_comm_t *c = NULL;
     if (reshard_nccl_get_unique_id(id) != RESHARD_OK ||
         reshard_comm_create_nccl_from_id(id, 0, 1, 0, s, &c) != RESHARD_OK) {
         fprintf(stderr, "FAIL: NCCL endpoint: %s\n", reshard_last_error());
+        return NULL;
+    }
+    if (check(c->ops->alloc_staging(c, bytes, buf) == RESHARD_OK, "staging") ||
+        check(c->ops->finish(c, RESHARD_OK, NULL, NULL, TIMEOUT_S) == RESHARD_OK,
+              "preflight finish")) {
+        reshard_comm_destroy(c);
         return NULL;
     }
     return c;
@@ -55,17 +63,12 @@ static int stalled_round(void)
         return 1;
     }
     *(volatile int *)flag = 0;
-    reshard_comm_t *c = endpoint(s);
+    void *buf = NULL;
+    reshard_comm_t *c = ready_endpoint(s, 2 << 20, &buf);
     if (c == NULL)
         return 1;
     const rs_transport_ops_t *ops = c->ops;
-    void *buf = NULL;
-    int bad = check(ops->alloc_staging(c, 2 << 20, &buf) == RESHARD_OK, "staging");
-    /* the executor's preflight agreement comes first and hands the plan's timeout over */
-    bad |=
-        check(ops->finish(c, RESHARD_OK, NULL, NULL, TIMEOUT_S) == RESHARD_OK, "preflight finish");
-    if (bad)
-        return 1;
+    int bad = 0;
     const double t0 = rs_now_s();
     reshard_status_t st = ops->round_begin(c, 0);
     if (st == RESHARD_OK && rs_test_spin_launch(flag, s) != cudaSuccess) {
@@ -119,16 +122,12 @@ static int stalled_round(void)
 
 static int unmatched_self_receive(void)
 {
-    reshard_comm_t *c = endpoint(NULL);
+    void *buf = NULL;
+    reshard_comm_t *c = ready_endpoint(NULL, 1 << 20, &buf);
     if (c == NULL)
         return 1;
     const rs_transport_ops_t *ops = c->ops;
-    void *buf = NULL;
-    int bad = check(ops->alloc_staging(c, 1 << 20, &buf) == RESHARD_OK, "staging");
-    bad |=
-        check(ops->finish(c, RESHARD_OK, NULL, NULL, TIMEOUT_S) == RESHARD_OK, "preflight finish");
-    if (bad)
-        return 1;
+    int bad = 0;
     const double t0 = rs_now_s();
     reshard_status_t st = ops->round_begin(c, 0);
     if (st == RESHARD_OK)

@@ -36,33 +36,6 @@ static void fill_random(uint8_t *p, size_t n)
         p[i] = (uint8_t)next_u64();
 }
 
-/* "Device" memory: cudaMalloc'ed with --gpu, host memory with --emulate. */
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (use_gpu) {
-        if (cudaMalloc(&p, n) != cudaSuccess) {
-            fprintf(stderr, "cudaMalloc(%zu) failed\n", n);
-            exit(1);
-        }
-    } else {
-        p = malloc(n);
-        if (p == NULL) {
-            fprintf(stderr, "malloc(%zu) failed\n", n);
-            exit(1);
-        }
-    }
-    return p;
-}
-
-static void dev_free(void *p)
-{
-    if (use_gpu)
-        cudaFree(p);
-    else
-        free(p);
-}
-
 /* Copies go on the kernels' own (non-blocking) stream and are waited for: a plain
  * cudaMemcpy runs on the legacy stream, which does not order non-blocking streams. */
 static void copy_on_stream(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
@@ -197,7 +170,7 @@ static void twin_init(twin_t *t, size_t n, size_t mis)
     t->want = malloc(t->raw);
     if (t->hraw == NULL || t->want == NULL)
         exit(1);
-    t->draw = dev_alloc(t->raw);
+    t->draw = kernel_test_alloc(use_gpu, t->raw);
     t->off = GUARD + (64 - ((uintptr_t)t->draw + GUARD) % 64) % 64 + mis;
 }
 
@@ -244,7 +217,7 @@ static void twin_free(twin_t *t)
 {
     free(t->hraw);
     free(t->want);
-    dev_free(t->draw);
+    kernel_test_free(use_gpu, t->draw);
 }
 
 static int one_case(int ncase, counts_t *cnt)

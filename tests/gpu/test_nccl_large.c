@@ -148,24 +148,6 @@ static int index_checks(void)
 
 /* ---- 2. copies ----------------------------------------------------------------------------- */
 
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (use_gpu ? cudaMalloc(&p, n) != cudaSuccess : (p = malloc(n)) == NULL) {
-        fprintf(stderr, "allocation of %zu bytes failed\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static void dev_free(void *p)
-{
-    if (use_gpu)
-        cudaFree(p);
-    else
-        free(p);
-}
-
 /* The byte pattern (rs_pat of the offset) in @p n bytes of "device" memory at @p d. */
 static void fill_pattern(uint8_t *d, uint64_t n)
 {
@@ -285,7 +267,7 @@ static int pack_unpack(const char *name, const frag2_t *x, uint64_t fbytes, int6
     const int64_t numel = x->box.extent[0] * x->box.extent[1];
     rs_span_t span = {&x->f, &x->box, first, numel - first, x->es};
     const uint64_t pbytes = (uint64_t)(numel - first) * x->es;
-    uint8_t *fb = dev_alloc(fbytes), *pk = dev_alloc(pbytes);
+    uint8_t *fb = kernel_test_alloc(use_gpu, fbytes), *pk = kernel_test_alloc(use_gpu, pbytes);
     fill_pattern(fb, fbytes);
     dev_clear(pk, pbytes);
     rs_box_copy_t d;
@@ -303,8 +285,8 @@ static int pack_unpack(const char *name, const frag2_t *x, uint64_t fbytes, int6
            " blocks (%" PRId64 " passes), buffer %.2f GiB: %" PRIu64 " wrong byte(s)%s\n",
            name, numel - first, x->es, units, blocks, (units + blocks - 1) / blocks,
            (double)fbytes / (1 << 30), wrong, bad ? ", FAILED to run" : "");
-    dev_free(fb);
-    dev_free(pk);
+    kernel_test_free(use_gpu, fb);
+    kernel_test_free(use_gpu, pk);
     return bad || wrong;
 }
 
