@@ -653,19 +653,14 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     }
     if (stats)
         memset(stats, 0, sizeof *stats);
-    rs_exec_t x = {plan,
-                   comm,
-                   rp,
-                   src_bufs,
-                   dst_bufs,
-                   NULL,
-                   stats,
-                   NULL,
-                   NULL,
-                   0,
-                   plan->quant ? &qb : NULL,
-                   RESHARD_OK,
-                   ""};
+    rs_exec_t x = {.plan = plan,
+                   .comm = comm,
+                   .rp = rp,
+                   .src_bufs = src_bufs,
+                   .dst_bufs = dst_bufs,
+                   .stats = stats,
+                   .qb = plan->quant ? &qb : NULL,
+                   .failed = RESHARD_OK};
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
@@ -688,11 +683,13 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = run_rounds(&x);
     if (st == RESHARD_OK && x.failed == RESHARD_OK && plan->quant)
         st = rs_quant_post(plan, comm, &qb);
-    if (x.failed != RESHARD_OK) /* the first local failure is this rank's outcome */
+    if (x.failed != RESHARD_OK && st == RESHARD_OK) /* the first local failure is the outcome */
         st = rs_error(x.failed,
                       "%s (the rest of this rank's transfers were posted without data, so that "
                       "every rank ends the refit at the outcome agreement)",
                       x.why);
+    else if (x.failed != RESHARD_OK) /* and the transport failed too: it could not drain */
+        st = rs_error(x.failed, "%s", x.why);
     rs_rank_plan_free(own);
     if (plan->quant)
         rs_qbufs_free(comm, &qb);
