@@ -1,86 +1,278 @@
 #!/usr/bin/env bash
-# GPU check of the NCCL transport, for a machine with one (or more) CUDA GPUs:
-#   1. configure and build with -DRESHARD_WITH_NCCL=ON (Release, kernels for CUDA_ARCH),
-#   2. run the tests labelled gpu and nccl (ctest; a skipped gpu test is a failure here,
-#      since a device should be visible),
-#   3. run bench_gpu_pack: pack/unpack bandwidth against cudaMemcpy device-to-device in the
-#      same run; target >= 0.7 of it for runs >= 4 KiB; then the quantize kernel's (shown).
-# With 2+ GPUs and an MPI build it also runs the multi-rank refits over NCCL (label
-# multigpu: mpirun -np 2/4/8, those that fit the GPUs; the others skip).
-# Everything is logged to <build>/gpu-check.log; a summary comes last. Budget: under 8
-# minutes on one H100/H200 (build about 1 minute with 16 cores, tests about 2, bench < 1).
+# The one-shot GPU check of the NCCL transport, for a lent machine with one CUDA GPU (an
+# H200: 16 cores, CUDA 13, PyTorch as python3, NCCL only from the nvidia-nccl-cu13 wheel,
+# libnccl.so.2 and no libnccl.so, no package registry, 600 s per command).
 #
-# usage: tools/gpu-check.sh [build-dir]      (default: build-gpu in the repository)
-# env:   JOBS (default nproc), CUDA_ARCH (default 90; "native" = the local GPU),
-#        BENCH_MIB (default 256), BENCH_ITERS (default 20)
+#   1. preflight (seconds): nvidia-smi, nvcc, nccl.h (>= 2.28), libnccl.so.2 (found and passed
+#      to CMake explicitly) and its runtime version (ncclGetVersion, >= 2.28);
+#   2. configure (Release, kernels for CUDA_ARCH) and build only what the run needs (-j JOBS);
+#   3. the checks, each bounded (ctest --no-tests=error, its own timeout, all within BUDGET_S):
+#      copy kernel (random cases, large-index paths: > 2^31 elements, past 4 GiB, grid-stride
+#      later passes), quantize kernel and op, the one-GPU refit and quantized refit, the stall
+#      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
+#      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
+#      stream-order test (a long kernel writing the source just before execute), and
+#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target);
+#      with 2+ GPUs also the multi-rank refits (label multigpu), else they are listed as
+#      not run: two ranks of one NCCL communicator cannot share a GPU.
+# CPU-only tests are left out (CI runs them). Everything goes to $OUT/gpu-check.log, one line
+# per check to $OUT/gpu-check.summary: PASS, FAIL, SKIP (cannot run here, with the reason) or
+# NOTRUN (should have run and did not: a missing tool, the time budget); the exit status is
+# non-zero on any FAIL or NOTRUN. A check that did not run is never reported as passed.
+#
+#   --dry-run (or --fake): the same steps on a machine without a GPU, against the fake CUDA
+#   runtime + NCCL of tests/gpu: every check runs its CPU counterpart (the kernels' emulation,
+#   the transport over the fake, bench_gpu_pack's verification with --no-target, the Python
+#   stream-order test over the fake); what needs the device itself (nvidia-smi, the
+#   sanitizers, multi-GPU) is SKIP with the command it would run.
+#
+# usage: tools/gpu-check.sh [--dry-run|--fake] [build-dir (default build-gpu)]
+# env:   OUT (default <build-dir>/gpu-check-out), JOBS (default nproc), CUDA_ARCH (default 90),
+#        BENCH_MIB (default 1024), BUDGET_S (default 540: the checks' total wall time),
+#        NCCL_LIB / NCCL_INCLUDE (libnccl.so.2 and the directory of nccl.h; default: searched)
 set -u -o pipefail
 
-# A single-host check: NCCL's bootstrap on the loopback interface, and NCCL's own warnings
-# in the log (both overridable).
+dry=0
+case ${1:-} in
+--dry-run | --fake) dry=1 && shift ;;
+-h | --help) sed -n '2,34p' "$0" && exit 0 ;;
+esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-gpu}
+OUT=${OUT:-$build/gpu-check-out}
+mkdir -p "$build" "$OUT/logs"
+log=$OUT/gpu-check.log
+sum=$OUT/gpu-check.summary
+: >"$log"
+: >"$sum"
+t0=$(date +%s)
+budget=${BUDGET_S:-540}
+deadline=$((t0 + budget))
+failed=0
+detail_re=""
+
+# A single-host check: NCCL's bootstrap on the loopback interface, its warnings in the log.
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build-gpu}
-mkdir -p "$build"
-log=$build/gpu-check.log
-: >"$log"
-t0=$(date +%s)
-
 say() { echo "$*" | tee -a "$log"; }
-step() { say ""; say "== $* (t=$(($(date +%s) - t0)) s)"; }
-run() { "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
+# result STATUS NAME SECONDS DETAIL: one summary line; FAIL and NOTRUN fail the run.
+result() {
+    printf '%-6s %-28s %5ss  %s\n' "$1" "$2" "$3" "$4" | tee -a "$sum" "$log"
+    [ "$1" = FAIL ] || [ "$1" = NOTRUN ] && failed=1
+    return 0
+}
 
-step "device"
-run nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader ||
-    say "nvidia-smi failed or absent"
-say "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# check NAME BOUND_S CMD...: run CMD bounded by min(BOUND_S, what is left of the budget);
+# PASS on exit 0 (unless its output says something was skipped), SKIP on 77 where a skip
+# is legitimate (dry run only), else FAIL; NOTRUN when the budget is spent.
+check() {
+    local name=$1 bound=$2
+    shift 2
+    local left=$((deadline - $(date +%s)))
+    if [ "$left" -lt 15 ]; then
+        result NOTRUN "$name" 0 "time budget ($budget s) spent"
+        return
+    fi
+    [ "$bound" -gt "$left" ] && bound=$left
+    say ""
+    say "== $name (bound ${bound} s, t=$(($(date +%s) - t0)) s): $*"
+    local s rc
+    s=$(date +%s)
+    timeout -k 10 "$bound" "$@" >"$OUT/logs/$name.log" 2>&1
+    rc=$?
+    cat "$OUT/logs/$name.log" >>"$log"
+    local dt=$(($(date +%s) - s)) last
+    # the detail: the lines matching $detail_re (set by the caller), else the last line of
+    # the program's own output (ctest -V prefixes it with "N: ")
+    if [ -n "${detail_re:-}" ]; then
+        last=$(grep -E "$detail_re" "$OUT/logs/$name.log" | tr '\n' ' ' | cut -c1-160)
+    else
+        last=$(grep -E '^[0-9]+: ' "$OUT/logs/$name.log" |
+            grep -vE ': (Test command|Test timeout|Working Directory|Environment variables)' |
+            grep -vE '^[0-9]+: [A-Z_]+=' | tail -1 | cut -c1-160)
+        [ -n "$last" ] || last=$(grep -v '^\s*$' "$OUT/logs/$name.log" | tail -1 | cut -c1-160)
+    fi
+    detail_re=
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        result FAIL "$name" "$dt" "timed out after $bound s"
+    elif [ $rc -eq 77 ] || grep -qE '\*\*\*Skipped|^SKIPPED|: SKIPPED' "$OUT/logs/$name.log"; then
+        if [ $dry -eq 1 ] && [ $rc -eq 77 ]; then
+            result SKIP "$name" "$dt" "$last"
+        else
+            result FAIL "$name" "$dt" "skipped (no device visible?): $last"
+        fi
+    elif [ $rc -ne 0 ]; then
+        result FAIL "$name" "$dt" "exit $rc: $last"
+    else
+        result PASS "$name" "$dt" "$last"
+    fi
+}
 
-step "configure"
-run cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Release \
-    -DRESHARD_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" || { say "FAIL: configure"; exit 1; }
+# ctest_check NAME BOUND_S TEST: one ctest test by exact name.
+ctest_check() {
+    check "$1" "$2" ctest --test-dir "$build" -R "^$3\$" --no-tests=error -V --timeout "$2"
+}
 
-step "build"
-targets="test_nccl_box_copy test_nccl_quant test_nccl_nodevice test_gpu_refit test_gpu_timeout"
-targets="$targets bench_gpu_pack fake_nccl_refit fake_nccl_timeout fake_nccl_ranks fake_nccl_elastic"
-targets="$targets fake_nccl_quant fake_nccl_quant_refit test_nccl_quant_refit" # quantize: nccl + gpu
-targets="$targets reshard_fakegpu_shared" # label nccl: CPU-side (Python rejoin over the fake)
-if cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
-    targets="$targets test_gpu_mpi_refit" # built with MPI: multi-GPU refits
-fi
-# shellcheck disable=SC2086
-run cmake --build "$build" -j "${JOBS:-$(nproc)}" --target $targets || { say "FAIL: build"; exit 1; }
+say "gpu-check: $([ $dry -eq 1 ] && echo "DRY RUN against the fake CUDA/NCCL" || echo "GPU run")," \
+    "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), out $OUT"
 
-step "tests: ctest -L '^(gpu|nccl)$'"
-(cd "$build" && run timeout 420 ctest -L '^(gpu|nccl)$' --output-on-failure --timeout 300)
-tests_rc=$?
-skipped=$(grep -cE ": gpu_[a-z_]+ .*\*\*\*Skipped" "$log")
-if [ "$skipped" -gt 0 ]; then
-    say "FAIL: $skipped gpu test(s) skipped: no CUDA device visible to the tests"
-    tests_rc=1
-fi
-
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
-if [ "$ngpu" -ge 2 ] && [[ $targets == *test_gpu_mpi_refit* ]]; then
-    step "multi-GPU tests: ctest -L '^multigpu$' ($ngpu GPUs)"
-    (cd "$build" && run timeout 600 ctest -L '^multigpu$' --output-on-failure --timeout 300) ||
-        tests_rc=1
+# ---- 1. preflight ------------------------------------------------------------------------
+s=$(date +%s)
+if [ $dry -eq 1 ]; then
+    result SKIP nvidia-smi 0 "dry run: would run nvidia-smi --query-gpu=name,memory.total,driver_version"
+    ngpu=0
+elif nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader \
+    >>"$log" 2>&1; then
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+    result PASS nvidia-smi 0 "$ngpu GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 else
-    say "multi-GPU tests not run: $ngpu GPU(s) visible (they need 2+ and an MPI build)"
+    ngpu=0
+    result FAIL nvidia-smi 0 "nvidia-smi failed or absent: no usable GPU"
+fi
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$nvcc" ]; then
+    result PASS nvcc 0 "$("$nvcc" --version | grep -o 'release [0-9.]*' | head -1) ($nvcc)"
+else
+    result FAIL nvcc 0 "nvcc not found (PATH, /usr/local/cuda/bin)"
+fi
+py=$(command -v python3 || true)
+wheel_dir=""
+if [ -n "$py" ]; then # the nvidia-nccl wheel's directory, when installed
+    wheel_dir=$("$py" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+fi
+nccl_lib=${NCCL_LIB:-}
+for d in ${NCCL_HOME:+$NCCL_HOME/lib} ${wheel_dir:+$wheel_dir/lib} /usr/local/cuda/lib64 \
+    /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+    [ -z "$nccl_lib" ] && [ -e "$d/libnccl.so.2" ] && nccl_lib=$d/libnccl.so.2
+done
+nccl_inc=${NCCL_INCLUDE:-}
+for d in ${NCCL_HOME:+$NCCL_HOME/include} ${wheel_dir:+$wheel_dir/include} /usr/local/cuda/include \
+    /usr/include; do
+    [ -z "$nccl_inc" ] && [ -e "$d/nccl.h" ] && nccl_inc=$d
+done
+hdr_ver=""
+if [ -n "$nccl_inc" ]; then
+    hdr_ver=$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' "$nccl_inc/nccl.h")
+fi
+ver_ok() { # "2.28.9" >= 2.28
+    local maj=${1%%.*} rest=${1#*.}
+    local min=${rest%%.*}
+    [ -n "$maj" ] && [ -n "$min" ] && { [ "$maj" -gt 2 ] || { [ "$maj" -eq 2 ] && [ "$min" -ge 28 ]; }; }
+}
+if [ -n "$hdr_ver" ] && ver_ok "$hdr_ver"; then
+    result PASS nccl-headers 0 "nccl.h $hdr_ver in $nccl_inc"
+else
+    result FAIL nccl-headers 0 "nccl.h >= 2.28 not found (got '${hdr_ver:-none}' in '${nccl_inc:-nowhere}'; set NCCL_INCLUDE)"
+fi
+rt_ver=""
+if [ -n "$nccl_lib" ] && [ -n "$nccl_inc" ]; then
+    probe=$OUT/nccl_version_probe
+    printf '#include <stdio.h>\n#include <nccl.h>\nint main(void){int v=0;if(ncclGetVersion(&v))return 1;printf("%%d.%%d.%%d\\n",v/10000,v/100%%100,v%%100);return 0;}\n' >"$probe.c"
+    if cc -I"$nccl_inc" -I/usr/local/cuda/include "$probe.c" "$nccl_lib" -Wl,-rpath,"$(dirname "$nccl_lib")" \
+        -o "$probe" >>"$log" 2>&1; then
+        rt_ver=$("$probe" 2>>"$log")
+    fi
+fi
+if [ -n "$rt_ver" ] && ver_ok "$rt_ver"; then
+    result PASS nccl-runtime 0 "ncclGetVersion $rt_ver ($nccl_lib)"
+else
+    result FAIL nccl-runtime 0 "libnccl.so.2 >= 2.28 not found or not loadable (got '${rt_ver:-none}' from '${nccl_lib:-nothing}'; set NCCL_LIB)"
+fi
+say "preflight: $(($(date +%s) - s)) s"
+if [ $failed -ne 0 ]; then
+    say "preflight failed: nothing built (see above)"
+    say "total: $(($(date +%s) - t0)) s; log $log; summary $sum"
+    exit 1
 fi
 
-step "benchmark: bench_gpu_pack"
-run timeout 180 "$build/bench_gpu_pack" --mib "${BENCH_MIB:-256}" --iters "${BENCH_ITERS:-20}" --check
-bench_rc=$?
+# ---- 2. configure and build -----------------------------------------------------------------
+gpu_targets="test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
+gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack reshard_shared"
+fake_targets="test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
+fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack reshard_fakegpu_shared"
+targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
+s=$(date +%s)
+say ""
+say "== configure + build ($targets)"
+# shellcheck disable=SC2086 # $targets: a list of targets
+if cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Release \
+    -DRESHARD_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DRESHARD_NCCL_LIBRARY="$nccl_lib" \
+    -DRESHARD_NCCL_INCLUDE_DIR="$nccl_inc" >>"$log" 2>&1 &&
+    cmake --build "$build" -j "${JOBS:-$(nproc)}" --target $targets >>"$log" 2>&1; then
+    result PASS build "$(($(date +%s) - s))" "$(grep -o 'reshard: CUDA.*' "$log" | tail -1)"
+else
+    result FAIL build "$(($(date +%s) - s))" "configure or build failed (see the log)"
+    say "total: $(($(date +%s) - t0)) s; log $log; summary $sum"
+    exit 1
+fi
+if [ $dry -eq 0 ] && [ "$ngpu" -ge 2 ] && cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
+    cmake --build "$build" -j "${JOBS:-$(nproc)}" --target test_gpu_mpi_refit >>"$log" 2>&1 || true
+fi
 
-step "summary"
-say "tests: $([ $tests_rc -eq 0 ] && echo passed || echo "FAILED (rc $tests_rc)")"
-case $bench_rc in
-0) say "bench: target met" ;;
-1) say "bench: target MISSED (see the table) or error" ;;
-77) say "bench: SKIPPED (no CUDA device)" ;;
-*) say "bench: error (rc $bench_rc)" ;;
-esac
-grep -E "^# target|^ok   refit|gpu: .* cases|quantize: .* cases|^  (fp8|mxfp8) |tests passed|tests failed" "$log" | sed 's/^/  /' | tee -a "$log.summary"
-say "total: $(($(date +%s) - t0)) s; log: $log"
-[ $tests_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+# ---- 3. the checks ---------------------------------------------------------------------------
+bench_mib=${BENCH_MIB:-1024}
+pyenv=(env "RESHARD_LIBRARY=$build/libreshard.so" "PYTHONPATH=$root/python:$root/tests/python")
+if [ $dry -eq 0 ]; then
+    ctest_check box_copy 120 gpu_box_copy
+    ctest_check large_index 180 gpu_large_index
+    ctest_check quant 120 gpu_quant
+    ctest_check quant_op 120 gpu_quant_op
+    ctest_check refit 180 gpu_refit
+    ctest_check quant_refit 120 gpu_quant_refit
+    ctest_check stall_timeout 60 gpu_timeout
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+    if [ -n "$san" ]; then
+        check memcheck_box_copy 120 "$san" --tool memcheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_box_copy" --gpu --cases 300
+        check memcheck_quant 120 "$san" --tool memcheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_quant" --gpu --cases 100
+        check racecheck_quant 120 "$san" --tool racecheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_quant" --gpu --cases 40
+        check synccheck_quant 120 "$san" --tool synccheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_quant" --gpu --cases 40
+    else
+        for c in memcheck_box_copy memcheck_quant racecheck_quant synccheck_quant; do
+            result NOTRUN $c 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
+        done
+    fi
+    check torch_stream_order 120 "${pyenv[@]}" python3 "$root/tests/python/test_nccl_stream.py"
+    detail_re='^# (verify|target)'
+    check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
+    if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
+        check multigpu 300 ctest --test-dir "$build" -L '^multigpu$' --no-tests=error \
+            --output-on-failure --timeout 150
+    else
+        result SKIP multigpu 0 "$ngpu GPU(s) (or no MPI build): multi-rank NCCL refits need 2+ GPUs"
+    fi
+else
+    ctest_check box_copy 300 nccl_box_copy_emulated
+    ctest_check large_index 300 nccl_large_index_emulated
+    ctest_check quant 300 nccl_quant_emulated
+    ctest_check quant_op 300 fake_nccl_quant
+    ctest_check refit 300 fake_nccl_refit
+    ctest_check quant_refit 300 fake_nccl_quant_refit
+    ctest_check stall_timeout 120 fake_nccl_timeout
+    for c in "memcheck_box_copy test_nccl_box_copy --gpu --cases 300" \
+        "memcheck_quant test_nccl_quant --gpu --cases 100" \
+        "racecheck_quant test_nccl_quant --gpu --cases 40" \
+        "synccheck_quant test_nccl_quant --gpu --cases 40"; do
+        # shellcheck disable=SC2086 # a name and its command's words
+        set -- $c
+        result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} $2 $3 $4 $5"
+    done
+    check torch_stream_order 120 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
+        RESHARD_TEST_FAKE_NCCL=1 "PYTHONPATH=$root/python:$root/tests/python" \
+        /usr/bin/python3 "$root/tests/python/test_nccl_stream.py"
+    detail_re='^# verify'
+    check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
+        --no-target
+    result SKIP multigpu 0 "dry run: multi-rank NCCL refits need 2+ GPUs"
+fi
+
+say ""
+say "== summary ($(($(date +%s) - t0)) s; log $log)"
+cat "$sum"
+grep -hE "^# (target|verify)|verified: |^copy |^stalled|^unmatched|cases, |quantize: " \
+    "$OUT"/logs/*.log 2>/dev/null | sed 's/^/  /' >>"$log"
+[ $failed -eq 0 ]

@@ -34,7 +34,15 @@
  * revokes it with ncclCommRevoke, keeps it for reshard_comm_shrink_nccl and aborts it in
  * reshard_comm_destroy; older NCCL: ncclCommAbort at once) and
  * returns RESHARD_ERR_TRANSPORT or RESHARD_ERR_TIMEOUT; a peer whose communicator was
- * aborted stops progressing, so the other ranks reach their own timeout and abort too.
+ * aborted stops progressing, so the other ranks reach their own timeout and abort too:
+ * they return TIMEOUT within the plan's timeout_s of their last progress (plus polling,
+ * well under a second). A failure of one rank that leaves its communicator usable (a
+ * kernel launch error the stream survives, e.g. cudaErrorLaunchOutOfResources; a failed
+ * pack, unpack, quantize or local copy step) does not cost the others the timeout: that
+ * rank stops packing and unpacking but still posts every remaining transfer of the plan
+ * (their bytes are then meaningless), so its peers' rounds complete and every rank returns
+ * the error at the outcome agreement, after about one refit's time. After any failed
+ * execution the destination buffers' contents are undefined.
  * Every wait inside reshard_plan_execute and communicator creation is bounded (it polls
  * with a deadline); the synchronous helpers below and reshard_comm_destroy (cudaFree)
  * wait for the device without one. After such an error the endpoint can only be
@@ -102,7 +110,8 @@ reshard_status_t reshard_nccl_get_unique_id(void *id);
  *                     (the caller's cudaStream_t of @p cuda_device, e.g.
  *                     torch.cuda.current_stream); NULL makes the endpoint create and own a
  *                     non-blocking stream. To use the legacy default stream pass
- *                     cudaStreamLegacy.
+ *                     cudaStreamLegacy (the Python package passes PyTorch's default
+ *                     stream, handle 0, that way).
  * @param out          receives the endpoint; free it with reshard_comm_destroy
  * Errors: INVALID_ARG (NULL id/out, rank or nranks out of range, device out of range),
  * UNSUPPORTED (no CUDA device: "--transport nccl needs a CUDA device ..."), TRANSPORT
@@ -182,12 +191,19 @@ reshard_status_t reshard_nccl_verify_pattern(reshard_comm_t *comm, const reshard
  * which after a failed execution is revoked (ncclCommRevoke, NCCL 2.28 and later) rather
  * than freed, so that it can be shrunk; the lost ranks take no part. The new communicator
  * is nonblocking, owned by the returned endpoint, on the same device and the same caller's
- * stream (or a stream of its own). Returns a view (reshard_comm_create_view): rank and size
- * are the plan rank and plan world size. Destroy @p comm afterwards (that aborts the old
- * communicator). Waits at most RESHARD_NCCL_TIMEOUT_S.
+ * stream (or a stream of its own). With @p n_gone 0 (nobody gone, e.g. an agreement after a
+ * stall that every rank survived) every rank must call it: NCCL refuses a shrink that
+ * excludes nobody, so the communicator is split instead (ncclCommSplit, color 0), a fresh one
+ * of the same members. NCCL completes the revoke, the shrink and the split asynchronously:
+ * this call first waits until a revoked communicator is quiescent, then until NCCL's job has
+ * filled in the new communicator (into storage owned by @p comm's endpoint), all within
+ * RESHARD_NCCL_TIMEOUT_S; at the deadline the old communicator is aborted.
+ * Returns a view (reshard_comm_create_view): rank and size are the plan rank and plan world
+ * size. Destroy @p comm afterwards (that aborts the old communicator).
  * Errors: INVALID_ARG (NULL, not an NCCL endpoint, its communicator already aborted, the
- * caller is in gone), TRANSPORT (NCCL failed), TIMEOUT (not every survivor joined),
- * UNSUPPORTED (NCCL older than 2.27), NOMEM.
+ * caller is in gone), TRANSPORT (NCCL refused or failed; NCCL's last error is quoted),
+ * TIMEOUT (the revoke did not end, or not every survivor joined), UNSUPPORTED (NCCL older
+ * than 2.27), NOMEM.
  */
 reshard_status_t reshard_comm_shrink_nccl(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,
                                           reshard_comm_t **out);

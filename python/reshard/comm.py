@@ -232,9 +232,13 @@ def from_nccl_store(store, rank, world, key="reshard/nccl_unique_id", device=Non
     """An NCCL endpoint for separately launched processes: the unique id travels
     through ``store`` (any object with set(key, bytes) and get(key) -> bytes, e.g.
     torch.distributed.TCPStore), then every rank joins (collective, bounded by
-    RESHARD_NCCL_TIMEOUT_S). ``device``: CUDA device (default torch's current one);
-    ``stream``: a torch.cuda.Stream or a raw cudaStream_t (default torch's current
-    stream on that device, so reshard runs in the framework's stream order)."""
+    RESHARD_NCCL_TIMEOUT_S). ``device``: CUDA device index or torch.device (default, and
+    for ``torch.device("cuda")`` without an index: torch's current device); ``stream``: a
+    torch.cuda.Stream or a raw cudaStream_t of that device (default torch's current
+    stream on it, so reshard runs in the framework's stream order; the default stream,
+    handle 0, is passed as cudaStreamLegacy). Errors: ReshardError RANK, TRANSPORT (a bad
+    id from the store), INVALID_ARG (a stream of another device), and as
+    reshard_comm_create_nccl_from_id."""
     _need_nccl()
     if not 0 <= rank < world:
         raise error(Status.RANK, "NCCL rank %d outside [0, %d)" % (rank, world))
@@ -284,26 +288,47 @@ def from_nccl(nccl_comm, stream=None):
     built without NCCL or no CUDA device; INVALID_ARG; TRANSPORT)."""
     _need_nccl()
     addr = _raw_pointer(nccl_comm, "nccl_comm")
-    if stream is None:
-        _, stream = _cuda_device_stream(None, None)
-    raw_stream = _raw_pointer(stream, "stream") if stream else None
+    if stream is None or isinstance(stream, int) or hasattr(stream, "cuda_stream"):
+        _, raw_stream = _cuda_device_stream(None, stream)  # torch's default stream: legacy
+    else:
+        raw_stream = _raw_pointer(stream, "stream")
     h = _lib.c_vp()
     _lib.check(_lib.lib.reshard_comm_create_nccl(addr, raw_stream, ctypes.byref(h)))
     return Comm(h.value, "nccl", "cuda", keep=(nccl_comm, stream))
 
 
+# cudaStreamLegacy: the legacy default stream as a handle the C side can tell from NULL
+# (NULL there means "make a stream of your own", with no order against the framework's).
+CUDA_STREAM_LEGACY = 0x1
+
+
 def _cuda_device_stream(device, stream):
+    """(device index, raw cudaStream_t or None) for reshard_comm_create_nccl_from_id.
+    A device without an index (``torch.device("cuda")``, None) is torch's current device,
+    so that the stream (torch's current stream on that device by default) and the
+    endpoint's device agree. A stream handle 0 (what ``cuda_stream`` is for PyTorch's
+    default stream) becomes cudaStreamLegacy: the endpoint then runs in the default
+    stream's order, instead of on a stream of its own that the default stream's pending
+    writes do not order. A stream of another device is refused."""
     try:
         import torch
         have_cuda = torch.cuda.is_available()
     except ImportError:
         torch, have_cuda = None, False
+    if device is not None and hasattr(device, "index"):  # a torch.device
+        device = device.index
     if device is None:
         device = torch.cuda.current_device() if have_cuda else -1
-    elif hasattr(device, "index"):
-        device = device.index if device.index is not None else -1
+    device = int(device)
     if stream is None and have_cuda:
         stream = torch.cuda.current_stream(device if device >= 0 else None)
+    stream_device = getattr(getattr(stream, "device", None), "index", None)
+    if stream_device is not None and device >= 0 and int(stream_device) != device:
+        raise error(Status.INVALID_ARG, "NCCL endpoint on CUDA device %d with a stream of "
+                    "device %d: pass a stream of the endpoint's device" % (device, stream_device))
     if stream is not None and hasattr(stream, "cuda_stream"):
         stream = stream.cuda_stream
-    return int(device), (int(stream) if stream else None)
+    if stream is None:
+        return device, None
+    raw = int(stream)
+    return device, (raw if raw != 0 else CUDA_STREAM_LEGACY)

@@ -40,7 +40,23 @@ typedef struct {
     rs_relay_t *rl; /* by piece index */
     int64_t nrl;
     const rs_qbufs_t *qb; /* quantized destinations: scratch and steps, or NULL */
+    /* The first local failure (a pack or quantize step, a local copy) of this rank, or OK.
+     * From then on the rank packs and unpacks nothing but still posts every remaining
+     * transfer of the schedule, so that its peers' rounds match (NCCL groups and MPI
+     * messages pair by order) and every rank reaches the outcome agreement at once instead
+     * of waiting out the timeout. */
+    reshard_status_t failed;
+    char why[1024];
 } rs_exec_t;
+
+/* Remember this rank's first local failure (its status and message). */
+static void note_failure(rs_exec_t *x, reshard_status_t st)
+{
+    if (x->failed != RESHARD_OK)
+        return;
+    x->failed = st;
+    snprintf(x->why, sizeof x->why, "%s", reshard_last_error());
+}
 
 /* Where the elements of piece @p p are read (sending, forwarding) or written
  * (receiving) on this rank: a fragment and its buffer. Relay pieces live in
@@ -377,20 +393,30 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
             continue;
         }
         uint64_t payload = 0;
-        if (direct && xs->cur.off == 0 && x->qb)
-            st = rs_quant_piece(x->plan, x->comm, x->qb,
-                                &x->plan->pieces[xs->s->idx[xs->cur.piece]]);
-        if (st != RESHARD_OK)
-            break;
-        if (direct) {
-            payload = len;
-            advance(x, xs->s, &xs->cur, len);
-        } else {
-            st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, true, &payload);
+        bool moved = false;
+        if (x->failed == RESHARD_OK) {
+            reshard_status_t ls = RESHARD_OK;
+            if (direct && xs->cur.off == 0 && x->qb)
+                ls = rs_quant_piece(x->plan, x->comm, x->qb,
+                                    &x->plan->pieces[xs->s->idx[xs->cur.piece]]);
+            if (ls == RESHARD_OK && !direct) {
+                const rs_cursor_t at = xs->cur;
+                ls = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, true, &payload);
+                moved = ls == RESHARD_OK;
+                if (!moved)
+                    xs->cur = at;
+            }
+            if (ls != RESHARD_OK)
+                note_failure(x, ls); /* post the rest of the schedule without data */
+            else if (direct)
+                payload = len;
         }
-        if (st == RESHARD_OK)
-            st = ops->post_send(x->comm, slot, xs->s->peer, direct ? direct : base + xs->slot_off,
-                                len);
+        if (!moved) {
+            if (x->failed != RESHARD_OK)
+                payload = 0;
+            advance(x, xs->s, &xs->cur, len);
+        }
+        st = ops->post_send(x->comm, slot, xs->s->peer, direct ? direct : base + xs->slot_off, len);
         if (st == RESHARD_OK && x->stats) {
             bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, xs->s->peer) ==
                                                           rs_domain_of(&x->plan->p, x->rp->rank);
@@ -409,7 +435,7 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
     int slot = (int)(k & 1);
     uint8_t *base = x->staging + (size_t)slot * slot_bytes;
     reshard_status_t st = x->comm->ops->round_wait(x->comm, slot, x->plan->p.timeout_s);
-    for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+    for (int32_t i = 0; st == RESHARD_OK && x->failed == RESHARD_OK && i < n; i++) {
         rs_xstream_t *xs = &v[i];
         uint64_t len = round_len(xs, k);
         if (xs->send || !len)
@@ -420,6 +446,10 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
             advance(x, xs->s, &xs->cur, len);
         } else {
             st = move_chunk(x, xs->s, &xs->cur, base + xs->slot_off, len, false, &payload);
+        }
+        if (st != RESHARD_OK) { /* an unpack step: keep the rounds going, without data */
+            note_failure(x, st);
+            st = RESHARD_OK;
         }
         if (x->stats)
             x->stats->bytes_recv += payload;
@@ -561,7 +591,7 @@ static reshard_status_t run_rounds(rs_exec_t *x)
         if (st == RESHARD_OK)
             st = finish_round(x, v, n, k, slot_bytes);
     }
-    if (st == RESHARD_OK)
+    if (st == RESHARD_OK && x->failed == RESHARD_OK)
         st = self_forwards(x);
     if (x->staging)
         x->comm->ops->free_staging(x->comm, x->staging);
@@ -623,8 +653,14 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     }
     if (stats)
         memset(stats, 0, sizeof *stats);
-    rs_exec_t x = {
-        plan, comm, rp, src_bufs, dst_bufs, NULL, stats, NULL, NULL, 0, plan->quant ? &qb : NULL};
+    rs_exec_t x = {.plan = plan,
+                   .comm = comm,
+                   .rp = rp,
+                   .src_bufs = src_bufs,
+                   .dst_bufs = dst_bufs,
+                   .stats = stats,
+                   .qb = plan->quant ? &qb : NULL,
+                   .failed = RESHARD_OK};
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
@@ -639,10 +675,21 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         if (stats)
             stats->bytes_local += p->bytes;
     }
+    if (rp != NULL && st != RESHARD_OK) { /* a local copy failed: the peers still need the */
+        note_failure(&x, st);             /* rounds, posted without data */
+        st = RESHARD_OK;
+    }
     if (st == RESHARD_OK)
         st = run_rounds(&x);
-    if (st == RESHARD_OK && plan->quant)
+    if (st == RESHARD_OK && x.failed == RESHARD_OK && plan->quant)
         st = rs_quant_post(plan, comm, &qb);
+    if (x.failed != RESHARD_OK && st == RESHARD_OK) /* the first local failure is the outcome */
+        st = rs_error(x.failed,
+                      "%s (the rest of this rank's transfers were posted without data, so that "
+                      "every rank ends the refit at the outcome agreement)",
+                      x.why);
+    else if (x.failed != RESHARD_OK) /* and the transport failed too: it could not drain */
+        st = rs_error(x.failed, "%s", x.why);
     rs_rank_plan_free(own);
     if (plan->quant)
         rs_qbufs_free(comm, &qb);

@@ -5,8 +5,10 @@
 #define RS_KERNEL_TEST_H
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "reshard/reshard_nccl.h"
 
@@ -44,6 +46,26 @@ static inline int kernel_test_device(cudaStream_t *s)
         return 1;
     }
     return 0;
+}
+
+/* "Device" memory of @p n bytes: cudaMalloc'ed on a GPU (@p gpu), host memory when the
+ * kernels are emulated; exits on failure. */
+static inline void *kernel_test_alloc(bool gpu, size_t n)
+{
+    void *p = NULL;
+    if (gpu ? cudaMalloc(&p, n) != cudaSuccess : (p = malloc(n)) == NULL) {
+        fprintf(stderr, "%s of %zu bytes failed\n", gpu ? "cudaMalloc" : "malloc", n);
+        exit(1);
+    }
+    return p;
+}
+
+static inline void kernel_test_free(bool gpu, void *p)
+{
+    if (gpu)
+        cudaFree(p);
+    else
+        free(p);
 }
 
 #endif

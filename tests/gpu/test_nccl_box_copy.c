@@ -8,8 +8,10 @@
  *   --gpu      run the CUDA kernels (exit 77 = skipped when there is no CUDA device).
  *   --cases N  number of random cases (default 4000).
  *
- * Each case compares the packed bytes (pack), the WHOLE destination buffer (unpack,
- * local copy: a stray write anywhere fails), and guard bytes after the packed range.
+ * Each case compares, for pack, unpack and local copy, the WHOLE allocation of the
+ * destination (guard bytes before its shifted start and after its end included) and of the
+ * source (unchanged) with the CPU result; the emulation also runs some copies with a grid
+ * smaller than their units (the kernel's grid-stride later passes).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -32,33 +34,6 @@ static void fill_random(uint8_t *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         p[i] = (uint8_t)next_u64();
-}
-
-/* "Device" memory: cudaMalloc'ed with --gpu, host memory with --emulate. */
-static void *dev_alloc(size_t n)
-{
-    void *p = NULL;
-    if (use_gpu) {
-        if (cudaMalloc(&p, n) != cudaSuccess) {
-            fprintf(stderr, "cudaMalloc(%zu) failed\n", n);
-            exit(1);
-        }
-    } else {
-        p = malloc(n);
-        if (p == NULL) {
-            fprintf(stderr, "malloc(%zu) failed\n", n);
-            exit(1);
-        }
-    }
-    return p;
-}
-
-static void dev_free(void *p)
-{
-    if (use_gpu)
-        cudaFree(p);
-    else
-        free(p);
 }
 
 /* Copies go on the kernels' own (non-blocking) stream and are waited for: a plain
@@ -101,9 +76,13 @@ static int run_copy(const rs_box_copy_t *d, void *dst, const void *src)
         }
         return 0;
     }
-    /* The kernel's thread count, and sometimes an odd one: any count must work. */
+    /* The kernel's thread count, and sometimes an odd one: any count must work; and
+     * sometimes a grid smaller than the units, so that blocks take a second pass. */
     const int nthr = next_u64() % 4 == 0 ? (int)rnd(1, 9) : rs_box_copy_threads(d);
-    rs_box_copy_emulate(d, dst, src, nthr);
+    if (d->units > 1 && next_u64() % 3 == 0)
+        rs_box_copy_emulate_grid(d, dst, src, nthr, rnd(1, d->units - 1));
+    else
+        rs_box_copy_emulate(d, dst, src, nthr);
     return 0;
 }
 
@@ -176,27 +155,69 @@ typedef struct {
     int pack, unpack, local;
 } counts_t;
 
-static int check_bytes(const char *what, int ncase, const uint8_t *got, const uint8_t *want,
-                       size_t n)
+/* A "device" buffer of n bytes placed @p mis bytes after a 64-aligned address, inside an
+ * allocation with GUARD bytes (or more) on both sides, and its host twin: the WHOLE
+ * allocation is compared, so a stray write before the shifted start or past the end fails. */
+typedef struct {
+    uint8_t *hraw, *draw, *want; /* host twin, device allocation, expected allocation */
+    size_t raw, off;             /* allocation bytes; offset of the buffer in it */
+} twin_t;
+
+static void twin_init(twin_t *t, size_t n, size_t mis)
 {
-    for (size_t i = 0; i < n; i++)
-        if (got[i] != want[i]) {
-            fprintf(stderr, "case %d: %s differs at byte %zu of %zu (got %02x, want %02x)\n", ncase,
-                    what, i, n, got[i], want[i]);
+    t->raw = n + 2 * GUARD + 64;
+    t->hraw = malloc(t->raw);
+    t->want = malloc(t->raw);
+    if (t->hraw == NULL || t->want == NULL)
+        exit(1);
+    t->draw = kernel_test_alloc(use_gpu, t->raw);
+    t->off = GUARD + (64 - ((uintptr_t)t->draw + GUARD) % 64) % 64 + mis;
+}
+
+static uint8_t *twin_h(const twin_t *t)
+{
+    return t->hraw + t->off;
+}
+
+static uint8_t *twin_d(const twin_t *t)
+{
+    return t->draw + t->off;
+}
+
+/* Random bytes everywhere (host twin and device), and the expectation "unchanged". */
+static void twin_randomize(twin_t *t)
+{
+    fill_random(t->hraw, t->raw);
+    to_dev(t->draw, t->hraw, t->raw);
+    memcpy(t->want, t->hraw, t->raw);
+}
+
+/* The device allocation against t->want, all of it. */
+static int twin_check(const char *what, int ncase, twin_t *t)
+{
+    uint8_t *got = malloc(t->raw);
+    if (got == NULL)
+        exit(1);
+    from_dev(got, t->draw, t->raw);
+    for (size_t i = 0; i < t->raw; i++)
+        if (got[i] != t->want[i]) {
+            fprintf(stderr,
+                    "case %d: %s differs at byte %zd of the buffer (allocation byte %zu of %zu, "
+                    "buffer at %zu; got %02x, want %02x)\n",
+                    ncase, what, (ssize_t)i - (ssize_t)t->off, i, t->raw, t->off, got[i],
+                    t->want[i]);
+            free(got);
             return 1;
         }
+    free(got);
     return 0;
 }
 
-/* Host buffer of n bytes placed @p mis bytes after a 64-aligned address (own allocation
- * in *raw); the device twin has the same misalignment. */
-static uint8_t *host_at(size_t n, size_t mis, uint8_t **raw)
+static void twin_free(twin_t *t)
 {
-    *raw = malloc(n + 2 * GUARD);
-    if (*raw == NULL)
-        exit(1);
-    uint8_t *p = (uint8_t *)(((uintptr_t)*raw + 63) & ~(uintptr_t)63);
-    return p + mis;
+    free(t->hraw);
+    free(t->want);
+    kernel_test_free(use_gpu, t->draw);
 }
 
 static int one_case(int ncase, counts_t *cnt)
@@ -234,69 +255,51 @@ static int one_case(int ncase, counts_t *cnt)
     const size_t mg = next_u64() % 3 == 0 ? (size_t)rnd(0, 15) : 0;
     const size_t mp = next_u64() % 3 == 0 ? (size_t)rnd(0, 15) : 0;
 
-    uint8_t *rf, *rg, *rp, *rw;
-    uint8_t *hf = host_at(fbytes, mf, &rf);         /* fragment f (source of pack) */
-    uint8_t *hg = host_at(gbytes, mg, &rg);         /* fragment g */
-    uint8_t *hp = host_at(pbytes + GUARD, mp, &rp); /* packed + guard */
-    uint8_t *want = host_at(fbytes + gbytes + pbytes + GUARD, 0, &rw);
-    uint8_t *draw_f = dev_alloc(fbytes + 2 * GUARD), *draw_g = dev_alloc(gbytes + 2 * GUARD);
-    uint8_t *draw_p = dev_alloc(pbytes + 2 * GUARD);
-    /* device pointers with the same misalignment modulo 64 (cudaMalloc is 256-aligned) */
-    uint8_t *df = (uint8_t *)(((uintptr_t)draw_f + 63) & ~(uintptr_t)63) + mf;
-    uint8_t *dg = (uint8_t *)(((uintptr_t)draw_g + 63) & ~(uintptr_t)63) + mg;
-    uint8_t *dp = (uint8_t *)(((uintptr_t)draw_p + 63) & ~(uintptr_t)63) + mp;
+    twin_t tf, tg, tp; /* fragment f (source of pack), fragment g, packed */
+    twin_init(&tf, fbytes, mf);
+    twin_init(&tg, gbytes, mg);
+    twin_init(&tp, pbytes, mp);
     int bad = 0;
     rs_box_copy_t d;
 
-    /* pack: f -> packed */
-    fill_random(hf, fbytes);
-    fill_random(hp, pbytes + GUARD);
-    memcpy(want, hp, pbytes + GUARD);
-    rs_pack_cpu(want, hf, &span);
-    to_dev(df, hf, fbytes);
-    to_dev(dp, hp, pbytes + GUARD);
-    if (rs_box_copy_for_pack(&d, &span, dp, df) != RESHARD_OK) {
+    /* pack: f -> packed; the source must stay as it was */
+    twin_randomize(&tf);
+    twin_randomize(&tp);
+    rs_pack_cpu(tp.want + tp.off, twin_h(&tf), &span);
+    if (rs_box_copy_for_pack(&d, &span, twin_d(&tp), twin_d(&tf)) != RESHARD_OK) {
         fprintf(stderr, "case %d: pack init: %s\n", ncase, reshard_last_error());
         bad = 1;
     }
-    bad = bad || run_copy(&d, dp, df);
-    from_dev(hp, dp, pbytes + GUARD);
-    bad = bad || check_bytes("pack (packed bytes + guard)", ncase, hp, want, pbytes + GUARD);
+    bad = bad || run_copy(&d, twin_d(&tp), twin_d(&tf));
+    bad = bad || twin_check("pack (packed buffer and its guards)", ncase, &tp);
+    bad = bad || twin_check("pack (source)", ncase, &tf);
     cnt->pack++;
 
-    /* unpack: packed -> f; the whole fragment buffer must equal the CPU result */
+    /* unpack: packed -> f */
     if (!bad) {
-        fill_random(hp, pbytes);
-        fill_random(hf, fbytes);
-        memcpy(want, hf, fbytes);
-        rs_unpack_cpu(want, hp, &span);
-        to_dev(df, hf, fbytes);
-        to_dev(dp, hp, pbytes);
-        if (rs_box_copy_for_unpack(&d, &span, df, dp) != RESHARD_OK) {
+        twin_randomize(&tp);
+        twin_randomize(&tf);
+        rs_unpack_cpu(tf.want + tf.off, twin_h(&tp), &span);
+        if (rs_box_copy_for_unpack(&d, &span, twin_d(&tf), twin_d(&tp)) != RESHARD_OK) {
             fprintf(stderr, "case %d: unpack init: %s\n", ncase, reshard_last_error());
             bad = 1;
         }
-        bad = bad || run_copy(&d, df, dp);
-        from_dev(hf, df, fbytes);
-        bad = bad || check_bytes("unpack (whole buffer)", ncase, hf, want, fbytes);
+        bad = bad || run_copy(&d, twin_d(&tf), twin_d(&tp));
+        bad = bad || twin_check("unpack (fragment buffer and its guards)", ncase, &tf);
         cnt->unpack++;
     }
 
     /* local copy of the whole box: f -> g */
     if (!bad) {
-        fill_random(hf, fbytes);
-        fill_random(hg, gbytes);
-        memcpy(want, hg, gbytes);
-        rs_copy_box_cpu(want, &g, hf, &f, &box, es);
-        to_dev(df, hf, fbytes);
-        to_dev(dg, hg, gbytes);
-        if (rs_box_copy_for_local(&d, dg, &g, df, &f, &box, es) != RESHARD_OK) {
+        twin_randomize(&tf);
+        twin_randomize(&tg);
+        rs_copy_box_cpu(tg.want + tg.off, &g, twin_h(&tf), &f, &box, es);
+        if (rs_box_copy_for_local(&d, twin_d(&tg), &g, twin_d(&tf), &f, &box, es) != RESHARD_OK) {
             fprintf(stderr, "case %d: local init: %s\n", ncase, reshard_last_error());
             bad = 1;
         }
-        bad = bad || run_copy(&d, dg, df);
-        from_dev(hg, dg, gbytes);
-        bad = bad || check_bytes("local copy (whole buffer)", ncase, hg, want, gbytes);
+        bad = bad || run_copy(&d, twin_d(&tg), twin_d(&tf));
+        bad = bad || twin_check("local copy (destination and its guards)", ncase, &tg);
         cnt->local++;
     }
 
@@ -315,13 +318,9 @@ static int one_case(int ncase, counts_t *cnt)
             fprintf(stderr, " %" PRId64, g.stride[k]);
         fprintf(stderr, "; misalign f %zu g %zu packed %zu\n", mf, mg, mp);
     }
-    free(rf);
-    free(rg);
-    free(rp);
-    free(rw);
-    dev_free(draw_f);
-    dev_free(draw_g);
-    dev_free(draw_p);
+    twin_free(&tf);
+    twin_free(&tg);
+    twin_free(&tp);
     return bad;
 }
 

@@ -1,12 +1,17 @@
 /*
  * Elastic refit through the NCCL transport's code with the fake CUDA runtime and NCCL
- * (fake_cuda_nccl.c; ranks are threads): refit 1 on every rank; in refit 2 inference rank
- * 3 stops answering; the others fail with TIMEOUT (their communicator is revoked, not
- * freed), agree on the lost rank over an in-process side channel, shrink the revoked
- * communicator (ncclCommShrink, NCCL_SHRINK_ABORT), replan for the membership and refit
- * verified: rank 2 gets every byte it owns, nothing goes to rank 3.
- *
- * Train tp=2 (ranks 0-1) -> infer tp=1, dp=2 (ranks 2-3) of a small Qwen3 config.
+ * (fake_cuda_nccl.c; ranks are threads; its revoke, shrink and split complete later, from a
+ * background job, as NCCL's nonblocking ones do). Train tp=2 (ranks 0-1) -> infer tp=1, dp=2
+ * (ranks 2-3) of a small Qwen3 config; refit 1 runs on every rank, then (--case):
+ *   lost   in refit 2 inference rank 3 stops answering; the others fail with TIMEOUT (their
+ *          communicator is revoked, not freed), agree on the lost rank over an in-process
+ *          side channel, shrink the revoked communicator (ncclCommShrink, NCCL_SHRINK_ABORT:
+ *          only once the revoke is quiescent), replan for the membership and refit verified:
+ *          rank 2 gets every byte it owns, nothing goes to rank 3.
+ *   leave  rank 3 leaves by agreement, with no failure: the others shrink the LIVE
+ *          communicator (the new one is filled in asynchronously) and refit verified.
+ *   none   nobody is gone (an empty agreement): every rank makes a new communicator of the
+ *          same members (NCCL refuses a shrink with no excluded rank) and refits verified.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -30,11 +35,14 @@ static const char *tiny_dense =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
     " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
 
+enum { CASE_LOST, CASE_LEAVE, CASE_NONE };
+
 typedef struct {
-    int rank;
+    int rank, kase;
     const char *id;
     reshard_inproc_group_t *side; /* CPU side channel for the agreement */
     pthread_barrier_t *done;
+    pthread_barrier_t *start2; /* the survivors start refit 2 together (see main) */
     int ok;
     double t_detect, t_agree, t_shrink;
     char msg[512];
@@ -83,7 +91,7 @@ static void *rank_main(void *arg)
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
     uint64_t v = 0;
-    int waited = 0;
+    int waited = 0, started2 = 0;
     reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, NRANKS, 0, NULL, &c);
     if (st == RESHARD_OK)
         st = reshard_comm_create_inproc(j->side, j->rank, &side);
@@ -108,23 +116,31 @@ static void *rank_main(void *arg)
     if (st != RESHARD_OK || v != want)
         FAIL("refit 1: %s, verified %" PRIu64 " of %" PRIu64 ": %s", reshard_status_string(st), v,
              want, reshard_last_error());
-    if (j->rank == VICTIM) { /* stops answering until the survivors are done */
+    if (j->rank == VICTIM && j->kase != CASE_NONE) { /* gone until the others are done */
         pthread_barrier_wait(j->done);
         waited = 1;
         j->ok = 1;
         goto out;
     }
     double t0 = rs_now_s();
-    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
-    double t1 = rs_now_s();
-    if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
-        FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
     int32_t gone[NRANKS], n_gone = 0;
-    st = reshard_comm_agree_gone(side, RESHARD_AGREE_GONE_TIMEOUT_S, gone, NRANKS, &n_gone);
+    if (j->kase == CASE_LOST) {
+        pthread_barrier_wait(j->start2);
+        started2 = 1;
+        st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+        if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
+            FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
+    }
+    double t1 = rs_now_s();
+    if (j->kase == CASE_LOST) {
+        st = reshard_comm_agree_gone(side, RESHARD_AGREE_GONE_TIMEOUT_S, gone, NRANKS, &n_gone);
+        if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
+            FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
+                 reshard_last_error());
+    } else if (j->kase == CASE_LEAVE) {
+        gone[n_gone++] = VICTIM;
+    }
     double t2 = rs_now_s();
-    if (st != RESHARD_OK || n_gone != 1 || gone[0] != VICTIM)
-        FAIL("agree: %s, %d gone: %s", reshard_status_string(st), (int)n_gone,
-             reshard_last_error());
     st = reshard_comm_shrink_nccl(c, gone, n_gone, &next);
     double t3 = rs_now_s();
     if (st != RESHARD_OK)
@@ -132,9 +148,13 @@ static void *rank_main(void *arg)
     if (reshard_comm_rank(next) != j->rank || reshard_comm_size(next) != NRANKS)
         FAIL("shrunk comm: rank %d size %d, want plan rank %d of %d", reshard_comm_rank(next),
              reshard_comm_size(next), j->rank, NRANKS);
-    st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
-    if (st == RESHARD_OK)
-        st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+    if (n_gone > 0) {
+        st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
+        if (st == RESHARD_OK)
+            st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+    } else {
+        st = refit(c, next, r.train, r.infer, &sb, &db, j->rank, &v);
+    }
     if (st != RESHARD_OK || v != want)
         FAIL("refit after shrink: %s, verified %" PRIu64 " of %" PRIu64 ": %s",
              reshard_status_string(st), v, want, reshard_last_error());
@@ -143,6 +163,8 @@ static void *rank_main(void *arg)
     j->t_shrink = t3 - t2;
     j->ok = 1;
 out:
+    if (j->kase == CASE_LOST && j->rank != VICTIM && !started2)
+        pthread_barrier_wait(j->start2); /* failed before it: do not leave the others there */
     if (!waited)
         pthread_barrier_wait(j->done);
     reshard_layout_destroy(s);
@@ -157,8 +179,17 @@ out:
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    static const char *names[] = {"lost", "leave", "none"};
+    int kase = -1;
+    for (int k = 0; k < 3; k++)
+        if (argc == 3 && strcmp(argv[1], "--case") == 0 && strcmp(argv[2], names[k]) == 0)
+            kase = k;
+    if (kase < 0) {
+        fprintf(stderr, "usage: %s --case lost|leave|none\n", argv[0]);
+        return 2;
+    }
     char id[128];
     if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
         printf("FAIL: unique id: %s\n", reshard_last_error());
@@ -166,12 +197,17 @@ int main(void)
     }
     reshard_inproc_group_t *side = NULL;
     reshard_inproc_group_create(NRANKS, &side);
-    pthread_barrier_t done;
+    pthread_barrier_t done, start2;
     pthread_barrier_init(&done, NULL, NRANKS);
+    /* The survivors detect the loss one timeout after they start refit 2; started together,
+     * they reach the gone-agreement within its window (RESHARD_AGREE_GONE_TIMEOUT_S) even
+     * when rank 2's verification of refit 1 ran long on a loaded machine. */
+    pthread_barrier_init(&start2, NULL, NRANKS - 1);
     job_t jobs[NRANKS];
     pthread_t th[NRANKS];
     for (int r = 0; r < NRANKS; r++) {
-        jobs[r] = (job_t){.rank = r, .id = id, .side = side, .done = &done};
+        jobs[r] = (job_t){
+            .rank = r, .kase = kase, .id = id, .side = side, .done = &done, .start2 = &start2};
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
     int bad = 0;
@@ -187,8 +223,10 @@ int main(void)
         shrink = jobs[r].t_shrink > shrink ? jobs[r].t_shrink : shrink;
     }
     pthread_barrier_destroy(&done);
+    pthread_barrier_destroy(&start2);
     reshard_inproc_group_destroy(side);
-    printf("%s: NCCL shrink after a lost rank: detect %.3f s, agree %.3f s, shrink %.4f s\n",
-           bad ? "FAILED" : "passed", detect, agree, shrink);
+    printf("%s: NCCL %s (%s): detect %.3f s, agree %.3f s, shrink %.4f s\n",
+           bad ? "FAILED" : "passed", kase == CASE_NONE ? "split" : "shrink", names[kase], detect,
+           agree, shrink);
     return bad;
 }

@@ -5,7 +5,9 @@
  * the executor's rounds over ncclSend/ncclRecv groups, nonblocking settle, the outcome
  * all-reduce (preflight and end), stage-2 forwarding, the staging cache across
  * executions, device-buffer fill/verify, a rejected buffer on one rank, a stalled
- * peer ending every other rank with TIMEOUT in bounded time, and BF16 training into FP8 /
+ * peer ending every other rank with TIMEOUT in bounded time, a rank whose pack kernel launch
+ * fails in the middle of a round ending every rank with its error long before the timeout
+ * (it posts the rest of its transfers without data), and BF16 training into FP8 /
  * MXFP8 inference forms (the executor's quantize steps through the transport's quantize
  * op; verified against the pattern's quantized values).
  */
@@ -20,6 +22,7 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
+#include "fake_cuda_nccl.h"
 #include "util/timeout.h"
 
 #define MAX_RANKS 8
@@ -69,7 +72,11 @@ typedef struct {
     int short_rank; /* >= 0: this rank passes a destination buffer one byte short first */
     int stall_rank; /* >= 0: this rank never executes; the others must time out */
     reshard_quant_kind_t infer_quant; /* bf16 training into this FP8 inference form */
+    int fail_launch; /* > 0: rank 0's fail_launch-th kernel launch of the refit fails */
 } scenario_t;
+
+#define FAIL_TIMEOUT_S 20.0 /* the plan's timeout in the failed-launch scenario */
+#define FAIL_BOUND_S 5.0    /* every rank must have its error by then */
 
 typedef struct {
     const scenario_t *sc;
@@ -103,7 +110,12 @@ static void *rank_main(void *arg)
     o.infer_quant = sc->infer_quant;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, NULL, &c);
+    cudaStream_t stream = NULL; /* the failing rank's own stream, to arm the fake's hook */
+    if (sc->fail_launch > 0 && j->rank == 0 &&
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+        FAIL("stream");
+    reshard_status_t st =
+        reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, stream, &c);
     if (st != RESHARD_OK)
         FAIL("endpoint: %s", reshard_last_error());
     st = sc->model ? reshard_model_load(sc->model, &o, &m)
@@ -121,7 +133,7 @@ static void *rank_main(void *arg)
     p.world_size = sc->nranks;
     p.my_rank = j->rank;
     p.staging_bytes = sc->staging;
-    p.timeout_s = sc->stall_rank >= 0 ? 2.0 : 30.0;
+    p.timeout_s = sc->stall_rank >= 0 ? 2.0 : sc->fail_launch > 0 ? FAIL_TIMEOUT_S : 30.0;
     p.domain_size = sc->domain_size;
     if (st == RESHARD_OK)
         st = reshard_plan_create(refit.train, refit.infer, &p, &plan);
@@ -153,6 +165,21 @@ static void *rank_main(void *arg)
         st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
         if (st != RESHARD_ERR_TRANSPORT)
             FAIL("after the abort: %s, want TRANSPORT", reshard_status_string(st));
+        j->ok = 1;
+        goto out;
+    }
+    if (sc->fail_launch > 0) {
+        if (stream != NULL)
+            fake_cuda_fail_launch(stream, sc->fail_launch);
+        const double t0 = rs_now_s();
+        st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+        const double dt = rs_now_s() - t0;
+        if (st != RESHARD_ERR_TRANSPORT || dt > FAIL_BOUND_S)
+            FAIL("a failed launch on rank 0: %s after %.1f s (timeout %.0f s), want TRANSPORT "
+                 "within %.0f s on every rank: %s",
+                 reshard_status_string(st), dt, FAIL_TIMEOUT_S, FAIL_BOUND_S, reshard_last_error());
+        if (j->rank == 0 && strstr(reshard_last_error(), "fake CUDA error") == NULL)
+            FAIL("rank 0 lost its own reason: %s", reshard_last_error());
         j->ok = 1;
         goto out;
     }
@@ -194,6 +221,8 @@ out:
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(m);
     reshard_comm_destroy(c);
+    if (stream != NULL)
+        cudaStreamDestroy(stream);
     return NULL;
 }
 
@@ -228,26 +257,30 @@ int main(void)
 {
     const scenario_t scenarios[] = {
         {"qwen3-0.6b (1 layer) tp2 -> tp2", "qwen3-0.6b", NULL, RESHARD_BF16, 0, 1, 4, "tp=2",
-         "tp=2", 1, 64 << 20, -1, -1, RESHARD_QUANT_NONE},
+         "tp=2", 1, 64 << 20, -1, -1, RESHARD_QUANT_NONE, 0},
         {"tiny dense tp2 -> tp1 dp2, domains of 2 (forwarding), 64 KiB staging", NULL, tiny_dense,
-         RESHARD_BF16, 0, 0, 4, "tp=2", "tp=1,dp=2", 2, 64 << 10, -1, -1, RESHARD_QUANT_NONE},
+         RESHARD_BF16, 0, 0, 4, "tp=2", "tp=1,dp=2", 2, 64 << 10, -1, -1, RESHARD_QUANT_NONE, 0},
         {"tiny dense fp8 pp2 -> tp2, 16 KiB staging", NULL, tiny_dense, RESHARD_FP8_E4M3, 0, 0, 4,
-         "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_NONE},
+         "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_NONE, 0},
         {"tiny MoE ep2 -> tp2 ep=on", NULL, tiny_moe, RESHARD_BF16, 0, 0, 4, "ep=2,dp=2",
-         "tp=2,ep=on", 1, 64 << 10, -1, -1, RESHARD_QUANT_NONE},
+         "tp=2,ep=on", 1, 64 << 10, -1, -1, RESHARD_QUANT_NONE, 0},
         {"tiny MLA fp8 + MTP tp2 -> tp2, domains of 3", NULL, tiny_mla, RESHARD_FP8_E4M3, 1, 0, 4,
-         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_NONE},
+         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_NONE, 0},
         {"tiny MoE bf16 -> fp8 ep2 -> tp1 dp2 ep=on (quantize steps on the fake device)", NULL,
          tiny_moe_fp8, RESHARD_BF16, 0, 0, 4, "ep=2,dp=2", "tp=1,dp=2,ep=on", 1, 64 << 10, -1, -1,
-         RESHARD_QUANT_FP8_BLOCK},
+         RESHARD_QUANT_FP8_BLOCK, 0},
         {"tiny MLA bf16 -> mxfp8 tp2 -> tp2, domains of 3", NULL, tiny_mla, RESHARD_BF16, 1, 0, 4,
-         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_MXFP8},
+         "tp=2", "tp=2", 3, 32 << 10, -1, -1, RESHARD_QUANT_MXFP8, 0},
         {"tiny dense bf16 -> fp8 pp2 -> tp2, 16 KiB staging", NULL, tiny_dense, RESHARD_BF16, 0, 0,
-         4, "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_FP8_BLOCK},
+         4, "pp=2", "tp=2", 1, 16 << 10, -1, -1, RESHARD_QUANT_FP8_BLOCK, 0},
         {"one rank short of buffer: BUFFER everywhere, then OK", NULL, tiny_dense, RESHARD_BF16, 0,
-         0, 3, "tp=1", "tp=2", 1, 64 << 10, 2, -1, RESHARD_QUANT_NONE},
+         0, 3, "tp=1", "tp=2", 1, 64 << 10, 2, -1, RESHARD_QUANT_NONE, 0},
         {"stalled peer: TIMEOUT everywhere else", NULL, tiny_dense, RESHARD_BF16, 0, 0, 3, "tp=1",
-         "tp=2", 1, 64 << 10, -1, 1, RESHARD_QUANT_NONE},
+         "tp=2", 1, 64 << 10, -1, 1, RESHARD_QUANT_NONE, 0},
+        {"rank 0's 3rd pack launch fails mid-round: its error everywhere, long before the "
+         "timeout",
+         NULL, tiny_dense, RESHARD_BF16, 0, 0, 3, "tp=1", "tp=2", 1, 16 << 10, -1, -1,
+         RESHARD_QUANT_NONE, 3},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)

@@ -108,11 +108,23 @@ int rs_box_copy_threads(const rs_box_copy_t *d)
     return threads;
 }
 
+int64_t rs_box_copy_blocks(const rs_box_copy_t *d)
+{
+    return d->units < RS_BOX_COPY_MAX_BLOCKS ? d->units : RS_BOX_COPY_MAX_BLOCKS;
+}
+
+void rs_box_copy_emulate_grid(const rs_box_copy_t *d, void *dst, const void *src, int nthr,
+                              int64_t blocks)
+{
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t u = b; u < d->units; u += blocks) /* the kernel's grid-stride loop */
+            for (int tid = 0; tid < nthr; tid++)
+                rs_box_copy_unit(d, (char *)dst, (const char *)src, u, tid, nthr);
+}
+
 void rs_box_copy_emulate(const rs_box_copy_t *d, void *dst, const void *src, int nthr)
 {
-    for (int64_t u = 0; u < d->units; u++)
-        for (int tid = 0; tid < nthr; tid++)
-            rs_box_copy_unit(d, (char *)dst, (const char *)src, u, tid, nthr);
+    rs_box_copy_emulate_grid(d, dst, src, nthr, rs_box_copy_blocks(d));
 }
 
 /* Element position, in @p f's buffer, of global view point @p idx. */

@@ -34,6 +34,9 @@
 /** Target bytes of one unit (a tile of a row). */
 #define RS_BOX_TILE_BYTES 16384
 
+/** Most blocks of one copy's grid; block b copies units b, b + grid, b + 2*grid, ... */
+#define RS_BOX_COPY_MAX_BLOCKS ((int64_t)1 << 20)
+
 /** A prepared copy; plain data, passed to the kernel by value. */
 typedef struct {
     int32_t nd;                     /**< dims after merging, 1..RESHARD_MAX_DIMS */
@@ -266,9 +269,17 @@ void rs_box_packed_strides(int ndim, const int64_t *ext, int64_t *strides);
  *  a power of two in [32, 256]. */
 int rs_box_copy_threads(const rs_box_copy_t *d);
 
-/** Copy @p d on the CPU exactly as the kernel would (each unit, each thread id in
- *  [0, nthr)); for tests. */
+/** Blocks of the kernel's grid for @p d: min(units, RS_BOX_COPY_MAX_BLOCKS). */
+int64_t rs_box_copy_blocks(const rs_box_copy_t *d);
+
+/** Copy @p d on the CPU exactly as the kernel would with its grid (rs_box_copy_blocks) and
+ *  @p nthr threads per block; for tests. */
 void rs_box_copy_emulate(const rs_box_copy_t *d, void *dst, const void *src, int nthr);
+
+/** As rs_box_copy_emulate with a grid of @p blocks blocks (>= 1), each walking its units
+ *  grid-stride (b, b + blocks, ...): tests run the second and later passes with few units. */
+void rs_box_copy_emulate_grid(const rs_box_copy_t *d, void *dst, const void *src, int nthr,
+                              int64_t blocks);
 
 #ifdef __cplusplus
 }

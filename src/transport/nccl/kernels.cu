@@ -21,8 +21,7 @@ extern "C" cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, con
     if (d->units == 0)
         return cudaSuccess;
     const int threads = rs_box_copy_threads(d);
-    const int64_t max_blocks = (int64_t)1 << 20; /* the grid-stride loop covers the rest */
-    const unsigned int blocks = (unsigned int)(d->units < max_blocks ? d->units : max_blocks);
+    const unsigned int blocks = (unsigned int)rs_box_copy_blocks(d); /* grid-stride: the rest */
     rs_box_copy_kernel<<<blocks, threads, 0, stream>>>(*d, (char *)dst, (const char *)src);
     return cudaGetLastError();
 }

@@ -1,11 +1,11 @@
 /*
  * Elastic refit over NCCL: the survivors shrink the endpoint's communicator (live, or
  * revoked by the failed execution) with ncclCommShrink(NCCL_SHRINK_ABORT); the lost
- * ranks take no part.
+ * ranks take no part. With nobody gone (NCCL refuses an empty exclude list) every rank
+ * splits it instead (ncclCommSplit, color 0): a fresh communicator of the same members.
  */
 #include <nccl.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "exec/elastic.h"
 #include "reshard/reshard_nccl.h"
@@ -63,31 +63,10 @@ reshard_status_t reshard_comm_shrink_nccl(reshard_comm_t *comm, const int32_t *g
             below += keep[r];
         map[p] = below;
     }
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    /* NCCL fills the new communicator asynchronously: rs_nccl_child keeps the pointer's
+     * storage in the endpoint, waits for a revoke to finish and polls the parent. */
     ncclComm_t child = NULL;
-    cudaSetDevice(device);
-    ncclResult_t r = ncclCommShrink(parent, excl, nex, &child, &cfg, NCCL_SHRINK_ABORT);
-    const double timeout = rs_nccl_env_timeout(), t0 = rs_now_s();
-    while (r == ncclInProgress && child != NULL) {
-        ncclResult_t state = ncclInProgress;
-        const ncclResult_t q = ncclCommGetAsyncError(child, &state);
-        r = q != ncclSuccess ? q : state;
-        if (r == ncclInProgress && rs_now_s() - t0 > timeout) {
-            st = rs_error(RESHARD_ERR_TIMEOUT,
-                          "rank %d: ncclCommShrink not complete after %.0f s: did every survivor "
-                          "call reshard_comm_shrink_nccl with the same gone set?",
-                          (int)comm->rank, timeout);
-            break;
-        }
-        if (r == ncclInProgress) {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (st == RESHARD_OK && r != ncclSuccess)
-        st = rs_error(RESHARD_ERR_TRANSPORT, "rank %d: ncclCommShrink failed: %s: %s",
-                      (int)comm->rank, ncclGetErrorString(r), ncclGetLastError(parent));
+    st = rs_nccl_child(inner, excl, nex, &child);
     reshard_comm_t *ep = NULL;
     if (st == RESHARD_OK)
         st = rs_nccl_make_endpoint(child, true, device, (int)map[comm->rank], (int)k, stream, &ep);

@@ -57,6 +57,15 @@ reshard_status_t rs_nccl_make_endpoint(struct ncclComm *nccl, bool own_comm, int
 struct ncclComm *rs_nccl_parent(reshard_comm_t *c, int *device, cudaStream_t *stream);
 double rs_nccl_env_timeout(void);
 
+/** The communicator of endpoint @p c's members without the @p nex inner ranks in @p excl
+ *  (sorted in place by NCCL): ncclCommShrink(NCCL_SHRINK_ABORT) of its live or revoked
+ *  communicator, or ncclCommSplit(color 0) when @p nex is 0. Collective over the survivors.
+ *  Waits (RESHARD_NCCL_TIMEOUT_S in all) for a revoke to become quiescent, then for NCCL's
+ *  background job, which fills the new communicator into storage owned by the endpoint; at
+ *  the deadline the parent is aborted. The result is ready (nonblocking config) and owned by
+ *  the caller. Errors: TIMEOUT, TRANSPORT (NCCL refused or failed; its last error quoted). */
+reshard_status_t rs_nccl_child(reshard_comm_t *c, int *excl, int nex, struct ncclComm **out);
+
 /** The operations table of the NCCL transport. */
 extern const reshard_transport_ops_t rs_nccl_ops;
 

@@ -66,6 +66,9 @@ typedef struct {
                               RESHARD_AGREE_WORDS words */
     int64_t *h_status;   /**< pinned host copy */
     double timeout_s;    /**< bound for waits; the plan's timeout once known */
+    /** Where ncclCommShrink/ncclCommSplit write the new communicator: NCCL fills it from a
+     *  background job, after the call returned, so it lives as long as the endpoint. */
+    ncclComm_t child;
     rs_nccl_block_t blocks[RS_NCCL_BLOCKS];
     char why[512]; /**< reason of the abort */
 } rs_nccl_t;
@@ -407,6 +410,23 @@ static reshard_status_t nccl_round_wait(reshard_comm_t *c, int slot, double time
 
 /* ---- copies -------------------------------------------------------------------------- */
 
+/* A kernel launch failed with @p e. A launch error the stream survives (cudaErrorLaunch-
+ * OutOfResources, a bad configuration: the stream still answers cudaStreamQuery) is this
+ * rank's own: the communicator stays usable, so the executor can post the rest of the round
+ * and every rank learns the error at the outcome agreement. Anything else (a sticky error:
+ * the context is lost) aborts the communicator. */
+static reshard_status_t launch_failed(reshard_comm_t *c, const char *what, cudaError_t e)
+{
+    rs_nccl_t *t = impl_of(c);
+    (void)cudaGetLastError();
+    const cudaError_t q = cudaStreamQuery(t->stream);
+    if (q != cudaSuccess && q != cudaErrorNotReady)
+        return fail_cuda(c, what, e);
+    return rs_error(RESHARD_ERR_TRANSPORT,
+                    "NCCL transport, rank %d: %s failed: %s (%s); the communicator stays usable",
+                    (int)c->rank, what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 static reshard_status_t launch(reshard_comm_t *c, const rs_box_copy_t *d, void *dst,
                                const void *src, const char *what)
 {
@@ -414,7 +434,7 @@ static reshard_status_t launch(reshard_comm_t *c, const rs_box_copy_t *d, void *
     (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
     const cudaError_t e = rs_box_copy_launch(d, dst, src, t->stream);
     if (e != cudaSuccess)
-        return fail_cuda(c, what, e);
+        return launch_failed(c, what, e);
     return RESHARD_OK;
 }
 
@@ -471,7 +491,7 @@ static reshard_status_t nccl_quantize(reshard_comm_t *c, const struct reshard_qu
     (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
     const cudaError_t e = rs_quant_launch(&j, dst, scale, src, t->stream);
     if (e != cudaSuccess)
-        return fail_cuda(c, "quantize kernel launch", e);
+        return launch_failed(c, "quantize kernel launch", e);
     return RESHARD_OK;
 }
 
@@ -733,6 +753,93 @@ double rs_nccl_env_timeout(void)
     return env_timeout();
 }
 
+/* Poll @p comm's state (ncclCommGetAsyncError) until it is not ncclInProgress, at most
+ * @p timeout_s from @p t0: that state in *res and true, or false at the deadline. */
+static bool wait_state(ncclComm_t comm, double t0, double timeout_s, ncclResult_t *res)
+{
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+        *res = q != ncclSuccess ? q : state;
+        if (*res != ncclInProgress)
+            return true;
+        const double waited = rs_now_s() - t0;
+        if (waited > timeout_s)
+            return false;
+        pause_after(waited);
+    }
+}
+
+reshard_status_t rs_nccl_child(reshard_comm_t *c, int *excl, int nex, struct ncclComm **out)
+{
+    *out = NULL;
+    rs_nccl_t *t = impl_of(c);
+    ncclComm_t parent = t->nccl != NULL ? t->nccl : t->revoked;
+    const bool revoked = t->nccl == NULL;
+    const char *what = nex > 0 ? "ncclCommShrink" : "ncclCommSplit";
+    const double timeout = env_timeout(), t0 = rs_now_s();
+    cudaSetDevice(t->device);
+    /* A revoke is asynchronous: the parent is usable for a shrink only once quiescent. */
+    ncclResult_t r = ncclSuccess;
+    if (!wait_state(parent, t0, timeout, &r))
+        return rs_error(RESHARD_ERR_TIMEOUT,
+                        "rank %d: the %s communicator did not become quiescent in %.0f s "
+                        "(RESHARD_NCCL_TIMEOUT_S sets the bound)",
+                        (int)c->rank, revoked ? "revoked" : "live", timeout);
+    if (r != ncclSuccess)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: %s: the parent communicator reports %s: %s", (int)c->rank, what,
+                        ncclGetErrorString(r), ncclGetLastError(parent));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    t->child = NULL;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    /* ncclCommShrink refuses an empty exclude list: with nobody gone, a split (color 0, key =
+     * rank) makes the new communicator of the same members. */
+    r = nex > 0 ? ncclCommShrink(parent, excl, nex, &t->child, &cfg, NCCL_SHRINK_ABORT)
+                : ncclCommSplit(parent, 0, (int)c->rank, &t->child, &cfg);
+#else
+    (void)excl;
+    r = ncclCommSplit(parent, 0, (int)c->rank, &t->child, &cfg);
+#endif
+    /* nonblocking: NCCL fills t->child when its job ends and then settles the parent */
+    if (r == ncclInProgress && !wait_state(parent, t0, timeout, &r)) {
+        /* ncclCommAbort waits for NCCL's job; t->child stays valid storage meanwhile */
+        (void)ncclCommAbort(parent);
+        if (revoked)
+            t->revoked = NULL;
+        else {
+            t->nccl = NULL;
+            t->aborted = true;
+            snprintf(t->why, sizeof t->why, "%s timed out", what);
+        }
+        if (t->child != NULL)
+            (void)ncclCommAbort(t->child);
+        t->child = NULL;
+        return rs_error(RESHARD_ERR_TIMEOUT,
+                        "rank %d: %s not complete after %.0f s: did every survivor call "
+                        "reshard_comm_shrink_nccl with the same gone set? (parent aborted)",
+                        (int)c->rank, what, timeout);
+    }
+    ncclComm_t child = t->child;
+    t->child = NULL;
+    if (r != ncclSuccess || child == NULL) {
+        if (child != NULL)
+            (void)ncclCommAbort(child);
+        return rs_error(RESHARD_ERR_TRANSPORT, "rank %d: %s failed: %s: %s", (int)c->rank, what,
+                        r != ncclSuccess ? ncclGetErrorString(r) : "no communicator returned",
+                        ncclGetLastError(parent));
+    }
+    if (!wait_state(child, t0, timeout, &r) || r != ncclSuccess) {
+        (void)ncclCommAbort(child);
+        return rs_error(r == ncclInProgress ? RESHARD_ERR_TIMEOUT : RESHARD_ERR_TRANSPORT,
+                        "rank %d: the communicator made by %s is not ready: %s", (int)c->rank, what,
+                        ncclGetErrorString(r));
+    }
+    *out = child;
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, int32_t nranks,
                                                   int cuda_device, struct CUstream_st *stream,
                                                   reshard_comm_t **out)
@@ -772,14 +879,8 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
     const double timeout = env_timeout();
     const double t0 = rs_now_s();
     ncclResult_t r = ncclCommInitRankConfig(&nccl, (int)nranks, uid, (int)rank, &cfg);
-    while (r == ncclInProgress && nccl != NULL) {
-        ncclResult_t state = ncclInProgress;
-        const ncclResult_t q = ncclCommGetAsyncError(nccl, &state);
-        r = q != ncclSuccess ? q : state;
-        if (r != ncclInProgress)
-            break;
-        const double waited = rs_now_s() - t0;
-        if (waited > timeout) {
+    if (r == ncclInProgress && nccl != NULL) {
+        if (!wait_state(nccl, t0, timeout, &r)) {
             ncclCommAbort(nccl);
             return rs_error(RESHARD_ERR_TIMEOUT,
                             "rank %d: NCCL communicator of %d ranks not created after %.0f s: did "
@@ -787,7 +888,6 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
                             "(RESHARD_NCCL_TIMEOUT_S sets the bound)",
                             (int)rank, (int)nranks, timeout);
         }
-        pause_after(waited);
     }
     if (r != ncclSuccess) {
         const char *last = ncclGetLastError(nccl);
