@@ -41,15 +41,17 @@ PREFIXES = {"exec", "timeout", "env", "sudo", "time", "!", "nice", "command", "n
             "do", "else", "if", "while", "until", "{"}
 
 
-def read_list(path: str) -> Tuple[Set[str], Set[str]]:
-    """The packages of the list, and the commands it says come from elsewhere
-    (`cmd:NAME` lines: the lent GPU machine's own CUDA driver and toolkit)."""
+def read_list(path: str) -> Tuple[Set[str], Set[Tuple[str, str]]]:
+    """The packages of the list, and the commands it says come from elsewhere:
+    `cmd:NAME` (anywhere) or `cmd:NAME@FILE` (in that file only), the lent GPU
+    machine's own CUDA driver, toolkit and PyTorch."""
     names, elsewhere = set(), set()
     with open(path) as f:
         for line in f:
             line = line.split("#", 1)[0].split()
             if line and line[0].startswith("cmd:"):
-                elsewhere.add(line[0][4:])
+                cmd, _, where = line[0][4:].partition("@")
+                elsewhere.add((cmd, where))
             elif line:
                 names.add(line[0])
     return names, elsewhere
@@ -214,6 +216,12 @@ def shell_commands(text: str) -> Iterator[Tuple[int, str]]:
                 yield no, cmd
 
 
+def cmake_names(texts: List[str]) -> Set[str]:
+    """The first argument of every CMake call of the tree: the targets it defines
+    (add_executable(x ...), reshard_fake_test(x ...)), which add_test runs by name."""
+    return {m.group(1) for t in texts for m in re.finditer(r"\b\w+\(\s*([\w.+-]+)[\s)]", t)}
+
+
 def cmake_test_commands(text: str) -> Iterator[Tuple[int, str]]:
     for m in re.finditer(r"add_test\s*\(\s*NAME\s+\S+\s+COMMAND\s+(\S+)(?:\s+(-c)\s+\"((?:[^\"\\]|\\.)*)\")?",
                          text):
@@ -327,6 +335,7 @@ def main() -> int:
     files = sorted(repo_files(root))
     own = local_modules(root, files)
     needs: List[Tuple[str, int, str, str]] = []  # (file, line, kind, name)
+    cmake_texts = []
     for f in files:
         rel = os.path.relpath(f, root)
         base = os.path.basename(f)
@@ -337,19 +346,22 @@ def main() -> int:
             continue
         if base.endswith(".sh") or rel == os.path.join(".ci", "run"):
             needs += [(rel, no, "command", c) for no, c in shell_commands(text)]
-        elif base == "CMakeLists.txt":
+        elif base == "CMakeLists.txt" or base.endswith(".cmake"):
+            cmake_texts.append(text)
             needs += [(rel, no, "command", c) for no, c in cmake_test_commands(text)]
         elif base.endswith(".py"):
             needs += [(rel, no, "module", m) for no, m in python_imports(text)
                       if m not in sys.stdlib_module_names and m not in own and m != "__future__"]
+    targets = cmake_names(cmake_texts)
+    needs = [n for n in needs if not (n[0].endswith((".txt", ".cmake")) and n[3] in targets)]
+    needs = [n for n in needs if n[2] != "command" or ((n[3], "") not in elsewhere
+                                                       and (n[3], n[0]) not in elsewhere)]
     found: Dict[Tuple[str, str], Optional[str]] = {}  # (kind, name) -> the file it runs
     for _, _, kind, name in needs:
         if (kind, name) in found:
             continue
         if kind == "command":
-            if name in elsewhere:
-                path = None
-            elif name.startswith("/"):
+            if name.startswith("/"):
                 path = name if os.access(name, os.X_OK) else None
             else:
                 path = shutil.which(name)
@@ -364,9 +376,7 @@ def main() -> int:
     for rel, no, kind, name in needs:
         path = found[(kind, name)]
         why = ""
-        if kind == "command" and name in elsewhere:
-            pass
-        elif path is None:
+        if path is None:
             why = "is not installed, and so no package of the list provides it"
         else:
             pkg = dpkg.package_of(path)
