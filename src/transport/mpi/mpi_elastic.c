@@ -68,6 +68,11 @@ reshard_status_t rs_mpi_agree_exchange(reshard_comm_t *c, int round, const int32
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory in the agreement", m->rank);
     }
     memcpy(out, msg, (size_t)bytes);
+    /* A survivor still inside the failed execution (waiting out a round or an agreement,
+     * or about to enter the next one) is released at once, so that the survivors enter
+     * this agreement together whatever their waits were (the rule needs them within 2T). */
+    if (round == 0)
+        rs_mpi_release(m, RESHARD_ERR_TIMEOUT);
     int tag = RS_MPI_TAG_AGREE + round;
     reshard_status_t st = RESHARD_OK;
     for (int32_t i = 0; i < n && st == RESHARD_OK; i++) {

@@ -43,7 +43,6 @@ typedef struct {
                                  is the peer the failing rank found unresponsive, or -1 */
     bool abort_received;    /**< abort_msg holds a peer's failure of this epoch */
     bool abort_reported;    /**< a wait returned the peer's failure to the caller */
-    int abort_payload[4];   /**< what we send when we fail */
     bool abort_sent;        /**< we told every peer that we failed (this epoch) */
     rs_mpi_reqs_t abort_sends;
     /** Staging kept between executions (fresh pages cost a fault and a
@@ -58,6 +57,9 @@ typedef struct {
      *  agreement that fails with nothing in flight anywhere (a rejected
      *  buffer before any byte moved) leaves the comm usable. */
     bool broken;
+    /** The comm broke after an agreement decided OK (a peer stopped answering during its
+     *  confirmation): that execution succeeded, the next one is refused. */
+    bool broken_after_ok;
     /** Peers whose requests were outstanding when a wait timed out
      *  (size entries; reshard_comm_unresponsive). */
     unsigned char *lost;
@@ -120,6 +122,23 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  */
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
                               int64_t *min_words, double timeout_s);
+
+/** The points of an agreement (rs_mpi_agree), for the test hook. */
+typedef enum {
+    RS_MPI_AGREE_ENTER,          /**< before the decision round is posted */
+    RS_MPI_AGREE_POSTED,         /**< the decision round (MPI_Iallreduce) posted */
+    RS_MPI_AGREE_DECIDED,        /**< the decision round completed here */
+    RS_MPI_AGREE_CONFIRM_POSTED, /**< the confirmation round (MPI_Ibarrier) posted */
+    RS_MPI_AGREE_CONFIRMED       /**< the confirmation round completed here */
+} rs_mpi_agree_point_t;
+
+/** Tests only (NULL otherwise): called at each point of every agreement, with the comm's
+ *  epoch in m->epoch, e.g. to stop this rank there (SIGSTOP). */
+extern void (*rs_mpi_agree_hook)(const rs_mpi_t *m, rs_mpi_agree_point_t point);
+
+/** Tell every peer that this rank failed with @p st in this epoch (the abort channel), once
+ *  per epoch; never waits. A peer waiting in a round or an agreement of this epoch stops. */
+void rs_mpi_release(rs_mpi_t *m, reshard_status_t st);
 
 /** The error returned by operations on a broken comm. */
 reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m);

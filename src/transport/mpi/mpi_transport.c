@@ -57,6 +57,13 @@ reshard_status_t rs_mpi_error(rs_mpi_t *m, int mpi_rc, const char *what)
 
 reshard_status_t rs_mpi_broken_error(const rs_mpi_t *m)
 {
+    if (m->broken_after_ok)
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "rank %d: a peer stopped answering right after an agreement was "
+                        "decided (every rank had reached it: an execution it ended completed "
+                        "everywhere); this MPI comm cannot be used again: shrink it "
+                        "(reshard_elastic.h) or destroy it",
+                        rs_mpi_pr(m, m->rank));
     return rs_error(RESHARD_ERR_TRANSPORT,
                     "rank %d: this MPI comm failed in an earlier execution; destroy it and "
                     "create a new one",
@@ -257,34 +264,48 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
     return RESHARD_OK;
 }
 
-/* Tell every peer that this rank failed (once per epoch). */
-static void send_aborts(rs_mpi_t *m, reshard_status_t st)
+/* Tell every peer that this rank failed (once per epoch). Never waits: each notice has a
+ * payload of its own, and one whose sends do not complete at once (a stopped peer) is
+ * kept for the process's life with its requests (rs_mpi_keep), so that a second notice,
+ * in a later epoch, does not wait for the first. */
+void rs_mpi_release(rs_mpi_t *m, reshard_status_t st)
 {
     if (m->abort_sent)
         return;
     m->abort_sent = true;
-    /* the payload is reused: let earlier sends (tiny, long done) finish */
-    if (m->abort_sends.n > 0 &&
-        rs_mpi_wait(m, &m->abort_sends, 1.0, false, "abort notice") != RESHARD_OK)
+    int *payload = malloc(4 * sizeof *payload);
+    if (!payload)
         return; /* best effort: the agreement still reports the failure */
-    m->abort_payload[0] = (int)st;
-    m->abort_payload[1] = m->rank;
-    m->abort_payload[2] = m->epoch;
-    m->abort_payload[3] = -1; /* the peer this rank timed out on: named by every rank */
-    for (int p = 0; m->lost && p < m->size && m->abort_payload[3] < 0; p++)
+    payload[0] = (int)st;
+    payload[1] = m->rank;
+    payload[2] = m->epoch;
+    payload[3] = -1; /* the peer this rank timed out on: named by every rank */
+    for (int p = 0; m->lost && p < m->size && payload[3] < 0; p++)
         if (m->lost[p])
-            m->abort_payload[3] = p;
+            payload[3] = p;
+    int first = m->abort_sends.n;
     for (int p = 0; p < m->size; p++) {
         if (p == m->rank)
             continue;
         MPI_Request r;
-        if (MPI_Isend(m->abort_payload, 4, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) !=
-            MPI_SUCCESS)
+        if (MPI_Isend(payload, 4, MPI_INT, p, RS_MPI_TAG_ABORT, m->comm, &r) != MPI_SUCCESS)
             continue;
         if (rs_mpi_reqs_push(&m->abort_sends, r, p) != RESHARD_OK) {
             MPI_Request_free(&r);
-            return;
+            break;
         }
+    }
+    bool done = true;
+    for (int i = first; i < m->abort_sends.n && done; i++) {
+        int flag = 0;
+        MPI_Test(&m->abort_sends.req[i], &flag, MPI_STATUS_IGNORE);
+        done = flag != 0;
+    }
+    if (done) {
+        m->abort_sends.n = first; /* every request of this notice completed (and is null) */
+        free(payload);
+    } else {
+        rs_mpi_keep(payload); /* MPI may still read it */
     }
 }
 
@@ -318,9 +339,67 @@ static reshard_status_t agree_wait(rs_mpi_t *m, MPI_Request *req, double timeout
                 deadline = rs_now_s() + grace;
         }
         if (rs_now_s() > deadline) {
-            send_aborts(m, RESHARD_ERR_TIMEOUT);
+            rs_mpi_release(m, RESHARD_ERR_TIMEOUT);
             return RESHARD_ERR_TIMEOUT;
         }
+        backoff(idle);
+    }
+}
+
+/* How long a rank whose confirmation round timed out still listens for a peer's notice
+ * that it gave up on the decision round: a notice sent at the peer's deadline (never
+ * later than this rank's own, see rs_mpi_agree) can still be on its way, or the peer was
+ * descheduled at its deadline on a loaded host. */
+#define RS_MPI_CONFIRM_GRACE_S 0.25
+
+/* Test hook (tests only; NULL in production): called at each point of an agreement. */
+void (*rs_mpi_agree_hook)(const rs_mpi_t *m, rs_mpi_agree_point_t point);
+
+static void hook(const rs_mpi_t *m, rs_mpi_agree_point_t point)
+{
+    if (rs_mpi_agree_hook)
+        rs_mpi_agree_hook(m, point);
+}
+
+/* The confirmation round of an agreement whose decision was OK (see rs_mpi_agree): wait
+ * for the barrier @p req; a peer's abort of this epoch, which only a rank that gave up on
+ * the decision round sends, makes the outcome a failure. Returns OK when the barrier
+ * completed (*@p done) or when it did not, but no such notice came by the deadline plus
+ * the grace (every rank then completed the decision round: the decision stands); else
+ * TIMEOUT naming the rank that gave up. */
+static reshard_status_t confirm_wait(rs_mpi_t *m, MPI_Request *req, double timeout_s, bool *done)
+{
+    double grace = timeout_s < RS_MPI_CONFIRM_GRACE_S ? timeout_s : RS_MPI_CONFIRM_GRACE_S;
+    double deadline = rs_now_s() + timeout_s, start = rs_now_s();
+    *done = false;
+    for (int idle = 0;; idle++) {
+        int flag = 0;
+        if (!*done) {
+            int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS)
+                return rs_mpi_error(m, rc, "confirmation of the agreement");
+            if (flag) {
+                *done = true;
+                return RESHARD_OK;
+            }
+        }
+        bool got = false;
+        if (check_abort(m, &got) == RESHARD_OK && got) {
+            int who = m->abort_msg[1], suspect = m->abort_msg[3];
+            if (suspect >= 0 && suspect < m->size)
+                return rs_error(RESHARD_ERR_TIMEOUT,
+                                "rank %d: rank %d stalled or died (rank %d gave up waiting for "
+                                "it in the agreement, %.2f s after this rank reached it): "
+                                "every rank fails this execution",
+                                rs_mpi_pr(m, m->rank), rs_mpi_pr(m, suspect), rs_mpi_pr(m, who),
+                                rs_now_s() - start);
+            return rs_error(RESHARD_ERR_TIMEOUT,
+                            "rank %d: rank %d gave up waiting for the agreement (a peer stalled "
+                            "or died): every rank fails this execution",
+                            rs_mpi_pr(m, m->rank), rs_mpi_pr(m, who));
+        }
+        if (rs_now_s() > deadline + grace)
+            return RESHARD_OK;
         backoff(idle);
     }
 }
@@ -333,8 +412,13 @@ enum { KEY_OWN = 0, KEY_REACTION = 1, KEY_OK = 2, KEY_SCALE = 1024, KEY_BIAS = 5
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
                               int64_t *min_words, double timeout_s)
 {
-    if (m->broken)
+    if (m->broken) {
+        /* Peers that carry on (their confirmation completed) are in this agreement now:
+         * release them at once instead of leaving them to time out (a no-op when this
+         * rank already told them in this epoch). */
+        rs_mpi_release(m, RESHARD_ERR_TIMEOUT);
         return rs_mpi_broken_error(m);
+    }
     timeout_s = rs_timeout_s(timeout_s);
     /* Keep the local message: the wait below may overwrite it. */
     char local_msg[1024];
@@ -345,7 +429,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     if (local != RESHARD_OK) {
         prio = m->abort_reported ? KEY_REACTION : KEY_OWN;
         if (prio == KEY_OWN)
-            send_aborts(m, local);
+            rs_mpi_release(m, local);
     }
     /* [key << 32 | rank] (MIN: the first failure), [-in_flight] (MIN: any), the words.
      * On the heap: when the wait gives up, MPI may still write them, so they are then
@@ -359,6 +443,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     in[1] = in_flight ? -1 : 0;
     for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
         in[2 + i] = words ? words[i] : INT64_MAX;
+    hook(m, RS_MPI_AGREE_ENTER);
     MPI_Request req;
     int rc = MPI_Iallreduce(in, out, N, MPI_INT64_T, MPI_MIN, m->comm, &req);
     if (rc != MPI_SUCCESS) {
@@ -366,6 +451,7 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
         m->broken = true;
         return rs_mpi_error(m, rc, "MPI_Iallreduce (outcome agreement)");
     }
+    hook(m, RS_MPI_AGREE_POSTED);
     reshard_status_t st = agree_wait(m, &req, timeout_s, local == RESHARD_ERR_TIMEOUT);
     if (st != RESHARD_OK) {
         m->broken = true;
@@ -402,6 +488,33 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     reshard_status_t global = (reshard_status_t)(key % KEY_SCALE - KEY_BIAS);
     if (flight)
         m->broken = true; /* transfers in flight somewhere: state unknown */
+    hook(m, RS_MPI_AGREE_DECIDED);
+    if (global == RESHARD_OK && !flight) {
+        /* Confirmation: a decision of OK stands only if no rank gave up on the decision
+         * round (it returns TIMEOUT and tells every peer). The decision round completed
+         * here, so every rank had entered it before now, and one that gives up does so by
+         * its deadline, no later than this rank's deadline below. So: the barrier
+         * completes (every rank completed the decision round), or a notice of this
+         * epoch arrives (fail), or neither by the deadline and the grace (every rank
+         * completed the decision round and one stopped after it: OK, and the comm is
+         * broken, its barrier left pending). */
+        MPI_Request bar;
+        bool done = false;
+        rc = MPI_Ibarrier(m->comm, &bar);
+        if (rc != MPI_SUCCESS) {
+            m->broken = true;
+            return rs_mpi_error(m, rc, "MPI_Ibarrier (confirmation of the agreement)");
+        }
+        hook(m, RS_MPI_AGREE_CONFIRM_POSTED);
+        st = confirm_wait(m, &bar, timeout_s, &done);
+        if (!done) {
+            m->broken = true; /* the barrier stays pending inside MPI */
+            m->broken_after_ok = st == RESHARD_OK;
+        }
+        if (st != RESHARD_OK)
+            return st;
+        hook(m, RS_MPI_AGREE_CONFIRMED);
+    }
     /* next epoch: forget this one's aborts */
     m->epoch++;
     m->abort_sent = false;
