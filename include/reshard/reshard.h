@@ -649,7 +649,10 @@ typedef struct {
  * error or timeout the peer state is undefined: the endpoint is marked
  * broken, and every later reshard_plan_execute or reshard_plan_fail on it
  * returns TRANSPORT at once (executing again could pair this rank's messages
- * with another step's); destroy it, or shrink it (reshard_elastic.h).
+ * with another step's); destroy it, or shrink it (reshard_elastic.h). Every
+ * rank returns the verdict of one decision (all OK, or all an error); over MPI
+ * an execution whose outcome was decided just before a peer stopped returns OK
+ * and leaves the endpoint broken (reshard_mpi.h: one decision).
  */
 reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t *comm,
                                       const reshard_buffer_t *src_bufs, int32_t n_src,

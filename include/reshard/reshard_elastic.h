@@ -136,9 +136,11 @@ reshard_status_t reshard_comm_unresponsive(const reshard_comm_t *comm, int32_t *
  *     releases them together: the first rank to time out (in a round wait or the outcome
  *     agreement, after the plan's timeout_s) releases every other at once (in-process:
  *     the group is abandoned; MPI: an abort notice, after which the outcome agreement
- *     waits at most 0.05 s more). RESHARD_AGREE_GONE_TIMEOUT_S suits an idle host;
- *     pass more on a loaded one (the CLI defaults to 0.5 s): a live rank that does not
- *     run for T is taken for a lost one;
+ *     waits at most 0.05 s more), and over MPI the first survivor to enter this
+ *     agreement sends the notice again, releasing any survivor still waiting in the
+ *     failed execution (reshard_mpi.h: one decision). RESHARD_AGREE_GONE_TIMEOUT_S suits an idle
+ * host; pass more on a loaded one (the CLI defaults to 0.5 s): a live rank that does not run for T
+ * is taken for a lost one;
  *   - the guarantee is safety only: a rank that stops or resumes during the agreement,
  *     a slow rank or a partition can make some or all survivors return an error (never
  *     two different accepted sets). After such an error the ranks may disagree on who is

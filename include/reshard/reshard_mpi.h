@@ -14,13 +14,29 @@
  * a nonblocking agreement (MPI_Iallreduce with the same deadline) so that all
  * ranks return the same status: the error of the lowest rank that failed on
  * its own account. A peer that is stalled therefore makes every other rank
- * return within about two timeouts. A peer that dies is usually noticed by the
- * MPI runtime first (Open MPI's mpirun then ends the whole job). After any
- * failed execution the MPI comm is unusable (the state of messages in flight
- * is unknown): every later operation returns RESHARD_ERR_TRANSPORT and the
- * comm must be destroyed; requests still in flight and their staging memory
- * are deliberately leaked rather than freed under MPI's feet. Callers that
- * need to end the job (the `reshard run` tool) call MPI_Abort.
+ * return within about two timeouts.
+ *
+ * One decision. An agreement that decides OK is confirmed (MPI_Ibarrier, same
+ * deadline) before any rank acts on it: a peer that stops while the decision
+ * round is under way leaves some ranks with the result and others without it,
+ * and those that give up tell every peer. So each survivor returns the same
+ * verdict: the confirmation completes (OK everywhere); or a notice that some
+ * rank gave up arrives (an error everywhere); or neither by the deadline plus
+ * 0.25 s, which means every rank had completed the decision round and a peer
+ * stopped after it: then the execution returns OK (its data arrived everywhere)
+ * and the comm is broken: the next execution returns RESHARD_ERR_TRANSPORT at
+ * once, releasing the peers that wait for it in that execution (abort notice),
+ * so that the survivors reach reshard_comm_agree_gone together. A rank entering
+ * reshard_comm_agree_gone sends the same notice, so that survivors still waiting
+ * inside the failed execution leave it at once. Limit: a rank descheduled for
+ * longer than that grace at its deadline can still return a different verdict
+ * (no consensus is possible with timeouts alone); tests/mpi/atomic_sweep.sh
+ * stops each rank at each point of both agreements of a refit. A peer that dies is usually noticed
+ * by the MPI runtime first (Open MPI's mpirun then ends the whole job). After any failed execution
+ * the MPI comm is unusable (the state of messages in flight is unknown): every later operation
+ * returns RESHARD_ERR_TRANSPORT and the comm must be destroyed; requests still in flight and their
+ * staging memory are deliberately leaked rather than freed under MPI's feet. Callers that need to
+ * end the job (the `reshard run` tool) call MPI_Abort.
  *
  * The timeout bounds each wait, not a whole execution: a rank that finishes
  * its share early waits at the final agreement for the slowest rank, so

@@ -11,10 +11,10 @@
  * posted, right after it is posted (the point of the reported defect: some ranks completed
  * the MPI_Iallreduce, others timed out), after it completed on the victim, after the
  * confirmation round is posted, after it completed on the victim.
- * Train tp=1, dp=2 (ranks 0-1, so a lost source has a replica) -> infer tp=1, dp=3 (ranks 2-4) of the model CONFIG. Refit 1 runs
- * on every rank and is verified. In refit 2 the victim stops at the point. Each survivor
- * notes its status; a survivor whose refit 2 succeeded refits once more, which fails (the
- * victim is gone). Then the survivors agree on who is gone (reshard_comm_agree_gone with
+ * Train tp=1, dp=2 (ranks 0-1, so a lost source has a replica) -> infer tp=1, dp=3 (ranks 2-4) of
+ * the model CONFIG. Refit 1 runs on every rank and is verified. In refit 2 the victim stops at the
+ * point. Each survivor notes its status; a survivor whose refit 2 succeeded refits once more, which
+ * fails (the victim is gone). Then the survivors agree on who is gone (reshard_comm_agree_gone with
  * TIMEOUT_S / 4), shrink, replan and refit verified, and compare over a communicator of
  * their own: the lowest prints
  *   ATOMIC OK: victim V stopped at AGREEMENT/POINT: every survivor returned S from refit 2;
@@ -161,8 +161,8 @@ int main(int argc, char **argv)
     if (st != RESHARD_OK)
         die(rank, "agree", st);
     if (n_gone != 1 || gone[0] != victim) {
-        fprintf(stderr, "rank %d: agreed on %d lost ranks, first %d; want only %d\n", rank,
-                n_gone, n_gone ? gone[0] : -1, victim);
+        fprintf(stderr, "rank %d: agreed on %d lost ranks, first %d; want only %d\n", rank, n_gone,
+                n_gone ? gone[0] : -1, victim);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     reshard_comm_t *next = NULL;
@@ -193,8 +193,8 @@ int main(int argc, char **argv)
     int srank;
     MPI_Comm_rank(surv, &srank);
     if (lo != hi) {
-        fprintf(stderr, "rank %d: ATOMIC FAIL: survivors differ on refit 2 (this rank: %s)\n",
-                rank, reshard_status_string(st2));
+        fprintf(stderr, "rank %d: ATOMIC FAIL: survivors differ on refit 2 (this rank: %s)\n", rank,
+                reshard_status_string(st2));
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 4);
     }

@@ -118,7 +118,10 @@ reshard_status_t rs_mpi_wait(rs_mpi_t *m, rs_mpi_reqs_t *l, double timeout_s, bo
  * up here tells every peer too, so the first to time out releases all. A rank that still has
  * round transfers in flight counts as failed and breaks the comm. The
  * RESHARD_AGREE_WORDS @p words (NULL: all INT64_MAX) are reduced by MIN in the same
- * collective into @p min_words (may be NULL).
+ * collective into @p min_words (may be NULL). A decision of OK is confirmed by a
+ * barrier before it is returned (reshard_mpi.h: one decision): without the barrier and
+ * without a peer's notice by the deadline plus RS_MPI_CONFIRM_GRACE_S it stands, and the
+ * comm is broken (broken_after_ok).
  */
 reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t *words,
                               int64_t *min_words, double timeout_s);
