@@ -4,7 +4,7 @@
  * verdict from that refit (all OK, or all an error), leaves it within a bounded spread of
  * each other, agrees on who is gone, shrinks and refits verified.
  *
- *   mpirun --enable-recovery -np 5 test_mpi_atomic CONFIG VICTIM AGREEMENT POINT TIMEOUT_S
+ *   mpirun --enable-recovery -np 5 test_mpi_atomic CONFIG VICTIM AGREEMENT POINT TIMEOUT_S [kill]
  *
  * AGREEMENT: preflight | outcome (the first or the last agreement of refit 2);
  * POINT: enter | posted | decided | confirm | confirmed — before the decision round is
@@ -23,6 +23,7 @@
  */
 #include <mpi.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,17 +37,17 @@
 #include "reshard/reshard_mpi.h"
 #include "transport/mpi/mpi_internal.h"
 
-static int g_stop_epoch = -1;
+static int g_stop_epoch = -1, g_kill;
 static rs_mpi_agree_point_t g_stop_point;
 
 static void stop_here(const rs_mpi_t *m, rs_mpi_agree_point_t point)
 {
     if (m->epoch != g_stop_epoch || point != g_stop_point)
         return;
-    fprintf(stderr, "rank %d: victim stops (SIGSTOP) at point %d of agreement %d\n", m->rank,
-            (int)point, m->epoch);
+    fprintf(stderr, "rank %d: victim %s at point %d of agreement %d\n", m->rank,
+            g_kill ? "is killed (SIGKILL)" : "stops (SIGSTOP)", (int)point, m->epoch);
     fflush(stderr);
-    raise(SIGSTOP);
+    raise(g_kill ? SIGKILL : SIGSTOP);
 }
 
 static void die(int rank, const char *what, reshard_status_t st)
@@ -92,13 +93,15 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int point = argc == 6 ? parse_point(argv[4]) : -1;
-    int outcome = argc == 6 && !strcmp(argv[3], "outcome");
-    if (argc != 6 || size != 5 || point < 0 || (!outcome && strcmp(argv[3], "preflight"))) {
+    bool args = argc == 6 || (argc == 7 && !strcmp(argv[6], "kill"));
+    int point = args ? parse_point(argv[4]) : -1;
+    int outcome = args && !strcmp(argv[3], "outcome");
+    g_kill = argc == 7;
+    if (!args || size != 5 || point < 0 || (!outcome && strcmp(argv[3], "preflight"))) {
         if (rank == 0)
             fprintf(stderr,
                     "usage: mpirun -np 5 %s CONFIG VICTIM preflight|outcome "
-                    "enter|posted|decided|confirm|confirmed TIMEOUT_S\n",
+                    "enter|posted|decided|confirm|confirmed TIMEOUT_S [kill]\n",
                     argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -199,10 +202,11 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 4);
     }
     if (srank == 0) {
-        printf("ATOMIC OK: victim %d stopped at %s/%s: every survivor returned %s from refit 2; "
+        printf("ATOMIC OK: victim %d %s at %s/%s: every survivor returned %s from refit 2; "
                "they entered the recovery within %.3f s of each other; refit after the shrink "
                "verified %llu bytes\n",
-               victim, argv[3], argv[4], lo ? "OK" : "an error", -tm[1] - tm[0], total);
+               victim, g_kill ? "killed" : "stopped", argv[3], argv[4], lo ? "OK" : "an error",
+               -tm[1] - tm[0], total);
         fflush(stdout);
         kill((pid_t)pids[victim], SIGKILL);
     }
