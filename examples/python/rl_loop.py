@@ -101,7 +101,7 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
     clients = None
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
     if rank == 0:
-        clients = [StoreClient(ctrl, e, s.tp * s.dp, args.timeout * 4) for e in range(s.engines)]
+        clients = [StoreClient(ctrl, e, s.tp * s.dp, args.timeout * 2) for e in range(s.engines)]
     info = ReshardTrainerInitInfo(model=args.model, train=args.train, infer=args.infer,
                                   layers=args.layers, store_path=os.path.join(args.dir, "refit"),
                                   timeout_s=args.timeout, rank=rank)
@@ -173,8 +173,15 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
             report["checked"] += e.numel()
         report["steps"] += 1
         ctrl.set("checked/%d/%d" % (oracle.steps, i), "1")
-        if args.kill_at == oracle.steps + 1 and args.kill_rank == rank:
+
+    receive = core.receive_weights
+
+    def receive_or_die(update: Any) -> None:  # --kill-rank: this worker dies mid-refit
+        if args.kill_at == update.version and args.kill_rank == rank:
             os._exit(9)
+        receive(update)
+
+    core.receive_weights = receive_or_die
 
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
     serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8)
@@ -264,7 +271,7 @@ def main() -> int:
     ap.add_argument("--fault", choices=["reshape", "dtype", "missing", "extra", "rank"],
                     help="break inference rank 0's model: every rank must refuse at init")
     ap.add_argument("--kill-rank", type=int, default=-1, help="this rank dies ...")
-    ap.add_argument("--kill-at", type=int, default=0, help="... in refit K (from 1)")
+    ap.add_argument("--kill-at", type=int, default=0, help="... as refit K (from 1) starts")
     ap.add_argument("--role", choices=["train", "infer"], help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)

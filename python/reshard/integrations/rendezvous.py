@@ -67,15 +67,26 @@ def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: L
     Raises ReshardError on every rank when any rank has problems (BUFFER, naming that
     rank and its first problems), when records differ (MISMATCH, naming the rank and
     the field), or when a rank did not publish in time (TIMEOUT, naming the ranks)."""
+    if store.add("%s/claim/%d" % (step, rank), 1) > 1:
+        problems = problems + ["rank %d is claimed by two processes (check this worker's "
+                               "rank mapping: engine_index, data_parallel_index, rank)" % rank]
     mine = json.dumps({"record": record, "problems": problems}, sort_keys=True)
     store.set("%s/%d" % (step, rank), mine)
     keys = ["%s/%d" % (step, r) for r in range(world)]
     try:
         store.wait(keys, datetime.timedelta(seconds=timeout_s))
     except RuntimeError as e:
-        late = [r for r in range(world) if not store.check(["%s/%d" % (step, r)])]
+        late, told = [], []
+        for r, k in enumerate(keys):
+            try:
+                store.wait([k], datetime.timedelta(milliseconds=10))
+            except RuntimeError:
+                late.append(r)
+                continue
+            told += ["rank %d: %s" % (r, p) for p in json.loads(store.get(k))["problems"]]
         raise error(Status.TIMEOUT, "rank %d: refit %s: rank(s) %s did not arrive within "
-                    "%.1f s (%s)" % (rank, step, late, timeout_s, str(e).splitlines()[0])) from e
+                    "%.1f s%s" % (rank, step, late, timeout_s,
+                                  "; " + "; ".join(told[:4]) if told else "")) from e
     got = [json.loads(store.get(k)) for k in keys]
     bad = [(r, g["problems"]) for r, g in enumerate(got) if g["problems"]]
     if bad:

@@ -79,16 +79,15 @@ class ReshardTrainer:
                              % (len(self.clients), s.engines))
         rank, world = init_info.rank, s.world
         self.rank, self.world, self.info = rank, world, init_info
-        futures = []
-        with ThreadPoolExecutor(max_workers=max(1, len(self.clients))) as exe:
-            if self.is_sender:
-                futures = [exe.submit(c.init_weight_transfer_engine, init_info.worker_info(e))
-                           for e, c in enumerate(self.clients)]
-            try:
-                self._init(init_info, rank, world)
-            finally:
-                for f in futures:
-                    f.result()  # surface the inference side's errors
+        exe = ThreadPoolExecutor(max_workers=max(1, len(self.clients)))
+        try:
+            futures = [exe.submit(c.init_weight_transfer_engine, init_info.worker_info(e))
+                       for e, c in enumerate(self.clients)] if self.is_sender else []
+            self._init(init_info, rank, world)  # its error names the rank: raised first
+            for f in futures:
+                f.result()  # the inference side's own errors
+        finally:
+            exe.shutdown(wait=False)
         return self
 
     def _init(self, info: ReshardTrainerInitInfo, rank: int, world: int) -> None:
@@ -121,13 +120,14 @@ class ReshardTrainer:
         else:
             for c in self.clients:
                 c.start_weight_update()
-            with ThreadPoolExecutor(max_workers=len(self.clients)) as exe:
+            exe = ThreadPoolExecutor(max_workers=len(self.clients))
+            try:
                 futures = [exe.submit(c.update_weights, update) for c in self.clients]
-                try:
-                    self._send()
-                finally:
-                    for f in futures:
-                        f.result()
+                self._send()  # its error (a dead peer, named) is raised, not the RPCs'
+                for f in futures:
+                    f.result()
+            finally:
+                exe.shutdown(wait=False)
             for c in self.clients:
                 c.finish_weight_update()
         self.last_refit_s = time.perf_counter() - t0
