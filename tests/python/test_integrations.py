@@ -247,6 +247,19 @@ def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
     assert [w.version for w in workers] == [2, 2]
 
 
+def test_plugin_entry_registers_both_sides(standin_vllm):
+    """The vllm.general_plugins entry point (plugin()) registers the worker and the
+    trainer engine, lazily: the registry loads reshard.integrations.vllm's classes."""
+    rv, factory = standin_vllm
+    rv.plugin()
+    assert factory.WeightTransferEngineFactory._registry["reshard"]().__name__ == \
+        "ReshardWeightTransferEngine"
+    assert factory.WeightTransferTrainerFactory._registry["reshard"]().__name__ == \
+        "ReshardTrainerEngine"
+    with pytest.raises(ValueError, match="already registered"):
+        factory.WeightTransferEngineFactory.register_engine("reshard", rv.__name__, "x")
+
+
 def test_vllm_shell_imports_vllm_lazily():
     code = ("import sys; import reshard.integrations.vllm as v; "
             "assert 'vllm' not in sys.modules; print('lazy')")

@@ -31,8 +31,9 @@ FLASHINFER_MOE = ("flashinfer_cutlass", "flashinfer_trtllm")
 def register() -> None:
     """Register the backend with vLLM (idempotent): WeightTransferEngineFactory and,
     where this vLLM has one, WeightTransferTrainerFactory, both lazily by module
-    path. Call it in every process that creates engines (the workers: as a vLLM
-    general plugin, see docs/vllm.md); then ``--weight-transfer-config
+    path. Needed in every process that creates engines, the workers included: the
+    installed package's ``vllm.general_plugins`` entry point (plugin()) does it in
+    each vLLM process; from a source tree, call it. Then ``--weight-transfer-config
     '{"backend": "reshard"}'``."""
     from vllm.distributed.weight_transfer import factory
     worker = factory.WeightTransferEngineFactory
@@ -41,6 +42,18 @@ def register() -> None:
     trainer = getattr(factory, "WeightTransferTrainerFactory", None)
     if trainer is not None and BACKEND not in trainer._registry:
         trainer.register_engine(BACKEND, __name__, "ReshardTrainerEngine")
+
+
+def plugin() -> None:
+    """The ``vllm.general_plugins`` entry point of the installed package: register()
+    when this vLLM has pluggable weight transfer; with an older vLLM, nothing (the
+    backend is then not offered, and selecting it fails in vLLM naming the backends
+    it has)."""
+    try:
+        import vllm.distributed.weight_transfer.factory  # noqa: F401
+    except ImportError:
+        return
+    register()
 
 
 def vllm_post_load_rules(model: Any, declared: List[str], live: Dict[str, Any],
@@ -145,6 +158,6 @@ def __getattr__(name: str) -> Any:
     return _BUILT[name]
 
 
-__all__ = ["BACKEND", "ReshardInitInfo", "ReshardTrainerEngine", "ReshardTrainerInitInfo",
+__all__ = ["BACKEND", "ReshardInitInfo", "plugin", "ReshardTrainerEngine", "ReshardTrainerInitInfo",
            "ReshardUpdateInfo", "ReshardWeightTransferEngine", "register",
            "vllm_post_load_rules"]
