@@ -380,6 +380,22 @@ def test_nemotron_a_refit_from_a_log(tmp_path, standin_vllm):
         assert torch.equal(got, -torch.exp(a_log.detach().float())), (i, got, a_log)
 
 
+def test_trainer_binds_expert_bias_from_named_buffers(tmp_path):
+    """Megatron's router.expert_bias is a module buffer: the sender takes it from
+    named_buffers(); a chunk without it is refused at init, naming it."""
+    path, sources, models = nemotron_case(tmp_path)
+    name = "decoder.layers.1.mlp.router.expert_bias"
+    assert name in dict(sources[0].named_buffers()) and \
+        name not in dict(sources[0].named_parameters())
+    router = getattr(sources[0].decoder.layers, "1").mlp.router
+    del router._buffers["expert_bias"]
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert sorted(errors) == [0, 1, 2, 3]
+    for e in errors.values():
+        assert "train rank 0: parameter %r" % name in str(e) and "is missing" in str(e), str(e)
+
+
 def test_flashinfer_moe_refused_by_name(tmp_path, standin_vllm):
     rv, factory = standin_vllm
     rv.register()
