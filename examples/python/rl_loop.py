@@ -284,8 +284,8 @@ def main() -> int:
         rep = (trainer if args.role == "train" else worker)(args, args.rank, world)
     except Exception as e:  # noqa: BLE001 - reported as this rank's one line
         print("%s rank %d: %s: %s" % (args.role, args.rank, type(e).__name__, e),
-              file=sys.stderr)
-        return 1
+              file=sys.stderr, flush=True)
+        os._exit(1)  # at once: a control-plane call may still wait on a dead peer
     print(json.dumps(rep))
     return 0
 

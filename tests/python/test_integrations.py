@@ -67,9 +67,9 @@ def run_example(args, timeout=240):
 
 
 def test_rl_loop_processes(tmp_path):
-    """6 processes: Megatron tp=2 pp=2 -> vLLM tp=1 dp=2, two AdamW steps each refit."""
+    """4 processes: Megatron pp=2 -> vLLM tp=1 dp=2, two AdamW steps each refit."""
     p, _ = run_example(["--model", write(tmp_path, "tiny", TINY), "--layers", "2",
-                        "--train", "tp=2,pp=2", "--infer", "tp=1,dp=2", "--steps", "2",
+                        "--train", "pp=2", "--infer", "tp=1,dp=2", "--steps", "2",
                         "--timeout", "20"])
     assert p.returncode == 0, p.stdout + p.stderr
     last = p.stdout.strip().splitlines()[-1]
