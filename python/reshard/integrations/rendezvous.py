@@ -60,6 +60,29 @@ def gloo_comm(store: Any, rank: int, world: int, timeout_s: float) -> Comm:
     return from_group(group)
 
 
+def open_comm(transport: str, store: Any, rank: int, world: int, timeout_s: float,
+              device: Any = None) -> Comm:
+    """The refit's endpoint, collective over its ``world``: "gloo" (CPU tensors,
+    gloo_comm) or "nccl" (CUDA tensors: an NCCL communicator whose unique id rank 0 puts
+    in ``store``, on torch's current stream of ``device``, Comm.from_nccl_store).
+    Raises ReshardError (INVALID_ARG for another transport; UNSUPPORTED for nccl
+    without NCCL in the library; as Comm.from_nccl_store)."""
+    if transport == "gloo":
+        return gloo_comm(store, rank, world, timeout_s)
+    if transport == "nccl":
+        from ..comm import from_nccl_store
+        index = getattr(device, "index", None)
+        return from_nccl_store(store, rank, world, key="nccl_unique_id",
+                               device=index if isinstance(index, int) else None)
+    raise error(Status.INVALID_ARG, "rank %d: transport %r: \"gloo\" (CPU tensors) or "
+                "\"nccl\" (CUDA tensors)" % (rank, transport))
+
+
+def device_of(transport: str) -> str:
+    """The memory the transport moves: "cpu" for gloo, "cuda" for nccl."""
+    return "cuda" if transport == "nccl" else "cpu"
+
+
 def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: List[str],
           timeout_s: float, step: str = "init") -> None:
     """Every rank of the refit publishes ``record`` (what it planned from: model, specs,
@@ -102,4 +125,5 @@ def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: L
                             "%r" % (rank, step, r, key, g["record"].get(key), value))
 
 
-__all__ = ["Rendezvous", "ReshardError", "agree", "gloo_comm", "open_store"]
+__all__ = ["Rendezvous", "ReshardError", "agree", "device_of", "gloo_comm", "open_comm",
+           "open_store"]

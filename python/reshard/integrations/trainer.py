@@ -18,7 +18,7 @@ from ..errors import ReshardError
 from .binding import bind_live
 from .megatron import as_chunks
 from .ranks import sizes
-from .rendezvous import agree, gloo_comm, open_store
+from .rendezvous import agree, device_of, open_comm, open_store
 from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan
 
 
@@ -102,10 +102,13 @@ class ReshardTrainer:
                 problems.append("train rank %d: planning failed: %s" % (rank, e))
         if not problems:
             params, buffers = self.source.named()
-            self.bound = bind_live(self.plan.src, rank, "train", params, buffers, "cpu", False)
+            self.bound = bind_live(self.plan.src, rank, "train", params, buffers,
+                                   device_of(info.transport), False)
             problems += self.bound.problems
         agree(store, rank, world, info.record(), problems, info.timeout_s)
-        self.comm = gloo_comm(store, rank, world, info.timeout_s)
+        self.comm = open_comm(info.transport, store, rank, world, info.timeout_s,
+                              getattr(next(iter(self.bound.tensors.values()), None),
+                                      "device", None))
 
     def send_weights(self) -> None:
         """One refit: rank 0 calls start_weight_update, then update_weights on a side

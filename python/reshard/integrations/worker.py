@@ -16,7 +16,7 @@ from ..plan import Plan
 from .binding import Bound, apply_post_load, bind_live, live_tensors
 from .post_load import Rule, nemotron_a_rules
 from .ranks import sizes, worker_rank
-from .rendezvous import Rendezvous, agree, gloo_comm, open_store
+from .rendezvous import Rendezvous, agree, device_of, open_comm, open_store
 
 
 @dataclass
@@ -36,7 +36,10 @@ class ReshardInitInfo:
     timeout_s     the bound on every wait: init, each refit
     staging_mb    staging bound per rank (None: the library's default)
     moe_backend   vLLM's unquantized MoE kernel backend in use ("triton", or one of
-                  "flashinfer_cutlass", "flashinfer_trtllm": refused, post_load.py)"""
+                  "flashinfer_cutlass", "flashinfer_trtllm": refused, post_load.py)
+    transport     "gloo" (CPU tensors, a gloo group on the store) or "nccl" (CUDA
+                  tensors, an NCCL communicator bootstrapped through the store, on
+                  torch's current stream); every tensor must be in that memory"""
 
     model: str
     train: str
@@ -52,12 +55,13 @@ class ReshardInitInfo:
     timeout_s: float = 60.0
     staging_mb: Optional[float] = None
     moe_backend: str = "triton"
+    transport: str = "gloo"
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init)."""
         return {"model": self.model, "train": self.train, "infer": self.infer,
                 "layers": self.layers, "domain_size": self.domain_size,
-                "infer_dtype": self.infer_dtype}
+                "infer_dtype": self.infer_dtype, "transport": self.transport}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -97,7 +101,8 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
 class WorkerCore:
     """Receives refits into ``model``'s own tensors, in place. ``parallel_config``:
     vLLM's (tensor_parallel_size, data_parallel_size, data_parallel_index, rank,
-    pipeline_parallel_size: the worker's place); ``device``: "cpu" (gloo) here.
+    pipeline_parallel_size: the worker's place); ``device``: the model's (a
+    torch.device, "cpu" or "cuda"; the transport must move its memory).
     ``rules``: callables (declared names, live params) -> post-load rules, added to
     the built-in Nemotron-H A rule (the vLLM shell adds MLA and FlashInfer)."""
 
@@ -152,10 +157,11 @@ class WorkerCore:
             declared = [p.name for p in self.plan.dst.parameters(rank)]
             rules = self.post_load_rules(declared, params, info)
             self.bound = bind_live(self.plan.dst, rank, "infer", params, buffers,
-                                   _device_kind(self.device), True, rules)
+                                   device_of(info.transport), True, rules)
             problems += self.bound.problems
         agree(store, rank, s.world, info.record(), problems, info.timeout_s)
-        self.comm = gloo_comm(store, rank, s.world, info.timeout_s)
+        self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
+                              self.device)
 
     def start_weight_update(self) -> None:
         """Nothing to prepare: the refit writes the model's tensors in place."""
@@ -177,12 +183,13 @@ class WorkerCore:
         self.version = update.version
 
     def update_weights(self, update: Dict[str, Any]) -> None:
-        """vLLM's per-round entry point: parse, receive; the device is synchronized
-        when it is CUDA (the refit runs on torch's current stream)."""
+        """vLLM's per-round entry point: parse, receive; with NCCL the device is
+        synchronized (the refit runs on torch's current stream), as vLLM's does."""
         self.receive_weights(self.parse_update_info(update))
-        if _device_kind(self.device) == "cuda":
+        if self.info.transport == "nccl" and _device_kind(self.device) == "cuda":
             import torch
-            torch.cuda.synchronize()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
 
     def finish_weight_update(self, *_: Any, **__: Any) -> None:
         """Nothing to finish: receive_weights already ran the post-load rules."""
