@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from types import SimpleNamespace

@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import conventions  # noqa: E402
-import reshard  # noqa: E402
 from reshard.integrations import WorkerCore  # noqa: E402
 from test_integrations import SENT, dense_case, parallel, refit_threads  # noqa: E402
 from test_nccl_rejoin import needs_fake_nccl  # noqa: E402

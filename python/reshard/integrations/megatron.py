@@ -8,7 +8,7 @@ recognises one, by the wrapped module it holds as ``.module``."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 
 def unwrap(module: Any) -> Any:
@@ -46,6 +46,3 @@ def as_chunks(source: Any) -> MegatronChunks:
     """``source`` as MegatronChunks (a module or a list of them is wrapped)."""
     return source if isinstance(source, MegatronChunks) else MegatronChunks(source)
 
-
-def chunk_list(source: Sequence[Any]) -> List[Any]:
-    return list(as_chunks(source).chunks)

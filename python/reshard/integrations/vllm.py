@@ -49,11 +49,13 @@ def plugin() -> None:
     when this vLLM has pluggable weight transfer; with an older vLLM, nothing (the
     backend is then not offered, and selecting it fails in vLLM naming the backends
     it has)."""
+    import importlib.util
     try:
-        import vllm.distributed.weight_transfer.factory  # noqa: F401
-    except ImportError:
-        return
-    register()
+        found = importlib.util.find_spec("vllm.distributed.weight_transfer.factory")
+    except ImportError:  # no vllm.distributed at all
+        found = None
+    if found is not None:
+        register()
 
 
 def vllm_post_load_rules(model: Any, declared: List[str], live: Dict[str, Any],
@@ -158,6 +160,8 @@ def __getattr__(name: str) -> Any:
     return _BUILT[name]
 
 
-__all__ = ["BACKEND", "ReshardInitInfo", "plugin", "ReshardTrainerEngine", "ReshardTrainerInitInfo",
-           "ReshardUpdateInfo", "ReshardWeightTransferEngine", "register",
-           "vllm_post_load_rules"]
+# ReshardWeightTransferEngine and ReshardTrainerEngine are attributes too (built by
+# __getattr__ on first use, importing vLLM), left out of __all__ so that a star import
+# does not import vLLM.
+__all__ = ["BACKEND", "ReshardInitInfo", "ReshardTrainerInitInfo", "ReshardUpdateInfo",
+           "plugin", "register", "vllm_post_load_rules"]
