@@ -153,7 +153,9 @@ def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_c
     trainer_cls = trainer_cls or ReshardTrainer
     s = sizes(train, infer)
     errors = {}
-    client = DirectClient(workers, errors)
+    per = s.tp * s.dp  # one client per engine, in engine order
+    clients = [DirectClient(workers[e * per:(e + 1) * per], errors) for e in range(s.engines)]
+    client = clients[0] if s.engines == 1 else clients
     path = os.path.join(str(tmp), "store.%d" % time.monotonic_ns())
 
     def body(r):
@@ -172,7 +174,8 @@ def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_c
         t.start()
     for t in ts:
         t.join(120)
-    client.join()
+    for c in clients:
+        c.join()
     for w in workers:
         w.shutdown()
     return errors
@@ -244,6 +247,18 @@ def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
     assert errors == {}
     assert_all(models, expect)
     assert [w.version for w in workers] == [2, 2]
+
+
+def test_two_engines_each_through_its_client(tmp_path):
+    """infer engines=2: rank 0 sends each engine its init info with its engine_index
+    (through that engine's client); each engine's worker derives its refit rank from
+    it; every element of both engines checked."""
+    path, sources, expect, models = dense_case(tmp_path, "tp=2", "tp=1,engines=2")
+    workers = [WorkerCore(m, parallel("tp=1,engines=2", i)) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=1,engines=2", sources, workers)
+    assert errors == {}
+    assert [w.rank for w in workers] == [2, 3] and [w.info.engine_index for w in workers] == [0, 1]
+    assert_all(models, expect)
 
 
 def test_plugin_entry_registers_both_sides(standin_vllm):
