@@ -249,6 +249,26 @@ def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
     assert [w.version for w in workers] == [2, 2]
 
 
+def test_replaced_parameter_refit_into_the_live_one(tmp_path):
+    """A framework that replaces a parameter object after init (a new tensor under
+    the same name) gets the refit in the live one: each refit binds what
+    named_parameters() holds then (checked again, as at init)."""
+    path, sources, expect, models = dense_case(tmp_path)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    old = models[0].model.norm.weight
+    orig = workers[0].start_weight_update
+
+    def replace():  # between init and the refit, vLLM-side
+        models[0].model.norm.weight = torch.nn.Parameter(torch.zeros_like(old),
+                                                         requires_grad=False)
+        orig()
+    workers[0].start_weight_update = replace
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert errors == {}
+    assert_all(models, expect)
+    assert bool((old.detach().view(torch.uint8) == SENT).all())  # the old one untouched
+
+
 def test_two_engines_each_through_its_client(tmp_path):
     """infer engines=2: rank 0 sends each engine its init info with its engine_index
     (through that engine's client); each engine's worker derives its refit rank from

@@ -33,6 +33,23 @@ class Bound:
         self.reruns: List[Any] = []
         self.problems: List[str] = []
 
+    def current(self, params: Dict[str, Tensor], buffers: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        """The tensors to bind for this refit: each name's live tensor now (a framework
+        may have replaced a parameter since init), staging for Staged rules (their
+        targets looked up again too). A name no longer live is left out, so the
+        execution refuses it on every rank (missing parameter, BUFFER)."""
+        live = {**buffers, **params}
+        out: Dict[str, Tensor] = {}
+        for name, t in self.tensors.items():
+            if name in self.staged:
+                rule, _ = self.staged[name]
+                if rule.target in live:
+                    self.staged[name] = (rule, live[rule.target])
+                    out[name] = t
+            elif name in live:
+                out[name] = live[name]
+        return out
+
 
 def bind_live(layout: Layout, rank: int, side: str, params: Dict[str, Tensor],
               buffers: Dict[str, Tensor], device: str, writable: bool,

@@ -136,7 +136,7 @@ class ReshardTrainer:
         self.last_refit_s = time.perf_counter() - t0
 
     def _send(self) -> None:
-        self.plan.execute(self.comm, src=self.bound.tensors, dst=None)
+        self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
 
     def shutdown(self) -> None:
         if self.comm is not None:

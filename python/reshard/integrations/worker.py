@@ -177,7 +177,7 @@ class WorkerCore:
             raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, expected %d"
                         % (self.rank, update.version, self.version + 1))
         t0 = time.perf_counter()
-        self.plan.execute(self.comm, src=None, dst=self.bound.tensors)
+        self.plan.execute(self.comm, src=None, dst=self.bound.current(*live_tensors(self.model)))
         apply_post_load(self.bound)
         self.last_refit_s = time.perf_counter() - t0
         self.version = update.version
