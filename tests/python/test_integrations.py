@@ -79,17 +79,19 @@ def test_rl_loop_processes(tmp_path):
     assert "refit" in p.stdout and "% of the step" in p.stdout
 
 
-def test_worker_killed_mid_refit(tmp_path):
-    """Inference rank 3 dies as refit 2 starts: every other rank fails naming it,
-    within twice the timeout (plus start-up)."""
+@pytest.mark.parametrize("victim", [1, 3])
+def test_rank_killed_mid_refit(tmp_path, victim):
+    """Trainer rank 1 (or inference rank 3) dies as refit 2 starts: every other rank
+    fails naming it, within twice the timeout (plus start-up)."""
     p, secs = run_example(["--model", write(tmp_path, "tiny", TINY), "--train", "tp=2",
                            "--infer", "tp=2", "--steps", "3", "--timeout", "3",
-                           "--kill-rank", "3", "--kill-at", "2"])
+                           "--kill-rank", str(victim), "--kill-at", "2"])
     assert p.returncode == 1
     lines = [x for x in p.stderr.splitlines() if x.startswith("rl_loop: rank")]
-    for r in (0, 1, 2):
+    assert "rl_loop: rank %d: exit status 9" % victim in lines, p.stderr
+    for r in set(range(4)) - {victim}:
         line = next(x for x in lines if x.startswith("rl_loop: rank %d:" % r))
-        assert "RESHARD_ERR_TIMEOUT" in line and "rank(s) 3 " in line, p.stderr
+        assert "RESHARD_ERR_TIMEOUT" in line and "rank(s) %d " % victim in line, p.stderr
     assert secs < 60, secs
 
 
