@@ -3,7 +3,7 @@ Megatron-shaped sender and the vLLM shell, over real torch.distributed gloo grou
 
 - Separate processes: examples/python/rl_loop.py (AdamW steps, then refits, every
   element checked against conventions.py, written from the frameworks' rules) and a
-  worker killed mid-refit.
+  trainer or a worker killed mid-refit.
 - Threads of this process, each a rank with its own gloo group member and store
   client: the vLLM shell through the stand-in of vLLM's base.py/factory.py
   (tests/python/standin: vLLM itself cannot be installed here), bad input at init
