@@ -31,4 +31,8 @@ import reshard
 refit = reshard.Model("qwen3-0.6b", layers=1).refit("tp=2", "tp=1")
 assert reshard.library_path.startswith("'"$prefix"'"), reshard.library_path
 print("installed:", reshard.library_path, "-", len(refit.train.parameters(0)), "parameters on train rank 0")
+import importlib.metadata as md
+eps = [e.value for e in md.entry_points(group="vllm.general_plugins") if e.name == "reshard"]
+assert eps == ["reshard.integrations.vllm:plugin"], eps
+print("vLLM plugin entry point:", eps[0])
 ')

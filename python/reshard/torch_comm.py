@@ -367,15 +367,24 @@ def from_torch(group=None):
         group = dist.group.WORLD
     backend = str(dist.get_backend(group)).lower()
     if backend == "gloo":
-        t = GlooTransport(group)
-        h = _lib.c_vp()
-        _lib.check(_lib.lib.reshard_comm_create_transport(ctypes.byref(t.ops), None, t.rank,
-                                                          t.size, ctypes.byref(h)))
-        return Comm(h.value, "torch-gloo", "cpu", keep=t)
+        return from_group(group)
     if backend == "nccl":
         return _from_torch_nccl(group, dist)
     raise error(Status.UNSUPPORTED, "Comm.from_torch: backend %r: gloo (CPU tensors) and nccl "
                 "(CUDA tensors) are supported" % backend)
+
+
+def from_group(group):
+    """An endpoint over a gloo process group object itself (``group.rank()``,
+    ``group.size()``, ``group.send``/``group.recv``), one that torch.distributed may
+    not know: e.g. ``torch.distributed.ProcessGroupGloo(store, rank, size, timeout)``
+    made beside the frameworks' own default groups. Local, as Comm.from_torch's gloo
+    endpoint, with the same stall and dead-peer rules."""
+    t = GlooTransport(group)
+    h = _lib.c_vp()
+    _lib.check(_lib.lib.reshard_comm_create_transport(ctypes.byref(t.ops), None, t.rank,
+                                                      t.size, ctypes.byref(h)))
+    return Comm(h.value, "torch-gloo", "cpu", keep=t)
 
 
 def _from_torch_nccl(group, dist):

@@ -1,0 +1,81 @@
+"""A stand-in for vLLM's weight-sync control plane between separately started
+processes: trainer rank 0 holds a StoreClient (the four methods of vLLM's
+VLLMWeightSyncClient protocol), each inference worker runs serve(), which calls its
+weight-transfer engine as vLLM's worker does for each request (parse the dict, call
+the engine) and replies. Requests and replies travel through a torch.distributed
+store, one request at a time, every worker of the engine answering each (as vLLM's
+collective RPC to the engine's workers)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any, Dict, List
+
+
+class StoreClient:
+    """The control plane of engine ``engine`` (``workers`` processes) on ``store``."""
+
+    def __init__(self, store: Any, engine: int, workers: int, timeout_s: float) -> None:
+        self.store, self.prefix, self.workers = store, "rpc/e%d/" % engine, workers
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.seq = 0
+
+    def _call(self, method: str, arg: Any = None) -> None:
+        n = self.seq
+        self.seq += 1
+        self.store.set(self.prefix + str(n), json.dumps({"method": method, "arg": arg}))
+        keys = [self.prefix + "%d/reply/%d" % (n, w) for w in range(self.workers)]
+        self.store.wait(keys, self.timeout)
+        errors: List[str] = [json.loads(self.store.get(k))["error"] for k in keys]
+        errors = [e for e in errors if e]
+        if errors:
+            raise RuntimeError("%s failed on the inference side: %s" % (method, errors[0]))
+
+    def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
+        self._call("init_weight_transfer_engine", init_info)
+
+    def start_weight_update(self) -> None:
+        self._call("start_weight_update")
+
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
+        self._call("update_weights", update_info)
+
+    def finish_weight_update(self, weight_version: Any = None) -> None:
+        self._call("finish_weight_update")
+
+    def shutdown(self) -> None:
+        self._call("shutdown")
+
+
+def serve(store: Any, engine: int, worker: int, target: Any, on_finish: Any = None,
+          timeout_s: float = 600.0) -> None:
+    """Answer requests for ``target`` (a weight-transfer engine) until "shutdown" or an
+    init that failed. ``on_finish()`` runs after each finish_weight_update (the
+    example checks the model there, after the reply). Errors are replied, then re-raised for init."""
+    prefix, n = "rpc/e%d/" % engine, 0
+    timeout = datetime.timedelta(seconds=timeout_s)
+    while True:
+        store.wait([prefix + str(n)], timeout)
+        req = json.loads(store.get(prefix + str(n)))
+        err, stop = "", req["method"] == "shutdown"
+        try:
+            m = req["method"]
+            if m == "init_weight_transfer_engine":
+                target.init_transfer_engine(target.parse_init_info(req["arg"]))
+            elif m == "update_weights":
+                target.update_weights(req["arg"])
+            elif m in ("start_weight_update", "finish_weight_update", "shutdown"):
+                getattr(target, m)()
+            else:
+                raise ValueError("unknown request %r" % m)
+        except Exception as e:  # noqa: BLE001 - replied to the trainer, then raised
+            err, stop = "worker %d: %s: %s" % (worker, type(e).__name__, e), True
+            store.set(prefix + "%d/reply/%d" % (n, worker), json.dumps({"error": err}))
+            raise
+        store.set(prefix + "%d/reply/%d" % (n, worker), json.dumps({"error": err}))
+        if req["method"] == "finish_weight_update" and on_finish is not None:
+            on_finish()
+        n += 1
+        if stop:
+            return

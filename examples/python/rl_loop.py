@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""An RL post-training loop's refit, in separately started processes: Megatron-named
+trainers run an AdamW step, then refit vLLM-named inference workers; every element
+the workers hold is checked after every step.
+
+    /usr/bin/python3 examples/python/rl_loop.py            # qwen3-0.6b, 1 layer, 4 processes
+    /usr/bin/python3 examples/python/rl_loop.py --model qwen3-0.6b --layers 2 \
+        --train tp=2 --infer tp=1,dp=2 --steps 3
+
+This process starts train world + infer world processes of itself (--role), which
+meet in one torch.distributed gloo group over a FileStore. Trainer rank r holds what
+Megatron-Core's rank r holds (conventions.megatron_state_dict), as bf16 parameters of
+a module wrapped twice (DistributedDataParallel over Float16Module: names unwrapped by
+reshard.integrations.MegatronChunks), with fp32 master weights and torch.optim.AdamW
+over them, as Megatron's mixed-precision optimizer keeps them. Each step: the gradient
+of sum(0.25 m^2 + 0.25 m) over the masters (0.5 m + 0.25), an AdamW step, masters copied into
+the bf16 parameters, then ReshardTrainer.send_weights(). Each worker holds vLLM's
+parameters (conventions.vllm_state_dict), filled with a sentinel byte, receives
+through WorkerCore (the engine-independent body of the vLLM backend), driven over
+the control-plane stand-in (control_plane.py) as vLLM's worker is. After each step
+it compares every element, padding rows included, with the oracle: the HF-level
+weights through the same AdamW steps (elementwise, so a slice steps as the whole
+tensor does), laid out by vLLM's rules. Exit status 0 only when every element of
+every step matched."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+for _p in (os.path.join(ROOT, "python"), HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+ADAMW = {"lr": 1e-3, "betas": (0.9, 0.95), "weight_decay": 0.01, "foreach": False}
+
+
+def adamw_step(params: List[Any], opt: Any) -> None:
+    """One step of ``opt`` on the gradient of sum(0.25 m^2 + 0.25 m): 0.5 m + 0.25."""
+    for m in params:
+        m.grad = m.detach() * 0.5 + 0.25
+    opt.step()
+
+
+class SteppedWeights:
+    """The oracle: conventions.Weights after ``steps`` AdamW steps; rows(name, a, b)
+    steps only those rows (each piece its own fp32 master and optimizer)."""
+
+    def __init__(self, base: Any) -> None:
+        import torch
+        self.torch, self.base, self.cfg, self.shapes = torch, base, base.cfg, base.shapes
+        self.steps = 0
+        self.pieces: Dict[Tuple[str, int, int], Tuple[Any, Any]] = {}
+
+    def rows(self, name: str, a: int = 0, b: Any = None) -> Any:
+        b = self.shapes[name][0] if b is None else b
+        key = (name, a, b)
+        if key not in self.pieces:
+            m = self.torch.nn.Parameter(self.base.rows(name, a, b).float())
+            opt = self.torch.optim.AdamW([m], **ADAMW)
+            for _ in range(self.steps):
+                adamw_step([m], opt)
+            self.pieces[key] = (m, opt)
+        return self.pieces[key][0].detach().to(self.torch.bfloat16)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.rows(name)
+
+    def advance(self) -> None:
+        self.steps += 1
+        for m, opt in self.pieces.values():
+            adamw_step([m], opt)
+
+
+def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    import conventions
+    from control_plane import StoreClient
+    from modules import Wrapped, module_of
+    from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
+    from reshard.integrations.ranks import sizes
+
+    w = conventions.Weights(conventions.load_config(args.model, args.layers))
+    state = conventions.megatron_state_dict(w, args.train, rank)
+    masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
+    opt = torch.optim.AdamW(list(masters.values()), **ADAMW)
+    gpt = module_of({n: t.clone() for n, t in state.items()})
+    model = Wrapped(Wrapped(gpt))  # DDP(Float16Module(GPTModel)): names "module.module."
+    s = sizes(args.train, args.infer)
+    clients = None
+    ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
+    if rank == 0:
+        clients = [StoreClient(ctrl, e, s.tp * s.dp, args.timeout * 2) for e in range(s.engines)]
+    info = ReshardTrainerInitInfo(model=args.model, train=args.train, infer=args.infer,
+                                  layers=args.layers, store_path=os.path.join(args.dir, "refit"),
+                                  timeout_s=args.timeout, rank=rank)
+    t0 = time.perf_counter()
+    engine = ReshardTrainer.trainer_init(info, client=clients, source=model)
+    init_s = time.perf_counter() - t0
+    params = dict(gpt.named_parameters())
+    steps = []
+    for k in range(args.steps):
+        t0 = time.perf_counter()
+        adamw_step(list(masters.values()), opt)
+        with torch.no_grad():
+            for n, m in masters.items():
+                params[n].copy_(m)  # the bf16 model parameters from the fp32 masters
+        t1 = time.perf_counter()
+        if args.kill_at == k + 1 and args.kill_rank == rank:
+            os._exit(9)
+        engine.send_weights()
+        t2 = time.perf_counter()
+        steps.append((t1 - t0, t2 - t1))
+        ctrl.wait(["checked/%d/%d" % (k + 1, i) for i in range(s.world - s.train_world)],
+                  datetime.timedelta(seconds=args.timeout * 8))  # untimed: the workers' check
+    if rank == 0:
+        for c in clients:
+            c.shutdown()
+    engine.shutdown()
+    return {"role": "train", "rank": rank, "init_s": init_s, "steps": steps}
+
+
+def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    import conventions
+    import reshard
+    from control_plane import serve
+    from modules import module_of
+    from reshard.integrations import WorkerCore
+    from reshard.integrations.ranks import sizes
+
+    s = sizes(args.train, args.infer)
+    i = rank - s.train_world  # inference rank
+    w = conventions.Weights(conventions.load_config(args.model, args.layers))
+    shapes = conventions.vllm_state_dict(w, args.infer, i, reshard.SENTINEL_BYTE)
+    model = module_of({n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+                       .view(t.dtype) for n, t in shapes.items()})
+    if args.fault and i == 0:
+        break_model(model, args.fault)
+    local = i % (s.tp * s.dp)
+    pc = SimpleNamespace(tensor_parallel_size=s.tp, data_parallel_size=s.dp,
+                         data_parallel_index=local // s.tp, rank=local % s.tp,
+                         pipeline_parallel_size=1)
+    if args.fault == "rank" and i == 0:
+        pc.data_parallel_index, pc.rank = (1, 0) if s.tp == 1 else (0, 1)
+    core = WorkerCore(model, pc, "cpu")
+    oracle = SteppedWeights(w)
+    report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0}
+
+    def check() -> None:  # after the reply to finish_weight_update, outside the refit's time
+        oracle.advance()
+        expect = conventions.vllm_state_dict(oracle, args.infer, i, reshard.SENTINEL_BYTE)
+        live = dict(model.named_parameters())
+        assert sorted(live) == sorted(expect)
+        for n, e in expect.items():
+            bad = conventions.mismatches(live[n].detach(), e)
+            if bad:
+                print("infer rank %d step %d: %s: %d of %d elements wrong"
+                      % (i, oracle.steps, n, bad, e.numel()), file=sys.stderr)
+            report["wrong"] += bad
+            report["checked"] += e.numel()
+        report["steps"] += 1
+        ctrl.set("checked/%d/%d" % (oracle.steps, i), "1")
+
+    receive = core.receive_weights
+
+    def receive_or_die(update: Any) -> None:  # --kill-rank: this worker dies mid-refit
+        if args.kill_at == update.version and args.kill_rank == rank:
+            os._exit(9)
+        receive(update)
+
+    core.receive_weights = receive_or_die
+
+    ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
+    serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8)
+    return report
+
+
+def break_model(model: Any, fault: str) -> None:
+    """Make inference rank 0's model differ from the layout (for the bad-input tests):
+    reshape, dtype, missing, extra, or rank (its vLLM rank mapping)."""
+    import torch
+    name, p = next(iter(model.named_parameters()))
+    *path, leaf = name.split(".")
+    owner = model
+    for part in path:
+        owner = getattr(owner, part)
+    if fault == "reshape":
+        owner.register_parameter(leaf, torch.nn.Parameter(p.detach().reshape(-1),
+                                                          requires_grad=False))
+    elif fault == "dtype":
+        owner.register_parameter(leaf, torch.nn.Parameter(p.detach().float(),
+                                                          requires_grad=False))
+    elif fault == "missing":
+        delattr(owner, leaf)
+    elif fault == "extra":
+        owner.register_parameter("stale_copy", torch.nn.Parameter(p.detach().clone(),
+                                                                  requires_grad=False))
+
+
+def launch(args: Any, argv: List[str]) -> int:
+    """Start every process of the refit, print what they report, return the status."""
+    from reshard.integrations.ranks import sizes
+    s = sizes(args.train, args.infer)
+    with tempfile.TemporaryDirectory(prefix="rl_loop.") as d:
+        procs = []
+        for r in range(s.world):
+            role = "train" if r < s.train_world else "infer"
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__)] + argv +
+                ["--role", role, "--rank", str(r), "--dir", d],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        reports, errors = [], []
+        for r, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=args.timeout * 20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+            reports += got
+            if p.returncode != 0:
+                tail = err.strip().splitlines()[-1:] or ["exit status %d" % p.returncode]
+                errors.append("rank %d: %s" % (r, tail[0]))
+    return summarize(args, s, reports, errors)
+
+
+def summarize(args: Any, s: Any, reports: List[Dict[str, Any]], errors: List[str]) -> int:
+    for e in errors:
+        print("rl_loop: %s" % e, file=sys.stderr)
+    trainers = [r for r in reports if r["role"] == "train"]
+    workers = [r for r in reports if r["role"] == "infer"]
+    checked = sum(r["checked"] for r in workers)
+    wrong = sum(r["wrong"] for r in workers)
+    if trainers:
+        print("%s (%d layer(s)), Megatron %s -> vLLM %s, %d processes, init %.2f s"
+              % (args.model, args.layers, args.train, args.infer, s.world,
+                 max(r["init_s"] for r in trainers)))
+        for k in range(min(len(r["steps"]) for r in trainers)):
+            opt = max(r["steps"][k][0] for r in trainers)
+            refit = max(r["steps"][k][1] for r in trainers)
+            print("step %d: AdamW %.3f s, refit %.3f s: refit %.0f%% of the step"
+                  % (k + 1, opt, refit, 100.0 * refit / (opt + refit)))
+    ok = not errors and len(workers) == s.world - s.train_world and checked > 0 and \
+        wrong == 0 and all(r["steps"] == args.steps for r in workers)
+    print("%d elements checked over %d step(s), %d wrong: %s"
+          % (checked, args.steps, wrong, "OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen3-0.6b", help="shipped dense model or config.json")
+    ap.add_argument("--layers", type=int, default=1, help="keep the first K decoder layers")
+    ap.add_argument("--train", default="tp=2", help="Megatron spec")
+    ap.add_argument("--infer", default="tp=2", help="vLLM spec")
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps, each then refit")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds any wait may take")
+    ap.add_argument("--fault", choices=["reshape", "dtype", "missing", "extra", "rank"],
+                    help="break inference rank 0's model: every rank must refuse at init")
+    ap.add_argument("--kill-rank", type=int, default=-1, help="this rank dies ...")
+    ap.add_argument("--kill-at", type=int, default=0, help="... as refit K (from 1) starts")
+    ap.add_argument("--role", choices=["train", "infer"], help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role is None:
+        return launch(args, sys.argv[1:])
+    from reshard.integrations.ranks import sizes
+    world = sizes(args.train, args.infer).world
+    try:
+        rep = (trainer if args.role == "train" else worker)(args, args.rank, world)
+    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
+        print("%s rank %d: %s: %s" % (args.role, args.rank, type(e).__name__, e),
+              file=sys.stderr, flush=True)
+        os._exit(1)  # at once: a control-plane call may still wait on a dead peer
+    print(json.dumps(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The training side of a refit, engine-independent: every Megatron rank builds its
+own plan, binds its chunks' tensors by the layout's names (checked at init as the
+workers check theirs), and sends its own bytes every step; trainer rank 0 also
+drives the inference side's four control-plane calls (vLLM's VLLMWeightSyncClient:
+init_weight_transfer_engine, start_weight_update, update_weights,
+finish_weight_update), each running concurrently with the collective it starts, as
+vLLM's NCCL trainer engine runs them. The vLLM shell (vllm.py) adds vLLM's base
+class to ReshardTrainer."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Dict, List
+
+from ..errors import ReshardError
+from .binding import bind_live
+from .megatron import as_chunks
+from .ranks import sizes
+from .rendezvous import agree, device_of, open_comm, open_store
+from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan
+
+
+@dataclass
+class ReshardTrainerInitInfo(ReshardInitInfo):
+    """The trainer's init info: every ReshardInitInfo field (what the workers get,
+    engine_index set per client) plus ``rank``, this trainer process's rank in
+    [0, train world), given explicitly (vLLM's TrainerInitInfo convention: rank 0 is
+    the sender that drives the inference side)."""
+
+    backend: ClassVar[str] = "reshard"
+    rank: int = field(default=0, kw_only=True)
+
+    @property
+    def is_sender(self) -> bool:
+        return self.rank == 0
+
+    def worker_info(self, engine_index: int) -> Dict[str, Any]:
+        d = asdict(self)
+        d.pop("rank")
+        d["engine_index"] = engine_index
+        return d
+
+
+class ReshardTrainer:
+    """One trainer rank's sender. Build it with trainer_init (every trainer rank),
+    call send_weights() after every optimizer step (every trainer rank)."""
+
+    init_info_cls = ReshardTrainerInitInfo
+
+    def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
+        self.client = client
+        self.source = source
+        self.is_sender = is_sender
+        self.clients: List[Any] = list(client) if isinstance(client, (list, tuple)) else \
+            [client]
+        self.version = 0
+        self.last_refit_s = 0.0
+        self.comm = None
+
+    @classmethod
+    def trainer_init(cls, init_info: ReshardTrainerInitInfo, *, client: Any,
+                     source: Any = None) -> "ReshardTrainer":
+        """Rendezvous with the inference side and return a ready sender. ``client``:
+        the engine's control plane (one per engine when the infer spec has
+        engines=N, in engine order); ``source``: the rank's Megatron model chunks (a
+        module, a list, or MegatronChunks). Rank 0 sends each engine its init info
+        (init_weight_transfer_engine, run beside this rank's own init since the
+        workers block in the same agreement). Raises ReshardError on every rank of
+        the refit when any rank is not ready (naming it and its parameters)."""
+        if source is None:
+            raise ValueError("ReshardTrainer.trainer_init: source (the model chunks) is "
+                             "required")
+        self = cls(client=client, source=as_chunks(source), is_sender=init_info.is_sender)
+        s = sizes(init_info.train, init_info.infer)
+        if len(self.clients) not in (1, s.engines) and self.is_sender:
+            raise ValueError("ReshardTrainer: %d clients for %d engines"
+                             % (len(self.clients), s.engines))
+        rank, world = init_info.rank, s.world
+        self.rank, self.world, self.info = rank, world, init_info
+        exe = ThreadPoolExecutor(max_workers=max(1, len(self.clients)))
+        try:
+            futures = [exe.submit(c.init_weight_transfer_engine, init_info.worker_info(e))
+                       for e, c in enumerate(self.clients)] if self.is_sender else []
+            self._init(init_info, rank, world)  # its error names the rank: raised first
+            for f in futures:
+                f.result()  # the inference side's own errors
+        finally:
+            exe.shutdown(wait=False)
+        return self
+
+    def _init(self, info: ReshardTrainerInitInfo, rank: int, world: int) -> None:
+        problems: List[str] = []
+        if not 0 <= rank < sizes(info.train, info.infer).train_world:
+            problems.append("trainer rank %d outside the train spec %r" % (rank, info.train))
+        store = open_store(info.rendezvous(), rank, world, info.timeout_s)
+        if not problems:
+            try:
+                _, self.plan = build_plan(info, rank, world)
+            except ReshardError as e:
+                problems.append("train rank %d: planning failed: %s" % (rank, e))
+        if not problems:
+            params, buffers = self.source.named()
+            self.bound = bind_live(self.plan.src, rank, "train", params, buffers,
+                                   device_of(info.transport), False)
+            problems += self.bound.problems
+        agree(store, rank, world, info.record(), problems, info.timeout_s)
+        self.comm = open_comm(info.transport, store, rank, world, info.timeout_s,
+                              getattr(next(iter(self.bound.tensors.values()), None),
+                                      "device", None))
+
+    def send_weights(self) -> None:
+        """One refit: rank 0 calls start_weight_update, then update_weights on a side
+        thread while every trainer rank sends its own bytes, then
+        finish_weight_update. Raises ReshardError (a dead or stalled peer: TIMEOUT on
+        every rank, naming it)."""
+        self.version += 1
+        update = asdict(ReshardUpdateInfo(self.version))
+        t0 = time.perf_counter()
+        if not self.is_sender:
+            self._send()
+        else:
+            for c in self.clients:
+                c.start_weight_update()
+            exe = ThreadPoolExecutor(max_workers=len(self.clients))
+            try:
+                futures = [exe.submit(c.update_weights, update) for c in self.clients]
+                self._send()  # its error (a dead peer, named) is raised, not the RPCs'
+                for f in futures:
+                    f.result()
+            finally:
+                exe.shutdown(wait=False)
+            for c in self.clients:
+                c.finish_weight_update()
+        self.last_refit_s = time.perf_counter() - t0
+
+    def _send(self) -> None:
+        self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
+
+    def shutdown(self) -> None:
+        if self.comm is not None:
+            self.comm.close()
+            self.comm = None
+
+
+__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo"]

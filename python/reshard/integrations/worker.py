@@ -1,0 +1,207 @@
+"""The inference side of a refit inside an engine's worker process, engine-
+independent: the lifecycle of vLLM's WeightTransferEngine (init_transfer_engine,
+start_weight_update, receive_weights / update_weights, finish_weight_update,
+shutdown) over a model's live tensors. The vLLM shell (vllm.py) adds vLLM's base
+class; everything it does is here and is tested without vLLM."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from typing import Any, Dict, List, Optional
+
+from ..errors import ReshardError, Status, error
+from ..model import Model
+from ..plan import Plan
+from .binding import Bound, apply_post_load, bind_live, live_tensors
+from .post_load import Rule, nemotron_a_rules
+from .ranks import sizes, worker_rank
+from .rendezvous import Rendezvous, agree, device_of, open_comm, open_store
+
+
+@dataclass
+class ReshardInitInfo:
+    """What a worker needs to join a refit (vLLM's init_info, sent as a dict by the
+    trainer's rank 0 through the engine's init_weight_transfer_engine).
+
+    model         shipped model name or HF config.json path (as reshard.Model)
+    train, infer  the Megatron and vLLM specs ("tp=2,pp=2,ep=2,etp=1", "tp=4")
+    layers        keep the first K decoder layers (0: all)
+    engine_index  which independent engine this worker belongs to (infer spec
+                  engines=N; 0 for one engine)
+    domain_size   ranks per NVLink domain (0: none)
+    infer_dtype   "bf16" or "fp8" / "mxfp8" (reshard.Model's infer_dtype)
+    store_path / master_address, master_port / rendezvous_name   the store
+                  (rendezvous.Rendezvous)
+    timeout_s     the bound on every wait: init, each refit
+    staging_mb    staging bound per rank (None: the library's default)
+    moe_backend   vLLM's unquantized MoE kernel backend in use ("triton", or one of
+                  "flashinfer_cutlass", "flashinfer_trtllm": refused, post_load.py)
+    transport     "gloo" (CPU tensors, a gloo group on the store) or "nccl" (CUDA
+                  tensors, an NCCL communicator bootstrapped through the store, on
+                  torch's current stream); every tensor must be in that memory"""
+
+    model: str
+    train: str
+    infer: str
+    layers: int = 0
+    engine_index: int = 0
+    domain_size: int = 0
+    infer_dtype: str = "bf16"
+    store_path: Optional[str] = None
+    master_address: Optional[str] = None
+    master_port: Optional[int] = None
+    rendezvous_name: str = "refit"
+    timeout_s: float = 60.0
+    staging_mb: Optional[float] = None
+    moe_backend: str = "triton"
+    transport: str = "gloo"
+
+    def record(self) -> Dict[str, Any]:
+        """The fields every rank of the refit must have alike (checked at init)."""
+        return {"model": self.model, "train": self.train, "infer": self.infer,
+                "layers": self.layers, "domain_size": self.domain_size,
+                "infer_dtype": self.infer_dtype, "transport": self.transport}
+
+    def rendezvous(self) -> Rendezvous:
+        return Rendezvous(self.store_path, self.master_address, self.master_port,
+                          self.rendezvous_name)
+
+
+@dataclass
+class ReshardUpdateInfo:
+    """One refit round: ``version`` counts refits from 1 (the worker checks it is the
+    next one, so a skipped or repeated round is an error)."""
+
+    version: int
+
+
+def parse(cls: Any, d: Dict[str, Any], who: str) -> Any:
+    """``cls(**d)`` or ValueError naming the unknown or missing fields (vLLM's
+    parse_init_info / parse_update_info convention)."""
+    try:
+        return cls(**d)
+    except TypeError as e:
+        raise ValueError("Invalid %s for %s: %s (fields: %s)"
+                         % (cls.__name__, who, e, [f.name for f in fields(cls)])) from e
+
+
+def build_plan(info: ReshardInitInfo, rank: int, world: int):
+    """(refit, plan) of ``rank``: its scoped refit and own plan (no comm: failures are
+    told through the init agreement instead)."""
+    model = Model(info.model, layers=info.layers, infer_dtype=info.infer_dtype)
+    refit = model.refit(info.train, info.infer, rank=rank, domain_size=info.domain_size)
+    plan = Plan(refit.train, refit.infer, rank=rank, world=world,
+                domain_size=info.domain_size or None, staging_mb=info.staging_mb,
+                timeout_s=info.timeout_s)
+    plan.refit = refit
+    return refit, plan
+
+
+class WorkerCore:
+    """Receives refits into ``model``'s own tensors, in place. ``parallel_config``:
+    vLLM's (tensor_parallel_size, data_parallel_size, data_parallel_index, rank,
+    pipeline_parallel_size: the worker's place); ``device``: the model's (a
+    torch.device, "cpu" or "cuda"; the transport must move its memory).
+    ``rules``: callables (declared names, live params) -> post-load rules, added to
+    the built-in Nemotron-H A rule (the vLLM shell adds MLA and FlashInfer)."""
+
+    init_info_cls = ReshardInitInfo
+    update_info_cls = ReshardUpdateInfo
+
+    def __init__(self, model: Any, parallel_config: Any, device: Any = "cpu") -> None:
+        self.setup(model, parallel_config, device)
+
+    def setup(self, model: Any, parallel_config: Any, device: Any) -> None:
+        self.model = model
+        self.parallel_config = parallel_config
+        self.device = device
+        self.comm = None
+        self.plan: Optional[Plan] = None
+        self.bound: Optional[Bound] = None
+        self.version = 0
+        self.last_refit_s = 0.0
+
+    # vLLM's dict -> dataclass entry points
+    def parse_init_info(self, d: Dict[str, Any]) -> ReshardInitInfo:
+        return parse(self.init_info_cls, d, type(self).__name__)
+
+    def parse_update_info(self, d: Dict[str, Any]) -> ReshardUpdateInfo:
+        return parse(self.update_info_cls, d, type(self).__name__)
+
+    def post_load_rules(self, declared: List[str], live: Dict[str, Any],
+                        info: ReshardInitInfo) -> List[Rule]:
+        """The post-load rules of this engine (override to add): Nemotron-H's A."""
+        return nemotron_a_rules(declared, live)
+
+    def init_transfer_engine(self, info: ReshardInitInfo) -> None:
+        """Join the refit: derive this worker's rank, build its plan, check every
+        declared parameter and buffer against the live model (and that no live
+        parameter is left out), agree with every rank, open the comm. Collective over
+        the refit's world. Nothing is written. Raises ReshardError on every rank
+        (BUFFER naming rank and parameter, MISMATCH, TIMEOUT, CONFIG, ...)."""
+        if isinstance(info, dict):
+            info = self.parse_init_info(info)
+        s = sizes(info.train, info.infer)
+        rank, problems = worker_rank(s, info.engine_index, self.parallel_config)
+        self.rank, self.world, self.info = rank, s.world, info
+        problems = ["infer rank %d: %s" % (rank, p) for p in problems]
+        store = open_store(info.rendezvous(), rank, s.world, info.timeout_s)
+        if not problems:
+            try:
+                _, self.plan = build_plan(info, rank, s.world)
+            except ReshardError as e:
+                problems.append("infer rank %d: planning failed: %s" % (rank, e))
+        if not problems:
+            params, buffers = live_tensors(self.model)
+            declared = [p.name for p in self.plan.dst.parameters(rank)]
+            rules = self.post_load_rules(declared, params, info)
+            self.bound = bind_live(self.plan.dst, rank, "infer", params, buffers,
+                                   device_of(info.transport), True, rules)
+            problems += self.bound.problems
+        agree(store, rank, s.world, info.record(), problems, info.timeout_s)
+        self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
+                              self.device)
+
+    def start_weight_update(self) -> None:
+        """Nothing to prepare: the refit writes the model's tensors in place."""
+
+    def receive_weights(self, update: ReshardUpdateInfo) -> None:
+        """One refit into the model (collective with every rank of the refit), then the
+        post-load rules. Raises ReshardError (TIMEOUT naming a dead or stalled peer,
+        within about twice timeout_s; INVALID_ARG before init or for a version that is
+        not the next)."""
+        if self.plan is None or self.comm is None:
+            raise error(Status.INVALID_ARG, "receive_weights before init_transfer_engine")
+        if update.version != self.version + 1:
+            raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, expected %d"
+                        % (self.rank, update.version, self.version + 1))
+        t0 = time.perf_counter()
+        self.plan.execute(self.comm, src=None, dst=self.bound.current(*live_tensors(self.model)))
+        apply_post_load(self.bound)
+        self.last_refit_s = time.perf_counter() - t0
+        self.version = update.version
+
+    def update_weights(self, update: Dict[str, Any]) -> None:
+        """vLLM's per-round entry point: parse, receive; with NCCL the device is
+        synchronized (the refit runs on torch's current stream), as vLLM's does."""
+        self.receive_weights(self.parse_update_info(update))
+        if self.info.transport == "nccl" and _device_kind(self.device) == "cuda":
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+
+    def finish_weight_update(self, *_: Any, **__: Any) -> None:
+        """Nothing to finish: receive_weights already ran the post-load rules."""
+
+    def shutdown(self) -> None:
+        if self.comm is not None:
+            self.comm.close()
+            self.comm = None
+
+
+def _device_kind(device: Any) -> str:
+    return str(getattr(device, "type", device)).split(":")[0]
+
+
+__all__ = ["ReshardInitInfo", "ReshardUpdateInfo", "WorkerCore", "build_plan"]

@@ -1,0 +1,505 @@
+"""The engine integrations (reshard.integrations): the vLLM-shaped receiver, the
+Megatron-shaped sender and the vLLM shell, over real torch.distributed gloo groups.
+
+- Separate processes: examples/python/rl_loop.py (AdamW steps, then refits, every
+  element checked against conventions.py, written from the frameworks' rules) and a
+  trainer or a worker killed mid-refit.
+- Threads of this process, each a rank with its own gloo group member and store
+  client: the vLLM shell through the stand-in of vLLM's base.py/factory.py
+  (tests/python/standin: vLLM itself cannot be installed here), bad input at init
+  (every rank fails, naming the parameter, nothing written), post-load forms."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+import conventions  # noqa: E402
+import reshard  # noqa: E402
+from modules import Wrapped, module_of  # noqa: E402
+from reshard.integrations import (MegatronChunks, ReshardTrainer,  # noqa: E402
+                                  ReshardTrainerInitInfo, WorkerCore)
+from reshard.integrations.ranks import sizes  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLE = os.path.join(ROOT, "examples", "python", "rl_loop.py")
+STANDIN = os.path.join(HERE, "standin")
+TINY = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
+        "tie_word_embeddings": False}
+SENT = reshard.SENTINEL_BYTE
+
+
+def write(tmp, name, cfg):
+    path = os.path.join(str(tmp), name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def shrunk(base, **kw):
+    """A shipped config with small sizes (every other field as shipped)."""
+    with open(os.path.join(ROOT, "data", "models", base + ".json")) as f:
+        c = json.load(f)
+    c.pop("quantization_config", None)
+    c.update(kw)
+    return c
+
+
+# ---- separate processes -------------------------------------------------------------
+
+def run_example(args, timeout=240):
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, EXAMPLE] + args, capture_output=True, text=True,
+                       timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+def test_rl_loop_processes(tmp_path):
+    """4 processes: Megatron pp=2 -> vLLM tp=1 dp=2, two AdamW steps each refit."""
+    p, _ = run_example(["--model", write(tmp_path, "tiny", TINY), "--layers", "2",
+                        "--train", "pp=2", "--infer", "tp=1,dp=2", "--steps", "2",
+                        "--timeout", "20"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    last = p.stdout.strip().splitlines()[-1]
+    n = 2 * sum(t.numel() for i in range(2) for t in conventions.vllm_state_dict(
+        conventions.Weights(conventions.load_config(write(tmp_path, "tiny", TINY))),
+        "tp=1,dp=2", i, SENT).values())
+    assert last == "%d elements checked over 2 step(s), 0 wrong: OK" % n, p.stdout
+    assert "refit" in p.stdout and "% of the step" in p.stdout
+
+
+@pytest.mark.parametrize("victim", [1, 3])
+def test_rank_killed_mid_refit(tmp_path, victim):
+    """Trainer rank 1 (or inference rank 3) dies as refit 2 starts: every other rank
+    fails naming it, within twice the timeout (plus start-up)."""
+    p, secs = run_example(["--model", write(tmp_path, "tiny", TINY), "--train", "tp=2",
+                           "--infer", "tp=2", "--steps", "3", "--timeout", "3",
+                           "--kill-rank", str(victim), "--kill-at", "2"])
+    assert p.returncode == 1
+    lines = [x for x in p.stderr.splitlines() if x.startswith("rl_loop: rank")]
+    assert "rl_loop: rank %d: exit status 9" % victim in lines, p.stderr
+    for r in set(range(4)) - {victim}:
+        line = next(x for x in lines if x.startswith("rl_loop: rank %d:" % r))
+        assert "RESHARD_ERR_TIMEOUT" in line and "rank(s) %d " % victim in line, p.stderr
+    assert secs < 60, secs
+
+
+# ---- threads: one rank per thread ------------------------------------------------------
+
+class DirectClient:
+    """The control plane of one engine: each call runs on every worker at once (as
+    vLLM's collective RPC), errors collected per worker and the first re-raised."""
+
+    def __init__(self, workers, errors):
+        self.workers, self.errors = workers, errors
+        self.threads = []
+
+    def join(self):
+        for t in self.threads:
+            t.join(120)
+
+    def _all(self, fn):
+        errs = []
+
+        def body(w):
+            try:
+                fn(w)
+            except Exception as e:  # noqa: BLE001 - recorded per worker
+                self.errors[w.rank] = e
+                errs.append(e)
+        ts = [threading.Thread(target=body, args=(w,)) for w in self.workers]
+        self.threads += ts
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
+
+    def init_weight_transfer_engine(self, d):
+        self._all(lambda w: w.init_transfer_engine(w.parse_init_info(d)))
+
+    def start_weight_update(self):
+        self._all(lambda w: w.start_weight_update())
+
+    def update_weights(self, d):
+        self._all(lambda w: w.update_weights(d))
+
+    def finish_weight_update(self, weight_version=None):
+        self._all(lambda w: w.finish_weight_update())
+
+
+def parallel(infer, i):
+    s = sizes("tp=1", infer)
+    local = i % (s.tp * s.dp)
+    return SimpleNamespace(tensor_parallel_size=s.tp, data_parallel_size=s.dp,
+                           data_parallel_index=local // s.tp, rank=local % s.tp,
+                           pipeline_parallel_size=1)
+
+
+def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_cls=None,
+                  timeout_s=10.0, **info):
+    """Trainer ranks in threads (trainer_cls.trainer_init, send_weights ``steps``
+    times), workers driven through DirectClient; returns {rank: exception}."""
+    trainer_cls = trainer_cls or ReshardTrainer
+    s = sizes(train, infer)
+    errors = {}
+    per = s.tp * s.dp  # one client per engine, in engine order
+    clients = [DirectClient(workers[e * per:(e + 1) * per], errors) for e in range(s.engines)]
+    client = clients[0] if s.engines == 1 else clients
+    path = os.path.join(str(tmp), "store.%d" % time.monotonic_ns())
+
+    def body(r):
+        try:
+            ti = ReshardTrainerInitInfo(model=model, train=train, infer=infer, store_path=path,
+                                        timeout_s=timeout_s, rank=r, **info)
+            eng = trainer_cls.trainer_init(ti, client=client if r == 0 else None,
+                                           source=sources[r])
+            for _ in range(steps):
+                eng.send_weights()
+            eng.shutdown()
+        except Exception as e:  # noqa: BLE001 - recorded per rank
+            errors.setdefault(r, e)
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    for c in clients:
+        c.join()
+    for w in workers:
+        w.shutdown()
+    return errors
+
+
+def dense_case(tmp, train="tp=2", infer="tp=2"):
+    path = write(tmp, "tiny", TINY)
+    w = conventions.Weights(conventions.load_config(path))
+    s = sizes(train, infer)
+    sources = [Wrapped(Wrapped(module_of(conventions.megatron_state_dict(w, train, r))))
+               for r in range(s.train_world)]
+    expect = [conventions.vllm_state_dict(w, infer, i, SENT) for i in range(s.world -
+                                                                           s.train_world)]
+    models = [module_of({n: torch.empty_like(t).view(torch.uint8).fill_(SENT).view(t.dtype)
+                         for n, t in e.items()}) for e in expect]
+    return path, sources, expect, models
+
+
+def assert_all(models, expect):
+    for i, (m, e) in enumerate(zip(models, expect)):
+        live = dict(m.named_parameters())
+        assert sorted(live) == sorted(e)
+        for n, x in e.items():
+            assert conventions.mismatches(live[n].detach(), x) == 0, (i, n)
+
+
+@pytest.fixture()
+def standin_vllm(monkeypatch):
+    """vLLM's weight-transfer modules as the stand-in gives them, registries fresh."""
+    monkeypatch.syspath_prepend(STANDIN)
+    for k in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, k)
+    import reshard.integrations.vllm as rv
+    monkeypatch.setattr(rv, "_BUILT", {})
+    from vllm.distributed.weight_transfer import factory
+    yield rv, factory
+
+
+def vllm_worker(factory, model, infer, i, dtype=None):
+    """A worker engine as vLLM's worker makes one: the factory, from the config's
+    backend name, with the vLLM config, device and model."""
+    cfg = SimpleNamespace(backend="reshard")
+    vcfg = SimpleNamespace(parallel_config=parallel(infer, i),
+                           model_config=SimpleNamespace(dtype=dtype or torch.bfloat16))
+    return factory.WeightTransferEngineFactory.create_engine(cfg, vcfg, torch.device("cpu"),
+                                                             model)
+
+
+def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
+    """register(); workers from WeightTransferEngineFactory.create_engine; the trainer
+    from WeightTransferTrainerFactory.trainer_init; two refits, every element checked."""
+    rv, factory = standin_vllm
+    rv.register()
+    rv.register()  # idempotent
+    from vllm.distributed.weight_transfer.base import (TrainerWeightTransferEngine,
+                                                       WeightTransferEngine)
+    path, sources, expect, models = dense_case(tmp_path, "tp=2", "tp=1,dp=2")
+    workers = [vllm_worker(factory, m, "tp=1,dp=2", i) for i, m in enumerate(models)]
+    assert all(isinstance(w, WeightTransferEngine) for w in workers)
+    assert issubclass(rv.ReshardTrainerEngine, TrainerWeightTransferEngine)
+
+    class ViaFactory:  # the trainer engine as vLLM's trainer factory builds it
+        @staticmethod
+        def trainer_init(info, *, client, source):
+            return factory.WeightTransferTrainerFactory.trainer_init(info, client=client,
+                                                                     source=source)
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=1,dp=2", sources, workers, steps=2,
+                           trainer_cls=ViaFactory)
+    assert errors == {}
+    assert_all(models, expect)
+    assert [w.version for w in workers] == [2, 2]
+
+
+def test_replaced_parameter_refit_into_the_live_one(tmp_path):
+    """A framework that replaces a parameter object after init (a new tensor under
+    the same name) gets the refit in the live one: each refit binds what
+    named_parameters() holds then (checked again, as at init)."""
+    path, sources, expect, models = dense_case(tmp_path)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    old = models[0].model.norm.weight
+    orig = workers[0].start_weight_update
+
+    def replace():  # between init and the refit, vLLM-side
+        models[0].model.norm.weight = torch.nn.Parameter(torch.zeros_like(old),
+                                                         requires_grad=False)
+        orig()
+    workers[0].start_weight_update = replace
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert errors == {}
+    assert_all(models, expect)
+    assert bool((old.detach().view(torch.uint8) == SENT).all())  # the old one untouched
+
+
+def test_two_engines_each_through_its_client(tmp_path):
+    """infer engines=2: rank 0 sends each engine its init info with its engine_index
+    (through that engine's client); each engine's worker derives its refit rank from
+    it; every element of both engines checked."""
+    path, sources, expect, models = dense_case(tmp_path, "tp=2", "tp=1,engines=2")
+    workers = [WorkerCore(m, parallel("tp=1,engines=2", i)) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=1,engines=2", sources, workers)
+    assert errors == {}
+    assert [w.rank for w in workers] == [2, 3] and [w.info.engine_index for w in workers] == [0, 1]
+    assert_all(models, expect)
+
+
+def test_plugin_entry_registers_both_sides(standin_vllm):
+    """The vllm.general_plugins entry point (plugin()) registers the worker and the
+    trainer engine, lazily: the registry loads reshard.integrations.vllm's classes."""
+    rv, factory = standin_vllm
+    rv.plugin()
+    assert factory.WeightTransferEngineFactory._registry["reshard"]().__name__ == \
+        "ReshardWeightTransferEngine"
+    assert factory.WeightTransferTrainerFactory._registry["reshard"]().__name__ == \
+        "ReshardTrainerEngine"
+    with pytest.raises(ValueError, match="already registered"):
+        factory.WeightTransferEngineFactory.register_engine("reshard", rv.__name__, "x")
+
+
+def test_vllm_shell_imports_vllm_lazily():
+    code = ("import sys; import reshard.integrations.vllm as v; "
+            "assert 'vllm' not in sys.modules; print('lazy')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert p.stdout.strip() == "lazy", p.stderr
+
+
+def fault(models, kind):
+    m = models[0]
+    owner, leaf = m.model.embed_tokens, "weight"
+    p = owner.weight.detach()
+    if kind == "reshape":
+        owner.register_parameter(leaf, torch.nn.Parameter(p.reshape(-1), requires_grad=False))
+    elif kind == "dtype":
+        owner.register_parameter(leaf, torch.nn.Parameter(p.float(), requires_grad=False))
+    elif kind == "missing":
+        delattr(owner, leaf)
+    elif kind == "extra":
+        owner.register_parameter("extra", torch.nn.Parameter(p.clone(), requires_grad=False))
+    elif kind == "renamed":
+        delattr(owner, leaf)
+        owner.register_parameter("weights", torch.nn.Parameter(p, requires_grad=False))
+    elif kind == "device":
+        owner.register_parameter(leaf, torch.nn.Parameter(torch.empty_like(p, device="meta"),
+                                                          requires_grad=False))
+    elif kind == "noncontiguous":
+        owner.register_parameter(leaf, torch.nn.Parameter(
+            torch.empty(p.shape[::-1], dtype=p.dtype).t(), requires_grad=False))
+
+
+WANT = {"reshape": "shape [10240], the layout declares [160, 64]",
+        "dtype": "dtype fp32, the layout declares bf16",
+        "missing": "'model.embed_tokens.weight' (buffer 0, bf16 [160, 64]) is missing",
+        "extra": "'model.embed_tokens.extra' is not in the layout",
+        "renamed": "'model.embed_tokens.weights' is not in the layout",
+        "device": "is on meta but this communicator moves CPU memory",
+        "noncontiguous": "'model.embed_tokens.weight'): the tensor is not contiguous"}
+
+
+@pytest.mark.parametrize("kind", sorted(WANT))
+def test_bad_worker_model_refused_at_init_on_every_rank(tmp_path, kind):
+    path, sources, expect, models = dense_case(tmp_path)
+    fault(models, kind)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert sorted(errors) == [0, 1, 2, 3], errors
+    for r, e in errors.items():
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.BUFFER, (r, e)
+        assert "rank 2" in str(e) and WANT[kind] in str(e), (r, str(e))
+    other = dict(models[1].named_parameters())  # nothing was written at init
+    assert all(bool((t.detach().view(torch.uint8) == SENT).all()) for t in other.values())
+
+
+def test_bad_trainer_chunk_and_rank_mapping_refused(tmp_path):
+    path, sources, expect, models = dense_case(tmp_path)
+    gpt = sources[1].module.module
+    p = gpt.decoder.final_layernorm.weight
+    del gpt.decoder.final_layernorm.weight
+    gpt.decoder.final_layernorm.register_parameter("bias", p)  # renamed
+    pcs = [parallel("tp=2", i) for i in range(2)]
+    pcs[1].tensor_parallel_size = 4  # the engine runs another tp than the spec
+    workers = [WorkerCore(m, pc) for m, pc in zip(models, pcs)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert sorted(errors) == [0, 1, 2, 3]
+    for e in errors.values():
+        s = str(e)
+        assert "'decoder.final_layernorm.bias' is not in the layout" in s, s
+        assert "vLLM tensor_parallel_size 4, the infer spec says tp=2" in s, s
+
+
+def pattern_sources(refit_of, train_world):
+    out = []
+    for r in range(train_world):
+        refit = refit_of(r)
+        bufs = refit.train.new_buffers(r)
+        reshard.fill_pattern(refit.train, r, bufs)
+        extra = set(refit.module_buffers(r))
+        out.append(module_of({n: t for n, t in bufs.items() if n not in extra},
+                             {n: t for n, t in bufs.items() if n in extra}))
+    return out
+
+
+NEMO = dict(hidden_size=64, intermediate_size=64, mamba_num_heads=4, mamba_head_dim=16,
+            n_groups=2, ssm_state_size=8, hybrid_override_pattern="ME", num_hidden_layers=2,
+            n_routed_experts=4, moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=32, num_experts_per_tok=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256)
+
+
+def nemotron_case(tmp):
+    path = write(tmp, "nemo", shrunk("nemotron-3-nano-30b-a3b", **NEMO))
+    model = reshard.Model(path)
+    sources = pattern_sources(lambda r: model.refit("tp=2", "tp=2", rank=r), 2)
+    models = []
+    for i in range(2):
+        refit = model.refit("tp=2", "tp=2", rank=2 + i)
+        bufs = refit.infer.new_buffers(2 + i, fill=SENT)
+        a_log = bufs.pop("model.layers.0.mixer.A_log")  # vLLM holds A (fp32) instead
+        bufs["model.layers.0.mixer.A"] = torch.zeros(a_log.shape, dtype=torch.float32)
+        models.append(module_of(bufs))
+    return path, sources, models
+
+
+def test_nemotron_a_refit_from_a_log(tmp_path, standin_vllm):
+    """vLLM's mixer.A = -exp(A_log) (fp32): refit into staging, then A set in place.
+    Oracle: Megatron and vLLM both split the Hm heads contiguously by tp rank, so
+    vLLM rank i's A is -exp of Megatron rank i's A_log."""
+    rv, factory = standin_vllm
+    rv.register()
+    path, sources, models = nemotron_case(tmp_path)
+    workers = [vllm_worker(factory, m, "tp=2", i) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert errors == {}
+    for i in range(2):
+        a_log = dict(sources[i].named_parameters())["decoder.layers.0.mixer.A_log"]
+        got = dict(models[i].named_parameters())["model.layers.0.mixer.A"].detach()
+        assert torch.equal(got, -torch.exp(a_log.detach().float())), (i, got, a_log)
+
+
+def test_trainer_binds_expert_bias_from_named_buffers(tmp_path):
+    """Megatron's router.expert_bias is a module buffer: the sender takes it from
+    named_buffers(); a chunk without it is refused at init, naming it."""
+    path, sources, models = nemotron_case(tmp_path)
+    name = "decoder.layers.1.mlp.router.expert_bias"
+    assert name in dict(sources[0].named_buffers()) and \
+        name not in dict(sources[0].named_parameters())
+    router = getattr(sources[0].decoder.layers, "1").mlp.router
+    del router._buffers["expert_bias"]
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert sorted(errors) == [0, 1, 2, 3]
+    for e in errors.values():
+        assert "train rank 0: parameter %r" % name in str(e) and "is missing" in str(e), str(e)
+
+
+def test_flashinfer_moe_refused_by_name(tmp_path, standin_vllm):
+    rv, factory = standin_vllm
+    rv.register()
+    path, sources, models = nemotron_case(tmp_path)
+    workers = [vllm_worker(factory, m, "tp=2", i) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers,
+                           moe_backend="flashinfer_cutlass")
+    assert sorted(errors) == [0, 1, 2, 3]
+    for e in errors.values():
+        assert "'model.layers.1.mixer.experts.routed_experts.w13_weight': the " \
+               "flashinfer_cutlass MoE backend swaps w13" in str(e), str(e)
+
+
+DS = dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=1,
+          num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
+          qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4,
+          num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+          num_nextn_predict_layers=0, vocab_size=256)
+
+
+@pytest.mark.parametrize("hook", [True, False])
+def test_mla_derived_copies_rerun_or_refused(tmp_path, standin_vllm, hook):
+    """An MLA attention module keeping W_UV (derived from kv_b_proj): its
+    process_weights_after_loading reruns after each refit, seeing the new kv_b_proj;
+    without one, init is refused naming kv_b_proj."""
+    rv, factory = standin_vllm
+    rv.register()
+    path = write(tmp_path, "ds", shrunk("deepseek-v3", **DS))
+    model = reshard.Model(path)
+    sources = pattern_sources(lambda r: model.refit("tp=2", "tp=2", rank=r), 2)
+    models, seen = [], []
+    for i in range(2):
+        m = module_of(model.refit("tp=2", "tp=2", rank=2 + i).infer.new_buffers(2 + i,
+                                                                               fill=SENT))
+        attn = getattr(m.model.layers, "0").self_attn
+        attn.W_UV = None
+        if hook:
+            attn.process_weights_after_loading = \
+                lambda dtype, a=attn: seen.append((dtype, a.kv_b_proj.weight.detach().clone()))
+        models.append(m)
+    workers = [vllm_worker(factory, m, "tp=2", i) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers, steps=2)
+    if not hook:
+        assert sorted(errors) == [0, 1, 2, 3]
+        assert all("'model.layers.0.self_attn.kv_b_proj.weight': MLA module" in str(e)
+                   for e in errors.values())
+        return
+    assert errors == {}
+    assert len(seen) == 4 and all(d == torch.bfloat16 for d, _ in seen)
+    for i, m in enumerate(models):
+        now = getattr(m.model.layers, "0").self_attn.kv_b_proj.weight.detach()
+        assert not bool((now.view(torch.uint8) == SENT).all())
+        assert any(torch.equal(now.view(torch.int16), w.view(torch.int16)) for _, w in seen)
+
+
+def test_megatron_chunks_unwrap_and_name_virtual_stages():
+    """Chunks of stage 0 under pp=2, vpp=2: Megatron names layers from 0 in every chunk (each
+    chunk its own GPTModel); the layout names chunk c's "c."; wrappers add "module."."""
+    model = reshard.Model("qwen3-0.6b", layers=4)
+    refit = model.refit("tp=1,pp=2,vpp=2", "tp=1", rank=0)
+    names = [p.name for p in refit.train.parameters(0)]
+    per = {c: {n[2:]: p for n, p in ((p.name, p) for p in refit.train.parameters(0))
+               if n.startswith("%d." % c)} for c in (0, 1)}
+    assert all(n[:2] in ("0.", "1.") for n in names)
+    chunks = [Wrapped(module_of({n: torch.empty(0) for n in per[c]})) for c in (0, 1)]
+    params, _ = MegatronChunks(chunks).named()
+    assert sorted(params) == sorted(names)
+    assert "0.decoder.layers.0.mlp.linear_fc2.weight" in params
+    assert "1.decoder.layers.0.mlp.linear_fc2.weight" in params
+    one, _ = MegatronChunks(Wrapped(Wrapped(chunks[0].module))).named()
+    assert sorted(one) == sorted(per[0])
