@@ -29,6 +29,7 @@ from .errors import Status, error
 TAG_BASE = 0x52530000
 TAG_SLOT0 = TAG_BASE
 TAG_AGREE = TAG_BASE + 8
+TAG_CONFIRM = TAG_BASE + 10  # the confirmation round of agreement e: TAG_CONFIRM + (e & 1)
 
 _MSG_BYTES = 480  # the start of a rank's error message travels with its status
 _HEAD = 4 + _lib.AGREE_WORDS  # int64: status, own, suspect, in_flight, words
@@ -37,6 +38,7 @@ _CONTRIB_BYTES = struct.calcsize(_FORMAT)
 
 _TIMEOUT, _LOST = "timeout", "lost"
 GRACE_S = 0.5  # how long the agreement still waits for ranks some rank failed on
+_CONFIRMED, _GAVE_UP = 1, 2  # the confirmation round's one byte
 
 
 def _torch():
@@ -207,19 +209,20 @@ class GlooTransport:
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
         suspects, missing = set(self.lost), set()
-        sends = {}
+        sends, recvs = {}, {}
         for p in peers:
-            try:
-                sends[p] = _Waiter(self.group.send([mine], p, tag))
-            except RuntimeError:  # gloo closed the connection (a timeout, a dead peer)
+            w = self._send(mine, p, tag)
+            if w is None:  # gloo closed the connection (a timeout, a dead peer)
                 suspects.add(p)
+            else:
+                sends[p] = w
         bufs = {p: torch.empty(_CONTRIB_BYTES, dtype=torch.uint8) for p in peers}
-        recvs = {}
         for p in peers:
-            try:
-                recvs[p] = _Waiter(self.group.recv([bufs[p]], p, tag))
-            except RuntimeError:
+            w = self._recv(bufs[p], p, tag)
+            if w is None:
                 suspects.add(p)
+            else:
+                recvs[p] = w
         pending = set(peers)
         deadline = time.monotonic() + 2 * timeout_s
         cut = False
@@ -243,17 +246,77 @@ class GlooTransport:
             if p not in pending and w.wait(max(deadline - time.monotonic(), GRACE_S)):
                 pending.add(p)  # it has our contribution or never will: state unknown
         self.suspect = None
+        confirm_tag = TAG_CONFIRM + ((self.epoch - 1) & 1)
         if pending:
             self.broken = True
             self.kept.extend([mine] + list(bufs.values()))
             self.lost.update(pending)
+            self._confirm_round(confirm_tag, peers, _GAVE_UP)  # the others fail too
             return self._missing(sorted(pending), got, local, local_msg, timeout_s)
         if any(c.in_flight for c in got.values()):
             self.broken = True
         if min_words:
             for i in range(_lib.AGREE_WORDS):
                 min_words[i] = min(c.words[i] for c in got.values())
-        return self._outcome(got, local, local_msg)
+        outcome = self._outcome(got, local, local_msg)
+        return self._confirm(confirm_tag, peers, outcome, timeout_s)
+
+    def _send(self, tensor, peer: int, tag: int) -> Optional[_Waiter]:
+        """Post one message of an agreement; None when gloo refused it (a closed
+        connection). One method for every such send: tests stop a rank here."""
+        try:
+            return _Waiter(self.group.send([tensor], peer, tag))
+        except RuntimeError:
+            return None
+
+    def _recv(self, tensor, peer: int, tag: int) -> Optional[_Waiter]:
+        """Post the receive of one message of an agreement (as _send)."""
+        try:
+            return _Waiter(self.group.recv([tensor], peer, tag))
+        except RuntimeError:
+            return None
+
+    def _confirm_round(self, tag: int, peers, what: int) -> Dict[int, Optional[_Waiter]]:
+        """Send this rank's one byte of the confirmation round to every peer."""
+        msg = self._torch.tensor([what], dtype=self._torch.uint8)
+        self.kept.append(msg)  # a peer that stopped never takes it
+        return {p: self._send(msg, p, tag) for p in peers}
+
+    def _confirm(self, tag: int, peers, outcome: int, timeout_s: float) -> int:
+        """The confirmation round of an agreement this rank decided (every contribution
+        arrived, every send of its own completed): the decision stands unless some rank
+        gave up on the decision round. Such a rank entered the agreement before this one
+        had every contribution, and gives up by its deadline (twice the timeout from its
+        start), so its notice arrives by twice the timeout from now plus the grace. Every
+        peer's confirmation arriving ends the round at once; a missing one (a peer stopped
+        after deciding) with no notice leaves the decision standing and the comm broken.
+        Without this round a rank whose receive for one peer was posted and for another
+        not yet (it stopped in between) lets the first decide OK and the second fail."""
+        torch = self._torch
+        sends = self._confirm_round(tag, peers, _CONFIRMED)
+        bufs = {p: torch.zeros(1, dtype=torch.uint8) for p in peers}
+        recvs = {p: self._recv(bufs[p], p, tag) for p in peers}
+        deadline = time.monotonic() + 2 * timeout_s + GRACE_S
+        pending = {p for p in peers if recvs[p] is not None}
+        missing = set(peers) - pending
+        while pending and time.monotonic() < deadline:
+            for p in sorted(pending):
+                if recvs[p].wait(0.002) is not None:
+                    continue
+                pending.discard(p)
+                if int(bufs[p][0]) == _GAVE_UP:
+                    self.broken = True
+                    self.kept.extend(bufs.values())
+                    self.lost.update(pending | missing)
+                    return self._err(Status.TIMEOUT, "rank %d: rank %d gave up waiting for the "
+                                     "agreement (a peer stalled or died): every rank fails "
+                                     "this execution" % (self.rank, p))
+        missing |= pending
+        if missing or any(w is None or w.wait(GRACE_S) is not None for w in sends.values()):
+            self.broken = True  # a peer stopped after deciding: the decision stands
+            self.kept.extend(bufs.values())
+            self.lost.update(missing)
+        return outcome
 
     @staticmethod
     def _parse(buf) -> _Contribution:

@@ -105,6 +105,27 @@ def test_failing_peer_named_on_every_rank(case, status, tmp_path):
     assert time.monotonic() - t0 < 120
 
 
+@pytest.mark.parametrize("case,status", [("stop_deciding", "TIMEOUT"),
+                                         ("stop_confirming", "OK")])
+def test_outcome_is_one_verdict(case, status, tmp_path):
+    """Rank 2 stops inside the outcome agreement of its refit. Deciding (it posted its
+    receive for rank 0 only): rank 0 could decide OK while 1 and 3 fail; they give up
+    and tell it, so all three fail. Confirming (its confirmation reached rank 0 only):
+    nobody gave up, so the decision stands: all three return OK, the refit verified.
+    Every survivor returns the same verdict, within the bound."""
+    timeout_s = 2.0
+    reports = run_group(case, tmp_path, timeout_s=timeout_s, expect_exit=2)
+    assert sorted(reports) == [0, 1, 3]
+    for r, by_case in reports.items():
+        rep = by_case[case]
+        assert rep["status"] == status, rep
+        assert rep["elapsed"] < 4 * timeout_s + 3.0, rep
+        if status == "TIMEOUT":
+            assert "rank(s) 2 " in rep["message"] or "gave up waiting" in rep["message"], rep
+        elif r == 3:
+            assert rep["verified"] > 0, rep
+
+
 def test_rank_that_never_arrives_is_named(tmp_path):
     """Rank 1 never calls execute: the others wait for its agreement message at most
     twice the timeout (a peer may still be inside a round wait) and name it."""

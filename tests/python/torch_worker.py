@@ -209,6 +209,37 @@ def case_kill(comm, workdir):
     return case_dense(comm, workdir)
 
 
+def _stop_in_agreement(method, tag):
+    """Rank 2 stops (sleeps far past the timeout) in the outcome agreement of its first
+    refit (the second agreement), at GlooTransport.``method`` for the message with
+    ``tag`` of peer 1: the one of peer 0 was posted, the ones of peers 1 and 3 never are.
+    gloo's own threads go on (they deliver what was posted)."""
+    real = getattr(reshard.torch_comm.GlooTransport, method)
+
+    def stop(self, tensor, peer, t):
+        if t == tag and peer == 1:
+            time.sleep(20 * TIMEOUT_S)
+            os._exit(3)
+        return real(self, tensor, peer, t)
+    setattr(reshard.torch_comm.GlooTransport, method, stop)
+
+
+def case_stop_deciding(comm, workdir):
+    """Rank 2 posts its agreement message to everyone and its receive for rank 0 only:
+    rank 0 has every contribution and its own sends completed, ranks 1 and 3 wait on a
+    send to rank 2 that never completes."""
+    if comm.rank == 2:
+        _stop_in_agreement("_recv", reshard.torch_comm.TAG_AGREE + 1)
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2")[:2]
+
+
+def case_stop_confirming(comm, workdir):
+    """Rank 2 decided, then sends its confirmation to rank 0 only."""
+    if comm.rank == 2:
+        _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM + 1)
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2")[:2]
+
+
 def case_absent(comm, workdir):
     """Rank 1 never reaches execute (it stalls after planning)."""
     if comm.rank == 1:
