@@ -84,7 +84,8 @@
  * disable_tp); Qwen2-MoE's stays TP-split (qwen2_moe.py).
  *
  * Not modelled (out of scope): other vLLM releases' names, all2all backends other
- * than allgather_reducescatter, EPLB redundant experts, vLLM kernel-specific post-load formats
+ * than allgather_reducescatter, EPLB's round_robin placement (linear, the default, is
+ * modelled: reshard_infer_spec_t.redundant), vLLM kernel-specific post-load formats
  * (FlashInfer CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
  * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
  * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
@@ -302,6 +303,29 @@ typedef struct {
     int ep;
     int32_t engines; /**< independent engines; 0 or 1: one */
     int32_t vllm;    /**< reshard_vllm_version_t; 0: the default (0.25) */
+    /** EPLB (vLLM --enable-eplb): num_redundant_experts (spec "redundant=N";
+     *  needs ep=on). EPLB is on when N > 0 or eplb_map is set (vLLM's balancer
+     *  also permutes experts with no redundant ones); then every MoE layer has
+     *  P = E + N physical expert slots; EP rank r of an
+     *  engine holds slots [r*P/(tp*dp), (r+1)*P/(tp*dp)) as w13/w2 rows 0..
+     *  (vLLM fused_moe/layer.py: EPLB needs tp*dp to divide P; linear
+     *  placement), each slot holding the logical expert eplb_map gives it. */
+    int32_t redundant;
+    /** EPLB logical-to-physical map in vLLM's physical_to_logical form
+     *  (EplbState.physical_to_logical_map): entry p is the logical expert in
+     *  [0, E) that physical slot p holds; every logical expert must have at
+     *  least one slot. Either one map of P entries for every MoE layer, or
+     *  one of P entries per MoE layer (rows in catalogue order: decoder MoE
+     *  layers, then MTP), moe_layers*P entries. NULL: vLLM's initial map
+     *  (build_initial_global_physical_to_logical_map: slot p < E holds p,
+     *  slot E + i holds i % E). Read only while a layout is built (the
+     *  refit's copy of the spec keeps the pointer, not the entries); the map
+     *  enters the layout's fingerprint, so ranks built from different maps
+     *  never plan together. A wrong length, an entry out of range or a
+     *  logical expert with no slot is refused (CONFIG) naming the layer,
+     *  slot or expert. */
+    const int32_t *eplb_map;
+    int64_t eplb_map_len; /**< entries of eplb_map */
 } reshard_infer_spec_t;
 
 /**
@@ -322,7 +346,8 @@ typedef struct {
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
 /** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
- *  or "off"; vllm: a supported version name, "0.24" or "0.25"), in the
+ *  or "off"; vllm: a supported version name, "0.24" or "0.25"; redundant:
+ *  EPLB's num_redundant_experts, a size; the map is set by the caller), in the
  *  grammar of reshard_train_spec_parse (value also := a version name for
  *  vllm; "0.25", the default's name, parses as 0).
  *  Errors as reshard_train_spec_parse; an unknown vllm version is
@@ -339,7 +364,8 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
  *  ",first=3", ",last=2" when set and ",convention=megatron-bridge" when that
  *  is the convention; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
- *  than one engine and ",vllm=0.24" when that is the version: a default
+ *  than one engine, ",vllm=0.24" when that is the version and
+ *  ",redundant=N" with N > 0 (the EPLB map is not text): a default
  *  written out or left out gives the same text) into @p out
  *  of @p size bytes, truncated to fit and always terminated. Any rank, any
  *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is

@@ -352,6 +352,12 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name);
+/** As rs_emit_experts stacked (vLLM w13/w2), stack row k holding logical
+ *  expert @p logical[k] (k = 0..ne-1; runs of consecutive experts are one
+ *  fragment): EPLB's physical slots, a logical expert possibly in several. */
+reshard_status_t rs_emit_expert_slots(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
+                                      int64_t ne, int64_t i0, int64_t n, const char *fc1_name,
+                                      const char *fc2_name);
 /** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
  *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,
@@ -394,6 +400,23 @@ reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t 
 reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
                                  const reshard_infer_spec_t *s, int32_t r, const char *w13,
                                  const char *w2);
+/* --- EPLB (eplb.c) -------------------------------------------------------- */
+/** The spec asks for vLLM's expert load balancer (redundant > 0 or a map). */
+bool rs_eplb_on(const reshard_infer_spec_t *s);
+/** MoE layers of the model (decoder, then MTP): the rows of a per-layer map. */
+int32_t rs_eplb_moe_layers(const reshard_model_t *m);
+/** The map row of catalogue layer @p layer (a MoE layer): MoE layers before it. */
+int32_t rs_eplb_row(const reshard_model_t *m, int32_t layer);
+/** The logical expert physical slot @p slot of map row @p row holds (spec
+ *  checked by rs_eplb_check). */
+int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t row,
+                     int64_t slot);
+/** vLLM's EPLB rules and the map's (length, range, every expert held):
+ *  CONFIG naming the layer, slot or expert. OK when EPLB is off. */
+reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** @p h chained with the map's entries (the layout's fingerprint); @p h without a map. */
+uint64_t rs_eplb_hash(const reshard_model_t *m, const reshard_infer_spec_t *s, uint64_t h);
+
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);

@@ -54,6 +54,18 @@ reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
 {
     const reshard_model_t *m = e->m;
     int64_t eps = (int64_t)s->tp * s->dp, e0, ne, i0, ni;
+    if (rs_eplb_on(s)) { /* EPLB: P/eps physical slots, each holding its logical expert */
+        int64_t per = ((int64_t)m->E + s->redundant) / eps;
+        int32_t row = rs_eplb_row(m, (int32_t)(l - e->ids->layer));
+        int32_t *logical = malloc((size_t)per * sizeof *logical);
+        if (!logical)
+            return rs_error(RESHARD_ERR_NOMEM, "EPLB slots: out of memory");
+        for (int64_t k = 0; k < per; k++)
+            logical[k] = rs_eplb_slot(m, s, row, r * per + k);
+        reshard_status_t st = rs_emit_expert_slots(e, l, logical, per, 0, m->Im, w13, w2);
+        free(logical);
+        return st;
+    }
     if (s->ep) { /* whole experts, contiguous, remainder to the first ranks */
         int64_t base = m->E / eps, rem = m->E % eps;
         ne = base + (r < rem);
@@ -225,8 +237,9 @@ reshard_status_t rs_infer_emit(const reshard_model_t *model, const reshard_tenso
     if (s != RESHARD_OK)
         return s;
     char text[64];
-    uint64_t origin =
-        rs_side_origin(model, false, reshard_infer_spec_str(spec, text, sizeof text), rank_offset);
+    uint64_t origin = rs_eplb_hash(
+        model, spec,
+        rs_side_origin(model, false, reshard_infer_spec_str(spec, text, sizeof text), rank_offset));
     return rs_emit_side(model, tensors, false, reshard_infer_world(spec), rank_offset, infer_rank,
                         spec, scope, origin, out, buffers);
 }
