@@ -138,6 +138,11 @@ typedef struct {
     int vllm_nested; /* vLLM >= 0.25 (PR #41184): experts.routed_experts.w13_weight */
     int seq_moe;     /* vLLM use_sequence_parallel_moe: EP, tp > 1, dp > 1 in one engine */
     int bridge;      /* Megatron-Bridge: the vocabulary is not padded */
+    /* vLLM EPLB: physical_to_logical map (NULL: EPLB off, or vLLM's initial
+     * map when eplb_P > 0), P slots per MoE layer, one row or one per layer */
+    const int32_t *eplb;
+    int64_t eplb_len, eplb_P;
+    int32_t eplb_r; /* the rank inside its engine */
 } rk_t;
 
 static void at(where_t *w, const char *prefix, const char *name, int64_t e, int64_t r, int64_t col)
@@ -320,6 +325,18 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
      * intermediate dim split over all tp*dp ranks: rank dp_rank*tp + tp_rank
      * holds slice number dp_rank*tp + tp_rank (vLLM flattens expert TP). */
     int64_t ne = x->vllm_ep ? x->ne : c->E, e = (x->vllm_ep ? x->e0 : 0) + el;
+    if (x->eplb_P) {
+        /* EPLB (eplb_state.py, fused_moe/layer.py): EP rank r holds physical
+         * slots [r*P/eps, (r+1)*P/eps) (P divisible by eps), slot p holding
+         * logical expert physical_to_logical[moe_layer][p]; without a map,
+         * build_initial_global_physical_to_logical_map: p < E holds p, slot
+         * E + i holds i % E. MoE layers count from the first after the
+         * dense ones (first_k_dense_replace, mlp_only_layers [0]). */
+        int64_t P = x->eplb_P, per = P / (tp * x->dp), p = x->eplb_r * per + el;
+        int64_t row = layer - (c->first_dense ? c->first_dense : c->mlp_only0 ? 1 : 0);
+        ne = per;
+        e = !x->eplb ? p % c->E : x->eplb[(x->eplb_len == P ? 0 : row) * P + p];
+    }
     int64_t ni = x->vllm_ep ? c->Im : c->Im / (tp * x->dp);
     int64_t i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
     char e13[96], e2[96], eg[96], eu[96], ed[96];
@@ -723,6 +740,12 @@ static void rank_ctx(const job_t *j, int train, rk_t *x)
         x->vllm_ep = is->ep;
         x->vllm_nested = is->vllm != RESHARD_VLLM_0_24;
         x->seq_moe = is->ep && is->tp > 1 && is->dp > 1;
+        if (is->redundant > 0 || is->eplb_map) {
+            x->eplb = is->eplb_map;
+            x->eplb_len = is->eplb_map_len;
+            x->eplb_P = j->c->E + is->redundant;
+            x->eplb_r = r;
+        }
         if (j->c->E) {
             int64_t base = j->c->E / eps, rem = j->c->E % eps; /* remainder to the first ranks */
             x->ne = base + (r < rem);
@@ -874,6 +897,8 @@ static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
 typedef struct {
     int32_t domain_size;
     int own_plans;
+    const int32_t *eplb_map; /* the inference spec's EPLB map (NULL: none) */
+    int64_t eplb_len;
 } how_t;
 
 /* The buffer table entries of @p rank in @p a and in @p b are the same
@@ -957,6 +982,8 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
     reshard_infer_spec_t is;
     assert_int_equal(reshard_train_spec_parse(train, &ts), RESHARD_OK);
     assert_int_equal(reshard_infer_spec_parse(infer, &is), RESHARD_OK);
+    is.eplb_map = how.eplb_map;
+    is.eplb_map_len = how.eplb_len;
     reshard_model_refit_t f;
     if (reshard_model_refit_create(m, &ts, &is, &f) != RESHARD_OK)
         fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
@@ -1021,7 +1048,7 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
 
 static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train, const char *infer)
 {
-    refit_case_how(c, dtype, train, infer, (how_t){0, 0});
+    refit_case_how(c, dtype, train, infer, (how_t){.domain_size = 0, .own_plans = 0});
 }
 
 /* ------------------------------------------------------------------ */
@@ -1056,10 +1083,13 @@ static void test_fused_qkv_groups(void **state)
     refit_case(&llama, RESHARD_BF16, "tp=2,pp=1,dp=2", "tp=1,dp=1");
     refit_case(&llama, RESHARD_BF16, "tp=4,cp=2", "tp=8");
     /* every rank plans for itself; NVLink domains of 4 ranks (forwarding) */
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){1, 1});
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 1});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 1, .own_plans = 1});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 4, .own_plans = 1});
     /* ... each from its scoped layouts */
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 2});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 4, .own_plans = 2});
 }
 
 /* Qwen3-MoE: 6 experts, layer 0 dense (mlp_only_layers). */
@@ -1092,7 +1122,7 @@ static void test_moe_experts(void **state)
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=6,ep=6", "tp=1,dp=5,ep=on");
     /* domains of 4 ranks: pieces land once per domain and are forwarded */
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=1,dp=4,ep=on",
-                   (how_t){4, 0});
+                   (how_t){.domain_size = 4, .own_plans = 0});
 }
 
 /* DeepSeek-V3 shape: MLA with q_lora, one dense layer, 5 routed experts,
@@ -1122,7 +1152,8 @@ static void test_mla(void **state)
     refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,first=2", "tp=2,dp=2,ep=on");
     refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4");
     /* every rank plans for itself, NVLink domains of 5 ranks (relays, forwards) */
-    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on", (how_t){5, 1});
+    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on",
+                   (how_t){.domain_size = 5, .own_plans = 1});
     tcfg_t no_q_lora = dsv3;
     no_q_lora.q_lora = 0;
     no_q_lora.nmtp = 0;
@@ -1259,11 +1290,11 @@ static void test_engines(void **state)
     /* each engine spans two domains of 2 ranks; every rank plans for itself,
      * and from its scoped layouts */
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
-                   (how_t){2, 1});
+                   (how_t){.domain_size = 2, .own_plans = 1});
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
-                   (how_t){2, 2});
+                   (how_t){.domain_size = 2, .own_plans = 2});
     refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,engines=2,ep=on",
-                   (how_t){2, 0});
+                   (how_t){.domain_size = 2, .own_plans = 0});
 }
 
 /* Bytes that must cross into the inference domains (plan lower bound), from
@@ -1414,6 +1445,98 @@ static void test_qwen2_moe_no_shared(void **state)
     refit_case(&c, RESHARD_BF16, "tp=1,pp=2", "tp=2,engines=2");
 }
 
+/* vLLM EPLB: 6 experts + 2 redundant = 8 physical slots over EP 4 (2 per
+ * rank), layer 0 dense, layers 1 and 2 MoE. Every slot must hold its logical
+ * expert after the refit, duplicates included; a map that changes between
+ * refits gives a new plan whose refit is checked again. */
+static void test_eplb(void **state)
+{
+    (void)state;
+    /* vLLM's initial map: slots 0..5 hold 0..5, slots 6, 7 hold 0, 1 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2");
+    /* one map for both MoE layers: a permutation with experts 3 and 5 twice */
+    static const int32_t one[8] = {5, 3, 0, 4, 3, 1, 2, 5};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2",
+                   (how_t){.domain_size = 0, .own_plans = 0, .eplb_map = one, .eplb_len = 8});
+    /* the balancer moved experts: per-layer maps, each rank's own scoped plan,
+     * NVLink domains of 2 (pieces forwarded), Megatron etp=2 */
+    static const int32_t two[16] = {0, 0, 1, 2, 3, 4, 5, 5, /* layer 1 */
+                                    4, 2, 1, 3, 0, 5, 2, 2 /* layer 2 */};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=on,redundant=2",
+                   (how_t){.domain_size = 2, .own_plans = 2, .eplb_map = two, .eplb_len = 16});
+    /* no redundant experts: EPLB still permutes them (a map alone turns it on) */
+    static const int32_t perm[6] = {5, 4, 3, 2, 1, 0};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=1,dp=3,ep=on,engines=2",
+                   (how_t){.domain_size = 0, .own_plans = 1, .eplb_map = perm, .eplb_len = 6});
+}
+
+/* A bad EPLB map or spec is refused before any layout is built, naming the
+ * layer, slot or expert; two maps give two fingerprints. */
+static void test_eplb_refused(void **state)
+{
+    (void)state;
+    char *json = config_json(&qwen3_moe);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2,etp=1", &ts), RESHARD_OK);
+    static const struct {
+        const char *infer;
+        int32_t map[16];
+        int64_t len;
+        const char *msg;
+    } bad[] = {
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0},
+         7,
+         "EPLB map has 7 entries; it must have one per physical expert slot, 8"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0, 6},
+         8,
+         "MoE layer 0: physical slot 7 holds logical expert 6, outside [0, 6)"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0, 1, 0, 1, 2, 3, 4, 4, 0, 1},
+         16,
+         "MoE layer 1: logical expert 5 has no physical slot"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, -1, 4, 5, 0, 1},
+         8,
+         "physical slot 3 holds logical expert -1"},
+        {"tp=2,dp=2,ep=on,redundant=1", {0}, 0, "EP size tp*dp=4 does not divide the 7 physical"},
+        {"tp=2,dp=2,redundant=2", {0}, 0, "EPLB (redundant=2) needs ep=on"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        assert_int_equal(reshard_infer_spec_parse(bad[k].infer, &is), RESHARD_OK);
+        is.eplb_map = bad[k].len ? bad[k].map : NULL;
+        is.eplb_map_len = bad[k].len;
+        reshard_model_refit_t f;
+        assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+        if (!strstr(reshard_last_error(), bad[k].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", k, reshard_last_error(), bad[k].msg);
+    }
+    /* the spec text keeps the redundant experts */
+    char text[128];
+    assert_int_equal(reshard_infer_spec_parse("tp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    assert_string_equal(reshard_infer_spec_str(&is, text, sizeof text),
+                        "tp=2,dp=1,ep=on,redundant=2");
+    /* two maps, two origins: plans made from different maps never agree */
+    static const int32_t a[8] = {0, 1, 2, 3, 4, 5, 0, 1}, b[8] = {0, 1, 2, 3, 4, 5, 1, 0};
+    reshard_model_refit_t fa, fb;
+    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    is.eplb_map = a;
+    is.eplb_map_len = 8;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &fa), RESHARD_OK);
+    is.eplb_map = b;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &fb), RESHARD_OK);
+    assert_true(fa.infer->origin.hash != fb.infer->origin.hash);
+    assert_true(fa.train->origin.hash == fb.train->origin.hash);
+    reshard_model_refit_destroy(&fa);
+    reshard_model_refit_destroy(&fb);
+    reshard_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1431,6 +1554,8 @@ int main(void)
         cmocka_unit_test(test_sequence_parallel_shared),
         cmocka_unit_test(test_megatron_conventions),
         cmocka_unit_test(test_qwen2_moe_no_shared),
+        cmocka_unit_test(test_eplb),
+        cmocka_unit_test(test_eplb_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
