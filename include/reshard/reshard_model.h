@@ -74,6 +74,10 @@
  * mlp.router.expert_bias is a module buffer (register_buffer: named_buffers(),
  * not named_parameters()); reshard_model_buffer_t.module_buffer marks it.
  *
+ * vLLM's expert load balancer (EPLB): redundant experts and the balancer's
+ * physical-to-logical map (reshard_infer_spec_t.redundant, eplb_map), for
+ * every MoE family, with expert parallelism (vLLM's EPLB needs it).
+ *
  * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
  * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
  * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
@@ -496,6 +500,14 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * (+ shared_expert_gate [1, H], replicated; qwen2_moe declares it also without a
  * shared expert, written by no fragment: vLLM has it, no trainer does); norm;
  * lm_head (mixtral: block_sparse_moe.gate and block_sparse_moe.experts.*).
+ * EPLB (reshard_infer_spec_t.redundant > 0 or eplb_map; vLLM --enable-eplb):
+ * every MoE layer has P = E + redundant physical slots and EP rank r of an
+ * engine holds slots [r*P/(tp*dp), (r+1)*P/(tp*dp)) as its w13/w2 rows
+ * [P/(tp*dp), 2I, H] and [P/(tp*dp), H, I], slot p holding the logical
+ * expert the map gives it (every logical expert is written into every slot
+ * holding it; the shapes never change with the map, so a worker's buffers
+ * stay bound). When the balancer moves experts, build the layouts again with
+ * the new map (a rank's own: reshard_model_refit_create_scoped) and plan again.
  * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,
