@@ -60,9 +60,24 @@
  *                             in the model dtype). Under vLLM's sequence-parallel MoE the
  *                             shared experts are whole on every rank. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
- * A config field that implies tensors a family does not build (attention_bias,
- * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, n_shared_experts
- * outside deepseek and nemotron_h, experts on a dense family) is refused naming
+ *   glm4_moe                  GLM-4.5 (vLLM glm4_moe.py, Megatron-Bridge glm45_bridge.py):
+ *                             GQA with q/k/v biases (attention_bias; o_proj none), q/k norms
+ *                             only with use_qk_norm, partial rotary (no tensors); layers below
+ *                             first_k_dense_replace dense, the rest MoE: router
+ *                             "mlp.gate.weight" (bf16) and "mlp.gate.e_score_correction_bias"
+ *                             (fp32, always), stacked experts, shared experts
+ *                             "mlp.shared_experts.*" (n_shared_experts x moe_intermediate_size,
+ *                             TP-split in vLLM, also under sequence-parallel MoE). vLLM creates
+ *                             gate.weight fp32 (nn.Linear(dtype=float32)); the refit moves no
+ *                             dtype change, so its vLLM layout has a bf16 buffer
+ *                             "model.layers.N.mlp.gate.weight_bf16" that receives the router,
+ *                             from which the worker sets gate.weight (exact). The MTP layer
+ *                             (vLLM's separate glm4_moe_mtp drafter) is refused with the mtp
+ *                             option.
+ * A config field that implies tensors a family does not build (attention_bias
+ * outside glm4_moe, mlp_bias, shared_expert_intermediate_size outside qwen2_moe,
+ * n_shared_experts outside deepseek, nemotron_h and glm4_moe, experts on a dense
+ * family) is refused naming
  * the field. Booleans must be JSON true or false; a duplicate key is refused (IO).
  *
  * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
@@ -186,7 +201,8 @@ void reshard_model_destroy(reshard_model_t *model);
 /** What a model is. Counts in elements/parameters, sizes in bytes. */
 typedef struct {
     const char *name;   /**< the name or path it was loaded from */
-    const char *family; /**< "dense", "qwen3_moe", "deepseek_v3" or "nemotron_h" */
+    const char *family; /**< "dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral",
+                             "nemotron_h" or "glm4_moe" */
     int32_t layers;     /**< decoder layers kept (after the layers option) */
     int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
     int64_t hidden, intermediate, moe_intermediate, vocab;

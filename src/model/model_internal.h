@@ -24,7 +24,8 @@ typedef enum {
     RS_FAM_DSV3,
     RS_FAM_QWEN2_MOE,
     RS_FAM_MIXTRAL,
-    RS_FAM_NEMOTRON_H
+    RS_FAM_NEMOTRON_H,
+    RS_FAM_GLM4_MOE
 } rs_family_t;
 
 /** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */

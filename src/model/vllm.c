@@ -148,7 +148,14 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         /* mixtral: block_sparse_moe.gate / .experts; others mlp. */
         char q[128];
         rs_name_join(q, sizeof q, p, m->moe_block, -1, ".");
-        TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, q, "gate.weight")));
+        /* glm4_moe.py (vLLM 002d607) creates the gate as nn.Linear(dtype=float32):
+         * vLLM holds it fp32, the trainer bf16, and the refit changes no dtype
+         * on the way (beyond the FP8 forms). The bf16 router lands in a buffer of
+         * its own, "...mlp.gate.weight_bf16", which the worker widens into
+         * gate.weight (exact), as NemotronH's A_log becomes A. */
+        TRY(rs_emit_own(
+            e, l->router,
+            rs_nm(n, sizeof n, q, m->fam == RS_FAM_GLM4_MOE ? "gate.weight_bf16" : "gate.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias,
                             rs_nm(n, sizeof n, q, "gate.e_score_correction_bias")));

@@ -75,6 +75,14 @@ static char *config_json(const tcfg_t *c)
                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
                      (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
                      (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
+    if (!strcmp(c->type, "glm4_moe"))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"moe_intermediate_size\": %lld, \"n_routed_experts\": %lld, "
+                      "\"n_shared_experts\": %lld, \"first_k_dense_replace\": %lld, "
+                      "\"attention_bias\": true, \"use_qk_norm\": false, "
+                      "\"partial_rotary_factor\": 0.5, \"num_nextn_predict_layers\": 1",
+                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
+                      (long long)c->first_dense);
     snprintf(s + n, 4096 - (size_t)n, "}");
     return s;
 }
@@ -235,6 +243,12 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     char router[96], rbias[96];
     snprintf(router, sizeof router, "%sgate.weight", moe_block(c));
     snprintf(rbias, sizeof rbias, "%sgate.e_score_correction_bias", moe_block(c));
+    if (!strcmp(c->type, "glm4_moe") && !strcmp(rest, "mlp.gate.weight_bf16")) {
+        /* vLLM's glm4_moe gate is fp32: the bf16 router is staged whole */
+        snprintf(hf, sizeof hf, "%smlp.gate.weight", pre);
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
     if (ends(rest, "norm.weight") || !strcmp(rest, router) || !strcmp(rest, rbias) ||
         !strcmp(rest, "eh_proj.weight") || !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight") ||
         (!strcmp(rest, "mlp.shared_expert_gate.weight") && shared_I(c))) {
@@ -1537,6 +1551,159 @@ static void test_eplb_refused(void **state)
     reshard_model_destroy(m);
 }
 
+/* GLM-4.5 (glm4_moe): GQA with q/k/v biases, no q/k norms, layer 0 dense,
+ * 6 routed experts + 1 shared expert with the router's fp32 score-correction
+ * bias. */
+static const tcfg_t glm = {.type = "glm4_moe",
+                           .H = 32,
+                           .I = 48,
+                           .Im = 16,
+                           .V = 90,
+                           .nh = 4,
+                           .kv = 2,
+                           .hd = 8,
+                           .E = 6,
+                           .nshared = 1,
+                           .first_dense = 1,
+                           .L = 3};
+
+/* The names (in order), dtypes and shapes rank @p rank of @p t holds must be
+ * @p want: {name, dtype, d0, d1, d2} (0: fewer dims). */
+typedef struct {
+    const char *name;
+    reshard_dtype_t dt;
+    int64_t d[3];
+} want_t;
+
+static void expect_names(const reshard_layout_t *l, int32_t rank, const want_t *want, int n)
+{
+    assert_int_equal(reshard_layout_declared_count(l, rank), n);
+    for (int i = 0; i < n; i++) {
+        reshard_buffer_info_t bi;
+        assert_int_equal(reshard_layout_declared_buffer(l, rank, i, &bi), RESHARD_OK);
+        if (strcmp(bi.name, want[i].name) || bi.dtype != want[i].dt)
+            fail_msg("rank %d buffer %d: %s (%s), want %s (%s)", rank, i, bi.name,
+                     reshard_dtype_name(bi.dtype), want[i].name, reshard_dtype_name(want[i].dt));
+        for (int d = 0; d < 3; d++)
+            assert_int_equal(d < bi.ndim ? bi.shape[d] : 0, want[i].d[d]);
+    }
+}
+
+static void test_glm4_moe(void **state)
+{
+    (void)state;
+    /* vLLM's own DP with EP (sequence-parallel MoE: glm4_moe.py's shared experts
+     * stay TP-split), Megatron ep=2 etp=1 */
+    refit_case(&glm, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    /* independent engines with EP inside, Megatron pp=3 (one layer each), Bridge */
+    refit_case(&glm, RESHARD_BF16, "tp=2,pp=3,convention=megatron-bridge", "tp=2,engines=2,ep=on");
+    /* no EP: every expert split over tp*dp; each rank's own scoped plan, domains */
+    refit_case_how(&glm, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=2,dp=2",
+                   (how_t){.domain_size = 2, .own_plans = 2});
+    /* EPLB: 6 + 2 redundant slots */
+    refit_case(&glm, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2");
+
+    /* names, dtypes and shapes from the frameworks' rules: vLLM tp=2 rank 0
+     * (glm4_moe.py: qkv_proj with bias, o_proj without; dense gate_up/down;
+     * MoE gate + fp32 e_score_correction_bias, FusedMoE w13/w2 (vLLM 0.25
+     * routed_experts), shared_experts gate_up/down), Megatron tp=2 rank 0 */
+    char *json = config_json(&glm);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("tp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    const reshard_dtype_t B = RESHARD_BF16, F = RESHARD_FP32;
+    /* q 2 heads + k 1 + v 1 of 8 rows per rank: 32 rows */
+    want_t vl[] = {{"model.embed_tokens.weight", B, {64, 32}},
+                   {"model.layers.0.input_layernorm.weight", B, {32}},
+                   {"model.layers.0.self_attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.0.self_attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.0.self_attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.0.post_attention_layernorm.weight", B, {32}},
+                   {"model.layers.0.mlp.gate_up_proj.weight", B, {48, 32}},
+                   {"model.layers.0.mlp.down_proj.weight", B, {32, 24}}};
+    want_t vm[] = {{"model.layers.1.input_layernorm.weight", B, {32}},
+                   {"model.layers.1.self_attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.1.self_attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.1.self_attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.1.post_attention_layernorm.weight", B, {32}},
+                   /* vLLM's gate.weight is fp32 (nn.Linear(dtype=float32)): the
+                    * trainer's bf16 router lands beside it, widened by the worker */
+                   {"model.layers.1.mlp.gate.weight_bf16", B, {6, 32}},
+                   {"model.layers.1.mlp.gate.e_score_correction_bias", F, {6}},
+                   {"model.layers.1.mlp.experts.routed_experts.w13_weight", B, {6, 16, 32}},
+                   {"model.layers.1.mlp.experts.routed_experts.w2_weight", B, {6, 32, 8}},
+                   {"model.layers.1.mlp.shared_experts.gate_up_proj.weight", B, {16, 32}},
+                   {"model.layers.1.mlp.shared_experts.down_proj.weight", B, {32, 8}}};
+    want_t all[8 + 11 * 2 + 2];
+    int n = 0;
+    for (int i = 0; i < 8; i++)
+        all[n++] = vl[i];
+    char names[2][11][96];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 11; i++) {
+            snprintf(names[k][i], sizeof names[k][i], "model.layers.%d.%s", k + 1,
+                     vm[i].name + strlen("model.layers.1."));
+            all[n] = vm[i];
+            all[n++].name = names[k][i];
+        }
+    all[n++] = (want_t){"model.norm.weight", B, {32}};
+    all[n++] = (want_t){"lm_head.weight", B, {64, 32}};
+    expect_names(f.infer, f.train_world, all, n);
+    /* Megatron-LM (vocab padded to 128*tp = 256): TE linear_qkv with its fused
+     * layer norm and bias, dense linear_fc1 with layer_norm_weight; MoE
+     * pre_mlp_layernorm, router (+ expert_bias fp32, a module buffer),
+     * TEGroupedMLP experts weight0..5 (etp = tp = 2), shared_experts */
+    want_t ml[] = {{"embedding.word_embeddings.weight", B, {128, 32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight", B, {32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.weight", B, {32, 32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.bias", B, {32}},
+                   {"decoder.layers.0.self_attention.linear_proj.weight", B, {32, 16}},
+                   {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", B, {32}},
+                   {"decoder.layers.0.mlp.linear_fc1.weight", B, {48, 32}},
+                   {"decoder.layers.0.mlp.linear_fc2.weight", B, {32, 24}}};
+    /* per MoE layer 4 attention + pre_mlp_layernorm, router, expert_bias + 12
+     * expert weights + 2 shared; then the final norm and the output layer */
+    assert_int_equal(reshard_layout_declared_count(f.train, 0), 8 + 2 * (7 + 12 + 2) + 2);
+    for (int i = 0; i < 8; i++) {
+        reshard_buffer_info_t bi;
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, i, &bi), RESHARD_OK);
+        assert_string_equal(bi.name, ml[i].name);
+    }
+    static const char *const moe_names[] = {
+        "self_attention.linear_qkv.layer_norm_weight",
+        "self_attention.linear_qkv.weight",
+        "self_attention.linear_qkv.bias",
+        "self_attention.linear_proj.weight",
+        "pre_mlp_layernorm.weight",
+        "mlp.router.weight",
+        "mlp.router.expert_bias",
+        "mlp.experts.linear_fc1.weight0",
+    };
+    for (int i = 0; i < 8; i++) {
+        reshard_buffer_info_t bi;
+        char want[128];
+        snprintf(want, sizeof want, "decoder.layers.1.%s", moe_names[i]);
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, 8 + i, &bi), RESHARD_OK);
+        assert_string_equal(bi.name, want);
+        if (i == 6)
+            assert_int_equal(bi.dtype, RESHARD_FP32);
+    }
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+    /* the MTP layer (vLLM's separate glm4_moe_mtp drafter) is refused by name */
+    json = config_json(&glm);
+    reshard_model_options_t o = {.mtp = 1};
+    assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "glm4_moe' with the mtp option"));
+    free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1556,6 +1723,7 @@ int main(void)
         cmocka_unit_test(test_qwen2_moe_no_shared),
         cmocka_unit_test(test_eplb),
         cmocka_unit_test(test_eplb_refused),
+        cmocka_unit_test(test_glm4_moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
