@@ -91,7 +91,13 @@ int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_mode
         mo->infer_quant = RESHARD_QUANT_FP8_BLOCK;
     else if (!strcmp(d, "mxfp8"))
         mo->infer_quant = RESHARD_QUANT_MXFP8;
-    else {
+    else if (!strcmp(d, "mxfp4")) {
+        snprintf(err, err_size,
+                 "--infer-dtype mxfp4: vLLM's MXFP4 expert form (gpt-oss's released "
+                 "checkpoints) is not produced by the refit; refit into an engine that loaded "
+                 "bf16 weights (--infer-dtype bf16)");
+        return 2;
+    } else {
         snprintf(err, err_size, "--infer-dtype '%s' is not bf16, fp8 or mxfp8", d);
         return 2;
     }

@@ -74,8 +74,24 @@
  *                             from which the worker sets gate.weight (exact). The MTP layer
  *                             (vLLM's separate glm4_moe_mtp drafter) is refused with the mtp
  *                             option.
+ *   gpt_oss                   gpt-oss (vLLM gpt_oss.py, Megatron-Bridge gpt_oss_bridge.py): GQA
+ *                             with q/k/v and o_proj biases and attention sinks
+ *                             "self_attn.sinks" [heads]; every layer MoE: "mlp.router.weight"
+ *                             and "mlp.router.bias", stacked experts with biases
+ *                             "mlp.experts.{gate,up}_proj.bias" [E, I] and
+ *                             "mlp.experts.down_proj.bias" [E, H] (HF's gate_up_proj [E, H, 2I]
+ *                             holds gate at even, up at odd columns: expert e's gate row i is
+ *                             its column 2i); sliding-window layers have no tensors. vLLM names
+ *                             "model.embedding.weight", "model.layers.N.attn.{qkv_proj,o_proj,
+ *                             sinks}", "mlp.router", FusedMoE w13_weight / w13_bias with gate
+ *                             and up rows interleaved, w2_weight, w2_bias (without EP on the
+ *                             flattened rank 0 only); EP needs tp*dp to divide the experts; no
+ *                             EPLB. Megatron: linear_proj.bias, core_attention.softmax_offset
+ *                             (the sinks), mlp.router.bias, linear_fc1.biasK ([gate; up]),
+ *                             linear_fc2.biasK. Only the bf16 form: vLLM's MXFP4 experts (the
+ *                             released checkpoints' form) and FP8 are refused by name.
  * A config field that implies tensors a family does not build (attention_bias
- * outside glm4_moe, mlp_bias, shared_expert_intermediate_size outside qwen2_moe,
+ * outside glm4_moe and gpt_oss, mlp_bias, shared_expert_intermediate_size outside qwen2_moe,
  * n_shared_experts outside deepseek, nemotron_h and glm4_moe, experts on a dense
  * family) is refused naming
  * the field. Booleans must be JSON true or false; a duplicate key is refused (IO).
@@ -202,7 +218,7 @@ void reshard_model_destroy(reshard_model_t *model);
 typedef struct {
     const char *name;   /**< the name or path it was loaded from */
     const char *family; /**< "dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral",
-                             "nemotron_h" or "glm4_moe" */
+                             "nemotron_h", "glm4_moe" or "gpt_oss" */
     int32_t layers;     /**< decoder layers kept (after the layers option) */
     int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
     int64_t hidden, intermediate, moe_intermediate, vocab;

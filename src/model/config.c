@@ -82,6 +82,7 @@ static const struct {
     {"kimi_k2", NULL, RS_FAM_DSV3},
     {"nemotron_h", "NemotronH", RS_FAM_NEMOTRON_H},
     {"glm4_moe", "Glm4Moe", RS_FAM_GLM4_MOE},
+    {"gpt_oss", "GptOss", RS_FAM_GPT_OSS},
 };
 
 static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
@@ -99,7 +100,7 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
                     "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
-                    "deepseek_v3, kimi_k2, nemotron_h, glm4_moe",
+                    "deepseek_v3, kimi_k2, nemotron_h, glm4_moe, gpt_oss",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -134,15 +135,27 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     }
     if (m->fam != RS_FAM_QWEN2_MOE)
         TRY(refuse_field(root, mt, "shared_expert_intermediate_size", "shared experts"));
-    bool glm = m->fam == RS_FAM_GLM4_MOE;
+    bool glm = m->fam == RS_FAM_GLM4_MOE, oss = m->fam == RS_FAM_GPT_OSS;
     if (m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_NEMOTRON_H && !glm)
         TRY(refuse_field(root, mt, "n_shared_experts", "shared experts"));
-    if (!glm) /* glm4_moe.py: attention_bias is the q/k/v biases (o_proj has none) */
+    if (!glm && !oss) /* glm4_moe.py: attention_bias is the q/k/v biases (o_proj has none) */
         TRY(refuse_field(root, mt, "attention_bias", "q/k/v/o projection biases"));
     TRY(refuse_field(root, mt, "mlp_bias", "MLP projection biases"));
     m->qkv_bias = !strcmp(mt, "qwen2") || m->fam == RS_FAM_QWEN2_MOE;
     if (glm)
         TRY(rs_config_bool(root, "attention_bias", 0, &m->qkv_bias));
+    if (oss) { /* gpt_oss.py: QKVParallelLinear and RowParallelLinear always with biases */
+        TRY(rs_config_bool(root, "attention_bias", 1, &m->qkv_bias));
+        if (!m->qkv_bias)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'gpt_oss' with attention_bias false: vLLM's "
+                            "gpt-oss always has q/k/v/o biases (not modelled without them)");
+        if (o->dtype != RESHARD_BF16 || o->infer_quant != RESHARD_QUANT_NONE)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'gpt_oss': only the bf16 form is modelled (vLLM's "
+                            "MXFP4 experts, and FP8, are not produced by the refit: refit into "
+                            "an engine that loaded bf16 weights)");
+    }
     m->moe_block = m->fam == RS_FAM_MIXTRAL ? "block_sparse_moe" : "mlp";
     m->shared = m->fam == RS_FAM_QWEN2_MOE ? "shared_expert" : "shared_experts";
     GET("hidden_size", -1, 1, m->H);
@@ -188,6 +201,11 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         }
     } else if (m->fam == RS_FAM_MIXTRAL) {
         m->Im = m->I;
+        GET("num_local_experts", -1, 1, m->E);
+        GET("num_experts_per_tok", 1, 1, m->topk);
+    } else if (oss) {
+        /* gpt_oss.py MLPBlock: every layer MoE, experts of intermediate_size */
+        GET("intermediate_size", -1, 1, m->Im);
         GET("num_local_experts", -1, 1, m->E);
         GET("num_experts_per_tok", 1, 1, m->topk);
     } else if (glm) {
@@ -259,6 +277,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
             moe = m->E > 0 && hf >= first_k && hf % freq == 0;
         } else if (glm) {
             moe = hf >= first_k;
+        } else if (oss) {
+            moe = true;
         } else if (m->fam == RS_FAM_MIXTRAL) {
             moe = true;
         }
@@ -478,7 +498,7 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
     static const char *const fam[] = {"dense",   "qwen3_moe",  "deepseek_v3", "qwen2_moe",
-                                      "mixtral", "nemotron_h", "glm4_moe"};
+                                      "mixtral", "nemotron_h", "glm4_moe",    "gpt_oss"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

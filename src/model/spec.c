@@ -468,6 +468,17 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
              s->redundant);
         return RESHARD_OK;
     }
+    if (m->fam == RS_FAM_GPT_OSS) {
+        /* gpt_oss.py: no EPLB (FusedMoE without enable_eplb); load_weights
+         * gives EP rank r the experts [r*E/ep, (r+1)*E/ep) with no remainder */
+        RULE(!rs_eplb_on(s),
+             "infer: EPLB (redundant=%d or a map): vLLM's gpt-oss has no expert load balancer",
+             s->redundant);
+        RULE(!s->ep || m->E % ((int64_t)tp * s->dp) == 0,
+             "infer: gpt_oss: the EP size tp*dp=%d does not divide the %d experts (vLLM's "
+             "gpt-oss loader gives every EP rank E/ep of them)",
+             tp * s->dp, m->E);
+    }
     TRY(rs_eplb_check(m, s));
     if (!s->ep)
         RULE(m->Im % ((int64_t)tp * s->dp) == 0,

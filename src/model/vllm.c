@@ -18,6 +18,9 @@ static const char *const vllm_names[RS_VN_N][3] = {
     /*            default (0.25)                0.24          0.25 */
     [RS_VN_W13] = {"routed_experts.w13_weight", "w13_weight", "routed_experts.w13_weight"},
     [RS_VN_W2] = {"routed_experts.w2_weight", "w2_weight", "routed_experts.w2_weight"},
+    /* FusedMoE(has_bias=True) (gpt_oss.py): the biases live beside the weights */
+    [RS_VN_W13_BIAS] = {"routed_experts.w13_bias", "w13_bias", "routed_experts.w13_bias"},
+    [RS_VN_W2_BIAS] = {"routed_experts.w2_bias", "w2_bias", "routed_experts.w2_bias"},
 };
 
 const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which)
@@ -205,10 +208,14 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     const rs_model_ids_t *ids = e->ids;
     int64_t vpad = rs_roundup(m->V, 64);
     int32_t t = r % s->tp;
-    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
+    bool oss = m->fam == RS_FAM_GPT_OSS; /* gpt_oss.py: GptOssModel.embedding */
+    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t,
+                      oss ? "model.embedding.weight" : "model.embed_tokens.weight"));
     bool hybrid = m->fam == RS_FAM_NEMOTRON_H;
     for (int32_t i = 0; i < ids->nlayers; i++)
-        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i) : layer(e, s, r, i));
+        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i)
+            : oss  ? rs_gpt_oss_vllm_layer(e, s, r, i)
+                   : layer(e, s, r, i));
     TRY(rs_emit_own(e, ids->norm, hybrid ? "model.norm_f.weight" : "model.norm.weight"));
     /* Tied: lm_head is embed_tokens (one parameter). */
     if (!m->tied)
@@ -256,4 +263,11 @@ reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, 
 {
     const int32_t ids[3] = {l->q, l->k, l->v};
     return qkv(e, ids, false, tp, t, name);
+}
+
+reshard_status_t rs_vllm_qkv_bias(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                  const char *name)
+{
+    const int32_t ids[3] = {l->q_bias, l->k_bias, l->v_bias};
+    return qkv(e, ids, true, tp, t, name);
 }

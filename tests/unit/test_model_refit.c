@@ -75,6 +75,12 @@ static char *config_json(const tcfg_t *c)
                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
                      (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
                      (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
+    if (!strcmp(c->type, "gpt_oss"))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"num_local_experts\": %lld, \"num_experts_per_tok\": 2, "
+                      "\"attention_bias\": true, \"sliding_window\": 4, "
+                      "\"layer_types\": [\"sliding_attention\", \"full_attention\"]",
+                      (long long)c->E);
     if (!strcmp(c->type, "glm4_moe"))
         n += snprintf(s + n, 4096 - (size_t)n,
                       ", \"moe_intermediate_size\": %lld, \"n_routed_experts\": %lld, "
@@ -210,6 +216,105 @@ static void vocab(const rk_t *x, int64_t vpad, const char *hf, geom_t *g, where_
     }
 }
 
+static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                       geom_t *g, where_t *w);
+
+/* vLLM's gpt-oss (gpt_oss.py, the bf16 load path): model.embedding, per
+ * layer attn.{qkv_proj (+bias), o_proj (+bias, whole), sinks (the rank's
+ * heads)}, mlp.router (+bias, whole), FusedMoE experts whose w13 rows and
+ * w13_bias entries alternate gate, up of the rank's intermediate slice
+ * (HF gate_up_proj: gate at even, up at odd positions), w2 and w2_bias (no
+ * EP: only flattened rank 0 holds it, the others zeros). */
+static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                               geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t tp = x->tp, t = x->t, H = c->H, vpad = (c->V + 63) / 64 * 64;
+    if (!strcmp(param, "model.embedding.weight")) {
+        vocab(x, vpad, "model.embed_tokens.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "lm_head.weight")) {
+        vocab(x, vpad, "lm_head.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "model.norm.weight")) {
+        whole(x, param, g, w, i, col);
+        return 1;
+    }
+    int layer, k = 0;
+    if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
+        return 0;
+    const char *rest = param + k;
+    char pre[64], hf[192];
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    static const struct {
+        const char *vl, *hf;
+    } same[] = {{"input_layernorm.weight", "input_layernorm.weight"},
+                {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+                {"attn.o_proj.bias", "self_attn.o_proj.bias"},
+                {"mlp.router.weight", "mlp.router.weight"},
+                {"mlp.router.bias", "mlp.router.bias"}};
+    for (size_t s = 0; s < sizeof same / sizeof *same; s++)
+        if (!strcmp(rest, same[s].vl)) {
+            snprintf(hf, sizeof hf, "%s%s", pre, same[s].hf);
+            whole(x, hf, g, w, i, col);
+            return 1;
+        }
+    if (!strcmp(rest, "attn.sinks")) {
+        *g = (geom_t){1, 1, c->nh / tp};
+        if (w)
+            at(w, pre, "self_attn.sinks", 0, 0, t * (c->nh / tp) + col);
+        return 1;
+    }
+    if (!strncmp(rest, "attn.", 5)) { /* qkv_proj and o_proj as every GQA model's */
+        char as[192];
+        snprintf(as, sizeof as, "%sself_attn.%s", pre, rest + 5);
+        tcfg_t plain = *c;
+        plain.type = "qwen2";
+        rk_t y = *x;
+        y.c = &plain;
+        return vllm_oracle(&y, as, el, i, col, g, w);
+    }
+    int64_t eps = tp * x->dp, ne = x->vllm_ep ? c->E / eps : c->E;
+    int64_t e = (x->vllm_ep ? (x->dpr * tp + t) * ne : 0) + el;
+    int64_t ni = x->vllm_ep ? c->Im : c->Im / eps, i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
+    const char *nest = x->vllm_nested ? "routed_experts." : "";
+    char nm[4][96];
+    static const char *const sfx[4] = {"w13_weight", "w13_bias", "w2_weight", "w2_bias"};
+    for (int q = 0; q < 4; q++)
+        snprintf(nm[q], sizeof nm[q], "mlp.experts.%s%s", nest, sfx[q]);
+    if (!strcmp(rest, nm[0])) { /* row 2j: gate row i0+j, row 2j+1: up row i0+j */
+        *g = (geom_t){ne, 2 * ni, H};
+        if (w)
+            at(w, pre, i % 2 ? "mlp.experts.up_proj.weight" : "mlp.experts.gate_proj.weight", e,
+               i0 + i / 2, col);
+        return 1;
+    }
+    if (!strcmp(rest, nm[1])) { /* one element per local row: [E, I] biases */
+        *g = (geom_t){ne, 2 * ni, 1};
+        if (w)
+            at(w, pre, i % 2 ? "mlp.experts.up_proj.bias" : "mlp.experts.gate_proj.bias", 0, e,
+               i0 + i / 2);
+        return 1;
+    }
+    if (!strcmp(rest, nm[2])) {
+        *g = (geom_t){ne, H, ni};
+        if (w)
+            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+        return 1;
+    }
+    if (!strcmp(rest, nm[3])) {
+        *g = (geom_t){ne, 1, H};
+        if (w) {
+            at(w, pre, "mlp.experts.down_proj.bias", 0, e, col);
+            w->pad = !x->vllm_ep && x->dpr * tp + t != 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* The vLLM convention. Returns 0 for an unknown parameter. */
 static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
                        geom_t *g, where_t *w)
@@ -229,6 +334,8 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         whole(x, param, g, w, i, col);
         return 1;
     }
+    if (!strcmp(c->type, "gpt_oss"))
+        return vllm_gpt_oss_oracle(x, param, el, i, col, g, w);
     int layer, k = 0;
     if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
         return 0;
@@ -484,6 +591,43 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
         {"mlp.shared_experts.gate_weight", "mlp.shared_expert_gate.weight"},
     };
+    int oss = !strcmp(c->type, "gpt_oss");
+    /* gpt-oss (Megatron-Bridge gpt_oss_bridge.py): linear_proj.bias whole, the
+     * sinks as core_attention.softmax_offset (the rank's heads), router bias,
+     * TEGroupedMLP biases: fc1 [gate; up] rows of the rank, fc2 whole */
+    if (oss && (!strcmp(rest, "self_attention.linear_proj.bias") ||
+                !strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.bias"))) {
+        snprintf(hf, sizeof hf, "%s%s", pre,
+                 !strcmp(rest, "self_attention.linear_proj.bias") ? "self_attn.o_proj.bias" : rest);
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
+    if (oss && !strcmp(rest, "self_attention.core_attention.softmax_offset")) {
+        *g = (geom_t){1, 1, c->nh / tp};
+        if (w)
+            at(w, pre, "self_attn.sinks", 0, 0, t * (c->nh / tp) + col);
+        return 1;
+    }
+    if (oss) {
+        int64_t ne = c->E / x->ep, ni = c->Im / x->etp, i0 = x->et * ni;
+        int j = -1;
+        k = 0;
+        if (sscanf(rest, "mlp.experts.linear_fc1.bias%d%n", &j, &k) == 1 && !rest[k]) {
+            assert_true(j >= 0 && j < ne);
+            *g = (geom_t){1, 2 * ni, 1};
+            if (w)
+                at(w, pre, i < ni ? "mlp.experts.gate_proj.bias" : "mlp.experts.up_proj.bias", 0,
+                   x->epr * ne + j, i0 + (i < ni ? i : i - ni));
+            return 1;
+        }
+        if (sscanf(rest, "mlp.experts.linear_fc2.bias%d%n", &j, &k) == 1 && !rest[k]) {
+            assert_true(j >= 0 && j < ne);
+            *g = (geom_t){1, 1, H};
+            if (w)
+                at(w, pre, "mlp.experts.down_proj.bias", 0, x->epr * ne + j, col);
+            return 1;
+        }
+    }
     if (!strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.expert_bias")) {
         snprintf(hf, sizeof hf, "%s%s%s", pre, moe_block(c),
                  ends(rest, "weight") ? "gate.weight" : "gate.e_score_correction_bias");
@@ -607,6 +751,20 @@ static void check_declared(const reshard_buffer_info_t *bi, const char *param, c
                            const reshard_tensor_info_t *hf, int scale)
 {
     int stacked = ends(param, "w13_weight") || ends(param, "w2_weight");
+    /* gpt-oss expert biases: vLLM [E_local, n] stacks, Megatron [n] per expert */
+    if (ends(param, "w13_bias") || ends(param, "w2_bias")) {
+        assert_int_equal(bi->dtype, hf->dtype);
+        assert_int_equal(bi->ndim, 2);
+        assert_int_equal(bi->shape[0], g->experts);
+        assert_int_equal(bi->shape[1], g->rows * g->width);
+        return;
+    }
+    if (strstr(param, ".linear_fc1.bias") || strstr(param, ".linear_fc2.bias")) {
+        assert_int_equal(bi->dtype, hf->dtype);
+        assert_int_equal(bi->ndim, 1);
+        assert_int_equal(bi->shape[0], g->experts * g->rows * g->width);
+        return;
+    }
     int64_t rows = scale ? (g->rows + BLOCK - 1) / BLOCK : g->rows;
     int64_t width = scale ? (g->width + BLOCK - 1) / BLOCK : g->width;
     if (scale)
@@ -1704,6 +1862,91 @@ static void test_glm4_moe(void **state)
     free(json);
 }
 
+/* gpt-oss (gpt_oss): q/k/v/o biases, attention sinks, a router with a bias,
+ * 4 experts with biases whose gate and up vLLM interleaves; sliding-window
+ * layers have no tensors of their own. */
+static const tcfg_t oss = {.type = "gpt_oss",
+                           .H = 32,
+                           .I = 16,
+                           .Im = 16,
+                           .V = 90,
+                           .nh = 4,
+                           .kv = 2,
+                           .hd = 8,
+                           .E = 4,
+                           .L = 2};
+
+static void test_gpt_oss(void **state)
+{
+    (void)state;
+    /* vLLM EP over 4 ranks (one expert each, vLLM's own DP), Megatron ep=2 */
+    refit_case(&oss, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    /* no EP: the intermediate dim over all 4 ranks; w2_bias on flattened rank 0
+     * only (the others keep the zeros vLLM loads: the oracle checks the sentinel);
+     * Megatron etp = tp = 2 splits the experts like a dense MLP */
+    refit_case(&oss, RESHARD_BF16, "tp=2,pp=2", "tp=2,dp=2");
+    /* engines with EP inside, Megatron-Bridge, each rank's own scoped plan, domains */
+    refit_case_how(&oss, RESHARD_BF16, "tp=1,dp=2,ep=2,convention=megatron-bridge",
+                   "tp=2,engines=2,ep=on", (how_t){.domain_size = 2, .own_plans = 2});
+    /* vLLM 0.24 names (experts.w13_weight, experts.w13_bias) */
+    refit_case(&oss, RESHARD_BF16, "tp=2", "tp=1,dp=2,vllm=0.24");
+
+    char *json = config_json(&oss);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_train_spec_parse("tp=2", &ts), RESHARD_OK);
+    /* refused: EPLB (vLLM's gpt-oss has none), an EP size not dividing the experts */
+    assert_int_equal(reshard_infer_spec_parse("tp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "vLLM's gpt-oss has no expert load balancer"));
+    assert_int_equal(reshard_infer_spec_parse("tp=1,dp=3,ep=on", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "does not divide the 4 experts"));
+    /* vLLM tp=2 rank 0's names, dtypes and shapes (gpt_oss.py): qkv rows 2 q heads +
+     * 1 k + 1 v of 8, o_proj columns 2 heads of 8, experts' 16 rows split in two */
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    const reshard_dtype_t B = RESHARD_BF16;
+    want_t vl[] = {{"model.embedding.weight", B, {64, 32}},
+                   {"model.layers.0.input_layernorm.weight", B, {32}},
+                   {"model.layers.0.attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.0.attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.0.attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.0.attn.o_proj.bias", B, {32}},
+                   {"model.layers.0.attn.sinks", B, {2}},
+                   {"model.layers.0.post_attention_layernorm.weight", B, {32}},
+                   {"model.layers.0.mlp.router.weight", B, {4, 32}},
+                   {"model.layers.0.mlp.router.bias", B, {4}},
+                   {"model.layers.0.mlp.experts.routed_experts.w13_weight", B, {4, 16, 32}},
+                   {"model.layers.0.mlp.experts.routed_experts.w13_bias", B, {4, 16}},
+                   {"model.layers.0.mlp.experts.routed_experts.w2_weight", B, {4, 32, 8}},
+                   {"model.layers.0.mlp.experts.routed_experts.w2_bias", B, {4, 32}}};
+    want_t all[1 + 13 * 2 + 2];
+    char names[2][13][96];
+    int n = 0;
+    all[n++] = vl[0];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 13; i++) {
+            snprintf(names[k][i], sizeof names[k][i], "model.layers.%d.%s", k,
+                     vl[i + 1].name + strlen("model.layers.0."));
+            all[n] = vl[i + 1];
+            all[n++].name = names[k][i];
+        }
+    all[n++] = (want_t){"model.norm.weight", B, {32}};
+    all[n++] = (want_t){"lm_head.weight", B, {64, 32}};
+    expect_names(f.infer, f.train_world, all, n);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+    /* only the bf16 form: MXFP4 (the released experts) and FP8 destinations are refused */
+    reshard_model_options_t o = {.infer_quant = RESHARD_QUANT_FP8_BLOCK};
+    assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "'gpt_oss': only the bf16 form is modelled"));
+    free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1724,6 +1967,7 @@ int main(void)
         cmocka_unit_test(test_eplb),
         cmocka_unit_test(test_eplb_refused),
         cmocka_unit_test(test_glm4_moe),
+        cmocka_unit_test(test_gpt_oss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
