@@ -474,6 +474,11 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
         RULE(!rs_eplb_on(s),
              "infer: EPLB (redundant=%d or a map): vLLM's gpt-oss has no expert load balancer",
              s->redundant);
+        /* OAIAttention: num_local_key_value_heads = kv / tp (no kv replication) */
+        RULE(m->kv % tp == 0,
+             "infer: gpt_oss: tp=%d does not divide the %d kv heads (vLLM's gpt-oss attention "
+             "holds kv/tp kv heads per rank, without replication)",
+             tp, m->kv);
         RULE(!s->ep || m->E % ((int64_t)tp * s->dp) == 0,
              "infer: gpt_oss: the EP size tp*dp=%d does not divide the %d experts (vLLM's "
              "gpt-oss loader gives every EP rank E/ep of them)",

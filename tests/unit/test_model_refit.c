@@ -1905,6 +1905,9 @@ static void test_gpt_oss(void **state)
     assert_int_equal(reshard_infer_spec_parse("tp=1,dp=3,ep=on", &is), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "does not divide the 4 experts"));
+    assert_int_equal(reshard_infer_spec_parse("tp=4", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "gpt_oss: tp=4 does not divide the 2 kv heads"));
     /* vLLM tp=2 rank 0's names, dtypes and shapes (gpt_oss.py): qkv rows 2 q heads +
      * 1 k + 1 v of 8, o_proj columns 2 heads of 8, experts' 16 rows split in two */
     assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
