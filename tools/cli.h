@@ -55,6 +55,28 @@ int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_mode
     "                     e8m0 scales (mxfp8); embedding, output layer, norms, router stay bf16\n" \
     "  --fp8-scale fp32|ue8m0  fp8 block scales exact (fp32) or powers of two (ue8m0, DeepGEMM)\n"
 
+/** Most maps one --eplb-map file may hold. */
+#define CLI_EPLB_MAX_MAPS 64
+
+/** EPLB maps read by --eplb-map FILE (cli_eplb_maps): @p n maps back to
+ *  back in @p v, map i the entries [off[i], off[i+1]). */
+typedef struct {
+    int32_t *v;
+    int64_t off[CLI_EPLB_MAX_MAPS + 1];
+    int32_t n;
+} cli_eplb_maps_t;
+
+/** Read the JSON file @p path: a physical_to_logical map (a list of integers,
+ *  one map for every MoE layer), a list of per-MoE-layer lists, or
+ *  {"maps": [M0, M1, ...]} with several maps of either form (one per refit,
+ *  in turn; at most CLI_EPLB_MAX_MAPS). The library checks each against the
+ *  model. Returns 0, or 2 with a message in @p err
+ *  (file, JSON, shape). cli_eplb_free frees. */
+int cli_eplb_maps(const char *path, cli_eplb_maps_t *out, char *err, size_t err_size);
+void cli_eplb_free(cli_eplb_maps_t *m);
+/** Map @p i of @p m (i modulo the maps) into @p is (eplb_map, eplb_map_len). */
+void cli_eplb_use(const cli_eplb_maps_t *m, long i, reshard_infer_spec_t *is);
+
 /** Ranks per NVLink domain of a named system ("h100": 8, "gb200": 72), or -1. */
 int cli_system_domain_size(const char *system);
 

@@ -1,6 +1,8 @@
 /* Option parsing shared by the subcommands: one table per command. */
-#include <stdint.h>
+#include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +91,13 @@ int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_mode
         mo->infer_quant = RESHARD_QUANT_FP8_BLOCK;
     else if (!strcmp(d, "mxfp8"))
         mo->infer_quant = RESHARD_QUANT_MXFP8;
-    else {
+    else if (!strcmp(d, "mxfp4")) {
+        snprintf(err, err_size,
+                 "--infer-dtype mxfp4: vLLM's MXFP4 expert form (gpt-oss's released "
+                 "checkpoints) is not produced by the refit; refit into an engine that loaded "
+                 "bf16 weights (--infer-dtype bf16)");
+        return 2;
+    } else {
         snprintf(err, err_size, "--infer-dtype '%s' is not bf16, fp8 or mxfp8", d);
         return 2;
     }
@@ -103,4 +111,101 @@ int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_mode
     }
     mo->pow2_scale = fp8_scale && !strcmp(fp8_scale, "ue8m0");
     return 0;
+}
+
+/* Entries of one map (a list of ints, or a list of lists of ints) appended to
+ * @p m; -1 with a message on a bad shape. */
+static int64_t eplb_flatten(json_t *map, cli_eplb_maps_t *m, int64_t *cap, char *err,
+                            size_t err_size, int which)
+{
+    int64_t n0 = m->off[m->n];
+    size_t rows = json_is_array(map) ? json_array_size(map) : 0;
+    if (!rows) {
+        snprintf(err, err_size, "--eplb-map: map %d is not a non-empty list", which);
+        return -1;
+    }
+    bool nested = json_is_array(json_array_get(map, 0));
+    int64_t count = 0;
+    for (size_t r = 0; r < rows; r++) {
+        json_t *row = json_array_get(map, r);
+        size_t k = nested ? (json_is_array(row) ? json_array_size(row) : 0) : 1;
+        if (nested && !json_is_array(row)) {
+            snprintf(err, err_size, "--eplb-map: map %d row %zu is not a list", which, r);
+            return -1;
+        }
+        for (size_t j = 0; j < k; j++) {
+            json_t *x = nested ? json_array_get(row, j) : row;
+            if (!json_is_integer(x) || json_integer_value(x) < INT32_MIN ||
+                json_integer_value(x) > INT32_MAX) {
+                snprintf(err, err_size, "--eplb-map: map %d entry %lld is not an integer", which,
+                         (long long)count);
+                return -1;
+            }
+            if (n0 + count >= *cap) {
+                int64_t nc = *cap ? 2 * *cap : 1024;
+                int32_t *v = realloc(m->v, (size_t)nc * sizeof *v);
+                if (!v) {
+                    snprintf(err, err_size, "--eplb-map: out of memory");
+                    return -1;
+                }
+                m->v = v;
+                *cap = nc;
+            }
+            m->v[n0 + count++] = (int32_t)json_integer_value(x);
+        }
+    }
+    return count;
+}
+
+int cli_eplb_maps(const char *path, cli_eplb_maps_t *out, char *err, size_t err_size)
+{
+    *out = (cli_eplb_maps_t){0};
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        snprintf(err, err_size, "--eplb-map %s: %s (line %d)", path, je.text, je.line);
+        return 2;
+    }
+    json_t *maps = json_is_object(root) ? json_object_get(root, "maps") : NULL;
+    if (json_is_object(root) && !json_is_array(maps)) {
+        snprintf(err, err_size, "--eplb-map %s: an object needs \"maps\": a list of maps", path);
+        json_decref(root);
+        return 2;
+    }
+    size_t n = maps ? json_array_size(maps) : 1;
+    int64_t cap = 0;
+    int rc = 0;
+    if (!n || n > CLI_EPLB_MAX_MAPS) {
+        snprintf(err, err_size, "--eplb-map %s: \"maps\" holds %zu maps (1..%d)", path, n,
+                 CLI_EPLB_MAX_MAPS);
+        rc = 2;
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        int64_t c =
+            eplb_flatten(maps ? json_array_get(maps, i) : root, out, &cap, err, err_size, (int)i);
+        if (c < 0)
+            rc = 2;
+        else {
+            out->off[out->n + 1] = out->off[out->n] + c;
+            out->n++;
+        }
+    }
+    json_decref(root);
+    if (rc)
+        cli_eplb_free(out);
+    return rc;
+}
+
+void cli_eplb_free(cli_eplb_maps_t *m)
+{
+    free(m->v);
+    *m = (cli_eplb_maps_t){0};
+}
+
+void cli_eplb_use(const cli_eplb_maps_t *m, long i, reshard_infer_spec_t *is)
+{
+    if (!m->n)
+        return;
+    is->eplb_map = m->v + m->off[i % m->n];
+    is->eplb_map_len = m->off[i % m->n + 1] - m->off[i % m->n];
 }

@@ -13,7 +13,7 @@
 #include "reshard/reshard_sim.h"
 
 typedef struct {
-    const char *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale;
+    const char *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale, *eplb_map;
     int json, mtp;
     long layers, domain_size, rank;
     double staging_mb, relay_mb;
@@ -30,7 +30,10 @@ static void plan_usage(FILE *out)
         "                     layers; needed when pp does not divide the layers),\n"
         "                     convention=megatron-lm|megatron-bridge)\n"
         "  --infer SPEC       vLLM sizes, e.g. tp=8,engines=16 (+ dp= (vLLM's own data\n"
-        "                     parallelism inside an engine), ep=on, vllm=0.24|0.25)\n"
+        "                     parallelism inside an engine), ep=on, vllm=0.24|0.25,\n"
+        "                     redundant=N: EPLB's redundant experts)\n"
+        "  --eplb-map FILE    EPLB physical-to-logical map, JSON: a list (every MoE\n"
+        "                     layer) or a list of per-layer lists (the first of {\"maps\"})\n"
         "  --json             print one JSON object instead of the summary\n"
         "  --layers K         keep only the first K decoder layers\n"
         "  --mtp              include the multi-token-prediction layers\n"
@@ -75,6 +78,7 @@ static int parse_args(int argc, char **argv, plan_args_t *a)
                               {"--dtype", CLI_STRING, &a->dtype, 0, 0},
                               {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
                               {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
+                              {"--eplb-map", CLI_STRING, &a->eplb_map, 0, 0},
                               {"--system", CLI_STRING, &a->system, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
@@ -226,6 +230,13 @@ int cmd_plan(int argc, char **argv)
         reshard_model_destroy(model);
         return 2;
     }
+    cli_eplb_maps_t maps = {0};
+    char merr[512];
+    if (a.eplb_map && cli_eplb_maps(a.eplb_map, &maps, merr, sizeof merr)) {
+        reshard_model_destroy(model);
+        return bad("%s", merr);
+    }
+    cli_eplb_use(&maps, 0, &is);
     /* a rank's own plan needs only its part of the layouts (what it sends,
      * and what its domain receives) */
     s = a.rank == RESHARD_ALL_RANKS
@@ -234,6 +245,7 @@ int cmd_plan(int argc, char **argv)
                                                 (int32_t)a.domain_size, &refit);
     if (s != RESHARD_OK) {
         reshard_model_destroy(model);
+        cli_eplb_free(&maps);
         return fail("layouts", s);
     }
     double t1 = now_s();
@@ -339,5 +351,6 @@ out:
     reshard_plan_destroy(plan);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(model);
+    cli_eplb_free(&maps);
     return rc;
 }

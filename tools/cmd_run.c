@@ -38,7 +38,7 @@
 #define REBIND_SHIFT 64
 
 typedef struct {
-    const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale;
+    const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb;
     int baseline, raw, json, mtp;
@@ -54,7 +54,11 @@ static void run_usage(FILE *out)
         "                     etp= (default tp), vpp=, first=, last=,\n"
         "                     convention=megatron-lm|megatron-bridge)\n"
         "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ engines=, ep=on,\n"
-        "                     vllm=0.24|0.25)\n"
+        "                     vllm=0.24|0.25, redundant=N: EPLB's redundant experts)\n"
+        "  --eplb-map FILE    EPLB physical-to-logical map(s), JSON: a list (every MoE\n"
+        "                     layer), a list of per-layer lists, or {\"maps\": [...]}: refit\n"
+        "                     i uses map i mod n, each change replanned (this rank's own\n"
+        "                     plan; not with --baseline or --raw when n > 1)\n"
         "                     N must be train world + infer world; ranks [0, train\n"
         "                     world) train, the rest infer\n"
         "  --layers K         keep only the first K decoder layers\n"
@@ -112,6 +116,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--dtype", CLI_STRING, &a->dtype, 0, 0},
                               {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
                               {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
+                              {"--eplb-map", CLI_STRING, &a->eplb_map, 0, 0},
                               {"--system", CLI_STRING, &system, 0, 0},
                               {"--transport", CLI_STRING, &a->transport, 0, 0},
                               {"--baseline", CLI_FLAG, &a->baseline, 0, 0},
@@ -264,7 +269,9 @@ typedef struct {
     rank_bufs_t src, dst;
     reshard_plan_t *plan;
     reshard_baseline_t *baseline;
-    uint64_t dst_bytes; /**< bytes the inference side needs: its fragments, summed */
+    uint64_t dst_bytes;     /**< bytes the inference side needs: its fragments, summed */
+    double *replan_seconds; /**< per EPLB map change, the slowest rank's own replan */
+    long replans;
 } run_t;
 
 /* The bytes of every destination fragment (padding excluded). */
@@ -696,6 +703,10 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *bl, 
     printf("\n  time/refit: median over refits of the slowest rank; bytes moved: between "
            "distinct ranks, per refit;\n  GB/s/infer: bytes the inference side needs / "
            "inference ranks / time/refit (the same for every method)\n");
+    if (r->replans)
+        printf("  EPLB map changes: %ld, each replanned (own plan) in %.4f s (median of the "
+               "slowest rank)\n",
+               r->replans, median(r->replan_seconds, r->replans));
     printf("%s\n", ok ? "OK: every destination element of every refit verified"
                       : "FAILED: see the errors above");
 }
@@ -720,6 +731,10 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
     json_object_set_new(o, "train_world", json_integer(f->train_world));
     json_object_set_new(o, "infer_world", json_integer(f->infer_world));
     json_object_set_new(o, "plan_seconds", json_real(plan_s));
+    if (r->a->eplb_map) { /* EPLB map changes: this rank's own replan, the slowest rank */
+        json_object_set_new(o, "replans", json_integer(r->replans));
+        json_object_set_new(o, "replan_seconds", json_real(median(r->replan_seconds, r->replans)));
+    }
     /* measured link-class bytes beside the plan's (they must be equal) */
     json_object_set_new(o, "domain_size",
                         json_integer(r->a->domain_size > 0 ? r->a->domain_size : 1));
@@ -756,6 +771,54 @@ static reshard_status_t agree_setup(reshard_status_t st)
     return (reshard_status_t)out;
 }
 
+/* Each rank's plan counts what it sends: their sum is the plan's. */
+static reshard_plan_stats_t plan_sum(const reshard_plan_t *plan)
+{
+    reshard_plan_stats_t mine, tot = {0};
+    reshard_plan_get_stats(plan, &mine);
+    uint64_t in[2] = {mine.bytes_network, mine.bytes_nvlink}, sum[2];
+    MPI_Allreduce(in, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    tot.bytes_network = sum[0];
+    tot.bytes_nvlink = sum[1];
+    MPI_Allreduce(&mine.max_relay_bytes, &tot.max_relay_bytes, 1, MPI_UINT64_T, MPI_MAX,
+                  MPI_COMM_WORLD);
+    return tot;
+}
+
+/* The EPLB map changed: this rank's own part of the layouts with the new map
+ * (reshard_model_refit_create_scoped) and its own plan, replacing the refit and
+ * the plan once every rank has its new one. The buffers stay: the map moves
+ * experts between stack rows, never changes a buffer's shape. */
+static reshard_status_t replan(run_t *r, const reshard_model_t *model,
+                               const reshard_train_spec_t *ts, const reshard_infer_spec_t *is,
+                               const reshard_plan_params_t *pp, reshard_plan_stats_t *totals)
+{
+    reshard_model_refit_t nf = {0};
+    reshard_plan_t *np = NULL;
+    double t0 = MPI_Wtime();
+    reshard_status_t st =
+        reshard_model_refit_create_scoped(model, ts, is, -1, r->rank, pp->domain_size, &nf);
+    if (st == RESHARD_OK)
+        st = reshard_plan_create(nf.train, nf.infer, pp, &np);
+    double dt = MPI_Wtime() - t0, dmax = 0;
+    if (st != RESHARD_OK)
+        fprintf(stderr, "reshard run: rank %d: EPLB replan: %s: %s\n", r->rank,
+                reshard_status_string(st), reshard_last_error());
+    MPI_Allreduce(&dt, &dmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if ((st = agree_setup(st)) != RESHARD_OK) {
+        reshard_plan_destroy(np);
+        reshard_model_refit_destroy(&nf);
+        return st;
+    }
+    reshard_plan_destroy(r->plan);
+    reshard_model_refit_destroy(r->refit);
+    *r->refit = nf;
+    r->plan = np;
+    r->replan_seconds[r->replans++] = dmax;
+    *totals = plan_sum(np);
+    return RESHARD_OK;
+}
+
 static int run(const run_args_t *a, int rank, int size)
 {
     run_t r = {.a = a, .rank = rank, .size = size};
@@ -783,6 +846,25 @@ static int run(const run_args_t *a, int rank, int size)
         if (rank == 0)
             fprintf(stderr, "reshard run: %s\n", reshard_last_error());
         return 2;
+    }
+    cli_eplb_maps_t maps = {0};
+    if (a->eplb_map) {
+        char merr[512];
+        if (cli_eplb_maps(a->eplb_map, &maps, merr, sizeof merr))
+            return usage_error(rank, "%s", merr);
+        if (maps.n > 1 && (a->baseline || a->raw)) {
+            cli_eplb_free(&maps);
+            return usage_error(rank,
+                               "--eplb-map with %d maps replans between refits; "
+                               "--baseline and --raw run one fixed layout",
+                               maps.n);
+        }
+        cli_eplb_use(&maps, 0, &is);
+    }
+    r.replan_seconds = calloc((size_t)a->iters, sizeof *r.replan_seconds);
+    if (!r.replan_seconds) {
+        cli_eplb_free(&maps);
+        return 1;
     }
     st = reshard_model_load(a->model, &mo, &model);
     /* reshard_model_refit_create applies reshard_model_check's spec and layout
@@ -821,18 +903,9 @@ static int run(const run_args_t *a, int rank, int size)
         goto out;
     }
     st = agree_setup(st);
-    /* each rank's plan counts what it sends: their sum is the plan's */
     reshard_plan_stats_t plan_totals = {0};
-    if (st == RESHARD_OK) {
-        reshard_plan_stats_t mine;
-        reshard_plan_get_stats(r.plan, &mine);
-        uint64_t in[2] = {mine.bytes_network, mine.bytes_nvlink}, sum[2];
-        MPI_Allreduce(in, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-        plan_totals.bytes_network = sum[0];
-        plan_totals.bytes_nvlink = sum[1];
-        MPI_Allreduce(&mine.max_relay_bytes, &plan_totals.max_relay_bytes, 1, MPI_UINT64_T, MPI_MAX,
-                      MPI_COMM_WORLD);
-    }
+    if (st == RESHARD_OK)
+        plan_totals = plan_sum(r.plan);
     if (st != RESHARD_OK)
         goto out;
 
@@ -872,6 +945,12 @@ static int run(const run_args_t *a, int rank, int size)
         print_header(&r, plan_s);
     double started = MPI_Wtime();
     for (long i = 0; i < a->iters && st == RESHARD_OK; i++) {
+        if (i > 0 && maps.n > 1 && i % maps.n != (i - 1) % maps.n) {
+            cli_eplb_use(&maps, i, &is);
+            st = replan(&r, model, &ts, &is, &pp, &plan_totals);
+            if (st != RESHARD_OK)
+                break;
+        }
         st = refit_once(&r, &rs, i, false);
         if (st == RESHARD_OK && r.baseline)
             st = refit_once(&r, &bl, i, true);
@@ -922,6 +1001,8 @@ out:
     reshard_plan_destroy(r.plan);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(model);
+    cli_eplb_free(&maps);
+    free(r.replan_seconds);
     return exit_code;
 }
 

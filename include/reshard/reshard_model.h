@@ -60,9 +60,40 @@
  *                             in the model dtype). Under vLLM's sequence-parallel MoE the
  *                             shared experts are whole on every rank. Refused: biases,
  *                             use_conv_bias false, the MTP layers, FP8.
- * A config field that implies tensors a family does not build (attention_bias,
- * mlp_bias, shared_expert_intermediate_size outside qwen2_moe, n_shared_experts
- * outside deepseek and nemotron_h, experts on a dense family) is refused naming
+ *   glm4_moe                  GLM-4.5 (vLLM glm4_moe.py, Megatron-Bridge glm45_bridge.py):
+ *                             GQA with q/k/v biases (attention_bias; o_proj none), q/k norms
+ *                             only with use_qk_norm, partial rotary (no tensors); layers below
+ *                             first_k_dense_replace dense, the rest MoE: router
+ *                             "mlp.gate.weight" (bf16) and "mlp.gate.e_score_correction_bias"
+ *                             (fp32, always), stacked experts, shared experts
+ *                             "mlp.shared_experts.*" (n_shared_experts x moe_intermediate_size,
+ *                             TP-split in vLLM, also under sequence-parallel MoE). vLLM creates
+ *                             gate.weight fp32 (nn.Linear(dtype=float32)); the refit moves no
+ *                             dtype change, so its vLLM layout has a bf16 buffer
+ *                             "model.layers.N.mlp.gate.weight_bf16" that receives the router,
+ *                             from which the worker sets gate.weight (exact). The MTP layer
+ *                             (vLLM's separate glm4_moe_mtp drafter) is refused with the mtp
+ *                             option.
+ *   gpt_oss                   gpt-oss (vLLM gpt_oss.py, Megatron-Bridge gpt_oss_bridge.py): GQA
+ *                             with q/k/v and o_proj biases and attention sinks
+ *                             "self_attn.sinks" [heads]; every layer MoE: "mlp.router.weight"
+ *                             and "mlp.router.bias", stacked experts with biases
+ *                             "mlp.experts.{gate,up}_proj.bias" [E, I] and
+ *                             "mlp.experts.down_proj.bias" [E, H] (HF's gate_up_proj [E, H, 2I]
+ *                             holds gate at even, up at odd columns: expert e's gate row i is
+ *                             its column 2i); sliding-window layers have no tensors. vLLM names
+ *                             "model.embedding.weight", "model.layers.N.attn.{qkv_proj,o_proj,
+ *                             sinks}", "mlp.router", FusedMoE w13_weight / w13_bias with gate
+ *                             and up rows interleaved, w2_weight, w2_bias (without EP on the
+ *                             flattened rank 0 only); EP needs tp*dp to divide the experts; no
+ *                             EPLB. Megatron: linear_proj.bias, core_attention.softmax_offset
+ *                             (the sinks), mlp.router.bias, linear_fc1.biasK ([gate; up]),
+ *                             linear_fc2.biasK. Only the bf16 form: vLLM's MXFP4 experts (the
+ *                             released checkpoints' form) and FP8 are refused by name.
+ * A config field that implies tensors a family does not build (attention_bias
+ * outside glm4_moe and gpt_oss, mlp_bias, shared_expert_intermediate_size outside qwen2_moe,
+ * n_shared_experts outside deepseek, nemotron_h and glm4_moe, experts on a dense
+ * family) is refused naming
  * the field. Booleans must be JSON true or false; a duplicate key is refused (IO).
  *
  * Dtypes: weights bf16 (or the FP8 form below); router weights bf16 in both
@@ -74,6 +105,10 @@
  * mlp.router.expert_bias is a module buffer (register_buffer: named_buffers(),
  * not named_parameters()); reshard_model_buffer_t.module_buffer marks it.
  *
+ * vLLM's expert load balancer (EPLB): redundant experts and the balancer's
+ * physical-to-logical map (reshard_infer_spec_t.redundant, eplb_map), for
+ * every MoE family, with expert parallelism (vLLM's EPLB needs it).
+ *
  * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
  * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
  * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
@@ -84,7 +119,8 @@
  * disable_tp); Qwen2-MoE's stays TP-split (qwen2_moe.py).
  *
  * Not modelled (out of scope): other vLLM releases' names, all2all backends other
- * than allgather_reducescatter, EPLB redundant experts, vLLM kernel-specific post-load formats
+ * than allgather_reducescatter, EPLB's round_robin placement (linear, the default, is
+ * modelled: reshard_infer_spec_t.redundant), vLLM kernel-specific post-load formats
  * (FlashInfer CUTLASS/TRTLLM MoE backends swap w13 to [up; gate] and re-block it; MLA's derived
  * W_UK_T / W_UV copies of kv_b_proj), vLLM pipeline parallelism, Megatron
  * SequentialMLP experts (local_experts.i.*), Megatron pipeline layout strings, LoRA
@@ -181,7 +217,8 @@ void reshard_model_destroy(reshard_model_t *model);
 /** What a model is. Counts in elements/parameters, sizes in bytes. */
 typedef struct {
     const char *name;   /**< the name or path it was loaded from */
-    const char *family; /**< "dense", "qwen3_moe", "deepseek_v3" or "nemotron_h" */
+    const char *family; /**< "dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral",
+                             "nemotron_h", "glm4_moe" or "gpt_oss" */
     int32_t layers;     /**< decoder layers kept (after the layers option) */
     int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
     int64_t hidden, intermediate, moe_intermediate, vocab;
@@ -302,6 +339,29 @@ typedef struct {
     int ep;
     int32_t engines; /**< independent engines; 0 or 1: one */
     int32_t vllm;    /**< reshard_vllm_version_t; 0: the default (0.25) */
+    /** EPLB (vLLM --enable-eplb): num_redundant_experts (spec "redundant=N";
+     *  needs ep=on). EPLB is on when N > 0 or eplb_map is set (vLLM's balancer
+     *  also permutes experts with no redundant ones); then every MoE layer has
+     *  P = E + N physical expert slots; EP rank r of an
+     *  engine holds slots [r*P/(tp*dp), (r+1)*P/(tp*dp)) as w13/w2 rows 0..
+     *  (vLLM fused_moe/layer.py: EPLB needs tp*dp to divide P; linear
+     *  placement), each slot holding the logical expert eplb_map gives it. */
+    int32_t redundant;
+    /** EPLB logical-to-physical map in vLLM's physical_to_logical form
+     *  (EplbState.physical_to_logical_map): entry p is the logical expert in
+     *  [0, E) that physical slot p holds; every logical expert must have at
+     *  least one slot. Either one map of P entries for every MoE layer, or
+     *  one of P entries per MoE layer (rows in catalogue order: decoder MoE
+     *  layers, then MTP), moe_layers*P entries. NULL: vLLM's initial map
+     *  (build_initial_global_physical_to_logical_map: slot p < E holds p,
+     *  slot E + i holds i % E). Read only while a layout is built (the
+     *  refit's copy of the spec keeps the pointer, not the entries); the map
+     *  enters the layout's fingerprint, so ranks built from different maps
+     *  never plan together. A wrong length, an entry out of range or a
+     *  logical expert with no slot is refused (CONFIG) naming the layer,
+     *  slot or expert. */
+    const int32_t *eplb_map;
+    int64_t eplb_map_len; /**< entries of eplb_map */
 } reshard_infer_spec_t;
 
 /**
@@ -322,7 +382,8 @@ typedef struct {
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out);
 
 /** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
- *  or "off"; vllm: a supported version name, "0.24" or "0.25"), in the
+ *  or "off"; vllm: a supported version name, "0.24" or "0.25"; redundant:
+ *  EPLB's num_redundant_experts, a size; the map is set by the caller), in the
  *  grammar of reshard_train_spec_parse (value also := a version name for
  *  vllm; "0.25", the default's name, parses as 0).
  *  Errors as reshard_train_spec_parse; an unknown vllm version is
@@ -339,7 +400,8 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
  *  ",first=3", ",last=2" when set and ",convention=megatron-bridge" when that
  *  is the convention; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
- *  than one engine and ",vllm=0.24" when that is the version: a default
+ *  than one engine, ",vllm=0.24" when that is the version and
+ *  ",redundant=N" with N > 0 (the EPLB map is not text): a default
  *  written out or left out gives the same text) into @p out
  *  of @p size bytes, truncated to fit and always terminated. Any rank, any
  *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is
@@ -470,6 +532,14 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * (+ shared_expert_gate [1, H], replicated; qwen2_moe declares it also without a
  * shared expert, written by no fragment: vLLM has it, no trainer does); norm;
  * lm_head (mixtral: block_sparse_moe.gate and block_sparse_moe.experts.*).
+ * EPLB (reshard_infer_spec_t.redundant > 0 or eplb_map; vLLM --enable-eplb):
+ * every MoE layer has P = E + redundant physical slots and EP rank r of an
+ * engine holds slots [r*P/(tp*dp), (r+1)*P/(tp*dp)) as its w13/w2 rows
+ * [P/(tp*dp), 2I, H] and [P/(tp*dp), H, I], slot p holding the logical
+ * expert the map gives it (every logical expert is written into every slot
+ * holding it; the shapes never change with the map, so a worker's buffers
+ * stay bound). When the balancer moves experts, build the layouts again with
+ * the new map (a rank's own: reshard_model_refit_create_scoped) and plan again.
  * Errors: CONFIG, INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,

@@ -106,7 +106,8 @@ class TrainSpec(ctypes.Structure):
 
 class InferSpec(ctypes.Structure):
     _fields_ = [("tp", c_i32), ("dp", c_i32), ("ep", ctypes.c_int), ("engines", c_i32),
-                ("vllm", c_i32)]
+                ("vllm", c_i32), ("redundant", c_i32), ("eplb_map", P(c_i32)),
+                ("eplb_map_len", c_i64)]
 
 
 class ModelBuffer(ctypes.Structure):

@@ -42,7 +42,7 @@ class Model(_lib.Handle):
             self._h = None
 
     def refit(self, train, infer, infer_offset=None, rank=None, domain_size=0, engines=None,
-              vllm=None, convention=None):
+              vllm=None, convention=None, redundant=None, eplb_map=None):
         """The refit of this model from Megatron ``train`` ("tp=2,pp=2,ep=2") on ranks
         [0, train_world) to vLLM ``infer`` ("tp=4" or "tp=2,dp=2,ep=on") on ranks
         [infer_offset, infer_offset + infer_world) (default: right after training).
@@ -51,7 +51,18 @@ class Model(_lib.Handle):
         vLLM's own dp, whose MoE layers span tp*dp. ``vllm``: the engine version whose
         parameter names the layout uses, "0.24" or "0.25" (the default; spec
         "vllm="). ``convention``: the training framework, "megatron-lm" (the default)
-        or "megatron-bridge" (no vocabulary padding; spec "convention="). Each keyword
+        or "megatron-bridge" (no vocabulary padding; spec "convention="). ``redundant``:
+        vLLM EPLB's num_redundant_experts (spec "redundant="; needs ep=on). ``eplb_map``:
+        EPLB's current physical_to_logical map (vLLM's
+        ``EplbState.physical_to_logical_map``), a sequence of E + redundant logical
+        expert ids (one map for every MoE layer) or one such row per MoE layer (a
+        nested list, a numpy or torch array of shape [moe_layers, E + redundant]): EP rank
+        r of an engine holds slots [r*P/(tp*dp), (r+1)*P/(tp*dp)) of P = E + redundant
+        as its w13/w2 rows, slot p holding logical expert map[p]; each logical expert is
+        written into every slot holding it. None: vLLM's initial map when
+        redundant > 0. When the balancer moves experts, build a new refit (and Plan)
+        with the new map: with ``rank``, that rank's own cheap replan. A wrong length,
+        an id out of range or an expert with no slot raises CONFIG naming it. Each keyword
         is the same as its spec key (giving both is an error). Megatron's
         ``...mlp.router.expert_bias`` is a module buffer: bind the trainer's
         ``{**dict(m.named_parameters()), **dict(m.named_buffers())}``
@@ -71,10 +82,13 @@ class Model(_lib.Handle):
             infer += ",engines=%d" % (_int32(engines, "engines"),)
         if vllm is not None:
             infer += ",vllm=%s" % (vllm,)
-        return Refit(self, train, infer, infer_offset, rank, domain_size)
+        if redundant is not None:
+            infer += ",redundant=%d" % (_int32(redundant, "redundant"),)
+        return Refit(self, train, infer, infer_offset, rank, domain_size, eplb_map=eplb_map)
 
     def plan(self, comm, train, infer, infer_offset=None, domain_size=None, staging_mb=None,
-             relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None):
+             relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None,
+             redundant=None, eplb_map=None):
         """The common path in one call: this rank's plan of the refit from ``train`` to
         ``infer`` over ``comm`` (any reshard.Comm: its rank and size are the rank's
         and the world's). It builds the rank's scoped refit (Model.refit(...,
@@ -83,15 +97,16 @@ class Model(_lib.Handle):
         fails, tells every peer through the comm (plan_fail: their execute, or their
         Model.plan, fails at once naming this rank) before raising. Every rank of the
         comm calls it, then plan.execute(src=..., dst=...) every step. The Plan's
-        ``refit`` is the scoped refit (role(), parameters(rank)); ``engines``, ``vllm``
-        and ``convention`` are Model.refit's, the other arguments Plan's. Raises ReshardError (this rank's error, or the one of a peer whose
+        ``refit`` is the scoped refit (role(), parameters(rank)); ``engines``, ``vllm``,
+        ``convention``, ``redundant`` and ``eplb_map`` are Model.refit's (a new EPLB map:
+        call plan again, every rank with the same map), the other arguments Plan's. Raises ReshardError (this rank's error, or the one of a peer whose
         planning failed)."""
         comm_open(comm)
         rank, size = comm.rank, comm.size
         try:
             refit = self.refit(train, infer, infer_offset=infer_offset, rank=rank,
                                domain_size=domain_size or 0, engines=engines, vllm=vllm,
-                               convention=convention)
+                               convention=convention, redundant=redundant, eplb_map=eplb_map)
         except ReshardError as e:
             plan_fail(comm, e.status, timeout_s)
             raise
@@ -102,6 +117,21 @@ class Model(_lib.Handle):
             raise e
         return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
                           domain_size=domain_size)
+
+
+def _eplb_entries(eplb_map):
+    """An EPLB map (flat or per-layer rows: lists, numpy or torch arrays) as a C int32
+    array, or None."""
+    if eplb_map is None:
+        return None
+    if hasattr(eplb_map, "tolist"):
+        eplb_map = eplb_map.tolist()
+    flat = []
+    for x in eplb_map:
+        if hasattr(x, "tolist"):
+            x = x.tolist()
+        flat.extend(x if isinstance(x, (list, tuple)) else [x])
+    return (_lib.c_i32 * len(flat))(*[_int32(v, "eplb_map entry") for v in flat])
 
 
 def _int32(value, name):
@@ -122,12 +152,18 @@ class Refit(_lib.Handle):
     rank a scoped refit was built for (its layouts name only that rank's parameters),
     None for the whole refit."""
 
-    def __init__(self, model, train, infer, infer_offset=None, rank=None, domain_size=0):
+    def __init__(self, model, train, infer, infer_offset=None, rank=None, domain_size=0,
+                 eplb_map=None):
         ts, ispec = _lib.TrainSpec(), _lib.InferSpec()
         _lib.check(_lib.lib.reshard_train_spec_parse(str(train).encode(), ctypes.byref(ts)),
                    "train spec %r" % train)
         _lib.check(_lib.lib.reshard_infer_spec_parse(str(infer).encode(), ctypes.byref(ispec)),
                    "infer spec %r" % infer)
+        entries = _eplb_entries(eplb_map)
+        if entries is not None:  # read by the C side during the build only
+            ispec.eplb_map = entries
+            ispec.eplb_map_len = len(entries)
+        self._eplb = entries  # the refit's copy of the spec points at it
         self._r = _lib.ModelRefit()
         off = -1 if infer_offset is None else _int32(infer_offset, "infer_offset")
         if rank is None and domain_size:

@@ -214,6 +214,10 @@ static reshard_status_t attention(cat_t *c, rs_layer_ids_t *l)
             TRY(add(c, &l->v_bias, false, 1, &kb, 2, kvv, "self_attn.v_proj.bias"));
         }
         TRY(mat(c, &l->o, true, H, nh * hd, "self_attn.o_proj.weight"));
+        if (m->fam == RS_FAM_GPT_OSS) { /* HF GptOssAttention: o_proj bias, sinks [heads] */
+            TRY(vec(c, &l->o_bias, H, "self_attn.o_proj.bias"));
+            TRY(vec(c, &l->sinks, nh, "self_attn.sinks"));
+        }
         if (m->qk_norm) {
             TRY(vec(c, &l->q_norm, hd, "self_attn.q_norm.weight"));
             TRY(vec(c, &l->k_norm, hd, "self_attn.k_norm.weight"));
@@ -250,11 +254,14 @@ static reshard_status_t mlp(cat_t *c, rs_layer_ids_t *l, bool moe)
     }
     /* HF and vLLM: "mlp." (mixtral: "block_sparse_moe."); the routed experts
      * stacked, gate/up/down (mixtral: w1/w3/w2) */
-    bool mx = m->fam == RS_FAM_MIXTRAL;
+    bool mx = m->fam == RS_FAM_MIXTRAL, oss = m->fam == RS_FAM_GPT_OSS;
     const char *b = m->moe_block;
     char nm[128];
-    snprintf(nm, sizeof nm, "%s.gate.weight", b);
+    /* gpt_oss: HF GptOssTopKRouter "mlp.router" with a bias */
+    snprintf(nm, sizeof nm, "%s.%s.weight", b, oss ? "router" : "gate");
     TRY(mat(c, &l->router, false, m->E, H, nm));
+    if (oss)
+        TRY(vec(c, &l->router_b, m->E, "mlp.router.bias"));
     if (m->router_bias) {
         snprintf(nm, sizeof nm, "%s.gate.e_score_correction_bias", b);
         TRY(vec_fp32(c, &l->router_bias, m->E, nm));
@@ -265,6 +272,12 @@ static reshard_status_t mlp(cat_t *c, rs_layer_ids_t *l, bool moe)
     TRY(add(c, &l->e_up, true, 3, eg, 0, NULL, "%s.experts.%s.weight", b, mx ? "w3" : "up_proj"));
     TRY(add(c, &l->e_down, true, 3, ed, 0, NULL, "%s.experts.%s.weight", b,
             mx ? "w2" : "down_proj"));
+    if (oss) { /* HF gate_up_proj_bias [E, 2I] (gate even, up odd) and down_proj_bias [E, H] */
+        int64_t gb[2] = {m->E, m->Im}, db[2] = {m->E, H};
+        TRY(add(c, &l->e_gate_b, false, 2, gb, 0, NULL, "mlp.experts.gate_proj.bias"));
+        TRY(add(c, &l->e_up_b, false, 2, gb, 0, NULL, "mlp.experts.up_proj.bias"));
+        TRY(add(c, &l->e_down_b, false, 2, db, 0, NULL, "mlp.experts.down_proj.bias"));
+    }
     if (m->Is) {
         const char *sh = m->shared;
         TRY(add(c, &l->s_gate, true, 2, (int64_t[2]){m->Is, H}, 0, NULL, "mlp.%s.gate_proj.weight",

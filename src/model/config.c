@@ -81,6 +81,8 @@ static const struct {
     {"deepseek_v2", "DeepseekV2", RS_FAM_DSV3},
     {"kimi_k2", NULL, RS_FAM_DSV3},
     {"nemotron_h", "NemotronH", RS_FAM_NEMOTRON_H},
+    {"glm4_moe", "Glm4Moe", RS_FAM_GLM4_MOE},
+    {"gpt_oss", "GptOss", RS_FAM_GPT_OSS},
 };
 
 static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
@@ -98,7 +100,7 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
                     "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
-                    "deepseek_v3, kimi_k2, nemotron_h",
+                    "deepseek_v3, kimi_k2, nemotron_h, glm4_moe, gpt_oss",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -133,11 +135,27 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     }
     if (m->fam != RS_FAM_QWEN2_MOE)
         TRY(refuse_field(root, mt, "shared_expert_intermediate_size", "shared experts"));
-    if (m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_NEMOTRON_H)
+    bool glm = m->fam == RS_FAM_GLM4_MOE, oss = m->fam == RS_FAM_GPT_OSS;
+    if (m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_NEMOTRON_H && !glm)
         TRY(refuse_field(root, mt, "n_shared_experts", "shared experts"));
-    TRY(refuse_field(root, mt, "attention_bias", "q/k/v/o projection biases"));
+    if (!glm && !oss) /* glm4_moe.py: attention_bias is the q/k/v biases (o_proj has none) */
+        TRY(refuse_field(root, mt, "attention_bias", "q/k/v/o projection biases"));
     TRY(refuse_field(root, mt, "mlp_bias", "MLP projection biases"));
     m->qkv_bias = !strcmp(mt, "qwen2") || m->fam == RS_FAM_QWEN2_MOE;
+    if (glm)
+        TRY(rs_config_bool(root, "attention_bias", 0, &m->qkv_bias));
+    if (oss) { /* gpt_oss.py: QKVParallelLinear and RowParallelLinear always with biases */
+        TRY(rs_config_bool(root, "attention_bias", 1, &m->qkv_bias));
+        if (!m->qkv_bias)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'gpt_oss' with attention_bias false: vLLM's "
+                            "gpt-oss always has q/k/v/o biases (not modelled without them)");
+        if (o->dtype != RESHARD_BF16 || o->infer_quant != RESHARD_QUANT_NONE)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'gpt_oss': only the bf16 form is modelled (vLLM's "
+                            "MXFP4 experts, and FP8, are not produced by the refit: refit into "
+                            "an engine that loaded bf16 weights)");
+    }
     m->moe_block = m->fam == RS_FAM_MIXTRAL ? "block_sparse_moe" : "mlp";
     m->shared = m->fam == RS_FAM_QWEN2_MOE ? "shared_expert" : "shared_experts";
     GET("hidden_size", -1, 1, m->H);
@@ -152,6 +170,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     GET("vocab_size", -1, 1, m->V);
     TRY(rs_config_bool(root, "tie_word_embeddings", 0, &m->tied));
     m->qk_norm = m->fam == RS_FAM_QWEN3_MOE || !strcmp(mt, "qwen3");
+    if (glm) /* glm4_moe.py Glm4MoeAttention: q_norm/k_norm only with use_qk_norm */
+        TRY(rs_config_bool(root, "use_qk_norm", 0, &m->qk_norm));
     if (m->kv > m->nh || m->nh % m->kv)
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: num_key_value_heads %d does not divide num_attention_heads %d",
@@ -183,6 +203,32 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         m->Im = m->I;
         GET("num_local_experts", -1, 1, m->E);
         GET("num_experts_per_tok", 1, 1, m->topk);
+    } else if (oss) {
+        /* gpt_oss.py MLPBlock: every layer MoE, experts of intermediate_size */
+        GET("intermediate_size", -1, 1, m->Im);
+        GET("num_local_experts", -1, 1, m->E);
+        GET("num_experts_per_tok", 1, 1, m->topk);
+    } else if (glm) {
+        /* vLLM glm4_moe.py (002d607): layers from first_k_dense_replace on are
+         * Glm4MoE (gate [E, H], e_score_correction_bias [E] fp32 always,
+         * FusedMoE experts, shared experts of moe_intermediate_size *
+         * n_shared_experts); the MTP layers are vLLM's separate drafter
+         * (glm4_moe_mtp.py), not modelled */
+        GET("moe_intermediate_size", -1, 1, m->Im);
+        GET("n_routed_experts", -1, 1, m->E);
+        GET("n_shared_experts", 0, 0, m->nshared);
+        GET("num_experts_per_tok", 1, 1, m->topk);
+        GET("first_k_dense_replace", 0, 0, first_k);
+        int64_t nmtp;
+        GET("num_nextn_predict_layers", 0, 0, nmtp);
+        if (o->mtp && nmtp > 0)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'glm4_moe' with the mtp option: its "
+                            "num_nextn_predict_layers %lld MTP layers (vLLM's glm4_moe_mtp "
+                            "drafter) are not modelled; load without mtp",
+                            (long long)nmtp);
+        m->Is = m->Im * m->nshared;
+        m->router_bias = 1;
     } else if (m->fam == RS_FAM_DSV3) {
         GET("moe_intermediate_size", -1, 1, m->Im);
         GET("n_routed_experts", 0, 0, m->E);
@@ -229,6 +275,10 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
             }
         } else if (m->fam == RS_FAM_DSV3) {
             moe = m->E > 0 && hf >= first_k && hf % freq == 0;
+        } else if (glm) {
+            moe = hf >= first_k;
+        } else if (oss) {
+            moe = true;
         } else if (m->fam == RS_FAM_MIXTRAL) {
             moe = true;
         }
@@ -447,8 +497,8 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
-                                      "qwen2_moe", "mixtral",   "nemotron_h"};
+    static const char *const fam[] = {"dense",   "qwen3_moe",  "deepseek_v3", "qwen2_moe",
+                                      "mixtral", "nemotron_h", "glm4_moe",    "gpt_oss"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

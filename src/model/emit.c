@@ -460,9 +460,12 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
     return rs_emit_cols(e, down, b2, i0, n);
 }
 
-reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
-                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
-                                 const char *fc2_name)
+/* The experts of one stacked (or per-expert) buffer pair: stack row k holds
+ * logical expert @p logical[k] (NULL: e0 + k); runs of consecutive experts
+ * are one fragment. */
+static reshard_status_t experts_into(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
+                                     int64_t e0, int64_t ne, int64_t i0, int64_t n, bool per_expert,
+                                     const char *fc1_name, const char *fc2_name)
 {
     /* W: the experts' input width (H, or a latent size); gated: fc1 is
      * [gate; up], else up alone (nemotron_h's squared-ReLU experts) */
@@ -483,18 +486,39 @@ reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t 
                             : rs_emit_buffer(e, like, per, rows, width, "%s", name);
             if (b < 0)
                 return (reshard_status_t)b;
-            int64_t ef = e0 + k * per;
-            if (pass) {
-                int64_t off[3] = {ef, 0, i0}, ext[3] = {per, W, n}, st[3] = {W * n, n, 1};
-                TRY(rs_emit(e, l->e_down, b, off, ext, 0, st));
-            } else {
-                int64_t off[3] = {ef, i0, 0}, ext[3] = {per, n, W}, st[3] = {g * n * W, W, 1};
-                TRY(rs_emit(e, like, b, off, ext, 0, st));
-                if (gated)
-                    TRY(rs_emit(e, l->e_up, b, off, ext, n * W, st));
+            for (int64_t j = 0; j < per;) { /* stack rows j..j+run: experts ef..ef+run */
+                int64_t ef = logical ? logical[k * per + j] : e0 + k * per + j, run = 1;
+                while (j + run < per &&
+                       (logical ? logical[k * per + j + run] : e0 + k * per + j + run) == ef + run)
+                    run++;
+                int64_t st0 = pass ? W * n : g * n * W, base = j * st0;
+                if (pass) {
+                    int64_t off[3] = {ef, 0, i0}, ext[3] = {run, W, n}, st[3] = {st0, n, 1};
+                    TRY(rs_emit(e, l->e_down, b, off, ext, base, st));
+                } else {
+                    int64_t off[3] = {ef, i0, 0}, ext[3] = {run, n, W}, st[3] = {st0, W, 1};
+                    TRY(rs_emit(e, like, b, off, ext, base, st));
+                    if (gated)
+                        TRY(rs_emit(e, l->e_up, b, off, ext, base + n * W, st));
+                }
+                j += run;
             }
         }
     return RESHARD_OK;
+}
+
+reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
+                                 int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
+                                 const char *fc2_name)
+{
+    return experts_into(e, l, NULL, e0, ne, i0, n, per_expert, fc1_name, fc2_name);
+}
+
+reshard_status_t rs_emit_expert_slots(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
+                                      int64_t ne, int64_t i0, int64_t n, const char *fc1_name,
+                                      const char *fc2_name)
+{
+    return experts_into(e, l, logical, 0, ne, i0, n, false, fc1_name, fc2_name);
 }
 
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

@@ -131,6 +131,17 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
                            rs_nm(n, sizeof n, p, "self_attention.linear_kv_up_proj.weight")));
     }
     TRY(rs_emit_row(e, l->o, tp, t, rs_nm(n, sizeof n, p, "self_attention.linear_proj.weight")));
+    if (l->o_bias >= 0) /* row-parallel bias: whole on every TP rank */
+        TRY(rs_emit_own(e, l->o_bias, rs_nm(n, sizeof n, p, "self_attention.linear_proj.bias")));
+    if (l->sinks >= 0) { /* gpt-oss sinks (Megatron-Bridge gpt_oss_bridge.py): the rank's heads */
+        int64_t nh = m->nh / tp;
+        int32_t b =
+            rs_emit_buffer(e, l->sinks, 1, 1, nh, "%s",
+                           rs_nm(n, sizeof n, p, "self_attention.core_attention.softmax_offset"));
+        if (b < 0)
+            return (reshard_status_t)b;
+        TRY(rs_emit_dim0(e, l->sinks, b, 0, t * nh, nh));
+    }
     if (l->gate >= 0) {
         TRY(rs_emit_own(e, l->post_norm,
                         rs_nm(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));
@@ -142,6 +153,8 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     } else {
         TRY(rs_emit_own(e, l->post_norm, rs_nm(n, sizeof n, p, "pre_mlp_layernorm.weight")));
         TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, p, "mlp.router.weight")));
+        if (l->router_b >= 0)
+            TRY(rs_emit_own(e, l->router_b, rs_nm(n, sizeof n, p, "mlp.router.bias")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias, rs_nm(n, sizeof n, p, "mlp.router.expert_bias")));
         int64_t ne = m->E / s->ep, ni = m->Im / rs_etp(s);
@@ -150,6 +163,8 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         TRY(rs_emit_experts(e, l, c->ep * ne, ne, c->etp * ni, ni, true,
                             rs_nm(n, sizeof n, p, "mlp.experts.linear_fc1.weight"),
                             rs_nm(n2, sizeof n2, p, "mlp.experts.linear_fc2.weight")));
+        if (l->e_gate_b >= 0)
+            TRY(rs_gpt_oss_megatron_expert_biases(e, l, c->ep * ne, ne, c->etp * ni, ni, p));
         if (l->s_gate >= 0) {
             int64_t ns = m->Is / tp;
             TRY(rs_emit_mlp(e, l->s_gate, l->s_up, l->s_down, t * ns, ns,

@@ -24,7 +24,9 @@ typedef enum {
     RS_FAM_DSV3,
     RS_FAM_QWEN2_MOE,
     RS_FAM_MIXTRAL,
-    RS_FAM_NEMOTRON_H
+    RS_FAM_NEMOTRON_H,
+    RS_FAM_GLM4_MOE,
+    RS_FAM_GPT_OSS
 } rs_family_t;
 
 /** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */
@@ -75,8 +77,10 @@ typedef struct {
     int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
     int32_t m_in, m_conv_w, m_conv_b, m_A_log, m_D, m_dt_bias, m_norm, m_out; /* Mamba mixer */
-    int32_t lat1, lat2; /* MoE latent projections */
-    int32_t hf_index;   /**< layer number in HF names */
+    int32_t lat1, lat2;                 /* MoE latent projections */
+    int32_t o_bias, sinks, router_b;    /* gpt_oss: o_proj bias, attention sinks, router bias */
+    int32_t e_gate_b, e_up_b, e_down_b; /* gpt_oss: stacked expert biases */
+    int32_t hf_index;                   /**< layer number in HF names */
 } rs_layer_ids_t;
 
 /** The catalogue's structure: which id plays which role. */
@@ -194,7 +198,7 @@ static inline bool rs_vllm_sequence_parallel_moe(const reshard_infer_spec_t *s)
     return s->ep && s->tp > 1 && s->dp > 1;
 }
 /** The names that differ between vLLM releases (vllm.c): one table. */
-typedef enum { RS_VN_W13, RS_VN_W2, RS_VN_N } rs_vllm_name_t;
+typedef enum { RS_VN_W13, RS_VN_W2, RS_VN_W13_BIAS, RS_VN_W2_BIAS, RS_VN_N } rs_vllm_name_t;
 /** The name suffix of @p which under the spec's vLLM version, after the MoE
  *  module's "experts." (e.g. "w13_weight" or "routed_experts.w13_weight"). */
 const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which);
@@ -352,6 +356,12 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
 reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name);
+/** As rs_emit_experts stacked (vLLM w13/w2), stack row k holding logical
+ *  expert @p logical[k] (k = 0..ne-1; runs of consecutive experts are one
+ *  fragment): EPLB's physical slots, a logical expert possibly in several. */
+reshard_status_t rs_emit_expert_slots(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
+                                      int64_t ne, int64_t i0, int64_t n, const char *fc1_name,
+                                      const char *fc2_name);
 /** A vocabulary-parallel [V, H] tensor: rank part @p part of @p parts equal
  *  ranges of the padded vocabulary @p vpad; padding rows have no fragment. */
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,
@@ -394,6 +404,35 @@ reshard_status_t rs_megatron_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t 
 reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
                                  const reshard_infer_spec_t *s, int32_t r, const char *w13,
                                  const char *w2);
+/* --- EPLB (eplb.c) -------------------------------------------------------- */
+/** The spec asks for vLLM's expert load balancer (redundant > 0 or a map). */
+bool rs_eplb_on(const reshard_infer_spec_t *s);
+/** MoE layers of the model (decoder, then MTP): the rows of a per-layer map. */
+int32_t rs_eplb_moe_layers(const reshard_model_t *m);
+/** The map row of catalogue layer @p layer (a MoE layer): MoE layers before it. */
+int32_t rs_eplb_row(const reshard_model_t *m, int32_t layer);
+/** The logical expert physical slot @p slot of map row @p row holds (spec
+ *  checked by rs_eplb_check). */
+int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t row,
+                     int64_t slot);
+/** vLLM's EPLB rules and the map's (length, range, every expert held):
+ *  CONFIG naming the layer, slot or expert. OK when EPLB is off. */
+reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** @p h chained with the map's entries (the layout's fingerprint); @p h without a map. */
+uint64_t rs_eplb_hash(const reshard_model_t *m, const reshard_infer_spec_t *s, uint64_t h);
+
+/** vLLM qkv_proj bias of TP rank @p t (vllm.c). */
+reshard_status_t rs_vllm_qkv_bias(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                  const char *name);
+/** gpt_oss (gpt_oss.c): decoder layer @p i as vLLM's GptOssModel holds it on
+ *  inference side rank @p r; the biases of local experts e0..e0+ne as
+ *  Megatron's TEGroupedMLP holds them (linear_fc1.biasK [gate; up] rows
+ *  i0..i0+n, linear_fc2.biasK whole). */
+reshard_status_t rs_gpt_oss_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
+                                       int32_t i);
+reshard_status_t rs_gpt_oss_megatron_expert_biases(rs_emit_t *e, const rs_layer_ids_t *l,
+                                                   int64_t e0, int64_t ne, int64_t i0, int64_t n,
+                                                   const char *prefix);
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);

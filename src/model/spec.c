@@ -164,6 +164,10 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
                            "a supported vLLM version (supported: 0.24 = up to 0.24, 0.25 = 0.25 "
                            "and later (the default); the parameter names differ between them)");
     }
+    if (!strcmp(key, "redundant")) { /* EPLB: vLLM's num_redundant_experts */
+        reshard_status_t st = mark(side, key, 32u, seen);
+        return st != RESHARD_OK ? st : positive(side, key, val, &s->redundant);
+    }
     if (!strcmp(key, "ep")) {
         reshard_status_t st = mark(side, key, 4u, seen);
         if (st != RESHARD_OK)
@@ -180,7 +184,8 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
         return RESHARD_OK;
     }
     return rs_error(RESHARD_ERR_INVALID_ARG,
-                    "%s spec: unknown key '%s' (known: tp, dp, ep, engines, vllm)", side, key);
+                    "%s spec: unknown key '%s' (known: tp, dp, ep, engines, vllm, redundant)", side,
+                    key);
 }
 
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out)
@@ -275,7 +280,9 @@ const char *reshard_infer_spec_str(const reshard_infer_spec_t *s, char *out, siz
     if (n >= 0 && (size_t)n < size && rs_engines(s) > 1)
         n += snprintf(out + n, size - (size_t)n, ",engines=%d", s->engines);
     if (n >= 0 && (size_t)n < size && rs_vllm(s) == RESHARD_VLLM_0_24)
-        snprintf(out + n, size - (size_t)n, ",vllm=0.24");
+        n += snprintf(out + n, size - (size_t)n, ",vllm=0.24");
+    if (n >= 0 && (size_t)n < size && s->redundant > 0)
+        snprintf(out + n, size - (size_t)n, ",redundant=%d", s->redundant);
     return out;
 }
 
@@ -457,8 +464,27 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
         TRY(rs_hybrid_check_infer(m, s));
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
+        RULE(!rs_eplb_on(s), "infer: EPLB (redundant=%d or a map): the model has no experts",
+             s->redundant);
         return RESHARD_OK;
     }
+    if (m->fam == RS_FAM_GPT_OSS) {
+        /* gpt_oss.py: no EPLB (FusedMoE without enable_eplb); load_weights
+         * gives EP rank r the experts [r*E/ep, (r+1)*E/ep) with no remainder */
+        RULE(!rs_eplb_on(s),
+             "infer: EPLB (redundant=%d or a map): vLLM's gpt-oss has no expert load balancer",
+             s->redundant);
+        /* OAIAttention: num_local_key_value_heads = kv / tp (no kv replication) */
+        RULE(m->kv % tp == 0,
+             "infer: gpt_oss: tp=%d does not divide the %d kv heads (vLLM's gpt-oss attention "
+             "holds kv/tp kv heads per rank, without replication)",
+             tp, m->kv);
+        RULE(!s->ep || m->E % ((int64_t)tp * s->dp) == 0,
+             "infer: gpt_oss: the EP size tp*dp=%d does not divide the %d experts (vLLM's "
+             "gpt-oss loader gives every EP rank E/ep of them)",
+             tp * s->dp, m->E);
+    }
+    TRY(rs_eplb_check(m, s));
     if (!s->ep)
         RULE(m->Im % ((int64_t)tp * s->dp) == 0,
              "infer: tp*dp=%lld does not divide the expert intermediate size %lld (vLLM without "

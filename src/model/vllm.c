@@ -18,6 +18,9 @@ static const char *const vllm_names[RS_VN_N][3] = {
     /*            default (0.25)                0.24          0.25 */
     [RS_VN_W13] = {"routed_experts.w13_weight", "w13_weight", "routed_experts.w13_weight"},
     [RS_VN_W2] = {"routed_experts.w2_weight", "w2_weight", "routed_experts.w2_weight"},
+    /* FusedMoE(has_bias=True) (gpt_oss.py): the biases live beside the weights */
+    [RS_VN_W13_BIAS] = {"routed_experts.w13_bias", "w13_bias", "routed_experts.w13_bias"},
+    [RS_VN_W2_BIAS] = {"routed_experts.w2_bias", "w2_bias", "routed_experts.w2_bias"},
 };
 
 const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which)
@@ -54,6 +57,18 @@ reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
 {
     const reshard_model_t *m = e->m;
     int64_t eps = (int64_t)s->tp * s->dp, e0, ne, i0, ni;
+    if (rs_eplb_on(s)) { /* EPLB: P/eps physical slots, each holding its logical expert */
+        int64_t per = ((int64_t)m->E + s->redundant) / eps;
+        int32_t row = rs_eplb_row(m, (int32_t)(l - e->ids->layer));
+        int32_t *logical = malloc((size_t)per * sizeof *logical);
+        if (!logical)
+            return rs_error(RESHARD_ERR_NOMEM, "EPLB slots: out of memory");
+        for (int64_t k = 0; k < per; k++)
+            logical[k] = rs_eplb_slot(m, s, row, r * per + k);
+        reshard_status_t st = rs_emit_expert_slots(e, l, logical, per, 0, m->Im, w13, w2);
+        free(logical);
+        return st;
+    }
     if (s->ep) { /* whole experts, contiguous, remainder to the first ranks */
         int64_t base = m->E / eps, rem = m->E % eps;
         ne = base + (r < rem);
@@ -136,7 +151,14 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         /* mixtral: block_sparse_moe.gate / .experts; others mlp. */
         char q[128];
         rs_name_join(q, sizeof q, p, m->moe_block, -1, ".");
-        TRY(rs_emit_own(e, l->router, rs_nm(n, sizeof n, q, "gate.weight")));
+        /* glm4_moe.py (vLLM 002d607) creates the gate as nn.Linear(dtype=float32):
+         * vLLM holds it fp32, the trainer bf16, and the refit changes no dtype
+         * on the way (beyond the FP8 forms). The bf16 router lands in a buffer of
+         * its own, "...mlp.gate.weight_bf16", which the worker widens into
+         * gate.weight (exact), as NemotronH's A_log becomes A. */
+        TRY(rs_emit_own(
+            e, l->router,
+            rs_nm(n, sizeof n, q, m->fam == RS_FAM_GLM4_MOE ? "gate.weight_bf16" : "gate.weight")));
         if (l->router_bias >= 0)
             TRY(rs_emit_own(e, l->router_bias,
                             rs_nm(n, sizeof n, q, "gate.e_score_correction_bias")));
@@ -186,10 +208,14 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
     const rs_model_ids_t *ids = e->ids;
     int64_t vpad = rs_roundup(m->V, 64);
     int32_t t = r % s->tp;
-    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t, "model.embed_tokens.weight"));
+    bool oss = m->fam == RS_FAM_GPT_OSS; /* gpt_oss.py: GptOssModel.embedding */
+    TRY(rs_emit_vocab(e, ids->embed, vpad, s->tp, t,
+                      oss ? "model.embedding.weight" : "model.embed_tokens.weight"));
     bool hybrid = m->fam == RS_FAM_NEMOTRON_H;
     for (int32_t i = 0; i < ids->nlayers; i++)
-        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i) : layer(e, s, r, i));
+        TRY(hybrid ? rs_hybrid_vllm_layer(e, s, r, i)
+            : oss  ? rs_gpt_oss_vllm_layer(e, s, r, i)
+                   : layer(e, s, r, i));
     TRY(rs_emit_own(e, ids->norm, hybrid ? "model.norm_f.weight" : "model.norm.weight"));
     /* Tied: lm_head is embed_tokens (one parameter). */
     if (!m->tied)
@@ -225,8 +251,9 @@ reshard_status_t rs_infer_emit(const reshard_model_t *model, const reshard_tenso
     if (s != RESHARD_OK)
         return s;
     char text[64];
-    uint64_t origin =
-        rs_side_origin(model, false, reshard_infer_spec_str(spec, text, sizeof text), rank_offset);
+    uint64_t origin = rs_eplb_hash(
+        model, spec,
+        rs_side_origin(model, false, reshard_infer_spec_str(spec, text, sizeof text), rank_offset));
     return rs_emit_side(model, tensors, false, reshard_infer_world(spec), rank_offset, infer_rank,
                         spec, scope, origin, out, buffers);
 }
@@ -236,4 +263,11 @@ reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, 
 {
     const int32_t ids[3] = {l->q, l->k, l->v};
     return qkv(e, ids, false, tp, t, name);
+}
+
+reshard_status_t rs_vllm_qkv_bias(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                  const char *name)
+{
+    const int32_t ids[3] = {l->q_bias, l->k_bias, l->v_bias};
+    return qkv(e, ids, true, tp, t, name);
 }

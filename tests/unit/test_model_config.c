@@ -75,6 +75,29 @@ static int64_t qwen3_moe_params(int64_t H, int64_t Im, int64_t L, int64_t nh, in
     return 2 * V * H + H + L * (2 * H + attn + E * H + 3 * E * Im * H);
 }
 
+/* GLM-4.5 (glm4_moe, vLLM glm4_moe.py): GQA with q/k/v biases (attention_bias),
+ * no q/k norms; layers below first_k dense, the rest MoE: router [E, H], its
+ * fp32 score-correction bias [E], E experts of 3*Im*H and nshared shared
+ * experts of 3*Im*H. The MTP layer is not counted. */
+static int64_t glm4_moe_params(int64_t H, int64_t I, int64_t Im, int64_t L, int64_t nh, int64_t kv,
+                               int64_t hd, int64_t V, int64_t E, int64_t nshared, int64_t first_k)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + nh * hd + 2 * kv * hd;
+    int64_t moe = E * H + E + 3 * E * Im * H + 3 * nshared * Im * H;
+    return 2 * V * H + H + L * (2 * H + attn) + first_k * 3 * H * I + (L - first_k) * moe;
+}
+
+/* gpt-oss (HF GptOss, vLLM gpt_oss.py): q/k/v/o with biases, sinks [heads];
+ * every layer MoE: router [E, H] + bias [E], E experts of 3*I*H with biases
+ * gate_up [2I] and down [H]. */
+static int64_t gpt_oss_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64_t kv, int64_t hd,
+                              int64_t V, int64_t E)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + nh * hd + 2 * kv * hd + H + nh;
+    int64_t moe = E * H + E + 3 * E * I * H + E * (2 * I + H);
+    return 2 * V * H + H + L * (2 * H + attn + moe);
+}
+
 typedef struct {
     int64_t H, I, Im, L, nh, q_lora, kv_lora, nope, rope, vhd, V, E, nshared, first_k;
 } mla_cfg_t;
@@ -148,6 +171,16 @@ static void test_shipped_model_bytes(void **state)
                   0, 57.4e9, 0.001);
     expect_params("mixtral-8x7b", mixtral_params(4096, 14336, 32, 32, 8, 128, 32000, 8), 0, 46.7e9,
                   0.001);
+    /* gpt-oss: 20.9B and 116.8B (model card, "21B" / "117B" parameters) */
+    expect_params("gpt-oss-20b", gpt_oss_params(2880, 2880, 24, 64, 8, 64, 201088, 32), 0, 20.9e9,
+                  0.001);
+    expect_params("gpt-oss-120b", gpt_oss_params(2880, 2880, 36, 64, 8, 64, 201088, 128), 0,
+                  116.8e9, 0.001);
+    /* GLM-4.5-Air: "106B total parameters" (model card); 106.85 G without the
+     * MTP layer; one fp32 e_score_correction_bias [128] per MoE layer */
+    expect_params("glm-4.5-air",
+                  glm4_moe_params(4096, 10944, 1408, 46, 96, 8, 128, 151552, 128, 1, 1), 45 * 128,
+                  106e9, 0.01);
 }
 
 static void test_mtp_and_fp8(void **state)

@@ -75,6 +75,20 @@ static char *config_json(const tcfg_t *c)
                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
                      (long long)c->first_dense, (long long)c->q_lora, (long long)c->kv_lora,
                      (long long)c->nope, (long long)c->rope, (long long)c->vhd, (long long)c->nmtp);
+    if (!strcmp(c->type, "gpt_oss"))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"num_local_experts\": %lld, \"num_experts_per_tok\": 2, "
+                      "\"attention_bias\": true, \"sliding_window\": 4, "
+                      "\"layer_types\": [\"sliding_attention\", \"full_attention\"]",
+                      (long long)c->E);
+    if (!strcmp(c->type, "glm4_moe"))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"moe_intermediate_size\": %lld, \"n_routed_experts\": %lld, "
+                      "\"n_shared_experts\": %lld, \"first_k_dense_replace\": %lld, "
+                      "\"attention_bias\": true, \"use_qk_norm\": false, "
+                      "\"partial_rotary_factor\": 0.5, \"num_nextn_predict_layers\": 1",
+                      (long long)c->Im, (long long)c->E, (long long)c->nshared,
+                      (long long)c->first_dense);
     snprintf(s + n, 4096 - (size_t)n, "}");
     return s;
 }
@@ -138,6 +152,11 @@ typedef struct {
     int vllm_nested; /* vLLM >= 0.25 (PR #41184): experts.routed_experts.w13_weight */
     int seq_moe;     /* vLLM use_sequence_parallel_moe: EP, tp > 1, dp > 1 in one engine */
     int bridge;      /* Megatron-Bridge: the vocabulary is not padded */
+    /* vLLM EPLB: physical_to_logical map (NULL: EPLB off, or vLLM's initial
+     * map when eplb_P > 0), P slots per MoE layer, one row or one per layer */
+    const int32_t *eplb;
+    int64_t eplb_len, eplb_P;
+    int32_t eplb_r; /* the rank inside its engine */
 } rk_t;
 
 static void at(where_t *w, const char *prefix, const char *name, int64_t e, int64_t r, int64_t col)
@@ -197,6 +216,105 @@ static void vocab(const rk_t *x, int64_t vpad, const char *hf, geom_t *g, where_
     }
 }
 
+static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                       geom_t *g, where_t *w);
+
+/* vLLM's gpt-oss (gpt_oss.py, the bf16 load path): model.embedding, per
+ * layer attn.{qkv_proj (+bias), o_proj (+bias, whole), sinks (the rank's
+ * heads)}, mlp.router (+bias, whole), FusedMoE experts whose w13 rows and
+ * w13_bias entries alternate gate, up of the rank's intermediate slice
+ * (HF gate_up_proj: gate at even, up at odd positions), w2 and w2_bias (no
+ * EP: only flattened rank 0 holds it, the others zeros). */
+static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                               geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t tp = x->tp, t = x->t, H = c->H, vpad = (c->V + 63) / 64 * 64;
+    if (!strcmp(param, "model.embedding.weight")) {
+        vocab(x, vpad, "model.embed_tokens.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "lm_head.weight")) {
+        vocab(x, vpad, "lm_head.weight", g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(param, "model.norm.weight")) {
+        whole(x, param, g, w, i, col);
+        return 1;
+    }
+    int layer, k = 0;
+    if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
+        return 0;
+    const char *rest = param + k;
+    char pre[64], hf[192];
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    static const struct {
+        const char *vl, *hf;
+    } same[] = {{"input_layernorm.weight", "input_layernorm.weight"},
+                {"post_attention_layernorm.weight", "post_attention_layernorm.weight"},
+                {"attn.o_proj.bias", "self_attn.o_proj.bias"},
+                {"mlp.router.weight", "mlp.router.weight"},
+                {"mlp.router.bias", "mlp.router.bias"}};
+    for (size_t s = 0; s < sizeof same / sizeof *same; s++)
+        if (!strcmp(rest, same[s].vl)) {
+            snprintf(hf, sizeof hf, "%s%s", pre, same[s].hf);
+            whole(x, hf, g, w, i, col);
+            return 1;
+        }
+    if (!strcmp(rest, "attn.sinks")) {
+        *g = (geom_t){1, 1, c->nh / tp};
+        if (w)
+            at(w, pre, "self_attn.sinks", 0, 0, t * (c->nh / tp) + col);
+        return 1;
+    }
+    if (!strncmp(rest, "attn.", 5)) { /* qkv_proj and o_proj as every GQA model's */
+        char as[192];
+        snprintf(as, sizeof as, "%sself_attn.%s", pre, rest + 5);
+        tcfg_t plain = *c;
+        plain.type = "qwen2";
+        rk_t y = *x;
+        y.c = &plain;
+        return vllm_oracle(&y, as, el, i, col, g, w);
+    }
+    int64_t eps = tp * x->dp, ne = x->vllm_ep ? c->E / eps : c->E;
+    int64_t e = (x->vllm_ep ? (x->dpr * tp + t) * ne : 0) + el;
+    int64_t ni = x->vllm_ep ? c->Im : c->Im / eps, i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
+    const char *nest = x->vllm_nested ? "routed_experts." : "";
+    char nm[4][96];
+    static const char *const sfx[4] = {"w13_weight", "w13_bias", "w2_weight", "w2_bias"};
+    for (int q = 0; q < 4; q++)
+        snprintf(nm[q], sizeof nm[q], "mlp.experts.%s%s", nest, sfx[q]);
+    if (!strcmp(rest, nm[0])) { /* row 2j: gate row i0+j, row 2j+1: up row i0+j */
+        *g = (geom_t){ne, 2 * ni, H};
+        if (w)
+            at(w, pre, i % 2 ? "mlp.experts.up_proj.weight" : "mlp.experts.gate_proj.weight", e,
+               i0 + i / 2, col);
+        return 1;
+    }
+    if (!strcmp(rest, nm[1])) { /* one element per local row: [E, I] biases */
+        *g = (geom_t){ne, 2 * ni, 1};
+        if (w)
+            at(w, pre, i % 2 ? "mlp.experts.up_proj.bias" : "mlp.experts.gate_proj.bias", 0, e,
+               i0 + i / 2);
+        return 1;
+    }
+    if (!strcmp(rest, nm[2])) {
+        *g = (geom_t){ne, H, ni};
+        if (w)
+            at(w, pre, "mlp.experts.down_proj.weight", e, i, i0 + col);
+        return 1;
+    }
+    if (!strcmp(rest, nm[3])) {
+        *g = (geom_t){ne, 1, H};
+        if (w) {
+            at(w, pre, "mlp.experts.down_proj.bias", 0, e, col);
+            w->pad = !x->vllm_ep && x->dpr * tp + t != 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 /* The vLLM convention. Returns 0 for an unknown parameter. */
 static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
                        geom_t *g, where_t *w)
@@ -216,6 +334,8 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         whole(x, param, g, w, i, col);
         return 1;
     }
+    if (!strcmp(c->type, "gpt_oss"))
+        return vllm_gpt_oss_oracle(x, param, el, i, col, g, w);
     int layer, k = 0;
     if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
         return 0;
@@ -230,6 +350,12 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
     char router[96], rbias[96];
     snprintf(router, sizeof router, "%sgate.weight", moe_block(c));
     snprintf(rbias, sizeof rbias, "%sgate.e_score_correction_bias", moe_block(c));
+    if (!strcmp(c->type, "glm4_moe") && !strcmp(rest, "mlp.gate.weight_bf16")) {
+        /* vLLM's glm4_moe gate is fp32: the bf16 router is staged whole */
+        snprintf(hf, sizeof hf, "%smlp.gate.weight", pre);
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
     if (ends(rest, "norm.weight") || !strcmp(rest, router) || !strcmp(rest, rbias) ||
         !strcmp(rest, "eh_proj.weight") || !strcmp(rest, "self_attn.kv_a_proj_with_mqa.weight") ||
         (!strcmp(rest, "mlp.shared_expert_gate.weight") && shared_I(c))) {
@@ -320,6 +446,18 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
      * intermediate dim split over all tp*dp ranks: rank dp_rank*tp + tp_rank
      * holds slice number dp_rank*tp + tp_rank (vLLM flattens expert TP). */
     int64_t ne = x->vllm_ep ? x->ne : c->E, e = (x->vllm_ep ? x->e0 : 0) + el;
+    if (x->eplb_P) {
+        /* EPLB (eplb_state.py, fused_moe/layer.py): EP rank r holds physical
+         * slots [r*P/eps, (r+1)*P/eps) (P divisible by eps), slot p holding
+         * logical expert physical_to_logical[moe_layer][p]; without a map,
+         * build_initial_global_physical_to_logical_map: p < E holds p, slot
+         * E + i holds i % E. MoE layers count from the first after the
+         * dense ones (first_k_dense_replace, mlp_only_layers [0]). */
+        int64_t P = x->eplb_P, per = P / (tp * x->dp), p = x->eplb_r * per + el;
+        int64_t row = layer - (c->first_dense ? c->first_dense : c->mlp_only0 ? 1 : 0);
+        ne = per;
+        e = !x->eplb ? p % c->E : x->eplb[(x->eplb_len == P ? 0 : row) * P + p];
+    }
     int64_t ni = x->vllm_ep ? c->Im : c->Im / (tp * x->dp);
     int64_t i0 = x->vllm_ep ? 0 : (x->dpr * tp + t) * ni;
     char e13[96], e2[96], eg[96], eu[96], ed[96];
@@ -453,6 +591,43 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
         {"mlp.shared_experts.gate_weight", "mlp.shared_expert_gate.weight"},
     };
+    int oss = !strcmp(c->type, "gpt_oss");
+    /* gpt-oss (Megatron-Bridge gpt_oss_bridge.py): linear_proj.bias whole, the
+     * sinks as core_attention.softmax_offset (the rank's heads), router bias,
+     * TEGroupedMLP biases: fc1 [gate; up] rows of the rank, fc2 whole */
+    if (oss && (!strcmp(rest, "self_attention.linear_proj.bias") ||
+                !strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.bias"))) {
+        snprintf(hf, sizeof hf, "%s%s", pre,
+                 !strcmp(rest, "self_attention.linear_proj.bias") ? "self_attn.o_proj.bias" : rest);
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
+    if (oss && !strcmp(rest, "self_attention.core_attention.softmax_offset")) {
+        *g = (geom_t){1, 1, c->nh / tp};
+        if (w)
+            at(w, pre, "self_attn.sinks", 0, 0, t * (c->nh / tp) + col);
+        return 1;
+    }
+    if (oss) {
+        int64_t ne = c->E / x->ep, ni = c->Im / x->etp, i0 = x->et * ni;
+        int j = -1;
+        k = 0;
+        if (sscanf(rest, "mlp.experts.linear_fc1.bias%d%n", &j, &k) == 1 && !rest[k]) {
+            assert_true(j >= 0 && j < ne);
+            *g = (geom_t){1, 2 * ni, 1};
+            if (w)
+                at(w, pre, i < ni ? "mlp.experts.gate_proj.bias" : "mlp.experts.up_proj.bias", 0,
+                   x->epr * ne + j, i0 + (i < ni ? i : i - ni));
+            return 1;
+        }
+        if (sscanf(rest, "mlp.experts.linear_fc2.bias%d%n", &j, &k) == 1 && !rest[k]) {
+            assert_true(j >= 0 && j < ne);
+            *g = (geom_t){1, 1, H};
+            if (w)
+                at(w, pre, "mlp.experts.down_proj.bias", 0, x->epr * ne + j, col);
+            return 1;
+        }
+    }
     if (!strcmp(rest, "mlp.router.weight") || !strcmp(rest, "mlp.router.expert_bias")) {
         snprintf(hf, sizeof hf, "%s%s%s", pre, moe_block(c),
                  ends(rest, "weight") ? "gate.weight" : "gate.e_score_correction_bias");
@@ -576,6 +751,20 @@ static void check_declared(const reshard_buffer_info_t *bi, const char *param, c
                            const reshard_tensor_info_t *hf, int scale)
 {
     int stacked = ends(param, "w13_weight") || ends(param, "w2_weight");
+    /* gpt-oss expert biases: vLLM [E_local, n] stacks, Megatron [n] per expert */
+    if (ends(param, "w13_bias") || ends(param, "w2_bias")) {
+        assert_int_equal(bi->dtype, hf->dtype);
+        assert_int_equal(bi->ndim, 2);
+        assert_int_equal(bi->shape[0], g->experts);
+        assert_int_equal(bi->shape[1], g->rows * g->width);
+        return;
+    }
+    if (strstr(param, ".linear_fc1.bias") || strstr(param, ".linear_fc2.bias")) {
+        assert_int_equal(bi->dtype, hf->dtype);
+        assert_int_equal(bi->ndim, 1);
+        assert_int_equal(bi->shape[0], g->experts * g->rows * g->width);
+        return;
+    }
     int64_t rows = scale ? (g->rows + BLOCK - 1) / BLOCK : g->rows;
     int64_t width = scale ? (g->width + BLOCK - 1) / BLOCK : g->width;
     if (scale)
@@ -723,6 +912,12 @@ static void rank_ctx(const job_t *j, int train, rk_t *x)
         x->vllm_ep = is->ep;
         x->vllm_nested = is->vllm != RESHARD_VLLM_0_24;
         x->seq_moe = is->ep && is->tp > 1 && is->dp > 1;
+        if (is->redundant > 0 || is->eplb_map) {
+            x->eplb = is->eplb_map;
+            x->eplb_len = is->eplb_map_len;
+            x->eplb_P = j->c->E + is->redundant;
+            x->eplb_r = r;
+        }
         if (j->c->E) {
             int64_t base = j->c->E / eps, rem = j->c->E % eps; /* remainder to the first ranks */
             x->ne = base + (r < rem);
@@ -874,6 +1069,8 @@ static void check_stages(const tcfg_t *c, const reshard_model_refit_t *f)
 typedef struct {
     int32_t domain_size;
     int own_plans;
+    const int32_t *eplb_map; /* the inference spec's EPLB map (NULL: none) */
+    int64_t eplb_len;
 } how_t;
 
 /* The buffer table entries of @p rank in @p a and in @p b are the same
@@ -957,6 +1154,8 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
     reshard_infer_spec_t is;
     assert_int_equal(reshard_train_spec_parse(train, &ts), RESHARD_OK);
     assert_int_equal(reshard_infer_spec_parse(infer, &is), RESHARD_OK);
+    is.eplb_map = how.eplb_map;
+    is.eplb_map_len = how.eplb_len;
     reshard_model_refit_t f;
     if (reshard_model_refit_create(m, &ts, &is, &f) != RESHARD_OK)
         fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
@@ -1021,7 +1220,7 @@ static void refit_case_how(const tcfg_t *c, reshard_dtype_t dtype, const char *t
 
 static void refit_case(const tcfg_t *c, reshard_dtype_t dtype, const char *train, const char *infer)
 {
-    refit_case_how(c, dtype, train, infer, (how_t){0, 0});
+    refit_case_how(c, dtype, train, infer, (how_t){.domain_size = 0, .own_plans = 0});
 }
 
 /* ------------------------------------------------------------------ */
@@ -1056,10 +1255,13 @@ static void test_fused_qkv_groups(void **state)
     refit_case(&llama, RESHARD_BF16, "tp=2,pp=1,dp=2", "tp=1,dp=1");
     refit_case(&llama, RESHARD_BF16, "tp=4,cp=2", "tp=8");
     /* every rank plans for itself; NVLink domains of 4 ranks (forwarding) */
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){1, 1});
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 1});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 1, .own_plans = 1});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 4, .own_plans = 1});
     /* ... each from its scoped layouts */
-    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3", (how_t){4, 2});
+    refit_case_how(&llama, RESHARD_BF16, "tp=2,pp=3", "tp=2,dp=3",
+                   (how_t){.domain_size = 4, .own_plans = 2});
 }
 
 /* Qwen3-MoE: 6 experts, layer 0 dense (mlp_only_layers). */
@@ -1092,7 +1294,7 @@ static void test_moe_experts(void **state)
     refit_case(&qwen3_moe, RESHARD_BF16, "tp=1,dp=6,ep=6", "tp=1,dp=5,ep=on");
     /* domains of 4 ranks: pieces land once per domain and are forwarded */
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=1,dp=4,ep=on",
-                   (how_t){4, 0});
+                   (how_t){.domain_size = 4, .own_plans = 0});
 }
 
 /* DeepSeek-V3 shape: MLA with q_lora, one dense layer, 5 routed experts,
@@ -1122,7 +1324,8 @@ static void test_mla(void **state)
     refit_case(&dsv3, RESHARD_BF16, "tp=2,pp=2,first=2", "tp=2,dp=2,ep=on");
     refit_case(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=4");
     /* every rank plans for itself, NVLink domains of 5 ranks (relays, forwards) */
-    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on", (how_t){5, 1});
+    refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,dp=2,ep=on",
+                   (how_t){.domain_size = 5, .own_plans = 1});
     tcfg_t no_q_lora = dsv3;
     no_q_lora.q_lora = 0;
     no_q_lora.nmtp = 0;
@@ -1259,11 +1462,11 @@ static void test_engines(void **state)
     /* each engine spans two domains of 2 ranks; every rank plans for itself,
      * and from its scoped layouts */
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
-                   (how_t){2, 1});
+                   (how_t){.domain_size = 2, .own_plans = 1});
     refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=4,engines=2,ep=on",
-                   (how_t){2, 2});
+                   (how_t){.domain_size = 2, .own_plans = 2});
     refit_case_how(&dsv3, RESHARD_BF16, "tp=1,pp=3,dp=5,ep=5", "tp=2,engines=2,ep=on",
-                   (how_t){2, 0});
+                   (how_t){.domain_size = 2, .own_plans = 0});
 }
 
 /* Bytes that must cross into the inference domains (plan lower bound), from
@@ -1414,6 +1617,339 @@ static void test_qwen2_moe_no_shared(void **state)
     refit_case(&c, RESHARD_BF16, "tp=1,pp=2", "tp=2,engines=2");
 }
 
+/* vLLM EPLB: 6 experts + 2 redundant = 8 physical slots over EP 4 (2 per
+ * rank), layer 0 dense, layers 1 and 2 MoE. Every slot must hold its logical
+ * expert after the refit, duplicates included; a map that changes between
+ * refits gives a new plan whose refit is checked again. */
+static void test_eplb(void **state)
+{
+    (void)state;
+    /* vLLM's initial map: slots 0..5 hold 0..5, slots 6, 7 hold 0, 1 */
+    refit_case(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2");
+    /* one map for both MoE layers: a permutation with experts 3 and 5 twice */
+    static const int32_t one[8] = {5, 3, 0, 4, 3, 1, 2, 5};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2",
+                   (how_t){.domain_size = 0, .own_plans = 0, .eplb_map = one, .eplb_len = 8});
+    /* the balancer moved experts: per-layer maps, each rank's own scoped plan,
+     * NVLink domains of 2 (pieces forwarded), Megatron etp=2 */
+    static const int32_t two[16] = {0, 0, 1, 2, 3, 4, 5, 5, /* layer 1 */
+                                    4, 2, 1, 3, 0, 5, 2, 2 /* layer 2 */};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=2,dp=2,ep=2", "tp=2,dp=2,ep=on,redundant=2",
+                   (how_t){.domain_size = 2, .own_plans = 2, .eplb_map = two, .eplb_len = 16});
+    /* no redundant experts: EPLB still permutes them (a map alone turns it on) */
+    static const int32_t perm[6] = {5, 4, 3, 2, 1, 0};
+    refit_case_how(&qwen3_moe, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=1,dp=3,ep=on,engines=2",
+                   (how_t){.domain_size = 0, .own_plans = 1, .eplb_map = perm, .eplb_len = 6});
+}
+
+/* A bad EPLB map or spec is refused before any layout is built, naming the
+ * layer, slot or expert; two maps give two fingerprints. */
+static void test_eplb_refused(void **state)
+{
+    (void)state;
+    char *json = config_json(&qwen3_moe);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("tp=2,dp=2,ep=2,etp=1", &ts), RESHARD_OK);
+    static const struct {
+        const char *infer;
+        int32_t map[16];
+        int64_t len;
+        const char *msg;
+    } bad[] = {
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0},
+         7,
+         "EPLB map has 7 entries; it must have one per physical expert slot, 8"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0, 6},
+         8,
+         "MoE layer 0: physical slot 7 holds logical expert 6, outside [0, 6)"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, 3, 4, 5, 0, 1, 0, 1, 2, 3, 4, 4, 0, 1},
+         16,
+         "MoE layer 1: logical expert 5 has no physical slot"},
+        {"tp=2,dp=2,ep=on,redundant=2",
+         {0, 1, 2, -1, 4, 5, 0, 1},
+         8,
+         "physical slot 3 holds logical expert -1"},
+        {"tp=2,dp=2,ep=on,redundant=1", {0}, 0, "EP size tp*dp=4 does not divide the 7 physical"},
+        {"tp=2,dp=2,redundant=2", {0}, 0, "EPLB (redundant=2) needs ep=on"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        assert_int_equal(reshard_infer_spec_parse(bad[k].infer, &is), RESHARD_OK);
+        is.eplb_map = bad[k].len ? bad[k].map : NULL;
+        is.eplb_map_len = bad[k].len;
+        reshard_model_refit_t f;
+        assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+        if (!strstr(reshard_last_error(), bad[k].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", k, reshard_last_error(), bad[k].msg);
+    }
+    /* the spec text keeps the redundant experts */
+    char text[128];
+    assert_int_equal(reshard_infer_spec_parse("tp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    assert_string_equal(reshard_infer_spec_str(&is, text, sizeof text),
+                        "tp=2,dp=1,ep=on,redundant=2");
+    /* two maps, two origins: plans made from different maps never agree */
+    static const int32_t a[8] = {0, 1, 2, 3, 4, 5, 0, 1}, b[8] = {0, 1, 2, 3, 4, 5, 1, 0};
+    reshard_model_refit_t fa, fb;
+    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    is.eplb_map = a;
+    is.eplb_map_len = 8;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &fa), RESHARD_OK);
+    is.eplb_map = b;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &fb), RESHARD_OK);
+    assert_true(fa.infer->origin.hash != fb.infer->origin.hash);
+    assert_true(fa.train->origin.hash == fb.train->origin.hash);
+    reshard_model_refit_destroy(&fa);
+    reshard_model_refit_destroy(&fb);
+    reshard_model_destroy(m);
+}
+
+/* GLM-4.5 (glm4_moe): GQA with q/k/v biases, no q/k norms, layer 0 dense,
+ * 6 routed experts + 1 shared expert with the router's fp32 score-correction
+ * bias. */
+static const tcfg_t glm = {.type = "glm4_moe",
+                           .H = 32,
+                           .I = 48,
+                           .Im = 16,
+                           .V = 90,
+                           .nh = 4,
+                           .kv = 2,
+                           .hd = 8,
+                           .E = 6,
+                           .nshared = 1,
+                           .first_dense = 1,
+                           .L = 3};
+
+/* The names (in order), dtypes and shapes rank @p rank of @p t holds must be
+ * @p want: {name, dtype, d0, d1, d2} (0: fewer dims). */
+typedef struct {
+    const char *name;
+    reshard_dtype_t dt;
+    int64_t d[3];
+} want_t;
+
+static void expect_names(const reshard_layout_t *l, int32_t rank, const want_t *want, int n)
+{
+    assert_int_equal(reshard_layout_declared_count(l, rank), n);
+    for (int i = 0; i < n; i++) {
+        reshard_buffer_info_t bi;
+        assert_int_equal(reshard_layout_declared_buffer(l, rank, i, &bi), RESHARD_OK);
+        if (strcmp(bi.name, want[i].name) || bi.dtype != want[i].dt)
+            fail_msg("rank %d buffer %d: %s (%s), want %s (%s)", rank, i, bi.name,
+                     reshard_dtype_name(bi.dtype), want[i].name, reshard_dtype_name(want[i].dt));
+        for (int d = 0; d < 3; d++)
+            assert_int_equal(d < bi.ndim ? bi.shape[d] : 0, want[i].d[d]);
+    }
+}
+
+static void test_glm4_moe(void **state)
+{
+    (void)state;
+    /* vLLM's own DP with EP (sequence-parallel MoE: glm4_moe.py's shared experts
+     * stay TP-split), Megatron ep=2 etp=1 */
+    refit_case(&glm, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    /* independent engines with EP inside, Megatron pp=3 (one layer each), Bridge */
+    refit_case(&glm, RESHARD_BF16, "tp=2,pp=3,convention=megatron-bridge", "tp=2,engines=2,ep=on");
+    /* no EP: every expert split over tp*dp; each rank's own scoped plan, domains */
+    refit_case_how(&glm, RESHARD_BF16, "tp=1,dp=2,ep=2", "tp=2,dp=2",
+                   (how_t){.domain_size = 2, .own_plans = 2});
+    /* EPLB: 6 + 2 redundant slots */
+    refit_case(&glm, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on,redundant=2");
+
+    /* names, dtypes and shapes from the frameworks' rules: vLLM tp=2 rank 0
+     * (glm4_moe.py: qkv_proj with bias, o_proj without; dense gate_up/down;
+     * MoE gate + fp32 e_score_correction_bias, FusedMoE w13/w2 (vLLM 0.25
+     * routed_experts), shared_experts gate_up/down), Megatron tp=2 rank 0 */
+    char *json = config_json(&glm);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    free(json);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse("tp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    const reshard_dtype_t B = RESHARD_BF16, F = RESHARD_FP32;
+    /* q 2 heads + k 1 + v 1 of 8 rows per rank: 32 rows */
+    want_t vl[] = {{"model.embed_tokens.weight", B, {64, 32}},
+                   {"model.layers.0.input_layernorm.weight", B, {32}},
+                   {"model.layers.0.self_attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.0.self_attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.0.self_attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.0.post_attention_layernorm.weight", B, {32}},
+                   {"model.layers.0.mlp.gate_up_proj.weight", B, {48, 32}},
+                   {"model.layers.0.mlp.down_proj.weight", B, {32, 24}}};
+    want_t vm[] = {{"model.layers.1.input_layernorm.weight", B, {32}},
+                   {"model.layers.1.self_attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.1.self_attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.1.self_attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.1.post_attention_layernorm.weight", B, {32}},
+                   /* vLLM's gate.weight is fp32 (nn.Linear(dtype=float32)): the
+                    * trainer's bf16 router lands beside it, widened by the worker */
+                   {"model.layers.1.mlp.gate.weight_bf16", B, {6, 32}},
+                   {"model.layers.1.mlp.gate.e_score_correction_bias", F, {6}},
+                   {"model.layers.1.mlp.experts.routed_experts.w13_weight", B, {6, 16, 32}},
+                   {"model.layers.1.mlp.experts.routed_experts.w2_weight", B, {6, 32, 8}},
+                   {"model.layers.1.mlp.shared_experts.gate_up_proj.weight", B, {16, 32}},
+                   {"model.layers.1.mlp.shared_experts.down_proj.weight", B, {32, 8}}};
+    want_t all[8 + 11 * 2 + 2];
+    int n = 0;
+    for (int i = 0; i < 8; i++)
+        all[n++] = vl[i];
+    char names[2][11][96];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 11; i++) {
+            snprintf(names[k][i], sizeof names[k][i], "model.layers.%d.%s", k + 1,
+                     vm[i].name + strlen("model.layers.1."));
+            all[n] = vm[i];
+            all[n++].name = names[k][i];
+        }
+    all[n++] = (want_t){"model.norm.weight", B, {32}};
+    all[n++] = (want_t){"lm_head.weight", B, {64, 32}};
+    expect_names(f.infer, f.train_world, all, n);
+    /* Megatron-LM (vocab padded to 128*tp = 256): TE linear_qkv with its fused
+     * layer norm and bias, dense linear_fc1 with layer_norm_weight; MoE
+     * pre_mlp_layernorm, router (+ expert_bias fp32, a module buffer),
+     * TEGroupedMLP experts weight0..5 (etp = tp = 2), shared_experts */
+    want_t ml[] = {{"embedding.word_embeddings.weight", B, {128, 32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.layer_norm_weight", B, {32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.weight", B, {32, 32}},
+                   {"decoder.layers.0.self_attention.linear_qkv.bias", B, {32}},
+                   {"decoder.layers.0.self_attention.linear_proj.weight", B, {32, 16}},
+                   {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", B, {32}},
+                   {"decoder.layers.0.mlp.linear_fc1.weight", B, {48, 32}},
+                   {"decoder.layers.0.mlp.linear_fc2.weight", B, {32, 24}}};
+    /* per MoE layer 4 attention + pre_mlp_layernorm, router, expert_bias + 12
+     * expert weights + 2 shared; then the final norm and the output layer */
+    assert_int_equal(reshard_layout_declared_count(f.train, 0), 8 + 2 * (7 + 12 + 2) + 2);
+    for (int i = 0; i < 8; i++) {
+        reshard_buffer_info_t bi;
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, i, &bi), RESHARD_OK);
+        assert_string_equal(bi.name, ml[i].name);
+    }
+    static const char *const moe_names[] = {
+        "self_attention.linear_qkv.layer_norm_weight",
+        "self_attention.linear_qkv.weight",
+        "self_attention.linear_qkv.bias",
+        "self_attention.linear_proj.weight",
+        "pre_mlp_layernorm.weight",
+        "mlp.router.weight",
+        "mlp.router.expert_bias",
+        "mlp.experts.linear_fc1.weight0",
+    };
+    for (int i = 0; i < 8; i++) {
+        reshard_buffer_info_t bi;
+        char want[128];
+        snprintf(want, sizeof want, "decoder.layers.1.%s", moe_names[i]);
+        assert_int_equal(reshard_layout_declared_buffer(f.train, 0, 8 + i, &bi), RESHARD_OK);
+        assert_string_equal(bi.name, want);
+        if (i == 6)
+            assert_int_equal(bi.dtype, RESHARD_FP32);
+    }
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+    /* the MTP layer (vLLM's separate glm4_moe_mtp drafter) is refused by name */
+    json = config_json(&glm);
+    reshard_model_options_t o = {.mtp = 1};
+    assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "glm4_moe' with the mtp option"));
+    free(json);
+}
+
+/* gpt-oss (gpt_oss): q/k/v/o biases, attention sinks, a router with a bias,
+ * 4 experts with biases whose gate and up vLLM interleaves; sliding-window
+ * layers have no tensors of their own. */
+static const tcfg_t oss = {.type = "gpt_oss",
+                           .H = 32,
+                           .I = 16,
+                           .Im = 16,
+                           .V = 90,
+                           .nh = 4,
+                           .kv = 2,
+                           .hd = 8,
+                           .E = 4,
+                           .L = 2};
+
+static void test_gpt_oss(void **state)
+{
+    (void)state;
+    /* vLLM EP over 4 ranks (one expert each, vLLM's own DP), Megatron ep=2 */
+    refit_case(&oss, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    /* no EP: the intermediate dim over all 4 ranks; w2_bias on flattened rank 0
+     * only (the others keep the zeros vLLM loads: the oracle checks the sentinel);
+     * Megatron etp = tp = 2 splits the experts like a dense MLP */
+    refit_case(&oss, RESHARD_BF16, "tp=2,pp=2", "tp=2,dp=2");
+    /* engines with EP inside, Megatron-Bridge, each rank's own scoped plan, domains */
+    refit_case_how(&oss, RESHARD_BF16, "tp=1,dp=2,ep=2,convention=megatron-bridge",
+                   "tp=2,engines=2,ep=on", (how_t){.domain_size = 2, .own_plans = 2});
+    /* vLLM 0.24 names (experts.w13_weight, experts.w13_bias) */
+    refit_case(&oss, RESHARD_BF16, "tp=2", "tp=1,dp=2,vllm=0.24");
+
+    char *json = config_json(&oss);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_refit_t f;
+    assert_int_equal(reshard_train_spec_parse("tp=2", &ts), RESHARD_OK);
+    /* refused: EPLB (vLLM's gpt-oss has none), an EP size not dividing the experts */
+    assert_int_equal(reshard_infer_spec_parse("tp=2,ep=on,redundant=2", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "vLLM's gpt-oss has no expert load balancer"));
+    assert_int_equal(reshard_infer_spec_parse("tp=1,dp=3,ep=on", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "does not divide the 4 experts"));
+    assert_int_equal(reshard_infer_spec_parse("tp=4", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "gpt_oss: tp=4 does not divide the 2 kv heads"));
+    /* vLLM tp=2 rank 0's names, dtypes and shapes (gpt_oss.py): qkv rows 2 q heads +
+     * 1 k + 1 v of 8, o_proj columns 2 heads of 8, experts' 16 rows split in two */
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_OK);
+    const reshard_dtype_t B = RESHARD_BF16;
+    want_t vl[] = {{"model.embedding.weight", B, {64, 32}},
+                   {"model.layers.0.input_layernorm.weight", B, {32}},
+                   {"model.layers.0.attn.qkv_proj.weight", B, {32, 32}},
+                   {"model.layers.0.attn.qkv_proj.bias", B, {32}},
+                   {"model.layers.0.attn.o_proj.weight", B, {32, 16}},
+                   {"model.layers.0.attn.o_proj.bias", B, {32}},
+                   {"model.layers.0.attn.sinks", B, {2}},
+                   {"model.layers.0.post_attention_layernorm.weight", B, {32}},
+                   {"model.layers.0.mlp.router.weight", B, {4, 32}},
+                   {"model.layers.0.mlp.router.bias", B, {4}},
+                   {"model.layers.0.mlp.experts.routed_experts.w13_weight", B, {4, 16, 32}},
+                   {"model.layers.0.mlp.experts.routed_experts.w13_bias", B, {4, 16}},
+                   {"model.layers.0.mlp.experts.routed_experts.w2_weight", B, {4, 32, 8}},
+                   {"model.layers.0.mlp.experts.routed_experts.w2_bias", B, {4, 32}}};
+    want_t all[1 + 13 * 2 + 2];
+    char names[2][13][96];
+    int n = 0;
+    all[n++] = vl[0];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 13; i++) {
+            snprintf(names[k][i], sizeof names[k][i], "model.layers.%d.%s", k,
+                     vl[i + 1].name + strlen("model.layers.0."));
+            all[n] = vl[i + 1];
+            all[n++].name = names[k][i];
+        }
+    all[n++] = (want_t){"model.norm.weight", B, {32}};
+    all[n++] = (want_t){"lm_head.weight", B, {64, 32}};
+    expect_names(f.infer, f.train_world, all, n);
+    reshard_model_refit_destroy(&f);
+    reshard_model_destroy(m);
+    /* only the bf16 form: MXFP4 (the released experts) and FP8 destinations are refused */
+    reshard_model_options_t o = {.infer_quant = RESHARD_QUANT_FP8_BLOCK};
+    assert_int_equal(reshard_model_load_json(json, &o, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "'gpt_oss': only the bf16 form is modelled"));
+    free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1431,6 +1967,10 @@ int main(void)
         cmocka_unit_test(test_sequence_parallel_shared),
         cmocka_unit_test(test_megatron_conventions),
         cmocka_unit_test(test_qwen2_moe_no_shared),
+        cmocka_unit_test(test_eplb),
+        cmocka_unit_test(test_eplb_refused),
+        cmocka_unit_test(test_glm4_moe),
+        cmocka_unit_test(test_gpt_oss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

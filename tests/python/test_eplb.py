@@ -1,0 +1,96 @@
+"""vLLM's expert load balancer (EPLB) through Model.plan on in-process threads: after
+a refit every physical expert slot of every vLLM rank holds exactly the Megatron
+weights of the logical expert the map gives it (redundant copies included), for
+vLLM's initial map and for maps that change between refits; bad maps are refused by
+name. The oracle is the two frameworks' rules: Megatron EP rank r (tp=1) holds experts
+[r*E/ep, ...) as linear_fc1.weightK ([gate; up]) and linear_fc2.weightK; vLLM EP rank
+r holds slots [r*P/ep_size, ...) of P = E + redundant as the rows of w13_weight
+([gate; up]) and w2_weight (eplb_state.py physical_to_logical_map)."""
+
+import json
+
+import pytest
+import torch
+
+import reshard
+
+E, REDUNDANT, L = 6, 2, 2
+P = E + REDUNDANT
+MOE = {  # a tiny Qwen3-MoE: every layer MoE
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+    "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": L,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_experts": E,
+    "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "vocab_size": 100, "tie_word_embeddings": False,
+}
+TRAIN, INFER = "tp=1,dp=2,ep=2", "tp=2,ep=on"  # Megatron: 3 experts per rank; vLLM: 4 slots
+
+
+@pytest.fixture
+def model(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(MOE))
+    return reshard.Model(str(p))
+
+
+def refit_threads(model, eplb_map, step):
+    """One refit with ``eplb_map``: the trainers' random weights and what each vLLM
+    rank received."""
+    src, dst = {}, {}
+
+    def rank_fn(comm):
+        plan = model.plan(comm, TRAIN, INFER, redundant=REDUNDANT, eplb_map=eplb_map)
+        side, i = plan.refit.role(comm.rank)
+        if side == "train":
+            g = torch.Generator().manual_seed(1000 * step + i)
+            bufs = plan.refit.train.new_buffers(comm.rank)
+            for t in bufs.values():
+                t.copy_(torch.randn(t.shape, generator=g).to(t.dtype))
+            src[i] = bufs
+            plan.execute(src=bufs)
+        else:
+            bufs = plan.refit.infer.new_buffers(comm.rank, fill=reshard.SENTINEL_BYTE)
+            plan.execute(dst=bufs)
+            dst[i] = bufs
+
+    reshard.run_threads(4, rank_fn)
+    return src, dst
+
+
+def check_slots(src, dst, rows):
+    per_train, per_infer = E // 2, P // 2
+    for i in range(2):
+        for layer in range(L):
+            pre = "model.layers.%d.mlp.experts.routed_experts." % layer
+            w13, w2 = dst[i][pre + "w13_weight"], dst[i][pre + "w2_weight"]
+            assert w13.shape == (per_infer, 2 * 16, 32) and w2.shape == (per_infer, 32, 16)
+            for k in range(per_infer):
+                e = rows[layer][i * per_infer + k]
+                mg = src[e // per_train]
+                fc = "decoder.layers.%d.mlp.experts.linear_fc%%d.weight%d" % (layer, e % per_train)
+                assert torch.equal(w13[k], mg[fc % 1]), (i, layer, k, e)
+                assert torch.equal(w2[k], mg[fc % 2]), (i, layer, k, e)
+
+
+def test_eplb_slots_hold_their_logical_experts(model):
+    """vLLM's initial map, then the balancer's moves (one map for every layer, then one
+    per layer, as a torch tensor): each refit replans and every slot is checked."""
+    initial = list(range(E)) + [i % E for i in range(REDUNDANT)]
+    shared = [5, 3, 0, 4, 3, 1, 2, 5]
+    per_layer = torch.tensor([[0, 0, 1, 2, 3, 4, 5, 5], [4, 2, 1, 3, 0, 5, 2, 2]],
+                             dtype=torch.int32)
+    for step, (m, rows) in enumerate([(None, [initial] * L), (shared, [shared] * L),
+                                      (per_layer, per_layer.tolist())]):
+        src, dst = refit_threads(model, m, step)
+        check_slots(src, dst, rows)
+
+
+@pytest.mark.parametrize("eplb_map,msg", [
+    ([0, 1, 2, 3, 4, 5, 0], "EPLB map has 7 entries"),
+    ([0, 1, 2, 3, 4, 5, 0, 9], "physical slot 7 holds logical expert 9, outside"),
+    ([0, 1, 2, 3, 4, 4, 0, 1], "logical expert 5 has no physical slot"),
+])
+def test_eplb_bad_maps_refused(model, eplb_map, msg):
+    with pytest.raises(reshard.ReshardError, match=msg) as e:
+        model.refit(TRAIN, INFER, redundant=REDUNDANT, eplb_map=eplb_map)
+    assert e.value.status == reshard.Status.CONFIG
