@@ -29,6 +29,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,11 @@ for _p in (os.path.join(ROOT, "python"), HERE):
         sys.path.insert(0, _p)
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.95), "weight_decay": 0.01, "foreach": False}
+
+# A log line of torch or gloo on stderr (glog: "W20261202 14:32:26.836 ... ] ...", or
+# c10d's "[W socket.cpp:...] ..."), e.g. gloo's warning on a host whose name does not
+# resolve: not a rank's own error.
+LOG_LINE = re.compile(r"^([IWEF]\d{8} |\[[IWEF] )")
 
 
 def adamw_step(params: List[Any], opt: Any) -> None:
@@ -231,9 +237,10 @@ def launch(args: Any, argv: List[str]) -> int:
                 out, err = p.communicate()
             got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
             reports += got
-            if p.returncode != 0:
-                tail = err.strip().splitlines()[-1:] or ["exit status %d" % p.returncode]
-                errors.append("rank %d: %s" % (r, tail[0]))
+            if p.returncode != 0:  # its last own line: torch's log lines (glog) left out
+                own = [x for x in err.splitlines() if x.strip() and not LOG_LINE.match(x)]
+                errors.append("rank %d: %s" % (r, own[-1] if own else
+                                                "exit status %d" % p.returncode))
     return summarize(args, s, reports, errors)
 
 
