@@ -64,8 +64,8 @@ static reshard_buffer_t *alloc_bufs(const reshard_layout_t *l, int rank, int32_t
 }
 
 /* The fragments of @p l whose tensor is in [t0, t1). */
-static reshard_layout_t *subset(const reshard_tensors_t *ts, const reshard_layout_t *l,
-                                int32_t t0, int32_t t1)
+static reshard_layout_t *subset(const reshard_tensors_t *ts, const reshard_layout_t *l, int32_t t0,
+                                int32_t t1)
 {
     reshard_layout_t *out = NULL;
     CK(reshard_layout_create(ts, &out), "layout");
@@ -166,8 +166,8 @@ int main(int argc, char **argv)
     int32_t *host = calloc((size_t)size, sizeof *host), *dev = malloc((size_t)size * sizeof *dev);
     for (int32_t r = 0; r < size; r++)
         dev[r] = r < T ? r : r - T; /* training rank i and inference rank i: device i */
-    reshard_plan_params_t pp = {.field_mask = RESHARD_PLAN_PARAM_PLACEMENT |
-                                              RESHARD_PLAN_PARAM_COLOCATED,
+    reshard_plan_params_t pp = {.field_mask =
+                                    RESHARD_PLAN_PARAM_PLACEMENT | RESHARD_PLAN_PARAM_COLOCATED,
                                 .world_size = size,
                                 .my_rank = g_rank,
                                 .host = host,
@@ -246,8 +246,7 @@ int main(int argc, char **argv)
             CK(reshard_plan_execute(bk[b].gather, comm, sb, ns, &fb, g_rank < T, &es),
                "nemo gather");
             moved += es.bytes_peer_read + es.bytes_recv + es.bytes_local;
-            CK(reshard_plan_execute(bk[b].slice, comm, &fb, g_rank < T, db, nd, &es),
-               "nemo slice");
+            CK(reshard_plan_execute(bk[b].slice, comm, &fb, g_rank < T, db, nd, &es), "nemo slice");
             moved += es.bytes_peer_read + es.bytes_recv;
         }
         t_nemo[it] = max_over_ranks(MPI_Wtime() - t0);
@@ -279,8 +278,7 @@ int main(int argc, char **argv)
                mc > 0 ? rs / mc : 0);
         printf("  %-8s %10.4f s %16llu %13.2fx\n", "nemo", nm, (unsigned long long)read_nemo,
                mc > 0 ? nm / mc : 0);
-        printf("  %-8s %10.4f s %16llu %13.2fx\n", "memcpy", mc, (unsigned long long)need_all,
-               1.0);
+        printf("  %-8s %10.4f s %16llu %13.2fx\n", "memcpy", mc, (unsigned long long)need_all, 1.0);
         printf("  bytes read by reshard / bytes the receivers need: %.4f; nemo / reshard time: "
                "%.2fx\n",
                need_all ? (double)read_rs / (double)need_all : 0, rs > 0 ? nm / rs : 0);

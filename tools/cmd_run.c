@@ -273,15 +273,14 @@ typedef struct {
     rank_bufs_t src, dst;
     reshard_plan_t *plan;
     reshard_baseline_t *baseline;
-    uint64_t dst_bytes; /**< bytes the inference side needs: its fragments, summed */
+    uint64_t dst_bytes;         /**< bytes the inference side needs: its fragments, summed */
     uint64_t peer_read;         /**< measured one-sided reads per refit, all ranks */
     reshard_plan_stats_t paths; /**< --colocated, rank 0: the global plan's bytes by path */
 } run_t;
 
 /* --colocated: unless RESHARD_DEVICE named them, the i-th training rank and the i-th
  * inference rank of a host share its device i (trainer and engine on the same GPUs). */
-static void colocated_devices(int32_t train_world, int32_t size, const int32_t *host,
-                              int32_t *dev)
+static void colocated_devices(int32_t train_world, int32_t size, const int32_t *host, int32_t *dev)
 {
     for (int32_t r = 0; r < size; r++) {
         if (dev[r] != RESHARD_DEVICE_CPU)
@@ -713,9 +712,10 @@ static void print_header(const run_t *r, double plan_s)
         printf("NVLink domains of %ld ranks\n", a->domain_size);
     else
         printf("no NVLink domains (every rank its own)\n");
-    printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
+    printf("  %ld refits per method, %s rebound every refit; staging %.0f MiB/rank; "
            "timeout %.0f s; plan built in %.3f s\n\n",
-           a->iters, a->staging_mb, a->timeout_s, plan_s);
+           a->iters, a->colocated ? "destination buffers (sources read in place)" : "buffers",
+           a->staging_mb, a->timeout_s, plan_s);
     printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
            "bytes moved", "GB/s/infer", "verified", "#wrong");
     fflush(stdout);
@@ -780,7 +780,8 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
                             json_integer((json_int_t)q->bound_same_host_bytes));
         json_object_set_new(c, "bound_cross_host_bytes",
                             json_integer((json_int_t)q->bound_cross_host_bytes));
-        json_object_set_new(c, "plan_bytes_peer_read", json_integer((json_int_t)q->bytes_peer_read));
+        json_object_set_new(c, "plan_bytes_peer_read",
+                            json_integer((json_int_t)q->bytes_peer_read));
         json_object_set_new(c, "bytes_peer_read", json_integer((json_int_t)r->peer_read));
         json_object_set_new(o, "colocated", c);
     }
@@ -975,10 +976,9 @@ static int run(const run_args_t *a, int rank, int size)
     }
     /* the bytes measured per link class must be the plan's, to the byte */
     /* the plan counts a one-sided read as the path it replaces (sent side) */
-    bool links_ok = rs.done == 0 ||
-                    (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
-                     rs.bytes_nvlink == plan_totals.bytes_nvlink &&
-                     r.peer_read == plan_totals.bytes_peer_read);
+    bool links_ok = rs.done == 0 || (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
+                                     rs.bytes_nvlink == plan_totals.bytes_nvlink &&
+                                     r.peer_read == plan_totals.bytes_peer_read);
     bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
               rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0) && links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))

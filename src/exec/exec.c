@@ -685,7 +685,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     /* Colocated reads: the owners' buffer tables, before the data rounds. */
     rs_peer_tables_t *pt = NULL;
     if (st == RESHARD_OK && plan->p.colocated) {
-        reshard_status_t ps = rs_peer_exchange(plan, comm, rp, src_bufs, x.failed != RESHARD_OK, &pt);
+        reshard_status_t ps =
+            rs_peer_exchange(plan, comm, rp, src_bufs, x.failed != RESHARD_OK, &pt);
         if (ps != RESHARD_OK && pt)
             note_failure(&x, ps); /* a refused probe: keep to the schedule */
         else if (ps != RESHARD_OK)

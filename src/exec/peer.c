@@ -39,8 +39,8 @@ static int make_pairs(const reshard_plan_t *plan, const int64_t *idx, int64_t n,
         const rs_piece_t *p = &plan->pieces[idx[i]];
         int32_t peer = owner ? p->receiver : p->sender;
         int64_t j = i;
-        while (j < n && (owner ? plan->pieces[idx[j]].receiver : plan->pieces[idx[j]].sender) ==
-                            peer)
+        while (j < n &&
+               (owner ? plan->pieces[idx[j]].receiver : plan->pieces[idx[j]].sender) == peer)
             j++;
         rs_pair_t *nv = realloc(*out, (size_t)(*nout + 1) * sizeof *nv);
         if (!nv)
@@ -159,9 +159,9 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
         rs_peer_buf_t *e = (rs_peer_buf_t *)(h + 1);
         *h = (rs_peer_hdr_t){RS_PEER_MAGIC, (int64_t)getpid(), (uint64_t)q->nbuf, 0};
         for (int64_t k = 0; k < q->nbuf; k++)
-            e[k] = (rs_peer_buf_t){(uint64_t)q->buf[k],
-                                   (uint64_t)(uintptr_t)src_bufs[q->buf[k]].ptr,
-                                   src_bufs[q->buf[k]].bytes, 0};
+            e[k] =
+                (rs_peer_buf_t){(uint64_t)q->buf[k], (uint64_t)(uintptr_t)src_bufs[q->buf[k]].ptr,
+                                src_bufs[q->buf[k]].bytes, 0};
     }
     const reshard_transport_ops_t *ops = comm->ops;
     reshard_status_t st = ops->round_begin(comm, 0);
@@ -193,8 +193,7 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                 return rs_error(RESHARD_ERR_TRANSPORT,
                                 "rank %d: rank %d's colocated buffer table names buffer %llu "
                                 "where %lld was expected",
-                                me, q->peer, (unsigned long long)e[k].buffer,
-                                (long long)q->buf[k]);
+                                me, q->peer, (unsigned long long)e[k].buffer, (long long)q->buf[k]);
             if (e[k].bytes)
                 st = rs_peer_cpu_probe(h->pid, me, q->peer, q->buf[k], e[k].addr, &probe, 1);
         }
@@ -231,9 +230,9 @@ reshard_status_t rs_peer_read_all(const reshard_plan_t *plan, reshard_comm_t *co
             else
                 hi = mid;
         }
-        st = rs_peer_cpu_read_box(h->pid, rp->rank, p->sender, plan->dst->tensors->t[p->tensor].name,
-                                  sf->buffer, dst_bufs[df->buffer].ptr, df, e[lo].addr,
-                                  e[lo].bytes, sf, &p->box, p->elem_size);
+        st = rs_peer_cpu_read_box(
+            h->pid, rp->rank, p->sender, plan->dst->tensors->t[p->tensor].name, sf->buffer,
+            dst_bufs[df->buffer].ptr, df, e[lo].addr, e[lo].bytes, sf, &p->box, p->elem_size);
         if (st == RESHARD_OK)
             *bytes += p->bytes;
     }

@@ -64,8 +64,7 @@ reshard_status_t rs_placement_own(reshard_plan_t *plan)
     return RESHARD_OK;
 }
 
-void rs_placement_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells,
-                             uint64_t bound[4])
+void rs_placement_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells, uint64_t bound[4])
 {
     if (!rs_has_placement(&plan->p))
         return;
@@ -73,8 +72,8 @@ void rs_placement_bounds_add(const reshard_plan_t *plan, const rs_cells_t *cells
         const rs_cell_t *c = &cells->c[i];
         rs_path_t best = RS_PATH_NETWORK;
         for (int32_t j = 0; j < c->nholders; j++) {
-            rs_path_t q = rs_path_of(&plan->p, plan->src->f[cells->h[c->holders + j]].rank,
-                                     c->receiver);
+            rs_path_t q =
+                rs_path_of(&plan->p, plan->src->f[cells->h[c->holders + j]].rank, c->receiver);
             if (q < best)
                 best = q;
         }

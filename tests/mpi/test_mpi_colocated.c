@@ -140,8 +140,10 @@ int main(int argc, char **argv)
         comm->ops = &faulty;
     }
     float sbuf[SRC_GAP + 24], copy[SRC_GAP + 24], ubuf[5], dbuf[24], dubuf[5];
-    reshard_buffer_t sb[2] = {{.ptr = sbuf, .bytes = sizeof sbuf}, {.ptr = ubuf, .bytes = sizeof ubuf}};
-    reshard_buffer_t db[2] = {{.ptr = dbuf, .bytes = sizeof dbuf}, {.ptr = dubuf, .bytes = sizeof dubuf}};
+    reshard_buffer_t sb[2] = {{.ptr = sbuf, .bytes = sizeof sbuf},
+                              {.ptr = ubuf, .bytes = sizeof ubuf}};
+    reshard_buffer_t db[2] = {{.ptr = dbuf, .bytes = sizeof dbuf},
+                              {.ptr = dubuf, .bytes = sizeof dubuf}};
     bool train = g_rank < 2;
     if (train) {
         for (int i = 0; i < 4; i++)

@@ -82,9 +82,9 @@ static void strided_box_read(void **state)
     uint32_t out[30 * 21];
     memset(out, 0xA5, sizeof out);
     uint64_t remote_bytes = (5 + ROWS * COLS) * 4;
-    assert_int_equal(rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, remote_bytes, &sf,
-                                          &box, 4),
-                     RESHARD_OK);
+    assert_int_equal(
+        rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, remote_bytes, &sf, &box, 4),
+        RESHARD_OK);
     long wrong = 0;
     for (int i = 0; i < 30; i++) {
         for (int j = 0; j < 20; j++)
@@ -93,9 +93,9 @@ static void strided_box_read(void **state)
     }
     assert_int_equal(wrong, 0);
     /* a remote buffer too small for the box: refused before reading */
-    assert_int_equal(rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, 1000, &sf, &box,
-                                          4),
-                     RESHARD_ERR_BUFFER);
+    assert_int_equal(
+        rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, 1000, &sf, &box, 4),
+        RESHARD_ERR_BUFFER);
     assert_non_null(strstr(reshard_last_error(), "past its 1000 bytes"));
     /* an unmapped address (freed by the owner) */
     uint32_t probe;
@@ -105,9 +105,9 @@ static void strided_box_read(void **state)
     /* a process that is gone */
     kill(c.pid, SIGKILL);
     waitpid(c.pid, NULL, 0);
-    assert_int_equal(rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, remote_bytes, &sf,
-                                          &box, 4),
-                     RESHARD_ERR_TRANSPORT);
+    assert_int_equal(
+        rs_peer_cpu_read_box(c.pid, 0, 1, "T", 0, out, &df, c.addr, remote_bytes, &sf, &box, 4),
+        RESHARD_ERR_TRANSPORT);
     assert_non_null(strstr(reshard_last_error(), "is gone"));
 }
 

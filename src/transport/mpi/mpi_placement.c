@@ -64,8 +64,8 @@ reshard_status_t reshard_mpi_placement(MPI_Comm comm, int32_t *host, int32_t *de
     if (rc != MPI_SUCCESS) {
         free(all);
         free(devs);
-        return rs_error(RESHARD_ERR_TRANSPORT, "reshard_mpi_placement: rank %d: MPI_Allgather failed",
-                        rank);
+        return rs_error(RESHARD_ERR_TRANSPORT,
+                        "reshard_mpi_placement: rank %d: MPI_Allgather failed", rank);
     }
     for (int r = 0; r < size; r++) {
         host[r] = r;

@@ -42,16 +42,15 @@ void rs_peer_cpu_expose(void)
 }
 
 static reshard_status_t read_error(int err, int64_t pid, int32_t me, int32_t peer,
-                                   const char *tensor, int64_t buffer, uint64_t got,
-                                   uint64_t want)
+                                   const char *tensor, int64_t buffer, uint64_t got, uint64_t want)
 {
     const char *t = tensor ? tensor : "(probe)";
     if (err == 0)
         return rs_error(RESHARD_ERR_TRANSPORT,
                         "rank %d: colocated read of tensor %s from rank %d (pid %lld) source "
                         "buffer %lld: %llu of %llu bytes read (the owner unmapped part of it)",
-                        me, t, peer, (long long)pid, (long long)buffer,
-                        (unsigned long long)got, (unsigned long long)want);
+                        me, t, peer, (long long)pid, (long long)buffer, (unsigned long long)got,
+                        (unsigned long long)want);
     if (err == ESRCH)
         return rs_error(RESHARD_ERR_TRANSPORT,
                         "rank %d: colocated read of tensor %s from rank %d: its process (pid "
@@ -84,8 +83,8 @@ static reshard_status_t read_error(int err, int64_t pid, int32_t me, int32_t pee
 }
 
 /* One batch of runs: every byte or an error. */
-static reshard_status_t readv_all(int64_t pid, struct iovec *l, struct iovec *r, int n,
-                                  int32_t me, int32_t peer, const char *tensor, int64_t buffer)
+static reshard_status_t readv_all(int64_t pid, struct iovec *l, struct iovec *r, int n, int32_t me,
+                                  int32_t peer, const char *tensor, int64_t buffer)
 {
     uint64_t want = 0;
     for (int i = 0; i < n; i++)
@@ -124,15 +123,15 @@ reshard_status_t rs_peer_cpu_read_box(int64_t pid, int32_t me, int32_t peer,
     do {
         int64_t runs = rows ? 1 : n, len = rows ? n : 1;
         for (int64_t e = 0; e < runs; e++) {
-            int64_t sp = rs_frag_pos(src_frag, idx) + e * ss, dp = rs_frag_pos(dst_frag, idx) + e * ds;
+            int64_t sp = rs_frag_pos(src_frag, idx) + e * ss,
+                    dp = rs_frag_pos(dst_frag, idx) + e * ds;
             uint64_t so = (uint64_t)sp * elem_size, bytes = (uint64_t)len * elem_size;
             if (sp < 0 || so + bytes > remote_bytes)
                 return rs_error(RESHARD_ERR_BUFFER,
                                 "rank %d: colocated read of tensor %s from rank %d source buffer "
                                 "%lld: bytes [%llu, %llu) lie past its %llu bytes",
                                 me, tensor_name, peer, (long long)buffer, (unsigned long long)so,
-                                (unsigned long long)(so + bytes),
-                                (unsigned long long)remote_bytes);
+                                (unsigned long long)(so + bytes), (unsigned long long)remote_bytes);
             uint8_t *o = (uint8_t *)dst + (size_t)dp * elem_size;
             uint8_t *i = (uint8_t *)(uintptr_t)(remote + so);
             /* merge with the previous run when both sides continue it */
