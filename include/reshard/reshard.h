@@ -679,6 +679,14 @@ typedef struct {
  * different inputs), every rank's buffers passed (BUFFER on every rank). In
  * each case every rank returns at once and no destination byte anywhere is
  * written.
+ * Colocated plans (RESHARD_PLAN_PARAM_COLOCATED): a source buffer that ranks of
+ * this host read in place must be the allocation (pointer and bytes) it was at the
+ * plan's first execution: another is BUFFER on every rank before anything moves,
+ * naming the rank, buffer and both addresses; the owner must leave it untouched
+ * until this call returns, and the readers' stats count bytes_peer_read (not
+ * bytes_recv). A refused, failed or short read (a peer that is gone, an unmapped
+ * buffer, no ptrace access) is TRANSPORT naming the peer, tensor and buffer; a
+ * device-memory comm is UNSUPPORTED (docs/colocated.md).
  * One call at a time per endpoint: while one thread executes (or calls
  * reshard_plan_fail) on @p comm, a call on it from another thread returns
  * INVALID_ARG at once, sends nothing and leaves the running one alone, so a
