@@ -41,7 +41,7 @@ typedef struct {
     const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb;
-    int baseline, raw, json, mtp;
+    int baseline, raw, json, mtp, colocated;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -81,6 +81,11 @@ static void run_usage(FILE *out)
         "  --relay-mb S       relay scratch bound per rank in MiB (default: none)\n"
         "  --timeout S        seconds after which a silent peer fails the refit (60)\n"
         "  --domain-size N    ranks per NVLink domain, forwarding inside (default 1)\n"
+        "  --colocated        pieces between ranks of one host are one-sided reads\n"
+        "                     (process_vm_readv; docs/colocated.md); hosts from the MPI\n"
+        "                     shared-memory split or RESHARD_HOST per rank; train rank i\n"
+        "                     and infer rank i of a host share its device i; source\n"
+        "                     buffers stay bound for the run\n"
         "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
         "  --transport T      mpi (host memory, default) or nccl (GPU memory, one\n"
         "                     CUDA device per rank)\n");
@@ -123,6 +128,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--raw", CLI_FLAG, &a->raw, 0, 0},
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--colocated", CLI_FLAG, &a->colocated, 0, 0},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
@@ -142,6 +148,9 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     if ((a->baseline || a->raw) && !strcmp(a->transport, "nccl"))
         return usage_error(rank, "--baseline and --raw run over MPI on host memory; not with "
                                  "--transport nccl");
+    if (a->colocated && (strcmp(a->transport, "mpi") || a->domain_size > 1 || system))
+        return usage_error(rank, "--colocated reads host memory with every rank its own "
+                                 "domain: not with --transport nccl, --domain-size or --system");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
     reshard_model_options_t probe = {0};
@@ -272,7 +281,34 @@ typedef struct {
     uint64_t dst_bytes;     /**< bytes the inference side needs: its fragments, summed */
     double *replan_seconds; /**< per EPLB map change, the slowest rank's own replan */
     long replans;
+    uint64_t peer_read;         /**< measured one-sided reads per refit, all ranks */
+    reshard_plan_stats_t paths; /**< --colocated, rank 0: the global plan's bytes by path */
 } run_t;
+
+/* --colocated: unless RESHARD_DEVICE named them, the i-th training rank and the i-th
+ * inference rank of a host share its device i (trainer and engine on the same GPUs). */
+static void colocated_devices(int32_t train_world, int32_t size, const int32_t *host, int32_t *dev)
+{
+    for (int32_t r = 0; r < size; r++) {
+        if (dev[r] != RESHARD_DEVICE_CPU)
+            continue;
+        int32_t i = 0;
+        for (int32_t q = r < train_world ? 0 : train_world; q < r; q++)
+            i += host[q] == host[r];
+        dev[r] = i;
+    }
+}
+
+static void print_paths(const reshard_plan_stats_t *s)
+{
+    printf("colocated plan, bytes by path (plan / lower bound):\n"
+           "  same device %llu / %llu, same host %llu / %llu, cross host %llu / %llu; "
+           "read one-sided %llu\n",
+           (unsigned long long)s->bytes_same_device, (unsigned long long)s->bound_same_device_bytes,
+           (unsigned long long)s->bytes_same_host, (unsigned long long)s->bound_same_host_bytes,
+           (unsigned long long)s->bytes_cross_host, (unsigned long long)s->bound_cross_host_bytes,
+           (unsigned long long)s->bytes_peer_read);
+}
 
 /* The bytes of every destination fragment (padding excluded). */
 static uint64_t layout_bytes(const reshard_model_refit_t *f)
@@ -434,7 +470,7 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
 {
     const reshard_model_refit_t *f = r->refit;
     reshard_status_t st = RESHARD_OK;
-    if (!bufs_bind(&r->src, iter, true) && r->src.n)
+    if (!bufs_bind(&r->src, r->a->colocated ? 0 : iter, true) && r->src.n)
         st = fill_pattern(r, f->train, &r->src);
     bufs_bind(&r->dst, iter, false);
     if (st != RESHARD_OK) {
@@ -471,15 +507,16 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
         }
     }
     double tmax = 0;
-    uint64_t sums[4] = {stats.bytes_recv, verified, stats.bytes_sent_network,
-                        stats.bytes_sent_nvlink},
-             tot[4];
+    /* bytes moved between distinct ranks: received, or read one-sided (colocated) */
+    uint64_t sums[5] = {stats.bytes_recv + stats.bytes_peer_read, verified,
+                        stats.bytes_sent_network, stats.bytes_sent_nvlink, stats.bytes_peer_read},
+             tot[5];
     uint64_t recv = stats.bytes_recv, recv_max = 0;
     int got = stats.bytes_recv > 0, receivers = 0;
     long wrong_all = 0;
     MPI_Request reqs[5];
     MPI_Iallreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &reqs[0]);
-    MPI_Iallreduce(sums, tot, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Iallreduce(sums, tot, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
     MPI_Iallreduce(&recv, &recv_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD, &reqs[2]);
     MPI_Iallreduce(&got, &receivers, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[3]);
     MPI_Iallreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD, &reqs[4]);
@@ -490,6 +527,8 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     m->verified_bytes = tot[1];
     m->bytes_network = tot[2];
     m->bytes_nvlink = tot[3];
+    if (!use_baseline)
+        r->peer_read = tot[4];
     m->max_recv_bytes = recv_max;
     m->receivers = receivers;
     m->wrong += wrong_all;
@@ -680,9 +719,10 @@ static void print_header(const run_t *r, double plan_s)
         printf("NVLink domains of %ld ranks\n", a->domain_size);
     else
         printf("no NVLink domains (every rank its own)\n");
-    printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
+    printf("  %ld refits per method, %s rebound every refit; staging %.0f MiB/rank; "
            "timeout %.0f s; plan built in %.3f s\n\n",
-           a->iters, a->staging_mb, a->timeout_s, plan_s);
+           a->iters, a->colocated ? "destination buffers (sources read in place)" : "buffers",
+           a->staging_mb, a->timeout_s, plan_s);
     printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
            "bytes moved", "GB/s/infer", "verified", "#wrong");
     fflush(stdout);
@@ -743,6 +783,23 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
     json_object_set_new(o, "plan_bytes_network", json_integer((json_int_t)ps->bytes_network));
     json_object_set_new(o, "plan_bytes_nvlink", json_integer((json_int_t)ps->bytes_nvlink));
     json_object_set_new(o, "plan_max_relay_bytes", json_integer((json_int_t)ps->max_relay_bytes));
+    if (r->a->colocated) {
+        const reshard_plan_stats_t *q = &r->paths;
+        json_t *c = json_object();
+        json_object_set_new(c, "bytes_same_device", json_integer((json_int_t)q->bytes_same_device));
+        json_object_set_new(c, "bytes_same_host", json_integer((json_int_t)q->bytes_same_host));
+        json_object_set_new(c, "bytes_cross_host", json_integer((json_int_t)q->bytes_cross_host));
+        json_object_set_new(c, "bound_same_device_bytes",
+                            json_integer((json_int_t)q->bound_same_device_bytes));
+        json_object_set_new(c, "bound_same_host_bytes",
+                            json_integer((json_int_t)q->bound_same_host_bytes));
+        json_object_set_new(c, "bound_cross_host_bytes",
+                            json_integer((json_int_t)q->bound_cross_host_bytes));
+        json_object_set_new(c, "plan_bytes_peer_read",
+                            json_integer((json_int_t)q->bytes_peer_read));
+        json_object_set_new(c, "bytes_peer_read", json_integer((json_int_t)r->peer_read));
+        json_object_set_new(o, "colocated", c);
+    }
     if (bl) {
         double bsec = median(bl->seconds, bl->done);
         json_object_set_new(o, "baseline_seconds", json_real(bsec));
@@ -776,10 +833,11 @@ static reshard_plan_stats_t plan_sum(const reshard_plan_t *plan)
 {
     reshard_plan_stats_t mine, tot = {0};
     reshard_plan_get_stats(plan, &mine);
-    uint64_t in[2] = {mine.bytes_network, mine.bytes_nvlink}, sum[2];
-    MPI_Allreduce(in, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    uint64_t in[3] = {mine.bytes_network, mine.bytes_nvlink, mine.bytes_peer_read}, sum[3];
+    MPI_Allreduce(in, sum, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     tot.bytes_network = sum[0];
     tot.bytes_nvlink = sum[1];
+    tot.bytes_peer_read = sum[2];
     MPI_Allreduce(&mine.max_relay_bytes, &tot.max_relay_bytes, 1, MPI_UINT64_T, MPI_MAX,
                   MPI_COMM_WORLD);
     return tot;
@@ -890,11 +948,41 @@ static int run(const run_args_t *a, int rank, int size)
         pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
         pp.relay_bytes = (uint64_t)(a->relay_mb * 1048576.0);
     }
+    int32_t *host = NULL, *dev = NULL;
+    if (st == RESHARD_OK && a->colocated) {
+        host = malloc((size_t)size * sizeof *host);
+        dev = malloc((size_t)size * sizeof *dev);
+        st = host && dev ? reshard_mpi_placement(MPI_COMM_WORLD, host, dev) : RESHARD_ERR_NOMEM;
+        if (st == RESHARD_OK)
+            colocated_devices(refit.train_world, size, host, dev);
+        pp.field_mask |= RESHARD_PLAN_PARAM_PLACEMENT | RESHARD_PLAN_PARAM_COLOCATED;
+        pp.host = host;
+        pp.device = dev;
+        pp.colocated = 1;
+        pp.domain_size = 1;
+    }
+    reshard_plan_stats_t paths = {0};
+    if (st == RESHARD_OK && a->colocated && rank == 0) { /* the bounds need the global plan */
+        reshard_plan_params_t gp = pp;
+        gp.my_rank = RESHARD_ALL_RANKS;
+        gp.field_mask |= RESHARD_PLAN_PARAM_SUMMARY;
+        gp.summary = 1;
+        reshard_plan_t *g = NULL;
+        st = reshard_plan_create(refit.train, refit.infer, &gp, &g);
+        if (st == RESHARD_OK)
+            reshard_plan_get_stats(g, &paths);
+        reshard_plan_destroy(g);
+    }
     if (st == RESHARD_OK) {
         double t0 = MPI_Wtime();
         st = reshard_plan_create(refit.train, refit.infer, &pp, &r.plan);
         plan_s = MPI_Wtime() - t0;
     }
+    free(host);
+    free(dev);
+    if (st == RESHARD_OK && a->colocated && rank == 0 && !a->json)
+        print_paths(&paths);
+    r.paths = paths;
     if (st != RESHARD_OK) {
         if (rank == 0 || st == RESHARD_ERR_NOMEM)
             fprintf(stderr, "reshard run: %s: %s\n", reshard_status_string(st),
@@ -966,8 +1054,10 @@ static int run(const run_args_t *a, int rank, int size)
         }
     }
     /* the bytes measured per link class must be the plan's, to the byte */
-    bool links_ok = rs.done == 0 || (rs.bytes_network == plan_totals.bytes_network &&
-                                     rs.bytes_nvlink == plan_totals.bytes_nvlink);
+    /* the plan counts a one-sided read as the path it replaces (sent side) */
+    bool links_ok = rs.done == 0 || (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
+                                     rs.bytes_nvlink == plan_totals.bytes_nvlink &&
+                                     r.peer_read == plan_totals.bytes_peer_read);
     bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
               rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0) && links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))

@@ -410,9 +410,13 @@ enum {
     RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
     RESHARD_PLAN_PARAM_RELAY_BYTES = 1u << 3,
     RESHARD_PLAN_PARAM_SUMMARY = 1u << 4,
+    RESHARD_PLAN_PARAM_PLACEMENT = 1u << 5,
+    RESHARD_PLAN_PARAM_COLOCATED = 1u << 6,
 };
 /** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
-#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x1f)
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x7f)
+/** reshard_plan_params_t.device of a rank whose buffers are host (CPU) memory. */
+#define RESHARD_DEVICE_CPU (-1)
 
 /** Default staging memory per rank: 256 MiB. */
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
@@ -453,6 +457,23 @@ typedef struct {
                                  INVALID_ARG otherwise), which keeps its counters and
                                  per-stream totals but not its pieces; see
                                  reshard_plan_create */
+    /** RESHARD_PLAN_PARAM_PLACEMENT: where ranks live. host[r] (world_size entries,
+     *  >= 0) names rank r's host: ranks with equal ids share a machine (and can read
+     *  each other's memory). device[r] (world_size entries, or NULL: every rank its own
+     *  device) is rank r's GPU on its host, or RESHARD_DEVICE_CPU. Copied by
+     *  reshard_plan_create. With a placement the planner takes each piece from the
+     *  nearest holder (the receiver, then its device, then its host, then the
+     *  least-loaded one) and the statistics count bytes by path. Derive it from the
+     *  launch with reshard_mpi_placement (reshard_mpi.h) or give it. */
+    const int32_t *host;
+    const int32_t *device;
+    /** RESHARD_PLAN_PARAM_COLOCATED, nonzero (needs a placement): pieces between
+     *  distinct ranks of one host are one-sided reads: the receiver copies each piece
+     *  straight from the sender's buffer with the box's strides (no staging, no send,
+     *  no copy on the sender); pieces between hosts use the comm's transport. Every
+     *  rank is then its own domain (domain_size > 1: INVALID_ARG). See
+     *  docs/colocated.md for what each side promises. */
+    int32_t colocated;
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;
@@ -549,6 +570,23 @@ typedef struct {
     int64_t pieces;                /**< boxes moved (before coalescing into streams) */
     uint64_t max_relay_bytes;      /**< relay scratch of the rank that needs the most,
                                         bytes (reshard_plan_execute allocates it) */
+    /** With a placement (RESHARD_PLAN_PARAM_PLACEMENT; 0 without): the bytes between
+     *  distinct ranks by path, sent side like bytes_network. */
+    uint64_t bytes_same_device; /**< between ranks on one device of one host */
+    uint64_t bytes_same_host;   /**< between ranks on different devices of one host */
+    uint64_t bytes_cross_host;  /**< between ranks of different hosts */
+    /** Global plans with a placement: no plan moves fewer bytes over a path than its
+     *  bound, counted per receiver: bytes a receiver needs that it does not hold and
+     *  whose nearest holder is on its device (bound_same_device_bytes), on its host
+     *  but another device (bound_same_host_bytes), or on another host only
+     *  (bound_cross_host_bytes). A plan meets all three when each piece comes from a
+     *  nearest holder. */
+    uint64_t bound_same_device_bytes;
+    uint64_t bound_same_host_bytes;
+    uint64_t bound_cross_host_bytes;
+    /** Of bytes_same_device + bytes_same_host: those a colocated plan moves by
+     *  one-sided reads (RESHARD_PLAN_PARAM_COLOCATED). */
+    uint64_t bytes_peer_read;
 } reshard_plan_stats_t;
 
 /** Fill @p stats. Errors: INVALID_ARG. */
@@ -609,6 +647,8 @@ typedef struct {
     uint64_t bytes_sent_nvlink;  /**< sent to other ranks of the own domain */
     uint64_t bytes_recv;         /**< received from other ranks */
     uint64_t bytes_local;        /**< copied within this rank */
+    uint64_t bytes_peer_read;    /**< read one-sided from ranks of this host (colocated
+                                      plans; not in bytes_recv) */
 } reshard_exec_stats_t;
 
 /**
@@ -639,6 +679,14 @@ typedef struct {
  * different inputs), every rank's buffers passed (BUFFER on every rank). In
  * each case every rank returns at once and no destination byte anywhere is
  * written.
+ * Colocated plans (RESHARD_PLAN_PARAM_COLOCATED): a source buffer that ranks of
+ * this host read in place must be the allocation (pointer and bytes) it was at the
+ * plan's first execution: another is BUFFER on every rank before anything moves,
+ * naming the rank, buffer and both addresses; the owner must leave it untouched
+ * until this call returns, and the readers' stats count bytes_peer_read (not
+ * bytes_recv). A refused, failed or short read (a peer that is gone, an unmapped
+ * buffer, no ptrace access) is TRANSPORT naming the peer, tensor and buffer; a
+ * device-memory comm is UNSUPPORTED (docs/colocated.md).
  * One call at a time per endpoint: while one thread executes (or calls
  * reshard_plan_fail) on @p comm, a call on it from another thread returns
  * INVALID_ARG at once, sends nothing and leaves the running one alone, so a

@@ -70,6 +70,25 @@ extern "C" {
  */
 reshard_status_t reshard_comm_create_mpi(MPI_Comm comm, reshard_comm_t **out);
 
+/** Longest host name reshard_mpi_placement compares (longer ones are cut). */
+#define RESHARD_HOST_NAME_MAX 256
+
+/**
+ * Where the ranks of @p comm live, for RESHARD_PLAN_PARAM_PLACEMENT: host[r]
+ * and device[r] for every rank r of @p comm (arrays of reshard_comm_size
+ * entries, the caller's). Collective over @p comm. A rank's host is named by
+ * the environment variable RESHARD_HOST when set (to fake hosts on one
+ * machine, or to name them where MPI cannot tell), else by the MPI
+ * shared-memory split (MPI_Comm_split_type MPI_COMM_TYPE_SHARED: ranks that
+ * can share memory) together with the host name; host ids are numbered by the
+ * lowest rank of each host, so every rank gets the same arrays. device[r] is
+ * RESHARD_DEVICE from rank r's environment (a GPU index on its host) when set,
+ * else RESHARD_DEVICE_CPU; @p device may be NULL.
+ * Errors: INVALID_ARG (NULL host, MPI_COMM_NULL, an unparsable RESHARD_DEVICE),
+ * TRANSPORT (an MPI call failed), NOMEM.
+ */
+reshard_status_t reshard_mpi_placement(MPI_Comm comm, int32_t *host, int32_t *device);
+
 /** The communicator the endpoint uses (its duplicate), or MPI_COMM_NULL when
  *  @p comm is not an MPI endpoint. For a view of a membership (a shrink or a
  *  grow, reshard_elastic.h) it is the members' communicator, in plan-rank

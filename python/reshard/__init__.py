@@ -21,7 +21,7 @@ from .layout import Fragment, Layout, Parameter
 from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
-from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, plan_fail
+from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, placement_from_mpi, plan_fail
 from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
 from .torch_comm import from_torch
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
@@ -34,7 +34,7 @@ Comm.from_torch = staticmethod(from_torch)
 __version__ = "0.1.0"
 
 __all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
-           "Placement", "Plan", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
+           "Placement", "Plan", "placement_from_mpi", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
            "fill_pattern", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
            "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

@@ -60,7 +60,8 @@ class BufferInfo(ctypes.Structure):
 class PlanParams(ctypes.Structure):
     _fields_ = [("field_mask", c_u64), ("world_size", c_i32), ("my_rank", c_i32),
                 ("staging_bytes", c_u64), ("domain_size", c_i32), ("timeout_s", ctypes.c_double),
-                ("relay_bytes", c_u64), ("summary", c_i32)]
+                ("relay_bytes", c_u64), ("summary", c_i32), ("host", P(c_i32)),
+                ("device", P(c_i32)), ("colocated", c_i32)]
 
 
 PARAM_STAGING_BYTES = 1 << 0
@@ -68,6 +69,9 @@ PARAM_DOMAIN_SIZE = 1 << 1
 PARAM_TIMEOUT = 1 << 2
 PARAM_RELAY_BYTES = 1 << 3
 PARAM_SUMMARY = 1 << 4
+PARAM_PLACEMENT = 1 << 5
+PARAM_COLOCATED = 1 << 6
+DEVICE_CPU = -1  # RESHARD_DEVICE_CPU
 
 
 class PlanStats(ctypes.Structure):
@@ -75,7 +79,11 @@ class PlanStats(ctypes.Structure):
                 ("bytes_nvlink", c_u64), ("bytes_lower_bound", c_u64),
                 ("max_nic_send_bytes", c_u64), ("max_nic_recv_bytes", c_u64),
                 ("nic_send_bound_bytes", c_u64), ("nic_recv_bound_bytes", c_u64),
-                ("transfers", c_i64), ("pieces", c_i64), ("max_relay_bytes", c_u64)]
+                ("transfers", c_i64), ("pieces", c_i64), ("max_relay_bytes", c_u64),
+                ("bytes_same_device", c_u64), ("bytes_same_host", c_u64),
+                ("bytes_cross_host", c_u64), ("bound_same_device_bytes", c_u64),
+                ("bound_same_host_bytes", c_u64), ("bound_cross_host_bytes", c_u64),
+                ("bytes_peer_read", c_u64)]
 
 
 BUFFER_DTYPE = 1  # reshard_buffer_t.flags: dtype is given
@@ -88,7 +96,7 @@ class Buffer(ctypes.Structure):
 
 class ExecStats(ctypes.Structure):
     _fields_ = [("bytes_sent_network", c_u64), ("bytes_sent_nvlink", c_u64),
-                ("bytes_recv", c_u64), ("bytes_local", c_u64)]
+                ("bytes_recv", c_u64), ("bytes_local", c_u64), ("bytes_peer_read", c_u64)]
 
 
 class ModelOptions(ctypes.Structure):
@@ -213,6 +221,7 @@ _SIGNATURES = {
     "reshard_model_buffers_get": (st, [c_vp, c_i64, P(ModelBuffer)]),
     # MPI part (RESHARD_HAVE_MPI): the MPI_Comm argument is declared when loaded
     "reshard_comm_create_mpi": (st, None),
+    "reshard_mpi_placement": (st, None),
     # NCCL part (RESHARD_HAVE_NCCL)
     "reshard_nccl_device_count": (st, [P(ctypes.c_int)]),
     "reshard_nccl_unique_id_size": (ctypes.c_size_t, []),

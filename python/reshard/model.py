@@ -88,7 +88,7 @@ class Model(_lib.Handle):
 
     def plan(self, comm, train, infer, infer_offset=None, domain_size=None, staging_mb=None,
              relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None,
-             redundant=None, eplb_map=None):
+             redundant=None, eplb_map=None, hosts=None, devices=None, colocated=False):
         """The common path in one call: this rank's plan of the refit from ``train`` to
         ``infer`` over ``comm`` (any reshard.Comm: its rank and size are the rank's
         and the world's). It builds the rank's scoped refit (Model.refit(...,
@@ -116,7 +116,8 @@ class Model(_lib.Handle):
             plan_fail(comm, e.status, timeout_s)
             raise e
         return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
-                          domain_size=domain_size)
+                          domain_size=domain_size, hosts=hosts, devices=devices,
+                          colocated=colocated)
 
 
 def _eplb_entries(eplb_map):
@@ -204,18 +205,21 @@ class Refit(_lib.Handle):
                 out.append(b.name.decode())
         return out
 
-    def plan(self, comm, domain_size=None, staging_mb=None, relay_mb=None, timeout_s=None):
+    def plan(self, comm, domain_size=None, staging_mb=None, relay_mb=None, timeout_s=None,
+             hosts=None, devices=None, colocated=False):
         """This rank's Plan of the refit over ``comm``: rank comm.rank of comm.size
         (which must be the refit's world); a scoped refit takes the domain size it was
         built with. A failure is told to the peers through the comm before it is raised
         (Plan(comm=)). The plan's ``refit`` is this refit and its ``comm`` the comm, so
-        plan.execute(src=..., dst=...) needs no comm."""
+        plan.execute(src=..., dst=...) needs no comm. ``hosts``, ``devices`` and
+        ``colocated`` are Plan's (one-sided reads between ranks of one host)."""
         comm_open(comm)
         if domain_size is None and self.domain_size:
             domain_size = self.domain_size
         plan = Plan(self.train, self.infer, rank=comm.rank, world=comm.size,
                     domain_size=domain_size, staging_mb=staging_mb, relay_mb=relay_mb,
-                    timeout_s=timeout_s, comm=comm)
+                    timeout_s=timeout_s, comm=comm, hosts=hosts, devices=devices,
+                    colocated=colocated)
         plan.refit = self
         return plan
 

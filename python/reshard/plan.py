@@ -14,6 +14,49 @@ _STAT_KEYS = [f for f, _ in _lib.PlanStats._fields_]
 _EXEC_KEYS = [f for f, _ in _lib.ExecStats._fields_]
 
 
+def _placement(p, world, hosts, devices, colocated):
+    """Set the placement fields of PlanParams @p p; returns the arrays to keep alive."""
+    if hosts is None:
+        if devices is not None or colocated:
+            raise ValueError("reshard: devices= and colocated= need hosts= (which ranks "
+                             "share a host)")
+        return None
+    arrays = []
+    for name, v in (("hosts", hosts), ("devices", devices)):
+        if v is None:
+            arrays.append(None)
+            continue
+        v = [_lib.as_int(x, name, lo=_lib.DEVICE_CPU if name == "devices" else 0) for x in v]
+        if len(v) != world:
+            raise ValueError("reshard: %s= has %d entries for %d ranks" % (name, len(v), world))
+        arrays.append((_lib.c_i32 * world)(*v))
+    p.field_mask |= _lib.PARAM_PLACEMENT
+    p.host = arrays[0]
+    if arrays[1] is not None:
+        p.device = arrays[1]
+    if colocated:
+        p.field_mask |= _lib.PARAM_COLOCATED
+        p.colocated = 1
+    return arrays
+
+
+def placement_from_mpi(mpi_comm):
+    """(hosts, devices) of every rank of an mpi4py communicator, as
+    reshard_mpi_placement derives them (collective): hosts from the MPI
+    shared-memory split or each rank's RESHARD_HOST, devices from RESHARD_DEVICE
+    (DEVICE_CPU where unset). Pass them to Plan(..., hosts=, devices=)."""
+    if not _lib.has("reshard_mpi_placement"):
+        raise error(Status.UNSUPPORTED, "this libreshard was built without MPI")
+    from mpi4py import MPI
+    fn = _lib.lib.reshard_mpi_placement
+    handle_type = _lib.c_vp if MPI._sizeof(MPI.Comm) == ctypes.sizeof(_lib.c_vp) else ctypes.c_int
+    fn.argtypes = [handle_type, ctypes.POINTER(_lib.c_i32), ctypes.POINTER(_lib.c_i32)]
+    n = mpi_comm.Get_size()
+    hosts, devices = (_lib.c_i32 * n)(), (_lib.c_i32 * n)()
+    _lib.check(fn(handle_type(MPI._handleof(mpi_comm)), hosts, devices))
+    return list(hosts), list(devices)
+
+
 class Plan(_lib.Handle):
     """The plan of rank ``rank`` (or ALL_RANKS for global statistics) for moving
     ``src`` to ``dst`` on ``world`` ranks; pure computation, nothing is sent.
@@ -25,6 +68,17 @@ class Plan(_lib.Handle):
                  DEFAULT_TIMEOUT_S, 60: RESHARD_DEFAULT_TIMEOUT_S, as the command line's)
     summary      ALL_RANKS only: keep counters and per-stream totals, not pieces
                  (statistics and pair_bytes of a plan too large to hold; not executable)
+    hosts        where ranks live: a host id (int >= 0) per rank, ``world`` of them
+                 (reshard.placement_from_mpi(comm) derives them from the launch); the
+                 planner then takes each piece from the nearest holder, and stats()
+                 counts bytes by path (bytes_same_device, bytes_same_host,
+                 bytes_cross_host) with their bounds (bound_*_bytes)
+    devices      with hosts: a GPU index per rank (DEVICE_CPU = -1 for host memory)
+    colocated    with hosts: pieces between ranks of one host are one-sided reads
+                 (the receiver copies from the sender's buffer: process_vm_readv for
+                 host memory; docs/colocated.md); source tensors must stay bound to
+                 the same memory for the plan's life (another is BUFFER on every
+                 rank before anything moves)
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default
@@ -42,7 +96,8 @@ class Plan(_lib.Handle):
     """
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
-                 relay_mb=None, timeout_s=None, comm=None, summary=False):
+                 relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
+                 devices=None, colocated=False):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         world = _lib.as_int(world, "world", lo=1)
@@ -66,6 +121,7 @@ class Plan(_lib.Handle):
         if summary:
             p.field_mask |= _lib.PARAM_SUMMARY
             p.summary = 1
+        self._placement = _placement(p, world, hosts, devices, colocated)
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = rank, world
         self.timeout_s = timeout_s

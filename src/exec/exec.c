@@ -13,6 +13,7 @@
 
 #include "exec/agree.h"
 #include "exec/pack.h"
+#include "exec/peer.h"
 #include "exec/quant_steps.h"
 #include "plan/plan_util.h"
 #include "util/error.h"
@@ -637,6 +638,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = rs_layout_check_buffers(plan->src, rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
+    if (st == RESHARD_OK)
+        st = rs_peer_check_binding(plan, comm, src_bufs, n_src);
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
@@ -679,8 +682,27 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         note_failure(&x, st);             /* rounds, posted without data */
         st = RESHARD_OK;
     }
+    /* Colocated reads: the owners' buffer tables, before the data rounds. */
+    rs_peer_tables_t *pt = NULL;
+    if (st == RESHARD_OK && plan->p.colocated) {
+        reshard_status_t ps =
+            rs_peer_exchange(plan, comm, rp, src_bufs, x.failed != RESHARD_OK, &pt);
+        if (ps != RESHARD_OK && pt)
+            note_failure(&x, ps); /* a refused probe: keep to the schedule */
+        else if (ps != RESHARD_OK)
+            st = ps;
+    }
     if (st == RESHARD_OK)
         st = run_rounds(&x);
+    if (st == RESHARD_OK && x.failed == RESHARD_OK && pt) {
+        uint64_t read = 0;
+        reshard_status_t ps = rs_peer_read_all(plan, comm, rp, pt, dst_bufs, &read);
+        if (ps != RESHARD_OK)
+            note_failure(&x, ps);
+        if (stats)
+            stats->bytes_peer_read += read;
+    }
+    rs_peer_tables_free(pt);
     if (st == RESHARD_OK && x.failed == RESHARD_OK && plan->quant)
         st = rs_quant_post(plan, comm, &qb);
     if (x.failed != RESHARD_OK && st == RESHARD_OK) /* the first local failure is the outcome */

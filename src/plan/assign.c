@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/placement.h"
 #include "plan/plan_steps.h"
 #include "util/error.h"
 
@@ -48,19 +49,36 @@ static void sort_idx(const reshard_plan_params_t *p, int64_t *idx, int64_t *tmp,
     memcpy(idx, tmp, (size_t)n * sizeof *idx);
 }
 
-/* Sender of one cell: the receiver when it holds the cell, else the domain
- * holder with the least group load (ties in rotated order), else -1. */
+/* The path from the nearest of the @p n holders @p h to @p receiver. */
+static rs_path_t nearest(const reshard_plan_params_t *p, const reshard_layout_t *src,
+                         const int32_t *h, int32_t n, int32_t receiver)
+{
+    rs_path_t best = RS_PATH_NETWORK;
+    for (int32_t j = 0; j < n && rs_has_placement(p); j++) {
+        rs_path_t q = rs_path_of(p, src->f[h[j]].rank, receiver);
+        if (q < best)
+            best = q;
+    }
+    return best;
+}
+
+/* Sender of one cell: the receiver when it holds the cell; else, with a
+ * placement, the least-loaded holder (in the group, ties in rotated order) on
+ * the receiver's device, else on its host; else the domain holder with the
+ * least group load, else -1. */
 static int32_t choose(const reshard_plan_params_t *p, const reshard_layout_t *src,
                       const rs_cells_t *cells, const rs_cell_t *c, int64_t group_cells,
                       const uint64_t *load, int32_t *cand, int32_t *crank)
 {
     const int32_t *h = cells->h + c->holders;
     int32_t rdom = rs_domain_of(p, c->receiver), m = 0;
+    rs_path_t near = nearest(p, src, h, c->nholders, c->receiver);
     for (int32_t j = 0; j < c->nholders; j++) {
         int32_t r = src->f[h[j]].rank;
         if (r == c->receiver)
             return h[j];
-        if (rs_domain_of(p, r) == rdom) {
+        if (near != RS_PATH_NETWORK ? rs_path_of(p, r, c->receiver) == near
+                                    : rs_domain_of(p, r) == rdom) {
             cand[m] = h[j];
             crank[m++] = r;
         }

@@ -107,6 +107,13 @@ static void put_params(rs_fp_t *f, const reshard_plan_params_t *p)
     put(f, p->staging_bytes);
     put(f, p->relay_bytes);
     put(f, timeout);
+    /* the placement and colocated reads: ranks must agree on who reads whom */
+    bool placed = (p->field_mask & RESHARD_PLAN_PARAM_PLACEMENT) && p->host;
+    if (placed || p->colocated) /* plans without them keep their fingerprints */
+        put(f, ((uint64_t)placed << 1) | (uint64_t)(p->colocated != 0));
+    for (int32_t r = 0; placed && r < p->world_size; r++)
+        put(f, ((uint64_t)(uint32_t)p->host[r] << 32) |
+                   (uint32_t)(p->device ? p->device[r] : RESHARD_DEVICE_CPU - 1));
 }
 
 void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t *src,

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/placement.h"
 #include "plan/quant_wire.h"
 #include "plan/tally.h"
 #include "plan/topo.h"
@@ -22,6 +23,8 @@ static reshard_status_t plan_tensor(reshard_plan_t *plan, int32_t t, rs_cutter_t
     int64_t from = v->n;
     bool all = plan->p.my_rank == RESHARD_ALL_RANKS;
     reshard_status_t st = rs_cells_build(plan, cut, t, cells);
+    if (st == RESHARD_OK && all && bounds)
+        rs_placement_bounds_add(plan, cells, bounds->path);
     if (st == RESHARD_OK)
         st = rs_direct_take(plan, direct, cut, t, cells, v, all ? bounds : NULL);
     if (st == RESHARD_OK)
@@ -178,6 +181,8 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
     if (plan->p.domain_size > plan->p.world_size) /* one domain holds every rank */
         plan->p.domain_size = plan->p.world_size;
     if (st == RESHARD_OK)
+        st = rs_placement_own(plan);
+    if (st == RESHARD_OK)
         st = rs_validate_scope(&plan->p, src, dst);
     if (st == RESHARD_OK)
         st = set_gone(plan, src, dst);
@@ -194,6 +199,10 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
                       "quantized destinations, planned on wire layouts made from the whole "
                       "ones: build the whole layouts",
                       plan->p.my_rank);
+    if (st == RESHARD_OK && plan->quant && plan->p.colocated)
+        st = rs_error(RESHARD_ERR_UNSUPPORTED,
+                      "reshard_plan_create: colocated reads do not quantize on the wire: plan "
+                      "quantized destinations without colocated reads");
     if (st == RESHARD_OK && plan->quant) {
         plan->src = src = plan->quant->src;
         plan->dst = dst = plan->quant->dst;
@@ -260,6 +269,9 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     free(plan->keep_domain);
     free(plan->fp_tensor);
     free(plan->gone);
+    rs_placement_free(plan);
+    free(plan->bound_ptr);
+    free(plan->bound_bytes);
     free(plan);
 }
 

@@ -49,6 +49,10 @@ typedef struct {
     int32_t nsend[RS_NSTAGES], nrecv[RS_NSTAGES];
     int64_t *local; /**< stage-0 pieces with sender == receiver == rank */
     int64_t nlocal;
+    /** Colocated plans: one-sided reads (rs_piece_is_peer_read), in piece order
+     *  (grouped by sender): those this rank reads, and those read from it. */
+    int64_t *reads, *exposed;
+    int64_t nreads, nexposed;
 } rs_rank_plan_t;
 
 /** One quantization a rank does, in global coordinates ([E?] rows cols;
@@ -113,6 +117,12 @@ struct reshard_plan {
      *  for (their gone sets, reshard_membership_layouts); NULL when none is.
      *  Such a rank is never chosen as a landing or relay rank. */
     uint8_t *gone;
+    /** Colocated plans: this rank's source buffers that peers read, as bound at
+     *  the first execution (indexed by buffer id, nbound of them; bytes
+     *  UINT64_MAX = not yet bound): a later binding of another allocation is
+     *  refused (exec/peer.c). Written by execution. */
+    uint64_t *bound_ptr, *bound_bytes;
+    int32_t nbound;
 };
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

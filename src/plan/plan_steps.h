@@ -77,6 +77,8 @@ void rs_direct_free(rs_direct_t *d);
 typedef struct {
     uint64_t *dom_need;  /**< per domain: unique bytes it needs from outside */
     uint64_t *sole_load; /**< per rank: bytes only it holds that other domains need */
+    uint64_t path[4];    /**< with a placement: bytes by the nearest holder's path
+                              (rs_path_t, placement.h) */
 } rs_bounds_t;
 
 /** Groups of tensor @p t that leave nothing to choose (step 1b): no rank of

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/placement.h"
 #include "plan/plan_steps.h"
 #include "util/error.h"
 
@@ -18,7 +19,22 @@ void rs_rank_plan_free(rs_rank_plan_t *rp)
         free(rp->recv[s]);
     }
     free(rp->local);
+    free(rp->reads);
+    free(rp->exposed);
     free(rp);
+}
+
+/* Append @p i to the list @p v of @p n (grown at powers of two). */
+static int push_index(int64_t **v, int64_t *n, int64_t i)
+{
+    if ((*n & (*n - 1)) == 0) {
+        int64_t *nv = realloc(*v, (size_t)(*n ? 2 * *n : 1) * sizeof *nv);
+        if (!nv)
+            return -1;
+        *v = nv;
+    }
+    (*v)[(*n)++] = i;
+    return 0;
 }
 
 /* Append piece @p i to the stream with @p peer (streams arrive grouped by peer). */
@@ -65,6 +81,12 @@ reshard_status_t rs_rank_plan_build(const reshard_plan_t *plan, int32_t rank, rs
                 goto oom;
             rp->local = nl;
             rp->local[rp->nlocal++] = i;
+            continue;
+        }
+        if (rs_piece_is_peer_read(plan, p)) {
+            if ((p->receiver == rank && push_index(&rp->reads, &rp->nreads, i) != 0) ||
+                (p->sender == rank && push_index(&rp->exposed, &rp->nexposed, i) != 0))
+                goto oom;
             continue;
         }
         if (p->sender == rank && add_to_stream(&rp->send[p->stage], &rp->nsend[p->stage],

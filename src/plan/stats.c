@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "plan/plan_steps.h"
+#include "plan/placement.h"
 #include "plan/tally.h"
 #include "util/error.h"
 
@@ -222,6 +223,10 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b)
     s->bytes_nvlink = t->bytes_nvlink;
     s->bytes_network = t->bytes_network;
     s->pieces = t->pieces;
+    s->bytes_same_device = t->bytes_path[RS_PATH_DEVICE];
+    s->bytes_same_host = t->bytes_path[RS_PATH_HOST];
+    s->bytes_cross_host = rs_has_placement(p) ? t->bytes_path[RS_PATH_NETWORK] : 0;
+    s->bytes_peer_read = t->bytes_peer_read;
     /* streams between distinct ranks the counted rank sends */
     for (int64_t i = 0; i < t->cap; i++) {
         uint64_t k = t->streams[i].key;
@@ -256,6 +261,11 @@ reshard_status_t rs_stats_compute(reshard_plan_t *plan, const rs_bounds_t *b)
                 if (share > s->nic_recv_bound_bytes)
                     s->nic_recv_bound_bytes = share;
             }
+        }
+        if (rs_has_placement(p)) {
+            s->bound_same_device_bytes = b->path[RS_PATH_DEVICE];
+            s->bound_same_host_bytes = b->path[RS_PATH_HOST];
+            s->bound_cross_host_bytes = b->path[RS_PATH_NETWORK];
         }
         uint64_t mean = nsrc ? (s->bytes_lower_bound + (uint64_t)nsrc - 1) / (uint64_t)nsrc : 0;
         if (mean > s->nic_send_bound_bytes)

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/placement.h"
 #include "plan/tally.h"
 #include "util/error.h"
 
@@ -129,6 +130,9 @@ reshard_status_t rs_tally_add(rs_tally_t *t, const reshard_plan_t *plan, const r
         }
         if (out) {
             t->pieces++;
+            t->bytes_path[rs_path_of(p, q->sender, q->receiver)] += q->bytes;
+            if (rs_piece_is_peer_read(plan, q))
+                t->bytes_peer_read += q->bytes;
             if (!moves) {
                 t->bytes_local += q->bytes;
                 t->local[q->sender] += q->bytes;

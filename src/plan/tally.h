@@ -22,6 +22,8 @@ struct rs_tally {
     int32_t rank; /**< the rank counted (RESHARD_ALL_RANKS: every rank) */
     /* counters of reshard_plan_stats_t: received side for bytes_total, sent side otherwise */
     uint64_t bytes_total, bytes_local, bytes_nvlink, bytes_network;
+    uint64_t bytes_path[4];   /**< sent side, by rs_path_t (placement.h) */
+    uint64_t bytes_peer_read; /**< sent side: one-sided reads of a colocated plan */
     int64_t pieces;
     /* per rank */
     uint64_t *nic_send, *nic_recv; /**< network bytes sent, received */

@@ -104,3 +104,44 @@ def test_rank_planning_from_other_layouts_fails_every_rank_over_mpi(comm):
     assert e.value.status == reshard.Status.MISMATCH and "different inputs" in e.value.message
     for t in d.values():
         assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
+
+
+@pytest.mark.parametrize("two_hosts", [False, True])
+def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts):
+    """Model.plan(..., colocated=True): pieces between ranks of one host are read
+    one-sided (train rank i and infer rank i share device i); with two hosts the
+    other pieces cross over MPI. Every element against the conventions oracle, twice
+    with the same plan; the read bytes are what the global plan says."""
+    path = None
+    if WORLD.rank == 0:
+        path = str(tmp_path_factory.mktemp("cfg") / "config.json")
+        with open(path, "w") as f:
+            json.dump(dict(TINY, tie_word_embeddings=False), f)
+    path = WORLD.bcast(path)
+    hosts = [r % 2 for r in range(4)] if two_hosts else [0] * 4
+    devices = [0, 1, 0, 1]
+    model = reshard.Model(path)
+    plan = model.plan(comm, "tp=2", "tp=2", timeout_s=30, hosts=hosts, devices=devices,
+                      colocated=True)
+    whole = model.refit("tp=2", "tp=2")
+    g = reshard.Plan(whole.train, whole.infer, rank=reshard.ALL_RANKS, world=4, hosts=hosts,
+                     devices=devices, colocated=True).stats()
+    assert g["bytes_peer_read"] == g["bytes_same_device"] + g["bytes_same_host"] > 0
+    assert (g["bytes_cross_host"] > 0) == two_hosts
+    for k in ("same_device", "same_host", "cross_host"):
+        assert g["bytes_" + k] == g["bound_%s_bytes" % k]
+    w = conventions.Weights(conventions.load_config(path))
+    side, i = plan.refit.role(WORLD.rank)
+    src = conventions.megatron_state_dict(w, "tp=2", i) if side == "train" else None
+    read = 0
+    for _ in range(2):
+        if side == "train":
+            got = plan.execute(src=src)
+        else:
+            expect = conventions.vllm_state_dict(w, "tp=2", i, reshard.SENTINEL_BYTE)
+            dst = plan.refit.infer.new_buffers(WORLD.rank, fill=reshard.SENTINEL_BYTE)
+            got = plan.execute(dst=dst)
+            for n, e in expect.items():
+                assert conventions.mismatches(dst[n], e) == 0, n
+        read = WORLD.allreduce(got["bytes_peer_read"])
+        assert read == g["bytes_peer_read"]
