@@ -410,9 +410,10 @@ enum {
     RESHARD_PLAN_PARAM_TIMEOUT = 1u << 2,
     RESHARD_PLAN_PARAM_RELAY_BYTES = 1u << 3,
     RESHARD_PLAN_PARAM_SUMMARY = 1u << 4,
+    RESHARD_PLAN_PARAM_DELTA = 1u << 5,
 };
 /** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
-#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x1f)
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x3f)
 
 /** Default staging memory per rank: 256 MiB. */
 #define RESHARD_DEFAULT_STAGING_BYTES ((uint64_t)256 << 20)
@@ -453,6 +454,9 @@ typedef struct {
                                  INVALID_ARG otherwise), which keeps its counters and
                                  per-stream totals but not its pieces; see
                                  reshard_plan_create */
+    int32_t delta;          /**< nonzero: a delta refit plan (reshard_delta.h,
+                                 docs/delta.md): each execution sends only the words
+                                 that changed since the version a destination holds */
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;

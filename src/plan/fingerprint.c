@@ -107,6 +107,8 @@ static void put_params(rs_fp_t *f, const reshard_plan_params_t *p)
     put(f, p->staging_bytes);
     put(f, p->relay_bytes);
     put(f, timeout);
+    if (p->delta) /* plans without delta keep their fingerprints */
+        put(f, 0x64656c7461ull);
 }
 
 void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t *src,

@@ -113,6 +113,9 @@ struct reshard_plan {
      *  for (their gone sets, reshard_membership_layouts); NULL when none is.
      *  Such a rank is never chosen as a landing or relay rank. */
     uint8_t *gone;
+    /** Delta plans (params.delta): per executing rank its version, snapshot and
+     *  relay scratch (exec/delta.h); NULL otherwise. Mutated by executions. */
+    struct rs_delta *delta;
 };
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not
