@@ -73,6 +73,28 @@ const char *reshard_delta_state_string(reshard_delta_state_t state);
 reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t rank,
                                          reshard_delta_info_t *out);
 
+/**
+ * Synthetic updates for delta refits (the CLI's --change-fraction, tests): the pattern
+ * of reshard_fill_pattern at refit @p version. Version 0 is reshard_fill_pattern's
+ * pattern; version j > 0 changes a deterministic @p change_fraction of the elements of
+ * every tensor (chosen by a hash of tensor, j and global flat index, so replicas agree)
+ * to new values. Local; buffers as in reshard_fill_pattern.
+ * Errors: INVALID_ARG (version < 0, change_fraction outside [0, 1]), BUFFER.
+ */
+reshard_status_t reshard_fill_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                              const reshard_buffer_t *bufs, int32_t n_bufs,
+                                              int64_t version, double change_fraction);
+
+/**
+ * reshard_verify_pattern against the pattern at @p version (reshard_fill_pattern_version):
+ * every element of @p rank's fragments and every padding byte. Errors: as
+ * reshard_verify_pattern, and INVALID_ARG for a version > 0 of a quantized tensor.
+ */
+reshard_status_t reshard_verify_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                                const reshard_buffer_t *bufs, int32_t n_bufs,
+                                                int64_t version, double change_fraction,
+                                                uint64_t *verified_bytes);
+
 #ifdef __cplusplus
 }
 #endif
