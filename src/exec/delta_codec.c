@@ -2,6 +2,7 @@
 #include "exec/delta_codec.h"
 
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
@@ -22,106 +23,181 @@ static void put_header(uint8_t *out, uint32_t kind, uint32_t word, uint32_t nrun
     memcpy(out + 8, &body, sizeof body);
 }
 
-static inline int word_differs(const uint8_t *a, const uint8_t *b, uint32_t w)
+/* One word of @p w bytes (fixed-size copies: plain moves, no call). */
+static inline void copy_word(uint8_t *d, const uint8_t *s, uint32_t w)
 {
     switch (w) {
-    case 2: {
-        uint16_t x, y;
-        memcpy(&x, a, 2);
-        memcpy(&y, b, 2);
-        return x != y;
-    }
-    case 4: {
-        uint32_t x, y;
-        memcpy(&x, a, 4);
-        memcpy(&y, b, 4);
-        return x != y;
-    }
-    case 8: {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        return x != y;
-    }
+    case 2:
+        memcpy(d, s, 2);
+        break;
+    case 4:
+        memcpy(d, s, 4);
+        break;
+    case 8:
+        memcpy(d, s, 8);
+        break;
     default:
-        return *a != *b;
+        *d = *s;
     }
 }
 
-/* Number of the first word at or after @p i that differs, or @p n: whole 8-byte blocks
- * that are equal are skipped with one compare (most of a chunk is unchanged). */
-static uint64_t next_diff(const uint8_t *cur, const uint8_t *prev, uint64_t i, uint64_t n,
-                          uint32_t w)
+static inline uint64_t load8(const uint8_t *p)
 {
-    while (i < n) {
-        uint64_t byte = i * w;
-        if (byte % 8 == 0 && (n - i) * w >= 32) {
-            uint64_t a[4], b[4];
-            memcpy(a, cur + byte, 32);
-            memcpy(b, prev + byte, 32);
-            if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]) {
-                i += 32 / w;
-                continue;
-            }
-        }
-        if (word_differs(cur + byte, prev + byte, w))
-            return i;
-        i++;
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* Per word of the 8-byte lane difference @p d (words of @p w bytes): one bit, word k
+ * of the lane at bit k. */
+static inline uint64_t lane_words(uint64_t d, uint32_t w)
+{
+    if (w == 8)
+        return d != 0;
+    if (w == 2) { /* the top bit of each 16-bit word: set when the word is not 0 */
+        const uint64_t lo = 0x7fff7fff7fff7fffull;
+        uint64_t t = (((d & lo) + lo) | d) & ~lo;
+        t >>= 15;
+        return (t | t >> 15 | t >> 30 | t >> 45) & 0xf;
     }
-    return n;
+    uint64_t m = 0;
+    uint32_t per = 8 / w;
+    uint64_t wmask = ((uint64_t)1 << (8 * w)) - 1;
+    for (uint32_t k = 0; k < per; k++)
+        if ((d >> (k * 8 * w)) & wmask)
+            m |= (uint64_t)1 << k;
+    return m;
+}
+
+/* Bit i of the result: word i of the @p nw (<= 64) words at @p a differs from @p b's.
+ * Compared 8 bytes at a time; a block with no difference costs one pass of XORs. */
+static uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w, uint64_t nw)
+{
+    uint64_t m = 0, lanes = nw * w / 8, acc = 0;
+    uint32_t per = 8 / w;
+    for (uint64_t l = 0; l < lanes; l++)
+        acc |= load8(a + 8 * l) ^ load8(b + 8 * l);
+    if (acc)
+        for (uint64_t l = 0; l < lanes; l++) {
+            uint64_t d = load8(a + 8 * l) ^ load8(b + 8 * l);
+            if (d)
+                m |= lane_words(d, w) << (l * per);
+        }
+    for (uint64_t i = lanes * per; i < nw; i++)
+        if (memcmp(a + i * w, b + i * w, w) != 0)
+            m |= (uint64_t)1 << i;
+    return m;
 }
 
 uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed)
 {
-    uint64_t n = len / word, c = 0, runs = 0;
-    if (prev) { /* count changed words and runs of them */
-        for (uint64_t i = next_diff(cur, prev, 0, n, word); i < n;) {
-            runs++;
-            uint64_t j = i + 1;
-            while (j < n && word_differs(cur + j * word, prev + j * word, word))
-                j++;
-            c += j - i;
-            i = next_diff(cur, prev, j, n, word);
-        }
-    } else {
-        c = n;
-    }
-    if (changed)
-        *changed = c;
-    uint64_t dense = len, bitmap = (n + 7) / 8 + c * word, run = runs * 8 + c * word;
-    bool runs_fit = n <= UINT32_MAX && runs <= UINT32_MAX;
+    uint64_t n = len / word, nb = (n + 7) / 8, c = 0, runs = 0;
     uint8_t *body = out + RS_DELTA_HEADER_BYTES;
-    if (!prev || (dense <= bitmap && (!runs_fit || dense <= run))) {
+    if (!prev) {
+        if (changed)
+            *changed = n;
         put_header(out, RS_DELTA_DENSE, word, 0, len);
         memcpy(body, cur, len);
         return RS_DELTA_HEADER_BYTES + len;
     }
-    if (!runs_fit || bitmap <= run) {
-        uint64_t nb = (n + 7) / 8;
-        memset(body, 0, nb);
+    /* One pass: the change bitmap, built at the end of the body (nb <= len), its counts. */
+    uint8_t *bm = body + len - nb;
+    uint64_t carry = 0; /* the last word of the previous block changed */
+    for (uint64_t i = 0; i < n; i += 64) {
+        uint64_t nw = n - i < 64 ? n - i : 64;
+        uint64_t m = block_mask(cur + i * word, prev + i * word, word, nw);
+        if (nw == 64) /* little-endian: bit i of byte i / 8 */
+            memcpy(bm + i / 8, &m, 8);
+        else
+            memcpy(bm + i / 8, &m, (nw + 7) / 8);
+        if (m) {
+            c += (uint64_t)__builtin_popcountll(m);
+            runs += (uint64_t)__builtin_popcountll(m & ~((m << 1) | carry));
+        }
+        carry = (m >> (nw - 1)) & 1;
+    }
+    if (changed)
+        *changed = c;
+    uint64_t bitmap = nb + c * word, run = runs * 8 + c * word;
+    bool runs_ok = n <= UINT32_MAX && run < bitmap && run < len;
+    if (!runs_ok && len <= bitmap) {
+        put_header(out, RS_DELTA_DENSE, word, 0, len);
+        memcpy(body, cur, len);
+        return RS_DELTA_HEADER_BYTES + len;
+    }
+    if (!runs_ok) { /* bitmap to the front, then the changed words */
+        memmove(body, bm, nb);
         uint8_t *v = body + nb;
-        for (uint64_t i = next_diff(cur, prev, 0, n, word); i < n;
-             i = next_diff(cur, prev, i + 1, n, word)) {
-            body[i / 8] |= (uint8_t)(1u << (i % 8));
-            memcpy(v, cur + i * word, word);
-            v += word;
+        for (uint64_t i = 0; i < n; i += 64) {
+            uint64_t m = 0;
+            if (n - i >= 64)
+                memcpy(&m, body + i / 8, 8);
+            else
+                memcpy(&m, body + i / 8, (n - i + 7) / 8);
+            while (m) {
+                uint64_t j = i + (uint64_t)__builtin_ctzll(m);
+                m &= m - 1;
+                copy_word(v, cur + j * word, word);
+                v += word;
+            }
         }
         put_header(out, RS_DELTA_BITMAP, word, 0, bitmap);
         return RS_DELTA_HEADER_BYTES + bitmap;
     }
+    /* Runs and values are written from the front while the bitmap is read from the
+     * back; when the two could meet, the bitmap is read from a copy. */
+    const uint8_t *rb = bm;
+    uint8_t *copy = NULL;
+    if (run + nb > len) {
+        if (!(copy = malloc((size_t)nb))) { /* no memory: dense is always right */
+            put_header(out, RS_DELTA_DENSE, word, 0, len);
+            memcpy(body, cur, len);
+            return RS_DELTA_HEADER_BYTES + len;
+        }
+        memcpy(copy, bm, nb);
+        rb = copy;
+    }
     uint8_t *r = body, *v = body + runs * 8;
-    for (uint64_t i = next_diff(cur, prev, 0, n, word); i < n;) {
-        uint64_t j = i + 1;
-        while (j < n && word_differs(cur + j * word, prev + j * word, word))
-            j++;
-        uint32_t start = (uint32_t)i, count = (uint32_t)(j - i);
-        memcpy(r, &start, 4);
-        memcpy(r + 4, &count, 4);
-        r += 8;
-        memcpy(v, cur + i * word, (size_t)(j - i) * word);
-        v += (j - i) * word;
-        i = next_diff(cur, prev, j, n, word);
+    uint64_t start = 0;
+    bool open = false;
+    for (uint64_t i = 0; i < n; i += 64) {
+        uint64_t nw = n - i < 64 ? n - i : 64, m = 0, k = 0;
+        if (nw == 64) {
+            memcpy(&m, rb + i / 8, 8);
+        } else {
+            memcpy(&m, rb + i / 8, (nw + 7) / 8);
+            m &= ((uint64_t)1 << nw) - 1;
+        }
+        if (!m && !open)
+            continue;
+        while (k < nw) {
+            uint64_t rest = (open ? ~m : m) >> k;
+            if (!rest)
+                break; /* the state holds to the end of the block */
+            k += (uint64_t)__builtin_ctzll(rest);
+            if (k >= nw)
+                break;
+            if (!open) {
+                start = i + k;
+                open = true;
+                continue;
+            }
+            uint32_t s32 = (uint32_t)start, n32 = (uint32_t)(i + k - start);
+            memcpy(r, &s32, 4);
+            memcpy(r + 4, &n32, 4);
+            r += 8;
+            memcpy(v, cur + start * word, (size_t)n32 * word);
+            v += (size_t)n32 * word;
+            open = false;
+        }
+    }
+    free(copy);
+    if (open) {
+        uint32_t s32 = (uint32_t)start, n32 = (uint32_t)(n - start);
+        memcpy(r, &s32, 4);
+        memcpy(r + 4, &n32, 4);
+        memcpy(v, cur + start * word, (size_t)n32 * word);
     }
     put_header(out, RS_DELTA_RUNS, word, (uint32_t)runs, run);
     return RS_DELTA_HEADER_BYTES + run;
@@ -178,7 +254,7 @@ reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, u
                                     "%s: delta bitmap marks word %llu of %llu with %llu values",
                                     what, (unsigned long long)i, (unsigned long long)n,
                                     (unsigned long long)nv);
-                memcpy(chunk + i * w, v + k * w, w);
+                copy_word(chunk + i * w, v + k * w, w);
                 k++;
             }
         }
