@@ -731,9 +731,14 @@ static void print_header(const run_t *r, double plan_s)
         printf("NVLink domains of %ld ranks\n", a->domain_size);
     else
         printf("no NVLink domains (every rank its own)\n");
-    printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
-           "timeout %.0f s; plan built in %.3f s\n\n",
-           a->iters, a->staging_mb, a->timeout_s, plan_s);
+    if (a->delta)
+        printf("  %ld delta refits, refit k changes %g of the elements (buffers stay bound); "
+               "staging %.0f MiB/rank; timeout %.0f s; plan built in %.3f s\n\n",
+               a->iters, a->change_fraction, a->staging_mb, a->timeout_s, plan_s);
+    else
+        printf("  %ld refits per method, buffers rebound every refit; staging %.0f MiB/rank; "
+               "timeout %.0f s; plan built in %.3f s\n\n",
+               a->iters, a->staging_mb, a->timeout_s, plan_s);
     printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
            "bytes moved", "GB/s/infer", "verified", "#wrong");
     fflush(stdout);
