@@ -84,7 +84,7 @@ int main(int argc, char **argv)
                 rc = 1;
         }
         double mc = median(tc, reps), me = median(te, reps), ma = median(ta, reps);
-        const char *kinds[] = {"dense", "bitmap", "runs"};
+        const char *kinds[] = {"dense", "bitmap", "runs", "gaps"};
         printf("  %-8.4f %9.4f %7s %7.2f GB/s %7.2f GB/s %7.2f GB/s %8.2f %8.2f\n", fracs[f],
                (double)n / (double)len, kinds[enc[0]], len / mc / 1e9, len / me / 1e9,
                len / ma / 1e9, mc / me, mc / ma);

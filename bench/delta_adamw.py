@@ -154,12 +154,12 @@ def main():
                         raise SystemExit("delta_adamw: %s refit of step %d: %s on rank %d differs"
                                          % (m, step, n, r))
         info = [plans["delta"][r].delta_info() for r in TRAIN]
-        kinds = [sum(i["chunks"][k] for i in info) for k in range(3)]
+        kinds = [sum(i["chunks"][k] for i in info) for k in range(4)]
         rows.append({"step": step, "changed_fraction": changed / total if step else 1.0,
                      "worst_tensor": worst[1], "worst_fraction": worst[0],
                      "delta_wire_bytes": wire["delta"], "dense_wire_bytes": wire["dense"],
                      "ratio": wire["delta"] / wire["dense"],
-                     "chunks_dense_bitmap_runs": kinds,
+                     "chunks_dense_bitmap_runs_gaps": kinds,
                      "state": plans["delta"][2].delta_info()["state"]})
     if a.json:
         print(json.dumps({"lr": a.lr, "beta2": a.beta2, "layers": a.layers, "elements": total,
@@ -170,12 +170,12 @@ def main():
           "checked" % (a.layers, a.vocab, total, a.lr, a.beta2))
     print("  %4s %12s %14s %12s %14s %14s %9s %s" % ("step", "changed", "most-changed", "(fraction)",
                                                    "delta wire B", "dense wire B", "delta/dense",
-                                                   "chunks dense/bitmap/runs"))
+                                                   "chunks dense/bitmap/runs/gaps"))
     for r in rows:
         print("  %4d %12.6f %14s %12.6f %14d %14d %9.4f %s" % (
             r["step"], r["changed_fraction"], r["worst_tensor"].replace("layers.", "L")[-14:],
             r["worst_fraction"], r["delta_wire_bytes"], r["dense_wire_bytes"], r["ratio"],
-            "/".join(map(str, r["chunks_dense_bitmap_runs"]))))
+            "/".join(map(str, r["chunks_dense_bitmap_runs_gaps"]))))
     print("  step 0: the first refit (dense: no version held); every refit committed: %s"
           % all(r["state"] == "committed" for r in rows))
 

@@ -57,7 +57,7 @@ typedef struct {
     uint64_t stream_bytes;  /**< stream bytes it sent to other ranks (what dense sends) */
     uint64_t wire_bytes;    /**< bytes it put on the wire for them: headers and bodies */
     uint64_t changed_bytes; /**< bytes of the words that differed from its snapshot */
-    int64_t chunks[3];      /**< chunks sent dense, as bitmap+values, as runs+values */
+    int64_t chunks[4];      /**< chunks sent dense, bitmap+values, runs+values, gaps+values */
     int64_t dense_streams;  /**< streams sent dense: the receiver was not at its version */
 } reshard_delta_info_t;
 

@@ -90,7 +90,7 @@ class Buffer(ctypes.Structure):
 class DeltaInfo(ctypes.Structure):
     _fields_ = [("version", c_i64), ("state", ctypes.c_int), ("snapshot_bytes", c_u64),
                 ("relay_bytes", c_u64), ("stream_bytes", c_u64), ("wire_bytes", c_u64),
-                ("changed_bytes", c_u64), ("chunks", c_i64 * 3), ("dense_streams", c_i64)]
+                ("changed_bytes", c_u64), ("chunks", c_i64 * 4), ("dense_streams", c_i64)]
 
 
 class ExecStats(ctypes.Structure):

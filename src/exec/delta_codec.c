@@ -2,6 +2,7 @@
 #include "exec/delta_codec.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,17 @@ static inline void copy_word(uint8_t *d, const uint8_t *s, uint32_t w)
     default:
         *d = *s;
     }
+}
+
+/* Bytes of @p x as a LEB128 varint (7 bits a byte, low first, top bit: more). */
+static inline uint64_t varint_len(uint64_t x)
+{
+    uint64_t n = 1;
+    while (x >= 0x80) {
+        x >>= 7;
+        n++;
+    }
+    return n;
 }
 
 static inline uint64_t load8(const uint8_t *p)
@@ -92,7 +104,7 @@ static uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w, uint6
 uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed)
 {
-    uint64_t n = len / word, nb = (n + 7) / 8, c = 0, runs = 0;
+    uint64_t n = len / word, nb = (n + 7) / 8, c = 0, runs = 0, gap_bytes = 0, next = 0;
     uint8_t *body = out + RS_DELTA_HEADER_BYTES;
     if (!prev) {
         if (changed)
@@ -114,19 +126,37 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         if (m) {
             c += (uint64_t)__builtin_popcountll(m);
             runs += (uint64_t)__builtin_popcountll(m & ~((m << 1) | carry));
+            for (uint64_t b = m; b; b &= b - 1) { /* the varint of each gap */
+                uint64_t j = i + (uint64_t)__builtin_ctzll(b);
+                gap_bytes += varint_len(j - next);
+                next = j + 1;
+            }
         }
         carry = (m >> (nw - 1)) & 1;
     }
     if (changed)
         *changed = c;
-    uint64_t bitmap = nb + c * word, run = runs * 8 + c * word;
-    bool runs_ok = n <= UINT32_MAX && run < bitmap && run < len;
-    if (!runs_ok && len <= bitmap) {
+    uint64_t bitmap = nb + c * word, run = runs * 8 + c * word, gaps = gap_bytes + c * word;
+    uint32_t kind = RS_DELTA_DENSE;
+    uint64_t best = len;
+    if (bitmap < best) {
+        kind = RS_DELTA_BITMAP;
+        best = bitmap;
+    }
+    if (n <= UINT32_MAX && run < best) {
+        kind = RS_DELTA_RUNS;
+        best = run;
+    }
+    if (n <= UINT32_MAX && gaps < best) {
+        kind = RS_DELTA_GAPS;
+        best = gaps;
+    }
+    if (kind == RS_DELTA_DENSE) {
         put_header(out, RS_DELTA_DENSE, word, 0, len);
         memcpy(body, cur, len);
         return RS_DELTA_HEADER_BYTES + len;
     }
-    if (!runs_ok) { /* bitmap to the front, then the changed words */
+    if (kind == RS_DELTA_BITMAP) { /* bitmap to the front, then the changed words */
         memmove(body, bm, nb);
         uint8_t *v = body + nb;
         for (uint64_t i = 0; i < n; i += 64) {
@@ -149,7 +179,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
      * back; when the two could meet, the bitmap is read from a copy. */
     const uint8_t *rb = bm;
     uint8_t *copy = NULL;
-    if (run + nb > len) {
+    if (best + nb > len) {
         if (!(copy = malloc((size_t)nb))) { /* no memory: dense is always right */
             put_header(out, RS_DELTA_DENSE, word, 0, len);
             memcpy(body, cur, len);
@@ -157,6 +187,31 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         }
         memcpy(copy, bm, nb);
         rb = copy;
+    }
+    if (kind == RS_DELTA_GAPS) { /* per changed word: the varint of its gap, its value */
+        uint8_t *g = body;
+        next = 0;
+        for (uint64_t i = 0; i < n; i += 64) {
+            uint64_t m = 0;
+            if (n - i >= 64)
+                memcpy(&m, rb + i / 8, 8);
+            else
+                memcpy(&m, rb + i / 8, (n - i + 7) / 8), m &= ((uint64_t)1 << (n - i)) - 1;
+            for (; m; m &= m - 1) {
+                uint64_t j = i + (uint64_t)__builtin_ctzll(m), d = j - next;
+                while (d >= 0x80) {
+                    *g++ = (uint8_t)(d | 0x80);
+                    d >>= 7;
+                }
+                *g++ = (uint8_t)d;
+                copy_word(g, cur + j * word, word);
+                g += word;
+                next = j + 1;
+            }
+        }
+        free(copy);
+        put_header(out, RS_DELTA_GAPS, word, (uint32_t)c, gaps);
+        return RS_DELTA_HEADER_BYTES + gaps;
     }
     uint8_t *r = body, *v = body + runs * 8;
     uint64_t start = 0;
@@ -219,6 +274,9 @@ reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_heade
     else if (ok && h->kind == RS_DELTA_BITMAP)
         ok = h->nruns == 0 && h->body >= (n + 7) / 8 && h->body <= (n + 7) / 8 + len &&
              (h->body - (n + 7) / 8) % h->word == 0;
+    else if (ok && h->kind == RS_DELTA_GAPS)
+        ok = h->body <= len && h->nruns <= n && (uint64_t)h->nruns * (1 + h->word) <= h->body &&
+             h->body <= (uint64_t)h->nruns * (10 + h->word);
     else if (ok)
         ok = h->body <= len && (uint64_t)h->nruns * 8 <= h->body &&
              (h->body - (uint64_t)h->nruns * 8) % h->word == 0;
@@ -262,6 +320,37 @@ reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, u
             return rs_error(RESHARD_ERR_INVALID_ARG,
                             "%s: delta bitmap marks %llu words but carries %llu values", what,
                             (unsigned long long)k, (unsigned long long)nv);
+        return RESHARD_OK;
+    }
+    if (h->kind == RS_DELTA_GAPS) {
+        const uint8_t *g = body, *end = body + h->body;
+        uint64_t next = 0;
+        for (uint32_t q = 0; q < h->nruns; q++) {
+            uint64_t d = 0;
+            int shift = 0;
+            uint8_t b = 0x80;
+            while (b & 0x80) {
+                if (g >= end || shift > 63)
+                    return rs_error(RESHARD_ERR_INVALID_ARG,
+                                    "%s: delta gap %u of %u runs past its body", what, q, h->nruns);
+                b = *g++;
+                d |= (uint64_t)(b & 0x7f) << shift;
+                shift += 7;
+            }
+            uint64_t j = next + d;
+            if (end - g < (ptrdiff_t)w || d >= n || j >= n)
+                return rs_error(RESHARD_ERR_INVALID_ARG,
+                                "%s: delta gap %u of %u points past the chunk of %llu words or "
+                                "its body",
+                                what, q, h->nruns, (unsigned long long)n);
+            copy_word(chunk + j * w, g, w);
+            g += w;
+            next = j + 1;
+        }
+        if (g != end)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "%s: delta gaps end %lld bytes before their body", what,
+                            (long long)(end - g));
         return RESHARD_OK;
     }
     const uint8_t *r = body, *v = body + (uint64_t)h->nruns * 8;

@@ -13,13 +13,19 @@
 #define RS_DELTA_HEADER_BYTES 16u
 
 /** Chunk kinds (header byte 0). */
-enum { RS_DELTA_DENSE = 0, RS_DELTA_BITMAP = 1, RS_DELTA_RUNS = 2, RS_DELTA_NKINDS = 3 };
+enum {
+    RS_DELTA_DENSE = 0,
+    RS_DELTA_BITMAP = 1,
+    RS_DELTA_RUNS = 2,
+    RS_DELTA_GAPS = 3,
+    RS_DELTA_NKINDS = 4
+};
 
 /** The header of an encoded chunk, as read by rs_delta_header. */
 typedef struct {
     uint32_t kind;  /**< RS_DELTA_* */
     uint32_t word;  /**< bytes per compared word: 1, 2, 4 or 8 */
-    uint32_t nruns; /**< RS_DELTA_RUNS: number of runs */
+    uint32_t nruns; /**< RS_DELTA_RUNS: number of runs; RS_DELTA_GAPS: of changed words */
     uint64_t body;  /**< bytes after the header */
 } rs_delta_header_t;
 
@@ -30,8 +36,8 @@ uint32_t rs_delta_word(uint64_t len, uint32_t elem_size);
 /**
  * Encode the @p len bytes at @p cur against @p prev (the same chunk of the previous
  * version) into @p out, which has room for RS_DELTA_HEADER_BYTES + len bytes; with
- * @p prev NULL the chunk is dense. The kind is the smallest of dense, bitmap+values and
- * runs+values (ties go to dense, then bitmap), so the result is never larger than
+ * @p prev NULL the chunk is dense. The kind is the smallest of dense, bitmap+values,
+ * runs+values and gaps+values (ties go to the earlier), so the result is never larger than
  * RS_DELTA_HEADER_BYTES + len. Values are the new bits of the changed words. Returns the
  * encoded size in bytes; the counts of changed words go to *@p changed (may be NULL).
  */

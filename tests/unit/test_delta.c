@@ -95,6 +95,20 @@ static void test_codec_kinds_by_size(void **state)
     assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL),
                      RS_DELTA_HEADER_BYTES + 256 + 1024 * 2);
     assert_int_equal(out[0], RS_DELTA_BITMAP);
+    /* one word of 2048 changed (word 1000): its gap as a 2-byte varint and its value */
+    memset(cur, 0, sizeof cur);
+    cur[2000] = 1;
+    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL), RS_DELTA_HEADER_BYTES + 4);
+    assert_int_equal(out[0], RS_DELTA_GAPS);
+    assert_int_equal(out[RS_DELTA_HEADER_BYTES], 1000 % 128 + 128);
+    assert_int_equal(out[RS_DELTA_HEADER_BYTES + 1], 1000 / 128);
+    rs_delta_header_t hg;
+    uint8_t back[4096] = {0};
+    assert_int_equal(rs_delta_header(out, 4096, &hg, "test"), RESHARD_OK);
+    out[RS_DELTA_HEADER_BYTES + 1] = 0x7f; /* a gap past the chunk */
+    assert_int_equal(rs_delta_apply(out, &hg, back, 4096, "rank 7: chunk 3"),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "rank 7: chunk 3"));
     /* everything changed: dense */
     memset(cur, 9, sizeof cur);
     assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL), RS_DELTA_HEADER_BYTES + 4096);
