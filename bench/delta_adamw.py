@@ -24,7 +24,6 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -76,7 +75,8 @@ def loss_fn(w, tokens, cfg, layers, hd):
         a = torch.softmax(qh @ kh.transpose(-1, -2) / hd ** 0.5 + mask, -1) @ vh
         x = x + a.transpose(1, 2).reshape(b, t, nq * hd) @ w[p + "o_proj.weight"].T
         y = rms(x, w[p + "post_attention_layernorm.weight"])
-        m = torch.nn.functional.silu(y @ w[p + "gate_proj.weight"].T) * (y @ w[p + "up_proj.weight"].T)
+        gate = torch.nn.functional.silu(y @ w[p + "gate_proj.weight"].T)
+        m = gate * (y @ w[p + "up_proj.weight"].T)
         x = x + m @ w[p + "down_proj.weight"].T
     logits = rms(x, w["norm.weight"]) @ w["lm_head.weight"].T
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
@@ -106,13 +106,16 @@ def main():
     names = list(master)
     opt = torch.optim.AdamW([master[n] for n in names], lr=a.lr, betas=(0.9, a.beta2),
                             weight_decay=0.01)
-    tokens = torch.randint(0, a.vocab, (2, a.tokens // 2 + 1), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(0, a.vocab, (2, a.tokens // 2 + 1),
+                           generator=torch.Generator().manual_seed(1))
 
     tensors = reshard.Tensors()
     for n in names:
         tensors.add(n, tuple(master[n].shape), torch.bfloat16)
-    src = reshard.Layout.from_placements(tensors, {n: (TRAIN, placements(master[n].shape)[0]) for n in names})
-    dst = reshard.Layout.from_placements(tensors, {n: (INFER, placements(master[n].shape)[1]) for n in names})
+    src = reshard.Layout.from_placements(
+        tensors, {n: (TRAIN, placements(master[n].shape)[0]) for n in names})
+    dst = reshard.Layout.from_placements(
+        tensors, {n: (INFER, placements(master[n].shape)[1]) for n in names})
     plans = {m: [reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=16, delta=(m == "delta"))
                  for r in range(WORLD)] for m in ("delta", "dense")}
     dsts = {m: {r: {p.name: torch.zeros(p.shape, dtype=torch.bfloat16) for p in dst.parameters(r)}
@@ -143,14 +146,16 @@ def main():
                 s = {}
                 if r in TRAIN:
                     for n in names:
-                        s[n] = torch.chunk(bf16[n], 2, 0)[r].contiguous() if bf16[n].dim() > 1 else bf16[n]
+                        t = bf16[n]
+                        s[n] = torch.chunk(t, 2, 0)[r].contiguous() if t.dim() > 1 else t
                 st = plans[m][r].execute(comm, src=s, dst=dsts[m].get(r, {}))
                 return st["bytes_sent_network"] + st["bytes_sent_nvlink"]
             wire[m] = sum(reshard.run_threads(WORLD, rank_fn))
             for r in INFER:  # every destination element against the step's weights
                 for n in names:
                     want = bf16[n] if bf16[n].dim() == 1 else torch.chunk(bf16[n], 2, 1)[r - 2]
-                    if not torch.equal(dsts[m][r][n].view(torch.int16), want.contiguous().view(torch.int16)):
+                    got = dsts[m][r][n].view(torch.int16)
+                    if not torch.equal(got, want.contiguous().view(torch.int16)):
                         raise SystemExit("delta_adamw: %s refit of step %d: %s on rank %d differs"
                                          % (m, step, n, r))
         info = [plans["delta"][r].delta_info() for r in TRAIN]
@@ -168,9 +173,9 @@ def main():
     print("delta_adamw: qwen3-0.6b widths, %d layers, vocab %d, %d bf16 elements; AdamW lr %g, "
           "beta2 %g; train Shard(0) over 2 ranks -> infer Shard(1) over 2 ranks, every element "
           "checked" % (a.layers, a.vocab, total, a.lr, a.beta2))
-    print("  %4s %12s %14s %12s %14s %14s %9s %s" % ("step", "changed", "most-changed", "(fraction)",
-                                                   "delta wire B", "dense wire B", "delta/dense",
-                                                   "chunks dense/bitmap/runs/gaps"))
+    print("  %4s %12s %14s %12s %14s %14s %9s %s" % (
+        "step", "changed", "most-changed", "(fraction)", "delta wire B", "dense wire B",
+        "delta/dense", "chunks dense/bitmap/runs/gaps"))
     for r in rows:
         print("  %4d %12.6f %14s %12.6f %14d %14d %9.4f %s" % (
             r["step"], r["changed_fraction"], r["worst_tensor"].replace("layers.", "L")[-14:],
