@@ -101,7 +101,7 @@ static uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w, uint6
     return m;
 }
 
-uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
+uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed)
 {
     uint64_t n = len / word, nb = (n + 7) / 8, c = 0, runs = 0, gap_bytes = 0, next = 0;
@@ -116,6 +116,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
     /* One pass: the change bitmap, built at the end of the body (nb <= len), its counts. */
     uint8_t *bm = body + len - nb;
     uint64_t carry = 0; /* the last word of the previous block changed */
+    bool gaps_live = true;
     for (uint64_t i = 0; i < n; i += 64) {
         uint64_t nw = n - i < 64 ? n - i : 64;
         uint64_t m = block_mask(cur + i * word, prev + i * word, word, nw);
@@ -126,7 +127,9 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         if (m) {
             c += (uint64_t)__builtin_popcountll(m);
             runs += (uint64_t)__builtin_popcountll(m & ~((m << 1) | carry));
-            for (uint64_t b = m; b; b &= b - 1) { /* the varint of each gap */
+            if (gaps_live && c >= nb)
+                gaps_live = false; /* >= 1 byte a gap: gaps can no longer beat the bitmap */
+            for (uint64_t b = gaps_live ? m : 0; b; b &= b - 1) { /* the varint of each gap */
                 uint64_t j = i + (uint64_t)__builtin_ctzll(b);
                 gap_bytes += varint_len(j - next);
                 next = j + 1;
@@ -147,13 +150,14 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         kind = RS_DELTA_RUNS;
         best = run;
     }
-    if (n <= UINT32_MAX && gaps < best) {
+    if (gaps_live && n <= UINT32_MAX && gaps < best) {
         kind = RS_DELTA_GAPS;
         best = gaps;
     }
     if (kind == RS_DELTA_DENSE) {
         put_header(out, RS_DELTA_DENSE, word, 0, len);
         memcpy(body, cur, len);
+        memcpy(prev, cur, len);
         return RS_DELTA_HEADER_BYTES + len;
     }
     if (kind == RS_DELTA_BITMAP) { /* bitmap to the front, then the changed words */
@@ -169,6 +173,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
                 uint64_t j = i + (uint64_t)__builtin_ctzll(m);
                 m &= m - 1;
                 copy_word(v, cur + j * word, word);
+                copy_word(prev + j * word, cur + j * word, word);
                 v += word;
             }
         }
@@ -183,6 +188,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         if (!(copy = malloc((size_t)nb))) { /* no memory: dense is always right */
             put_header(out, RS_DELTA_DENSE, word, 0, len);
             memcpy(body, cur, len);
+            memcpy(prev, cur, len);
             return RS_DELTA_HEADER_BYTES + len;
         }
         memcpy(copy, bm, nb);
@@ -205,6 +211,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
                 }
                 *g++ = (uint8_t)d;
                 copy_word(g, cur + j * word, word);
+                copy_word(prev + j * word, cur + j * word, word);
                 g += word;
                 next = j + 1;
             }
@@ -243,6 +250,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
             memcpy(r + 4, &n32, 4);
             r += 8;
             memcpy(v, cur + start * word, (size_t)n32 * word);
+            memcpy(prev + start * word, cur + start * word, (size_t)n32 * word);
             v += (size_t)n32 * word;
             open = false;
         }
@@ -253,6 +261,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, 
         memcpy(r, &s32, 4);
         memcpy(r + 4, &n32, 4);
         memcpy(v, cur + start * word, (size_t)n32 * word);
+        memcpy(prev + start * word, cur + start * word, (size_t)n32 * word);
     }
     put_header(out, RS_DELTA_RUNS, word, (uint32_t)runs, run);
     return RS_DELTA_HEADER_BYTES + run;

@@ -40,8 +40,10 @@ uint32_t rs_delta_word(uint64_t len, uint32_t elem_size);
  * runs+values and gaps+values (ties go to the earlier), so the result is never larger than
  * RS_DELTA_HEADER_BYTES + len. Values are the new bits of the changed words. Returns the
  * encoded size in bytes; the counts of changed words go to *@p changed (may be NULL).
+ * Afterwards @p prev (when given) holds @p cur: the changed words are written into it (a
+ * sender's snapshot is updated in the same pass).
  */
-uint64_t rs_delta_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
+uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed);
 
 /** Read and check the header at @p in for a chunk of @p len bytes: INVALID_ARG (with a

@@ -725,7 +725,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 uint8_t *snap = dr->snap + snap_off[i] + pos[i];
                 enc_len[i] =
                     rs_delta_encode(dense, use_delta[i] ? snap : NULL, len, word, enc, &changed);
-                memcpy(snap, dense, len);
+                if (!use_delta[i]) /* a delta encode updated the snapshot itself */
+                    memcpy(snap, dense, len);
                 li->stream_bytes += len;
                 li->wire_bytes += enc_len[i];
                 li->changed_bytes += changed * word;

@@ -47,7 +47,11 @@ static void codec_case(uint64_t len, uint32_t word, double frac, uint64_t seed)
             nchanged++;
         }
     uint64_t changed = 0;
-    uint64_t n = rs_delta_encode(cur, prev, len, word, out, &changed);
+    uint8_t *snap = malloc(len);
+    memcpy(snap, prev, len);
+    uint64_t n = rs_delta_encode(cur, snap, len, word, out, &changed);
+    assert_memory_equal(snap, cur, len); /* the snapshot now holds the new bytes */
+    free(snap);
     assert_int_equal(changed, nchanged);
     assert_true(n <= len + RS_DELTA_HEADER_BYTES); /* never more than dense + header */
     /* at most the bitmap's size: one bit per word plus the changed words */
@@ -76,29 +80,34 @@ static void test_codec_roundtrip(void **state)
     }
 }
 
+/* Encode @p cur (4096 bytes, bf16 words) against an all-zero previous version. */
+static uint64_t encode_vs_zero(const uint8_t *cur, uint8_t *out)
+{
+    uint8_t prev[4096] = {0};
+    return rs_delta_encode(cur, prev, 4096, 2, out, NULL);
+}
+
 static void test_codec_kinds_by_size(void **state)
 {
     (void)state;
-    uint8_t prev[4096] = {0}, cur[4096] = {0}, out[4096 + RS_DELTA_HEADER_BYTES];
+    uint8_t cur[4096] = {0}, out[4096 + RS_DELTA_HEADER_BYTES];
     /* nothing changed: a bare runs header */
-    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL), RS_DELTA_HEADER_BYTES);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES);
     assert_int_equal(out[0], RS_DELTA_RUNS);
     /* one run of 100 words: runs+values, 8 + 200 bytes */
     memset(cur + 200, 1, 200);
-    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL),
-                     RS_DELTA_HEADER_BYTES + 8 + 200);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 8 + 200);
     assert_int_equal(out[0], RS_DELTA_RUNS);
     /* every other word: the bitmap (256 bytes) beats 1024 runs */
     memset(cur, 0, sizeof cur);
     for (int w = 0; w < 2048; w += 2)
         cur[2 * w] = 7;
-    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL),
-                     RS_DELTA_HEADER_BYTES + 256 + 1024 * 2);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 256 + 1024 * 2);
     assert_int_equal(out[0], RS_DELTA_BITMAP);
     /* one word of 2048 changed (word 1000): its gap as a 2-byte varint and its value */
     memset(cur, 0, sizeof cur);
     cur[2000] = 1;
-    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL), RS_DELTA_HEADER_BYTES + 4);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 4);
     assert_int_equal(out[0], RS_DELTA_GAPS);
     assert_int_equal(out[RS_DELTA_HEADER_BYTES], 1000 % 128 + 128);
     assert_int_equal(out[RS_DELTA_HEADER_BYTES + 1], 1000 / 128);
@@ -111,7 +120,7 @@ static void test_codec_kinds_by_size(void **state)
     assert_non_null(strstr(reshard_last_error(), "rank 7: chunk 3"));
     /* everything changed: dense */
     memset(cur, 9, sizeof cur);
-    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL), RS_DELTA_HEADER_BYTES + 4096);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 4096);
     assert_int_equal(out[0], RS_DELTA_DENSE);
     /* a corrupt header is refused */
     out[1] = 3;
