@@ -141,6 +141,9 @@ static reshard_status_t move_chunk_at(const rs_exec_t *x, const rs_stream_t *s, 
             if (st != RESHARD_OK)
                 return st;
         }
+        uint64_t pad_from = data_end > cur->off ? data_end : cur->off;
+        if (sending && x->dr && cur->off + take > pad_from) /* delta: padding compares equal */
+            memset(stage_buf + done + (pad_from - cur->off), 0, cur->off + take - pad_from);
         done += take;
         cur->off += take;
         if (cur->off == padded) {
@@ -708,7 +711,6 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
             uint32_t word = rs_delta_word(len, p->elem_size);
             uint64_t payload = 0, changed = 0;
-            memset(dense, 0, len); /* stream padding compares equal */
             if (x->failed == RESHARD_OK) {
                 const rs_cursor_t at = xs->cur;
                 reshard_status_t ls =
@@ -796,7 +798,6 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             rs_delta_header_t h;
             uint64_t payload = 0;
             rs_cursor_t at = xs->cur;
-            memset(dense, 0, len);
             reshard_status_t ls = rs_delta_header(enc, len, &h, what);
             if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
                 ls = move_chunk_at(x, xs->s, &at, dense, len, false, true, &payload);
