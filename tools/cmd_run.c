@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "reshard/reshard.h"
+#include "reshard/reshard_delta.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
 #ifdef RESHARD_HAVE_NCCL
@@ -40,8 +41,8 @@
 typedef struct {
     const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
-    double staging_mb, timeout_s, relay_mb;
-    int baseline, raw, json, mtp, colocated;
+    double staging_mb, timeout_s, relay_mb, change_fraction;
+    int baseline, raw, json, mtp, colocated, delta;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -66,6 +67,9 @@ static void run_usage(FILE *out)
         "  --dtype bf16|fp8   weight form (fp8: e4m3 + 128x128 block scales)\n" CLI_INFER_DTYPE_HELP
         "  --iters I          refits to run and verify (default 5; the median is shown)\n"
         "  --baseline         also run gather+broadcast on the same data and ranks\n"
+        "  --delta            delta refit (docs/delta.md): refit k changes a deterministic\n"
+        "                     --change-fraction F of the elements (default 0.01) and sends\n"
+        "                     only changed words; every byte is verified each refit\n"
         "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
         "                     plan exchanges its byte count in plain messages\n"
         "  --json             print one JSON object (rank 0) instead of the table\n"
@@ -113,7 +117,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                       .domain_size = -1,
                       .staging_mb = 256,
                       .relay_mb = -1,
-                      .timeout_s = RESHARD_DEFAULT_TIMEOUT_S};
+                      .timeout_s = RESHARD_DEFAULT_TIMEOUT_S,
+                      .change_fraction = -1};
     const char *system = NULL;
     const cli_opt_t opts[] = {{"--model", CLI_STRING, &a->model, 0, 0},
                               {"--train", CLI_STRING, &a->train, 0, 0},
@@ -129,6 +134,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
                               {"--colocated", CLI_FLAG, &a->colocated, 0, 0},
+                              {"--delta", CLI_FLAG, &a->delta, 0, 0},
+                              {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
                               {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
@@ -151,6 +158,19 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     if (a->colocated && (strcmp(a->transport, "mpi") || a->domain_size > 1 || system))
         return usage_error(rank, "--colocated reads host memory with every rank its own "
                                  "domain: not with --transport nccl, --domain-size or --system");
+    if (a->change_fraction >= 0 && !a->delta)
+        return usage_error(rank, "--change-fraction is for --delta refits");
+    if (a->change_fraction < 0)
+        a->change_fraction = 0.01;
+    if (a->delta && (strcmp(a->transport, "mpi") || a->baseline || a->raw))
+        return usage_error(rank, "--delta runs over MPI on host memory, without --baseline and "
+                                 "--raw (which rewrite the destinations between refits)");
+    if (a->delta && (strcmp(a->dtype, "bf16") || a->infer_dtype))
+        return usage_error(rank, "--delta refits bf16 weights into bf16 destinations: delta "
+                                 "refit of quantized (FP8) destinations is not supported");
+    if (a->delta && a->colocated)
+        return usage_error(rank, "--delta sends encoded chunks and --colocated reads whole pieces "
+                                 "one-sided: choose one");
     if (strcmp(a->dtype, "bf16") && strcmp(a->dtype, "fp8"))
         return usage_error(rank, "--dtype: '%s' is not bf16 or fp8", a->dtype);
     reshard_model_options_t probe = {0};
@@ -267,7 +287,10 @@ typedef struct {
     uint64_t bytes_nvlink;   /**< measured, sent inside domains, per refit, all ranks */
     int32_t receivers;       /**< ranks that received bytes */
     long wrong;              /**< refits x ranks that failed verification */
-    long done;               /**< refits completed */
+    /* delta refits, all ranks: the first and the last refit */
+    uint64_t delta_stream[2], delta_wire[2], delta_changed[2], snapshot_max;
+    int64_t dense_streams[2], version_min, committed;
+    long done; /**< refits completed */
 } method_t;
 
 typedef struct {
@@ -464,20 +487,53 @@ static void wait_or_abort(const run_t *r, MPI_Request *req, const char *what)
     }
 }
 
+/* The delta counters of the refit just run, summed over ranks, into slot @p at of @p m. */
+static void delta_totals(const run_t *r, method_t *m, int at)
+{
+    reshard_delta_info_t di;
+    memset(&di, 0, sizeof di);
+    reshard_plan_delta_info(r->plan, r->rank, &di);
+    uint64_t in[4] = {di.stream_bytes, di.wire_bytes, di.changed_bytes, (uint64_t)di.dense_streams},
+             sum[4];
+    int64_t v[2] = {di.version, r->dst.n ? di.state == RESHARD_DELTA_COMMITTED : 1}, vmin[2];
+    MPI_Request q[3];
+    MPI_Iallreduce(in, sum, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+    MPI_Iallreduce(&di.snapshot_bytes, &m->snapshot_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
+                   &q[1]);
+    MPI_Iallreduce(v, vmin, 2, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &q[2]);
+    for (int k = 0; k < 3; k++)
+        wait_or_abort(r, &q[k], "the delta summary");
+    m->delta_stream[at] = sum[0];
+    m->delta_wire[at] = sum[1];
+    m->delta_changed[at] = sum[2];
+    m->dense_streams[at] = (int64_t)sum[3];
+    m->version_min = vmin[0];
+    m->committed = vmin[1];
+}
+
 /* Prepare the buffers of refit @p iter, run it with @p use_baseline or the
  * plan, verify. Returns the agreed execution status. */
 static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
 {
     const reshard_model_refit_t *f = r->refit;
     reshard_status_t st = RESHARD_OK;
-    if (!bufs_bind(&r->src, r->a->colocated ? 0 : iter, true) && r->src.n)
-        st = fill_pattern(r, f->train, &r->src);
-    bufs_bind(&r->dst, iter, false);
+    const bool delta = r->a->delta && !use_baseline;
+    const double frac = r->a->change_fraction;
+    if (delta) { /* buffers stay bound; the sources take refit iter's values */
+        bufs_bind(&r->src, 0, true);
+        bufs_bind(&r->dst, 0, false);
+        if (r->src.n)
+            st = reshard_fill_pattern_version(f->train, r->rank, r->src.bind, r->src.n, iter, frac);
+    } else {
+        if (!bufs_bind(&r->src, r->a->colocated ? 0 : iter, true) && r->src.n)
+            st = fill_pattern(r, f->train, &r->src);
+        bufs_bind(&r->dst, iter, false);
+    }
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: fill: %s\n", r->rank, reshard_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    for (int32_t i = 0; i < r->dst.n; i++)
+    for (int32_t i = 0; i < r->dst.n && (!delta || iter == 0); i++)
         set_sentinel(&r->dst, i);
 
     reshard_exec_stats_t stats = {0};
@@ -499,7 +555,10 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     uint64_t verified = 0;
     long wrong = 0;
     if (r->dst.n) {
-        reshard_status_t vs = verify_pattern(r, f->infer, &r->dst, &verified);
+        reshard_status_t vs = delta
+                                  ? reshard_verify_pattern_version(f->infer, r->rank, r->dst.bind,
+                                                                   r->dst.n, iter, frac, &verified)
+                                  : verify_pattern(r, f->infer, &r->dst, &verified);
         if (vs != RESHARD_OK) {
             fprintf(stderr, "reshard run: rank %d: %s refit %ld: verification failed: %s\n",
                     r->rank, m->name, iter + 1, reshard_last_error());
@@ -532,6 +591,8 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     m->max_recv_bytes = recv_max;
     m->receivers = receivers;
     m->wrong += wrong_all;
+    if (delta)
+        delta_totals(r, m, iter == 0 ? 0 : 1);
     return RESHARD_OK;
 }
 
@@ -719,10 +780,15 @@ static void print_header(const run_t *r, double plan_s)
         printf("NVLink domains of %ld ranks\n", a->domain_size);
     else
         printf("no NVLink domains (every rank its own)\n");
-    printf("  %ld refits per method, %s rebound every refit; staging %.0f MiB/rank; "
-           "timeout %.0f s; plan built in %.3f s\n\n",
-           a->iters, a->colocated ? "destination buffers (sources read in place)" : "buffers",
-           a->staging_mb, a->timeout_s, plan_s);
+    if (a->delta)
+        printf("  %ld delta refits, refit k changes %g of the elements (buffers stay bound); "
+               "staging %.0f MiB/rank; timeout %.0f s; plan built in %.3f s\n\n",
+               a->iters, a->change_fraction, a->staging_mb, a->timeout_s, plan_s);
+    else
+        printf("  %ld refits per method, %s rebound every refit; staging %.0f MiB/rank; "
+               "timeout %.0f s; plan built in %.3f s\n\n",
+               a->iters, a->colocated ? "destination buffers (sources read in place)" : "buffers",
+               a->staging_mb, a->timeout_s, plan_s);
     printf("  %-9s %11s %11s %13s %12s %14s %7s\n", "method", "time/refit", "fastest",
            "bytes moved", "GB/s/infer", "verified", "#wrong");
     fflush(stdout);
@@ -747,6 +813,19 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *bl, 
         printf("  EPLB map changes: %ld, each replanned (own plan) in %.4f s (median of the "
                "slowest rank)\n",
                r->replans, median(r->replan_seconds, r->replans));
+    if (r->a->delta)
+        for (int at = 0; at < 2; at++) {
+            char st[32], w[32], snap[32];
+            fmt_bytes(rs->delta_stream[at], st, sizeof st);
+            fmt_bytes(rs->delta_wire[at], w, sizeof w);
+            fmt_bytes(rs->snapshot_max, snap, sizeof snap);
+            printf("  delta %s refit: %s on the wire for %s of streams (%.4f of dense), %lld "
+                   "streams sent dense%s%s%s\n",
+                   at ? "last" : "first", w, st,
+                   rs->delta_stream[at] ? (double)rs->delta_wire[at] / rs->delta_stream[at] : 0,
+                   (long long)rs->dense_streams[at], at ? "; snapshot " : "", at ? snap : "",
+                   at ? " per rank at most" : "");
+        }
     printf("%s\n", ok ? "OK: every destination element of every refit verified"
                       : "FAILED: see the errors above");
 }
@@ -808,6 +887,20 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
         json_object_set_new(o, "baseline_verified_bytes",
                             json_integer((json_int_t)bl->verified_bytes));
         json_object_set_new(o, "baseline_wrong", json_integer(bl->wrong));
+    }
+    if (r->a->delta) {
+        json_t *d = json_object();
+        json_object_set_new(d, "change_fraction", json_real(r->a->change_fraction));
+        json_object_set_new(d, "first_stream_bytes", json_integer((json_int_t)rs->delta_stream[0]));
+        json_object_set_new(d, "first_wire_bytes", json_integer((json_int_t)rs->delta_wire[0]));
+        json_object_set_new(d, "stream_bytes", json_integer((json_int_t)rs->delta_stream[1]));
+        json_object_set_new(d, "wire_bytes", json_integer((json_int_t)rs->delta_wire[1]));
+        json_object_set_new(d, "changed_bytes", json_integer((json_int_t)rs->delta_changed[1]));
+        json_object_set_new(d, "dense_streams", json_integer(rs->dense_streams[1]));
+        json_object_set_new(d, "snapshot_bytes_max", json_integer((json_int_t)rs->snapshot_max));
+        json_object_set_new(d, "version", json_integer(rs->version_min));
+        json_object_set_new(d, "committed", json_boolean(rs->committed));
+        json_object_set_new(o, "delta", d);
     }
     if (raw) {
         json_object_set_new(o, "raw_seconds", json_real(median(raw->seconds, raw->done)));
@@ -943,7 +1036,10 @@ static int run(const run_args_t *a, int rank, int size)
                                 .my_rank = rank,
                                 .staging_bytes = (uint64_t)(a->staging_mb * 1048576.0),
                                 .domain_size = a->domain_size > 0 ? (int32_t)a->domain_size : 1,
-                                .timeout_s = a->timeout_s};
+                                .timeout_s = a->timeout_s,
+                                .delta = a->delta};
+    if (a->delta)
+        pp.field_mask |= RESHARD_PLAN_PARAM_DELTA;
     if (a->relay_mb >= 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
         pp.relay_bytes = (uint64_t)(a->relay_mb * 1048576.0);
@@ -1054,12 +1150,15 @@ static int run(const run_args_t *a, int rank, int size)
         }
     }
     /* the bytes measured per link class must be the plan's, to the byte */
-    /* the plan counts a one-sided read as the path it replaces (sent side) */
-    bool links_ok = rs.done == 0 || (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
-                                     rs.bytes_nvlink == plan_totals.bytes_nvlink &&
-                                     r.peer_read == plan_totals.bytes_peer_read);
-    bool ok = st == RESHARD_OK && rs.wrong == 0 && bl.wrong == 0 && rs.bytes_moved > 0 &&
-              rs.verified_bytes > 0 && (!r.baseline || bl.verified_bytes > 0) && links_ok;
+    /* the plan counts a one-sided read as the path it replaces (sent side); a delta sends
+     * what changed, not the plan */
+    bool links_ok =
+        rs.done == 0 || a->delta ||
+        (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
+         rs.bytes_nvlink == plan_totals.bytes_nvlink && r.peer_read == plan_totals.bytes_peer_read);
+    bool ok = st == RESHARD_OK && (!a->delta || rs.committed) && rs.wrong == 0 && bl.wrong == 0 &&
+              rs.bytes_moved > 0 && rs.verified_bytes > 0 &&
+              (!r.baseline || bl.verified_bytes > 0) && links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))
         fprintf(stderr, "reshard run: the refit moved or verified zero bytes\n");
     if (st == RESHARD_OK && rank == 0 && !links_ok)

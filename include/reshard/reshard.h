@@ -412,9 +412,10 @@ enum {
     RESHARD_PLAN_PARAM_SUMMARY = 1u << 4,
     RESHARD_PLAN_PARAM_PLACEMENT = 1u << 5,
     RESHARD_PLAN_PARAM_COLOCATED = 1u << 6,
+    RESHARD_PLAN_PARAM_DELTA = 1u << 7,
 };
 /** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
-#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x7f)
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0xff)
 /** reshard_plan_params_t.device of a rank whose buffers are host (CPU) memory. */
 #define RESHARD_DEVICE_CPU (-1)
 
@@ -474,6 +475,9 @@ typedef struct {
      *  rank is then its own domain (domain_size > 1: INVALID_ARG). See
      *  docs/colocated.md for what each side promises. */
     int32_t colocated;
+    int32_t delta; /**< nonzero: a delta refit plan (reshard_delta.h,
+                        docs/delta.md): each execution sends only the words
+                        that changed since the version a destination holds */
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;

@@ -61,7 +61,7 @@ class PlanParams(ctypes.Structure):
     _fields_ = [("field_mask", c_u64), ("world_size", c_i32), ("my_rank", c_i32),
                 ("staging_bytes", c_u64), ("domain_size", c_i32), ("timeout_s", ctypes.c_double),
                 ("relay_bytes", c_u64), ("summary", c_i32), ("host", P(c_i32)),
-                ("device", P(c_i32)), ("colocated", c_i32)]
+                ("device", P(c_i32)), ("colocated", c_i32), ("delta", c_i32)]
 
 
 PARAM_STAGING_BYTES = 1 << 0
@@ -71,6 +71,7 @@ PARAM_RELAY_BYTES = 1 << 3
 PARAM_SUMMARY = 1 << 4
 PARAM_PLACEMENT = 1 << 5
 PARAM_COLOCATED = 1 << 6
+PARAM_DELTA = 1 << 7
 DEVICE_CPU = -1  # RESHARD_DEVICE_CPU
 
 
@@ -92,6 +93,12 @@ BUFFER_DTYPE = 1  # reshard_buffer_t.flags: dtype is given
 class Buffer(ctypes.Structure):
     _fields_ = [("ptr", c_vp), ("bytes", c_u64), ("name", c_str), ("flags", ctypes.c_uint32),
                 ("dtype", ctypes.c_int)]
+
+
+class DeltaInfo(ctypes.Structure):
+    _fields_ = [("version", c_i64), ("state", ctypes.c_int), ("snapshot_bytes", c_u64),
+                ("relay_bytes", c_u64), ("stream_bytes", c_u64), ("wire_bytes", c_u64),
+                ("changed_bytes", c_u64), ("chunks", c_i64 * 4), ("dense_streams", c_i64)]
 
 
 class ExecStats(ctypes.Structure):
@@ -204,6 +211,8 @@ _SIGNATURES = {
     "reshard_plan_fail": (st, [c_vp, st, ctypes.c_double]),
     "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),
     "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
+    "reshard_plan_delta_info": (st, [c_vp, c_i32, P(DeltaInfo)]),
+    "reshard_delta_state_string": (c_str, [ctypes.c_int]),
     "reshard_model_load": (st, [c_str, P(ModelOptions), P(c_vp)]),
     "reshard_model_destroy": (None, [c_vp]),
     "reshard_train_spec_parse": (st, [c_str, P(TrainSpec)]),

@@ -79,6 +79,11 @@ class Plan(_lib.Handle):
                  host memory; docs/colocated.md); source tensors must stay bound to
                  the same memory for the plan's life (another is BUFFER on every
                  rank before anything moves)
+    delta        a delta refit plan (docs/delta.md): each execute sends only the words
+                 that changed since the version the destination holds; delta_info()
+                 tells a rank's version and whether its weights are committed or torn.
+                 Keep the same destination tensors between executes (new ones are
+                 sent dense); MPI and in-process comms only (NCCL: UNSUPPORTED)
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default
@@ -97,7 +102,7 @@ class Plan(_lib.Handle):
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
-                 devices=None, colocated=False):
+                 devices=None, colocated=False, delta=False):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         world = _lib.as_int(world, "world", lo=1)
@@ -122,6 +127,11 @@ class Plan(_lib.Handle):
             p.field_mask |= _lib.PARAM_SUMMARY
             p.summary = 1
         self._placement = _placement(p, world, hosts, devices, colocated)
+        if not isinstance(delta, bool):
+            raise TypeError("reshard: delta must be True or False, got %r" % (delta,))
+        if delta:
+            p.field_mask |= _lib.PARAM_DELTA
+            p.delta = 1
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = rank, world
         self.timeout_s = timeout_s
@@ -149,6 +159,24 @@ class Plan(_lib.Handle):
         s = _lib.PlanStats()
         _lib.check(_lib.lib.reshard_plan_get_stats(self._h, ctypes.byref(s)))
         return {k: getattr(s, k) for k in _STAT_KEYS}
+
+    def delta_info(self, rank=None):
+        """The delta state of ``rank`` (default the plan's rank; any rank of an
+        ALL_RANKS plan) as a dict (reshard_delta_info_t): version (committed refits),
+        state ("none", "committed" or "torn": torn weights must not be used; the next
+        successful execute rewrites them whole), snapshot_bytes (host memory of the
+        bytes this rank last sent), relay_bytes, and of the last execute stream_bytes,
+        wire_bytes, changed_bytes, chunks (dense, bitmap, runs) and dense_streams.
+        Raises ReshardError (INVALID_ARG for a plan made without delta, RANK)."""
+        if rank is None:
+            rank = self.rank
+        info = _lib.DeltaInfo()
+        _lib.check(_lib.lib.reshard_plan_delta_info(self._h, _lib.as_int(rank, "rank"),
+                                                    ctypes.byref(info)))
+        out = {k: getattr(info, k) for k, _ in _lib.DeltaInfo._fields_}
+        out["state"] = _lib.lib.reshard_delta_state_string(info.state).decode()
+        out["chunks"] = list(info.chunks)
+        return out
 
     def pair_bytes(self, src_rank, dst_rank):
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "exec/agree.h"
+#include "exec/delta.h"
+#include "exec/delta_codec.h"
 #include "exec/pack.h"
 #include "exec/peer.h"
 #include "exec/quant_steps.h"
@@ -41,6 +43,7 @@ typedef struct {
     rs_relay_t *rl; /* by piece index */
     int64_t nrl;
     const rs_qbufs_t *qb; /* quantized destinations: scratch and steps, or NULL */
+    rs_delta_rank_t *dr;  /* delta plans: this rank's state (exec/delta.h), or NULL */
     /* The first local failure (a pack or quantize step, a local copy) of this rank, or OK.
      * From then on the rank packs and unpacks nothing but still posts every remaining
      * transfer of the schedule, so that its peers' rounds match (NCCL groups and MPI
@@ -99,10 +102,11 @@ static const reshard_fragment_t *piece_place(const rs_exec_t *x, const rs_piece_
     return f;
 }
 
-/* Pack (send side) or unpack (receive side) @p len stream bytes at the cursor. */
-static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t *cur,
-                                   uint8_t *stage_buf, uint64_t len, bool sending,
-                                   uint64_t *payload)
+/* Pack (@p sending) or unpack @p len stream bytes at the cursor, at the place the
+ * stream's pieces are read from (@p from: the send side) or written to. */
+static reshard_status_t move_chunk_at(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t *cur,
+                                      uint8_t *stage_buf, uint64_t len, bool from, bool sending,
+                                      uint64_t *payload)
 {
     const reshard_transport_ops_t *ops = x->comm->ops;
     uint64_t done = 0;
@@ -111,7 +115,7 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
         uint64_t padded = rs_piece_stream_bytes(p);
         uint64_t take = padded - cur->off < len - done ? padded - cur->off : len - done;
         uint64_t data_end = cur->off + take < p->bytes ? cur->off + take : p->bytes;
-        if (sending && cur->off == 0 && x->qb) {
+        if (sending && from && cur->off == 0 && x->qb) {
             reshard_status_t qs = rs_quant_piece(x->plan, x->comm, x->qb, p);
             if (qs != RESHARD_OK)
                 return qs;
@@ -120,7 +124,7 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
             *payload += data_end - cur->off;
             reshard_fragment_t tmp;
             void *buf;
-            const reshard_fragment_t *f = piece_place(x, p, sending, &tmp, &buf);
+            const reshard_fragment_t *f = piece_place(x, p, from, &tmp, &buf);
             reshard_span_t span = {f, &p->box, (int64_t)(cur->off / p->elem_size),
                                    (int64_t)((data_end - cur->off) / p->elem_size), p->elem_size};
             reshard_status_t st = RESHARD_OK;
@@ -138,6 +142,9 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
             if (st != RESHARD_OK)
                 return st;
         }
+        uint64_t pad_from = data_end > cur->off ? data_end : cur->off;
+        if (sending && x->dr && cur->off + take > pad_from) /* delta: padding compares equal */
+            memset(stage_buf + done + (pad_from - cur->off), 0, cur->off + take - pad_from);
         done += take;
         cur->off += take;
         if (cur->off == padded) {
@@ -146,6 +153,14 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
         }
     }
     return RESHARD_OK;
+}
+
+/* Pack (send side) or unpack (receive side) @p len stream bytes at the cursor. */
+static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t *cur,
+                                   uint8_t *stage_buf, uint64_t len, bool sending,
+                                   uint64_t *payload)
+{
+    return move_chunk_at(x, s, cur, stage_buf, len, sending, sending, payload);
 }
 
 /* One stream of this rank in the round loop. Stage-0 streams move chunk k in
@@ -565,6 +580,8 @@ static reshard_status_t relay_setup(rs_exec_t *x)
         qsort(x->rl, (size_t)x->nrl, sizeof *x->rl, cmp_relay);
     if (off == 0)
         return RESHARD_OK;
+    if (x->dr) /* kept between executions: it holds the last version of what it relays */
+        return rs_delta_relay(x->dr, x->rp->rank, off, (void **)&x->relay);
     return x->comm->ops->alloc_staging(x->comm, off, (void **)&x->relay);
 }
 
@@ -597,7 +614,7 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     if (x->staging)
         x->comm->ops->free_staging(x->comm, x->staging);
     x->staging = NULL;
-    if (x->relay)
+    if (x->relay && !x->dr)
         x->comm->ops->free_staging(x->comm, x->relay);
     x->relay = NULL;
     free(x->rl);
@@ -605,6 +622,229 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     x->nrl = 0;
     free_xstreams(v, n);
     return st;
+}
+
+/* What a receiving rank tells each of its senders before a delta execution: the version
+ * its destination (and relay) bytes hold, or -1 when they hold none (send dense). */
+typedef struct {
+    int64_t version;
+    int64_t zero;
+} rs_held_t;
+
+/* Delta mode (docs/delta.md): the rounds of run_rounds, each in two exchanges so that
+ * every message has a size both ends know: the 16-byte headers of the encoded chunks
+ * (slot 0), then their bodies (slot 1, the sizes the headers give; none when empty).
+ * A round is waited for before the next is posted: the forward schedule (a landed piece
+ * is forwarded two rounds after it is unpacked) holds as it is. Before the rounds, each
+ * receiver tells each of its senders the version it holds (one exchange). */
+static reshard_status_t run_rounds_delta(rs_exec_t *x)
+{
+    const reshard_transport_ops_t *ops = x->comm->ops;
+    rs_delta_rank_t *dr = x->dr;
+    double timeout = x->plan->p.timeout_s;
+    int32_t me = x->rp->rank;
+    rs_xstream_t *v = NULL;
+    int32_t n = 0;
+    uint64_t slot_bytes = 0;
+    reshard_status_t st = build_xstreams(x, &v, &n, &slot_bytes);
+    if (st == RESHARD_OK)
+        st = relay_setup(x);
+    int64_t rounds = 0;
+    uint64_t dense_max = 0, snap_total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (v[i].rounds > rounds)
+            rounds = v[i].rounds;
+        uint64_t c = v[i].s->bytes < v[i].s->chunk ? v[i].s->bytes : v[i].s->chunk;
+        if (c > dense_max)
+            dense_max = c;
+    }
+    rs_held_t *held = calloc((size_t)n + 1, sizeof *held);
+    uint64_t *pos = calloc((size_t)n + 1, sizeof *pos), *snap_off = calloc((size_t)n + 1, 8);
+    uint64_t *enc_len = calloc((size_t)n + 1, sizeof *enc_len);
+    bool *use_delta = calloc((size_t)n + 1, sizeof *use_delta);
+    if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !use_delta))
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
+    for (int32_t i = 0; i < n; i++)
+        if (v[i].send) {
+            snap_off[i] = snap_total;
+            snap_total += v[i].s->bytes;
+        }
+    if (st == RESHARD_OK && snap_total != dr->snap_bytes)
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "rank %d: delta snapshot of %llu bytes, the streams send %llu", me,
+                      (unsigned long long)dr->snap_bytes, (unsigned long long)snap_total);
+    uint64_t enc_bytes = slot_bytes + (uint64_t)n * RS_DELTA_HEADER_BYTES;
+    if (st == RESHARD_OK && enc_bytes + dense_max)
+        st = ops->alloc_staging(x->comm, enc_bytes + dense_max, (void **)&x->staging);
+    uint8_t *dense = x->staging + enc_bytes;
+    rs_held_t mine = {rs_delta_held_version(dr), 0};
+    /* Who holds which version. */
+    if (st == RESHARD_OK && n > 0) {
+        st = ops->round_begin(x->comm, 0);
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++)
+            st = v[i].send ? ops->post_recv(x->comm, 0, v[i].s->peer, &held[i], sizeof held[i])
+                           : ops->post_send(x->comm, 0, v[i].s->peer, &mine, sizeof mine);
+        if (st == RESHARD_OK)
+            st = ops->round_end(x->comm, 0);
+        if (st == RESHARD_OK)
+            st = ops->round_wait(x->comm, 0, timeout);
+    }
+    reshard_delta_info_t *li = &dr->last;
+    memset(li, 0, sizeof *li);
+    for (int32_t i = 0; i < n; i++)
+        if (v[i].send) {
+            use_delta[i] = dr->snap_valid && held[i].version >= 0 && held[i].version == dr->version;
+            li->dense_streams += !use_delta[i];
+        }
+    for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {
+        /* Headers: encode each send chunk against the snapshot, then keep its new bytes. */
+        st = ops->round_begin(x->comm, 0);
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            uint64_t len = round_len(xs, k);
+            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            if (!len)
+                continue;
+            if (!xs->send) {
+                st = ops->post_recv(x->comm, 0, xs->s->peer, enc, RS_DELTA_HEADER_BYTES);
+                continue;
+            }
+            const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
+            uint32_t word = rs_delta_word(len, p->elem_size);
+            uint64_t payload = 0, changed = 0;
+            if (x->failed == RESHARD_OK) {
+                const rs_cursor_t at = xs->cur;
+                reshard_status_t ls =
+                    move_chunk_at(x, xs->s, &xs->cur, dense, len, true, true, &payload);
+                if (ls != RESHARD_OK) {
+                    xs->cur = at;
+                    note_failure(x, ls); /* post the rest of the schedule without data */
+                }
+            }
+            if (x->failed != RESHARD_OK) {
+                advance(x, xs->s, &xs->cur, len);
+                enc_len[i] = rs_delta_encode(dense, NULL, len, word, enc, NULL);
+            } else {
+                uint8_t *snap = dr->snap + snap_off[i] + pos[i];
+                enc_len[i] =
+                    rs_delta_encode(dense, use_delta[i] ? snap : NULL, len, word, enc, &changed);
+                if (!use_delta[i]) /* a delta encode updated the snapshot itself */
+                    memcpy(snap, dense, len);
+                li->stream_bytes += len;
+                li->wire_bytes += enc_len[i];
+                li->changed_bytes += changed * word;
+                li->chunks[enc[0]]++;
+            }
+            pos[i] += len;
+            st = ops->post_send(x->comm, 0, xs->s->peer, enc, RS_DELTA_HEADER_BYTES);
+            if (st == RESHARD_OK && x->stats) {
+                bool same = x->plan->p.domain_size > 1 &&
+                            rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
+                *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) +=
+                    x->failed == RESHARD_OK ? enc_len[i] : 0;
+            }
+        }
+        if (st == RESHARD_OK)
+            st = ops->round_end(x->comm, 0);
+        if (st == RESHARD_OK)
+            st = ops->round_wait(x->comm, 0, timeout);
+        /* Bodies. */
+        if (st == RESHARD_OK)
+            st = ops->round_begin(x->comm, 1);
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            uint64_t len = round_len(xs, k);
+            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            if (!len)
+                continue;
+            if (xs->send) {
+                if (enc_len[i] > RS_DELTA_HEADER_BYTES)
+                    st = ops->post_send(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
+                                        enc_len[i] - RS_DELTA_HEADER_BYTES);
+                continue;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
+                     xs->s->peer);
+            rs_delta_header_t h;
+            if (rs_delta_header(enc, len, &h, what) != RESHARD_OK) {
+                /* the sizes of the rest are unknown: the pair cannot stay in step */
+                st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
+                break;
+            }
+            enc_len[i] = RS_DELTA_HEADER_BYTES + h.body;
+            if (h.body)
+                st = ops->post_recv(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES, h.body);
+        }
+        if (st == RESHARD_OK)
+            st = ops->round_end(x->comm, 1);
+        if (st == RESHARD_OK)
+            st = ops->round_wait(x->comm, 1, timeout);
+        /* Apply: the chunk's previous bytes from where they live, the changes, back. */
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            uint64_t len = round_len(xs, k);
+            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            if (xs->send || !len)
+                continue;
+            if (x->stats)
+                x->stats->bytes_recv += enc_len[i];
+            if (x->failed != RESHARD_OK) {
+                advance(x, xs->s, &xs->cur, len);
+                continue;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
+                     xs->s->peer);
+            rs_delta_header_t h;
+            uint64_t payload = 0;
+            rs_cursor_t at = xs->cur;
+            reshard_status_t ls = rs_delta_header(enc, len, &h, what);
+            if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
+                ls = move_chunk_at(x, xs->s, &at, dense, len, false, true, &payload);
+            if (ls == RESHARD_OK)
+                ls = rs_delta_apply(enc, &h, dense, len, what);
+            dr->wrote = true;
+            if (ls == RESHARD_OK)
+                ls = move_chunk_at(x, xs->s, &xs->cur, dense, len, false, false, &payload);
+            if (ls != RESHARD_OK) {
+                xs->cur = at;
+                advance(x, xs->s, &xs->cur, len);
+                note_failure(x, ls);
+            }
+        }
+    }
+    if (st == RESHARD_OK && x->failed == RESHARD_OK) {
+        if (x->rp->nsend[RS_STAGE_FORWARD] > 0)
+            dr->wrote = true;
+        st = self_forwards(x);
+    }
+    if (x->staging)
+        ops->free_staging(x->comm, x->staging);
+    x->staging = NULL;
+    x->relay = NULL; /* kept by the delta state */
+    free(x->rl);
+    x->rl = NULL;
+    x->nrl = 0;
+    free_xstreams(v, n);
+    free(held);
+    free(pos);
+    free(snap_off);
+    free(enc_len);
+    free(use_delta);
+    return st;
+}
+
+/* Bytes of this rank's snapshot under a delta plan: everything its streams send to
+ * other ranks. */
+static uint64_t delta_snapshot_bytes(const rs_rank_plan_t *rp)
+{
+    uint64_t b = 0;
+    for (int s = 0; rp && s < RS_NSTAGES; s++)
+        for (int32_t i = 0; i < rp->nsend[s]; i++)
+            if (rp->send[s][i].peer != rp->rank)
+                b += rp->send[s][i].bytes;
+    return b;
 }
 
 static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm,
@@ -640,16 +880,32 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
     if (st == RESHARD_OK)
         st = rs_peer_check_binding(plan, comm, src_bufs, n_src);
+    /* Delta plans: this rank's snapshot is allocated before anything moves. */
+    rs_delta_rank_t *dr = plan->delta ? rs_delta_rank(plan->delta, rank) : NULL;
+    rs_rank_plan_t *own = NULL;
+    const rs_rank_plan_t *rp = plan->mine;
+    if (st == RESHARD_OK && plan->delta && comm->ops->device_memory)
+        st = rs_error(RESHARD_ERR_UNSUPPORTED,
+                      "rank %d: delta refit needs host memory; the %s transport keeps buffers in "
+                      "device memory (not supported yet): plan without delta",
+                      rank, comm->ops->name);
+    else if (st == RESHARD_OK && plan->delta && !dr)
+        st = rs_error(RESHARD_ERR_RANK, "rank %d: the delta plan is not for this rank", rank);
+    if (st == RESHARD_OK && dr && !rp) {
+        st = rs_rank_plan_build(plan, rank, &own);
+        rp = own;
+    }
+    if (st == RESHARD_OK && dr)
+        st = rs_delta_prepare(dr, rank, delta_snapshot_bytes(rp), dst_bufs, n_dst);
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
     st = rs_agree_preflight(comm, st, plan, plan->p.timeout_s);
     if (st != RESHARD_OK) {
+        rs_rank_plan_free(own);
         rs_qbufs_free(comm, &qb);
         return st;
     }
-    rs_rank_plan_t *own = NULL;
-    const rs_rank_plan_t *rp = plan->mine;
     if (!rp) {
         st = rs_rank_plan_build(plan, rank, &own);
         rp = own;
@@ -663,7 +919,10 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                    .dst_bufs = dst_bufs,
                    .stats = stats,
                    .qb = plan->quant ? &qb : NULL,
+                   .dr = dr,
                    .failed = RESHARD_OK};
+    if (dr && rp && rp->nlocal > 0)
+        dr->wrote = true;
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];
@@ -693,7 +952,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
             st = ps;
     }
     if (st == RESHARD_OK)
-        st = run_rounds(&x);
+        st = dr ? run_rounds_delta(&x) : run_rounds(&x);
     if (st == RESHARD_OK && x.failed == RESHARD_OK && pt) {
         uint64_t read = 0;
         reshard_status_t ps = rs_peer_read_all(plan, comm, rp, pt, dst_bufs, &read);
@@ -717,7 +976,13 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         rs_qbufs_free(comm, &qb);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
-    reshard_status_t agreed = comm->ops->finish(comm, st, NULL, NULL, plan->p.timeout_s);
+    int64_t words[RESHARD_AGREE_WORDS], min_words[RESHARD_AGREE_WORDS];
+    if (dr)
+        rs_delta_words(dr, words);
+    reshard_status_t agreed =
+        comm->ops->finish(comm, st, dr ? words : NULL, dr ? min_words : NULL, plan->p.timeout_s);
+    if (dr) /* the version commits only when every rank succeeded */
+        rs_delta_commit(dr, st == RESHARD_OK ? agreed : st, min_words);
     /* This rank's wait on a peer failed: the agreement's message names the rank at the
      * root of it (the one that stalled or died, not this one that noticed). */
     if ((st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) && agreed != RESHARD_OK &&

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "layout/layout_internal.h"
+#include "reshard/reshard_delta.h"
 #include "util/error.h"
 
 static uint64_t splitmix64(uint64_t x)
@@ -25,6 +26,26 @@ static inline uint64_t pattern_mix(uint64_t seed, int64_t flat)
 uint64_t rs_pattern_value(int32_t tensor, int64_t flat)
 {
     return pattern_mix(splitmix64((uint64_t)(uint32_t)tensor), flat);
+}
+
+/* Synthetic updates (reshard_delta.h): the value of an element at @p version is the
+ * pattern mixed with the last version <= @p version that changed it (0: none). Version j
+ * changes an element when a hash of (tensor seed, j, flat index) is below @p thr (all
+ * elements when @p all). */
+typedef struct {
+    int64_t version;
+    uint64_t thr;
+    bool all;
+} rs_pattern_version_t;
+
+static inline uint64_t versioned_value(uint64_t seed, int64_t flat, const rs_pattern_version_t *pv)
+{
+    for (int64_t j = pv->version; j >= 1; j--) {
+        uint64_t sj = splitmix64(seed + (uint64_t)j * 0xd1b54a32d192ed03ull);
+        if (pv->all || splitmix64(sj ^ (uint64_t)flat) < pv->thr)
+            return pattern_mix(sj, flat);
+    }
+    return pattern_mix(seed, flat);
 }
 
 /* Little-endian load/store of the low @p es bytes of an element (es 1, 2, 4
@@ -74,7 +95,8 @@ static inline void store_elem(uint8_t *p, uint64_t v, size_t es)
 /* Fill fragment @p f with the pattern (@p check false) or count the elements
  * that differ from it, remembering the first. */
 static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragment_t *f,
-                             uint8_t *buf, bool check, int64_t *first_bad_flat)
+                             uint8_t *buf, bool check, int64_t *first_bad_flat,
+                             const rs_pattern_version_t *pv)
 {
     const rs_tensor_t *t = &layout->tensors->t[f->tensor];
     size_t es = reshard_dtype_size(t->dtype);
@@ -87,6 +109,16 @@ static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragm
         int64_t flat = rs_flat_index(t->vndim, t->vshape, idx);
         uint8_t *p = buf + (size_t)rs_frag_pos(f, idx) * es;
         int64_t n = f->box.extent[last];
+        if (pv && pv->version > 0) {
+            for (int64_t j = 0; j < n; j++, p += (size_t)step * es) {
+                uint64_t v = versioned_value(seed, flat + j, pv);
+                if (!check)
+                    store_elem(p, v, es);
+                else if (((load_elem(p, es) ^ v) & mask) != 0 && bad++ == 0)
+                    *first_bad_flat = flat + j;
+            }
+            continue;
+        }
         if (!check) {
             for (int64_t j = 0; j < n; j++, p += (size_t)step * es) {
                 store_elem(p, pattern_mix(seed, flat + j), es);
@@ -101,10 +133,10 @@ static int64_t walk_fragment(const reshard_layout_t *layout, const reshard_fragm
     return bad;
 }
 
-reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t rank,
-                                      const reshard_buffer_t *bufs, int32_t n_bufs)
+static reshard_status_t fill(const reshard_layout_t *layout, int32_t rank,
+                             const reshard_buffer_t *bufs, int32_t n_bufs,
+                             const rs_pattern_version_t *pv)
 {
-    rs_error_clear();
     if (!layout || (n_bufs > 0 && !bufs) || n_bufs < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_fill_pattern: bad argument");
     reshard_status_t st = rs_layout_check_buffers(layout, rank, bufs, n_bufs, "pattern");
@@ -112,8 +144,40 @@ reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t ra
         return st;
     for (int64_t i = 0; i < layout->n; i++)
         if (layout->f[i].rank == rank)
-            walk_fragment(layout, &layout->f[i], bufs[layout->f[i].buffer].ptr, false, NULL);
+            walk_fragment(layout, &layout->f[i], bufs[layout->f[i].buffer].ptr, false, NULL, pv);
     return RESHARD_OK;
+}
+
+reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t rank,
+                                      const reshard_buffer_t *bufs, int32_t n_bufs)
+{
+    rs_error_clear();
+    return fill(layout, rank, bufs, n_bufs, NULL);
+}
+
+/* The version rule of @p version and @p fraction, or INVALID_ARG naming @p what. */
+static reshard_status_t pattern_version(int64_t version, double fraction, rs_pattern_version_t *pv,
+                                        const char *what)
+{
+    if (version < 0 || !(fraction >= 0.0 && fraction <= 1.0))
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s: version %lld must be >= 0 and change_fraction %g in [0, 1]", what,
+                        (long long)version, fraction);
+    pv->version = version;
+    pv->all = fraction >= 1.0;
+    pv->thr = pv->all ? UINT64_MAX : (uint64_t)(fraction * 18446744073709551616.0);
+    return RESHARD_OK;
+}
+
+reshard_status_t reshard_fill_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                              const reshard_buffer_t *bufs, int32_t n_bufs,
+                                              int64_t version, double change_fraction)
+{
+    rs_error_clear();
+    rs_pattern_version_t pv;
+    reshard_status_t st =
+        pattern_version(version, change_fraction, &pv, "reshard_fill_pattern_version");
+    return st == RESHARD_OK ? fill(layout, rank, bufs, n_bufs, &pv) : st;
 }
 
 /* First byte of [lo, hi) of @p buf that is not the sentinel, or hi. */
@@ -168,11 +232,10 @@ static reshard_status_t check_padding(const reshard_layout_t *layout, int32_t ra
     return RESHARD_OK;
 }
 
-reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t rank,
-                                        const reshard_buffer_t *bufs, int32_t n_bufs,
-                                        uint64_t *verified_bytes)
+static reshard_status_t verify(const reshard_layout_t *layout, int32_t rank,
+                               const reshard_buffer_t *bufs, int32_t n_bufs,
+                               uint64_t *verified_bytes, const rs_pattern_version_t *pv)
 {
-    rs_error_clear();
     if (!layout || (n_bufs > 0 && !bufs) || n_bufs < 0)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_verify_pattern: bad argument");
     reshard_status_t st = rs_layout_check_buffers(layout, rank, bufs, n_bufs, "pattern");
@@ -196,6 +259,14 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
         const rs_tensor_t *t = &layout->tensors->t[f->tensor];
         int64_t first_bad = -1, bad;
         size_t es = rs_frag_elem_size(layout, f);
+        if (pv && pv->version > 0 &&
+            (scale_of[f->tensor] >= 0 || t->quant.kind != RESHARD_QUANT_NONE)) {
+            st = rs_error(RESHARD_ERR_INVALID_ARG,
+                          "tensor %s, rank %d: versions of the pattern are for unquantized "
+                          "tensors only",
+                          t->name, rank);
+            break;
+        }
         if (scale_of[f->tensor] >= 0)
             bad = rs_quant_pattern_check(layout, f, bufs[f->buffer].ptr, scale_of[f->tensor], true,
                                          &first_bad);
@@ -203,7 +274,7 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
             bad = rs_quant_pattern_check(layout, f, bufs[f->buffer].ptr, f->tensor, false,
                                          &first_bad);
         else
-            bad = walk_fragment(layout, f, bufs[f->buffer].ptr, true, &first_bad);
+            bad = walk_fragment(layout, f, bufs[f->buffer].ptr, true, &first_bad, pv);
         if (bad) {
             char bs[256];
             st = rs_error(RESHARD_ERR_VERIFY,
@@ -221,4 +292,24 @@ reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t 
     if (st == RESHARD_OK && verified_bytes)
         *verified_bytes = checked;
     return st;
+}
+
+reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t rank,
+                                        const reshard_buffer_t *bufs, int32_t n_bufs,
+                                        uint64_t *verified_bytes)
+{
+    rs_error_clear();
+    return verify(layout, rank, bufs, n_bufs, verified_bytes, NULL);
+}
+
+reshard_status_t reshard_verify_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                                const reshard_buffer_t *bufs, int32_t n_bufs,
+                                                int64_t version, double change_fraction,
+                                                uint64_t *verified_bytes)
+{
+    rs_error_clear();
+    rs_pattern_version_t pv;
+    reshard_status_t st =
+        pattern_version(version, change_fraction, &pv, "reshard_verify_pattern_version");
+    return st == RESHARD_OK ? verify(layout, rank, bufs, n_bufs, verified_bytes, &pv) : st;
 }

@@ -114,6 +114,8 @@ static void put_params(rs_fp_t *f, const reshard_plan_params_t *p)
     for (int32_t r = 0; placed && r < p->world_size; r++)
         put(f, ((uint64_t)(uint32_t)p->host[r] << 32) |
                    (uint32_t)(p->device ? p->device[r] : RESHARD_DEVICE_CPU - 1));
+    if (p->delta) /* plans without delta keep their fingerprints */
+        put(f, 0x64656c7461ull);
 }
 
 void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t *src,

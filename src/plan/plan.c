@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plan/placement.h"
+#include "exec/delta.h"
 #include "plan/quant_wire.h"
 #include "plan/tally.h"
 #include "plan/topo.h"
@@ -116,6 +117,22 @@ static reshard_status_t set_keep(reshard_plan_t *plan, const int32_t *keep, int3
     return RESHARD_OK;
 }
 
+/* Delta refit of quantized destinations is refused: the FP8 bytes and scales are
+ * produced per block by the sender each refit, and a delta of them is not implemented. */
+static reshard_status_t delta_refuses_quant(const reshard_layout_t *dst, int32_t my_rank)
+{
+    const reshard_tensors_t *ts = dst->tensors;
+    for (int32_t t = 0; t < ts->n; t++) {
+        reshard_quant_t q;
+        if (reshard_tensors_get_quant(ts, t, &q) == RESHARD_OK && q.kind != RESHARD_QUANT_NONE)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "rank %d: delta refit of quantized destinations is not supported: "
+                            "tensor %s is held quantized (FP8); plan it without delta",
+                            my_rank, ts->t[t].name);
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_layout_t *dst,
                                      const reshard_plan_params_t *params, reshard_plan_t **out)
 {
@@ -163,6 +180,7 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
     if (!(params->field_mask & RESHARD_PLAN_PARAM_RELAY_BYTES))
         plan->p.relay_bytes = UINT64_MAX;
     plan->p.summary = (params->field_mask & RESHARD_PLAN_PARAM_SUMMARY) && params->summary;
+    plan->p.delta = (params->field_mask & RESHARD_PLAN_PARAM_DELTA) && params->delta;
     plan->src = src;
     plan->dst = dst;
     reshard_status_t st = RESHARD_OK;
@@ -203,6 +221,16 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
                       "reshard_plan_create: colocated reads do not quantize on the wire: plan "
                       "quantized destinations without colocated reads");
+    if (st == RESHARD_OK && plan->p.delta && plan->p.colocated)
+        st = rs_error(RESHARD_ERR_UNSUPPORTED,
+                      "reshard_plan_create: rank %d: a delta plan sends encoded chunks; colocated "
+                      "reads copy whole pieces: plan with delta or with colocated reads",
+                      plan->p.my_rank);
+    if (st == RESHARD_OK && plan->quant && plan->p.delta)
+        st = delta_refuses_quant(dst, plan->p.my_rank);
+    if (st == RESHARD_OK && plan->p.delta && !plan->p.summary &&
+        !(plan->delta = rs_delta_create(plan->p.my_rank, plan->p.world_size)))
+        st = rs_error(RESHARD_ERR_NOMEM, "reshard_plan_create: out of memory");
     if (st == RESHARD_OK && plan->quant) {
         plan->src = src = plan->quant->src;
         plan->dst = dst = plan->quant->dst;
@@ -260,6 +288,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     rs_scope_free(&plan->scope);
     rs_plan_own_free(plan);
     rs_qplan_free(plan->quant);
+    rs_delta_free(plan->delta);
     free(plan->pieces);
     free(plan->chunk_cap);
     if (plan->tally)

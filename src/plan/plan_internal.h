@@ -123,6 +123,9 @@ struct reshard_plan {
      *  refused (exec/peer.c). Written by execution. */
     uint64_t *bound_ptr, *bound_bytes;
     int32_t nbound;
+    /** Delta plans (params.delta): per executing rank its version, snapshot and
+     *  relay scratch (exec/delta.h); NULL otherwise. Mutated by executions. */
+    struct rs_delta *delta;
 };
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

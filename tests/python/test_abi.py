@@ -19,6 +19,7 @@ MIRRORS = {
     "reshard_model_options_t": _lib.ModelOptions, "reshard_train_spec_t": _lib.TrainSpec,
     "reshard_infer_spec_t": _lib.InferSpec, "reshard_model_buffer_t": _lib.ModelBuffer,
     "reshard_model_refit_t": _lib.ModelRefit, "reshard_transport_ops_t": _lib.TransportOps,
+    "reshard_delta_info_t": _lib.DeltaInfo,
 }
 
 

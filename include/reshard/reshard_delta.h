@@ -1,0 +1,101 @@
+/*
+ * Delta refit (docs/delta.md): a plan made with reshard_plan_params_t.delta sends, per
+ * chunk of every stream, only the words whose bits changed since the version the
+ * receiving rank holds (lossless: the new bits, never arithmetic differences), and the
+ * whole chunk where that is smaller or where the receiver is not at that version.
+ *
+ * Versions. Every rank of a delta plan is at a refit version (0 before its first
+ * committed refit) and its destination buffers are in one of three states:
+ *   NONE       never written by this plan;
+ *   COMMITTED  the last execution succeeded on every rank: they hold that version;
+ *   TORN       an execution that wrote some of them failed: some elements may be new
+ *              and some old. Do not use the weights; the next execution that succeeds
+ *              rewrites them whole (every stream into a torn rank is sent dense).
+ * An execution commits (version = the largest version of any rank + 1) only when the
+ * outcome agreement says every rank succeeded.
+ *
+ * What delta mode assumes: between executions, the destination buffers hold exactly what
+ * the last committed execution wrote. Rebinding destination buffers (other pointers or
+ * sizes) is detected and sent dense; changing their contents in place behind reshard's
+ * back (an engine that post-processes weights) is not detected.
+ *
+ * Memory: per sending rank, a host snapshot of the bytes it last sent
+ * (reshard_delta_info_t.snapshot_bytes: the sum of its send streams to other ranks),
+ * allocated before anything moves (NOMEM on every rank when it does not fit); on a rank
+ * that relays, its relay scratch is kept between executions.
+ *
+ * Supported: host-memory transports (MPI, in-process, a caller's transport without
+ * device_memory), domains, forwards and relays. Refused by name: quantized (FP8)
+ * destinations at plan creation (INVALID_ARG naming the tensor), device-memory transports
+ * (NCCL) at execution (UNSUPPORTED on every rank, before anything moves).
+ */
+#ifndef RESHARD_DELTA_H
+#define RESHARD_DELTA_H
+
+#include <stdint.h>
+
+#include "reshard/reshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** State of a rank's destination buffers under a delta plan (see above). */
+typedef enum {
+    RESHARD_DELTA_NONE = 0,
+    RESHARD_DELTA_COMMITTED = 1,
+    RESHARD_DELTA_TORN = 2,
+} reshard_delta_state_t;
+
+/** A rank's delta state, and what its last execution sent. Byte counts are bytes. */
+typedef struct {
+    int64_t version;             /**< committed refit version (0: none yet) */
+    reshard_delta_state_t state; /**< of this rank's destination buffers */
+    uint64_t snapshot_bytes;     /**< host snapshot held by this rank (its send streams) */
+    uint64_t relay_bytes;        /**< relay scratch kept between executions */
+    /* The last execution of this rank (zero before the first): */
+    uint64_t stream_bytes;  /**< stream bytes it sent to other ranks (what dense sends) */
+    uint64_t wire_bytes;    /**< bytes it put on the wire for them: headers and bodies */
+    uint64_t changed_bytes; /**< bytes of the words that differed from its snapshot */
+    int64_t chunks[4];      /**< chunks sent dense, bitmap+values, runs+values, gaps+values */
+    int64_t dense_streams;  /**< streams sent dense: the receiver was not at its version */
+} reshard_delta_info_t;
+
+/** Name of a state ("committed"). Never NULL. */
+const char *reshard_delta_state_string(reshard_delta_state_t state);
+
+/**
+ * The delta state of @p rank under @p plan: the plan's own rank (or any rank of a
+ * RESHARD_ALL_RANKS plan), read by the thread that executes it, between executions.
+ * Errors: INVALID_ARG (NULL argument, a plan made without delta), RANK (@p rank is not
+ * a rank this plan executes).
+ */
+reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t rank,
+                                         reshard_delta_info_t *out);
+
+/**
+ * Synthetic updates for delta refits (the CLI's --change-fraction, tests): the pattern
+ * of reshard_fill_pattern at refit @p version. Version 0 is reshard_fill_pattern's
+ * pattern; version j > 0 changes a deterministic @p change_fraction of the elements of
+ * every tensor (chosen by a hash of tensor, j and global flat index, so replicas agree)
+ * to new values. Local; buffers as in reshard_fill_pattern.
+ * Errors: INVALID_ARG (version < 0, change_fraction outside [0, 1]), BUFFER.
+ */
+reshard_status_t reshard_fill_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                              const reshard_buffer_t *bufs, int32_t n_bufs,
+                                              int64_t version, double change_fraction);
+
+/**
+ * reshard_verify_pattern against the pattern at @p version (reshard_fill_pattern_version):
+ * every element of @p rank's fragments and every padding byte. Errors: as
+ * reshard_verify_pattern, and INVALID_ARG for a version > 0 of a quantized tensor.
+ */
+reshard_status_t reshard_verify_pattern_version(const reshard_layout_t *layout, int32_t rank,
+                                                const reshard_buffer_t *bufs, int32_t n_bufs,
+                                                int64_t version, double change_fraction,
+                                                uint64_t *verified_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RESHARD_DELTA_H */

@@ -1,0 +1,158 @@
+/* Delta refit state: versions, snapshots, the commit after the outcome agreement. */
+#include "exec/delta.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan_internal.h"
+#include "util/error.h"
+
+rs_delta_t *rs_delta_create(int32_t my_rank, int32_t world)
+{
+    rs_delta_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->my_rank = my_rank;
+    d->n = my_rank == RESHARD_ALL_RANKS ? world : 1;
+    d->r = calloc((size_t)d->n, sizeof *d->r);
+    if (!d->r) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void rs_delta_free(rs_delta_t *d)
+{
+    if (!d)
+        return;
+    for (int32_t i = 0; i < d->n; i++) {
+        free(d->r[i].snap);
+        free(d->r[i].relay);
+    }
+    free(d->r);
+    free(d);
+}
+
+rs_delta_rank_t *rs_delta_rank(const rs_delta_t *d, int32_t rank)
+{
+    if (!d)
+        return NULL;
+    if (d->my_rank != RESHARD_ALL_RANKS)
+        return rank == d->my_rank ? &d->r[0] : NULL;
+    return rank >= 0 && rank < d->n ? &d->r[rank] : NULL;
+}
+
+static uint64_t buffers_key(const reshard_buffer_t *b, int32_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t v[2] = {(uint64_t)(uintptr_t)b[i].ptr, b[i].bytes};
+        for (int j = 0; j < 2; j++) {
+            h ^= v[j] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+            h *= 0xff51afd7ed558ccdull;
+        }
+    }
+    return h;
+}
+
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, int32_t rank, uint64_t snap_bytes,
+                                  const reshard_buffer_t *dst, int32_t n_dst)
+{
+    r->key_now = buffers_key(dst, n_dst);
+    r->wrote = false;
+    if (snap_bytes != r->snap_bytes || (!r->snap && snap_bytes)) {
+        free(r->snap);
+        r->snap = NULL;
+        r->snap_bytes = 0;
+        r->snap_valid = false;
+        if (snap_bytes && (snap_bytes > SIZE_MAX || !(r->snap = malloc((size_t)snap_bytes))))
+            return rs_error(RESHARD_ERR_NOMEM,
+                            "rank %d: delta refit: no host memory for its snapshot of %llu bytes "
+                            "(the bytes it sends each refit)",
+                            rank, (unsigned long long)snap_bytes);
+        r->snap_bytes = snap_bytes;
+    }
+    return RESHARD_OK;
+}
+
+reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes, void **out)
+{
+    if (bytes != r->relay_bytes || !r->relay) {
+        free(r->relay);
+        r->relay_bytes = 0;
+        if (bytes > SIZE_MAX || !(r->relay = calloc(1, (size_t)bytes)))
+            return rs_error(RESHARD_ERR_NOMEM,
+                            "rank %d: delta refit: no host memory for relay scratch of %llu bytes",
+                            rank, (unsigned long long)bytes);
+        r->relay_bytes = bytes;
+        r->dst_key = ~r->key_now; /* new scratch holds no version: this time dense */
+    }
+    *out = r->relay;
+    return RESHARD_OK;
+}
+
+int64_t rs_delta_held_version(const rs_delta_rank_t *r)
+{
+    return r->state == RESHARD_DELTA_COMMITTED && r->dst_key == r->key_now ? r->version : -1;
+}
+
+void rs_delta_words(const rs_delta_rank_t *r, int64_t *words)
+{
+    for (int i = 0; i < RESHARD_AGREE_WORDS; i++)
+        words[i] = INT64_MAX;
+    words[0] = -r->version; /* the minimum is minus the largest version */
+}
+
+void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t *min_words)
+{
+    if (agreed == RESHARD_OK) {
+        r->version = -min_words[0] + 1;
+        r->state = RESHARD_DELTA_COMMITTED;
+        r->dst_key = r->key_now;
+        r->snap_valid = true;
+    } else {
+        r->snap_valid = false;
+        if (r->wrote)
+            r->state = RESHARD_DELTA_TORN;
+    }
+    r->last.version = r->version;
+    r->last.state = r->state;
+}
+
+const char *reshard_delta_state_string(reshard_delta_state_t state)
+{
+    switch (state) {
+    case RESHARD_DELTA_NONE:
+        return "none";
+    case RESHARD_DELTA_COMMITTED:
+        return "committed";
+    case RESHARD_DELTA_TORN:
+        return "torn";
+    }
+    return "unknown";
+}
+
+reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t rank,
+                                         reshard_delta_info_t *out)
+{
+    rs_error_clear();
+    if (!plan || !out)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_delta_info: NULL argument");
+    if (!plan->delta)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_info: the plan was made without delta "
+                        "(reshard_plan_params_t.delta)");
+    const rs_delta_rank_t *r = rs_delta_rank(plan->delta, rank);
+    if (!r)
+        return rs_error(RESHARD_ERR_RANK,
+                        "reshard_plan_delta_info: rank %d is not a rank this "
+                        "plan executes",
+                        rank);
+    *out = r->last;
+    out->version = r->version;
+    out->state = r->state;
+    out->snapshot_bytes = r->snap_bytes;
+    out->relay_bytes = r->relay_bytes;
+    return RESHARD_OK;
+}

@@ -1,0 +1,60 @@
+/*
+ * Delta refit state (reshard_delta.h): per rank its version, the state of its
+ * destination buffers, its snapshot of the bytes last sent and its kept relay scratch;
+ * and the version commit that follows the outcome agreement.
+ */
+#ifndef RS_EXEC_DELTA_H
+#define RS_EXEC_DELTA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "reshard/reshard_delta.h"
+#include "reshard/reshard_transport.h"
+
+typedef struct {
+    int64_t version;
+    reshard_delta_state_t state;
+    uint64_t dst_key; /**< the destination buffers (pointers, sizes) of the last commit */
+    uint64_t key_now; /**< those of the running execution */
+    uint8_t *snap;    /**< bytes last sent, per send stream in loop order */
+    uint64_t snap_bytes;
+    bool snap_valid; /**< snap holds what the last committed execution sent */
+    uint8_t *relay;
+    uint64_t relay_bytes;
+    bool wrote; /**< the running execution wrote a destination or relay byte */
+    reshard_delta_info_t last;
+} rs_delta_rank_t;
+
+typedef struct rs_delta {
+    int32_t my_rank; /**< the plan's rank, or RESHARD_ALL_RANKS (then one per rank) */
+    int32_t n;
+    rs_delta_rank_t *r;
+} rs_delta_t;
+
+/** The state of a delta plan for @p my_rank of @p world ranks (NULL: NOMEM). */
+rs_delta_t *rs_delta_create(int32_t my_rank, int32_t world);
+void rs_delta_free(rs_delta_t *d);
+/** The state of @p rank, or NULL when the plan does not execute it. */
+rs_delta_rank_t *rs_delta_rank(const rs_delta_t *d, int32_t rank);
+
+/** Before the first agreement: a snapshot of @p snap_bytes (kept when it has that size,
+ *  else reallocated and invalid) and the key of this execution's destination buffers.
+ *  Errors: NOMEM naming @p rank and the size. */
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, int32_t rank, uint64_t snap_bytes,
+                                  const reshard_buffer_t *dst, int32_t n_dst);
+/** Relay scratch of @p bytes kept between executions into *@p out; a new one holds no
+ *  version, so this execution's senders are told to send dense (must be called after
+ *  rs_delta_prepare and before rs_delta_held_version). Errors: NOMEM. */
+reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes, void **out);
+/** The version this rank tells its senders it holds: its version when its destination
+ *  buffers are committed and the same ones as at that commit, else -1 (send dense). */
+int64_t rs_delta_held_version(const rs_delta_rank_t *r);
+/** Fill the words of the outcome agreement (RESHARD_AGREE_WORDS) with this rank's. */
+void rs_delta_words(const rs_delta_rank_t *r, int64_t *words);
+/** After the outcome agreement: commit version max + 1 when @p agreed is OK (with the
+ *  agreement's @p min_words), else mark the destination torn when anything was written
+ *  and the snapshot invalid. */
+void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t *min_words);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * The delta chunk encoding (docs/delta.md): one chunk of a stream as the words whose
+ * bits differ from the previous version, or dense. Pure functions on byte arrays.
+ */
+#ifndef RS_EXEC_DELTA_CODEC_H
+#define RS_EXEC_DELTA_CODEC_H
+
+#include <stdint.h>
+
+#include "reshard/reshard.h"
+
+/** Bytes of the header every encoded chunk starts with. */
+#define RS_DELTA_HEADER_BYTES 16u
+
+/** Chunk kinds (header byte 0). */
+enum {
+    RS_DELTA_DENSE = 0,
+    RS_DELTA_BITMAP = 1,
+    RS_DELTA_RUNS = 2,
+    RS_DELTA_GAPS = 3,
+    RS_DELTA_NKINDS = 4
+};
+
+/** The header of an encoded chunk, as read by rs_delta_header. */
+typedef struct {
+    uint32_t kind;  /**< RS_DELTA_* */
+    uint32_t word;  /**< bytes per compared word: 1, 2, 4 or 8 */
+    uint32_t nruns; /**< RS_DELTA_RUNS: number of runs; RS_DELTA_GAPS: of changed words */
+    uint64_t body;  /**< bytes after the header */
+} rs_delta_header_t;
+
+/** The word size used for a chunk of @p len bytes whose elements are @p elem_size bytes:
+ *  elem_size when it is 1, 2, 4 or 8 and divides len, else 1. */
+uint32_t rs_delta_word(uint64_t len, uint32_t elem_size);
+
+/**
+ * Encode the @p len bytes at @p cur against @p prev (the same chunk of the previous
+ * version) into @p out, which has room for RS_DELTA_HEADER_BYTES + len bytes; with
+ * @p prev NULL the chunk is dense. The kind is the smallest of dense, bitmap+values,
+ * runs+values and gaps+values (ties go to the earlier), so the result is never larger than
+ * RS_DELTA_HEADER_BYTES + len. Values are the new bits of the changed words. Returns the
+ * encoded size in bytes; the counts of changed words go to *@p changed (may be NULL).
+ * Afterwards @p prev (when given) holds @p cur: the changed words are written into it (a
+ * sender's snapshot is updated in the same pass).
+ */
+uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
+                         uint8_t *out, uint64_t *changed);
+
+/** Read and check the header at @p in for a chunk of @p len bytes: INVALID_ARG (with a
+ *  message naming @p what) when it is not a header this code writes for that length. */
+reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_header_t *h,
+                                 const char *what);
+
+/** Apply the encoded chunk @p in (header checked by rs_delta_header into @p h) onto the
+ *  @p len bytes at @p chunk, which hold the previous version: afterwards they hold the
+ *  new one. INVALID_ARG naming @p what when the body is inconsistent (a run out of
+ *  range, a value count that does not match). */
+reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk,
+                                uint64_t len, const char *what);
+
+#endif

@@ -1,0 +1,480 @@
+/*
+ * Delta refit (docs/delta.md) over the in-process transport, one thread per rank. The
+ * oracle is the test's own copy of the whole tensor at every step: after each execution
+ * every destination element must equal the new bytes of the step, every byte.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "exec/comm.h"
+#include "exec/delta_codec.h"
+#include "reshard/reshard.h"
+#include "reshard/reshard_delta.h"
+
+enum { ROWS = 256, COLS = 64, NSTEPS = 5, WORLD = 4 };
+
+/* Deterministic generator (splitmix64). */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- the codec on its own ---------------------------------------------------------- */
+
+static void codec_case(uint64_t len, uint32_t word, double frac, uint64_t seed)
+{
+    uint8_t *prev = malloc(len), *cur = malloc(len), *out = malloc(len + RS_DELTA_HEADER_BYTES);
+    uint8_t *chunk = malloc(len);
+    uint64_t s = seed;
+    for (uint64_t i = 0; i < len; i++)
+        prev[i] = (uint8_t)mix(&s);
+    memcpy(cur, prev, len);
+    uint64_t nchanged = 0;
+    for (uint64_t w = 0; w < len / word; w++)
+        if ((double)(mix(&s) % 1000000) < frac * 1e6) {
+            cur[w * word] ^= 0x5a; /* a word whose bits change */
+            nchanged++;
+        }
+    uint64_t changed = 0;
+    uint8_t *snap = malloc(len);
+    memcpy(snap, prev, len);
+    uint64_t n = rs_delta_encode(cur, snap, len, word, out, &changed);
+    assert_memory_equal(snap, cur, len); /* the snapshot now holds the new bytes */
+    free(snap);
+    assert_int_equal(changed, nchanged);
+    assert_true(n <= len + RS_DELTA_HEADER_BYTES); /* never more than dense + header */
+    /* at most the bitmap's size: one bit per word plus the changed words */
+    assert_true(n <= RS_DELTA_HEADER_BYTES + (len / word + 7) / 8 + nchanged * word ||
+                n == RS_DELTA_HEADER_BYTES + len);
+    rs_delta_header_t h;
+    assert_int_equal(rs_delta_header(out, len, &h, "test"), RESHARD_OK);
+    memcpy(chunk, prev, len);
+    assert_int_equal(rs_delta_apply(out, &h, chunk, len, "test"), RESHARD_OK);
+    assert_memory_equal(chunk, cur, len);
+    free(prev);
+    free(cur);
+    free(out);
+    free(chunk);
+}
+
+static void test_codec_roundtrip(void **state)
+{
+    (void)state;
+    const double fracs[] = {0.0, 1e-4, 0.01, 0.1, 0.5, 1.0};
+    for (int f = 0; f < 6; f++) {
+        codec_case(65536, 2, fracs[f], 1 + f);
+        codec_case(4096, 4, fracs[f], 11 + f);
+        codec_case(1000, 8, fracs[f], 21 + f);
+        codec_case(777, 1, fracs[f], 31 + f);
+    }
+}
+
+/* Encode @p cur (4096 bytes, bf16 words) against an all-zero previous version. */
+static uint64_t encode_vs_zero(const uint8_t *cur, uint8_t *out)
+{
+    uint8_t prev[4096] = {0};
+    return rs_delta_encode(cur, prev, 4096, 2, out, NULL);
+}
+
+static void test_codec_kinds_by_size(void **state)
+{
+    (void)state;
+    uint8_t cur[4096] = {0}, out[4096 + RS_DELTA_HEADER_BYTES];
+    /* nothing changed: a bare runs header */
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES);
+    assert_int_equal(out[0], RS_DELTA_RUNS);
+    /* one run of 100 words: runs+values, 8 + 200 bytes */
+    memset(cur + 200, 1, 200);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 8 + 200);
+    assert_int_equal(out[0], RS_DELTA_RUNS);
+    /* every other word: the bitmap (256 bytes) beats 1024 runs */
+    memset(cur, 0, sizeof cur);
+    for (int w = 0; w < 2048; w += 2)
+        cur[2 * w] = 7;
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 256 + 1024 * 2);
+    assert_int_equal(out[0], RS_DELTA_BITMAP);
+    /* one word of 2048 changed (word 1000): its gap as a 2-byte varint and its value */
+    memset(cur, 0, sizeof cur);
+    cur[2000] = 1;
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 4);
+    assert_int_equal(out[0], RS_DELTA_GAPS);
+    assert_int_equal(out[RS_DELTA_HEADER_BYTES], 1000 % 128 + 128);
+    assert_int_equal(out[RS_DELTA_HEADER_BYTES + 1], 1000 / 128);
+    rs_delta_header_t hg;
+    uint8_t back[4096] = {0};
+    assert_int_equal(rs_delta_header(out, 4096, &hg, "test"), RESHARD_OK);
+    out[RS_DELTA_HEADER_BYTES + 1] = 0x7f; /* a gap past the chunk */
+    assert_int_equal(rs_delta_apply(out, &hg, back, 4096, "rank 7: chunk 3"),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "rank 7: chunk 3"));
+    /* everything changed: dense */
+    memset(cur, 9, sizeof cur);
+    assert_int_equal(encode_vs_zero(cur, out), RS_DELTA_HEADER_BYTES + 4096);
+    assert_int_equal(out[0], RS_DELTA_DENSE);
+    /* a corrupt header is refused */
+    out[1] = 3;
+    rs_delta_header_t h;
+    assert_int_equal(rs_delta_header(out, 4096, &h, "rank 9: chunk 0"), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "rank 9: chunk 0"));
+}
+
+/* ---- refits ------------------------------------------------------------------------ */
+
+/* Destination kinds: Shard(1) over ranks 2, 3, or Replicate over them (with one domain of
+ * ranks 2, 3, every byte lands on one and is forwarded to the other). */
+enum { DST_SHARD1 = 0, DST_REPLICATE = 1 };
+
+typedef struct {
+    int dst_kind;
+    int32_t domain_size;
+    double frac[NSTEPS]; /* fraction of elements changed before each step */
+    int rebind_step;     /* step at which destination buffers are new ones, or -1 */
+    int fail_step;       /* step at which rank 0 fails its 7th send, or -1 */
+    uint16_t *g[NSTEPS]; /* the whole tensor at each step */
+    reshard_tensors_t *ts;
+    reshard_layout_t *src, *dst;
+    reshard_status_t st[WORLD][NSTEPS];
+    reshard_delta_info_t info[WORLD][NSTEPS];
+    int64_t wrong[WORLD][NSTEPS];
+    uint64_t sent_network[NSTEPS];
+} job_t;
+
+typedef struct {
+    job_t *j;
+    int32_t rank;
+} rank_arg_t;
+
+static const reshard_transport_ops_t *inproc_ops;
+static reshard_transport_ops_t failing_ops;
+static __thread int sends_left = -1;
+
+static reshard_status_t failing_send(reshard_comm_t *c, int slot, int32_t peer, const void *buf,
+                                     uint64_t bytes)
+{
+    if (sends_left == 0)
+        return RESHARD_ERR_TRANSPORT;
+    if (sends_left > 0)
+        sends_left--;
+    return inproc_ops->post_send(c, slot, peer, buf, bytes);
+}
+
+static void make_layouts(job_t *j)
+{
+    const int64_t shape[2] = {ROWS, COLS};
+    assert_int_equal(reshard_tensors_create(&j->ts), RESHARD_OK);
+    assert_int_equal(reshard_tensors_add(j->ts, "w", RESHARD_BF16, 2, shape, 0, NULL, NULL),
+                     RESHARD_OK);
+    assert_int_equal(reshard_layout_create(j->ts, &j->src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(j->ts, &j->dst), RESHARD_OK);
+    const int32_t sr[2] = {0, 1}, dr[2] = {2, 3};
+    const reshard_mesh_t ms = {.ndim = 1, .shape = {2}, .ranks = sr};
+    const reshard_mesh_t md = {.ndim = 1, .shape = {2}, .ranks = dr};
+    const reshard_placement_t shard0 = {.kind = RESHARD_SHARD, .dim = 0};
+    const reshard_placement_t shard1 = {.kind = RESHARD_SHARD, .dim = 1};
+    const reshard_placement_t repl = {.kind = RESHARD_REPLICATE};
+    assert_int_equal(reshard_layout_add_dtensor(j->src, 0, &ms, &shard0, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(j->dst, 0, &md,
+                                                j->dst_kind == DST_SHARD1 ? &shard1 : &repl, 0, 0),
+                     RESHARD_OK);
+}
+
+/* The element (row, col) of the tensor in rank @p rank's destination buffer, or -1. */
+static int64_t dst_index(const job_t *j, int32_t rank, int64_t row, int64_t col)
+{
+    if (j->dst_kind == DST_REPLICATE)
+        return row * COLS + col;
+    int64_t half = COLS / 2, mine = rank - 2;
+    if (col / half != mine)
+        return -1;
+    return row * half + (col - mine * half);
+}
+
+static reshard_inproc_group_t *groups[NSTEPS];
+
+static void *rank_main(void *arg)
+{
+    rank_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank;
+    reshard_plan_params_t p = {.field_mask =
+                                   RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                   RESHARD_PLAN_PARAM_DOMAIN_SIZE | RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .domain_size = j->domain_size,
+                               .timeout_s = 0.5,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL;
+    if (reshard_plan_create(j->src, j->dst, &p, &plan) != RESHARD_OK) {
+        for (int s = 0; s < NSTEPS; s++)
+            j->st[me][s] = RESHARD_ERR_INVALID_ARG;
+        return NULL;
+    }
+    uint64_t sb = me < 2 ? ROWS / 2 * COLS * 2 : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst[2] = {calloc(1, db + 2), calloc(1, db + 2)};
+    int cur = 0;
+    for (int s = 0; s < NSTEPS; s++) {
+        /* each step on its own group and endpoints: a failed step breaks its endpoint */
+        reshard_comm_t *comm = NULL;
+        reshard_comm_create_inproc(groups[s], me, &comm);
+        if (s == j->fail_step && me == 0) {
+            comm->ops = &failing_ops;
+            sends_left = 6;
+        } else {
+            sends_left = -1;
+        }
+        if (me < 2)
+            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+        if (s == j->rebind_step && me >= 2) { /* new buffers holding the old bytes */
+            memcpy(dst[1 - cur], dst[cur], db);
+            cur = 1 - cur;
+        }
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst[cur], .bytes = db};
+        reshard_exec_stats_t es;
+        memset(&es, 0, sizeof es);
+        j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+        reshard_plan_delta_info(plan, me, &j->info[me][s]);
+        __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
+        if (me >= 2 && j->st[me][s] == RESHARD_OK) {
+            int64_t bad = 0;
+            for (int64_t r = 0; r < ROWS; r++)
+                for (int64_t c = 0; c < COLS; c++) {
+                    int64_t at = dst_index(j, me, r, c);
+                    if (at >= 0 && dst[cur][at] != j->g[s][r * COLS + c])
+                        bad++;
+                }
+            j->wrong[me][s] = bad;
+        }
+        reshard_comm_destroy(comm);
+    }
+    free(src);
+    free(dst[0]);
+    free(dst[1]);
+    reshard_plan_destroy(plan);
+    return NULL;
+}
+
+static void run_job(job_t *j)
+{
+    make_layouts(j);
+    uint64_t seed = 42;
+    for (int s = 0; s < NSTEPS; s++) {
+        j->g[s] = malloc(ROWS * COLS * 2);
+        for (int64_t i = 0; i < ROWS * COLS; i++) {
+            uint16_t old = s ? j->g[s - 1][i] : (uint16_t)mix(&seed);
+            bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
+            j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
+        }
+        assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
+    }
+    reshard_comm_t *probe = NULL;
+    reshard_comm_create_inproc(groups[0], 0, &probe);
+    inproc_ops = probe->ops;
+    failing_ops = *inproc_ops;
+    failing_ops.post_send = failing_send;
+    reshard_comm_destroy(probe);
+    pthread_t th[WORLD];
+    rank_arg_t args[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (rank_arg_t){j, r};
+        pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(groups[s]);
+}
+
+static void free_job(job_t *j)
+{
+    for (int s = 0; s < NSTEPS; s++)
+        free(j->g[s]);
+    reshard_layout_destroy(j->src);
+    reshard_layout_destroy(j->dst);
+    reshard_tensors_destroy(j->ts);
+}
+
+static uint64_t dense_bytes(const job_t *j)
+{
+    return (uint64_t)ROWS * COLS * 2 * (j->dst_kind == DST_REPLICATE && j->domain_size < 2 ? 2 : 1);
+}
+
+/* Shard to shard: every step byte-exact; the first dense, then the wire carries about
+ * what changed: at 1% of bf16 elements under a tenth of dense, at 100% at most 2% over. */
+static void test_delta_exact_and_sparse(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.0, 1.0, 0.3},
+               .rebind_step = -1,
+               .fail_step = -1};
+    run_job(&j);
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 0; r < WORLD; r++) {
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0);
+            assert_int_equal(j.info[r][s].version, s + 1);
+            if (r >= 2)
+                assert_int_equal(j.info[r][s].state, RESHARD_DELTA_COMMITTED);
+        }
+    uint64_t dense = dense_bytes(&j);
+    assert_true(j.sent_network[0] >= dense); /* first refit: dense */
+    assert_int_equal(j.info[0][0].snapshot_bytes, dense / 2);
+    assert_true(j.sent_network[1] * 10 < dense);
+    assert_true(j.sent_network[2] * 50 < dense);
+    assert_true(j.sent_network[3] <= dense * 102 / 100);
+    assert_true(j.sent_network[3] >= dense);
+    free_job(&j);
+}
+
+/* One destination domain: each byte crosses once and is forwarded (delta-encoded) to the
+ * other replica; both replicas exact at every step. */
+static void test_delta_forwards(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .domain_size = 2,
+               .frac = {0, 0.01, 0.05, 0.0, 1.0},
+               .rebind_step = -1,
+               .fail_step = -1};
+    run_job(&j);
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 0; r < WORLD; r++) {
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0);
+        }
+    uint64_t fwd_stream = j.info[2][1].stream_bytes + j.info[3][1].stream_bytes;
+    assert_true(fwd_stream > 0); /* the landing ranks forwarded */
+    assert_true((j.info[2][1].wire_bytes + j.info[3][1].wire_bytes) * 10 < fwd_stream);
+    assert_true(j.sent_network[1] * 10 < dense_bytes(&j));
+    free_job(&j);
+}
+
+/* New destination buffers (a rebinding) get their streams dense, and stay exact. */
+static void test_delta_rebind_is_dense(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = 2,
+               .fail_step = -1};
+    run_job(&j);
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 2; r < WORLD; r++) {
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0);
+        }
+    assert_true(j.info[0][2].dense_streams > 0);
+    assert_true(j.sent_network[2] >= dense_bytes(&j));
+    assert_true(j.sent_network[3] * 10 < dense_bytes(&j));
+    free_job(&j);
+}
+
+/* A sender that fails part way: every rank returns an error, a destination that was
+ * written is torn (queryable), and the next refit is complete and exact. */
+static void test_delta_torn_then_complete(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.3, 0.3, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = 2};
+    run_job(&j);
+    for (int r = 0; r < WORLD; r++) {
+        assert_int_not_equal(j.st[r][2], RESHARD_OK);
+        assert_int_equal(j.info[r][2].version, 2); /* no commit */
+        for (int s = 0; s < NSTEPS; s++)
+            if (s != 2) {
+                assert_int_equal(j.st[r][s], RESHARD_OK);
+                assert_int_equal(j.wrong[r][s], 0);
+            }
+    }
+    /* rank 0's 7th send comes after chunks that rank 2 applied: its weights are torn */
+    assert_int_equal(j.info[2][2].state, RESHARD_DELTA_TORN);
+    assert_int_equal(j.info[2][3].state, RESHARD_DELTA_COMMITTED);
+    assert_int_equal(j.info[2][3].version, 3);
+    assert_true(j.info[0][3].dense_streams > 0); /* the step after: dense */
+    free_job(&j);
+}
+
+/* Device-memory transports are refused by name on every rank before anything moves. */
+static void test_delta_refuses_device_memory(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1, .rebind_step = -1, .fail_step = -1};
+    make_layouts(&j);
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA,
+                               .world_size = WORLD,
+                               .my_rank = RESHARD_ALL_RANKS,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &plan), RESHARD_OK);
+    reshard_delta_info_t info;
+    assert_int_equal(reshard_plan_delta_info(plan, 2, &info), RESHARD_OK);
+    assert_int_equal(info.state, RESHARD_DELTA_NONE);
+    assert_int_equal(reshard_plan_delta_info(plan, WORLD, &info), RESHARD_ERR_RANK);
+    reshard_inproc_group_t *g = NULL;
+    reshard_comm_t *c = NULL;
+    reshard_inproc_group_create(1, &g);
+    reshard_comm_create_inproc(g, 0, &c);
+    reshard_transport_ops_t dev = *c->ops;
+    dev.device_memory = true;
+    const reshard_transport_ops_t *keep = c->ops;
+    c->ops = &dev;
+    reshard_plan_params_t p1 = p;
+    p1.world_size = 1;
+    reshard_plan_t *plan1 = NULL;
+    reshard_tensors_t *ts = NULL;
+    reshard_layout_t *a = NULL, *b = NULL;
+    const int64_t shape[1] = {64};
+    reshard_tensors_create(&ts);
+    reshard_tensors_add(ts, "v", RESHARD_BF16, 1, shape, 0, NULL, NULL);
+    reshard_layout_create(ts, &a);
+    reshard_layout_create(ts, &b);
+    const int32_t r0 = 0;
+    const reshard_mesh_t m = {.ndim = 1, .shape = {1}, .ranks = &r0};
+    const reshard_placement_t repl = {.kind = RESHARD_REPLICATE};
+    reshard_layout_add_dtensor(a, 0, &m, &repl, 0, 0);
+    reshard_layout_add_dtensor(b, 0, &m, &repl, 0, 0);
+    assert_int_equal(reshard_plan_create(a, b, &p1, &plan1), RESHARD_OK);
+    uint16_t x[64] = {0}, y[64] = {0};
+    reshard_buffer_t sb = {.ptr = x, .bytes = sizeof x}, db = {.ptr = y, .bytes = sizeof y};
+    assert_int_equal(reshard_plan_execute(plan1, c, &sb, 1, &db, 1, NULL), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "delta"));
+    c->ops = keep;
+    reshard_comm_destroy(c);
+    reshard_inproc_group_destroy(g);
+    reshard_plan_destroy(plan1);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(a);
+    reshard_layout_destroy(b);
+    reshard_tensors_destroy(ts);
+    free_job(&j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codec_roundtrip),
+        cmocka_unit_test(test_codec_kinds_by_size),
+        cmocka_unit_test(test_delta_exact_and_sparse),
+        cmocka_unit_test(test_delta_forwards),
+        cmocka_unit_test(test_delta_rebind_is_dense),
+        cmocka_unit_test(test_delta_torn_then_complete),
+        cmocka_unit_test(test_delta_refuses_device_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
