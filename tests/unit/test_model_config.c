@@ -485,6 +485,19 @@ static void test_load_errors(void **state)
                                              NULL, &m),
                      RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "model_type 'mamba'"));
+    /* Qwen3-Next is known but not modelled: refused by name (not read as
+     * qwen3 or qwen3_moe), by model_type and by architecture alone */
+    assert_int_equal(reshard_model_load_json("{\"model_type\": \"qwen3_next\", \"architectures\": "
+                                             "[\"Qwen3NextForCausalLM\"], \"num_experts\": 512}",
+                                             NULL, &m),
+                     RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "'qwen3_next'"));
+    assert_non_null(strstr(reshard_last_error(), "out_norm"));
+    assert_int_equal(
+        reshard_model_load_json("{\"architectures\": [\"Qwen3NextForCausalLM\"]}", NULL, &m),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(
+        strstr(reshard_last_error(), "'qwen3_next' (architecture 'Qwen3NextForCausalLM')"));
     /* a dense family with experts would silently drop them */
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),
