@@ -55,6 +55,11 @@ reshard_status_t rs_gdn_parse(json_t *root, reshard_model_t *m)
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: linear_num_key_heads %d does not divide linear_num_value_heads %d",
                         g->nk, g->nv);
+    int scale;
+    TRY(rs_config_bool(root, "layer_scale", 0, &scale));
+    if (scale) /* qwen3_next.py: attn_layer_scale / ffn_layer_scale [1, 1, H] */
+        return rs_error(RESHARD_ERR_CONFIG, "config: qwen3_next with layer_scale true is not "
+                                            "modelled (vLLM's attn_layer_scale, ffn_layer_scale)");
     if (json_object_get(root, "layer_types") && !json_is_null(json_object_get(root, "layer_types")))
         return rs_error(RESHARD_ERR_CONFIG,
                         "config: qwen3_next with an explicit layer_types is not modelled (the "

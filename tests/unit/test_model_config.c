@@ -529,6 +529,9 @@ static void test_load_errors(void **state)
     snprintf(buf, sizeof buf, "%s, \"layer_types\": [\"full_attention\"]}", next);
     assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "explicit layer_types"));
+    snprintf(buf, sizeof buf, "%s, \"layer_scale\": true}", next);
+    assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "layer_scale true"));
     snprintf(buf, sizeof buf, "%s}", next);
     reshard_model_options_t mo = {.mtp = 1};
     assert_int_equal(reshard_model_load_json(buf, &mo, &m), RESHARD_ERR_CONFIG);
