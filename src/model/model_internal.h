@@ -358,8 +358,9 @@ reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base
                               int64_t n);
 /** Column range [c0, c0+n) of a 2-d [R, C] tensor into an [R, n] buffer. */
 reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n);
-/** A column-parallel tensor: view dim 0 (heads or rows) split over @p tp,
- *  rank @p rank_tp's part in a buffer of its own named @p name. */
+/** A column-parallel tensor: view dim 0 (heads or rows; a vector's entries)
+ *  split over @p tp, rank @p rank_tp's part in a buffer of its own named
+ *  @p name. */
 reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
                                 const char *name);
 /** A row-parallel [R, C] tensor: columns split over @p tp, likewise. */

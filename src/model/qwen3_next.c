@@ -122,16 +122,6 @@ static reshard_status_t conv1d(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp
     return rs_emit_dim0(e, l->m_conv_w, b, 2 * qi * K, 2 * qk + t * vi, vi);
 }
 
-/* A 1-d [nv] tensor split over tp: rank t's part in a buffer of its own. */
-static reshard_status_t heads(rs_emit_t *e, int32_t id, int32_t tp, int32_t t, const char *name)
-{
-    int64_t n = e->m->gdn.nv / tp;
-    int32_t b = rs_emit_buffer(e, id, 1, n, 1, "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_dim0(e, id, b, 0, t * n, n);
-}
-
 reshard_status_t rs_gdn_megatron(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                                  const char *p)
 {
@@ -152,8 +142,8 @@ reshard_status_t rs_gdn_megatron(rs_emit_t *e, const rs_layer_ids_t *l, int32_t 
         at += got;
     }
     TRY(conv1d(e, l, tp, t, rs_nm(n, sizeof n, p, "self_attention.conv1d.weight")));
-    TRY(heads(e, l->m_dt_bias, tp, t, rs_nm(n, sizeof n, p, "self_attention.dt_bias")));
-    TRY(heads(e, l->m_A_log, tp, t, rs_nm(n, sizeof n, p, "self_attention.A_log")));
+    TRY(rs_emit_column(e, l->m_dt_bias, tp, t, rs_nm(n, sizeof n, p, "self_attention.dt_bias")));
+    TRY(rs_emit_column(e, l->m_A_log, tp, t, rs_nm(n, sizeof n, p, "self_attention.A_log")));
     TRY(rs_emit_own(e, l->m_norm, rs_nm(n, sizeof n, p, "self_attention.out_norm.weight")));
     return rs_emit_row(e, l->m_out, tp, t, rs_nm(n, sizeof n, p, "self_attention.out_proj.weight"));
 }
@@ -169,8 +159,8 @@ reshard_status_t rs_gdn_vllm(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, 
                        rs_nm(n, sizeof n, p, "linear_attn.in_proj_qkvz.weight")));
     TRY(rs_emit_column(e, l->gdn_ba, tp, t,
                        rs_nm(n, sizeof n, p, "linear_attn.in_proj_ba.weight")));
-    TRY(heads(e, l->m_dt_bias, tp, t, rs_nm(n, sizeof n, p, "linear_attn.dt_bias")));
-    TRY(heads(e, l->m_A_log, tp, t, rs_nm(n, sizeof n, p, "linear_attn.A_log_bf16")));
+    TRY(rs_emit_column(e, l->m_dt_bias, tp, t, rs_nm(n, sizeof n, p, "linear_attn.dt_bias")));
+    TRY(rs_emit_column(e, l->m_A_log, tp, t, rs_nm(n, sizeof n, p, "linear_attn.A_log_bf16")));
     TRY(rs_emit_own(e, l->m_norm, rs_nm(n, sizeof n, p, "linear_attn.norm.weight_minus_1")));
     return rs_emit_row(e, l->m_out, tp, t, rs_nm(n, sizeof n, p, "linear_attn.out_proj.weight"));
 }
