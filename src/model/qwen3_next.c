@@ -4,7 +4,10 @@
  * (megatron/core/ssm/gated_delta_net/gdn.py, common.py at Megatron-LM
  * 606b9f4) and of a vLLM rank (layers/mamba/gdn/qwen_gdn_linear_attn.py at
  * vLLM 00545a8, gqa_interleaved_layout=True). The gated full attention and
- * the MoE are the shared code of megatron.c / vllm.c.
+ * the MoE are the shared code of megatron.c / vllm.c. Layer i is full
+ * attention iff (i + 1) % full_attention_interval == 0 (Megatron's
+ * linear_attention_freq, experimental_attention_variant_module_specs.py;
+ * HF's derived layer_types).
  *
  * HF's fused projections group rows by key head g (r = nv / nk value heads
  * per key head):
