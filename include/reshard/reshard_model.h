@@ -90,8 +90,30 @@
  *                             (the sinks), mlp.router.bias, linear_fc1.biasK ([gate; up]),
  *                             linear_fc2.biasK. Only the bf16 form: vLLM's MXFP4 experts (the
  *                             released checkpoints' form) and FP8 are refused by name.
+ *   qwen3_next                Qwen3-Next (vLLM qwen3_next.py and qwen_gdn_linear_attn.py,
+ *                             Megatron-Core gated_delta_net, Megatron-Bridge
+ *                             qwen3_next_bridge.py): every full_attention_interval-th layer
+ *                             gated attention, the others Gated DeltaNet; every layer MoE with
+ *                             a shared expert and its gate (as qwen2_moe). Gated attention: HF
+ *                             q_proj [heads x [q_h; gate_h]]; Megatron linear_qkv per query
+ *                             group [q heads; their gates; k; v]; vLLM qkv_proj keeps HF's
+ *                             order. DeltaNet "linear_attn.{in_proj_qkvz, in_proj_ba,
+ *                             conv1d, dt_bias, A_log, norm, out_proj}": vLLM holds a contiguous
+ *                             1/tp of in_proj_qkvz / in_proj_ba (whole key-head groups);
+ *                             Megatron's self_attention.in_proj.weight holds the rank's
+ *                             [q; k; v; z; b; a] sections; conv1d.weight [channels/tp, 1, K]
+ *                             the rank's slice of [q; k; v] on both sides. Two staged values:
+ *                             Megatron's zero-centered out_norm.weight is HF's norm.weight
+ *                             minus 1, delivered to vLLM's buffer
+ *                             "model.layers.N.linear_attn.norm.weight_minus_1" (the worker
+ *                             sets norm.weight to it + 1); A_log (bf16 in Megatron, fp32 in
+ *                             vLLM) to "linear_attn.A_log_bf16" (the worker widens it). tp
+ *                             must divide both linear head counts. Refused: a dense MLP
+ *                             layer, explicit layer_types, the MTP layer, FP8, vLLM's
+ *                             sequence-parallel MoE.
  * A config field that implies tensors a family does not build (attention_bias
- * outside glm4_moe and gpt_oss, mlp_bias, shared_expert_intermediate_size outside qwen2_moe,
+ * outside glm4_moe and gpt_oss, mlp_bias, shared_expert_intermediate_size outside qwen2_moe
+ * and qwen3_next,
  * n_shared_experts outside deepseek, nemotron_h and glm4_moe, experts on a dense
  * family) is refused naming
  * the field. Booleans must be JSON true or false; a duplicate key is refused (IO).
@@ -218,7 +240,7 @@ void reshard_model_destroy(reshard_model_t *model);
 typedef struct {
     const char *name;   /**< the name or path it was loaded from */
     const char *family; /**< "dense", "qwen3_moe", "deepseek_v3", "qwen2_moe", "mixtral",
-                             "nemotron_h", "glm4_moe" or "gpt_oss" */
+                             "nemotron_h", "glm4_moe", "gpt_oss" or "qwen3_next" */
     int32_t layers;     /**< decoder layers kept (after the layers option) */
     int32_t mtp_layers; /**< MTP layers included (0 without the mtp option) */
     int64_t hidden, intermediate, moe_intermediate, vocab;

@@ -204,7 +204,12 @@ static reshard_status_t attention(cat_t *c, rs_layer_ids_t *l)
     if (m->fam != RS_FAM_DSV3) {
         int64_t qs[2] = {nh * hd, H}, qv[4] = {kv, nh / kv, hd, H};
         int64_t ks[2] = {kv * hd, H}, kvv[3] = {kv, hd, H};
-        TRY(add(c, &l->q, true, 2, qs, 4, qv, "self_attn.q_proj.weight"));
+        if (m->attn_gate) { /* HF Qwen3NextAttention: q_proj [q_h; gate_h] per head */
+            int64_t gs[2] = {nh * 2 * hd, H}, gv[5] = {kv, nh / kv, 2, hd, H};
+            TRY(add(c, &l->q, true, 2, gs, 5, gv, "self_attn.q_proj.weight"));
+        } else {
+            TRY(add(c, &l->q, true, 2, qs, 4, qv, "self_attn.q_proj.weight"));
+        }
         TRY(add(c, &l->k, true, 2, ks, 3, kvv, "self_attn.k_proj.weight"));
         TRY(add(c, &l->v, true, 2, ks, 3, kvv, "self_attn.v_proj.weight"));
         if (m->qkv_bias) { /* views as the weights' without the hidden dim */
@@ -317,7 +322,10 @@ static reshard_status_t build(cat_t *c)
             TRY(mat(c, &l->eh_proj, false, H, 2 * H, "eh_proj.weight"));
         }
         TRY(vec(c, &l->in_norm, H, "input_layernorm.weight"));
-        TRY(attention(c, l));
+        if (m->fam == RS_FAM_QWEN3_NEXT && rs_gdn_layer(m, l->hf_index))
+            TRY(rs_gdn_catalogue(c, l, c->prefix));
+        else
+            TRY(attention(c, l));
         TRY(vec(c, &l->post_norm, H, "post_attention_layernorm.weight"));
         TRY(mlp(c, l, m->moe[i]));
         if (mtp)

@@ -83,6 +83,7 @@ static const struct {
     {"nemotron_h", "NemotronH", RS_FAM_NEMOTRON_H},
     {"glm4_moe", "Glm4Moe", RS_FAM_GLM4_MOE},
     {"gpt_oss", "GptOss", RS_FAM_GPT_OSS},
+    {"qwen3_next", "Qwen3Next", RS_FAM_QWEN3_NEXT},
 };
 
 static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char **type)
@@ -100,7 +101,7 @@ static reshard_status_t detect_family(json_t *root, rs_family_t *fam, const char
     return rs_error(RESHARD_ERR_CONFIG,
                     "config: unknown model family (model_type '%s', architecture '%s'); known: "
                     "llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v2, "
-                    "deepseek_v3, kimi_k2, nemotron_h, glm4_moe, gpt_oss",
+                    "deepseek_v3, kimi_k2, nemotron_h, glm4_moe, gpt_oss, qwen3_next",
                     mt ? mt : "?", arch ? arch : "?");
 }
 
@@ -133,7 +134,8 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
         TRY(refuse_field(root, mt, "n_routed_experts", "routed experts"));
         TRY(refuse_field(root, mt, "num_local_experts", "routed experts"));
     }
-    if (m->fam != RS_FAM_QWEN2_MOE)
+    bool next = m->fam == RS_FAM_QWEN3_NEXT;
+    if (m->fam != RS_FAM_QWEN2_MOE && !next)
         TRY(refuse_field(root, mt, "shared_expert_intermediate_size", "shared experts"));
     bool glm = m->fam == RS_FAM_GLM4_MOE, oss = m->fam == RS_FAM_GPT_OSS;
     if (m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_NEMOTRON_H && !glm)
@@ -157,7 +159,7 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
                             "an engine that loaded bf16 weights)");
     }
     m->moe_block = m->fam == RS_FAM_MIXTRAL ? "block_sparse_moe" : "mlp";
-    m->shared = m->fam == RS_FAM_QWEN2_MOE ? "shared_expert" : "shared_experts";
+    m->shared = m->fam == RS_FAM_QWEN2_MOE || next ? "shared_expert" : "shared_experts";
     GET("hidden_size", -1, 1, m->H);
     GET("intermediate_size", -1, 1, m->I);
     GET("num_hidden_layers", -1, 1, m->Lcfg);
@@ -169,8 +171,9 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     GET("head_dim", m->H / m->nh, 1, m->hd);
     GET("vocab_size", -1, 1, m->V);
     TRY(rs_config_bool(root, "tie_word_embeddings", 0, &m->tied));
-    m->qk_norm = m->fam == RS_FAM_QWEN3_MOE || !strcmp(mt, "qwen3");
-    if (glm) /* glm4_moe.py Glm4MoeAttention: q_norm/k_norm only with use_qk_norm */
+    m->qk_norm = m->fam == RS_FAM_QWEN3_MOE || !strcmp(mt, "qwen3") || next;
+    m->attn_gate = next; /* Qwen3NextAttention: q_proj [q_h; gate_h] per head */
+    if (glm)             /* glm4_moe.py Glm4MoeAttention: q_norm/k_norm only with use_qk_norm */
         TRY(rs_config_bool(root, "use_qk_norm", 0, &m->qk_norm));
     if (m->kv > m->nh || m->nh % m->kv)
         return rs_error(RESHARD_ERR_CONFIG,
@@ -189,14 +192,24 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
 
     int64_t step = 1, first_k = 0, freq = 1;
     json_t *mlp_only = NULL;
-    if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE) {
+    if (next) {
+        TRY(rs_gdn_parse(root, m));
+        if (o->mtp)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'qwen3_next' with the mtp option: its MTP layer "
+                            "(vLLM's separate drafter) is not modelled; load without mtp");
+        if (o->dtype != RESHARD_BF16 || o->infer_quant != RESHARD_QUANT_NONE)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'qwen3_next': only the bf16 form is modelled");
+    }
+    if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE || next) {
         GET("moe_intermediate_size", -1, 1, m->Im);
         GET("num_experts", -1, 1, m->E);
         GET("num_experts_per_tok", 1, 1, m->topk);
         GET("decoder_sparse_step", 1, 1, step);
         mlp_only = json_object_get(root, "mlp_only_layers");
-        if (m->fam == RS_FAM_QWEN2_MOE) {
-            GET("shared_expert_intermediate_size", 0, 0, m->Is);
+        if (m->fam == RS_FAM_QWEN2_MOE || next) {
+            GET("shared_expert_intermediate_size", next ? -1 : 0, next ? 1 : 0, m->Is);
             m->shared_gate = m->Is > 0; /* Qwen2MoeSparseMoeBlock.shared_expert_gate */
         }
     } else if (m->fam == RS_FAM_MIXTRAL) {
@@ -264,7 +277,7 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
     for (int32_t i = 0; i < m->L + m->nmtp; i++) {
         int32_t hf = i < m->L ? i : m->Lcfg + (i - m->L);
         bool moe = false;
-        if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE) {
+        if (m->fam == RS_FAM_QWEN3_MOE || m->fam == RS_FAM_QWEN2_MOE || next) {
             moe = (hf + 1) % step == 0;
             size_t k;
             json_t *x;
@@ -283,6 +296,13 @@ static reshard_status_t parse(json_t *root, const reshard_model_options_t *o, re
             moe = true;
         }
         m->moe[i] = moe;
+        /* Megatron's GDN layer spec is built for MoE MLPs here: a dense
+         * layer (mlp_only_layers, decoder_sparse_step) is not modelled */
+        if (next && !moe)
+            return rs_error(RESHARD_ERR_CONFIG,
+                            "config: model_type 'qwen3_next' with a dense MLP in layer %d "
+                            "(mlp_only_layers / decoder_sparse_step) is not modelled",
+                            hf);
     }
     return RESHARD_OK;
 }
@@ -497,8 +517,9 @@ reshard_status_t reshard_model_info(const reshard_model_t *m, reshard_model_info
     rs_error_clear();
     if (!m || !info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_model_info: NULL argument");
-    static const char *const fam[] = {"dense",   "qwen3_moe",  "deepseek_v3", "qwen2_moe",
-                                      "mixtral", "nemotron_h", "glm4_moe",    "gpt_oss"};
+    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
+                                      "qwen2_moe", "mixtral",   "nemotron_h",
+                                      "glm4_moe",  "gpt_oss",   "qwen3_next"};
     *info = (reshard_model_info_t){
         .name = m->name,
         .family = fam[m->fam],

@@ -589,7 +589,8 @@ reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t ran
     if (!info)
         return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_column: bad tensor id %d", t);
     int64_t n0 = info->vshape[0] / tp;
-    int64_t rows = info->shape[0] / tp, width = info->shape[info->ndim - 1];
+    /* a vector [n]: its n/tp entries */
+    int64_t rows = info->shape[0] / tp, width = info->ndim == 1 ? 1 : info->shape[info->ndim - 1];
     int32_t b = rs_emit_buffer(e, t, 1, rows, width, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;

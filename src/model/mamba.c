@@ -383,18 +383,6 @@ static reshard_status_t rows_at(rs_emit_t *e, int32_t t, int32_t buf, int64_t at
     return rs_emit_dim0(e, t, buf, at * row, r0, n);
 }
 
-/* A 1-d tensor split over tp: rank t's contiguous part in a buffer of its own. */
-static reshard_status_t slice(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank, const char *name)
-{
-    reshard_tensor_info_t info;
-    TRY(reshard_tensors_info(e->T, t, &info));
-    int64_t n = info.shape[0] / tp;
-    int32_t b = rs_emit_buffer(e, t, 1, n, 1, "%s", name);
-    if (b < 0)
-        return (reshard_status_t)b;
-    return rs_emit_dim0(e, t, b, 0, rank * n, n);
-}
-
 /* The Mamba mixer of TP rank t of tp, in the names of @p names (Megatron or
  * vLLM, indexed as below). B and C: the rank's groups, or all of them when
  * the groups are replicated (vLLM with n_groups == 1 < tp). */
@@ -429,10 +417,10 @@ static reshard_status_t mixer(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp,
         TRY(rows_at(e, conv[k], b, zi, I + g0, gi));
         TRY(rows_at(e, conv[k], b, zi + gi, I + GN + g0, gi));
     }
-    TRY(slice(e, l->m_A_log, tp, t, names[MX_A_LOG]));
-    TRY(slice(e, l->m_D, tp, t, names[MX_D]));
-    TRY(slice(e, l->m_dt_bias, tp, t, names[MX_DT_BIAS]));
-    TRY(slice(e, l->m_norm, tp, t, names[MX_NORM]));
+    TRY(rs_emit_column(e, l->m_A_log, tp, t, names[MX_A_LOG]));
+    TRY(rs_emit_column(e, l->m_D, tp, t, names[MX_D]));
+    TRY(rs_emit_column(e, l->m_dt_bias, tp, t, names[MX_DT_BIAS]));
+    TRY(rs_emit_column(e, l->m_norm, tp, t, names[MX_NORM]));
     return rs_emit_row(e, l->m_out, tp, t, names[MX_OUT]);
 }
 

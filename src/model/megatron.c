@@ -11,18 +11,33 @@ typedef struct {
     int32_t stage, tp, etp, ep;
 } mg_coord_t;
 
-/* Name buffer: prefix of the layer + parameter. */
-/* Rows [a, b) of query group g's block [q heads of g; k_g; v_g] (head_dim
- * rows each) of the weights (@p bias false: rows of H) or biases @p t[3],
- * into buffer @p buf from buffer row @p r0. Heads cut by [a, b) become
- * boxes of part of a head. */
+/* Rows [a, b) of query group g's block of the weights (@p bias false: rows
+ * of H) or biases @p t[3], into buffer @p buf from buffer row @p r0. The
+ * block is [q heads of g; k_g; v_g] (head_dim rows each), or with the
+ * attention output gate (m->attn_gate, attention.py get_query_key_value_tensors
+ * with output_gate) [q heads of g; their gates; k_g; v_g]: q and gate are
+ * the halves of each head's rows of q_proj (view [kv, hpg, 2, hd, (H)]).
+ * Heads cut by [a, b) become boxes of part of a head. */
 static reshard_status_t group_rows(rs_emit_t *e, const int32_t t[3], bool bias, int32_t buf,
                                    int64_t g, int64_t a, int64_t b, int64_t r0)
 {
     const reshard_model_t *m = e->m;
     int64_t hd = m->hd, hpg = m->nh / m->kv, W = bias ? 1 : m->H;
-    int64_t start[3] = {0, hpg * hd, (hpg + 1) * hd}, len[3] = {hpg * hd, hd, hd};
-    for (int p = 0; p < 3; p++) {
+    int gated = m->attn_gate ? 1 : 0, parts = 3 + gated;
+    int64_t qr = hpg * hd; /* rows of q (and of the gate) per group */
+    int64_t start[4], len[4];
+    int32_t src[4];
+    int sub[4];
+    for (int p = 0, r = 0; p < parts; p++) {
+        bool q = p <= gated;
+        start[p] = r;
+        len[p] = q ? qr : hd;
+        src[p] = q ? t[0] : t[p - gated];
+        sub[p] = q ? p : -1;
+        r += (int)len[p];
+    }
+    int64_t gst = ((1 + gated) * hpg + 2) * hd * W; /* a group's block */
+    for (int p = 0; p < parts; p++) {
         int64_t x = (a > start[p] ? a : start[p]) - start[p];
         int64_t y = (b < start[p] + len[p] ? b : start[p] + len[p]) - start[p];
         while (x < y) {
@@ -34,15 +49,17 @@ static reshard_status_t group_rows(rs_emit_t *e, const int32_t t[3], bool bias, 
                 rows = (hd - in < y - x) ? hd - in : y - x;
             }
             int64_t base = (r0 + start[p] + x - a) * W;
-            /* view q [kv, hpg, hd, (H)], k/v [kv, hd, (H)] */
-            int64_t gst = (hpg + 2) * hd * W; /* (extent 1: any stride) */
-            int64_t off[4] = {g, h, in, 0}, ext[4] = {1, heads, rows, W},
-                    st[4] = {gst, hd * W, W, 1};
-            if (p > 0) {
+            if (sub[p] < 0) { /* k/v view [kv, hd, (H)] (extent 1 in g: any stride) */
                 int64_t ko[3] = {g, in, 0}, ke[3] = {1, rows, W}, ks[3] = {gst, W, 1};
-                TRY(rs_emit(e, t[p], buf, ko, ke, base, ks));
-            } else {
-                TRY(rs_emit(e, t[p], buf, off, ext, base, st));
+                TRY(rs_emit(e, src[p], buf, ko, ke, base, ks));
+            } else if (gated) { /* q view [kv, hpg, 2, hd, H] */
+                int64_t off[5] = {g, h, sub[p], in, 0}, ext[5] = {1, heads, 1, rows, W},
+                        st[5] = {gst, hd * W, hd * W, W, 1};
+                TRY(rs_emit(e, src[p], buf, off, ext, base, st));
+            } else { /* q view [kv, hpg, hd, (H)] */
+                int64_t off[4] = {g, h, in, 0}, ext[4] = {1, heads, rows, W},
+                        st[4] = {gst, hd * W, W, 1};
+                TRY(rs_emit(e, src[p], buf, off, ext, base, st));
             }
             x += heads * rows;
         }
@@ -51,14 +68,13 @@ static reshard_status_t group_rows(rs_emit_t *e, const int32_t t[3], bool bias, 
 }
 
 /* linear_qkv weight or bias of TP rank @p r: rows interleaved by query group
- * [q heads of g; k_g; v_g] (transformer_config.py, attention.py), split
- * evenly by rows: whole groups when tp <= groups, else 1/(tp/groups) of one
- * group's rows. */
+ * (group_rows; transformer_config.py, attention.py), split evenly by rows:
+ * whole groups when tp <= groups, else 1/(tp/groups) of one group's rows. */
 static reshard_status_t qkv(rs_emit_t *e, const int32_t t[3], bool bias, int32_t tp, int32_t r,
                             const char *name)
 {
     const reshard_model_t *m = e->m;
-    int64_t gs = (m->nh / m->kv + 2) * m->hd; /* rows per group */
+    int64_t gs = ((m->attn_gate ? 2 : 1) * m->nh / m->kv + 2) * m->hd; /* rows per group */
     int64_t rows = m->kv * gs / tp, W = bias ? 1 : m->H;
     int32_t b = rs_emit_buffer(e, t[0], 1, rows, W, "%s", name);
     if (b < 0)
@@ -73,27 +89,13 @@ static reshard_status_t qkv(rs_emit_t *e, const int32_t t[3], bool bias, int32_t
     return RESHARD_OK;
 }
 
-/* Layer @p i (catalogue index) as the @p local-th layer of its model chunk,
- * whose parameter names start with @p chunk ("" or "c." with vpp). */
-static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
-                              const char *chunk, int32_t i, int32_t local)
+/* The attention of a layer (names "<p>self_attention."), its input norm
+ * fused into linear_qkv (or MLA's projections), of TP rank @p t of @p tp. */
+static reshard_status_t attention(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                  const char *p)
 {
     const reshard_model_t *m = e->m;
-    const rs_layer_ids_t *l = &e->ids->layer[i];
-    char p[96], n[160];
-    bool mtp = i >= m->L;
-    int32_t tp = s->tp, t = c->tp;
-    if (mtp) {
-        int32_t k = i - m->L;
-        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".");
-        TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
-        TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
-        TRY(rs_emit_column(e, l->eh_proj, tp, t, rs_nm(n, sizeof n, p, "eh_proj.weight")));
-        /* multi_token_prediction.py: the inner layer is mtp_model_layer */
-        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".mtp_model_layer.");
-    } else {
-        rs_name_join(p, sizeof p, chunk, "decoder.layers.", local, ".");
-    }
+    char n[160];
     if (m->fam != RS_FAM_DSV3) {
         TRY(rs_emit_own(e, l->in_norm,
                         rs_nm(n, sizeof n, p, "self_attention.linear_qkv.layer_norm_weight")));
@@ -142,6 +144,34 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
             return (reshard_status_t)b;
         TRY(rs_emit_dim0(e, l->sinks, b, 0, t * nh, nh));
     }
+    return RESHARD_OK;
+}
+
+/* Layer @p i (catalogue index) as the @p local-th layer of its model chunk,
+ * whose parameter names start with @p chunk ("" or "c." with vpp). */
+static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const mg_coord_t *c,
+                              const char *chunk, int32_t i, int32_t local)
+{
+    const reshard_model_t *m = e->m;
+    const rs_layer_ids_t *l = &e->ids->layer[i];
+    char p[96], n[160];
+    bool mtp = i >= m->L;
+    int32_t tp = s->tp, t = c->tp;
+    if (mtp) {
+        int32_t k = i - m->L;
+        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".");
+        TRY(rs_emit_own(e, l->enorm, rs_nm(n, sizeof n, p, "enorm.weight")));
+        TRY(rs_emit_own(e, l->hnorm, rs_nm(n, sizeof n, p, "hnorm.weight")));
+        TRY(rs_emit_column(e, l->eh_proj, tp, t, rs_nm(n, sizeof n, p, "eh_proj.weight")));
+        /* multi_token_prediction.py: the inner layer is mtp_model_layer */
+        rs_name_join(p, sizeof p, chunk, "mtp.layers.", k, ".mtp_model_layer.");
+    } else {
+        rs_name_join(p, sizeof p, chunk, "decoder.layers.", local, ".");
+    }
+    if (l->gdn_qkvz >= 0) /* qwen3_next: a Gated DeltaNet layer (qwen3_next.c) */
+        TRY(rs_gdn_megatron(e, l, tp, t, p));
+    else
+        TRY(attention(e, l, tp, t, p));
     if (l->gate >= 0) {
         TRY(rs_emit_own(e, l->post_norm,
                         rs_nm(n, sizeof n, p, "mlp.linear_fc1.layer_norm_weight")));

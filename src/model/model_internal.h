@@ -26,8 +26,17 @@ typedef enum {
     RS_FAM_MIXTRAL,
     RS_FAM_NEMOTRON_H,
     RS_FAM_GLM4_MOE,
-    RS_FAM_GPT_OSS
+    RS_FAM_GPT_OSS,
+    RS_FAM_QWEN3_NEXT
 } rs_family_t;
+
+/** qwen3_next: the Gated DeltaNet mixer (src/model/qwen3_next.c). */
+typedef struct {
+    int32_t nk, nv;   /**< linear_num_key_heads, linear_num_value_heads */
+    int32_t kd, vd;   /**< linear_key_head_dim, linear_value_head_dim */
+    int32_t K;        /**< linear_conv_kernel_dim */
+    int32_t interval; /**< full_attention_interval: layer i is full attention iff (i+1) % it == 0 */
+} rs_gdn_t;
 
 /** nemotron_h: the hybrid stack and its Mamba-2 mixer (src/model/mamba.c). */
 typedef struct {
@@ -62,6 +71,8 @@ struct reshard_model {
     bool *moe;                  /**< per layer 0..L+nmtp-1: MoE MLP */
     uint64_t origin;            /**< hash of the config (canonical JSON) and load options */
     rs_hybrid_t hy;             /**< nemotron_h only */
+    rs_gdn_t gdn;               /**< qwen3_next only */
+    int attn_gate;              /**< q_proj holds [q_h; gate_h] per head (qwen3_next) */
 };
 
 /** Tensor ids of one decoder (or MTP) layer; -1 where absent. */
@@ -77,7 +88,9 @@ typedef struct {
     int32_t s_sigmoid;                        /* shared_expert_gate [1, H] */
     int32_t enorm, hnorm, eh_proj, head_norm; /* MTP */
     int32_t m_in, m_conv_w, m_conv_b, m_A_log, m_D, m_dt_bias, m_norm, m_out; /* Mamba mixer */
-    int32_t lat1, lat2;                 /* MoE latent projections */
+    int32_t gdn_qkvz, gdn_ba; /* qwen3_next Gated DeltaNet (with m_conv_w, m_A_log, m_dt_bias,
+                                 m_norm, m_out) */
+    int32_t lat1, lat2;       /* MoE latent projections */
     int32_t o_bias, sinks, router_b;    /* gpt_oss: o_proj bias, attention sinks, router bias */
     int32_t e_gate_b, e_up_b, e_down_b; /* gpt_oss: stacked expert biases */
     int32_t hf_index;                   /**< layer number in HF names */
@@ -135,6 +148,17 @@ reshard_status_t rs_config_int(struct json_t *root, const char *key, int64_t def
 /* A boolean field: JSON true or false; absent or null reads as @p def;
  * anything else is CONFIG naming the field. */
 reshard_status_t rs_config_bool(struct json_t *root, const char *key, int def, int *out);
+
+/* --- qwen3_next hooks (qwen3_next.c) -------------------------------------- */
+/** Read the Gated DeltaNet fields of a qwen3_next config into m->gdn. */
+reshard_status_t rs_gdn_parse(struct json_t *root, reshard_model_t *m);
+/** Layer @p i (0-based HF index) is a Gated DeltaNet layer. */
+bool rs_gdn_layer(const reshard_model_t *m, int32_t i);
+/** Add the Gated DeltaNet tensors of a layer ("<prefix>linear_attn.*") to
+ *  @p c, their ids into @p l. */
+reshard_status_t rs_gdn_catalogue(rs_cat_t *c, rs_layer_ids_t *l, const char *prefix);
+/** The spec rules of the Gated DeltaNet: tp divides both head counts. */
+reshard_status_t rs_gdn_check_tp(const reshard_model_t *m, int32_t tp, const char *side);
 
 /* --- spec rules ----------------------------------------------------------- */
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s);
@@ -334,8 +358,9 @@ reshard_status_t rs_emit_dim0(rs_emit_t *e, int32_t t, int32_t buf, int64_t base
                               int64_t n);
 /** Column range [c0, c0+n) of a 2-d [R, C] tensor into an [R, n] buffer. */
 reshard_status_t rs_emit_cols(rs_emit_t *e, int32_t t, int32_t buf, int64_t c0, int64_t n);
-/** A column-parallel tensor: view dim 0 (heads or rows) split over @p tp,
- *  rank @p rank_tp's part in a buffer of its own named @p name. */
+/** A column-parallel tensor: view dim 0 (heads or rows; a vector's entries)
+ *  split over @p tp, rank @p rank_tp's part in a buffer of its own named
+ *  @p name. */
 reshard_status_t rs_emit_column(rs_emit_t *e, int32_t t, int32_t tp, int32_t rank_tp,
                                 const char *name);
 /** A row-parallel [R, C] tensor: columns split over @p tp, likewise. */
@@ -445,5 +470,13 @@ reshard_status_t rs_hybrid_megatron_layer(rs_emit_t *e, const reshard_train_spec
                                           int32_t local);
 reshard_status_t rs_hybrid_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,
                                       int32_t i);
+
+/** The Gated DeltaNet of TP rank @p t of @p tp as Megatron's GatedDeltaNet
+ *  (names "<p>self_attention.") or vLLM's QwenGatedDeltaNetAttention (names
+ *  "<p>linear_attn.") holds it, with its input norm. */
+reshard_status_t rs_gdn_megatron(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                                 const char *p);
+reshard_status_t rs_gdn_vllm(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
+                             const char *p);
 
 #endif

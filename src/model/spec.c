@@ -403,12 +403,14 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
              "train: tp=%d does not divide the %d query groups (kv heads) nor is a multiple of "
              "them (Megatron's linear_qkv split)",
              s->tp, m->kv);
-        int64_t gs = (m->nh / m->kv + 2) * (int64_t)m->hd;
+        int64_t gs = ((m->attn_gate ? 2 : 1) * m->nh / m->kv + 2) * (int64_t)m->hd;
         RULE(s->tp <= m->kv || gs % (s->tp / m->kv) == 0,
              "train: tp=%d: the %lld linear_qkv rows of a query group do not split evenly over "
              "its %d ranks",
              s->tp, (long long)gs, s->tp / m->kv);
     }
+    if (m->fam == RS_FAM_QWEN3_NEXT)
+        TRY(rs_gdn_check_tp(m, s->tp, "train"));
     RULE(m->I % s->tp == 0, "train: tp=%d does not divide the MLP intermediate size %lld", s->tp,
          (long long)m->I);
     if (m->Is)
@@ -462,6 +464,14 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
              (long long)m->Is);
     if (m->fam == RS_FAM_NEMOTRON_H)
         TRY(rs_hybrid_check_infer(m, s));
+    if (m->fam == RS_FAM_QWEN3_NEXT) {
+        TRY(rs_gdn_check_tp(m, tp, "infer"));
+        /* qwen3_next.py passes is_sequence_parallel to its shared expert
+         * (Qwen2MoeMLP), whose effect on the layout is not read here */
+        RULE(!rs_vllm_sequence_parallel_moe(s),
+             "infer: qwen3_next with vLLM's sequence-parallel MoE (ep=on, tp>1 and dp>1) is not "
+             "modelled (its shared-expert layout there is not established)");
+    }
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         RULE(!rs_eplb_on(s), "infer: EPLB (redundant=%d or a map): the model has no experts",

@@ -31,24 +31,33 @@ const char *rs_vllm_name(const reshard_infer_spec_t *s, rs_vllm_name_t which)
 /* qkv_proj weight (or bias: @p bias) of TP rank t: [its q heads; its kv
  * heads (k); the same (v)], each head_dim rows (of H). With tp > kv heads,
  * kv head t / (tp / kv) is replicated on tp / kv consecutive ranks
- * (linear.py QKVParallelLinear). */
+ * (linear.py QKVParallelLinear). With the attention output gate
+ * (qwen3_next.py: QKVParallelLinear over 2 x heads) each q head is 2 x
+ * head_dim rows, HF's [q_h; gate_h], kept in that order. */
 static reshard_status_t qkv(rs_emit_t *e, const int32_t id[3], bool bias, int32_t tp, int32_t t,
                             const char *name)
 {
     const reshard_model_t *m = e->m;
     int64_t H = bias ? 1 : m->H, hd = m->hd, kv = m->kv, hpg = m->nh / kv;
+    int64_t qm = m->attn_gate ? 2 : 1; /* row blocks of hd per q head */
     int64_t nq = m->nh / tp, h0 = t * nq;
     int64_t nkv = tp <= kv ? kv / tp : 1, k0 = tp <= kv ? t * nkv : t / (tp / kv);
-    int32_t b = rs_emit_buffer(e, id[0], 1, (nq + 2 * nkv) * hd, H, "%s", name);
+    int32_t b = rs_emit_buffer(e, id[0], 1, (qm * nq + 2 * nkv) * hd, H, "%s", name);
     if (b < 0)
         return (reshard_status_t)b;
     int64_t ng = nq >= hpg ? nq / hpg : 1, nj = nq >= hpg ? hpg : nq;
-    int64_t qo[4] = {h0 / hpg, h0 % hpg, 0, 0}, qe[4] = {ng, nj, hd, H};
-    int64_t qs[4] = {hpg * hd * H, hd * H, H, 1};
-    TRY(rs_emit(e, id[0], b, qo, qe, 0, qs));
+    if (qm == 2) { /* q view [kv, hpg, 2, hd, H] */
+        int64_t qo[5] = {h0 / hpg, h0 % hpg, 0, 0, 0}, qe[5] = {ng, nj, 2, hd, H};
+        int64_t qs[5] = {hpg * 2 * hd * H, 2 * hd * H, hd * H, H, 1};
+        TRY(rs_emit(e, id[0], b, qo, qe, 0, qs));
+    } else { /* q view [kv, hpg, hd, (H)] */
+        int64_t qo[4] = {h0 / hpg, h0 % hpg, 0, 0}, qe[4] = {ng, nj, hd, H};
+        int64_t qs[4] = {hpg * hd * H, hd * H, H, 1};
+        TRY(rs_emit(e, id[0], b, qo, qe, 0, qs));
+    }
     int64_t ko[3] = {k0, 0, 0}, ke[3] = {nkv, hd, H}, ks[3] = {hd * H, H, 1};
-    TRY(rs_emit(e, id[1], b, ko, ke, nq * hd * H, ks));
-    return rs_emit(e, id[2], b, ko, ke, (nq + nkv) * hd * H, ks);
+    TRY(rs_emit(e, id[1], b, ko, ke, qm * nq * hd * H, ks));
+    return rs_emit(e, id[2], b, ko, ke, (qm * nq + nkv) * hd * H, ks);
 }
 
 reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
@@ -115,7 +124,9 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
     }
     TRY(rs_emit_own(e, l->in_norm, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
-    if (m->fam != RS_FAM_DSV3) {
+    if (l->gdn_qkvz >= 0) { /* qwen3_next: a Gated DeltaNet layer (qwen3_next.c) */
+        TRY(rs_gdn_vllm(e, l, tp, t, p));
+    } else if (m->fam != RS_FAM_DSV3) {
         TRY(qkv(e, (int32_t[3]){l->q, l->k, l->v}, false, tp, t,
                 rs_nm(n, sizeof n, p, "self_attn.qkv_proj.weight")));
         if (l->q_bias >= 0)
@@ -140,7 +151,8 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         TRY(rs_emit_own(e, l->kv_a_norm, rs_nm(n, sizeof n, p, "self_attn.kv_a_layernorm.weight")));
         TRY(rs_emit_column(e, l->kv_b, tp, t, rs_nm(n, sizeof n, p, "self_attn.kv_b_proj.weight")));
     }
-    TRY(rs_emit_row(e, l->o, tp, t, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+    if (l->o >= 0)
+        TRY(rs_emit_row(e, l->o, tp, t, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
     TRY(rs_emit_own(e, l->post_norm, rs_nm(n, sizeof n, p, "post_attention_layernorm.weight")));
     if (l->gate >= 0) {
         int64_t ni = m->I / tp;

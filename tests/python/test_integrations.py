@@ -416,6 +416,44 @@ def test_nemotron_a_refit_from_a_log(tmp_path, standin_vllm):
         assert torch.equal(got, -torch.exp(a_log.detach().float())), (i, got, a_log)
 
 
+NEXT = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, full_attention_interval=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
+            linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
+            num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+            num_experts_per_tok=2, vocab_size=256)
+
+
+def test_qwen3_next_norm_and_a_log_staged(tmp_path, standin_vllm):
+    """Qwen3-Next: vLLM's linear_attn.norm.weight is Megatron's zero-centered out_norm
+    + 1 (Megatron-Bridge RMSNorm2ZeroCenteredRMSNormMapping), its A_log fp32 (the
+    trainer's bf16): both refit into staging, then set in place. Oracle: both
+    frameworks hold out_norm whole and split A_log contiguously by tp rank."""
+    rv, factory = standin_vllm
+    rv.register()
+    path = write(tmp_path, "next", shrunk("qwen3-next-80b-a3b-instruct", **NEXT))
+    model = reshard.Model(path)
+    sources = pattern_sources(lambda r: model.refit("tp=2", "tp=2", rank=r), 2)
+    models = []
+    for i in range(2):
+        bufs = model.refit("tp=2", "tp=2", rank=2 + i).infer.new_buffers(2 + i, fill=SENT)
+        norm = bufs.pop("model.layers.0.linear_attn.norm.weight_minus_1")
+        a_log = bufs.pop("model.layers.0.linear_attn.A_log_bf16")
+        bufs["model.layers.0.linear_attn.norm.weight"] = torch.zeros(norm.shape, dtype=norm.dtype)
+        bufs["model.layers.0.linear_attn.A_log"] = torch.zeros(a_log.shape, dtype=torch.float32)
+        models.append(module_of(bufs))
+    workers = [vllm_worker(factory, m, "tp=2", i) for i, m in enumerate(models)]
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers)
+    assert errors == {}
+    for i in range(2):
+        src = dict(sources[i].named_parameters())
+        got = dict(models[i].named_parameters())
+        out_norm = src["decoder.layers.0.self_attention.out_norm.weight"].detach()
+        want = (out_norm.float() + 1).to(out_norm.dtype)
+        assert torch.equal(got["model.layers.0.linear_attn.norm.weight"].detach(), want), i
+        a = src["decoder.layers.0.self_attention.A_log"].detach()
+        assert torch.equal(got["model.layers.0.linear_attn.A_log"].detach(), a.float()), i
+
+
 def test_trainer_binds_expert_bias_from_named_buffers(tmp_path):
     """Megatron's router.expert_bias is a module buffer: the sender takes it from
     named_buffers(); a chunk without it is refused at init, naming it."""

@@ -98,6 +98,25 @@ static int64_t gpt_oss_params(int64_t H, int64_t I, int64_t L, int64_t nh, int64
     return 2 * V * H + H + L * (2 * H + attn + moe);
 }
 
+/* Qwen3-Next (HF Qwen3Next, vLLM qwen3_next.py): every full_attention_interval-th
+ * layer gated attention (q_proj 2 x heads: q and its gate; k, v, o; q/k
+ * norms [hd]), the others Gated DeltaNet (in_proj_qkvz [2*nk*kd + 2*nv*vd, H],
+ * in_proj_ba [2*nv, H], conv1d [2*nk*kd + nv*vd, 1, K], A_log and dt_bias
+ * [nv], norm [vd], out_proj [H, nv*vd]); every layer MoE: router [E, H], E
+ * experts of 3*Im*H, a shared expert of 3*Is*H and its gate [1, H]. */
+static int64_t qwen3_next_params(int64_t H, int64_t L, int64_t every, int64_t nh, int64_t kv,
+                                 int64_t hd, int64_t nk, int64_t nv, int64_t kd, int64_t vd,
+                                 int64_t K, int64_t V, int64_t E, int64_t Im, int64_t Is)
+{
+    int64_t attn = H * nh * hd * 2 + H * kv * hd * 2 + H * nh * hd + 2 * hd;
+    int64_t conv = 2 * nk * kd + nv * vd;
+    int64_t gdn =
+        H * (2 * nk * kd + 2 * nv * vd) + H * 2 * nv + conv * K + 2 * nv + vd + H * nv * vd;
+    int64_t moe = E * H + 3 * E * Im * H + 3 * Is * H + H;
+    int64_t full = L / every;
+    return 2 * V * H + H + L * (2 * H + moe) + full * attn + (L - full) * gdn;
+}
+
 typedef struct {
     int64_t H, I, Im, L, nh, q_lora, kv_lora, nope, rope, vhd, V, E, nshared, first_k;
 } mla_cfg_t;
@@ -174,6 +193,11 @@ static void test_shipped_model_bytes(void **state)
     /* gpt-oss: 20.9B and 116.8B (model card, "21B" / "117B" parameters) */
     expect_params("gpt-oss-20b", gpt_oss_params(2880, 2880, 24, 64, 8, 64, 201088, 32), 0, 20.9e9,
                   0.001);
+    /* Qwen3-Next-80B-A3B: "80B total" (model card); 79.67 G computed without its MTP layer */
+    expect_params(
+        "qwen3-next-80b-a3b-instruct",
+        qwen3_next_params(2048, 48, 4, 16, 2, 256, 16, 32, 128, 128, 4, 151936, 512, 512, 512), 0,
+        80e9, 0.005);
     expect_params("gpt-oss-120b", gpt_oss_params(2880, 2880, 36, 64, 8, 64, 201088, 128), 0,
                   116.8e9, 0.001);
     /* GLM-4.5-Air: "106B total parameters" (model card); 106.85 G without the
@@ -485,6 +509,33 @@ static void test_load_errors(void **state)
                                              NULL, &m),
                      RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "model_type 'mamba'"));
+    /* qwen3_next: what is not modelled is refused by name (a dense MLP
+     * layer, explicit layer_types, the MTP layer) */
+    static const char *const next =
+        "{\"model_type\": \"qwen3_next\", \"hidden_size\": 32, \"intermediate_size\": 64, "
+        "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+        "\"head_dim\": 8, \"vocab_size\": 96, \"moe_intermediate_size\": 16, "
+        "\"num_experts\": 4, \"shared_expert_intermediate_size\": 16, "
+        "\"linear_num_key_heads\": 2, \"linear_num_value_heads\": 4, "
+        "\"linear_key_head_dim\": 4, \"linear_value_head_dim\": 8, "
+        "\"linear_conv_kernel_dim\": 4, \"full_attention_interval\": 2";
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s}", next);
+    assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_OK);
+    reshard_model_destroy(m);
+    snprintf(buf, sizeof buf, "%s, \"mlp_only_layers\": [1]}", next);
+    assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "dense MLP in layer 1"));
+    snprintf(buf, sizeof buf, "%s, \"layer_types\": [\"full_attention\"]}", next);
+    assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "explicit layer_types"));
+    snprintf(buf, sizeof buf, "%s, \"layer_scale\": true}", next);
+    assert_int_equal(reshard_model_load_json(buf, NULL, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "layer_scale true"));
+    snprintf(buf, sizeof buf, "%s}", next);
+    reshard_model_options_t mo = {.mtp = 1};
+    assert_int_equal(reshard_model_load_json(buf, &mo, &m), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "'qwen3_next' with the mtp option"));
     /* a dense family with experts would silently drop them */
     assert_int_equal(
         reshard_model_load_json("{\"model_type\": \"llama\", \"num_experts\": 128}", NULL, &m),

@@ -41,7 +41,13 @@ typedef struct {
     int64_t q_lora, kv_lora, nope, rope, vhd, nmtp;
     int64_t L;
     int tied;
+    int64_t nk, nv, kd, vd, K, interval; /* qwen3_next Gated DeltaNet */
 } tcfg_t;
+
+static int is_next(const tcfg_t *c)
+{
+    return !strcmp(c->type, "qwen3_next");
+}
 
 static char *config_json(const tcfg_t *c)
 {
@@ -54,14 +60,21 @@ static char *config_json(const tcfg_t *c)
                  "\"tie_word_embeddings\": %s",
                  c->type, (long long)c->H, (long long)c->I, (long long)c->L, (long long)c->nh,
                  (long long)c->kv, (long long)c->hd, (long long)c->V, c->tied ? "true" : "false");
-    if (!strcmp(c->type, "qwen3_moe") || !strcmp(c->type, "qwen2_moe"))
+    if (!strcmp(c->type, "qwen3_moe") || !strcmp(c->type, "qwen2_moe") || is_next(c))
         n += snprintf(s + n, 4096 - (size_t)n,
                       ", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, "
                       "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [%s]",
                       (long long)c->Im, (long long)c->E, c->mlp_only0 ? "0" : "");
-    if (!strcmp(c->type, "qwen2_moe"))
+    if (!strcmp(c->type, "qwen2_moe") || is_next(c))
         n += snprintf(s + n, 4096 - (size_t)n, ", \"shared_expert_intermediate_size\": %lld",
                       (long long)c->Is);
+    if (is_next(c))
+        n += snprintf(s + n, 4096 - (size_t)n,
+                      ", \"linear_num_key_heads\": %lld, \"linear_num_value_heads\": %lld, "
+                      "\"linear_key_head_dim\": %lld, \"linear_value_head_dim\": %lld, "
+                      "\"linear_conv_kernel_dim\": %lld, \"full_attention_interval\": %lld",
+                      (long long)c->nk, (long long)c->nv, (long long)c->kd, (long long)c->vd,
+                      (long long)c->K, (long long)c->interval);
     if (!strcmp(c->type, "mixtral"))
         n += snprintf(s + n, 4096 - (size_t)n, ", \"num_local_experts\": %lld", (long long)c->E);
     if (!strcmp(c->type, "deepseek_v3"))
@@ -106,12 +119,13 @@ static const char *moe_block(const tcfg_t *c)
 
 static int64_t shared_I(const tcfg_t *c)
 {
-    return !strcmp(c->type, "qwen2_moe") ? c->Is : c->Im * c->nshared;
+    return !strcmp(c->type, "qwen2_moe") || is_next(c) ? c->Is : c->Im * c->nshared;
 }
 
 static const char *shared_hf(const tcfg_t *c)
 {
-    return !strcmp(c->type, "qwen2_moe") ? "mlp.shared_expert." : "mlp.shared_experts.";
+    return !strcmp(c->type, "qwen2_moe") || is_next(c) ? "mlp.shared_expert."
+                                                       : "mlp.shared_experts.";
 }
 
 /* Expert projection names in HF: gate/up/down (mixtral: w1/w3/w2). */
@@ -214,6 +228,56 @@ static void vocab(const rk_t *x, int64_t vpad, const char *hf, geom_t *g, where_
         at(w, "", hf, 0, row, col);
         w->pad = row >= x->c->V;
     }
+}
+
+/* Qwen3-Next's Gated DeltaNet, the rules common to both frameworks
+ * (Megatron gated_delta_net/common.py, vLLM qwen_gdn_linear_attn.py):
+ * conv1d channels [q (nk*kd); k (nk*kd); v (nv*vd)], a TP rank holding its
+ * 1/tp of each section in that order; A_log and dt_bias [nv] split by value
+ * head; out_proj [H, nv*vd] by columns. @p rest is the name after the
+ * module ("conv1d.weight", ...), @p a_log the rank's name for A_log, @p norm
+ * the rank's name for the norm (its HF tensor linear_attn.norm.weight).
+ * Returns 0 for another name. */
+static int gdn_common(const rk_t *x, const char *pre, const char *rest, const char *a_log,
+                      const char *norm, int64_t i, int64_t col, geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t tp = x->tp, t = x->t;
+    char hf[192];
+    if (!strcmp(rest, "conv1d.weight")) {
+        int64_t qk = c->nk * c->kd, qi = qk / tp, vi = c->nv * c->vd / tp, ch;
+        *g = (geom_t){1, 2 * qi + vi, c->K};
+        if (i < qi)
+            ch = t * qi + i;
+        else if (i < 2 * qi)
+            ch = qk + t * qi + (i - qi);
+        else
+            ch = 2 * qk + t * vi + (i - 2 * qi);
+        if (w) /* HF [conv_dim, 1, K]: channel = the oracle's "expert" index */
+            at(w, pre, "linear_attn.conv1d.weight", ch, 0, col);
+        return 1;
+    }
+    if (!strcmp(rest, "dt_bias") || !strcmp(rest, a_log)) {
+        int64_t n = c->nv / tp;
+        *g = (geom_t){1, 1, n};
+        if (w)
+            at(w, pre, !strcmp(rest, "dt_bias") ? "linear_attn.dt_bias" : "linear_attn.A_log", 0, 0,
+               t * n + col);
+        return 1;
+    }
+    if (!strcmp(rest, norm)) {
+        snprintf(hf, sizeof hf, "%slinear_attn.norm.weight", pre);
+        whole(x, hf, g, w, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "out_proj.weight")) {
+        int64_t n = c->nv * c->vd / tp;
+        *g = (geom_t){1, c->H, n};
+        if (w)
+            at(w, pre, "linear_attn.out_proj.weight", 0, i, t * n + col);
+        return 1;
+    }
+    return 0;
 }
 
 static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
@@ -373,22 +437,41 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         }
         return 1;
     }
+    if (is_next(c) && !strncmp(rest, "linear_attn.", 12)) {
+        /* qwen_gdn_linear_attn.py: in_proj_qkvz / in_proj_ba are
+         * MergedColumnParallelLinear of one output shard: rank t holds a
+         * contiguous 1/tp of HF's rows (whole key-head groups) */
+        const char *m = rest + 12;
+        if (!strcmp(m, "in_proj_qkvz.weight") || !strcmp(m, "in_proj_ba.weight")) {
+            int64_t r = c->nv / c->nk;
+            int64_t per = !strcmp(m, "in_proj_ba.weight") ? 2 * r : 2 * c->kd + 2 * r * c->vd;
+            int64_t rows = c->nk * per / tp;
+            *g = (geom_t){1, rows, H};
+            if (w)
+                at(w, "", hf, 0, t * rows + i, col);
+            return 1;
+        }
+        /* A_log (fp32 in vLLM) staged bf16; the norm staged as Megatron's HF - 1 */
+        return gdn_common(x, pre, m, "A_log_bf16", "norm.weight_minus_1", i, col, g, w);
+    }
     int bias = !strcmp(rest, "self_attn.qkv_proj.bias");
     if (!strcmp(rest, "self_attn.qkv_proj.weight") || bias) {
-        int64_t hd = c->hd, nq = c->nh / tp;
+        /* qwen3_next.py: QKVParallelLinear over 2 x heads, each HF q_proj
+         * head [q_h; gate_h] (2 x hd rows) in order */
+        int64_t hd = c->hd, nq = c->nh / tp, qm = is_next(c) ? 2 : 1;
         int64_t nkv = tp <= c->kv ? c->kv / tp : 1;
         int64_t k0 = tp <= c->kv ? t * nkv : t / (tp / c->kv); /* kv head replicated */
-        *g = (geom_t){1, (nq + 2 * nkv) * hd, bias ? 1 : H};
+        *g = (geom_t){1, (qm * nq + 2 * nkv) * hd, bias ? 1 : H};
         if (w) {
             const char *sfx = bias ? "bias" : "weight";
             char q[64], kk[64], vv[64];
             snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
             snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
             snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
-            if (i < nq * hd)
-                at(w, pre, q, 0, t * nq * hd + i, col);
+            if (i < qm * nq * hd)
+                at(w, pre, q, 0, t * qm * nq * hd + i, col);
             else
-                pair(w, pre, kk, vv, nkv * hd, k0 * hd, 0, i - nq * hd, col);
+                pair(w, pre, kk, vv, nkv * hd, k0 * hd, 0, i - qm * nq * hd, col);
             if (bias) { /* a 1-d tensor: the element index is the column */
                 w->c = w->r;
                 w->r = 0;
@@ -580,6 +663,7 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
         const char *mg, *hf;
     } same[] = {
         {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
+        {"self_attention.in_proj.layer_norm_weight", "input_layernorm.weight"},
         {"input_layernorm.weight", "input_layernorm.weight"},
         {"self_attention.q_layernorm.weight", "self_attn.q_norm.weight"},
         {"self_attention.k_layernorm.weight", "self_attn.k_norm.weight"},
@@ -640,12 +724,45 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
             whole(x, hf, g, w, i, col);
             return 1;
         }
+    if (is_next(c) && !strcmp(rest, "self_attention.in_proj.weight")) {
+        /* gated_delta_net/gdn.py in_proj_split_sections: TP rank t holds
+         * [q; k; v; z; b; a] of its key-head groups [t*nk/tp, (t+1)*nk/tp),
+         * each section the groups in order; HF groups rows by key head
+         * (in_proj_qkvz [q_g; k_g; v_g; z_g], in_proj_ba [b_g; a_g]) */
+        int64_t r = c->nv / c->nk, ng = c->nk / tp;
+        int64_t len[6] = {c->kd, c->kd, r * c->vd, r * c->vd, r, r};
+        int64_t at0[6] = {0, c->kd, 2 * c->kd, 2 * c->kd + r * c->vd, 0, r};
+        int64_t rows = 0;
+        for (int q = 0; q < 6; q++)
+            rows += ng * len[q];
+        *g = (geom_t){1, rows, H};
+        if (w) {
+            int64_t j = i;
+            int q = 0;
+            while (j >= ng * len[q])
+                j -= ng * len[q++];
+            int64_t grp = t * ng + j / len[q], in = j % len[q];
+            int64_t per = q < 4 ? 2 * c->kd + 2 * r * c->vd : 2 * r;
+            at(w, pre, q < 4 ? "linear_attn.in_proj_qkvz.weight" : "linear_attn.in_proj_ba.weight",
+               0, grp * per + at0[q] + in, col);
+        }
+        return 1;
+    }
+    /* Megatron-Bridge RMSNorm2ZeroCenteredRMSNormMapping: out_norm is HF's
+     * linear_attn.norm.weight (less 1: a value of the trainer's own) */
+    if (is_next(c) && !strncmp(rest, "self_attention.", 15) &&
+        gdn_common(x, pre, rest + 15, "A_log", "out_norm.weight", i, col, g, w))
+        return 1;
     int bias = !strcmp(rest, "self_attention.linear_qkv.bias");
     if (!strcmp(rest, "self_attention.linear_qkv.weight") || bias) {
         /* rows interleaved per query group g: [q heads of g; k head g; v head
          * g], the whole row sequence split evenly over tp (tp may be a
-         * multiple of the groups: then a part of one group per rank) */
-        int64_t hd = c->hd, hpg = c->nh / c->kv, gs = (hpg + 2) * hd, rows = c->kv * gs / tp;
+         * multiple of the groups: then a part of one group per rank). With
+         * attention_output_gate (attention.py get_query_key_value_tensors):
+         * [q heads of g; their gates; k; v], q and gate the halves of each
+         * HF q_proj head's 2 x hd rows (Bridge merge_qkv_weights) */
+        int64_t qm = is_next(c) ? 2 : 1;
+        int64_t hd = c->hd, hpg = c->nh / c->kv, gs = (qm * hpg + 2) * hd, rows = c->kv * gs / tp;
         *g = (geom_t){1, rows, bias ? 1 : H};
         if (w) {
             int64_t idx = t * rows + i, grp = idx / gs, j = idx % gs;
@@ -654,10 +771,12 @@ static int megatron_oracle(const rk_t *x, const char *param, int64_t el, int64_t
             snprintf(q, sizeof q, "self_attn.q_proj.%s", sfx);
             snprintf(kk, sizeof kk, "self_attn.k_proj.%s", sfx);
             snprintf(vv, sizeof vv, "self_attn.v_proj.%s", sfx);
-            if (j < hpg * hd)
-                at(w, pre, q, 0, grp * hpg * hd + j, col);
-            else
-                pair(w, pre, kk, vv, hd, grp * hd, 0, j - hpg * hd, col);
+            if (j < qm * hpg * hd) { /* q (then gate) of head h of the group */
+                int64_t half = j / (hpg * hd), jj = j % (hpg * hd), h = grp * hpg + jj / hd;
+                at(w, pre, q, 0, h * qm * hd + half * hd + jj % hd, col);
+            } else {
+                pair(w, pre, kk, vv, hd, grp * hd, 0, j - qm * hpg * hd, col);
+            }
             if (bias) {
                 w->c = w->r;
                 w->r = 0;
@@ -763,6 +882,14 @@ static void check_declared(const reshard_buffer_info_t *bi, const char *param, c
         assert_int_equal(bi->dtype, hf->dtype);
         assert_int_equal(bi->ndim, 1);
         assert_int_equal(bi->shape[0], g->experts * g->rows * g->width);
+        return;
+    }
+    if (ends(param, "conv1d.weight")) { /* nn.Conv1d / vLLM's conv1d: [channels, 1, K] */
+        assert_int_equal(bi->dtype, hf->dtype);
+        assert_int_equal(bi->ndim, 3);
+        assert_int_equal(bi->shape[0], g->rows);
+        assert_int_equal(bi->shape[1], 1);
+        assert_int_equal(bi->shape[2], g->width);
         return;
     }
     int64_t rows = scale ? (g->rows + BLOCK - 1) / BLOCK : g->rows;
@@ -1950,6 +2077,83 @@ static void test_gpt_oss(void **state)
     free(json);
 }
 
+/* Qwen3-Next (qwen3_next): layers 0 and 2 Gated DeltaNet, 1 and 3 gated
+ * full attention (full_attention_interval 2), every layer MoE with a gated
+ * shared expert. 2 key heads / 4 value heads: two value heads per key-head
+ * group, so the grouped HF rows and Megatron's sections differ. */
+static const tcfg_t next = {.type = "qwen3_next",
+                            .H = 32,
+                            .I = 64,
+                            .Im = 16,
+                            .Is = 16,
+                            .V = 96,
+                            .nh = 4,
+                            .kv = 2,
+                            .hd = 8,
+                            .E = 4,
+                            .L = 4,
+                            .nk = 2,
+                            .nv = 4,
+                            .kd = 4,
+                            .vd = 8,
+                            .K = 4,
+                            .interval = 2};
+
+static void test_qwen3_next(void **state)
+{
+    (void)state;
+    /* whole query groups and key-head groups per TP rank, experts by EP */
+    refit_case(&next, RESHARD_BF16, "tp=2,ep=2,etp=1", "tp=2,ep=on");
+    /* Megatron pp=2 tp=2 -> vLLM tp=1 x DP 2 without EP (experts split over 2) */
+    refit_case(&next, RESHARD_BF16, "tp=2,pp=2", "tp=1,dp=2");
+    /* Megatron-Bridge, engines, EPLB's redundant slots, own plans */
+    refit_case_how(&next, RESHARD_BF16, "tp=1,dp=2,ep=2,convention=megatron-bridge",
+                   "tp=2,engines=2,ep=on,redundant=2", (how_t){.domain_size = 2, .own_plans = 2});
+    /* one kv head: tp=2 cuts Megatron's gated group [q; gate; k; v] in two
+     * (rank 0: q, gate of head 0; rank 1: gates 1-3, k, v), vLLM replicates k/v */
+    tcfg_t mqa = next;
+    mqa.kv = 1;
+    refit_case(&mqa, RESHARD_BF16, "tp=2", "tp=2");
+
+    char *json = config_json(&next);
+    reshard_model_t *m;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_refit_t f;
+    /* refused: tp not dividing the key heads; vLLM's sequence-parallel MoE */
+    assert_int_equal(reshard_train_spec_parse("tp=4", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=1", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "qwen3_next: tp=4 does not divide"));
+    assert_int_equal(reshard_train_spec_parse("tp=1", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=2,ep=on", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "sequence-parallel MoE"));
+    /* the staged names say what the worker must do: out_norm + 1, A_log widened */
+    reshard_tensors_t *T;
+    reshard_layout_t *l;
+    reshard_model_buffers_t *b;
+    assert_int_equal(reshard_model_tensors(m, &T), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=1", &is), RESHARD_OK);
+    assert_int_equal(reshard_model_infer_layout(m, T, &is, 0, &l, &b), RESHARD_OK);
+    int staged = 0, plain = 0;
+    for (int64_t k = 0; k < reshard_model_buffers_count(b); k++) {
+        reshard_model_buffer_t e;
+        assert_int_equal(reshard_model_buffers_get(b, k, &e), RESHARD_OK);
+        staged += ends(e.name, "linear_attn.norm.weight_minus_1") ||
+                  ends(e.name, "linear_attn.A_log_bf16");
+        plain += ends(e.name, "linear_attn.norm.weight") || ends(e.name, "linear_attn.A_log");
+    }
+    assert_int_equal(staged, 4); /* 2 DeltaNet layers x (norm, A_log) */
+    assert_int_equal(plain, 0);
+    reshard_model_buffers_destroy(b);
+    reshard_layout_destroy(l);
+    reshard_tensors_destroy(T);
+    reshard_model_destroy(m);
+    free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1971,6 +2175,7 @@ int main(void)
         cmocka_unit_test(test_eplb_refused),
         cmocka_unit_test(test_glm4_moe),
         cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_qwen3_next),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,43 @@ def nemotron_a_rules(declared: List[str], live: Dict[str, Tensor]) -> List[Rule]
     return out
 
 
+def widen(x: Tensor) -> Tensor:
+    """The staged value as it is (apply_post_load casts it to the target's dtype):
+    a bf16 trainer tensor vLLM holds fp32 (Qwen3-Next's ``linear_attn.A_log``, GLM-4.5's
+    ``mlp.gate.weight``)."""
+    return x
+
+
+def plus_one(x: Tensor) -> Tensor:
+    """HF/vLLM's plain RMSNorm weight from Megatron's zero-centered one (Qwen3-Next's
+    ``linear_attn.norm.weight`` = ``out_norm.weight`` + 1, Megatron-Bridge
+    RMSNorm2ZeroCenteredRMSNormMapping), in fp32 before the cast."""
+    return x.float() + 1
+
+
+# Staged names the layouts declare by suffix: the engine's parameter is the name
+# without it, computed from the staged value (the C header says which layout
+# declares which).
+STAGED_SUFFIXES = (("_bf16", widen), ("_minus_1", plus_one))
+
+
+def suffix_rules(declared: List[str], live: Dict[str, Tensor]) -> List[Rule]:
+    """A Staged rule for each declared ``X_bf16`` / ``X_minus_1`` whose engine holds
+    ``X`` (and not the staged name itself)."""
+    out: List[Rule] = []
+    for name in declared:
+        for sfx, compute in STAGED_SUFFIXES:
+            target = name[:-len(sfx)]
+            if name.endswith(sfx) and target in live and name not in live:
+                out.append(Staged(name, target, compute))
+    return out
+
+
+def staged_rules(declared: List[str], live: Dict[str, Tensor]) -> List[Rule]:
+    """Every Staged rule of the layouts: Nemotron-H's A and the suffixed names."""
+    return nemotron_a_rules(declared, live) + suffix_rules(declared, live)
+
+
 def split_rules(rules: List[Rule]):
     """(staged by loaded name, reruns, refused) of ``rules``."""
     staged = {r.loaded: r for r in rules if isinstance(r, Staged)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .post_load import Refused, Rerun, Rule, nemotron_a_rules
+from .post_load import Refused, Rerun, Rule, staged_rules
 from .trainer import ReshardTrainer, ReshardTrainerInitInfo
 from .worker import ReshardInitInfo, ReshardUpdateInfo, WorkerCore
 
@@ -61,14 +61,16 @@ def plugin() -> None:
 def vllm_post_load_rules(model: Any, declared: List[str], live: Dict[str, Any],
                          info: ReshardInitInfo, act_dtype: Any) -> List[Rule]:
     """The parameters vLLM holds in a post-load form, for the backend in use:
-    - Nemotron-H ``mixer.A`` = -exp(A_log) (fp32): staged (post_load.py).
+    - Nemotron-H ``mixer.A`` = -exp(A_log) (fp32), Qwen3-Next ``linear_attn.norm.weight``
+      (Megatron's out_norm + 1) and ``linear_attn.A_log`` (fp32), GLM-4.5
+      ``mlp.gate.weight`` (fp32): staged (post_load.py).
     - MLA: an attention module keeping ``W_UK_T`` / ``W_UV`` (derived from
       ``kv_b_proj``, mla_attention.py): its process_weights_after_loading(act_dtype)
       runs again after every refit; without one, the kv_b_proj parameter is refused.
     - FlashInfer CUTLASS/TRTLLM MoE (``moe_backend``): w13 is swapped to [up; gate]
       and re-blocked after loading (fused_moe/oracle/unquantized.py): every
       ``w13_weight`` is refused by name."""
-    rules: List[Rule] = list(nemotron_a_rules(declared, live))
+    rules: List[Rule] = list(staged_rules(declared, live))
     by_id = {id(t): n for n, t in live.items()}
     for mod_name, m in model.named_modules():
         if not (hasattr(m, "W_UK_T") or hasattr(m, "W_UV")):

@@ -14,7 +14,7 @@ from ..errors import ReshardError, Status, error
 from ..model import Model
 from ..plan import Plan
 from .binding import Bound, apply_post_load, bind_live, live_tensors
-from .post_load import Rule, nemotron_a_rules
+from .post_load import Rule, staged_rules
 from .ranks import sizes, worker_rank
 from .rendezvous import Rendezvous, agree, device_of, open_comm, open_store
 
@@ -131,8 +131,9 @@ class WorkerCore:
 
     def post_load_rules(self, declared: List[str], live: Dict[str, Any],
                         info: ReshardInitInfo) -> List[Rule]:
-        """The post-load rules of this engine (override to add): Nemotron-H's A."""
-        return nemotron_a_rules(declared, live)
+        """The post-load rules of this engine (override to add): the staged ones
+        (Nemotron-H's A, Qwen3-Next's norm + 1 and A_log, GLM-4.5's fp32 gate)."""
+        return staged_rules(declared, live)
 
     def init_transfer_engine(self, info: ReshardInitInfo) -> None:
         """Join the refit: derive this worker's rank, build its plan, check every
