@@ -25,8 +25,10 @@
  * 0.25 s, which means every rank had completed the decision round and a peer
  * stopped after it: then the execution returns OK (its data arrived everywhere)
  * and the comm is broken: the next execution returns RESHARD_ERR_TRANSPORT at
- * once, releasing the peers that wait for it in that execution (abort notice),
- * so that the survivors reach reshard_comm_agree_gone together. A rank entering
+ * once, releasing the peers that wait for it in that execution (abort notice);
+ * and a peer whose confirmation completed and whose next agreement then timed
+ * out releases the ranks still confirming, so that the survivors reach
+ * reshard_comm_agree_gone together (within milliseconds, whatever its timeout). A rank entering
  * reshard_comm_agree_gone sends the same notice, so that survivors still waiting
  * inside the failed execution leave it at once. Limit: a rank descheduled for
  * longer than that grace at its deadline can still return a different verdict

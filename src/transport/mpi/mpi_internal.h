@@ -60,6 +60,9 @@ typedef struct {
     /** The comm broke after an agreement decided OK (a peer stopped answering during its
      *  confirmation): that execution succeeded, the next one is refused. */
     bool broken_after_ok;
+    /** In the confirmation round of an agreement: a peer's abort of the next epoch
+     *  counts (it completed the confirmation and failed after). */
+    bool confirming;
     /** Peers whose requests were outstanding when a wait timed out
      *  (size entries; reshard_comm_unresponsive). */
     unsigned char *lost;

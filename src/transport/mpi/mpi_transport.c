@@ -170,7 +170,9 @@ static reshard_status_t check_abort(rs_mpi_t *m, bool *got)
             return rs_mpi_error(m, rc, "MPI_Test (abort channel)");
         if (!flag)
             break;
-        if (m->abort_msg[2] == m->epoch) {
+        /* while confirming, a notice of the next epoch too: its sender completed the
+         * confirmation and failed in the next agreement (confirm_wait) */
+        if (m->abort_msg[2] == m->epoch || (m->confirming && m->abort_msg[2] == m->epoch + 1)) {
             m->abort_received = true;
             break;
         }
@@ -365,8 +367,10 @@ static void hook(const rs_mpi_t *m, rs_mpi_agree_point_t point)
  * for the barrier @p req; a peer's abort of this epoch, which only a rank that gave up on
  * the decision round sends, makes the outcome a failure. Returns OK when the barrier
  * completed (*@p done) or when it did not, but no such notice came by the deadline plus
- * the grace (every rank then completed the decision round: the decision stands); else
- * TIMEOUT naming the rank that gave up. */
+ * the grace (every rank then completed the decision round: the decision stands), or when
+ * a notice of the next epoch arrives (its sender completed the confirmation, so the
+ * decision stands, and then failed in its next agreement: this rank leaves now, together
+ * with it, instead of a grace later); else TIMEOUT naming the rank that gave up. */
 static reshard_status_t confirm_wait(rs_mpi_t *m, MPI_Request *req, double timeout_s, bool *done)
 {
     double grace = timeout_s < RS_MPI_CONFIRM_GRACE_S ? timeout_s : RS_MPI_CONFIRM_GRACE_S;
@@ -384,7 +388,9 @@ static reshard_status_t confirm_wait(rs_mpi_t *m, MPI_Request *req, double timeo
             }
         }
         bool got = false;
-        if (check_abort(m, &got) == RESHARD_OK && got) {
+        if (check_abort(m, &got) == RESHARD_OK && got && m->abort_msg[2] == m->epoch + 1)
+            return RESHARD_OK; /* a peer's confirmation completed: the decision stands */
+        if (got) {
             int who = m->abort_msg[1], suspect = m->abort_msg[3];
             if (suspect >= 0 && suspect < m->size)
                 return rs_error(RESHARD_ERR_TIMEOUT,
@@ -506,7 +512,9 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
             return rs_mpi_error(m, rc, "MPI_Ibarrier (confirmation of the agreement)");
         }
         hook(m, RS_MPI_AGREE_CONFIRM_POSTED);
+        m->confirming = true;
         st = confirm_wait(m, &bar, timeout_s, &done);
+        m->confirming = false;
         if (!done) {
             m->broken = true; /* the barrier stays pending inside MPI */
             m->broken_after_ok = st == RESHARD_OK;
