@@ -388,9 +388,15 @@ static reshard_status_t confirm_wait(rs_mpi_t *m, MPI_Request *req, double timeo
             }
         }
         bool got = false;
-        if (check_abort(m, &got) == RESHARD_OK && got && m->abort_msg[2] == m->epoch + 1)
-            return RESHARD_OK; /* a peer's confirmation completed: the decision stands */
-        if (got) {
+        bool ok = check_abort(m, &got) == RESHARD_OK;
+        if (ok && got && m->abort_msg[2] == m->epoch + 1) {
+            /* a peer's confirmation completed: the decision stands. A timeout of its next
+             * agreement means a peer is lost: leave now. Another failure there (a rejected
+             * buffer) says nothing of this barrier: keep waiting for it (the notice is kept
+             * for the next agreement). */
+            if (m->abort_msg[0] == (int)RESHARD_ERR_TIMEOUT)
+                return RESHARD_OK;
+        } else if (got) {
             int who = m->abort_msg[1], suspect = m->abort_msg[3];
             if (suspect >= 0 && suspect < m->size)
                 return rs_error(RESHARD_ERR_TIMEOUT,
@@ -527,8 +533,8 @@ reshard_status_t rs_mpi_agree(rs_mpi_t *m, reshard_status_t local, const int64_t
     m->epoch++;
     m->abort_sent = false;
     m->abort_reported = false;
-    if (m->abort_received && !m->broken) {
-        m->abort_received = false;
+    if (m->abort_received && !m->broken && m->abort_msg[2] != m->epoch) {
+        m->abort_received = false; /* (one of the new epoch, taken while confirming, stays) */
         st = post_abort_recv(m);
         if (st != RESHARD_OK) {
             m->broken = true;
