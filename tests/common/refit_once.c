@@ -54,3 +54,18 @@ reshard_status_t rs_test_refit_once(const reshard_layout_t *src, const reshard_l
     reshard_plan_destroy(plan);
     return st;
 }
+
+reshard_status_t rs_test_model_refit(const char *config, const char *train, const char *infer,
+                                     reshard_model_t **model, reshard_model_refit_t *r)
+{
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_status_t st = reshard_model_load(config, NULL, model);
+    if (st == RESHARD_OK)
+        st = reshard_train_spec_parse(train, &ts);
+    if (st == RESHARD_OK)
+        st = reshard_infer_spec_parse(infer, &is);
+    if (st == RESHARD_OK)
+        st = reshard_model_refit_create(*model, &ts, &is, r);
+    return st;
+}

@@ -53,16 +53,8 @@ int main(int argc, char **argv)
     }
     const char *who = is_new ? "new process" : "member";
     reshard_model_t *model = NULL;
-    reshard_train_spec_t ts;
-    reshard_infer_spec_t is;
     reshard_model_refit_t r = {0};
-    reshard_status_t st = reshard_model_load(argv[1], NULL, &model);
-    if (st == RESHARD_OK)
-        st = reshard_train_spec_parse("tp=2", &ts);
-    if (st == RESHARD_OK)
-        st = reshard_infer_spec_parse("tp=1,dp=2", &is);
-    if (st == RESHARD_OK)
-        st = reshard_model_refit_create(model, &ts, &is, &r);
+    reshard_status_t st = rs_test_model_refit(argv[1], "tp=2", "tp=1,dp=2", &model, &r);
     if (!check(st == RESHARD_OK, who, "model"))
         MPI_Abort(MPI_COMM_WORLD, 2);
 
