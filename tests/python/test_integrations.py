@@ -599,3 +599,50 @@ def test_trainer_init_takes_the_old_and_the_new_forms(tmp_path):
     assert _config_and_info((), {"config": "c", "init_info": info}) == ("c", info)
     with pytest.raises(TypeError, match="got 'str'"):
         _config_and_info(("c",), {})
+
+
+def test_trainer_rank_checked_against_megatron_parallel_state(tmp_path, monkeypatch):
+    """Trainer ranks given each other's shards (rank= swapped against Megatron's
+    parallel state, names and shapes alike): every rank fails at init naming the
+    rank and its tp_rank, nothing written (a stand-in megatron.core.parallel_state
+    answers per thread)."""
+    local = threading.local()
+    ps = SimpleNamespace(model_parallel_is_initialized=lambda: True,
+                         get_tensor_model_parallel_world_size=lambda: 2,
+                         get_tensor_model_parallel_rank=lambda: local.tp_rank,
+                         get_pipeline_model_parallel_world_size=lambda: 1,
+                         get_pipeline_model_parallel_rank=lambda: 0)
+    core = SimpleNamespace(parallel_state=ps)
+    monkeypatch.setitem(sys.modules, "megatron", SimpleNamespace(core=core))
+    monkeypatch.setitem(sys.modules, "megatron.core", core)
+    monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", ps)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a: 2)
+    path, sources, expect, models = dense_case(tmp_path)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+
+    class Swapped(ReshardTrainer):  # this process is Megatron tp rank 1 - rank
+        @classmethod
+        def trainer_init(cls, info, **kw):
+            local.tp_rank = 1 - info.rank
+            return super().trainer_init(info, **kw)
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", [sources[1], sources[0]], workers,
+                           trainer_cls=Swapped, timeout_s=3)
+    assert sorted(errors) == [0, 1, 2, 3], errors
+    for r in range(4):
+        assert "trainer rank 0: Megatron's parallel state says tp_rank 1" in str(errors[r]), \
+            (r, errors[r])
+    assert all(bool((t.detach().view(torch.uint8) == SENT).all())
+               for m in models for t in m.parameters())
+
+    local_ok = []
+
+    class Right(ReshardTrainer):
+        @classmethod
+        def trainer_init(cls, info, **kw):
+            local.tp_rank = info.rank
+            local_ok.append(info.rank)
+            return super().trainer_init(info, **kw)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    assert refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers,
+                         trainer_cls=Right, timeout_s=3) == {}
+    assert_all(models, expect)

@@ -99,6 +99,8 @@ class ReshardTrainer:
         problems: List[str] = []
         if not 0 <= rank < sizes(info.train, info.infer).train_world:
             problems.append("trainer rank %d outside the train spec %r" % (rank, info.train))
+        if not problems:
+            problems += megatron_rank_problems(rank)
         store = open_store(info.rendezvous(), rank, world, info.timeout_s)
         if not problems:
             try:
@@ -167,6 +169,33 @@ class ReshardTrainer:
             self.comm = None
 
 
+def megatron_rank_problems(rank: int) -> List[str]:
+    """The explicit trainer ``rank`` against Megatron's own parallel state, where
+    Megatron is importable and initialized (megatron.core.parallel_state): the
+    layout numbers trainer ranks tp fastest, then cp, dp, pp (Megatron's default
+    order), so rank % TP must be this process's tensor-parallel rank and
+    rank // (world / PP) its pipeline rank. Without Megatron nothing is checked (the
+    caller's rank must then be that rank: docs/vllm.md)."""
+    try:
+        from megatron.core import parallel_state as ps  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    if not ps.model_parallel_is_initialized():
+        return []
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    pp, pp_rank = (ps.get_pipeline_model_parallel_world_size(),
+                   ps.get_pipeline_model_parallel_rank())
+    import torch.distributed as dist
+    world = dist.get_world_size()
+    want_tp, want_pp = rank % tp, rank // max(1, world // pp)
+    if (want_tp, want_pp) == (tp_rank, pp_rank):
+        return []
+    return ["trainer rank %d: Megatron's parallel state says tp_rank %d, pp_rank %d; the "
+            "layout's rank %d is tp_rank %d, pp_rank %d (rank= must be the Megatron rank, "
+            "tp fastest, then cp, dp, pp)" % (rank, tp_rank, pp_rank, rank, want_tp,
+                                              want_pp)]
+
+
 def _config_and_info(args: Any, kw: Dict[str, Any]) -> Any:
     """trainer_init's positional forms: (init_info) as vLLM's older trainer API, or
     (config, init_info) / config=, init_info= as the newer one."""
@@ -185,4 +214,4 @@ def _config_and_info(args: Any, kw: Dict[str, Any]) -> Any:
     return config, info
 
 
-__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo"]
+__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo", "megatron_rank_problems"]
