@@ -81,7 +81,10 @@ def test_rl_loop_processes(tmp_path):
     assert "refit" in p.stdout and "% of the step" in p.stdout
 
 
-@pytest.mark.parametrize("victim", [1, 3])
+@pytest.mark.parametrize("victim", [
+    pytest.param(0, marks=pytest.mark.xfail(
+        strict=True, reason="not fixed: the workers wait for rank 0's next control request "
+        "with 8 x timeout and trainer rank 1 names 0, 2, 3 (docs/vllm.md)")), 1, 3])
 def test_rank_killed_mid_refit(tmp_path, victim):
     """Trainer rank 1 (or inference rank 3) dies as refit 2 starts: every other rank
     fails naming it, within twice the timeout (plus start-up)."""
