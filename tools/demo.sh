@@ -4,8 +4,8 @@
 # layout with TP 2, PP 2 and EP 2 on 4 ranks to a vLLM layout with TP 4 on 4
 # ranks, every byte verified, beside the built-in gather+broadcast baseline.
 # About 8 GB; from a fresh clone on a 2-core machine with the packages installed
-# about 1.5 minutes (measured: 45 s build + 39 s demo, README); later runs skip
-# the build.
+# 1.5-2.5 minutes (measured 84 s: 45 s build + 39 s demo, and 142 s; README);
+# later runs skip the build.
 # usage: tools/demo.sh [extra reshard run flags, e.g. --json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
