@@ -3,13 +3,14 @@
 # (the shipped config, first 2 layers: 3.74 GB of weights) from a Megatron
 # layout with TP 2, PP 2 and EP 2 on 4 ranks to a vLLM layout with TP 4 on 4
 # ranks, every byte verified, beside the built-in gather+broadcast baseline.
-# About 8 GB; from a fresh clone on a busy 2-core machine about 5 minutes, about
-# 2 of them the build (README); later runs skip the build.
+# About 8 GB; from a fresh clone on a 2-core machine with the packages installed
+# 1.5-2.5 minutes (measured 84 s: 45 s build + 39 s demo, and 142 s; README);
+# later runs skip the build.
 # usage: tools/demo.sh [extra reshard run flags, e.g. --json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "demo: building reshard when needed (about 2 minutes the first time on 2 cores), then" >&2
-echo "demo: the refit on 8 ranks, baseline beside (a few minutes on a busy 2-core machine)" >&2
+echo "demo: building reshard when needed (about 45 s the first time on 2 cores), then" >&2
+echo "demo: the refit on 8 ranks, baseline beside (about 40 s on a 2-core machine)" >&2
 tools/setup.sh build >/dev/null
 export OMPI_MCA_mpi_yield_when_idle=1
 mpi_flags=(--oversubscribe)

@@ -56,7 +56,12 @@ def serve(store: Any, engine: int, worker: int, target: Any, on_finish: Any = No
     prefix, n = "rpc/e%d/" % engine, 0
     timeout = datetime.timedelta(seconds=timeout_s)
     while True:
-        store.wait([prefix + str(n)], timeout)
+        try:
+            store.wait([prefix + str(n)], timeout)
+        except RuntimeError as e:  # torch's bare "Wait timeout": name who is silent
+            raise RuntimeError("worker %d: trainer rank 0 (the control-plane driver) sent "
+                               "no request %d for engine %d within %.1f s (stalled or "
+                               "dead): %s" % (worker, n, engine, timeout_s, e)) from e
         req = json.loads(store.get(prefix + str(n)))
         err, stop = "", req["method"] == "shutdown"
         try:

@@ -336,7 +336,8 @@ class GlooTransport:
                              % (self.rank, names, c.msg or _status_name(c.status)))
         also = "; this rank: " + local_msg if local and local_msg else ""
         return self._err(Status.TIMEOUT, "rank %d: rank(s) %s did not reach the end of the "
-                         "execution within %.1f s (stalled or dead)%s"
+                         "execution (stalled or dead; this rank waits for them at most 2 x "
+                         "timeout_s = %.1f s, less when a round wait fired first)%s"
                          % (self.rank, names, 2 * timeout_s, also))
 
     def _outcome(self, got: Dict[int, _Contribution], local: int, local_msg: str) -> int:

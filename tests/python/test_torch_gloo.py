@@ -136,4 +136,5 @@ def test_rank_that_never_arrives_is_named(tmp_path):
         rep = by_case["absent"]
         assert rep["status"] == "TIMEOUT", rep
         assert "rank(s) 1 did not reach the end of the execution" in rep["message"], rep
+        assert "at most 2 x timeout_s = 4.0 s" in rep["message"], rep  # a bound, worded so
         assert 2 * timeout_s - 0.5 < rep["elapsed"] < 2 * timeout_s + 2.0, rep

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Dict, List
 
+from .. import errors as reshard_err
 from ..errors import ReshardError
 from .binding import bind_live
 from .megatron import as_chunks
@@ -30,7 +31,7 @@ class ReshardTrainerInitInfo(ReshardInitInfo):
     the sender that drives the inference side)."""
 
     backend: ClassVar[str] = "reshard"
-    rank: int = field(default=0, kw_only=True)
+    rank: int = field(kw_only=True)  # required: the Megatron rank (docs/vllm.md)
 
     @property
     def is_sender(self) -> bool:
@@ -49,7 +50,9 @@ class ReshardTrainer:
 
     init_info_cls = ReshardTrainerInitInfo
 
-    def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
+    def __init__(self, config: Any = None, *, client: Any, source: Any = None,
+                 is_sender: bool = True) -> None:
+        self.config = config
         self.client = client
         self.source = source
         self.is_sender = is_sender
@@ -60,8 +63,8 @@ class ReshardTrainer:
         self.comm = None
 
     @classmethod
-    def trainer_init(cls, init_info: ReshardTrainerInitInfo, *, client: Any,
-                     source: Any = None) -> "ReshardTrainer":
+    def trainer_init(cls, *args: Any, client: Any, source: Any = None,
+                     **kw: Any) -> "ReshardTrainer":
         """Rendezvous with the inference side and return a ready sender. ``client``:
         the engine's control plane (one per engine when the infer spec has
         engines=N, in engine order); ``source``: the rank's Megatron model chunks (a
@@ -69,10 +72,12 @@ class ReshardTrainer:
         (init_weight_transfer_engine, run beside this rank's own init since the
         workers block in the same agreement). Raises ReshardError on every rank of
         the refit when any rank is not ready (naming it and its parameters)."""
+        config, init_info = _config_and_info(args, kw)
         if source is None:
             raise ValueError("ReshardTrainer.trainer_init: source (the model chunks) is "
                              "required")
-        self = cls(client=client, source=as_chunks(source), is_sender=init_info.is_sender)
+        self = cls(config, client=client, source=as_chunks(source),
+                   is_sender=init_info.is_sender)
         s = sizes(init_info.train, init_info.infer)
         if len(self.clients) not in (1, s.engines) and self.is_sender:
             raise ValueError("ReshardTrainer: %d clients for %d engines"
@@ -94,6 +99,8 @@ class ReshardTrainer:
         problems: List[str] = []
         if not 0 <= rank < sizes(info.train, info.infer).train_world:
             problems.append("trainer rank %d outside the train spec %r" % (rank, info.train))
+        if not problems:
+            problems += megatron_rank_problems(rank)
         store = open_store(info.rendezvous(), rank, world, info.timeout_s)
         if not problems:
             try:
@@ -115,24 +122,42 @@ class ReshardTrainer:
         thread while every trainer rank sends its own bytes, then
         finish_weight_update. Raises ReshardError (a dead or stalled peer: TIMEOUT on
         every rank, naming it)."""
+        if self.comm is None:
+            raise reshard_err.error(reshard_err.Status.INVALID_ARG,
+                                    "send_weights: trainer rank %d was shut down "
+                                    "(shutdown() closed its communicator)"
+                                    % getattr(self, "rank", -1))
         self.version += 1
         update = asdict(ReshardUpdateInfo(self.version))
         t0 = time.perf_counter()
         if not self.is_sender:
             self._send()
         else:
-            for c in self.clients:
-                c.start_weight_update()
-            exe = ThreadPoolExecutor(max_workers=len(self.clients))
+            started: List[Any] = []
+            ok = False
             try:
-                futures = [exe.submit(c.update_weights, update) for c in self.clients]
-                self._send()  # its error (a dead peer, named) is raised, not the RPCs'
-                for f in futures:
-                    f.result()
+                for c in self.clients:
+                    c.start_weight_update()
+                    started.append(c)
+                exe = ThreadPoolExecutor(max_workers=len(self.clients))
+                try:
+                    futures = [exe.submit(c.update_weights, update) for c in self.clients]
+                    self._send()  # its error (a dead peer, named) is raised, not the RPCs'
+                    for f in futures:
+                        f.result()
+                finally:
+                    exe.shutdown(wait=False)
+                ok = True
             finally:
-                exe.shutdown(wait=False)
-            for c in self.clients:
-                c.finish_weight_update()
+                # every started session is closed, on failure too (vLLM refuses a
+                # second start_weight_update while one is open); on failure the
+                # first error is the one raised, a finish error is then secondary
+                for c in started:
+                    try:
+                        c.finish_weight_update()
+                    except Exception:  # noqa: BLE001
+                        if ok:
+                            raise
         self.last_refit_s = time.perf_counter() - t0
 
     def _send(self) -> None:
@@ -144,4 +169,49 @@ class ReshardTrainer:
             self.comm = None
 
 
-__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo"]
+def megatron_rank_problems(rank: int) -> List[str]:
+    """The explicit trainer ``rank`` against Megatron's own parallel state, where
+    Megatron is importable and initialized (megatron.core.parallel_state): the
+    layout numbers trainer ranks tp fastest, then cp, dp, pp (Megatron's default
+    order), so rank % TP must be this process's tensor-parallel rank and
+    rank // (world / PP) its pipeline rank. Without Megatron nothing is checked (the
+    caller's rank must then be that rank: docs/vllm.md)."""
+    try:
+        from megatron.core import parallel_state as ps  # type: ignore[import-not-found]
+    except ImportError:
+        return []
+    if not ps.model_parallel_is_initialized():
+        return []
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    pp, pp_rank = (ps.get_pipeline_model_parallel_world_size(),
+                   ps.get_pipeline_model_parallel_rank())
+    import torch.distributed as dist
+    world = dist.get_world_size()
+    want_tp, want_pp = rank % tp, rank // max(1, world // pp)
+    if (want_tp, want_pp) == (tp_rank, pp_rank):
+        return []
+    return ["trainer rank %d: Megatron's parallel state says tp_rank %d, pp_rank %d; the "
+            "layout's rank %d is tp_rank %d, pp_rank %d (rank= must be the Megatron rank, "
+            "tp fastest, then cp, dp, pp)" % (rank, tp_rank, pp_rank, rank, want_tp,
+                                              want_pp)]
+
+
+def _config_and_info(args: Any, kw: Dict[str, Any]) -> Any:
+    """trainer_init's positional forms: (init_info) as vLLM's older trainer API, or
+    (config, init_info) / config=, init_info= as the newer one."""
+    args = list(args)
+    config = kw.pop("config", None)
+    info = kw.pop("init_info", None)
+    if kw:
+        raise TypeError("trainer_init: unexpected keyword(s) %s" % sorted(kw))
+    if info is None and args:
+        info = args.pop()
+    if config is None and args:
+        config = args.pop()
+    if args or not isinstance(info, ReshardTrainerInitInfo):
+        raise TypeError("trainer_init(init_info) or trainer_init(config, init_info): got "
+                        "%r" % (type(info).__name__,))
+    return config, info
+
+
+__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo", "megatron_rank_problems"]

@@ -16,6 +16,7 @@ base classes, from the engine-independent WorkerCore and ReshardTrainer."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Dict, List
 
 from .post_load import Refused, Rerun, Rule, staged_rules
@@ -100,6 +101,8 @@ def _worker_class() -> type:
 
         init_info_cls = ReshardInitInfo
         update_info_cls = ReshardUpdateInfo
+        # the plan is bound to the model of init: no draft-model retarget
+        supports_draft_weight_update = False
 
         def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
             WeightTransferEngine.__init__(self, config, vllm_config, device, model)
@@ -139,10 +142,16 @@ def _trainer_class() -> type:
 
         init_info_cls = ReshardTrainerInitInfo
 
-        def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
-            TrainerWeightTransferEngine.__init__(self, client=client, source=source,
-                                                 is_sender=is_sender)
-            ReshardTrainer.__init__(self, client=client, source=source, is_sender=is_sender)
+        def __init__(self, config: Any = None, *, client: Any, source: Any = None,
+                     is_sender: bool = True) -> None:
+            if "config" in inspect.signature(TrainerWeightTransferEngine.__init__).parameters:
+                TrainerWeightTransferEngine.__init__(self, config, client=client,
+                                                     source=source, is_sender=is_sender)
+            else:  # the older trainer API (no config)
+                TrainerWeightTransferEngine.__init__(self, client=client, source=source,
+                                                     is_sender=is_sender)
+            ReshardTrainer.__init__(self, config, client=client, source=source,
+                                    is_sender=is_sender)
 
     ReshardTrainerEngine.__module__ = __name__
     return ReshardTrainerEngine

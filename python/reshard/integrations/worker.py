@@ -172,6 +172,9 @@ class WorkerCore:
         post-load rules. Raises ReshardError (TIMEOUT naming a dead or stalled peer,
         within about twice timeout_s; INVALID_ARG before init or for a version that is
         not the next)."""
+        if getattr(self, "_shut", False):
+            raise error(Status.INVALID_ARG, "infer rank %d: receive_weights after shutdown() "
+                        "(the communicator is closed)" % self.rank)
         if self.plan is None or self.comm is None:
             raise error(Status.INVALID_ARG, "receive_weights before init_transfer_engine")
         if update.version != self.version + 1:
@@ -199,6 +202,7 @@ class WorkerCore:
         if self.comm is not None:
             self.comm.close()
             self.comm = None
+            self._shut = True
 
 
 def _device_kind(device: Any) -> str:

@@ -1,4 +1,4 @@
-"""Stand-in of vllm/distributed/weight_transfer/base.py: the worker-side
+"""Stand-in of vllm/distributed/weight_transfer/base.py (the newer trainer API: config first, base.py@02f250b0 as the brief cites it): the worker-side
 WeightTransferEngine (constructed with config, vllm_config, device, model; dicts
 parsed into the engine's init_info_cls / update_info_cls; update_weights = parse,
 receive_weights, synchronize), the trainer-side TrainerWeightTransferEngine
@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Dict, Protocol, runtime_checkable
 class WeightTransferEngine(ABC):
     init_info_cls: type
     update_info_cls: type
+    # upstream: engines that cannot be retargeted at a draft model set this False
+    supports_draft_weight_update: bool = True
 
     def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
         self.config = config
@@ -79,14 +81,15 @@ class VLLMWeightSyncClient(Protocol):
 class TrainerWeightTransferEngine(ABC):
     init_info_cls: type
 
-    def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
+    def __init__(self, config: Any, *, client: Any, source: Any, is_sender: bool = True) -> None:
+        self.config = config
         self.is_sender = is_sender
         self.client = client
         self.source = source
 
     @classmethod
     @abstractmethod
-    def trainer_init(cls, init_info: Any, *, client: Any, source: Any = None) -> Any: ...
+    def trainer_init(cls, config: Any, init_info: Any, *, client: Any, source: Any) -> Any: ...
 
     @abstractmethod
     def send_weights(self) -> None: ...

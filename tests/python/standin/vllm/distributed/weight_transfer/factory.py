@@ -42,12 +42,11 @@ class WeightTransferTrainerFactory:
         cls._registry[name] = _loader(module_path_or_cls, class_name)
 
     @classmethod
-    def trainer_init(cls, init_info: Any, *, client: Any, source: Any = None) -> Any:
-        backend = init_info.backend
+    def trainer_init(cls, backend: str, config: Any, init_info: Any, *, client: Any, source: Any) -> Any:
         if backend not in cls._registry:
             raise ValueError(f"Invalid weight transfer backend: {backend}. "
                              f"Available trainer engines: {list(cls._registry)}")
-        return cls._registry[backend]().trainer_init(init_info, client=client, source=source)
+        return cls._registry[backend]().trainer_init(config=config, init_info=init_info, client=client, source=source)
 
 
 WeightTransferEngineFactory.register_engine(

@@ -1,0 +1,1 @@
+"""Stand-in: vllm.distributed.weight_transfer (base, factory)."""
