@@ -45,10 +45,10 @@ for _p in (os.path.join(ROOT, "python"), HERE):
 
 ADAMW = {"lr": 1e-3, "betas": (0.9, 0.95), "weight_decay": 0.01, "foreach": False}
 
-# A log line of torch or gloo on stderr (glog: "W20261202 14:32:26.836 ... ] ...", or
-# c10d's "[W socket.cpp:...] ..."), e.g. gloo's warning on a host whose name does not
-# resolve: not a rank's own error.
-LOG_LINE = re.compile(r"^([IWEF]\d{8} |\[[IWEF] )")
+# A rank's own report of its failure on stderr ("train rank 1: ReshardError: ..."), as
+# main() prints it; anything else there is torch's or gloo's logging (e.g. gloo's warning
+# on a host whose name does not resolve), not the rank's error.
+OWN_LINE = re.compile(r"^(train|infer) rank \d+: ")
 
 
 def adamw_step(params: List[Any], opt: Any) -> None:
@@ -237,8 +237,8 @@ def launch(args: Any, argv: List[str]) -> int:
                 out, err = p.communicate()
             got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
             reports += got
-            if p.returncode != 0:  # its last own line: torch's log lines (glog) left out
-                own = [x for x in err.splitlines() if x.strip() and not LOG_LINE.match(x)]
+            if p.returncode != 0:  # its own report, else how it ended
+                own = [x for x in err.splitlines() if OWN_LINE.match(x)]
                 errors.append("rank %d: %s" % (r, own[-1] if own else
                                                 "exit status %d" % p.returncode))
     return summarize(args, s, reports, errors)
