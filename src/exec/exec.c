@@ -585,6 +585,21 @@ static reshard_status_t relay_setup(rs_exec_t *x)
     return x->comm->ops->alloc_staging(x->comm, off, (void **)&x->relay);
 }
 
+/* The streams of this rank's execution (build_xstreams), the relay scratch, and the
+ * number of rounds: the most any stream needs. */
+static reshard_status_t setup_streams(rs_exec_t *x, rs_xstream_t **v, int32_t *n,
+                                      uint64_t *slot_bytes, int64_t *rounds)
+{
+    reshard_status_t st = build_xstreams(x, v, n, slot_bytes);
+    if (st == RESHARD_OK)
+        st = relay_setup(x);
+    *rounds = 0;
+    for (int32_t i = 0; i < *n; i++)
+        if ((*v)[i].rounds > *rounds)
+            *rounds = (*v)[i].rounds;
+    return st;
+}
+
 /* Both stages in one round loop: forwards of what landed in round k go out
  * from round k+2 on, while later rounds are still arriving. */
 static reshard_status_t run_rounds(rs_exec_t *x)
@@ -592,13 +607,8 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     rs_xstream_t *v = NULL;
     int32_t n = 0;
     uint64_t slot_bytes = 0;
-    reshard_status_t st = build_xstreams(x, &v, &n, &slot_bytes);
-    if (st == RESHARD_OK)
-        st = relay_setup(x);
     int64_t rounds = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (v[i].rounds > rounds)
-            rounds = v[i].rounds;
+    reshard_status_t st = setup_streams(x, &v, &n, &slot_bytes, &rounds);
     if (st == RESHARD_OK && slot_bytes)
         st = x->comm->ops->alloc_staging(x->comm, 2 * slot_bytes, (void **)&x->staging);
     if (st == RESHARD_OK && rounds > 0)
@@ -646,14 +656,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     rs_xstream_t *v = NULL;
     int32_t n = 0;
     uint64_t slot_bytes = 0;
-    reshard_status_t st = build_xstreams(x, &v, &n, &slot_bytes);
-    if (st == RESHARD_OK)
-        st = relay_setup(x);
     int64_t rounds = 0;
+    reshard_status_t st = setup_streams(x, &v, &n, &slot_bytes, &rounds);
     uint64_t dense_max = 0, snap_total = 0;
     for (int32_t i = 0; i < n; i++) {
-        if (v[i].rounds > rounds)
-            rounds = v[i].rounds;
         uint64_t c = v[i].s->bytes < v[i].s->chunk ? v[i].s->bytes : v[i].s->chunk;
         if (c > dense_max)
             dense_max = c;
