@@ -4,13 +4,23 @@ VLLMWeightSyncClient protocol), each inference worker runs serve(), which calls 
 weight-transfer engine as vLLM's worker does for each request (parse the dict, call
 the engine) and replies. Requests and replies travel through a torch.distributed
 store, one request at a time, every worker of the engine answering each (as vLLM's
-collective RPC to the engine's workers)."""
+collective RPC to the engine's workers).
+
+A dead driver: vLLM's own control plane (Ray, or the HTTP server's client) is what
+tells an idle engine that the trainer is gone; this stand-in models it with a
+heartbeat. StoreClient bumps a counter in the store every ``timeout_s / 6`` seconds
+from a daemon thread, and serve() fails, naming trainer rank 0, when the counter has
+not moved for ``driver_timeout_s`` while it waits for a request."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import threading
+import time
 from typing import Any, Dict, List
+
+from reshard.errors import Status, error
 
 
 class StoreClient:
@@ -20,6 +30,14 @@ class StoreClient:
         self.store, self.prefix, self.workers = store, "rpc/e%d/" % engine, workers
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.seq = 0
+        self.alive = threading.Event()  # cleared by shutdown(): the beat stops
+        self.alive.set()
+        threading.Thread(target=self._beat, args=(timeout_s / 6.0,), daemon=True).start()
+
+    def _beat(self, period_s: float) -> None:
+        while self.alive.is_set():
+            self.store.add(self.prefix + "alive", 1)
+            time.sleep(period_s)
 
     def _call(self, method: str, arg: Any = None) -> None:
         n = self.seq
@@ -45,23 +63,23 @@ class StoreClient:
         self._call("finish_weight_update")
 
     def shutdown(self) -> None:
-        self._call("shutdown")
+        try:
+            self._call("shutdown")
+        finally:
+            self.alive.clear()
 
 
 def serve(store: Any, engine: int, worker: int, target: Any, on_finish: Any = None,
-          timeout_s: float = 600.0) -> None:
+          timeout_s: float = 600.0, driver_timeout_s: float = 60.0) -> None:
     """Answer requests for ``target`` (a weight-transfer engine) until "shutdown" or an
     init that failed. ``on_finish()`` runs after each finish_weight_update (the
-    example checks the model there, after the reply). Errors are replied, then re-raised for init."""
+    example checks the model there, after the reply). Errors are replied, then
+    re-raised for init. Waiting for a request fails (ReshardError TIMEOUT naming
+    trainer rank 0) after ``timeout_s``, or once the driver's heartbeat has been seen
+    and then stood still for ``driver_timeout_s``."""
     prefix, n = "rpc/e%d/" % engine, 0
-    timeout = datetime.timedelta(seconds=timeout_s)
     while True:
-        try:
-            store.wait([prefix + str(n)], timeout)
-        except RuntimeError as e:  # torch's bare "Wait timeout": name who is silent
-            raise RuntimeError("worker %d: trainer rank 0 (the control-plane driver) sent "
-                               "no request %d for engine %d within %.1f s (stalled or "
-                               "dead): %s" % (worker, n, engine, timeout_s, e)) from e
+        wait_request(store, prefix, n, worker, engine, timeout_s, driver_timeout_s)
         req = json.loads(store.get(prefix + str(n)))
         err, stop = "", req["method"] == "shutdown"
         try:
@@ -84,3 +102,27 @@ def serve(store: Any, engine: int, worker: int, target: Any, on_finish: Any = No
         n += 1
         if stop:
             return
+
+
+def wait_request(store: Any, prefix: str, n: int, worker: int, engine: int,
+                 timeout_s: float, driver_timeout_s: float) -> None:
+    """Wait for request ``n``, watching the driver's heartbeat (see serve)."""
+    t0 = time.monotonic()
+    beat, beat_at = None, t0
+    while True:
+        try:
+            store.wait([prefix + str(n)], datetime.timedelta(milliseconds=200))
+            return
+        except RuntimeError:  # torch's bare "Wait timeout": this slice ended
+            pass
+        now = time.monotonic()
+        seen = store.add(prefix + "alive", 0)
+        if seen != beat:
+            beat, beat_at = seen, now
+        silent = "no heartbeat for %.1f s" % (now - beat_at) \
+            if seen and now - beat_at > driver_timeout_s else \
+            ("no request within %.1f s" % timeout_s if now - t0 > timeout_s else "")
+        if silent:
+            raise error(Status.TIMEOUT, "worker %d of engine %d: rank(s) 0 (trainer rank 0, "
+                        "the control-plane driver) stalled or dead: %s while waiting for "
+                        "request %d" % (worker, engine, silent, n))

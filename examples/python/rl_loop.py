@@ -190,7 +190,8 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
     core.receive_weights = receive_or_die
 
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
-    serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8)
+    serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8,
+          driver_timeout_s=args.timeout)
     return report
 
 

@@ -12,6 +12,7 @@ Megatron-shaped sender and the vLLM shell, over real torch.distributed gloo grou
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -81,13 +82,11 @@ def test_rl_loop_processes(tmp_path):
     assert "refit" in p.stdout and "% of the step" in p.stdout
 
 
-@pytest.mark.parametrize("victim", [
-    pytest.param(0, marks=pytest.mark.xfail(
-        strict=True, reason="not fixed: the workers wait for rank 0's next control request "
-        "with 8 x timeout and trainer rank 1 names 0, 2, 3 (docs/vllm.md)")), 1, 3])
+@pytest.mark.parametrize("victim", [0, 1, 3])
 def test_rank_killed_mid_refit(tmp_path, victim):
-    """Trainer rank 1 (or inference rank 3) dies as refit 2 starts: every other rank
-    fails naming it, within twice the timeout (plus start-up)."""
+    """Trainer rank 0 (the control-plane driver), trainer rank 1 or inference rank 3
+    dies as refit 2 starts: every other rank fails naming it and no other rank, within
+    twice the timeout (plus start-up)."""
     p, secs = run_example(["--model", write(tmp_path, "tiny", TINY), "--train", "tp=2",
                            "--infer", "tp=2", "--steps", "3", "--timeout", "3",
                            "--kill-rank", str(victim), "--kill-at", "2"])
@@ -97,6 +96,8 @@ def test_rank_killed_mid_refit(tmp_path, victim):
     for r in set(range(4)) - {victim}:
         line = next(x for x in lines if x.startswith("rl_loop: rank %d:" % r))
         assert "RESHARD_ERR_TIMEOUT" in line and "rank(s) %d " % victim in line, p.stderr
+        named = re.search(r"rank\(s\) \[?([0-9, ]+)", line).group(1)
+        assert [int(x) for x in named.replace(",", " ").split()] == [victim], line
     assert secs < 60, secs
 
 
@@ -298,6 +299,33 @@ def test_replaced_parameter_refit_into_the_live_one(tmp_path):
     assert errors == {}
     assert_all(models, expect)
     assert bool((old.detach().view(torch.uint8) == SENT).all())  # the old one untouched
+
+
+def test_update_refused_at_start_is_named_on_every_trainer_rank(tmp_path):
+    """The inference side refuses refit 2's start_weight_update (an engine error):
+    rank 0 raises it, trainer rank 1 fails at once with that error (TRANSPORT) instead
+    of waiting for peers that never start, and no worker receives refit 2."""
+    path, sources, expect, models = dense_case(tmp_path)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    starts = []
+    orig = workers[1].start_weight_update
+
+    def refuse():
+        starts.append(1)
+        if len(starts) == 2:
+            raise RuntimeError("engine busy: generation in flight")
+        orig()
+    workers[1].start_weight_update = refuse
+    t0 = time.monotonic()
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers, steps=2,
+                           timeout_s=30.0)
+    assert sorted(errors) == [0, 1, 3], errors  # 3: worker 1's own error, as the engine
+    assert "engine busy" in str(errors[0])
+    e = errors[1]
+    assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.TRANSPORT, e
+    assert "refit 2" in str(e) and "engine busy" in str(e), str(e)
+    assert time.monotonic() - t0 < 30.0  # not a wait for the timeout
+    assert_all(models, expect)  # refit 1 landed whole
 
 
 def test_two_engines_each_through_its_client(tmp_path):

@@ -9,6 +9,8 @@ class to ReshardTrainer."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -113,6 +115,7 @@ class ReshardTrainer:
                                    device_of(info.transport), False)
             problems += self.bound.problems
         agree(store, rank, world, info.record(), problems, info.timeout_s)
+        self.store = store
         self.comm = open_comm(info.transport, store, rank, world, info.timeout_s,
                               getattr(next(iter(self.bound.tensors.values()), None),
                                       "device", None))
@@ -120,8 +123,13 @@ class ReshardTrainer:
     def send_weights(self) -> None:
         """One refit: rank 0 calls start_weight_update, then update_weights on a side
         thread while every trainer rank sends its own bytes, then
-        finish_weight_update. Raises ReshardError (a dead or stalled peer: TIMEOUT on
-        every rank, naming it)."""
+        finish_weight_update. The other trainer ranks first wait (at most timeout_s)
+        for rank 0 to say that the inference side started the update, so that a dead
+        or failed control-plane driver is named as such. Raises ReshardError (a dead
+        or stalled peer: TIMEOUT on every rank, naming it; rank 0 dead or stalled
+        before the update started: TIMEOUT on the other trainer ranks naming rank 0;
+        the update refused by the inference side: that error, on every trainer
+        rank)."""
         if self.comm is None:
             raise reshard_err.error(reshard_err.Status.INVALID_ARG,
                                     "send_weights: trainer rank %d was shut down "
@@ -131,14 +139,20 @@ class ReshardTrainer:
         update = asdict(ReshardUpdateInfo(self.version))
         t0 = time.perf_counter()
         if not self.is_sender:
+            self._wait_started()
             self._send()
         else:
             started: List[Any] = []
             ok = False
             try:
-                for c in self.clients:
-                    c.start_weight_update()
-                    started.append(c)
+                try:
+                    for c in self.clients:
+                        c.start_weight_update()
+                        started.append(c)
+                except Exception as e:
+                    self._announce_started("%s: %s" % (type(e).__name__, e))
+                    raise
+                self._announce_started("")
                 exe = ThreadPoolExecutor(max_workers=len(self.clients))
                 try:
                     futures = [exe.submit(c.update_weights, update) for c in self.clients]
@@ -159,6 +173,31 @@ class ReshardTrainer:
                         if ok:
                             raise
         self.last_refit_s = time.perf_counter() - t0
+
+    def _announce_started(self, failure: str) -> None:
+        """Rank 0: tell the other trainer ranks that refit ``version`` started on the
+        inference side (``failure`` empty) or could not start (its text)."""
+        self.store.set("started/%d" % self.version, json.dumps({"error": failure}))
+
+    def _wait_started(self) -> None:
+        """Trainer ranks but 0: wait at most timeout_s for rank 0's announcement of
+        this refit (_announce_started)."""
+        key = "started/%d" % self.version
+        try:
+            self.store.wait([key], datetime.timedelta(seconds=self.info.timeout_s))
+        except RuntimeError as e:  # torch's bare "Wait timeout": name who is silent
+            raise reshard_err.error(
+                reshard_err.Status.TIMEOUT,
+                "train rank %d: refit %d: rank(s) 0 (trainer rank 0, the control-plane "
+                "driver) did not start the update on the inference side within %.1f s "
+                "(dead or stalled); nothing was sent" % (self.rank, self.version,
+                                                         self.info.timeout_s)) from e
+        failure = json.loads(self.store.get(key))["error"]
+        if failure:
+            raise reshard_err.error(
+                reshard_err.Status.TRANSPORT,
+                "train rank %d: refit %d: trainer rank 0 could not start the update on the "
+                "inference side (nothing was sent): %s" % (self.rank, self.version, failure))
 
     def _send(self) -> None:
         self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
