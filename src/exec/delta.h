@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "reshard/reshard_delta.h"
+#include "plan/plan_internal.h"
 #include "reshard/reshard_transport.h"
 
 typedef struct {
@@ -56,5 +57,20 @@ void rs_delta_words(const rs_delta_rank_t *r, int64_t *words);
  *  agreement's @p min_words), else mark the destination torn when anything was written
  *  and the snapshot invalid. */
 void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t *min_words);
+
+/** Checksum mode (reshard_plan_params_t.delta_checksum): the 64-bit hash of @p len bytes
+ *  (XXH3_64bits, seed 0) that a chunk's sender puts after its header and its receiver
+ *  compares with the chunk it holds after apply. */
+uint64_t rs_delta_hash(const void *bytes, uint64_t len);
+/** The bytes a checksum-mode header message takes after the chunk header: the hash. */
+#define RS_DELTA_HASH_BYTES 8u
+
+/** The error of a chunk whose hash after apply is not the sender's: VERIFY, naming the
+ *  receiving @p rank, the sender @p peer, the round @p k and every piece the chunk
+ *  covers (tensor, box, elements of the box in row-major order). The chunk is the @p len
+ *  stream bytes of stream @p s of @p plan from piece @p piece, byte @p off on. */
+reshard_status_t rs_delta_checksum_error(const reshard_plan_t *plan, const rs_stream_t *s,
+                                         int64_t piece, uint64_t off, uint64_t len, int32_t rank,
+                                         int64_t k);
 
 #endif

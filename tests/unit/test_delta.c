@@ -141,6 +141,11 @@ typedef struct {
     double frac[NSTEPS]; /* fraction of elements changed before each step */
     int rebind_step;     /* step at which destination buffers are new ones, or -1 */
     int fail_step;       /* step at which rank 0 fails its 7th send, or -1 */
+    int checksum;        /* plans with delta_checksum */
+    int tamper_step;     /* > 0: before this step rank 2 changes one element of its
+                            destination that the step does not change (behind reshard's back) */
+    int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
+    char msg[WORLD][1024];
     uint16_t *g[NSTEPS]; /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
@@ -215,7 +220,10 @@ static void *rank_main(void *arg)
                                .staging_bytes = 4096,
                                .domain_size = j->domain_size,
                                .timeout_s = 0.5,
-                               .delta = 1};
+                               .delta = 1,
+                               .delta_checksum = j->checksum};
+    if (j->checksum)
+        p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
     reshard_plan_t *plan = NULL;
     if (reshard_plan_create(j->src, j->dst, &p, &plan) != RESHARD_OK) {
         for (int s = 0; s < NSTEPS; s++)
@@ -242,10 +250,14 @@ static void *rank_main(void *arg)
             memcpy(dst[1 - cur], dst[cur], db);
             cur = 1 - cur;
         }
+        if (s == j->tamper_step && me == 2)
+            dst[cur][j->tamper_at] ^= 0x0101;
         reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst[cur], .bytes = db};
         reshard_exec_stats_t es;
         memset(&es, 0, sizeof es);
         j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+        if (s == j->tamper_step)
+            snprintf(j->msg[me], sizeof j->msg[me], "%s", reshard_last_error());
         reshard_plan_delta_info(plan, me, &j->info[me][s]);
         __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
         if (me >= 2 && j->st[me][s] == RESHARD_OK) {
@@ -279,6 +291,13 @@ static void run_job(job_t *j)
             j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
         assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
+    }
+    if (j->tamper_step > 0) { /* an element of rank 2's that this step keeps: row 100 */
+        int64_t r = 100, c = 0;
+        while (j->g[j->tamper_step][r * COLS + c] != j->g[j->tamper_step - 1][r * COLS + c])
+            c++;
+        assert_true(c < COLS / 2);
+        j->tamper_at = dst_index(j, 2, r, c);
     }
     reshard_comm_t *probe = NULL;
     reshard_comm_create_inproc(groups[0], 0, &probe);
@@ -410,6 +429,76 @@ static void test_delta_torn_then_complete(void **state)
     free_job(&j);
 }
 
+/* Checksum mode: a destination element changed behind reshard's back (one that the step
+ * keeps, so a delta would never rewrite it) is caught: every rank fails, the receiver's
+ * error names tensor, rank, sender and box, its weights are torn, and the next refit is
+ * dense, complete and exact. Without checksum mode the same change goes unseen (the
+ * assumption docs/delta.md states): the step succeeds with that one element stale. */
+static void test_delta_checksum_catches_changed_destination(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .checksum = 1,
+               .tamper_step = 2};
+    run_job(&j);
+    for (int r = 0; r < WORLD; r++) {
+        assert_int_not_equal(j.st[r][2], RESHARD_OK);
+        assert_int_equal(j.info[r][2].version, 2); /* no commit */
+        for (int s = 0; s < NSTEPS; s++)
+            if (s != 2) {
+                assert_int_equal(j.st[r][s], RESHARD_OK);
+                assert_int_equal(j.wrong[r][s], 0);
+                assert_int_equal(j.info[r][s].version, s < 2 ? s + 1 : s);
+            }
+    }
+    assert_int_equal(j.st[2][2], RESHARD_ERR_VERIFY);
+    assert_non_null(strstr(j.msg[2], "rank 2: delta checksum"));
+    assert_non_null(strstr(j.msg[2], "from rank 0"));
+    assert_non_null(strstr(j.msg[2], "tensor 'w' box [0:128, 0:32]"));
+    /* the elements named (row-major in the box, which is rank 2's buffer) hold it */
+    const char *el = strstr(j.msg[2], "(elements ");
+    assert_non_null(el);
+    long long lo = -1, hi = -1;
+    assert_int_equal(sscanf(el, "(elements %lld..%lld", &lo, &hi), 2);
+    assert_true(lo <= j.tamper_at && j.tamper_at <= hi && hi - lo < 4096);
+    assert_int_equal(j.info[2][2].state, RESHARD_DELTA_TORN);
+    assert_int_equal(j.info[2][3].state, RESHARD_DELTA_COMMITTED);
+    assert_true(j.info[0][3].dense_streams > 0); /* the step after: dense */
+    assert_true(j.sent_network[3] >= dense_bytes(&j));
+    assert_true(j.sent_network[4] * 10 < dense_bytes(&j)); /* then delta again */
+    free_job(&j);
+
+    job_t u = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .tamper_step = 2};
+    run_job(&u);
+    assert_int_equal(u.st[2][2], RESHARD_OK);
+    assert_int_equal(u.wrong[2][2], 1); /* unseen without checksum mode */
+    free_job(&u);
+}
+
+/* Checksum mode needs delta. */
+static void test_delta_checksum_needs_delta(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1};
+    make_layouts(&j);
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA_CHECKSUM,
+                               .world_size = WORLD,
+                               .my_rank = 0,
+                               .delta_checksum = 1};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &plan), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "delta_checksum"));
+    assert_null(plan);
+    free_job(&j);
+}
+
 /* Device-memory transports are refused by name on every rank before anything moves. */
 static void test_delta_refuses_device_memory(void **state)
 {
@@ -475,6 +564,8 @@ int main(void)
         cmocka_unit_test(test_delta_rebind_is_dense),
         cmocka_unit_test(test_delta_torn_then_complete),
         cmocka_unit_test(test_delta_refuses_device_memory),
+        cmocka_unit_test(test_delta_checksum_catches_changed_destination),
+        cmocka_unit_test(test_delta_checksum_needs_delta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
