@@ -687,7 +687,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     /* The header message of each stream's chunk: the header, then (checksum mode) the
      * hash of the chunk's new bytes, little-endian. */
     const bool ck = x->plan->p.delta_checksum;
-    const uint64_t msg_bytes = RS_DELTA_HEADER_BYTES + (ck ? RS_DELTA_HASH_BYTES : 0);
+    const uint64_t hash_bytes = ck ? RS_DELTA_HASH_BYTES : 0; /* counted as wire bytes */
+    const uint64_t msg_bytes = RS_DELTA_HEADER_BYTES + hash_bytes;
     uint8_t *hmsg = calloc((size_t)n + 1, RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
     if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !use_delta || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
@@ -759,7 +760,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 if (!use_delta[i]) /* a delta encode updated the snapshot itself */
                     memcpy(snap, dense, len);
                 li->stream_bytes += len;
-                li->wire_bytes += enc_len[i];
+                li->wire_bytes += enc_len[i] + hash_bytes;
                 li->changed_bytes += changed * word;
                 li->chunks[enc[0]]++;
             }
@@ -772,7 +773,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 bool same = x->plan->p.domain_size > 1 &&
                             rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
                 *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) +=
-                    x->failed == RESHARD_OK ? enc_len[i] : 0;
+                    x->failed == RESHARD_OK ? enc_len[i] + hash_bytes : 0;
             }
         }
         if (st == RESHARD_OK)
@@ -821,7 +822,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (xs->send || !len)
                 continue;
             if (x->stats)
-                x->stats->bytes_recv += enc_len[i];
+                x->stats->bytes_recv += enc_len[i] + hash_bytes;
             if (x->failed != RESHARD_OK) {
                 advance(x, xs->s, &xs->cur, len);
                 continue;
