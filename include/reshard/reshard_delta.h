@@ -74,6 +74,31 @@ reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t ran
                                          reshard_delta_info_t *out);
 
 /**
+ * Elastic refit (reshard_elastic.h) and replanning: move @p rank's delta state from
+ * @p from, the delta plan this rank executed last (with every other rank of it), to
+ * @p plan, a delta plan not executed yet for the new membership
+ * (reshard_membership_layouts) or of the same layouts. Called by each surviving rank,
+ * locally, before the new plan's first execution; a new or restarted rank does not call
+ * it (it holds no version, so everything it receives comes dense). Afterwards:
+ *  - the rank keeps its version; its destination keeps its state (committed or torn)
+ *    when its destination fragments are the same in both plans (then, as always, its
+ *    buffers must be the same ones for a delta to land on them), else it is NONE;
+ *  - its snapshot is rebuilt for the new plan's send streams: each piece whose tensor and
+ *    box the old snapshot held is copied from it; a stream with a piece it did not hold
+ *    (the new membership moved that box to this rank) is sent dense once;
+ *  - its relay scratch is not kept (a relaying rank receives dense once);
+ *  - @p from's state for @p rank is emptied (version 0, no snapshot): executing @p from
+ *    again sends and receives dense.
+ * A snapshot from an execution that failed is never valid, so after a rank was lost
+ * mid-execution the next refit is dense everywhere (and its torn destinations stay torn
+ * until it commits).
+ * Errors: INVALID_ARG (NULL, one plan twice, a plan without delta, different world sizes,
+ * @p plan executed already), MISMATCH (different catalogues), RANK (@p rank not executed
+ * by both), NOMEM (the new snapshot; nothing changed).
+ */
+reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *from, int32_t rank);
+
+/**
  * Synthetic updates for delta refits (the CLI's --change-fraction, tests): the pattern
  * of reshard_fill_pattern at refit @p version. Version 0 is reshard_fill_pattern's
  * pattern; version j > 0 changes a deterministic @p change_fraction of the elements of

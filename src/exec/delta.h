@@ -21,6 +21,9 @@ typedef struct {
     uint8_t *snap;    /**< bytes last sent, per send stream in loop order */
     uint64_t snap_bytes;
     bool snap_valid; /**< snap holds what the last committed execution sent */
+    /** After reshard_plan_delta_adopt: per send stream (snapshot order), whether its part
+     *  of snap holds the committed version; NULL: every stream (when snap_valid). */
+    uint8_t *stream_ok;
     uint8_t *relay;
     uint64_t relay_bytes;
     bool wrote; /**< the running execution wrote a destination or relay byte */
@@ -51,6 +54,8 @@ reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes
 /** The version this rank tells its senders it holds: its version when its destination
  *  buffers are committed and the same ones as at that commit, else -1 (send dense). */
 int64_t rs_delta_held_version(const rs_delta_rank_t *r);
+/** Whether send stream @p j (in snapshot order) may be encoded against the snapshot. */
+bool rs_delta_stream_ok(const rs_delta_rank_t *r, int64_t j);
 /** Fill the words of the outcome agreement (RESHARD_AGREE_WORDS) with this rank's. */
 void rs_delta_words(const rs_delta_rank_t *r, int64_t *words);
 /** After the outcome agreement: commit version max + 1 when @p agreed is OK (with the

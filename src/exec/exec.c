@@ -719,9 +719,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     }
     reshard_delta_info_t *li = &dr->last;
     memset(li, 0, sizeof *li);
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = 0, j = 0; i < n; i++)
         if (v[i].send) {
-            use_delta[i] = dr->snap_valid && held[i].version >= 0 && held[i].version == dr->version;
+            use_delta[i] = rs_delta_stream_ok(dr, j++) && held[i].version >= 0 &&
+                           held[i].version == dr->version;
             li->dense_streams += !use_delta[i];
         }
     for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {

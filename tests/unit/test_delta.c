@@ -18,6 +18,7 @@
 #include "exec/delta_codec.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_delta.h"
+#include "reshard/reshard_elastic.h"
 
 enum { ROWS = 256, COLS = 64, NSTEPS = 5, WORLD = 4 };
 
@@ -146,7 +147,8 @@ typedef struct {
                             destination that the step does not change (behind reshard's back) */
     int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
     char msg[WORLD][1024];
-    uint16_t *g[NSTEPS]; /* the whole tensor at each step */
+    reshard_status_t setup[WORLD]; /* elastic_main: the first failed setup call of a rank */
+    uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
     reshard_status_t st[WORLD][NSTEPS];
@@ -499,6 +501,174 @@ static void test_delta_checksum_needs_delta(void **state)
     free_job(&j);
 }
 
+/* ---- elastic refit: survivors keep their versions ------------------------------------ */
+
+/* Sources Shard(0) over ranks 0, 1; destinations Replicate over ranks 2, 3 (each its own
+ * domain). Steps 0, 1: the whole membership (plan A). Step 2: rank 3 is gone (between
+ * refits); the survivors plan the membership without it (plan B) and adopt A's state.
+ * Step 3: rank 3 rejoins as a new process (a fresh plan, zeroed buffers); the survivors
+ * plan the whole membership again (plan C) and adopt B's. Step 4: plan C again. */
+typedef struct {
+    job_t *j;
+    int32_t rank;
+    reshard_inproc_group_t *g[NSTEPS];
+} el_arg_t;
+
+/* A setup call of a rank's thread (cmocka asserts only on the main thread). */
+static void note(job_t *j, int32_t me, reshard_status_t st)
+{
+    if (st != RESHARD_OK && j->setup[me] == RESHARD_OK)
+        j->setup[me] = st;
+}
+
+static void *elastic_main(void *arg)
+{
+    el_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank;
+    const int32_t gone[1] = {3};
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA |
+                                             RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                             RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .timeout_s = 0.5,
+                               .delta = 1};
+    reshard_layout_t *ms = NULL, *md = NULL; /* the membership without rank 3 */
+    if (me != 3)
+        note(j, me, reshard_membership_layouts(j->src, j->dst, gone, 1, &ms, &md));
+    reshard_plan_t *plan = NULL, *next = NULL;
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+    uint64_t sb = me < 2 ? ROWS / 2 * COLS * 2 : 0, db = me >= 2 ? ROWS * COLS * 2 : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
+    for (int s = 0; s < NSTEPS; s++) {
+        if (s == 2 && me == 3)
+            continue;                        /* gone */
+        if (s == 2 || (s == 3 && me != 3)) { /* replan; survivors keep their state */
+            note(j, me, reshard_plan_create(s == 2 ? ms : j->src, s == 2 ? md : j->dst, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+        }
+        if (s == 3 && me == 3) { /* a new process: a new plan and buffers */
+            reshard_plan_destroy(plan);
+            note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+            memset(dst, 0, db);
+        }
+        reshard_comm_t *inner = NULL, *comm = NULL;
+        reshard_comm_create_inproc(a->g[s], me, &inner);
+        if (s == 2) {
+            const int32_t map[WORLD] = {0, 1, 2, -1};
+            note(j, me, reshard_comm_create_view(inner, WORLD, map, &comm));
+        } else {
+            comm = inner;
+        }
+        if (me < 2)
+            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
+        reshard_exec_stats_t es;
+        memset(&es, 0, sizeof es);
+        j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+        reshard_plan_delta_info(plan, me, &j->info[me][s]);
+        __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
+        if (me >= 2 && j->st[me][s] == RESHARD_OK)
+            for (int64_t i = 0; i < ROWS * COLS; i++)
+                j->wrong[me][s] += dst[i] != j->g[s][i];
+        reshard_comm_destroy(comm);
+    }
+    free(src);
+    free(dst);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(ms);
+    reshard_layout_destroy(md);
+    return NULL;
+}
+
+static void test_delta_elastic_survivors_keep_versions(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1};
+    make_layouts(&j);
+    uint64_t seed = 7;
+    el_arg_t args[WORLD];
+    reshard_inproc_group_t *g[NSTEPS];
+    for (int s = 0; s < NSTEPS; s++) {
+        j.g[s] = malloc(ROWS * COLS * 2);
+        for (int64_t i = 0; i < ROWS * COLS; i++) {
+            uint16_t old = s ? j.g[s - 1][i] : (uint16_t)mix(&seed);
+            bool change = s && (double)(mix(&seed) % 1000000) < j.frac[s] * 1e6;
+            j.g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
+        }
+        assert_int_equal(reshard_inproc_group_create(s == 2 ? WORLD - 1 : WORLD, &g[s]),
+                         RESHARD_OK);
+    }
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (el_arg_t){.j = &j, .rank = r};
+        memcpy(args[r].g, g, sizeof g);
+        pthread_create(&th[r], NULL, elastic_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(g[s]);
+    for (int r = 0; r < WORLD; r++)
+        assert_int_equal(j.setup[r], RESHARD_OK);
+    const int64_t want_version[NSTEPS] = {1, 2, 3, 4, 5};
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 0; r < WORLD; r++) {
+            if (s == 2 && r == 3)
+                continue;
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0); /* every element of every replica, every step */
+            assert_int_equal(j.info[r][s].version, want_version[s]);
+        }
+    uint64_t replica = (uint64_t)ROWS * COLS * 2; /* one replica's bytes, dense */
+    assert_true(j.sent_network[0] >= 2 * replica);
+    /* the shrunk membership's first refit: survivors kept their versions, no stream dense */
+    assert_int_equal(j.info[0][2].dense_streams, 0);
+    assert_int_equal(j.info[1][2].dense_streams, 0);
+    assert_true(j.sent_network[2] * 10 < replica);
+    /* the rejoined rank is sent dense, the survivor delta */
+    assert_int_equal(j.info[0][3].dense_streams, 1);
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_true(j.sent_network[3] >= replica && j.sent_network[3] < replica + replica / 10);
+    assert_true(j.sent_network[4] * 10 < 2 * replica);
+    free_job(&j);
+}
+
+/* reshard_plan_delta_adopt refuses what it cannot carry, by name. */
+static void test_delta_adopt_refuses(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1};
+    make_layouts(&j);
+    reshard_plan_params_t p = {
+        .field_mask = RESHARD_PLAN_PARAM_DELTA, .world_size = WORLD, .my_rank = 0, .delta = 1};
+    reshard_plan_t *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &a), RESHARD_OK);
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &b), RESHARD_OK);
+    p.field_mask = 0;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &c), RESHARD_OK);
+    assert_int_equal(reshard_plan_delta_adopt(a, a, 0), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_plan_delta_adopt(c, a, 0), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "delta"));
+    assert_int_equal(reshard_plan_delta_adopt(b, a, 1), RESHARD_ERR_RANK);
+    assert_int_equal(reshard_plan_delta_adopt(b, a, 0), RESHARD_OK);
+    reshard_delta_info_t info;
+    assert_int_equal(reshard_plan_delta_info(b, 0, &info), RESHARD_OK);
+    assert_int_equal(info.version, 0);
+    assert_int_equal(info.state, RESHARD_DELTA_NONE);
+    reshard_plan_destroy(a);
+    reshard_plan_destroy(b);
+    reshard_plan_destroy(c);
+    free_job(&j);
+}
+
 /* Device-memory transports are refused by name on every rank before anything moves. */
 static void test_delta_refuses_device_memory(void **state)
 {
@@ -566,6 +736,8 @@ int main(void)
         cmocka_unit_test(test_delta_refuses_device_memory),
         cmocka_unit_test(test_delta_checksum_catches_changed_destination),
         cmocka_unit_test(test_delta_checksum_needs_delta),
+        cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
+        cmocka_unit_test(test_delta_adopt_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
