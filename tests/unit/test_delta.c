@@ -148,6 +148,8 @@ typedef struct {
     int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
     char msg[WORLD][1024];
     reshard_status_t setup[WORLD]; /* elastic_main: the first failed setup call of a rank */
+    int src_repl;                  /* sources Replicate over ranks 0, 1 (else Shard(0)) */
+    int32_t lost;                  /* elastic_main: the rank gone at step 2 */
     uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
@@ -190,7 +192,9 @@ static void make_layouts(job_t *j)
     const reshard_placement_t shard0 = {.kind = RESHARD_SHARD, .dim = 0};
     const reshard_placement_t shard1 = {.kind = RESHARD_SHARD, .dim = 1};
     const reshard_placement_t repl = {.kind = RESHARD_REPLICATE};
-    assert_int_equal(reshard_layout_add_dtensor(j->src, 0, &ms, &shard0, 0, 0), RESHARD_OK);
+    assert_int_equal(
+        reshard_layout_add_dtensor(j->src, 0, &ms, j->src_repl ? &repl : &shard0, 0, 0),
+        RESHARD_OK);
     assert_int_equal(reshard_layout_add_dtensor(j->dst, 0, &md,
                                                 j->dst_kind == DST_SHARD1 ? &shard1 : &repl, 0, 0),
                      RESHARD_OK);
@@ -517,16 +521,18 @@ typedef struct {
 /* A setup call of a rank's thread (cmocka asserts only on the main thread). */
 static void note(job_t *j, int32_t me, reshard_status_t st)
 {
-    if (st != RESHARD_OK && j->setup[me] == RESHARD_OK)
+    if (st != RESHARD_OK && j->setup[me] == RESHARD_OK) {
         j->setup[me] = st;
+        snprintf(j->msg[me], sizeof j->msg[me], "%s", reshard_last_error());
+    }
 }
 
 static void *elastic_main(void *arg)
 {
     el_arg_t *a = arg;
     job_t *j = a->j;
-    int32_t me = a->rank;
-    const int32_t gone[1] = {3};
+    int32_t me = a->rank, lost = j->lost;
+    const int32_t gone[1] = {lost};
     reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA |
                                              RESHARD_PLAN_PARAM_STAGING_BYTES |
                                              RESHARD_PLAN_PARAM_TIMEOUT,
@@ -535,46 +541,52 @@ static void *elastic_main(void *arg)
                                .staging_bytes = 4096,
                                .timeout_s = 0.5,
                                .delta = 1};
-    reshard_layout_t *ms = NULL, *md = NULL; /* the membership without rank 3 */
-    if (me != 3)
+    reshard_layout_t *ms = NULL, *md = NULL; /* the membership without the lost rank */
+    if (me != lost)
         note(j, me, reshard_membership_layouts(j->src, j->dst, gone, 1, &ms, &md));
     reshard_plan_t *plan = NULL, *next = NULL;
     note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
-    uint64_t sb = me < 2 ? ROWS / 2 * COLS * 2 : 0, db = me >= 2 ? ROWS * COLS * 2 : 0;
+    uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
     uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
     for (int s = 0; s < NSTEPS; s++) {
-        if (s == 2 && me == 3)
-            continue;                        /* gone */
-        if (s == 2 || (s == 3 && me != 3)) { /* replan; survivors keep their state */
+        if (s == 2 && me == lost)
+            continue;                           /* gone */
+        if (s == 2 || (s == 3 && me != lost)) { /* replan; survivors keep their state */
             note(j, me, reshard_plan_create(s == 2 ? ms : j->src, s == 2 ? md : j->dst, &p, &next));
             note(j, me, reshard_plan_delta_adopt(next, plan, me));
             reshard_plan_destroy(plan);
             plan = next;
         }
-        if (s == 3 && me == 3) { /* a new process: a new plan and buffers */
+        if (s == 3 && me == lost) { /* a new process: a new plan and buffers */
             reshard_plan_destroy(plan);
             note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
             memset(dst, 0, db);
         }
         reshard_comm_t *inner = NULL, *comm = NULL;
-        reshard_comm_create_inproc(a->g[s], me, &inner);
-        if (s == 2) {
-            const int32_t map[WORLD] = {0, 1, 2, -1};
+        if (s == 2) { /* the survivors' group, numbered in plan-rank order, and its view */
+            int32_t map[WORLD];
+            for (int32_t r = 0, k = 0; r < WORLD; r++)
+                map[r] = r == lost ? -1 : k++;
+            note(j, me, reshard_comm_create_inproc(a->g[s], map[me], &inner));
             note(j, me, reshard_comm_create_view(inner, WORLD, map, &comm));
         } else {
+            reshard_comm_create_inproc(a->g[s], me, &inner);
             comm = inner;
         }
         if (me < 2)
-            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+            memcpy(src, j->g[s] + (j->src_repl ? 0 : (size_t)me * ROWS / 2 * COLS), sb);
         reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
         reshard_exec_stats_t es;
         memset(&es, 0, sizeof es);
         j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
         reshard_plan_delta_info(plan, me, &j->info[me][s]);
         __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
-        if (me >= 2 && j->st[me][s] == RESHARD_OK)
-            for (int64_t i = 0; i < ROWS * COLS; i++)
-                j->wrong[me][s] += dst[i] != j->g[s][i];
+        for (int64_t r = 0; me >= 2 && j->st[me][s] == RESHARD_OK && r < ROWS; r++)
+            for (int64_t c = 0; c < COLS; c++) {
+                int64_t at = dst_index(j, me, r, c);
+                j->wrong[me][s] += at >= 0 && dst[at] != j->g[s][r * COLS + c];
+            }
         reshard_comm_destroy(comm);
     }
     free(src);
@@ -585,30 +597,27 @@ static void *elastic_main(void *arg)
     return NULL;
 }
 
-static void test_delta_elastic_survivors_keep_versions(void **state)
+/* Run elastic_main on every rank; every step of every present rank OK, every element of
+ * every destination exact, versions 1..5 (the rejoined rank's first refit commits 4). */
+static void run_elastic(job_t *j)
 {
-    (void)state;
-    job_t j = {.dst_kind = DST_REPLICATE,
-               .frac = {0, 0.01, 0.01, 0.01, 0.01},
-               .rebind_step = -1,
-               .fail_step = -1};
-    make_layouts(&j);
+    make_layouts(j);
     uint64_t seed = 7;
     el_arg_t args[WORLD];
     reshard_inproc_group_t *g[NSTEPS];
     for (int s = 0; s < NSTEPS; s++) {
-        j.g[s] = malloc(ROWS * COLS * 2);
+        j->g[s] = malloc(ROWS * COLS * 2);
         for (int64_t i = 0; i < ROWS * COLS; i++) {
-            uint16_t old = s ? j.g[s - 1][i] : (uint16_t)mix(&seed);
-            bool change = s && (double)(mix(&seed) % 1000000) < j.frac[s] * 1e6;
-            j.g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
+            uint16_t old = s ? j->g[s - 1][i] : (uint16_t)mix(&seed);
+            bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
+            j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
         assert_int_equal(reshard_inproc_group_create(s == 2 ? WORLD - 1 : WORLD, &g[s]),
                          RESHARD_OK);
     }
     pthread_t th[WORLD];
     for (int32_t r = 0; r < WORLD; r++) {
-        args[r] = (el_arg_t){.j = &j, .rank = r};
+        args[r] = (el_arg_t){.j = j, .rank = r};
         memcpy(args[r].g, g, sizeof g);
         pthread_create(&th[r], NULL, elastic_main, &args[r]);
     }
@@ -616,17 +625,32 @@ static void test_delta_elastic_survivors_keep_versions(void **state)
         pthread_join(th[r], NULL);
     for (int s = 0; s < NSTEPS; s++)
         reshard_inproc_group_destroy(g[s]);
-    for (int r = 0; r < WORLD; r++)
-        assert_int_equal(j.setup[r], RESHARD_OK);
-    const int64_t want_version[NSTEPS] = {1, 2, 3, 4, 5};
+    for (int r = 0; r < WORLD; r++) {
+        if (j->setup[r] != RESHARD_OK)
+            print_message("rank %d: %s\n", r, j->msg[r]);
+        assert_int_equal(j->setup[r], RESHARD_OK);
+    }
     for (int s = 0; s < NSTEPS; s++)
         for (int r = 0; r < WORLD; r++) {
-            if (s == 2 && r == 3)
+            if (s == 2 && r == j->lost)
                 continue;
-            assert_int_equal(j.st[r][s], RESHARD_OK);
-            assert_int_equal(j.wrong[r][s], 0); /* every element of every replica, every step */
-            assert_int_equal(j.info[r][s].version, want_version[s]);
+            assert_int_equal(j->st[r][s], RESHARD_OK);
+            assert_int_equal(j->wrong[r][s], 0); /* every element of every replica, every step */
+            assert_int_equal(j->info[r][s].version, s + 1);
         }
+}
+
+/* A destination rank is gone: the survivors' streams are the same pieces, so the shrunk
+ * membership's first refit is delta throughout; the rejoined rank is sent dense. */
+static void test_delta_elastic_survivors_keep_versions(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 3};
+    run_elastic(&j);
     uint64_t replica = (uint64_t)ROWS * COLS * 2; /* one replica's bytes, dense */
     assert_true(j.sent_network[0] >= 2 * replica);
     /* the shrunk membership's first refit: survivors kept their versions, no stream dense */
@@ -638,6 +662,29 @@ static void test_delta_elastic_survivors_keep_versions(void **state)
     assert_int_equal(j.info[1][3].dense_streams, 1);
     assert_true(j.sent_network[3] >= replica && j.sent_network[3] < replica + replica / 10);
     assert_true(j.sent_network[4] * 10 < 2 * replica);
+    free_job(&j);
+}
+
+/* A source rank (one of two replicas) is gone: the survivor now sends boxes it never sent,
+ * so those streams go dense once (the snapshot has no base for them) and the rest delta;
+ * every element exact throughout. */
+static void test_delta_elastic_moved_boxes_dense(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .src_repl = 1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 1};
+    run_elastic(&j);
+    uint64_t half = (uint64_t)ROWS * COLS;           /* one destination rank's bytes, dense */
+    assert_int_equal(j.info[0][2].dense_streams, 1); /* the box rank 1 sent: dense */
+    assert_true(j.sent_network[2] >= half && j.sent_network[2] < half + half / 10);
+    assert_int_equal(j.info[1][3].dense_streams, 1); /* rank 1 rejoined: no snapshot */
+    assert_int_equal(j.info[0][3].dense_streams, 0); /* rank 0 still holds its box's */
+    assert_true(j.sent_network[3] >= half && j.sent_network[3] < half + half / 10);
+    assert_true(j.sent_network[4] * 10 < 2 * half);
     free_job(&j);
 }
 
@@ -737,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_delta_checksum_catches_changed_destination),
         cmocka_unit_test(test_delta_checksum_needs_delta),
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
+        cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
