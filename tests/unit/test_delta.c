@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -285,7 +286,8 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_job(job_t *j)
+/* The layouts, the tensor at every step and the in-process groups and ops of a job. */
+static void run_job_steps(job_t *j)
 {
     make_layouts(j);
     uint64_t seed = 42;
@@ -311,6 +313,11 @@ static void run_job(job_t *j)
     failing_ops = *inproc_ops;
     failing_ops.post_send = failing_send;
     reshard_comm_destroy(probe);
+}
+
+static void run_job(job_t *j)
+{
+    run_job_steps(j);
     pthread_t th[WORLD];
     rank_arg_t args[WORLD];
     for (int32_t r = 0; r < WORLD; r++) {
@@ -688,6 +695,188 @@ static void test_delta_elastic_moved_boxes_dense(void **state)
     free_job(&j);
 }
 
+/* ---- a rank lost mid-delta ------------------------------------------------------------ */
+
+/* Rank 3 (a destination replica) stops answering at its 4th round wait of step 2, after
+ * round 0's chunks were applied. Every survivor fails within a bounded time; rank 2's
+ * weights are torn; the survivors agree that rank 3 is gone, shrink, plan the membership
+ * without it and adopt their state: the retry of step 2 is dense (no snapshot of a failed
+ * execution is a base), committed and exact; step 3 is delta again. */
+static reshard_transport_ops_t stalling_ops;
+static pthread_barrier_t stall_until;
+static __thread int waits;
+
+static reshard_status_t stalling_wait(reshard_comm_t *c, int slot, double timeout_s)
+{
+    if (++waits == 4)
+        pthread_barrier_wait(&stall_until); /* until the survivors recovered */
+    return inproc_ops->round_wait(c, slot, timeout_s);
+}
+
+typedef struct {
+    job_t *j;
+    int32_t rank;
+    reshard_inproc_group_t *all[NSTEPS], *survivors[2];
+    reshard_status_t failed, agreed, retried, after;
+    double t_fail;
+    uint64_t retry_sent, after_sent;
+} lost_arg_t;
+
+static void *lost_main(void *arg)
+{
+    lost_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank;
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA |
+                                             RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                             RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .timeout_s = 0.5,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL, *next = NULL;
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+    uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
+    reshard_comm_t *comm = NULL, *shrunk = NULL;
+    reshard_layout_t *ms = NULL, *md = NULL;
+    for (int s = 0; s < 4; s++) {
+        if (me < 2)
+            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
+        reshard_exec_stats_t es;
+        memset(&es, 0, sizeof es);
+        if (s < 3) {
+            reshard_comm_create_inproc(a->all[s], me, &comm);
+            if (s == 2 && me == 3) {
+                stalling_ops = *comm->ops;
+                stalling_ops.round_wait = stalling_wait;
+                comm->ops = &stalling_ops;
+                waits = 0;
+            }
+            struct timespec ts0, ts1;
+            clock_gettime(CLOCK_MONOTONIC, &ts0);
+            j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            clock_gettime(CLOCK_MONOTONIC, &ts1);
+            reshard_plan_delta_info(plan, me, &j->info[me][s]);
+            if (s < 2) {
+                reshard_comm_destroy(comm);
+                continue;
+            }
+            a->failed = j->st[me][s];
+            a->t_fail =
+                (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+            if (me == 3) { /* woken after the recovery */
+                reshard_comm_destroy(comm);
+                break;
+            }
+            int32_t gone[WORLD], ngone = 0;
+            a->agreed = reshard_comm_agree_gone(comm, 0.1, gone, WORLD, &ngone);
+            if (a->agreed == RESHARD_OK && (ngone != 1 || gone[0] != 3))
+                a->agreed = RESHARD_ERR_MISMATCH;
+            note(j, me, a->agreed);
+            note(j, me, reshard_comm_shrink_inproc(comm, gone, ngone, a->survivors[0], &shrunk));
+            note(j, me, reshard_membership_layouts(j->src, j->dst, gone, ngone, &ms, &md));
+            note(j, me, reshard_plan_create(ms, md, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+            reshard_comm_destroy(comm);
+            /* the retry of step 2 on the survivors */
+            a->retried = reshard_plan_execute(plan, shrunk, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            a->retry_sent = es.bytes_sent_network;
+            reshard_delta_info_t di;
+            reshard_plan_delta_info(plan, me, &di);
+            j->info[me][3] = di; /* the retry's */
+            for (int64_t i = 0; me == 2 && a->retried == RESHARD_OK && i < ROWS * COLS; i++)
+                j->wrong[me][2] += dst[i] != j->g[2][i];
+            reshard_comm_destroy(shrunk);
+            shrunk = NULL;
+            pthread_barrier_wait(&stall_until); /* release the lost rank */
+        } else {                                /* step 3 on the survivors' membership */
+            reshard_comm_t *inner = NULL;
+            const int32_t map[WORLD] = {0, 1, 2, -1};
+            note(j, me, reshard_comm_create_inproc(a->survivors[1], me, &inner));
+            note(j, me, reshard_comm_create_view(inner, WORLD, map, &comm));
+            a->after = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            a->after_sent = es.bytes_sent_network;
+            reshard_plan_delta_info(plan, me, &j->info[me][4]);
+            for (int64_t i = 0; me == 2 && a->after == RESHARD_OK && i < ROWS * COLS; i++)
+                j->wrong[me][3] += dst[i] != j->g[3][i];
+            reshard_comm_destroy(comm);
+        }
+    }
+    free(src);
+    free(dst);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(ms);
+    reshard_layout_destroy(md);
+    return NULL;
+}
+
+static void test_delta_rank_lost_mid_delta(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.3, 0.01, 0},
+               .rebind_step = -1,
+               .fail_step = -1};
+    run_job_steps(&j); /* the tensor at each step, the in-process ops */
+    lost_arg_t args[WORLD];
+    reshard_inproc_group_t *sv[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(reshard_inproc_group_create(WORLD - 1, &sv[k]), RESHARD_OK);
+    pthread_barrier_init(&stall_until, NULL, WORLD);
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (lost_arg_t){.j = &j, .rank = r, .survivors = {sv[0], sv[1]}};
+        memcpy(args[r].all, groups, sizeof args[r].all);
+        pthread_create(&th[r], NULL, lost_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&stall_until);
+    for (int k = 0; k < 2; k++)
+        reshard_inproc_group_destroy(sv[k]);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(groups[s]);
+    uint64_t replica = (uint64_t)ROWS * COLS * 2, retry = 0, after = 0;
+    for (int32_t r = 0; r < WORLD; r++) {
+        assert_int_equal(j.setup[r], RESHARD_OK);
+        for (int s = 0; s < 2; s++) {
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0);
+        }
+        /* the lost step: an error on every rank, in bounded time, no commit */
+        assert_true(args[r].failed == RESHARD_ERR_TIMEOUT ||
+                    args[r].failed == RESHARD_ERR_TRANSPORT);
+        assert_int_equal(j.info[r][2].version, 2);
+        if (r == 3)
+            continue;
+        assert_true(args[r].t_fail < 8 * 0.5 + 2.0);
+        assert_int_equal(args[r].agreed, RESHARD_OK);
+        /* the retry on the survivors: dense, committed, exact */
+        assert_int_equal(args[r].retried, RESHARD_OK);
+        assert_int_equal(j.info[r][3].version, 3);
+        retry += args[r].retry_sent;
+        /* and then delta again */
+        assert_int_equal(args[r].after, RESHARD_OK);
+        assert_int_equal(j.info[r][4].version, 4);
+        after += args[r].after_sent;
+    }
+    assert_int_equal(j.info[2][2].state, RESHARD_DELTA_TORN);
+    assert_int_equal(j.info[2][3].state, RESHARD_DELTA_COMMITTED);
+    assert_int_equal(j.wrong[2][2], 0);
+    assert_int_equal(j.wrong[2][3], 0);
+    assert_int_equal(j.info[0][3].dense_streams, 1);
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_true(retry >= replica);
+    assert_true(after * 10 < replica);
+    free_job(&j);
+}
+
 /* reshard_plan_delta_adopt refuses what it cannot carry, by name. */
 static void test_delta_adopt_refuses(void **state)
 {
@@ -786,6 +975,7 @@ int main(void)
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
+        cmocka_unit_test(test_delta_rank_lost_mid_delta),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
