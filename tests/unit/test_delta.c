@@ -151,6 +151,8 @@ typedef struct {
     reshard_status_t setup[WORLD]; /* elastic_main: the first failed setup call of a rank */
     int src_repl;                  /* sources Replicate over ranks 0, 1 (else Shard(0)) */
     int32_t lost;                  /* elastic_main: the rank gone at step 2 */
+    int stale_rejoin;              /* elastic_main: it comes back at step 3 with its weights
+                                      and state of step 1 (adopted from its old plan) */
     uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
@@ -286,11 +288,10 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-/* The layouts, the tensor at every step and the in-process groups and ops of a job. */
-static void run_job_steps(job_t *j)
+/* The whole tensor at every step: each from the previous with frac[s] of its elements
+ * changed to other bits. */
+static void make_steps(job_t *j, uint64_t seed)
 {
-    make_layouts(j);
-    uint64_t seed = 42;
     for (int s = 0; s < NSTEPS; s++) {
         j->g[s] = malloc(ROWS * COLS * 2);
         for (int64_t i = 0; i < ROWS * COLS; i++) {
@@ -298,8 +299,16 @@ static void run_job_steps(job_t *j)
             bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
             j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
-        assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
     }
+}
+
+/* The layouts, the tensor at every step and the in-process groups and ops of a job. */
+static void run_job_steps(job_t *j)
+{
+    make_layouts(j);
+    make_steps(j, 42);
+    for (int s = 0; s < NSTEPS; s++)
+        assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
     if (j->tamper_step > 0) { /* an element of rank 2's that this step keeps: row 100 */
         int64_t r = 100, c = 0;
         while (j->g[j->tamper_step][r * COLS + c] != j->g[j->tamper_step - 1][r * COLS + c])
@@ -565,7 +574,12 @@ static void *elastic_main(void *arg)
             reshard_plan_destroy(plan);
             plan = next;
         }
-        if (s == 3 && me == lost) { /* a new process: a new plan and buffers */
+        if (s == 3 && me == lost && j->stale_rejoin) { /* back with step 1's weights */
+            note(j, me, reshard_plan_create(j->src, j->dst, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+        } else if (s == 3 && me == lost) { /* a new process: a new plan and buffers */
             reshard_plan_destroy(plan);
             note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
             memset(dst, 0, db);
@@ -609,19 +623,12 @@ static void *elastic_main(void *arg)
 static void run_elastic(job_t *j)
 {
     make_layouts(j);
-    uint64_t seed = 7;
+    make_steps(j, 7);
     el_arg_t args[WORLD];
     reshard_inproc_group_t *g[NSTEPS];
-    for (int s = 0; s < NSTEPS; s++) {
-        j->g[s] = malloc(ROWS * COLS * 2);
-        for (int64_t i = 0; i < ROWS * COLS; i++) {
-            uint16_t old = s ? j->g[s - 1][i] : (uint16_t)mix(&seed);
-            bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
-            j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
-        }
+    for (int s = 0; s < NSTEPS; s++)
         assert_int_equal(reshard_inproc_group_create(s == 2 ? WORLD - 1 : WORLD, &g[s]),
                          RESHARD_OK);
-    }
     pthread_t th[WORLD];
     for (int32_t r = 0; r < WORLD; r++) {
         args[r] = (el_arg_t){.j = j, .rank = r};
@@ -877,6 +884,124 @@ static void test_delta_rank_lost_mid_delta(void **state)
     free_job(&j);
 }
 
+/* ---- a snapshot that does not fit ---------------------------------------------------- */
+
+/* Under ASan a huge malloc must return NULL as it does in a release build. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
+/* A tensor of 2^49 bytes (2^48 per sender, past any address space): each sender's snapshot
+ * is NOMEM, named, before anything moves, and every rank fails the refit; no version or
+ * state changes. The buffers are never touched: their addresses are not memory. */
+typedef struct {
+    reshard_layout_t *src, *dst;
+    reshard_inproc_group_t *g;
+    int32_t rank;
+    reshard_status_t st;
+    reshard_delta_info_t info;
+    char msg[512];
+} big_arg_t;
+
+static void *big_main(void *arg)
+{
+    big_arg_t *a = arg;
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = a->rank,
+                               .timeout_s = 2.0,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL;
+    a->st = reshard_plan_create(a->src, a->dst, &p, &plan);
+    if (a->st != RESHARD_OK) {
+        snprintf(a->msg, sizeof a->msg, "plan: %s", reshard_last_error());
+        return NULL;
+    }
+    reshard_comm_t *comm = NULL;
+    reshard_comm_create_inproc(a->g, a->rank, &comm);
+    reshard_buffer_t b = {.ptr = (void *)(uintptr_t)0x10000, .bytes = (uint64_t)1 << 48};
+    a->st = reshard_plan_execute(plan, comm, &b, a->rank < 2, &b, a->rank >= 2, NULL);
+    snprintf(a->msg, sizeof a->msg, "%s", reshard_last_error());
+    reshard_plan_delta_info(plan, a->rank, &a->info);
+    reshard_comm_destroy(comm);
+    reshard_plan_destroy(plan);
+    return NULL;
+}
+
+static void test_delta_snapshot_nomem(void **state)
+{
+    (void)state;
+    const int64_t shape[2] = {(int64_t)1 << 25, (int64_t)1 << 23};
+    reshard_tensors_t *ts = NULL;
+    reshard_layout_t *src = NULL, *dst = NULL;
+    assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
+    assert_int_equal(reshard_tensors_add(ts, "big", RESHARD_BF16, 2, shape, 0, NULL, NULL),
+                     RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &dst), RESHARD_OK);
+    const int32_t sr[2] = {0, 1}, dr[2] = {2, 3};
+    const reshard_mesh_t ms = {.ndim = 1, .shape = {2}, .ranks = sr};
+    const reshard_mesh_t md = {.ndim = 1, .shape = {2}, .ranks = dr};
+    const reshard_placement_t shard0 = {.kind = RESHARD_SHARD, .dim = 0};
+    const reshard_placement_t shard1 = {.kind = RESHARD_SHARD, .dim = 1};
+    assert_int_equal(reshard_layout_add_dtensor(src, 0, &ms, &shard0, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(dst, 0, &md, &shard1, 0, 0), RESHARD_OK);
+    reshard_inproc_group_t *g = NULL;
+    assert_int_equal(reshard_inproc_group_create(WORLD, &g), RESHARD_OK);
+    big_arg_t a[WORLD];
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        a[r] = (big_arg_t){.src = src, .dst = dst, .g = g, .rank = r};
+        pthread_create(&th[r], NULL, big_main, &a[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int32_t r = 0; r < WORLD; r++) {
+        if (r < 2) {
+            assert_int_equal(a[r].st, RESHARD_ERR_NOMEM);
+            char want[96];
+            snprintf(want, sizeof want, "rank %d: delta refit: no host memory for its snapshot", r);
+            assert_non_null(strstr(a[r].msg, want));
+        } else {
+            /* told by the first agreement: the sender's status, nothing sent */
+            assert_int_equal(a[r].st, RESHARD_ERR_NOMEM);
+            assert_true(strstr(a[r].msg, "rank 0 ") || strstr(a[r].msg, "rank 1 "));
+            assert_non_null(strstr(a[r].msg, "nothing was sent"));
+        }
+        assert_int_equal(a[r].info.version, 0);
+        assert_int_equal(a[r].info.state, RESHARD_DELTA_NONE);
+    }
+    reshard_inproc_group_destroy(g);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+/* Version mismatch: rank 3 comes back holding version 2 (step 1's weights, committed, the
+ * same buffers) while the others are at 3. Its streams must come dense: a delta against
+ * step 2 applied to step 1's weights would leave every element that changed at step 2
+ * stale. Every element is checked. */
+static void test_delta_version_mismatch_is_dense(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.2, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 3,
+               .stale_rejoin = 1};
+    run_elastic(&j);
+    assert_int_equal(j.info[3][1].version, 2);
+    assert_int_equal(j.info[0][2].version, 3);
+    assert_int_equal(j.info[0][3].dense_streams, 1); /* to rank 3: not at version 3 */
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_int_equal(j.wrong[3][3], 0);
+    assert_int_equal(j.info[3][3].state, RESHARD_DELTA_COMMITTED);
+    free_job(&j);
+}
+
 /* reshard_plan_delta_adopt refuses what it cannot carry, by name. */
 static void test_delta_adopt_refuses(void **state)
 {
@@ -974,8 +1099,10 @@ int main(void)
         cmocka_unit_test(test_delta_checksum_needs_delta),
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
+        cmocka_unit_test(test_delta_version_mismatch_is_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
         cmocka_unit_test(test_delta_rank_lost_mid_delta),
+        cmocka_unit_test(test_delta_snapshot_nomem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
