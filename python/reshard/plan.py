@@ -188,6 +188,21 @@ class Plan(_lib.Handle):
         out["chunks"] = list(info.chunks)
         return out
 
+    def delta_adopt(self, old, rank=None):
+        """Elastic refit / replanning (reshard_plan_delta_adopt): before this delta plan's
+        first execute, take over ``rank``'s (default the plan's rank) version,
+        destination state and snapshot from ``old``, the delta plan this rank executed
+        last with the others; streams whose boxes ``old`` sent are then encoded against
+        it, the rest go dense once. A new or restarted rank does not call it. ``old``
+        keeps nothing for that rank afterwards. Raises ReshardError (INVALID_ARG,
+        MISMATCH, RANK, NOMEM)."""
+        if not isinstance(old, Plan):
+            raise TypeError("reshard: delta_adopt needs a reshard.Plan, got %r" % (old,))
+        if rank is None:
+            rank = self.rank
+        _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
+                                                     _lib.as_int(rank, "rank")))
+
     def pair_bytes(self, src_rank, dst_rank):
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""
         return _lib.lib.reshard_plan_pair_bytes(self._h, _lib.as_int(src_rank, "src_rank"),

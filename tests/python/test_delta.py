@@ -125,3 +125,41 @@ def test_delta_checksum_catches_changed_destination():
         reshard.Plan(src, dst, rank=0, world=WORLD, delta=True, checksum=1)
     with pytest.raises(reshard.ReshardError, match="delta_checksum"):
         reshard.Plan(src, dst, rank=0, world=WORLD, checksum=True)
+
+
+def test_delta_adopt_keeps_versions():
+    """A replanned membership (here: the same layouts) adopts each rank's state: the next
+    execute stays delta (no stream dense), versions go on, every byte as the oracle."""
+    full = steps()
+    tensors = reshard.Tensors()
+    tensors.add("w", SHAPE, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    infos, got = {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True)
+        d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+        for k in range(3):
+            if k == 2:
+                nxt = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True)
+                nxt.delta_adopt(plan)
+                assert plan.delta_info()["version"] == 0  # moved
+                plan = nxt
+            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
+            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            plan.execute(comm, src=s, dst=d)
+            infos[(r, k)] = plan.delta_info()
+            if d:
+                got[(r, k)] = d["w"].copy()
+        with pytest.raises(TypeError, match="Plan"):
+            plan.delta_adopt(None)
+
+    reshard.run_threads(WORLD, rank_fn)
+    for r in DST_MESH:
+        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
+        assert got[(r, 2)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    for r in range(WORLD):
+        assert infos[(r, 2)]["version"] == 3
+    assert infos[(0, 2)]["dense_streams"] == 0 and infos[(1, 2)]["dense_streams"] == 0
