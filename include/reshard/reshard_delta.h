@@ -17,7 +17,17 @@
  * What delta mode assumes: between executions, the destination buffers hold exactly what
  * the last committed execution wrote. Rebinding destination buffers (other pointers or
  * sizes) is detected and sent dense; changing their contents in place behind reshard's
- * back (an engine that post-processes weights) is not detected.
+ * back (an engine that post-processes weights) is detected only in checksum mode.
+ *
+ * Checksum mode (reshard_plan_params_t.delta_checksum): each chunk's header message also
+ * carries the sender's XXH3_64bits of the chunk's new bytes; the receiver hashes the chunk
+ * after apply, before writing it. A mismatch is RESHARD_ERR_VERIFY on that rank, naming
+ * it, the sender, the chunk and the pieces (tensor, box, elements) the chunk covers; the
+ * outcome agreement fails the refit on every rank, the receiver is TORN and the next
+ * refit is dense. Cost: both ends hash every chunk, and 8 bytes a chunk on the wire.
+ *
+ * Elastic refit and replanning: a new plan holds no version (its first refit is dense)
+ * unless each surviving rank moves its state over with reshard_plan_delta_adopt.
  *
  * Memory: per sending rank, a host snapshot of the bytes it last sent
  * (reshard_delta_info_t.snapshot_bytes: the sum of its send streams to other ranks),
