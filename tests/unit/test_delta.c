@@ -143,7 +143,7 @@ typedef struct {
     double frac[NSTEPS]; /* fraction of elements changed before each step */
     int rebind_step;     /* step at which destination buffers are new ones, or -1 */
     int fail_step;       /* step at which rank 0 fails its 7th send, or -1 */
-    int checksum;        /* plans with delta_checksum */
+    int checksum;        /* plans with delta_checksum (rank 3's only, when 2) */
     int tamper_step;     /* > 0: before this step rank 2 changes one element of its
                             destination that the step does not change (behind reshard's back) */
     int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
@@ -230,7 +230,7 @@ static void *rank_main(void *arg)
                                .domain_size = j->domain_size,
                                .timeout_s = 0.5,
                                .delta = 1,
-                               .delta_checksum = j->checksum};
+                               .delta_checksum = j->checksum == 1 || (j->checksum == 2 && me == 3)};
     if (j->checksum)
         p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
     reshard_plan_t *plan = NULL;
@@ -502,6 +502,21 @@ static void test_delta_checksum_catches_changed_destination(void **state)
     assert_int_equal(u.st[2][2], RESHARD_OK);
     assert_int_equal(u.wrong[2][2], 1); /* unseen without checksum mode */
     free_job(&u);
+}
+
+/* Ranks that disagree on checksum mode (their header messages differ in size) fail at the
+ * first agreement, every rank, before anything moves. */
+static void test_delta_checksum_mixed_refused(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1, .rebind_step = -1, .fail_step = -1, .checksum = 2};
+    run_job(&j);
+    for (int r = 0; r < WORLD; r++) {
+        assert_int_equal(j.st[r][0], RESHARD_ERR_MISMATCH);
+        assert_int_equal(j.info[r][0].state, RESHARD_DELTA_NONE);
+        assert_int_equal(j.info[r][0].version, 0);
+    }
+    free_job(&j);
 }
 
 /* Checksum mode needs delta. */
@@ -1097,6 +1112,7 @@ int main(void)
         cmocka_unit_test(test_delta_refuses_device_memory),
         cmocka_unit_test(test_delta_checksum_catches_changed_destination),
         cmocka_unit_test(test_delta_checksum_needs_delta),
+        cmocka_unit_test(test_delta_checksum_mixed_refused),
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
         cmocka_unit_test(test_delta_version_mismatch_is_dense),
