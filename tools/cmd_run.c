@@ -42,7 +42,7 @@ typedef struct {
     const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb, change_fraction;
-    int baseline, raw, json, mtp, colocated, delta;
+    int baseline, raw, json, mtp, colocated, delta, delta_checksum;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -70,6 +70,8 @@ static void run_usage(FILE *out)
         "  --delta            delta refit (docs/delta.md): refit k changes a deterministic\n"
         "                     --change-fraction F of the elements (default 0.01) and sends\n"
         "                     only changed words; every byte is verified each refit\n"
+        "  --delta-checksum   with --delta: each chunk carries the sender's XXH3 hash of its\n"
+        "                     new bytes, checked by the receiver after apply\n"
         "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
         "                     plan exchanges its byte count in plain messages\n"
         "  --json             print one JSON object (rank 0) instead of the table\n"
@@ -135,6 +137,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
                               {"--colocated", CLI_FLAG, &a->colocated, 0, 0},
                               {"--delta", CLI_FLAG, &a->delta, 0, 0},
+                              {"--delta-checksum", CLI_FLAG, &a->delta_checksum, 0, 0},
                               {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
@@ -158,6 +161,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     if (a->colocated && (strcmp(a->transport, "mpi") || a->domain_size > 1 || system))
         return usage_error(rank, "--colocated reads host memory with every rank its own "
                                  "domain: not with --transport nccl, --domain-size or --system");
+    if (a->delta_checksum && !a->delta)
+        return usage_error(rank, "--delta-checksum checks --delta refits: add --delta");
     if (a->change_fraction >= 0 && !a->delta)
         return usage_error(rank, "--change-fraction is for --delta refits");
     if (a->change_fraction < 0)
@@ -891,6 +896,7 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
     if (r->a->delta) {
         json_t *d = json_object();
         json_object_set_new(d, "change_fraction", json_real(r->a->change_fraction));
+        json_object_set_new(d, "checksum", json_boolean(r->a->delta_checksum));
         json_object_set_new(d, "first_stream_bytes", json_integer((json_int_t)rs->delta_stream[0]));
         json_object_set_new(d, "first_wire_bytes", json_integer((json_int_t)rs->delta_wire[0]));
         json_object_set_new(d, "stream_bytes", json_integer((json_int_t)rs->delta_stream[1]));
@@ -1040,6 +1046,10 @@ static int run(const run_args_t *a, int rank, int size)
                                 .delta = a->delta};
     if (a->delta)
         pp.field_mask |= RESHARD_PLAN_PARAM_DELTA;
+    if (a->delta_checksum) {
+        pp.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
+        pp.delta_checksum = 1;
+    }
     if (a->relay_mb >= 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
         pp.relay_bytes = (uint64_t)(a->relay_mb * 1048576.0);

@@ -413,9 +413,10 @@ enum {
     RESHARD_PLAN_PARAM_PLACEMENT = 1u << 5,
     RESHARD_PLAN_PARAM_COLOCATED = 1u << 6,
     RESHARD_PLAN_PARAM_DELTA = 1u << 7,
+    RESHARD_PLAN_PARAM_DELTA_CHECKSUM = 1u << 8,
 };
 /** Every RESHARD_PLAN_PARAM_* bit: any other bit set is INVALID_ARG. */
-#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0xff)
+#define RESHARD_PLAN_PARAM_ALL ((uint64_t)0x1ff)
 /** reshard_plan_params_t.device of a rank whose buffers are host (CPU) memory. */
 #define RESHARD_DEVICE_CPU (-1)
 
@@ -478,6 +479,13 @@ typedef struct {
     int32_t delta; /**< nonzero: a delta refit plan (reshard_delta.h,
                         docs/delta.md): each execution sends only the words
                         that changed since the version a destination holds */
+    /** RESHARD_PLAN_PARAM_DELTA_CHECKSUM, nonzero (needs delta; INVALID_ARG without):
+     *  every chunk carries the sender's 64-bit hash (XXH3_64bits) of its new bytes and
+     *  the receiver compares it with the hash of the chunk it holds after apply. A
+     *  mismatch (a destination changed behind reshard's back) fails the refit on every
+     *  rank with RESHARD_ERR_VERIFY naming tensor, rank and box; that destination is
+     *  then torn and the next refit rewrites it dense (reshard_delta.h). */
+    int32_t delta_checksum;
 } reshard_plan_params_t;
 
 typedef struct reshard_plan reshard_plan_t;

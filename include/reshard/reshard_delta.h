@@ -17,7 +17,17 @@
  * What delta mode assumes: between executions, the destination buffers hold exactly what
  * the last committed execution wrote. Rebinding destination buffers (other pointers or
  * sizes) is detected and sent dense; changing their contents in place behind reshard's
- * back (an engine that post-processes weights) is not detected.
+ * back (an engine that post-processes weights) is detected only in checksum mode.
+ *
+ * Checksum mode (reshard_plan_params_t.delta_checksum): each chunk's header message also
+ * carries the sender's XXH3_64bits of the chunk's new bytes; the receiver hashes the chunk
+ * after apply, before writing it. A mismatch is RESHARD_ERR_VERIFY on that rank, naming
+ * it, the sender, the chunk and the pieces (tensor, box, elements) the chunk covers; the
+ * outcome agreement fails the refit on every rank, the receiver is TORN and the next
+ * refit is dense. Cost: both ends hash every chunk, and 8 bytes a chunk on the wire.
+ *
+ * Elastic refit and replanning: a new plan holds no version (its first refit is dense)
+ * unless each surviving rank moves its state over with reshard_plan_delta_adopt.
  *
  * Memory: per sending rank, a host snapshot of the bytes it last sent
  * (reshard_delta_info_t.snapshot_bytes: the sum of its send streams to other ranks),
@@ -72,6 +82,31 @@ const char *reshard_delta_state_string(reshard_delta_state_t state);
  */
 reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t rank,
                                          reshard_delta_info_t *out);
+
+/**
+ * Elastic refit (reshard_elastic.h) and replanning: move @p rank's delta state from
+ * @p from, the delta plan this rank executed last (with every other rank of it), to
+ * @p plan, a delta plan not executed yet for the new membership
+ * (reshard_membership_layouts) or of the same layouts. Called by each surviving rank,
+ * locally, before the new plan's first execution; a new or restarted rank does not call
+ * it (it holds no version, so everything it receives comes dense). Afterwards:
+ *  - the rank keeps its version; its destination keeps its state (committed or torn)
+ *    when its destination fragments are the same in both plans (then, as always, its
+ *    buffers must be the same ones for a delta to land on them), else it is NONE;
+ *  - its snapshot is rebuilt for the new plan's send streams: each piece whose tensor and
+ *    box the old snapshot held is copied from it; a stream with a piece it did not hold
+ *    (the new membership moved that box to this rank) is sent dense once;
+ *  - its relay scratch is not kept (a relaying rank receives dense once);
+ *  - @p from's state for @p rank is emptied (version 0, no snapshot): executing @p from
+ *    again sends and receives dense.
+ * A snapshot from an execution that failed is never valid, so after a rank was lost
+ * mid-execution the next refit is dense everywhere (and its torn destinations stay torn
+ * until it commits).
+ * Errors: INVALID_ARG (NULL, one plan twice, a plan without delta, different world sizes,
+ * @p plan executed already), MISMATCH (different catalogues), RANK (@p rank not executed
+ * by both), NOMEM (the new snapshot; nothing changed).
+ */
+reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *from, int32_t rank);
 
 /**
  * Synthetic updates for delta refits (the CLI's --change-fraction, tests): the pattern

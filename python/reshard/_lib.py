@@ -61,7 +61,8 @@ class PlanParams(ctypes.Structure):
     _fields_ = [("field_mask", c_u64), ("world_size", c_i32), ("my_rank", c_i32),
                 ("staging_bytes", c_u64), ("domain_size", c_i32), ("timeout_s", ctypes.c_double),
                 ("relay_bytes", c_u64), ("summary", c_i32), ("host", P(c_i32)),
-                ("device", P(c_i32)), ("colocated", c_i32), ("delta", c_i32)]
+                ("device", P(c_i32)), ("colocated", c_i32), ("delta", c_i32),
+                ("delta_checksum", c_i32)]
 
 
 PARAM_STAGING_BYTES = 1 << 0
@@ -72,6 +73,7 @@ PARAM_SUMMARY = 1 << 4
 PARAM_PLACEMENT = 1 << 5
 PARAM_COLOCATED = 1 << 6
 PARAM_DELTA = 1 << 7
+PARAM_DELTA_CHECKSUM = 1 << 8
 DEVICE_CPU = -1  # RESHARD_DEVICE_CPU
 
 
@@ -212,6 +214,7 @@ _SIGNATURES = {
     "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),
     "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
     "reshard_plan_delta_info": (st, [c_vp, c_i32, P(DeltaInfo)]),
+    "reshard_plan_delta_adopt": (st, [c_vp, c_vp, c_i32]),
     "reshard_delta_state_string": (c_str, [ctypes.c_int]),
     "reshard_model_load": (st, [c_str, P(ModelOptions), P(c_vp)]),
     "reshard_model_destroy": (None, [c_vp]),

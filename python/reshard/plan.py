@@ -84,6 +84,11 @@ class Plan(_lib.Handle):
                  tells a rank's version and whether its weights are committed or torn.
                  Keep the same destination tensors between executes (new ones are
                  sent dense); MPI and in-process comms only (NCCL: UNSUPPORTED)
+    checksum     with delta: every chunk carries the sender's 64-bit hash (XXH3) of its
+                 new bytes, compared by the receiver after apply; a destination changed
+                 behind reshard's back fails the execute on every rank (ReshardError
+                 RESHARD_ERR_VERIFY naming tensor, rank and box), its weights are torn
+                 and the next execute rewrites them dense
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default
@@ -102,7 +107,7 @@ class Plan(_lib.Handle):
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
-                 devices=None, colocated=False, delta=False):
+                 devices=None, colocated=False, delta=False, checksum=False):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         world = _lib.as_int(world, "world", lo=1)
@@ -132,6 +137,11 @@ class Plan(_lib.Handle):
         if delta:
             p.field_mask |= _lib.PARAM_DELTA
             p.delta = 1
+        if not isinstance(checksum, bool):
+            raise TypeError("reshard: checksum must be True or False, got %r" % (checksum,))
+        if checksum:
+            p.field_mask |= _lib.PARAM_DELTA_CHECKSUM
+            p.delta_checksum = 1
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = rank, world
         self.timeout_s = timeout_s
@@ -177,6 +187,21 @@ class Plan(_lib.Handle):
         out["state"] = _lib.lib.reshard_delta_state_string(info.state).decode()
         out["chunks"] = list(info.chunks)
         return out
+
+    def delta_adopt(self, old, rank=None):
+        """Elastic refit / replanning (reshard_plan_delta_adopt): before this delta plan's
+        first execute, take over ``rank``'s (default the plan's rank) version,
+        destination state and snapshot from ``old``, the delta plan this rank executed
+        last with the others; streams whose boxes ``old`` sent are then encoded against
+        it, the rest go dense once. A new or restarted rank does not call it. ``old``
+        keeps nothing for that rank afterwards. Raises ReshardError (INVALID_ARG,
+        MISMATCH, RANK, NOMEM)."""
+        if not isinstance(old, Plan):
+            raise TypeError("reshard: delta_adopt needs a reshard.Plan, got %r" % (old,))
+        if rank is None:
+            rank = self.rank
+        _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
+                                                     _lib.as_int(rank, "rank")))
 
     def pair_bytes(self, src_rank, dst_rank):
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""

@@ -1,9 +1,15 @@
-/* Delta refit state: versions, snapshots, the commit after the outcome agreement. */
+/* Delta refit state: versions, snapshots, the commit after the outcome agreement, and the
+ * checksum of checksum mode. */
 #include "exec/delta.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL /* the header of Debian's libxxhash-dev, compiled in */
+#include <xxhash.h>
+
+#include "layout/layout_internal.h"
 #include "plan/plan_internal.h"
 #include "util/error.h"
 
@@ -29,6 +35,7 @@ void rs_delta_free(rs_delta_t *d)
     for (int32_t i = 0; i < d->n; i++) {
         free(d->r[i].snap);
         free(d->r[i].relay);
+        free(d->r[i].stream_ok);
     }
     free(d->r);
     free(d);
@@ -66,6 +73,8 @@ reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, int32_t rank, uint64_t sna
         r->snap = NULL;
         r->snap_bytes = 0;
         r->snap_valid = false;
+        free(r->stream_ok);
+        r->stream_ok = NULL;
         if (snap_bytes && (snap_bytes > SIZE_MAX || !(r->snap = malloc((size_t)snap_bytes))))
             return rs_error(RESHARD_ERR_NOMEM,
                             "rank %d: delta refit: no host memory for its snapshot of %llu bytes "
@@ -92,6 +101,11 @@ reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes
     return RESHARD_OK;
 }
 
+bool rs_delta_stream_ok(const rs_delta_rank_t *r, int64_t j)
+{
+    return r->snap_valid && (!r->stream_ok || r->stream_ok[j]);
+}
+
 int64_t rs_delta_held_version(const rs_delta_rank_t *r)
 {
     return r->state == RESHARD_DELTA_COMMITTED && r->dst_key == r->key_now ? r->version : -1;
@@ -106,6 +120,8 @@ void rs_delta_words(const rs_delta_rank_t *r, int64_t *words)
 
 void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t *min_words)
 {
+    free(r->stream_ok); /* a commit makes every stream's snapshot valid, a failure none */
+    r->stream_ok = NULL;
     if (agreed == RESHARD_OK) {
         r->version = -min_words[0] + 1;
         r->state = RESHARD_DELTA_COMMITTED;
@@ -155,4 +171,48 @@ reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t ran
     out->snapshot_bytes = r->snap_bytes;
     out->relay_bytes = r->relay_bytes;
     return RESHARD_OK;
+}
+
+uint64_t rs_delta_hash(const void *bytes, uint64_t len)
+{
+    return (uint64_t)XXH3_64bits(bytes, (size_t)len);
+}
+
+reshard_status_t rs_delta_checksum_error(const reshard_plan_t *plan, const rs_stream_t *s,
+                                         int64_t piece, uint64_t off, uint64_t len, int32_t rank,
+                                         int64_t k)
+{
+    char what[768] = "";
+    size_t at = 0;
+    int listed = 0, more = 0;
+    for (uint64_t done = 0; done < len && piece < s->n; piece++, off = 0) {
+        const rs_piece_t *p = &plan->pieces[s->idx[piece]];
+        uint64_t take = rs_piece_stream_bytes(p) - off;
+        if (take > len - done)
+            take = len - done;
+        uint64_t end = off + take < p->bytes ? off + take : p->bytes;
+        done += take;
+        if (end <= off)
+            continue; /* padding only */
+        if (listed == 3) {
+            more++;
+            continue;
+        }
+        char bs[256];
+        int w = snprintf(
+            what + at, sizeof what - at, "%stensor '%s' box %s (elements %llu..%llu of the box)",
+            listed ? "; " : "", plan->dst->tensors->t[p->tensor].name,
+            rs_box_str(&p->box, bs, sizeof bs), (unsigned long long)(off / p->elem_size),
+            (unsigned long long)(end / p->elem_size - 1));
+        if (w > 0 && (size_t)w < sizeof what - at)
+            at += (size_t)w;
+        listed++;
+    }
+    return rs_error(RESHARD_ERR_VERIFY,
+                    "rank %d: delta checksum: chunk %lld from rank %d differs after apply from "
+                    "the sender's new bytes: %s%s%.0d%s; its destination was changed since the "
+                    "last committed refit (behind reshard's back): not used, the refit fails "
+                    "and the next one is dense",
+                    rank, (long long)k, s->peer, what, more ? " and " : "", more,
+                    more ? " more pieces" : "");
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "reshard/reshard_delta.h"
+#include "plan/plan_internal.h"
 #include "reshard/reshard_transport.h"
 
 typedef struct {
@@ -20,6 +21,9 @@ typedef struct {
     uint8_t *snap;    /**< bytes last sent, per send stream in loop order */
     uint64_t snap_bytes;
     bool snap_valid; /**< snap holds what the last committed execution sent */
+    /** After reshard_plan_delta_adopt: per send stream (snapshot order), whether its part
+     *  of snap holds the committed version; NULL: every stream (when snap_valid). */
+    uint8_t *stream_ok;
     uint8_t *relay;
     uint64_t relay_bytes;
     bool wrote; /**< the running execution wrote a destination or relay byte */
@@ -50,11 +54,28 @@ reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes
 /** The version this rank tells its senders it holds: its version when its destination
  *  buffers are committed and the same ones as at that commit, else -1 (send dense). */
 int64_t rs_delta_held_version(const rs_delta_rank_t *r);
+/** Whether send stream @p j (in snapshot order) may be encoded against the snapshot. */
+bool rs_delta_stream_ok(const rs_delta_rank_t *r, int64_t j);
 /** Fill the words of the outcome agreement (RESHARD_AGREE_WORDS) with this rank's. */
 void rs_delta_words(const rs_delta_rank_t *r, int64_t *words);
 /** After the outcome agreement: commit version max + 1 when @p agreed is OK (with the
  *  agreement's @p min_words), else mark the destination torn when anything was written
  *  and the snapshot invalid. */
 void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t *min_words);
+
+/** Checksum mode (reshard_plan_params_t.delta_checksum): the 64-bit hash of @p len bytes
+ *  (XXH3_64bits, seed 0) that a chunk's sender puts after its header and its receiver
+ *  compares with the chunk it holds after apply. */
+uint64_t rs_delta_hash(const void *bytes, uint64_t len);
+/** The bytes a checksum-mode header message takes after the chunk header: the hash. */
+#define RS_DELTA_HASH_BYTES 8u
+
+/** The error of a chunk whose hash after apply is not the sender's: VERIFY, naming the
+ *  receiving @p rank, the sender @p peer, the round @p k and every piece the chunk
+ *  covers (tensor, box, elements of the box in row-major order). The chunk is the @p len
+ *  stream bytes of stream @p s of @p plan from piece @p piece, byte @p off on. */
+reshard_status_t rs_delta_checksum_error(const reshard_plan_t *plan, const rs_stream_t *s,
+                                         int64_t piece, uint64_t off, uint64_t len, int32_t rank,
+                                         int64_t k);
 
 #endif

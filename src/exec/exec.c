@@ -634,6 +634,21 @@ static reshard_status_t run_rounds(rs_exec_t *x)
     return st;
 }
 
+/* A 64-bit word in little-endian order (the checksum after a delta header). */
+static void put_le64(uint8_t *out, uint64_t v)
+{
+    for (int b = 0; b < 8; b++)
+        out[b] = (uint8_t)(v >> (8 * b));
+}
+
+static uint64_t get_le64(const uint8_t *in)
+{
+    uint64_t v = 0;
+    for (int b = 0; b < 8; b++)
+        v |= (uint64_t)in[b] << (8 * b);
+    return v;
+}
+
 /* What a receiving rank tells each of its senders before a delta execution: the version
  * its destination (and relay) bytes hold, or -1 when they hold none (send dense). */
 typedef struct {
@@ -643,7 +658,8 @@ typedef struct {
 
 /* Delta mode (docs/delta.md): the rounds of run_rounds, each in two exchanges so that
  * every message has a size both ends know: the 16-byte headers of the encoded chunks
- * (slot 0), then their bodies (slot 1, the sizes the headers give; none when empty).
+ * (slot 0; in checksum mode followed by the 8-byte hash of the chunk's new bytes), then
+ * their bodies (slot 1, the sizes the headers give; none when empty).
  * A round is waited for before the next is posted: the forward schedule (a landed piece
  * is forwarded two rounds after it is unpacked) holds as it is. Before the rounds, each
  * receiver tells each of its senders the version it holds (one exchange). */
@@ -668,7 +684,13 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     uint64_t *pos = calloc((size_t)n + 1, sizeof *pos), *snap_off = calloc((size_t)n + 1, 8);
     uint64_t *enc_len = calloc((size_t)n + 1, sizeof *enc_len);
     bool *use_delta = calloc((size_t)n + 1, sizeof *use_delta);
-    if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !use_delta))
+    /* The header message of each stream's chunk: the header, then (checksum mode) the
+     * hash of the chunk's new bytes, little-endian. */
+    const bool ck = x->plan->p.delta_checksum;
+    const uint64_t hash_bytes = ck ? RS_DELTA_HASH_BYTES : 0; /* counted as wire bytes */
+    const uint64_t msg_bytes = RS_DELTA_HEADER_BYTES + hash_bytes;
+    uint8_t *hmsg = calloc((size_t)n + 1, RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+    if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !use_delta || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
     for (int32_t i = 0; i < n; i++)
         if (v[i].send) {
@@ -697,9 +719,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     }
     reshard_delta_info_t *li = &dr->last;
     memset(li, 0, sizeof *li);
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = 0, j = 0; i < n; i++)
         if (v[i].send) {
-            use_delta[i] = dr->snap_valid && held[i].version >= 0 && held[i].version == dr->version;
+            use_delta[i] = rs_delta_stream_ok(dr, j++) && held[i].version >= 0 &&
+                           held[i].version == dr->version;
             li->dense_streams += !use_delta[i];
         }
     for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {
@@ -709,10 +732,11 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
             if (!len)
                 continue;
             if (!xs->send) {
-                st = ops->post_recv(x->comm, 0, xs->s->peer, enc, RS_DELTA_HEADER_BYTES);
+                st = ops->post_recv(x->comm, 0, xs->s->peer, msg, msg_bytes);
                 continue;
             }
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
@@ -737,17 +761,20 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 if (!use_delta[i]) /* a delta encode updated the snapshot itself */
                     memcpy(snap, dense, len);
                 li->stream_bytes += len;
-                li->wire_bytes += enc_len[i];
+                li->wire_bytes += enc_len[i] + hash_bytes;
                 li->changed_bytes += changed * word;
                 li->chunks[enc[0]]++;
             }
             pos[i] += len;
-            st = ops->post_send(x->comm, 0, xs->s->peer, enc, RS_DELTA_HEADER_BYTES);
+            memcpy(msg, enc, RS_DELTA_HEADER_BYTES);
+            if (ck)
+                put_le64(msg + RS_DELTA_HEADER_BYTES, rs_delta_hash(dense, len));
+            st = ops->post_send(x->comm, 0, xs->s->peer, msg, msg_bytes);
             if (st == RESHARD_OK && x->stats) {
                 bool same = x->plan->p.domain_size > 1 &&
                             rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
                 *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) +=
-                    x->failed == RESHARD_OK ? enc_len[i] : 0;
+                    x->failed == RESHARD_OK ? enc_len[i] + hash_bytes : 0;
             }
         }
         if (st == RESHARD_OK)
@@ -772,6 +799,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             char what[96];
             snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
                      xs->s->peer);
+            memcpy(enc, hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES),
+                   RS_DELTA_HEADER_BYTES);
             rs_delta_header_t h;
             if (rs_delta_header(enc, len, &h, what) != RESHARD_OK) {
                 /* the sizes of the rest are unknown: the pair cannot stay in step */
@@ -794,7 +823,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (xs->send || !len)
                 continue;
             if (x->stats)
-                x->stats->bytes_recv += enc_len[i];
+                x->stats->bytes_recv += enc_len[i] + hash_bytes;
             if (x->failed != RESHARD_OK) {
                 advance(x, xs->s, &xs->cur, len);
                 continue;
@@ -804,13 +833,19 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                      xs->s->peer);
             rs_delta_header_t h;
             uint64_t payload = 0;
-            rs_cursor_t at = xs->cur;
+            const rs_cursor_t at = xs->cur; /* the chunk's start */
+            rs_cursor_t rd = at;
             reshard_status_t ls = rs_delta_header(enc, len, &h, what);
             if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
-                ls = move_chunk_at(x, xs->s, &at, dense, len, false, true, &payload);
+                ls = move_chunk_at(x, xs->s, &rd, dense, len, false, true, &payload);
             if (ls == RESHARD_OK)
                 ls = rs_delta_apply(enc, &h, dense, len, what);
             dr->wrote = true;
+            if (ls == RESHARD_OK && ck &&
+                rs_delta_hash(dense, len) !=
+                    get_le64(hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES) +
+                             RS_DELTA_HEADER_BYTES))
+                ls = rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, me, k);
             if (ls == RESHARD_OK)
                 ls = move_chunk_at(x, xs->s, &xs->cur, dense, len, false, false, &payload);
             if (ls != RESHARD_OK) {
@@ -838,6 +873,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     free(snap_off);
     free(enc_len);
     free(use_delta);
+    free(hmsg);
     return st;
 }
 

@@ -116,6 +116,8 @@ static void put_params(rs_fp_t *f, const reshard_plan_params_t *p)
                    (uint32_t)(p->device ? p->device[r] : RESHARD_DEVICE_CPU - 1));
     if (p->delta) /* plans without delta keep their fingerprints */
         put(f, 0x64656c7461ull);
+    if (p->delta_checksum) /* its headers carry a hash: both ends must agree */
+        put(f, 0x78786833ull);
 }
 
 void rs_fingerprint_parts(const reshard_plan_params_t *p, const reshard_layout_t *src,

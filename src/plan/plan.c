@@ -181,6 +181,8 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         plan->p.relay_bytes = UINT64_MAX;
     plan->p.summary = (params->field_mask & RESHARD_PLAN_PARAM_SUMMARY) && params->summary;
     plan->p.delta = (params->field_mask & RESHARD_PLAN_PARAM_DELTA) && params->delta;
+    plan->p.delta_checksum =
+        (params->field_mask & RESHARD_PLAN_PARAM_DELTA_CHECKSUM) && params->delta_checksum;
     plan->src = src;
     plan->dst = dst;
     reshard_status_t st = RESHARD_OK;
@@ -221,6 +223,11 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
                       "reshard_plan_create: colocated reads do not quantize on the wire: plan "
                       "quantized destinations without colocated reads");
+    if (st == RESHARD_OK && plan->p.delta_checksum && !plan->p.delta)
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "reshard_plan_create: rank %d: delta_checksum checks delta chunks: set "
+                      "delta too (RESHARD_PLAN_PARAM_DELTA)",
+                      plan->p.my_rank);
     if (st == RESHARD_OK && plan->p.delta && plan->p.colocated)
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
                       "reshard_plan_create: rank %d: a delta plan sends encoded chunks; colocated "

@@ -76,3 +76,90 @@ def test_delta_flag_is_checked():
     plan = reshard.Plan(src, dst, rank=0, world=WORLD)
     with pytest.raises(reshard.ReshardError, match="without delta"):
         plan.delta_info()
+
+
+def test_delta_checksum_catches_changed_destination():
+    """checksum=True: a destination element changed between executes (behind reshard's
+    back) fails that execute on every rank, the receiver's error names tensor, rank and
+    box, its weights are torn, and the next execute is complete (every byte as the oracle).
+    """
+    full = steps()
+    tensors = reshard.Tensors()
+    tensors.add("w", SHAPE, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    order = [0, 1, 1, 2]  # the step each execute sends; the third changes nothing
+    errors, infos, got = {}, {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True,
+                            checksum=True)
+        d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+        for i, k in enumerate(order):
+            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
+            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            if i == 2 and r == 2:
+                d["w"][5, 3] += 1.0  # behind reshard's back: global (5, 3), from rank 0
+            try:
+                plan.execute(comm, src=s, dst=d)
+            except reshard.ReshardError as e:
+                errors[(r, i)] = e
+            infos[(r, i)] = plan.delta_info()
+            if d:
+                got[(r, i)] = d["w"].copy()
+
+    reshard.run_threads(WORLD, rank_fn)
+    assert sorted(errors) == [(r, 2) for r in range(WORLD)]  # that execute, every rank
+    e = errors[(2, 2)]
+    assert e.c_name == "RESHARD_ERR_VERIFY"
+    assert "rank 2: delta checksum" in str(e) and "from rank 0" in str(e)
+    assert "tensor 'w' box [0:32, 0:24]" in str(e)
+    assert infos[(2, 2)]["state"] == "torn" and infos[(2, 2)]["version"] == 2
+    for r in DST_MESH:  # the next execute: committed, complete, every byte
+        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
+        assert got[(r, 3)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert infos[(r, 3)]["state"] == "committed" and infos[(r, 3)]["version"] == 3
+    assert infos[(0, 3)]["dense_streams"] == 2
+    with pytest.raises(TypeError, match="checksum"):
+        reshard.Plan(src, dst, rank=0, world=WORLD, delta=True, checksum=1)
+    with pytest.raises(reshard.ReshardError, match="delta_checksum"):
+        reshard.Plan(src, dst, rank=0, world=WORLD, checksum=True)
+
+
+def test_delta_adopt_keeps_versions():
+    """A replanned membership (here: the same layouts) adopts each rank's state: the next
+    execute stays delta (no stream dense), versions go on, every byte as the oracle."""
+    full = steps()
+    tensors = reshard.Tensors()
+    tensors.add("w", SHAPE, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    infos, got = {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True)
+        d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+        for k in range(3):
+            if k == 2:
+                nxt = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True)
+                nxt.delta_adopt(plan)
+                assert plan.delta_info()["version"] == 0  # moved
+                plan = nxt
+            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
+            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            plan.execute(comm, src=s, dst=d)
+            infos[(r, k)] = plan.delta_info()
+            if d:
+                got[(r, k)] = d["w"].copy()
+        with pytest.raises(TypeError, match="Plan"):
+            plan.delta_adopt(None)
+
+    reshard.run_threads(WORLD, rank_fn)
+    for r in DST_MESH:
+        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
+        assert got[(r, 2)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+    for r in range(WORLD):
+        assert infos[(r, 2)]["version"] == 3
+    assert infos[(0, 2)]["dense_streams"] == 0 and infos[(1, 2)]["dense_streams"] == 0

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -18,6 +19,7 @@
 #include "exec/delta_codec.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_delta.h"
+#include "reshard/reshard_elastic.h"
 
 enum { ROWS = 256, COLS = 64, NSTEPS = 5, WORLD = 4 };
 
@@ -141,7 +143,17 @@ typedef struct {
     double frac[NSTEPS]; /* fraction of elements changed before each step */
     int rebind_step;     /* step at which destination buffers are new ones, or -1 */
     int fail_step;       /* step at which rank 0 fails its 7th send, or -1 */
-    uint16_t *g[NSTEPS]; /* the whole tensor at each step */
+    int checksum;        /* plans with delta_checksum (rank 3's only, when 2) */
+    int tamper_step;     /* > 0: before this step rank 2 changes one element of its
+                            destination that the step does not change (behind reshard's back) */
+    int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
+    char msg[WORLD][1024];
+    reshard_status_t setup[WORLD]; /* elastic_main: the first failed setup call of a rank */
+    int src_repl;                  /* sources Replicate over ranks 0, 1 (else Shard(0)) */
+    int32_t lost;                  /* elastic_main: the rank gone at step 2 */
+    int stale_rejoin;              /* elastic_main: it comes back at step 3 with its weights
+                                      and state of step 1 (adopted from its old plan) */
+    uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
     reshard_status_t st[WORLD][NSTEPS];
@@ -183,7 +195,9 @@ static void make_layouts(job_t *j)
     const reshard_placement_t shard0 = {.kind = RESHARD_SHARD, .dim = 0};
     const reshard_placement_t shard1 = {.kind = RESHARD_SHARD, .dim = 1};
     const reshard_placement_t repl = {.kind = RESHARD_REPLICATE};
-    assert_int_equal(reshard_layout_add_dtensor(j->src, 0, &ms, &shard0, 0, 0), RESHARD_OK);
+    assert_int_equal(
+        reshard_layout_add_dtensor(j->src, 0, &ms, j->src_repl ? &repl : &shard0, 0, 0),
+        RESHARD_OK);
     assert_int_equal(reshard_layout_add_dtensor(j->dst, 0, &md,
                                                 j->dst_kind == DST_SHARD1 ? &shard1 : &repl, 0, 0),
                      RESHARD_OK);
@@ -215,7 +229,10 @@ static void *rank_main(void *arg)
                                .staging_bytes = 4096,
                                .domain_size = j->domain_size,
                                .timeout_s = 0.5,
-                               .delta = 1};
+                               .delta = 1,
+                               .delta_checksum = j->checksum == 1 || (j->checksum == 2 && me == 3)};
+    if (j->checksum)
+        p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
     reshard_plan_t *plan = NULL;
     if (reshard_plan_create(j->src, j->dst, &p, &plan) != RESHARD_OK) {
         for (int s = 0; s < NSTEPS; s++)
@@ -242,10 +259,14 @@ static void *rank_main(void *arg)
             memcpy(dst[1 - cur], dst[cur], db);
             cur = 1 - cur;
         }
+        if (s == j->tamper_step && me == 2)
+            dst[cur][j->tamper_at] ^= 0x0101;
         reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst[cur], .bytes = db};
         reshard_exec_stats_t es;
         memset(&es, 0, sizeof es);
         j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+        if (s == j->tamper_step)
+            snprintf(j->msg[me], sizeof j->msg[me], "%s", reshard_last_error());
         reshard_plan_delta_info(plan, me, &j->info[me][s]);
         __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
         if (me >= 2 && j->st[me][s] == RESHARD_OK) {
@@ -267,10 +288,10 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_job(job_t *j)
+/* The whole tensor at every step: each from the previous with frac[s] of its elements
+ * changed to other bits. */
+static void make_steps(job_t *j, uint64_t seed)
 {
-    make_layouts(j);
-    uint64_t seed = 42;
     for (int s = 0; s < NSTEPS; s++) {
         j->g[s] = malloc(ROWS * COLS * 2);
         for (int64_t i = 0; i < ROWS * COLS; i++) {
@@ -278,7 +299,22 @@ static void run_job(job_t *j)
             bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
             j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
+    }
+}
+
+/* The layouts, the tensor at every step and the in-process groups and ops of a job. */
+static void run_job_steps(job_t *j)
+{
+    make_layouts(j);
+    make_steps(j, 42);
+    for (int s = 0; s < NSTEPS; s++)
         assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
+    if (j->tamper_step > 0) { /* an element of rank 2's that this step keeps: row 100 */
+        int64_t r = 100, c = 0;
+        while (j->g[j->tamper_step][r * COLS + c] != j->g[j->tamper_step - 1][r * COLS + c])
+            c++;
+        assert_true(c < COLS / 2);
+        j->tamper_at = dst_index(j, 2, r, c);
     }
     reshard_comm_t *probe = NULL;
     reshard_comm_create_inproc(groups[0], 0, &probe);
@@ -286,6 +322,11 @@ static void run_job(job_t *j)
     failing_ops = *inproc_ops;
     failing_ops.post_send = failing_send;
     reshard_comm_destroy(probe);
+}
+
+static void run_job(job_t *j)
+{
+    run_job_steps(j);
     pthread_t th[WORLD];
     rank_arg_t args[WORLD];
     for (int32_t r = 0; r < WORLD; r++) {
@@ -410,6 +451,600 @@ static void test_delta_torn_then_complete(void **state)
     free_job(&j);
 }
 
+/* Checksum mode: a destination element changed behind reshard's back (one that the step
+ * keeps, so a delta would never rewrite it) is caught: every rank fails, the receiver's
+ * error names tensor, rank, sender and box, its weights are torn, and the next refit is
+ * dense, complete and exact. Without checksum mode the same change goes unseen (the
+ * assumption docs/delta.md states): the step succeeds with that one element stale. */
+static void test_delta_checksum_catches_changed_destination(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .checksum = 1,
+               .tamper_step = 2};
+    run_job(&j);
+    for (int r = 0; r < WORLD; r++) {
+        assert_int_not_equal(j.st[r][2], RESHARD_OK);
+        assert_int_equal(j.info[r][2].version, 2); /* no commit */
+        for (int s = 0; s < NSTEPS; s++)
+            if (s != 2) {
+                assert_int_equal(j.st[r][s], RESHARD_OK);
+                assert_int_equal(j.wrong[r][s], 0);
+                assert_int_equal(j.info[r][s].version, s < 2 ? s + 1 : s);
+            }
+    }
+    assert_int_equal(j.st[2][2], RESHARD_ERR_VERIFY);
+    assert_non_null(strstr(j.msg[2], "rank 2: delta checksum"));
+    assert_non_null(strstr(j.msg[2], "from rank 0"));
+    assert_non_null(strstr(j.msg[2], "tensor 'w' box [0:128, 0:32]"));
+    /* the elements named (row-major in the box, which is rank 2's buffer) hold it */
+    const char *el = strstr(j.msg[2], "(elements ");
+    assert_non_null(el);
+    long long lo = -1, hi = -1;
+    assert_int_equal(sscanf(el, "(elements %lld..%lld", &lo, &hi), 2);
+    assert_true(lo <= j.tamper_at && j.tamper_at <= hi && hi - lo < 4096);
+    assert_int_equal(j.info[2][2].state, RESHARD_DELTA_TORN);
+    assert_int_equal(j.info[2][3].state, RESHARD_DELTA_COMMITTED);
+    assert_true(j.info[0][3].dense_streams > 0); /* the step after: dense */
+    assert_true(j.sent_network[3] >= dense_bytes(&j));
+    assert_true(j.sent_network[4] * 10 < dense_bytes(&j)); /* then delta again */
+    free_job(&j);
+
+    job_t u = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .tamper_step = 2};
+    run_job(&u);
+    assert_int_equal(u.st[2][2], RESHARD_OK);
+    assert_int_equal(u.wrong[2][2], 1); /* unseen without checksum mode */
+    free_job(&u);
+}
+
+/* Ranks that disagree on checksum mode (their header messages differ in size) fail at the
+ * first agreement, every rank, before anything moves. */
+static void test_delta_checksum_mixed_refused(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1, .rebind_step = -1, .fail_step = -1, .checksum = 2};
+    run_job(&j);
+    for (int r = 0; r < WORLD; r++) {
+        assert_int_equal(j.st[r][0], RESHARD_ERR_MISMATCH);
+        assert_int_equal(j.info[r][0].state, RESHARD_DELTA_NONE);
+        assert_int_equal(j.info[r][0].version, 0);
+    }
+    free_job(&j);
+}
+
+/* Checksum mode needs delta. */
+static void test_delta_checksum_needs_delta(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1};
+    make_layouts(&j);
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA_CHECKSUM,
+                               .world_size = WORLD,
+                               .my_rank = 0,
+                               .delta_checksum = 1};
+    reshard_plan_t *plan = NULL;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &plan), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "delta_checksum"));
+    assert_null(plan);
+    free_job(&j);
+}
+
+/* ---- elastic refit: survivors keep their versions ------------------------------------ */
+
+/* Sources Shard(0) over ranks 0, 1; destinations Replicate over ranks 2, 3 (each its own
+ * domain). Steps 0, 1: the whole membership (plan A). Step 2: rank 3 is gone (between
+ * refits); the survivors plan the membership without it (plan B) and adopt A's state.
+ * Step 3: rank 3 rejoins as a new process (a fresh plan, zeroed buffers); the survivors
+ * plan the whole membership again (plan C) and adopt B's. Step 4: plan C again. */
+typedef struct {
+    job_t *j;
+    int32_t rank;
+    reshard_inproc_group_t *g[NSTEPS];
+} el_arg_t;
+
+/* A setup call of a rank's thread (cmocka asserts only on the main thread). */
+static void note(job_t *j, int32_t me, reshard_status_t st)
+{
+    if (st != RESHARD_OK && j->setup[me] == RESHARD_OK) {
+        j->setup[me] = st;
+        snprintf(j->msg[me], sizeof j->msg[me], "%s", reshard_last_error());
+    }
+}
+
+static void *elastic_main(void *arg)
+{
+    el_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank, lost = j->lost;
+    const int32_t gone[1] = {lost};
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA |
+                                             RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                             RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .timeout_s = 0.5,
+                               .delta = 1};
+    reshard_layout_t *ms = NULL, *md = NULL; /* the membership without the lost rank */
+    if (me != lost)
+        note(j, me, reshard_membership_layouts(j->src, j->dst, gone, 1, &ms, &md));
+    reshard_plan_t *plan = NULL, *next = NULL;
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+    uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
+    for (int s = 0; s < NSTEPS; s++) {
+        if (s == 2 && me == lost)
+            continue;                           /* gone */
+        if (s == 2 || (s == 3 && me != lost)) { /* replan; survivors keep their state */
+            note(j, me, reshard_plan_create(s == 2 ? ms : j->src, s == 2 ? md : j->dst, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+        }
+        if (s == 3 && me == lost && j->stale_rejoin) { /* back with step 1's weights */
+            note(j, me, reshard_plan_create(j->src, j->dst, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+        } else if (s == 3 && me == lost) { /* a new process: a new plan and buffers */
+            reshard_plan_destroy(plan);
+            note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+            memset(dst, 0, db);
+        }
+        reshard_comm_t *inner = NULL, *comm = NULL;
+        if (s == 2) { /* the survivors' group, numbered in plan-rank order, and its view */
+            int32_t map[WORLD];
+            for (int32_t r = 0, k = 0; r < WORLD; r++)
+                map[r] = r == lost ? -1 : k++;
+            note(j, me, reshard_comm_create_inproc(a->g[s], map[me], &inner));
+            note(j, me, reshard_comm_create_view(inner, WORLD, map, &comm));
+        } else {
+            reshard_comm_create_inproc(a->g[s], me, &inner);
+            comm = inner;
+        }
+        if (me < 2)
+            memcpy(src, j->g[s] + (j->src_repl ? 0 : (size_t)me * ROWS / 2 * COLS), sb);
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
+        reshard_exec_stats_t es;
+        memset(&es, 0, sizeof es);
+        j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+        reshard_plan_delta_info(plan, me, &j->info[me][s]);
+        __atomic_fetch_add(&j->sent_network[s], es.bytes_sent_network, __ATOMIC_RELAXED);
+        for (int64_t r = 0; me >= 2 && j->st[me][s] == RESHARD_OK && r < ROWS; r++)
+            for (int64_t c = 0; c < COLS; c++) {
+                int64_t at = dst_index(j, me, r, c);
+                j->wrong[me][s] += at >= 0 && dst[at] != j->g[s][r * COLS + c];
+            }
+        reshard_comm_destroy(comm);
+    }
+    free(src);
+    free(dst);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(ms);
+    reshard_layout_destroy(md);
+    return NULL;
+}
+
+/* Run elastic_main on every rank; every step of every present rank OK, every element of
+ * every destination exact, versions 1..5 (the rejoined rank's first refit commits 4). */
+static void run_elastic(job_t *j)
+{
+    make_layouts(j);
+    make_steps(j, 7);
+    el_arg_t args[WORLD];
+    reshard_inproc_group_t *g[NSTEPS];
+    for (int s = 0; s < NSTEPS; s++)
+        assert_int_equal(reshard_inproc_group_create(s == 2 ? WORLD - 1 : WORLD, &g[s]),
+                         RESHARD_OK);
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (el_arg_t){.j = j, .rank = r};
+        memcpy(args[r].g, g, sizeof g);
+        pthread_create(&th[r], NULL, elastic_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(g[s]);
+    for (int r = 0; r < WORLD; r++) {
+        if (j->setup[r] != RESHARD_OK)
+            print_message("rank %d: %s\n", r, j->msg[r]);
+        assert_int_equal(j->setup[r], RESHARD_OK);
+    }
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 0; r < WORLD; r++) {
+            if (s == 2 && r == j->lost)
+                continue;
+            assert_int_equal(j->st[r][s], RESHARD_OK);
+            assert_int_equal(j->wrong[r][s], 0); /* every element of every replica, every step */
+            assert_int_equal(j->info[r][s].version, s + 1);
+        }
+}
+
+/* A destination rank is gone: the survivors' streams are the same pieces, so the shrunk
+ * membership's first refit is delta throughout; the rejoined rank is sent dense. */
+static void test_delta_elastic_survivors_keep_versions(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 3};
+    run_elastic(&j);
+    uint64_t replica = (uint64_t)ROWS * COLS * 2; /* one replica's bytes, dense */
+    assert_true(j.sent_network[0] >= 2 * replica);
+    /* the shrunk membership's first refit: survivors kept their versions, no stream dense */
+    assert_int_equal(j.info[0][2].dense_streams, 0);
+    assert_int_equal(j.info[1][2].dense_streams, 0);
+    assert_true(j.sent_network[2] * 10 < replica);
+    /* the rejoined rank is sent dense, the survivor delta */
+    assert_int_equal(j.info[0][3].dense_streams, 1);
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_true(j.sent_network[3] >= replica && j.sent_network[3] < replica + replica / 10);
+    assert_true(j.sent_network[4] * 10 < 2 * replica);
+    free_job(&j);
+}
+
+/* A source rank (one of two replicas) is gone: the survivor now sends boxes it never sent,
+ * so those streams go dense once (the snapshot has no base for them) and the rest delta;
+ * every element exact throughout. */
+static void test_delta_elastic_moved_boxes_dense(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .src_repl = 1,
+               .frac = {0, 0.01, 0.01, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 1};
+    run_elastic(&j);
+    uint64_t half = (uint64_t)ROWS * COLS;           /* one destination rank's bytes, dense */
+    assert_int_equal(j.info[0][2].dense_streams, 1); /* the box rank 1 sent: dense */
+    assert_true(j.sent_network[2] >= half && j.sent_network[2] < half + half / 10);
+    assert_int_equal(j.info[1][3].dense_streams, 1); /* rank 1 rejoined: no snapshot */
+    assert_int_equal(j.info[0][3].dense_streams, 0); /* rank 0 still holds its box's */
+    assert_true(j.sent_network[3] >= half && j.sent_network[3] < half + half / 10);
+    assert_true(j.sent_network[4] * 10 < 2 * half);
+    free_job(&j);
+}
+
+/* ---- a rank lost mid-delta ------------------------------------------------------------ */
+
+/* Rank 3 (a destination replica) stops answering at its 4th round wait of step 2, after
+ * round 0's chunks were applied. Every survivor fails within a bounded time; rank 2's
+ * weights are torn; the survivors agree that rank 3 is gone, shrink, plan the membership
+ * without it and adopt their state: the retry of step 2 is dense (no snapshot of a failed
+ * execution is a base), committed and exact; step 3 is delta again. */
+static reshard_transport_ops_t stalling_ops;
+static pthread_barrier_t stall_until;
+static __thread int waits;
+
+static reshard_status_t stalling_wait(reshard_comm_t *c, int slot, double timeout_s)
+{
+    if (++waits == 4)
+        pthread_barrier_wait(&stall_until); /* until the survivors recovered */
+    return inproc_ops->round_wait(c, slot, timeout_s);
+}
+
+typedef struct {
+    job_t *j;
+    int32_t rank;
+    reshard_inproc_group_t *all[NSTEPS], *survivors[2];
+    reshard_status_t failed, agreed, retried, after;
+    double t_fail;
+    uint64_t retry_sent, after_sent;
+} lost_arg_t;
+
+static void *lost_main(void *arg)
+{
+    lost_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank;
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA |
+                                             RESHARD_PLAN_PARAM_STAGING_BYTES |
+                                             RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .timeout_s = 0.5,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL, *next = NULL;
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan));
+    uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
+    reshard_comm_t *comm = NULL, *shrunk = NULL;
+    reshard_layout_t *ms = NULL, *md = NULL;
+    for (int s = 0; s < 4; s++) {
+        if (me < 2)
+            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
+        reshard_exec_stats_t es;
+        memset(&es, 0, sizeof es);
+        if (s < 3) {
+            reshard_comm_create_inproc(a->all[s], me, &comm);
+            if (s == 2 && me == 3) {
+                stalling_ops = *comm->ops;
+                stalling_ops.round_wait = stalling_wait;
+                comm->ops = &stalling_ops;
+                waits = 0;
+            }
+            struct timespec ts0, ts1;
+            clock_gettime(CLOCK_MONOTONIC, &ts0);
+            j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            clock_gettime(CLOCK_MONOTONIC, &ts1);
+            reshard_plan_delta_info(plan, me, &j->info[me][s]);
+            if (s < 2) {
+                reshard_comm_destroy(comm);
+                continue;
+            }
+            a->failed = j->st[me][s];
+            a->t_fail =
+                (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+            if (me == 3) { /* woken after the recovery */
+                reshard_comm_destroy(comm);
+                break;
+            }
+            int32_t gone[WORLD], ngone = 0;
+            a->agreed = reshard_comm_agree_gone(comm, 0.1, gone, WORLD, &ngone);
+            if (a->agreed == RESHARD_OK && (ngone != 1 || gone[0] != 3))
+                a->agreed = RESHARD_ERR_MISMATCH;
+            note(j, me, a->agreed);
+            note(j, me, reshard_comm_shrink_inproc(comm, gone, ngone, a->survivors[0], &shrunk));
+            note(j, me, reshard_membership_layouts(j->src, j->dst, gone, ngone, &ms, &md));
+            note(j, me, reshard_plan_create(ms, md, &p, &next));
+            note(j, me, reshard_plan_delta_adopt(next, plan, me));
+            reshard_plan_destroy(plan);
+            plan = next;
+            reshard_comm_destroy(comm);
+            /* the retry of step 2 on the survivors */
+            a->retried = reshard_plan_execute(plan, shrunk, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            a->retry_sent = es.bytes_sent_network;
+            reshard_delta_info_t di;
+            reshard_plan_delta_info(plan, me, &di);
+            j->info[me][3] = di; /* the retry's */
+            for (int64_t i = 0; me == 2 && a->retried == RESHARD_OK && i < ROWS * COLS; i++)
+                j->wrong[me][2] += dst[i] != j->g[2][i];
+            reshard_comm_destroy(shrunk);
+            shrunk = NULL;
+            pthread_barrier_wait(&stall_until); /* release the lost rank */
+        } else {                                /* step 3 on the survivors' membership */
+            reshard_comm_t *inner = NULL;
+            const int32_t map[WORLD] = {0, 1, 2, -1};
+            note(j, me, reshard_comm_create_inproc(a->survivors[1], me, &inner));
+            note(j, me, reshard_comm_create_view(inner, WORLD, map, &comm));
+            a->after = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
+            a->after_sent = es.bytes_sent_network;
+            reshard_plan_delta_info(plan, me, &j->info[me][4]);
+            for (int64_t i = 0; me == 2 && a->after == RESHARD_OK && i < ROWS * COLS; i++)
+                j->wrong[me][3] += dst[i] != j->g[3][i];
+            reshard_comm_destroy(comm);
+        }
+    }
+    free(src);
+    free(dst);
+    reshard_plan_destroy(plan);
+    reshard_layout_destroy(ms);
+    reshard_layout_destroy(md);
+    return NULL;
+}
+
+static void test_delta_rank_lost_mid_delta(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.3, 0.01, 0},
+               .rebind_step = -1,
+               .fail_step = -1};
+    run_job_steps(&j); /* the tensor at each step, the in-process ops */
+    lost_arg_t args[WORLD];
+    reshard_inproc_group_t *sv[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(reshard_inproc_group_create(WORLD - 1, &sv[k]), RESHARD_OK);
+    pthread_barrier_init(&stall_until, NULL, WORLD);
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (lost_arg_t){.j = &j, .rank = r, .survivors = {sv[0], sv[1]}};
+        memcpy(args[r].all, groups, sizeof args[r].all);
+        pthread_create(&th[r], NULL, lost_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&stall_until);
+    for (int k = 0; k < 2; k++)
+        reshard_inproc_group_destroy(sv[k]);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(groups[s]);
+    uint64_t replica = (uint64_t)ROWS * COLS * 2, retry = 0, after = 0;
+    for (int32_t r = 0; r < WORLD; r++) {
+        assert_int_equal(j.setup[r], RESHARD_OK);
+        for (int s = 0; s < 2; s++) {
+            assert_int_equal(j.st[r][s], RESHARD_OK);
+            assert_int_equal(j.wrong[r][s], 0);
+        }
+        /* the lost step: an error on every rank, in bounded time, no commit */
+        assert_true(args[r].failed == RESHARD_ERR_TIMEOUT ||
+                    args[r].failed == RESHARD_ERR_TRANSPORT);
+        assert_int_equal(j.info[r][2].version, 2);
+        if (r == 3)
+            continue;
+        assert_true(args[r].t_fail < 8 * 0.5 + 2.0);
+        assert_int_equal(args[r].agreed, RESHARD_OK);
+        /* the retry on the survivors: dense, committed, exact */
+        assert_int_equal(args[r].retried, RESHARD_OK);
+        assert_int_equal(j.info[r][3].version, 3);
+        retry += args[r].retry_sent;
+        /* and then delta again */
+        assert_int_equal(args[r].after, RESHARD_OK);
+        assert_int_equal(j.info[r][4].version, 4);
+        after += args[r].after_sent;
+    }
+    assert_int_equal(j.info[2][2].state, RESHARD_DELTA_TORN);
+    assert_int_equal(j.info[2][3].state, RESHARD_DELTA_COMMITTED);
+    assert_int_equal(j.wrong[2][2], 0);
+    assert_int_equal(j.wrong[2][3], 0);
+    assert_int_equal(j.info[0][3].dense_streams, 1);
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_true(retry >= replica);
+    assert_true(after * 10 < replica);
+    free_job(&j);
+}
+
+/* ---- a snapshot that does not fit ---------------------------------------------------- */
+
+/* Under ASan a huge malloc must return NULL as it does in a release build. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
+/* A tensor of 2^49 bytes (2^48 per sender, past any address space): each sender's snapshot
+ * is NOMEM, named, before anything moves, and every rank fails the refit; no version or
+ * state changes. The buffers are never touched: their addresses are not memory. */
+typedef struct {
+    reshard_layout_t *src, *dst;
+    reshard_inproc_group_t *g;
+    int32_t rank;
+    reshard_status_t st;
+    reshard_delta_info_t info;
+    char msg[512];
+} big_arg_t;
+
+static void *big_main(void *arg)
+{
+    big_arg_t *a = arg;
+    reshard_plan_params_t p = {.field_mask = RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = a->rank,
+                               .timeout_s = 2.0,
+                               .delta = 1};
+    reshard_plan_t *plan = NULL;
+    a->st = reshard_plan_create(a->src, a->dst, &p, &plan);
+    if (a->st != RESHARD_OK) {
+        snprintf(a->msg, sizeof a->msg, "plan: %s", reshard_last_error());
+        return NULL;
+    }
+    reshard_comm_t *comm = NULL;
+    reshard_comm_create_inproc(a->g, a->rank, &comm);
+    reshard_buffer_t b = {.ptr = (void *)(uintptr_t)0x10000, .bytes = (uint64_t)1 << 48};
+    a->st = reshard_plan_execute(plan, comm, &b, a->rank < 2, &b, a->rank >= 2, NULL);
+    snprintf(a->msg, sizeof a->msg, "%s", reshard_last_error());
+    reshard_plan_delta_info(plan, a->rank, &a->info);
+    reshard_comm_destroy(comm);
+    reshard_plan_destroy(plan);
+    return NULL;
+}
+
+static void test_delta_snapshot_nomem(void **state)
+{
+    (void)state;
+    const int64_t shape[2] = {(int64_t)1 << 25, (int64_t)1 << 23};
+    reshard_tensors_t *ts = NULL;
+    reshard_layout_t *src = NULL, *dst = NULL;
+    assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
+    assert_int_equal(reshard_tensors_add(ts, "big", RESHARD_BF16, 2, shape, 0, NULL, NULL),
+                     RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &src), RESHARD_OK);
+    assert_int_equal(reshard_layout_create(ts, &dst), RESHARD_OK);
+    const int32_t sr[2] = {0, 1}, dr[2] = {2, 3};
+    const reshard_mesh_t ms = {.ndim = 1, .shape = {2}, .ranks = sr};
+    const reshard_mesh_t md = {.ndim = 1, .shape = {2}, .ranks = dr};
+    const reshard_placement_t shard0 = {.kind = RESHARD_SHARD, .dim = 0};
+    const reshard_placement_t shard1 = {.kind = RESHARD_SHARD, .dim = 1};
+    assert_int_equal(reshard_layout_add_dtensor(src, 0, &ms, &shard0, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(dst, 0, &md, &shard1, 0, 0), RESHARD_OK);
+    reshard_inproc_group_t *g = NULL;
+    assert_int_equal(reshard_inproc_group_create(WORLD, &g), RESHARD_OK);
+    big_arg_t a[WORLD];
+    pthread_t th[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        a[r] = (big_arg_t){.src = src, .dst = dst, .g = g, .rank = r};
+        pthread_create(&th[r], NULL, big_main, &a[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int32_t r = 0; r < WORLD; r++) {
+        if (r < 2) {
+            assert_int_equal(a[r].st, RESHARD_ERR_NOMEM);
+            char want[96];
+            snprintf(want, sizeof want, "rank %d: delta refit: no host memory for its snapshot", r);
+            assert_non_null(strstr(a[r].msg, want));
+        } else {
+            /* told by the first agreement: the sender's status, nothing sent */
+            assert_int_equal(a[r].st, RESHARD_ERR_NOMEM);
+            assert_true(strstr(a[r].msg, "rank 0 ") || strstr(a[r].msg, "rank 1 "));
+            assert_non_null(strstr(a[r].msg, "nothing was sent"));
+        }
+        assert_int_equal(a[r].info.version, 0);
+        assert_int_equal(a[r].info.state, RESHARD_DELTA_NONE);
+    }
+    reshard_inproc_group_destroy(g);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+}
+
+/* Version mismatch: rank 3 comes back holding version 2 (step 1's weights, committed, the
+ * same buffers) while the others are at 3. Its streams must come dense: a delta against
+ * step 2 applied to step 1's weights would leave every element that changed at step 2
+ * stale. Every element is checked. */
+static void test_delta_version_mismatch_is_dense(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_REPLICATE,
+               .frac = {0, 0.01, 0.2, 0.01, 0.01},
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 3,
+               .stale_rejoin = 1};
+    run_elastic(&j);
+    assert_int_equal(j.info[3][1].version, 2);
+    assert_int_equal(j.info[0][2].version, 3);
+    assert_int_equal(j.info[0][3].dense_streams, 1); /* to rank 3: not at version 3 */
+    assert_int_equal(j.info[1][3].dense_streams, 1);
+    assert_int_equal(j.wrong[3][3], 0);
+    assert_int_equal(j.info[3][3].state, RESHARD_DELTA_COMMITTED);
+    free_job(&j);
+}
+
+/* reshard_plan_delta_adopt refuses what it cannot carry, by name. */
+static void test_delta_adopt_refuses(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1};
+    make_layouts(&j);
+    reshard_plan_params_t p = {
+        .field_mask = RESHARD_PLAN_PARAM_DELTA, .world_size = WORLD, .my_rank = 0, .delta = 1};
+    reshard_plan_t *a = NULL, *b = NULL, *c = NULL;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &a), RESHARD_OK);
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &b), RESHARD_OK);
+    p.field_mask = 0;
+    assert_int_equal(reshard_plan_create(j.src, j.dst, &p, &c), RESHARD_OK);
+    assert_int_equal(reshard_plan_delta_adopt(a, a, 0), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_plan_delta_adopt(c, a, 0), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "delta"));
+    assert_int_equal(reshard_plan_delta_adopt(b, a, 1), RESHARD_ERR_RANK);
+    assert_int_equal(reshard_plan_delta_adopt(b, a, 0), RESHARD_OK);
+    reshard_delta_info_t info;
+    assert_int_equal(reshard_plan_delta_info(b, 0, &info), RESHARD_OK);
+    assert_int_equal(info.version, 0);
+    assert_int_equal(info.state, RESHARD_DELTA_NONE);
+    reshard_plan_destroy(a);
+    reshard_plan_destroy(b);
+    reshard_plan_destroy(c);
+    free_job(&j);
+}
+
 /* Device-memory transports are refused by name on every rank before anything moves. */
 static void test_delta_refuses_device_memory(void **state)
 {
@@ -475,6 +1110,15 @@ int main(void)
         cmocka_unit_test(test_delta_rebind_is_dense),
         cmocka_unit_test(test_delta_torn_then_complete),
         cmocka_unit_test(test_delta_refuses_device_memory),
+        cmocka_unit_test(test_delta_checksum_catches_changed_destination),
+        cmocka_unit_test(test_delta_checksum_needs_delta),
+        cmocka_unit_test(test_delta_checksum_mixed_refused),
+        cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
+        cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
+        cmocka_unit_test(test_delta_version_mismatch_is_dense),
+        cmocka_unit_test(test_delta_adopt_refuses),
+        cmocka_unit_test(test_delta_rank_lost_mid_delta),
+        cmocka_unit_test(test_delta_snapshot_nomem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,7 +150,7 @@ static void test_api_arguments_refused(void **state)
     reshard_layout_t *src = layout(ts, &f);
     f.rank = 1;
     reshard_layout_t *dst = layout(ts, &f);
-    const uint64_t unknown[] = {1u << 8, (uint64_t)1 << 63, 0x700};
+    const uint64_t unknown[] = {1u << 9, (uint64_t)1 << 63, 0xe00};
     for (size_t k = 0; k < sizeof unknown / sizeof *unknown; k++) {
         reshard_plan_params_t prm = {.field_mask = RESHARD_PLAN_PARAM_TIMEOUT | unknown[k],
                                      .world_size = 2,

@@ -1,0 +1,225 @@
+/*
+ * reshard_plan_delta_adopt (reshard_delta.h): a rank's delta state (version, destination
+ * state, snapshot) moved from the plan it executed last to a new plan of the membership,
+ * the snapshot remapped piece by piece onto the new plan's send streams.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/delta.h"
+#include "layout/layout_internal.h"
+#include "plan/plan_internal.h"
+#include "util/error.h"
+
+/* A piece of an old send stream: what its snapshot bytes hold, and where. */
+typedef struct {
+    const rs_piece_t *p;
+    uint64_t off;
+} rs_snap_piece_t;
+
+static int cmp_piece_key(const rs_piece_t *a, const rs_piece_t *b)
+{
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    if (a->elem_size != b->elem_size)
+        return a->elem_size < b->elem_size ? -1 : 1;
+    if (a->box.ndim != b->box.ndim)
+        return a->box.ndim < b->box.ndim ? -1 : 1;
+    for (int d = 0; d < a->box.ndim; d++) {
+        if (a->box.offset[d] != b->box.offset[d])
+            return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+        if (a->box.extent[d] != b->box.extent[d])
+            return a->box.extent[d] < b->box.extent[d] ? -1 : 1;
+    }
+    return 0;
+}
+
+static int cmp_snap_piece(const void *a, const void *b)
+{
+    return cmp_piece_key(((const rs_snap_piece_t *)a)->p, ((const rs_snap_piece_t *)b)->p);
+}
+
+/* Whether send stream @p i of stage @p s is one whose bytes the snapshot holds: those to
+ * other ranks, stage by stage in stream order (run_rounds_delta's order). */
+static bool snap_stream(const rs_rank_plan_t *rp, int s, int32_t i)
+{
+    return rp->send[s][i].peer != rp->rank;
+}
+
+/* The rank plan of @p rank under @p plan: its own, or one built into *@p own. */
+static reshard_status_t rank_plan_of(const reshard_plan_t *plan, int32_t rank,
+                                     const rs_rank_plan_t **rp, rs_rank_plan_t **own)
+{
+    *own = NULL;
+    if (plan->mine) {
+        *rp = plan->mine;
+        return RESHARD_OK;
+    }
+    reshard_status_t st = rs_rank_plan_build(plan, rank, own);
+    *rp = *own;
+    return st;
+}
+
+/* Fill @p to's snapshot for the send streams of @p nrp from @p from's (streams of @p orp):
+ * each piece whose tensor and box the old snapshot holds is copied; a stream with any
+ * piece it does not hold is marked not valid (sent dense). */
+static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_plan_t *nrp,
+                                       const reshard_plan_t *op, const rs_rank_plan_t *orp,
+                                       const rs_delta_rank_t *from, rs_delta_rank_t *to,
+                                       int32_t rank)
+{
+    int64_t nold = 0, nstreams = 0;
+    uint64_t bytes = 0;
+    for (int s = 0; s < RS_NSTAGES; s++) {
+        for (int32_t i = 0; i < orp->nsend[s]; i++)
+            nold += snap_stream(orp, s, i) ? orp->send[s][i].n : 0;
+        for (int32_t i = 0; i < nrp->nsend[s]; i++)
+            if (snap_stream(nrp, s, i) && nrp->send[s][i].bytes) {
+                nstreams++;
+                bytes += nrp->send[s][i].bytes;
+            }
+    }
+    rs_snap_piece_t *old = calloc((size_t)nold + 1, sizeof *old);
+    to->stream_ok = calloc((size_t)nstreams + 1, 1);
+    to->snap = bytes && bytes <= SIZE_MAX ? malloc((size_t)bytes) : NULL;
+    if (!old || !to->stream_ok || (bytes && !to->snap)) {
+        free(old);
+        free(to->stream_ok);
+        free(to->snap);
+        to->stream_ok = NULL;
+        to->snap = NULL;
+        return rs_error(RESHARD_ERR_NOMEM,
+                        "reshard_plan_delta_adopt: rank %d: no host memory for a snapshot of %llu "
+                        "bytes",
+                        rank, (unsigned long long)bytes);
+    }
+    uint64_t off = 0;
+    int64_t k = 0;
+    for (int s = 0; s < RS_NSTAGES; s++)
+        for (int32_t i = 0; i < orp->nsend[s]; i++) {
+            const rs_stream_t *st = &orp->send[s][i];
+            if (!snap_stream(orp, s, i))
+                continue;
+            for (int64_t j = 0; j < st->n; j++) {
+                const rs_piece_t *p = &op->pieces[st->idx[j]];
+                old[k++] = (rs_snap_piece_t){p, off};
+                off += rs_piece_stream_bytes(p);
+            }
+        }
+    if (off != from->snap_bytes) { /* not the snapshot of that plan: keep nothing */
+        free(old);
+        return RESHARD_OK;
+    }
+    qsort(old, (size_t)nold, sizeof *old, cmp_snap_piece);
+    off = 0;
+    int64_t j = 0;
+    for (int s = 0; s < RS_NSTAGES; s++)
+        for (int32_t i = 0; i < nrp->nsend[s]; i++) {
+            const rs_stream_t *st = &nrp->send[s][i];
+            if (!snap_stream(nrp, s, i) || !st->bytes)
+                continue;
+            bool ok = true;
+            for (int64_t q = 0; q < st->n; q++) {
+                const rs_piece_t *p = &np->pieces[st->idx[q]];
+                rs_snap_piece_t key = {p, 0};
+                const rs_snap_piece_t *hit =
+                    nold ? bsearch(&key, old, (size_t)nold, sizeof *old, cmp_snap_piece) : NULL;
+                uint64_t pb = rs_piece_stream_bytes(p);
+                if (hit) {
+                    memcpy(to->snap + off, from->snap + hit->off, (size_t)pb);
+                } else {
+                    memset(to->snap + off, 0, (size_t)pb);
+                    ok = false;
+                }
+                off += pb;
+            }
+            to->stream_ok[j++] = ok;
+        }
+    free(old);
+    to->snap_bytes = bytes;
+    to->snap_valid = true;
+    return RESHARD_OK;
+}
+
+/* Whether @p rank's destination fragments are the same (in order) in both layouts: then
+ * the destination bytes the old plan committed are where the new plan expects them. */
+static bool same_dst_fragments(const reshard_layout_t *a, const reshard_layout_t *b, int32_t rank)
+{
+    int64_t i = 0, j = 0;
+    for (;;) {
+        while (i < a->n && a->f[i].rank != rank)
+            i++;
+        while (j < b->n && b->f[j].rank != rank)
+            j++;
+        if (i == a->n || j == b->n)
+            return i == a->n && j == b->n;
+        const reshard_fragment_t *x = &a->f[i++], *y = &b->f[j++];
+        if (x->tensor != y->tensor || x->buffer != y->buffer || x->base != y->base ||
+            x->box.ndim != y->box.ndim)
+            return false;
+        for (int d = 0; d < x->box.ndim; d++)
+            if (x->box.offset[d] != y->box.offset[d] || x->box.extent[d] != y->box.extent[d] ||
+                x->stride[d] != y->stride[d])
+                return false;
+    }
+}
+
+reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *from, int32_t rank)
+{
+    rs_error_clear();
+    if (!plan || !from || plan == from)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_adopt: NULL argument, or one plan twice");
+    if (!plan->delta || !from->delta)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_adopt: rank %d: both plans must be delta plans "
+                        "(reshard_plan_params_t.delta)",
+                        rank);
+    if (plan->p.world_size != from->p.world_size)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_adopt: rank %d: world sizes %d and %d differ (plans "
+                        "of a membership keep the original world size)",
+                        rank, plan->p.world_size, from->p.world_size);
+    if (plan->fp_part[RS_FP_CATALOGUE] != from->fp_part[RS_FP_CATALOGUE])
+        return rs_error(RESHARD_ERR_MISMATCH,
+                        "reshard_plan_delta_adopt: rank %d: the plans were made over different "
+                        "catalogues (tensor names, dtypes or shapes differ)",
+                        rank);
+    rs_delta_rank_t *to = rs_delta_rank(plan->delta, rank), *old = rs_delta_rank(from->delta, rank);
+    if (!to || !old)
+        return rs_error(RESHARD_ERR_RANK,
+                        "reshard_plan_delta_adopt: rank %d is not a rank both plans execute", rank);
+    if (to->version || to->state != RESHARD_DELTA_NONE || to->snap || to->relay)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_adopt: rank %d: the new plan has executed already "
+                        "(adopt before its first execution)",
+                        rank);
+    reshard_status_t st = RESHARD_OK;
+    if (old->snap_valid && old->snap_bytes) {
+        const rs_rank_plan_t *nrp = NULL, *orp = NULL;
+        rs_rank_plan_t *nown = NULL, *oown = NULL;
+        st = rank_plan_of(plan, rank, &nrp, &nown);
+        if (st == RESHARD_OK)
+            st = rank_plan_of(from, rank, &orp, &oown);
+        if (st == RESHARD_OK)
+            st = remap_snapshot(plan, nrp, from, orp, old, to, rank);
+        rs_rank_plan_free(nown);
+        rs_rank_plan_free(oown);
+        if (st != RESHARD_OK)
+            return st;
+    }
+    to->version = old->version;
+    /* the destination keeps its version only where the new plan writes the same places */
+    if (same_dst_fragments(plan->dst, from->dst, rank)) {
+        to->state = old->state;
+        to->dst_key = old->dst_key;
+    }
+    to->last.version = to->version;
+    to->last.state = to->state;
+    /* moved: the old plan's rank holds nothing any more (its next execution is dense) */
+    free(old->snap);
+    free(old->relay);
+    free(old->stream_ok);
+    memset(old, 0, sizeof *old);
+    return RESHARD_OK;
+}
