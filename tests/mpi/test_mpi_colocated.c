@@ -2,7 +2,7 @@
  * Colocated refit over MPI: pieces between ranks of one host are one-sided reads
  * (process_vm_readv), the others MPI messages.
  *
- *   mpirun -np 4 test_mpi_colocated one|two|kill|shared|shared-two
+ *   mpirun -np 4 test_mpi_colocated one|two|kill|shared|shared-two|shared-kill
  *
  * Ranks 0, 1 train, 2, 3 infer. T [8, 6] fp32: rank r (0, 1) holds rows [4r, 4r+4)
  * stored column-major after a 3-element gap; infer rank 2+c holds columns [3c, 3c+3)
@@ -17,7 +17,7 @@
  *        allocation (reshard_alloc_shared, at offsets 64 and 512 of it): readers map it
  *        once per plan (the mapping is gone after reshard_plan_destroy); a last refit
  *        after rank 0 freed it and allocated again (same address or not) is BUFFER on
- *        every rank.
+ *        every rank. shared-kill: kill with shared sources.
  * Every destination byte is checked against an oracle of its own (1000 i + j + 0.5,
  * 7 k + 1), the path counters against numbers derived here from the layouts, and a
  * rebinding of a read buffer must fail on every rank before any byte moves.
@@ -93,10 +93,12 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *mode = argc > 1 ? argv[1] : "";
     bool shared = !strncmp(mode, "shared", 6);
-    bool two = !strcmp(mode, "two") || !strcmp(mode, "shared-two"), kill = !strcmp(mode, "kill");
+    bool two = !strcmp(mode, "two") || !strcmp(mode, "shared-two");
+    bool kill = !strcmp(mode, "kill") || !strcmp(mode, "shared-kill");
     if (size != 4 || (!two && !kill && strcmp(mode, "one") && strcmp(mode, "shared"))) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: mpirun -np 4 %s one|two|kill|shared|shared-two\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -np 4 %s one|two|kill|shared|shared-two|shared-kill\n",
+                    argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     reshard_tensors_t *ts = NULL;
