@@ -117,6 +117,25 @@ typedef struct {
     reshard_plan_t *gather, *slice;
 } bucket_t;
 
+/* 1 (and the first wrong element, named) when a destination of this rank is wrong after
+ * a refit by @p method, else 0. */
+static long wrong_after(const char *method, const reshard_layout_t *l, const reshard_buffer_t *db,
+                        int32_t nd)
+{
+    if (!nd || reshard_verify_pattern(l, g_rank, db, nd, NULL) == RESHARD_OK)
+        return 0;
+    fprintf(stderr, "rank %d: %s refit: %s\n", g_rank, method, reshard_last_error());
+    return 1;
+}
+
+/* Every destination byte back to the sentinel, so that the next refit's check sees what
+ * it wrote (padding included). */
+static void reset(reshard_buffer_t *db, int32_t nd)
+{
+    for (int32_t i = 0; i < nd; i++)
+        memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+}
+
 static double max_over_ranks(double t)
 {
     double m = 0;
@@ -248,20 +267,16 @@ int main(int argc, char **argv)
         CK(reshard_plan_execute(plan, comm, sb, ns, db, nd, &es), "reshard refit");
         t_rs[it] = max_over_ranks(MPI_Wtime() - t0);
         read_rs = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
-        if (nd && reshard_verify_pattern(f.infer, g_rank, db, nd, NULL) != RESHARD_OK)
-            wrong++, fprintf(stderr, "rank %d: vm wrong: %s\n", g_rank, reshard_last_error());
-        for (int32_t i = 0; i < nd; i++)
-            memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+        wrong += wrong_after("vm_readv", f.infer, db, nd);
+        reset(db, nd);
         /* reshard over shared allocations */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         CK(reshard_plan_execute(plan_sh, comm, ss, ns, db, nd, &es), "reshard shared refit");
         t_sh[it] = max_over_ranks(MPI_Wtime() - t0);
         read_sh = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
-        if (nd && reshard_verify_pattern(f.infer, g_rank, db, nd, NULL) != RESHARD_OK)
-            wrong++, fprintf(stderr, "rank %d: shared wrong: %s\n", g_rank, reshard_last_error());
-        for (int32_t i = 0; i < nd; i++)
-            memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+        wrong += wrong_after("shared", f.infer, db, nd);
+        reset(db, nd);
         /* nemo: gather each bucket whole on every training rank, slice from it */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
@@ -275,8 +290,7 @@ int main(int argc, char **argv)
         }
         t_nemo[it] = max_over_ranks(MPI_Wtime() - t0);
         read_nemo = sum_over_ranks(moved);
-        if (nd && reshard_verify_pattern(f.infer, g_rank, db, nd, NULL) != RESHARD_OK)
-            wrong++, fprintf(stderr, "rank %d: nemo wrong: %s\n", g_rank, reshard_last_error());
+        wrong += wrong_after("nemo", f.infer, db, nd);
         /* memcpy of the bytes each inference rank needs */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
@@ -287,8 +301,7 @@ int main(int argc, char **argv)
             o += n;
         }
         t_mc[it] = max_over_ranks(MPI_Wtime() - t0);
-        for (int32_t i = 0; i < nd; i++) /* the next refit starts from the sentinel again */
-            memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+        reset(db, nd); /* the next refit starts from the sentinel again */
     }
     long wrong_all = 0;
     MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);

@@ -254,9 +254,9 @@ if [ $dry -eq 0 ]; then
         done
     fi
     check torch_stream_order 120 "${pyenv[@]}" python3 "$root/tests/python/test_nccl_stream.py"
+    ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
-    ipc_check qwen3-30b-a3b
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
         check multigpu 300 ctest --test-dir "$build" -L '^multigpu$' --no-tests=error \
             --output-on-failure --timeout 150

@@ -1,14 +1,14 @@
 /*
- * One-sided reads between processes of one host (colocated refit): the CPU
- * mechanism, process_vm_readv(2). The receiver copies a box straight from a
- * peer process's buffer into its own with both fragments' strides; the peer
- * does nothing (no send, no copy). Chosen over a shared-memory allocation
- * because it needs no change to how the user allocates (PyTorch tensors,
- * numpy arrays, any malloc), no mapping per buffer and no file descriptor
- * passing; it costs one system call per up to IOV_MAX runs and reads at
- * memcpy speed. It needs ptrace access to the peer (same user; Yama
- * ptrace_scope 0, or 1 with the peer's PR_SET_PTRACER, which
- * rs_peer_cpu_expose sets; or CAP_SYS_PTRACE).
+ * One-sided reads between processes of one host (colocated refit), the CPU mechanisms:
+ * process_vm_readv(2) for any buffer (vm_read.c), and shared allocations
+ * (reshard_alloc_shared, shm.c) that readers map once per plan and copy with memcpy. The
+ * receiver copies a box straight from a peer process's buffer into its own with both
+ * fragments' strides; the peer does nothing (no send, no copy). process_vm_readv needs no
+ * change to how the user allocates (PyTorch tensors, numpy arrays, any malloc), no mapping
+ * per buffer and no file descriptor passing, but copies in the kernel (below memcpy speed
+ * in a VM); a shared allocation reads at memcpy speed where the owner placed its tensors
+ * there. Both need ptrace access to the peer (same user; Yama ptrace_scope 0, or 1 with
+ * the peer's PR_SET_PTRACER, which rs_peer_cpu_expose sets; or CAP_SYS_PTRACE).
  */
 #ifndef RS_TRANSPORT_PEER_READ_H
 #define RS_TRANSPORT_PEER_READ_H
