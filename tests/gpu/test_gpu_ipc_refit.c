@@ -9,18 +9,23 @@
  *   2. a source buffer rebound to another allocation at the same address (freed and
  *      allocated again) is BUFFER on every rank, naming it, and no destination changes;
  *   3. (fake CUDA) every handle opened is closed at reshard_plan_destroy.
+ * With "kill" after the model, rank 0 (whose memory is read) kills itself in the table
+ * exchange of the first refit: every survivor must return an error within the plan's
+ * bound (it prints it and aborts; tests/mpi/expect.sh checks the time).
  *
- * usage: mpirun -np N test_gpu_ipc_refit [model name or config path]   (N even; default
+ * usage: mpirun -np N test_gpu_ipc_refit [model name or config path [kill]]   (N even; default
  *        qwen3-0.6b, 1 layer; train tp=N/2 -> infer tp=N/2)
  * Exit 77 (skipped) on every rank when a rank sees no CUDA device or N is odd.
  */
 #include <cuda_runtime.h>
 #include <inttypes.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/comm.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
 #include "reshard/reshard_nccl.h"
@@ -30,6 +35,17 @@
 #endif
 
 static int rank, size;
+
+static reshard_transport_ops_t faulty;
+static reshard_status_t (*real_round_wait)(reshard_comm_t *, int, double);
+
+static reshard_status_t kill_at_exchange(reshard_comm_t *c, int slot, double timeout_s)
+{
+    fprintf(stderr, "rank %d: victim kills itself in the colocated table exchange\n", c->rank);
+    fflush(stderr);
+    raise(SIGKILL);
+    return real_round_wait(c, slot, timeout_s);
+}
 
 static int all_ok(int ok)
 {
@@ -139,6 +155,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *model = argc > 1 ? argv[1] : "qwen3-0.6b";
+    const int kill = argc > 2 && !strcmp(argv[2], "kill");
     int ndev = 0;
     reshard_status_t st = reshard_nccl_device_count(&ndev);
     if (!all_ok(st == RESHARD_OK && ndev >= 1 && size % 2 == 0)) {
@@ -172,6 +189,12 @@ int main(int argc, char **argv)
         st = reshard_comm_create_mpi(MPI_COMM_WORLD, &mpi);
     if (st == RESHARD_OK)
         st = reshard_comm_create_cuda_ipc(mpi, 0, NULL, &c); /* every rank on device 0 */
+    if (st == RESHARD_OK && kill && rank == 0) {             /* the control plane's wait kills it */
+        faulty = *mpi->ops;
+        real_round_wait = faulty.round_wait;
+        faulty.round_wait = kill_at_exchange;
+        mpi->ops = &faulty;
+    }
     if (st == RESHARD_OK)
         st = reshard_model_load(model, &o, &m);
     if (st == RESHARD_OK)
@@ -186,7 +209,7 @@ int main(int argc, char **argv)
         RESHARD_PLAN_PARAM_TIMEOUT | RESHARD_PLAN_PARAM_PLACEMENT | RESHARD_PLAN_PARAM_COLOCATED;
     p.world_size = size;
     p.my_rank = rank;
-    p.timeout_s = 30.0;
+    p.timeout_s = kill ? 2.0 : 30.0;
     p.host = host;
     p.device = dev;
     p.colocated = 1;
@@ -211,8 +234,14 @@ int main(int argc, char **argv)
         reshard_exec_stats_t es;
         memset(&es, 0, sizeof es);
         st = trainer ? RESHARD_OK : side_fill(refit.infer, &db, 0);
+        double t0 = MPI_Wtime();
         if (st == RESHARD_OK)
             st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, &es);
+        if (kill) {
+            fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, reshard_status_string(st),
+                    MPI_Wtime() - t0, reshard_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         uint64_t verified = 0;
         if (st == RESHARD_OK && !trainer)
             st = side_check(refit.infer, &db, 1, &verified);
