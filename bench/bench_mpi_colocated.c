@@ -8,15 +8,19 @@
  * Ranks [0, T) train, [T, W) infer; training rank i and inference rank i share
  * device i (as trainer and engine share a GPU). Methods, each verified on every
  * destination element after every refit:
- *   reshard   one plan, colocated: each inference rank reads exactly its pieces from
- *             the training ranks' buffers (process_vm_readv), nothing else moves.
+ *   vm_readv  one plan, colocated: each inference rank reads exactly its pieces from
+ *             the training ranks' buffers (malloc'ed: process_vm_readv), nothing else
+ *             moves.
+ *   shared    the same plan over a copy of the sources in shared allocations
+ *             (reshard_alloc_shared): the readers map them once per plan and memcpy.
  *   nemo      NeMo RL's colocated scheme: per bucket of tensors (--bucket-mb, default
  *             512), every training rank gathers the bucket's full tensors into its
  *             own buffer (an all-gather over its parallel groups), then every
  *             inference rank copies its slice from the full tensors of the training
  *             rank on its device (CUDA IPC there). Both steps run as colocated
- *             reshard plans here: the gather at one-sided-read speed, which favours
- *             the scheme.
+ *             reshard plans here, over the shared copy of the sources and shared full
+ *             buffers (mapped, as CUDA IPC maps them): the gather at mapped-read
+ *             speed, which favours the scheme.
  *   memcpy    every inference rank memcpy's as many bytes as it needs from a private
  *             buffer: the bound of any scheme that moves each needed byte once.
  * Prints per method the median over refits of the slowest rank's time, the bytes
@@ -32,6 +36,7 @@
 #include "reshard/reshard.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
+#include "reshard/reshard_shared.h"
 
 static int g_rank;
 
@@ -49,13 +54,17 @@ static void die(const char *what, reshard_status_t st)
             die(what, st_);                                                                        \
     } while (0)
 
-static reshard_buffer_t *alloc_bufs(const reshard_layout_t *l, int rank, int32_t *n, int fill)
+static reshard_buffer_t *alloc_bufs(const reshard_layout_t *l, int rank, int32_t *n, int fill,
+                                    int shared)
 {
     *n = reshard_layout_buffer_count(l, rank);
     reshard_buffer_t *b = calloc((size_t)(*n ? *n : 1), sizeof *b);
     for (int32_t i = 0; b && i < *n; i++) {
         b[i].bytes = reshard_layout_buffer_bytes(l, rank, i);
-        b[i].ptr = malloc(b[i].bytes ? (size_t)b[i].bytes : 1);
+        if (shared && b[i].bytes)
+            CK(reshard_alloc_shared(b[i].bytes, &b[i].ptr), "shared allocation");
+        else
+            b[i].ptr = malloc(b[i].bytes ? (size_t)b[i].bytes : 1);
         if (!b[i].ptr)
             die("out of memory", RESHARD_ERR_NOMEM);
         memset(b[i].ptr, fill, (size_t)b[i].bytes);
@@ -107,6 +116,25 @@ static uint64_t full_layout(const reshard_tensors_t *ts, int32_t train, int32_t 
 typedef struct {
     reshard_plan_t *gather, *slice;
 } bucket_t;
+
+/* 1 (and the first wrong element, named) when a destination of this rank is wrong after
+ * a refit by @p method, else 0. */
+static long wrong_after(const char *method, const reshard_layout_t *l, const reshard_buffer_t *db,
+                        int32_t nd)
+{
+    if (!nd || reshard_verify_pattern(l, g_rank, db, nd, NULL) == RESHARD_OK)
+        return 0;
+    fprintf(stderr, "rank %d: %s refit: %s\n", g_rank, method, reshard_last_error());
+    return 1;
+}
+
+/* Every destination byte back to the sentinel, so that the next refit's check sees what
+ * it wrote (padding included). */
+static void reset(reshard_buffer_t *db, int32_t nd)
+{
+    for (int32_t i = 0; i < nd; i++)
+        memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+}
 
 static double max_over_ranks(double t)
 {
@@ -173,8 +201,9 @@ int main(int argc, char **argv)
                                 .host = host,
                                 .device = dev,
                                 .colocated = 1};
-    reshard_plan_t *plan = NULL;
+    reshard_plan_t *plan = NULL, *plan_sh = NULL; /* one per source binding */
     CK(reshard_plan_create(f.train, f.infer, &pp, &plan), "plan");
+    CK(reshard_plan_create(f.train, f.infer, &pp, &plan_sh), "plan");
     /* the buckets of the NeMo scheme: consecutive tensors up to --bucket-mb */
     int32_t nt = reshard_tensors_count(f.tensors), nb = 0;
     bucket_t *bk = calloc((size_t)nt, sizeof *bk);
@@ -203,12 +232,16 @@ int main(int argc, char **argv)
     reshard_comm_t *comm = NULL;
     CK(reshard_comm_create_mpi(MPI_COMM_WORLD, &comm), "comm");
     int32_t ns = 0, nd = 0;
-    reshard_buffer_t *sb = alloc_bufs(f.train, g_rank, &ns, 0);
-    reshard_buffer_t *db = alloc_bufs(f.infer, g_rank, &nd, RESHARD_SENTINEL_BYTE);
-    if (ns)
+    reshard_buffer_t *sb = alloc_bufs(f.train, g_rank, &ns, 0, 0);
+    reshard_buffer_t *ss = alloc_bufs(f.train, g_rank, &ns, 0, 1);
+    reshard_buffer_t *db = alloc_bufs(f.infer, g_rank, &nd, RESHARD_SENTINEL_BYTE, 0);
+    if (ns) {
         CK(reshard_fill_pattern(f.train, g_rank, sb, ns), "fill");
+        CK(reshard_fill_pattern(f.train, g_rank, ss, ns), "fill");
+    }
     reshard_buffer_t fb = {.bytes = g_rank < T ? full_bytes : 0};
-    fb.ptr = calloc(1, fb.bytes ? (size_t)fb.bytes : 1);
+    if (fb.bytes)
+        CK(reshard_alloc_shared(fb.bytes, &fb.ptr), "shared full buffer");
     uint64_t need = 0; /* the bytes this rank's fragments hold (padding excluded) */
     reshard_fragment_t fr;
     for (int64_t i = 0; i < reshard_layout_count(f.infer); i++) {
@@ -223,8 +256,8 @@ int main(int argc, char **argv)
     }
     unsigned char *priv = malloc(need ? (size_t)need : 1);
     memset(priv, 1, need ? (size_t)need : 1);
-    double t_rs[MAX_REPS], t_nemo[MAX_REPS], t_mc[MAX_REPS];
-    uint64_t read_rs = 0, read_nemo = 0;
+    double t_rs[MAX_REPS], t_sh[MAX_REPS], t_nemo[MAX_REPS], t_mc[MAX_REPS];
+    uint64_t read_rs = 0, read_sh = 0, read_nemo = 0;
     long wrong = 0;
     for (long it = 0; it < iters; it++) {
         reshard_exec_stats_t es;
@@ -234,16 +267,22 @@ int main(int argc, char **argv)
         CK(reshard_plan_execute(plan, comm, sb, ns, db, nd, &es), "reshard refit");
         t_rs[it] = max_over_ranks(MPI_Wtime() - t0);
         read_rs = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
-        if (nd && reshard_verify_pattern(f.infer, g_rank, db, nd, NULL) != RESHARD_OK)
-            wrong++;
-        for (int32_t i = 0; i < nd; i++)
-            memset(db[i].ptr, RESHARD_SENTINEL_BYTE, (size_t)db[i].bytes);
+        wrong += wrong_after("vm_readv", f.infer, db, nd);
+        reset(db, nd);
+        /* reshard over shared allocations */
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = MPI_Wtime();
+        CK(reshard_plan_execute(plan_sh, comm, ss, ns, db, nd, &es), "reshard shared refit");
+        t_sh[it] = max_over_ranks(MPI_Wtime() - t0);
+        read_sh = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
+        wrong += wrong_after("shared", f.infer, db, nd);
+        reset(db, nd);
         /* nemo: gather each bucket whole on every training rank, slice from it */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         uint64_t moved = 0;
         for (int32_t b = 0; b < nb; b++) {
-            CK(reshard_plan_execute(bk[b].gather, comm, sb, ns, &fb, g_rank < T, &es),
+            CK(reshard_plan_execute(bk[b].gather, comm, ss, ns, &fb, g_rank < T, &es),
                "nemo gather");
             moved += es.bytes_peer_read + es.bytes_recv + es.bytes_local;
             CK(reshard_plan_execute(bk[b].slice, comm, &fb, g_rank < T, db, nd, &es), "nemo slice");
@@ -251,8 +290,7 @@ int main(int argc, char **argv)
         }
         t_nemo[it] = max_over_ranks(MPI_Wtime() - t0);
         read_nemo = sum_over_ranks(moved);
-        if (nd && reshard_verify_pattern(f.infer, g_rank, db, nd, NULL) != RESHARD_OK)
-            wrong++;
+        wrong += wrong_after("nemo", f.infer, db, nd);
         /* memcpy of the bytes each inference rank needs */
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
@@ -263,25 +301,30 @@ int main(int argc, char **argv)
             o += n;
         }
         t_mc[it] = max_over_ranks(MPI_Wtime() - t0);
+        reset(db, nd); /* the next refit starts from the sentinel again */
     }
     long wrong_all = 0;
     MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     uint64_t need_all = sum_over_ranks(need);
     if (g_rank == 0) {
-        double rs = median(t_rs, (int)iters), nm = median(t_nemo, (int)iters),
-               mc = median(t_mc, (int)iters);
+        double rs = median(t_rs, (int)iters), sh = median(t_sh, (int)iters),
+               nm = median(t_nemo, (int)iters), mc = median(t_mc, (int)iters);
         printf("colocated refit: %s --layers %ld, train %s (%d ranks) -> infer %s (%d ranks), "
                "one host, %ld refits, NeMo buckets of %ld MiB (%d)\n",
                model_name, layers, train_s, T, infer_s, f.infer_world, iters, bucket_mb, nb);
         printf("  %-8s %12s %16s %14s\n", "method", "time/refit", "bytes moved", "x memcpy");
-        printf("  %-8s %10.4f s %16llu %13.2fx\n", "reshard", rs, (unsigned long long)read_rs,
+        printf("  %-8s %10.4f s %16llu %13.2fx\n", "vm_readv", rs, (unsigned long long)read_rs,
                mc > 0 ? rs / mc : 0);
+        printf("  %-8s %10.4f s %16llu %13.2fx\n", "shared", sh, (unsigned long long)read_sh,
+               mc > 0 ? sh / mc : 0);
         printf("  %-8s %10.4f s %16llu %13.2fx\n", "nemo", nm, (unsigned long long)read_nemo,
                mc > 0 ? nm / mc : 0);
         printf("  %-8s %10.4f s %16llu %13.2fx\n", "memcpy", mc, (unsigned long long)need_all, 1.0);
-        printf("  bytes read by reshard / bytes the receivers need: %.4f; nemo / reshard time: "
-               "%.2fx\n",
-               need_all ? (double)read_rs / (double)need_all : 0, rs > 0 ? nm / rs : 0);
+        printf("  bytes read by reshard / bytes the receivers need: %.4f (vm_readv), %.4f "
+               "(shared); nemo / reshard time: %.2fx (vm_readv), %.2fx (shared)\n",
+               need_all ? (double)read_rs / (double)need_all : 0,
+               need_all ? (double)read_sh / (double)need_all : 0, rs > 0 ? nm / rs : 0,
+               sh > 0 ? nm / sh : 0);
         printf("%s\n", wrong_all ? "FAILED: a refit left a wrong element"
                                  : "OK: every destination element of every refit verified");
     }
@@ -290,6 +333,13 @@ int main(int argc, char **argv)
         reshard_plan_destroy(bk[b].slice);
     }
     reshard_plan_destroy(plan);
+    reshard_plan_destroy(plan_sh); /* its mappings first, then the allocations */
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int32_t i = 0; i < ns; i++)
+        if (ss[i].bytes)
+            reshard_free_shared(ss[i].ptr);
+    if (fb.bytes)
+        reshard_free_shared(fb.ptr);
     reshard_comm_destroy(comm);
     MPI_Finalize();
     return wrong_all ? 1 : 0;

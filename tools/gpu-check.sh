@@ -11,8 +11,10 @@
 #      later passes), quantize kernel and op, the one-GPU refit and quantized refit, the stall
 #      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
 #      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
-#      stream-order test (a long kernel writing the source just before execute), and
-#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target);
+#      stream-order test (a long kernel writing the source just before execute),
+#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target), and
+#      the colocated refit over CUDA IPC: two processes on ONE GPU (mpirun -np 2, control
+#      plane over MPI; needs an MPI build, else SKIP with the reason);
 #      with 2+ GPUs also the multi-rank refits (label multigpu), else they are listed as
 #      not run: two ranks of one NCCL communicator cannot share a GPU.
 # CPU-only tests are left out (CI runs them). Everything goes to $OUT/gpu-check.log, one line
@@ -191,6 +193,7 @@ gpu_targets="test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_
 gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack reshard_shared"
 fake_targets="test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
 fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack reshard_fakegpu_shared"
+ipc_target=$([ $dry -eq 1 ] && echo fake_gpu_ipc_refit || echo test_gpu_ipc_refit)
 targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
 s=$(date +%s)
 say ""
@@ -206,7 +209,21 @@ else
     say "total: $(($(date +%s) - t0)) s; log $log; summary $sum"
     exit 1
 fi
-if [ $dry -eq 0 ] && [ "$ngpu" -ge 2 ] && cmake --build "$build" --target help | grep -q test_gpu_mpi_refit; then
+# the colocated CUDA IPC refit exists only in MPI builds (its control plane is MPI)
+if cmake --build "$build" --target help | grep "$ipc_target" >/dev/null; then
+    cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "$ipc_target" >>"$log" 2>&1 || true
+fi
+# ipc_check MODEL: the two-process refit on one GPU, or SKIP without an MPI build
+ipc_check() {
+    local exe=$build/tests/gpu/$ipc_target
+    if [ -x "$exe" ] && command -v mpirun >/dev/null; then
+        check ipc_colocated 120 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 2 "$exe" "$1"
+    else
+        result SKIP ipc_colocated 0 "no MPI build (mpirun, $ipc_target): the two-process CUDA IPC refit needs MPI for its control plane"
+    fi
+}
+if [ $dry -eq 0 ] && [ "$ngpu" -ge 2 ] && cmake --build "$build" --target help | grep test_gpu_mpi_refit >/dev/null; then
     cmake --build "$build" -j "${JOBS:-$(nproc)}" --target test_gpu_mpi_refit >>"$log" 2>&1 || true
 fi
 
@@ -237,6 +254,7 @@ if [ $dry -eq 0 ]; then
         done
     fi
     check torch_stream_order 120 "${pyenv[@]}" python3 "$root/tests/python/test_nccl_stream.py"
+    ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
@@ -267,6 +285,7 @@ else
     detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target
+    ipc_check "$root/tests/mpi/configs/tiny-moe.json"
     result SKIP multigpu 0 "dry run: multi-rank NCCL refits need 2+ GPUs"
 fi
 

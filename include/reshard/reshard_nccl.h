@@ -141,6 +141,33 @@ reshard_status_t reshard_comm_create_nccl_from_id(const void *id, int32_t rank, 
 reshard_status_t reshard_comm_create_nccl(struct ncclComm *comm, struct CUstream_st *stream,
                                           reshard_comm_t **out);
 
+/**
+ * A colocated endpoint on device memory (docs/colocated.md): rank and size of @p control,
+ * buffers on GPU @p cuda_device (-1: rank % device count), made current. For plans with
+ * RESHARD_PLAN_PARAM_COLOCATED whose ranks share a host (several may share one GPU, which
+ * NCCL refuses): every piece between two ranks is a one-sided read over CUDA IPC. The
+ * owner exports the base of each device allocation holding a buffer its peers read
+ * (cudaIpcGetMemHandle) with the buffer's offset in it (cuMemGetAddressRange; PyTorch's
+ * caching allocator sub-allocates); the handles travel in the plan's table round over
+ * @p control; each reader opens a handle once per plan and allocation and closes it at
+ * reshard_plan_destroy; the copy kernel reads the peer's memory on @p stream. The buffer
+ * tables and both agreements go over @p control, a host-memory endpoint (MPI, a store,
+ * torch gloo) of the same ranks that the caller keeps alive longer than this one and does
+ * not use meanwhile. Local: no communication. A source buffer must be device memory
+ * (cudaMalloc, PyTorch) and stay the same allocation for the plan's life: another one,
+ * even at the same address, is BUFFER naming it before anything moves. A plan with pieces
+ * between hosts is UNSUPPORTED on it (not built). Execution returns when the copies are
+ * complete (the stream is waited for within the plan's timeout) and every rank agrees.
+ * The sender must have finished writing its sources (on any stream) before it calls
+ * reshard_plan_execute and must not write them until the call returns; the receiver must
+ * not run work on its destinations meanwhile.
+ * @param stream  the stream of the copies (NULL: the endpoint makes its own)
+ * Errors: INVALID_ARG (NULL, a device-memory control, device out of range), UNSUPPORTED
+ * (no CUDA device), TRANSPORT (a CUDA error), NOMEM.
+ */
+reshard_status_t reshard_comm_create_cuda_ipc(reshard_comm_t *control, int cuda_device,
+                                              struct CUstream_st *stream, reshard_comm_t **out);
+
 /* ---- device buffers, for tools and tests ----------------------------------------------
  * Synchronous, on the endpoint's device; copies and sets run on the endpoint's stream and
  * wait for it, so a following reshard_plan_execute sees their bytes. */

@@ -13,8 +13,8 @@ arrays to them by parameter name, without copies.
 """
 
 from ._lib import path as library_path
-from .comm import (Comm, InprocGroup, exchange_unique_id, from_mpi, from_nccl, from_nccl_store,
-                   nccl_available, nccl_unique_id, run_threads)
+from .comm import (Comm, InprocGroup, exchange_unique_id, from_cuda_ipc, from_mpi, from_nccl,
+                   from_nccl_store, nccl_available, nccl_unique_id, run_threads)
 from .dtypes import DType, to_dtype, torch_dtype
 from .errors import ReshardError, Status
 from .layout import Fragment, Layout, Parameter
@@ -22,6 +22,7 @@ from .model import Model, Refit
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
 from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, placement_from_mpi, plan_fail
+from .shared import alloc_shared, shared_like
 from .tensors import Quant, QuantInfo, TensorInfo, Tensors, to_quant
 from .torch_comm import from_torch
 from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrink, rejoin)
@@ -29,12 +30,13 @@ from . import elastic  # noqa: E402  (plans over a membership, lost peers, shrin
 Comm.from_mpi = staticmethod(from_mpi)
 Comm.from_nccl_store = staticmethod(from_nccl_store)
 Comm.from_nccl = staticmethod(from_nccl)
+Comm.from_cuda_ipc = staticmethod(from_cuda_ipc)
 Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
 __all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "placement_from_mpi", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
-           "Status", "StridedShard", "TensorInfo", "Tensors", "exchange_unique_id",
-           "fill_pattern", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
-           "nccl_unique_id", "plan_fail", "run_threads", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]
+           "Status", "StridedShard", "TensorInfo", "Tensors", "alloc_shared", "exchange_unique_id",
+           "fill_pattern", "from_cuda_ipc", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
+           "nccl_unique_id", "plan_fail", "run_threads", "shared_like", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

@@ -232,6 +232,8 @@ _SIGNATURES = {
     "reshard_model_buffers_count": (c_i64, [c_vp]),
     "reshard_model_buffers_get": (st, [c_vp, c_i64, P(ModelBuffer)]),
     # MPI part (RESHARD_HAVE_MPI): the MPI_Comm argument is declared when loaded
+    "reshard_alloc_shared": (st, [c_u64, P(c_vp)]),
+    "reshard_free_shared": (st, [c_vp]),
     "reshard_comm_create_mpi": (st, None),
     "reshard_mpi_placement": (st, None),
     # NCCL part (RESHARD_HAVE_NCCL)
@@ -240,6 +242,7 @@ _SIGNATURES = {
     "reshard_nccl_get_unique_id": (st, [c_vp]),
     "reshard_comm_create_nccl_from_id": (st, [c_vp, c_i32, c_i32, ctypes.c_int, c_vp, P(c_vp)]),
     "reshard_comm_create_nccl": (st, [c_vp, c_vp, P(c_vp)]),
+    "reshard_comm_create_cuda_ipc": (st, [c_vp, ctypes.c_int, c_vp, P(c_vp)]),
 }
 
 

@@ -11,7 +11,7 @@ from .errors import Status, error
 
 
 class Comm(_lib.Handle):
-    """One rank's transport endpoint. ``kind`` is "inproc", "mpi" or "nccl"; ``device``
+    """One rank's transport endpoint. ``kind`` is "inproc", "mpi", "nccl" or "cuda-ipc"; ``device``
     the memory its buffers live in ("cpu" or "cuda"). Destroyed by close() or when
     garbage-collected (before MPI_Finalize for MPI ones: close() it)."""
 
@@ -252,6 +252,28 @@ def from_nccl_store(store, rank, world, key="reshard/nccl_unique_id", device=Non
     _lib.check(_lib.lib.reshard_comm_create_nccl_from_id(uid, int(rank), int(world), device,
                                                           raw_stream, ctypes.byref(h)))
     return Comm(h.value, "nccl", "cuda", keep=stream)
+
+
+def from_cuda_ipc(control, device=None, stream=None):
+    """A colocated endpoint on GPU memory for processes of one host, several of which may
+    share one GPU (reshard_comm_create_cuda_ipc; local): plans made with
+    ``colocated=True`` move every piece between two ranks as a one-sided read of the
+    owner's device allocation through CUDA IPC (torch tensors of PyTorch's caching
+    allocator work: the offset from the allocation's base travels with the handle).
+    ``control`` is a host-memory Comm of the same ranks (Comm.from_mpi, Comm.from_torch
+    over a gloo group) that carries the buffer tables and the agreements; it is kept
+    alive by this endpoint and must not be used while it executes. ``device`` and
+    ``stream`` as in from_nccl_store. A plan with pieces between hosts is UNSUPPORTED on
+    it. Raises ReshardError (UNSUPPORTED: built without CUDA or no device; INVALID_ARG:
+    a GPU control comm)."""
+    if not _lib.has("reshard_comm_create_cuda_ipc"):
+        raise error(Status.UNSUPPORTED, "this libreshard was built without CUDA (the cuda-ipc "
+                    "endpoint needs the NCCL build)")
+    device, raw_stream = _cuda_device_stream(device, stream)
+    h = _lib.c_vp()
+    _lib.check(_lib.lib.reshard_comm_create_cuda_ipc(control._handle(), device, raw_stream,
+                                                      ctypes.byref(h)))
+    return Comm(h.value, "cuda-ipc", "cuda", keep=(control, stream))
 
 
 def _raw_pointer(obj, what):

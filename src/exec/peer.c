@@ -4,10 +4,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exec/pack.h"
 #include "exec/peer.h"
+#include "layout/layout_internal.h"
 #include "plan/placement.h"
 #include "transport/peer/peer_read.h"
 #include "util/error.h"
+#ifdef RESHARD_HAVE_NCCL
+#include "transport/nccl/peer_ipc.h"
+#endif
 
 /* The buffers of one (owner, reader) pair, as both ends derive them. */
 typedef struct {
@@ -16,12 +21,56 @@ typedef struct {
     int64_t nbuf;
     uint8_t *msg; /* header + entries */
     uint64_t msg_bytes;
+    int64_t *vidx; /* reader: per buffer, its view in the plan's rs_peer_maps */
 } rs_pair_t;
 
 struct rs_peer_tables {
     rs_pair_t *out, *in; /* to the readers, from the owners */
     int32_t nout, nin;
 };
+
+/* A reader's view of one owner's buffer, kept for the plan's life: the mapping (SHM) or
+ * the opened handle (IPC) of its allocation, shared by the buffers of one allocation
+ * (only the first of them, @c owns, unmaps or closes it). */
+typedef struct {
+    int32_t peer;
+    int64_t buffer;
+    uint32_t kind;
+    uint64_t alloc_id, alloc_bytes;
+    unsigned char handle[sizeof(((rs_peer_buf_t *)0)->handle)];
+    uint8_t *base; /* the allocation's base, here */
+    bool owns;
+} rs_peer_view_t;
+
+/* The per-plan state of colocated reads (reshard_plan_t.peer_maps): what this rank
+ * exports per source buffer (recorded at the first execution, checked at every one) and
+ * the views it opened as a reader. */
+struct rs_peer_maps {
+    rs_peer_buf_t *own; /* by buffer id; kind UINT32_MAX = not bound */
+    int32_t nown;
+    rs_peer_view_t *view;
+    int64_t nview;
+};
+
+void rs_peer_maps_free(struct rs_peer_maps *m)
+{
+    if (!m)
+        return;
+    for (int64_t i = 0; i < m->nview; i++) {
+        rs_peer_view_t *v = &m->view[i];
+        if (!v->owns)
+            continue;
+        if (v->kind == RS_PEER_SHM)
+            rs_peer_shm_unmap(v->base, v->alloc_bytes);
+#ifdef RESHARD_HAVE_NCCL
+        else if (v->kind == RS_PEER_IPC)
+            rs_peer_ipc_close(v->base);
+#endif
+    }
+    free(m->view);
+    free(m->own);
+    free(m);
+}
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -61,7 +110,8 @@ static int make_pairs(const reshard_plan_t *plan, const int64_t *idx, int64_t n,
                 q->buf[w++] = q->buf[k];
         q->nbuf = w;
         q->msg_bytes = sizeof(rs_peer_hdr_t) + (uint64_t)w * sizeof(rs_peer_buf_t);
-        if (!(q->msg = calloc(1, q->msg_bytes)))
+        if (!(q->msg = calloc(1, q->msg_bytes)) ||
+            !(q->vidx = calloc((size_t)(w > 0 ? w : 1), sizeof *q->vidx)))
             return -1;
         i = j;
     }
@@ -73,6 +123,7 @@ static void free_pairs(rs_pair_t *v, int32_t n)
     for (int32_t i = 0; i < n; i++) {
         free(v[i].buf);
         free(v[i].msg);
+        free(v[i].vidx);
     }
     free(v);
 }
@@ -86,54 +137,198 @@ void rs_peer_tables_free(rs_peer_tables_t *t)
     free(t);
 }
 
+/* What this rank tells its readers about source buffer @p b (kind, allocation, handle). */
+static reshard_status_t describe(const reshard_comm_t *comm, int32_t rank, int32_t b,
+                                 const reshard_buffer_t *buf, rs_peer_buf_t *e)
+{
+    memset(e, 0, sizeof *e);
+    e->buffer = (uint64_t)b;
+    e->addr = (uint64_t)(uintptr_t)buf->ptr;
+    e->bytes = buf->bytes;
+    e->fd = -1;
+    if (comm->ops->device_memory) {
+#ifdef RESHARD_HAVE_NCCL
+        e->kind = RS_PEER_IPC;
+        return rs_peer_ipc_export(buf->ptr, buf->bytes, rank, b, buf->name, e->handle, &e->offset,
+                                  &e->alloc_bytes, &e->alloc_id);
+#else
+        return rs_error(RESHARD_ERR_UNSUPPORTED, "rank %d: no CUDA in this build", rank);
+#endif
+    }
+    int32_t fd;
+    if (buf->bytes &&
+        rs_peer_shm_find(buf->ptr, buf->bytes, &fd, &e->offset, &e->alloc_bytes, &e->alloc_id)) {
+        e->kind = RS_PEER_SHM;
+        e->fd = fd;
+    } else {
+        e->kind = RS_PEER_VM;
+    }
+    return RESHARD_OK;
+}
+
+/* A device-memory colocated plan moves only reads and local copies: the cuda-ipc endpoint
+ * has no data path between ranks (pieces over the network with device buffers are not
+ * built). UNSUPPORTED naming the first such piece of @p rank. */
+static reshard_status_t device_pieces_ok(const reshard_plan_t *plan, const reshard_comm_t *comm,
+                                         int32_t rank)
+{
+    if (strcmp(comm->ops->name, "cuda-ipc") != 0)
+        return rs_error(RESHARD_ERR_UNSUPPORTED,
+                        "rank %d: colocated reads of device memory need the cuda-ipc endpoint "
+                        "(reshard_comm_create_cuda_ipc over an MPI or store endpoint), not the "
+                        "%s transport: NCCL refuses two ranks on one GPU",
+                        rank, comm->ops->name);
+    for (int64_t i = 0; i < plan->npieces; i++) {
+        const rs_piece_t *q = &plan->pieces[i];
+        if ((q->sender == rank || q->receiver == rank) && q->sender != q->receiver &&
+            !rs_piece_is_peer_read(plan, q))
+            return rs_error(RESHARD_ERR_UNSUPPORTED,
+                            "rank %d: tensor %s goes from rank %d to rank %d over the network "
+                            "(or a relay): the cuda-ipc endpoint moves device memory only by "
+                            "colocated reads inside a host (mixed GPU refits are not built)",
+                            rank, plan->dst->tensors->t[q->tensor].name, q->sender, q->receiver);
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_peer_check_binding(const reshard_plan_t *plan, const reshard_comm_t *comm,
                                        const reshard_buffer_t *src_bufs, int32_t n_src)
 {
     if (!plan->p.colocated)
         return RESHARD_OK;
     int32_t rank = comm->rank;
-    if (comm->ops->device_memory)
-        return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "rank %d: colocated reads of device memory over the %s transport are "
-                        "not built in here: plan without colocated reads",
-                        rank, comm->ops->name);
+    if (comm->ops->device_memory) {
+        reshard_status_t st = device_pieces_ok(plan, comm, rank);
+        if (st != RESHARD_OK)
+            return st;
+    }
     reshard_plan_t *mut = (reshard_plan_t *)(uintptr_t)plan; /* the binding is the plan's state */
-    for (int64_t i = 0; i < plan->npieces; i++) {
+    if (!mut->peer_maps && !(mut->peer_maps = calloc(1, sizeof *mut->peer_maps)))
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", rank);
+    struct rs_peer_maps *m = mut->peer_maps;
+    uint8_t *seen = calloc((size_t)(n_src > 0 ? n_src : 1), 1);
+    if (!seen)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", rank);
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; st == RESHARD_OK && i < plan->npieces; i++) {
         const rs_piece_t *q = &plan->pieces[i];
         if (q->sender != rank || !rs_piece_is_peer_read(plan, q))
             continue;
         int32_t b = plan->src->f[q->from_frag].buffer;
         if (b >= n_src) /* rs_layout_check_buffers names it */
             continue;
-        if (b >= mut->nbound) {
+        if (b >= m->nown) {
             int32_t n = b + 1;
-            uint64_t *np = realloc(mut->bound_ptr, (size_t)n * sizeof *np);
-            if (np)
-                mut->bound_ptr = np;
-            uint64_t *nb = np ? realloc(mut->bound_bytes, (size_t)n * sizeof *nb) : NULL;
-            if (!np || !nb)
-                return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", rank);
-            mut->bound_bytes = nb;
-            for (int32_t k = mut->nbound; k < n; k++)
-                mut->bound_bytes[k] = UINT64_MAX;
-            mut->nbound = n;
+            rs_peer_buf_t *no = realloc(m->own, (size_t)n * sizeof *no);
+            if (!no) {
+                st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", rank);
+                break;
+            }
+            m->own = no;
+            for (int32_t k = m->nown; k < n; k++)
+                m->own[k].kind = UINT32_MAX;
+            m->nown = n;
         }
-        uint64_t ptr = (uint64_t)(uintptr_t)src_bufs[b].ptr, bytes = src_bufs[b].bytes;
-        if (mut->bound_bytes[b] == UINT64_MAX) {
-            mut->bound_ptr[b] = ptr;
-            mut->bound_bytes[b] = bytes;
-        } else if (mut->bound_ptr[b] != ptr || mut->bound_bytes[b] != bytes) {
-            return rs_error(RESHARD_ERR_BUFFER,
-                            "rank %d: source buffer %d (%s) is bound to another allocation (%p, "
-                            "%llu bytes) than at this colocated plan's first execution (%p, "
-                            "%llu bytes): ranks of this host read it in place, so it must stay "
-                            "bound for the plan's life; make a new plan to rebind it",
-                            rank, b, src_bufs[b].name ? src_bufs[b].name : "unnamed",
-                            src_bufs[b].ptr, (unsigned long long)bytes,
-                            (void *)(uintptr_t)mut->bound_ptr[b],
-                            (unsigned long long)mut->bound_bytes[b]);
+        rs_peer_buf_t *o = &m->own[b], now;
+        if (seen[b])
+            continue;
+        seen[b] = 1;
+        st = describe(comm, rank, b, &src_bufs[b], &now);
+        if (st != RESHARD_OK)
+            break;
+        const char *nm = src_bufs[b].name ? src_bufs[b].name : "unnamed";
+        if (o->kind == UINT32_MAX) {
+            *o = now;
+        } else if (o->addr != now.addr || o->bytes != now.bytes) {
+            st = rs_error(RESHARD_ERR_BUFFER,
+                          "rank %d: source buffer %d (%s) is bound to another allocation (%p, "
+                          "%llu bytes) than at this colocated plan's first execution (%p, "
+                          "%llu bytes): ranks of this host read it in place, so it must stay "
+                          "bound for the plan's life; make a new plan to rebind it",
+                          rank, b, nm, src_bufs[b].ptr, (unsigned long long)now.bytes,
+                          (void *)(uintptr_t)o->addr, (unsigned long long)o->bytes);
+        } else if (o->kind != now.kind || o->alloc_id != now.alloc_id ||
+                   memcmp(o->handle, now.handle, sizeof o->handle) != 0) {
+            st = rs_error(RESHARD_ERR_BUFFER,
+                          "rank %d: source buffer %d (%s) at %p lies in another allocation "
+                          "than at this colocated plan's first execution (same address, but "
+                          "it was freed and allocated again: a new %s): its readers hold the "
+                          "old one; make a new plan to rebind it",
+                          rank, b, nm, src_bufs[b].ptr,
+                          now.kind == RS_PEER_IPC   ? "CUDA IPC handle"
+                          : now.kind == RS_PEER_SHM ? "shared allocation"
+                                                    : "kind of memory");
         }
     }
+    free(seen);
+    return st;
+}
+
+/* The reader's view of (peer, buffer) per entry @p e of the owner's table: opened (mapped)
+ * once per plan and allocation, checked to be the same allocation at every execution. */
+static reshard_status_t view_of(struct rs_peer_maps *m, int32_t me, int32_t peer, int64_t pid,
+                                const rs_peer_buf_t *e, const rs_peer_view_t **out)
+{
+    for (int64_t i = 0; i < m->nview; i++) {
+        const rs_peer_view_t *v = &m->view[i];
+        if (v->peer != peer || v->buffer != (int64_t)e->buffer)
+            continue;
+        if (v->kind != e->kind || v->alloc_id != e->alloc_id ||
+            memcmp(v->handle, e->handle, sizeof v->handle) != 0)
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "rank %d: rank %d's source buffer %llu is another allocation than "
+                            "at this colocated plan's first execution: make a new plan to rebind "
+                            "it",
+                            me, peer, (unsigned long long)e->buffer);
+        *out = v;
+        return RESHARD_OK;
+    }
+    rs_peer_view_t nv;
+    memset(&nv, 0, sizeof nv);
+    nv.peer = peer;
+    nv.buffer = (int64_t)e->buffer;
+    nv.kind = e->kind;
+    nv.alloc_id = e->alloc_id;
+    nv.alloc_bytes = e->alloc_bytes;
+    memcpy(nv.handle, e->handle, sizeof nv.handle);
+    for (int64_t i = 0; i < m->nview && e->kind != RS_PEER_VM && !nv.base; i++) {
+        const rs_peer_view_t *v = &m->view[i]; /* another buffer of the same allocation */
+        if (v->peer == peer && v->kind == e->kind && v->alloc_id == e->alloc_id &&
+            memcmp(v->handle, e->handle, sizeof v->handle) == 0)
+            nv.base = v->base;
+    }
+    if (e->kind != RS_PEER_VM && !nv.base) {
+        reshard_status_t st = RESHARD_OK;
+        void *p = NULL;
+        if (e->kind == RS_PEER_SHM)
+            st = rs_peer_shm_map(pid, e->fd, e->alloc_bytes, me, peer, (int64_t)e->buffer, &p);
+#ifdef RESHARD_HAVE_NCCL
+        else if (e->kind == RS_PEER_IPC)
+            st = rs_peer_ipc_open(e->handle, me, peer, (int64_t)e->buffer, &p);
+#endif
+        else
+            st = rs_error(RESHARD_ERR_TRANSPORT,
+                          "rank %d: rank %d's source buffer %llu is of kind %u, which this "
+                          "build cannot read",
+                          me, peer, (unsigned long long)e->buffer, e->kind);
+        if (st != RESHARD_OK)
+            return st;
+        nv.base = p;
+        nv.owns = true;
+    }
+    rs_peer_view_t *g = realloc(m->view, (size_t)(m->nview + 1) * sizeof *g);
+    if (!g) {
+        if (nv.owns && nv.kind == RS_PEER_SHM)
+            rs_peer_shm_unmap(nv.base, nv.alloc_bytes);
+#ifdef RESHARD_HAVE_NCCL
+        else if (nv.owns && nv.kind == RS_PEER_IPC)
+            rs_peer_ipc_close(nv.base);
+#endif
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", me);
+    }
+    m->view = g;
+    m->view[m->nview] = nv;
+    *out = &m->view[m->nview++];
     return RESHARD_OK;
 }
 
@@ -141,6 +336,7 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                                   const rs_rank_plan_t *rp, const reshard_buffer_t *src_bufs,
                                   bool send_only, rs_peer_tables_t **out)
 {
+    (void)src_bufs; /* described by rs_peer_check_binding */
     *out = NULL;
     if (!plan->p.colocated || !rp || (!rp->nreads && !rp->nexposed))
         return RESHARD_OK;
@@ -159,9 +355,7 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
         rs_peer_buf_t *e = (rs_peer_buf_t *)(h + 1);
         *h = (rs_peer_hdr_t){RS_PEER_MAGIC, (int64_t)getpid(), (uint64_t)q->nbuf, 0};
         for (int64_t k = 0; k < q->nbuf; k++)
-            e[k] =
-                (rs_peer_buf_t){(uint64_t)q->buf[k], (uint64_t)(uintptr_t)src_bufs[q->buf[k]].ptr,
-                                src_bufs[q->buf[k]].bytes, 0};
+            e[k] = plan->peer_maps->own[q->buf[k]]; /* rs_peer_check_binding's */
     }
     const reshard_transport_ops_t *ops = comm->ops;
     reshard_status_t st = ops->round_begin(comm, 0);
@@ -178,6 +372,10 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
         return st;
     }
     *out = t;
+    reshard_plan_t *mut = (reshard_plan_t *)(uintptr_t)plan; /* the views are the plan's state */
+    if (t->nin && !mut->peer_maps && !(mut->peer_maps = calloc(1, sizeof *mut->peer_maps)))
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", me);
+    struct rs_peer_maps *m = mut->peer_maps;
     for (int32_t i = 0; st == RESHARD_OK && !send_only && i < t->nin; i++) {
         const rs_pair_t *q = &t->in[i];
         const rs_peer_hdr_t *h = (const rs_peer_hdr_t *)q->msg;
@@ -194,18 +392,45 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                                 "rank %d: rank %d's colocated buffer table names buffer %llu "
                                 "where %lld was expected",
                                 me, q->peer, (unsigned long long)e[k].buffer, (long long)q->buf[k]);
-            if (e[k].bytes)
+            const rs_peer_view_t *v = NULL;
+            st = view_of(m, me, q->peer, h->pid, &e[k], &v);
+            if (st == RESHARD_OK)
+                q->vidx[k] = v - m->view;
+            if (st == RESHARD_OK && e[k].kind == RS_PEER_VM && e[k].bytes)
                 st = rs_peer_cpu_probe(h->pid, me, q->peer, q->buf[k], e[k].addr, &probe, 1);
         }
     }
     return st;
 }
 
+/* The positions of @p box in @p sf lie inside the owner's buffer of @p bytes: BUFFER
+ * before anything is read otherwise (a mapped or opened allocation is not checked by the
+ * kernel, as process_vm_readv is). */
+static reshard_status_t box_within(int32_t me, int32_t peer, const char *tensor,
+                                   const reshard_fragment_t *sf, const reshard_box_t *box,
+                                   uint32_t elem_size, uint64_t bytes)
+{
+    if (rs_box_numel(box) <= 0)
+        return RESHARD_OK;
+    int64_t lo[RESHARD_MAX_DIMS], hi[RESHARD_MAX_DIMS];
+    for (int d = 0; d < box->ndim; d++) {
+        lo[d] = box->offset[d];
+        hi[d] = box->offset[d] + box->extent[d] - 1;
+    }
+    int64_t a = rs_frag_pos(sf, lo), b = rs_frag_pos(sf, hi);
+    if (a < 0 || b < a || (uint64_t)(b + 1) * elem_size > bytes)
+        return rs_error(RESHARD_ERR_BUFFER,
+                        "rank %d: colocated read of tensor %s from rank %d source buffer %d: "
+                        "elements [%lld, %lld] lie past its %llu bytes",
+                        me, tensor, peer, sf->buffer, (long long)a, (long long)b,
+                        (unsigned long long)bytes);
+    return RESHARD_OK;
+}
+
 reshard_status_t rs_peer_read_all(const reshard_plan_t *plan, reshard_comm_t *comm,
                                   const rs_rank_plan_t *rp, const rs_peer_tables_t *t,
                                   const reshard_buffer_t *dst_bufs, uint64_t *bytes)
 {
-    (void)comm;
     *bytes = 0;
     if (!rp || !rp->nreads)
         return RESHARD_OK;
@@ -230,9 +455,21 @@ reshard_status_t rs_peer_read_all(const reshard_plan_t *plan, reshard_comm_t *co
             else
                 hi = mid;
         }
-        st = rs_peer_cpu_read_box(
-            h->pid, rp->rank, p->sender, plan->dst->tensors->t[p->tensor].name, sf->buffer,
-            dst_bufs[df->buffer].ptr, df, e[lo].addr, e[lo].bytes, sf, &p->box, p->elem_size);
+        const rs_peer_view_t *v = &plan->peer_maps->view[q->vidx[lo]];
+        void *dst = dst_bufs[df->buffer].ptr;
+        const char *tname = plan->dst->tensors->t[p->tensor].name;
+        if (v->kind == RS_PEER_VM)
+            st = rs_peer_cpu_read_box(h->pid, rp->rank, p->sender, tname, sf->buffer, dst, df,
+                                      e[lo].addr, e[lo].bytes, sf, &p->box, p->elem_size);
+        else
+            st = box_within(rp->rank, p->sender, tname, sf, &p->box, p->elem_size, e[lo].bytes);
+        if (st != RESHARD_OK || v->kind == RS_PEER_VM)
+            ;
+        else if (v->kind == RS_PEER_SHM)
+            rs_copy_box_cpu(dst, df, v->base + e[lo].offset, sf, &p->box, p->elem_size);
+        else /* IPC: the endpoint's copy kernel reads the peer's memory, on its stream */
+            st = comm->ops->local_copy(comm, dst, df, v->base + e[lo].offset, sf, &p->box,
+                                       p->elem_size);
         if (st == RESHARD_OK)
             *bytes += p->bytes;
     }

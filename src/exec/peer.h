@@ -13,9 +13,14 @@ typedef struct rs_peer_tables rs_peer_tables_t;
 /**
  * Before the first agreement, on every rank of a colocated plan: the source
  * buffers rank @p rank's peers read must be the ones bound at the plan's first
- * execution (recorded then). BUFFER naming the rank, buffer id and name and both
- * addresses otherwise; UNSUPPORTED for a device-memory transport (the CPU
- * reads cannot reach its buffers); NOMEM. OK at once for other plans.
+ * execution (recorded then, with how readers reach them: process_vm_readv, a
+ * shared allocation of reshard_alloc_shared, or a CUDA IPC handle of a device
+ * allocation and the offset in it). BUFFER naming the rank, buffer id and name
+ * and both addresses otherwise, or when the same address now lies in another
+ * allocation (freed and allocated again), or a device buffer that is not
+ * cudaMalloc memory; UNSUPPORTED for device memory on another endpoint than
+ * cuda-ipc, or a piece of this rank over the network on it; NOMEM. OK at once
+ * for other plans.
  */
 reshard_status_t rs_peer_check_binding(const reshard_plan_t *plan, const reshard_comm_t *comm,
                                        const reshard_buffer_t *src_bufs, int32_t n_src);
@@ -35,12 +40,21 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                                   bool send_only, rs_peer_tables_t **out);
 
 /** Read every piece rank rp->rank reads from its peers' buffers into its
- *  destination buffers @p dst_bufs; *@p bytes gets the bytes read. Errors:
- *  rs_peer_cpu_read_box's, INVALID_ARG for a device-memory transport. */
+ *  destination buffers @p dst_bufs; *@p bytes gets the bytes read. Host memory:
+ *  process_vm_readv, or memcpy from a mapped shared allocation; device memory:
+ *  the endpoint's local_copy kernel from the opened IPC allocation (asynchronous on
+ *  its stream: the endpoint's finish waits for it). Errors: rs_peer_cpu_read_box's,
+ *  BUFFER (a box past the owner's buffer), the local copy's. */
 reshard_status_t rs_peer_read_all(const reshard_plan_t *plan, reshard_comm_t *comm,
                                   const rs_rank_plan_t *rp, const rs_peer_tables_t *t,
                                   const reshard_buffer_t *dst_bufs, uint64_t *bytes);
 
 void rs_peer_tables_free(rs_peer_tables_t *t);
+
+/** A colocated plan's state (reshard_plan_t.peer_maps): the exports recorded by
+ *  rs_peer_check_binding and the readers' mappings and opened CUDA IPC handles,
+ *  unmapped and closed here (reshard_plan_destroy). NULL is a no-op. */
+struct rs_peer_maps;
+void rs_peer_maps_free(struct rs_peer_maps *m);
 
 #endif

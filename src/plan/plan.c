@@ -5,6 +5,7 @@
 
 #include "plan/placement.h"
 #include "exec/delta.h"
+#include "exec/peer.h"
 #include "plan/quant_wire.h"
 #include "plan/tally.h"
 #include "plan/topo.h"
@@ -306,8 +307,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     free(plan->fp_tensor);
     free(plan->gone);
     rs_placement_free(plan);
-    free(plan->bound_ptr);
-    free(plan->bound_bytes);
+    rs_peer_maps_free(plan->peer_maps);
     free(plan);
 }
 

@@ -118,11 +118,10 @@ struct reshard_plan {
      *  Such a rank is never chosen as a landing or relay rank. */
     uint8_t *gone;
     /** Colocated plans: this rank's source buffers that peers read, as bound at
-     *  the first execution (indexed by buffer id, nbound of them; bytes
-     *  UINT64_MAX = not yet bound): a later binding of another allocation is
-     *  refused (exec/peer.c). Written by execution. */
-    uint64_t *bound_ptr, *bound_bytes;
-    int32_t nbound;
+     *  the first execution (a later binding of another allocation is refused),
+     *  and the peers' allocations it mapped or opened as a reader, released at
+     *  destroy (exec/peer.c). Written by execution; NULL before. */
+    struct rs_peer_maps *peer_maps;
     /** Delta plans (params.delta): per executing rank its version, snapshot and
      *  relay scratch (exec/delta.h); NULL otherwise. Mutated by executions. */
     struct rs_delta *delta;

@@ -45,6 +45,9 @@
  *  - ncclCommAbort waits for a background job of the communicator, then frees it.
  *  - ncclAllReduce: int64 min, at most FAKE_AR_MAX elements (the transport's outcome words).
  *
+ * Device memory and CUDA IPC (shareable between processes, with the real rules of handles)
+ * are in fake_cuda_ipc.c.
+ *
  * Knobs: FAKE_CUDA_DEVICES (default 1) = what cudaGetDeviceCount reports; FAKE_NCCL_ASYNC_MS
  * (default 20) = how long revoke, shrink and split take at least.
  * Test hooks (fake_cuda_nccl.h): fail the n-th kernel launch on a stream, a timed "long
@@ -386,20 +389,21 @@ const char *cudaGetErrorString(cudaError_t error)
 
 cudaError_t cudaMalloc(void **p, size_t size)
 {
-    *p = aligned_alloc(256, (size + 255) & ~(size_t)255);
-    return *p != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+    return fake_dev_alloc(p, size); /* fake_cuda_ipc.c: shareable between processes */
 }
 
 cudaError_t cudaFree(void *p)
 {
     drain(NULL); /* cudaFree synchronises the device */
-    free(p);
+    if (!fake_dev_free(p))
+        free(p); /* cudaMallocHost's */
     return cudaSuccess;
 }
 
 cudaError_t cudaMallocHost(void **p, size_t size)
 {
-    return cudaMalloc(p, size);
+    *p = aligned_alloc(256, (size + 255) & ~(size_t)255);
+    return *p != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t cudaFreeHost(void *p)

@@ -14,4 +14,12 @@ void fake_cuda_fail_launch(cudaStream_t stream, int nth);
 /** Queue a "long kernel" on @p stream: it completes @p seconds after this call. */
 void fake_cuda_delay(cudaStream_t stream, double seconds);
 
+/** Device memory of the fake (fake_cuda_ipc.c): cudaMalloc's allocation, shareable by
+ *  CUDA IPC; fake_dev_free returns 0 for a pointer that is not one (nothing freed). */
+cudaError_t fake_dev_alloc(void **p, size_t size);
+int fake_dev_free(void *p);
+
+/** CUDA IPC handles open in this process (each open counts until its close). */
+int fake_cuda_ipc_open_count(void);
+
 #endif

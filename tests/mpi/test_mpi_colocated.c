@@ -2,7 +2,7 @@
  * Colocated refit over MPI: pieces between ranks of one host are one-sided reads
  * (process_vm_readv), the others MPI messages.
  *
- *   mpirun -np 4 test_mpi_colocated one|two|kill
+ *   mpirun -np 4 test_mpi_colocated one|two|kill|shared|shared-two|shared-kill
  *
  * Ranks 0, 1 train, 2, 3 infer. T [8, 6] fp32: rank r (0, 1) holds rows [4r, 4r+4)
  * stored column-major after a 3-element gap; infer rank 2+c holds columns [3c, 3c+3)
@@ -13,6 +13,11 @@
  *        crosses hosts over MPI, the rest (and U, from the nearest replica) is read.
  *   kill: as one; rank 0, whose memory is read, kills itself in the table exchange:
  *        every survivor must fail within the bound (checked by expect.sh).
+ *   shared, shared-two: as one, two, with the training ranks' sources inside ONE shared
+ *        allocation (reshard_alloc_shared, at offsets 64 and 512 of it): readers map it
+ *        once per plan (the mapping is gone after reshard_plan_destroy); a last refit
+ *        after rank 0 freed it and allocated again (same address or not) is BUFFER on
+ *        every rank. shared-kill: kill with shared sources.
  * Every destination byte is checked against an oracle of its own (1000 i + j + 0.5,
  * 7 k + 1), the path counters against numbers derived here from the layouts, and a
  * rebinding of a read buffer must fail on every rank before any byte moves.
@@ -27,6 +32,7 @@
 #include "mpi_check.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_mpi.h"
+#include "reshard/reshard_shared.h"
 
 int g_rank, g_failures;
 
@@ -42,6 +48,19 @@ static reshard_status_t kill_at_exchange(reshard_comm_t *c, int slot, double tim
 }
 
 #define SRC_GAP 3
+
+/* Mappings of shared allocations in this process (the memfd's name in /proc/self/maps). */
+static int shared_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, "reshard-shared") != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
 
 static float t_value(int i, int j)
 {
@@ -73,10 +92,13 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *mode = argc > 1 ? argv[1] : "";
-    bool two = !strcmp(mode, "two"), kill = !strcmp(mode, "kill");
-    if (size != 4 || (!two && !kill && strcmp(mode, "one"))) {
+    bool shared = !strncmp(mode, "shared", 6);
+    bool two = !strcmp(mode, "two") || !strcmp(mode, "shared-two");
+    bool kill = !strcmp(mode, "kill") || !strcmp(mode, "shared-kill");
+    if (size != 4 || (!two && !kill && strcmp(mode, "one") && strcmp(mode, "shared"))) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: mpirun -np 4 %s one|two|kill\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -np 4 %s one|two|kill|shared|shared-two|shared-kill\n",
+                    argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     reshard_tensors_t *ts = NULL;
@@ -139,9 +161,16 @@ int main(int argc, char **argv)
         faulty.round_wait = kill_at_exchange;
         comm->ops = &faulty;
     }
-    float sbuf[SRC_GAP + 24], copy[SRC_GAP + 24], ubuf[5], dbuf[24], dubuf[5];
-    reshard_buffer_t sb[2] = {{.ptr = sbuf, .bytes = sizeof sbuf},
-                              {.ptr = ubuf, .bytes = sizeof ubuf}};
+    float sown[SRC_GAP + 24], copy[SRC_GAP + 24], uown[5], dbuf[24], dubuf[5];
+    float *sbuf = sown, *ubuf = uown;
+    void *region = NULL;
+    const size_t sbytes = sizeof sown, ubytes = sizeof uown;
+    if (shared && g_rank < 2) {
+        CHECK(reshard_alloc_shared(4096, &region) == RESHARD_OK, "alloc_shared");
+        sbuf = (float *)((char *)region + 64);
+        ubuf = (float *)((char *)region + 512);
+    }
+    reshard_buffer_t sb[2] = {{.ptr = sbuf, .bytes = sbytes}, {.ptr = ubuf, .bytes = ubytes}};
     reshard_buffer_t db[2] = {{.ptr = dbuf, .bytes = sizeof dbuf},
                               {.ptr = dubuf, .bytes = sizeof dubuf}};
     bool train = g_rank < 2;
@@ -153,12 +182,25 @@ int main(int argc, char **argv)
             ubuf[k] = u_value(k);
         memcpy(copy, sbuf, sizeof copy);
     }
-    for (int it = 0; it < 3; it++) {
+    const int iters = shared ? 4 : 3;
+    for (int it = 0; it < iters; it++) {
         memset(dbuf, RESHARD_SENTINEL_BYTE, sizeof dbuf);
         memset(dubuf, RESHARD_SENTINEL_BYTE, sizeof dubuf);
-        bool rebind = it == 1;
+        bool rebind = it == 1 || it == 3;
         if (train)
-            sb[0].ptr = rebind && g_rank == 0 ? copy : sbuf;
+            sb[0].ptr = it == 1 && g_rank == 0 ? copy : sbuf;
+        if (it == 3 && g_rank == 0) { /* freed and allocated again */
+            void *old = region;
+            CHECK(reshard_free_shared(region) == RESHARD_OK, "free_shared");
+            CHECK(reshard_alloc_shared(4096, &region) == RESHARD_OK, "alloc_shared again");
+            sb[0].ptr = sbuf = (float *)((char *)region + 64);
+            sb[1].ptr = ubuf = (float *)((char *)region + 512);
+            memcpy(sbuf, copy, sizeof copy);
+            for (int k = 0; k < 5; k++)
+                ubuf[k] = u_value(k);
+            printf("rank 0: shared sources allocated again at %s address\n",
+                   region == old ? "the same" : "another");
+        }
         reshard_exec_stats_t es = {0};
         double t0 = MPI_Wtime();
         reshard_status_t st = reshard_plan_execute(plan, comm, train ? sb : NULL, train ? 2 : 0,
@@ -171,7 +213,7 @@ int main(int argc, char **argv)
         if (rebind) { /* refused on every rank before anything moved */
             CHECK(st == RESHARD_ERR_BUFFER, "rebinding: %s", reshard_status_string(st));
             CHECK(g_rank != 0 || strstr(reshard_last_error(), "source buffer 0"),
-                  "the rebound buffer is named");
+                  "the rebound buffer is named: %s", reshard_last_error());
             for (size_t b = 0; !train && b < sizeof dbuf; b++)
                 CHECK(((unsigned char *)dbuf)[b] == RESHARD_SENTINEL_BYTE, "byte %zu written", b);
             continue;
@@ -190,8 +232,14 @@ int main(int argc, char **argv)
         uint64_t read = 48 + 20 + (two ? 0 : 48), net = two ? 48 : 0;
         CHECK(es.bytes_peer_read == read && es.bytes_recv == net, "read %llu recv %llu",
               (unsigned long long)es.bytes_peer_read, (unsigned long long)es.bytes_recv);
+        CHECK(!shared || shared_maps() >= 1, "the readers map the shared sources");
     }
     reshard_plan_destroy(plan);
+    CHECK(train || shared_maps() == 0, "%d shared mapping(s) left after plan destroy",
+          shared_maps());
+    MPI_Barrier(MPI_COMM_WORLD); /* every plan that reads it is gone */
+    if (region)
+        CHECK(reshard_free_shared(region) == RESHARD_OK, "free_shared");
     reshard_comm_destroy(comm);
     reshard_layout_destroy(src);
     reshard_layout_destroy(dst);

@@ -106,12 +106,26 @@ def test_rank_planning_from_other_layouts_fails_every_rank_over_mpi(comm):
         assert (t.view(np.uint8) == reshard.SENTINEL_BYTE).all()
 
 
+def _in_shared(tensors):
+    """The same torch tensors, copied into shared allocations (reshard.shared_like):
+    bf16 goes through its bits as int16, torch.from_numpy keeps the memory."""
+    import torch
+    out = {}
+    for n, t in tensors.items():
+        bits = t.contiguous().view(torch.int16).numpy()
+        out[n] = torch.from_numpy(reshard.shared_like(bits)).view(t.dtype)
+        assert torch.equal(out[n].view(torch.int16), t.contiguous().view(torch.int16))
+    return out
+
+
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("two_hosts", [False, True])
-def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts):
+def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts, shared):
     """Model.plan(..., colocated=True): pieces between ranks of one host are read
     one-sided (train rank i and infer rank i share device i); with two hosts the
     other pieces cross over MPI. Every element against the conventions oracle, twice
-    with the same plan; the read bytes are what the global plan says."""
+    with the same plan; the read bytes are what the global plan says. With ``shared``
+    the training tensors live in reshard.alloc_shared memory (mapped by the readers)."""
     path = None
     if WORLD.rank == 0:
         path = str(tmp_path_factory.mktemp("cfg") / "config.json")
@@ -133,6 +147,8 @@ def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts):
     w = conventions.Weights(conventions.load_config(path))
     side, i = plan.refit.role(WORLD.rank)
     src = conventions.megatron_state_dict(w, "tp=2", i) if side == "train" else None
+    if shared and src is not None:
+        src = _in_shared(src)
     read = 0
     for _ in range(2):
         if side == "train":
@@ -145,3 +161,6 @@ def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts):
                 assert conventions.mismatches(dst[n], e) == 0, n
         read = WORLD.allreduce(got["bytes_peer_read"])
         assert read == g["bytes_peer_read"]
+        if side != "train" and shared:  # the readers mapped the owners' shared allocations
+            with open("/proc/self/maps") as f:
+                assert "reshard-shared" in f.read()

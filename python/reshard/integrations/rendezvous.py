@@ -64,7 +64,9 @@ def open_comm(transport: str, store: Any, rank: int, world: int, timeout_s: floa
               device: Any = None) -> Comm:
     """The refit's endpoint, collective over its ``world``: "gloo" (CPU tensors,
     gloo_comm) or "nccl" (CUDA tensors: an NCCL communicator whose unique id rank 0 puts
-    in ``store``, on torch's current stream of ``device``, Comm.from_nccl_store).
+    in ``store``, on torch's current stream of ``device``, Comm.from_nccl_store), or
+    "cuda-ipc" (CUDA tensors of colocated processes of one host, which may share GPUs:
+    Comm.from_cuda_ipc over gloo_comm; plans must be colocated, docs/colocated.md).
     Raises ReshardError (INVALID_ARG for another transport; UNSUPPORTED for nccl
     without NCCL in the library; as Comm.from_nccl_store)."""
     if transport == "gloo":
@@ -74,13 +76,18 @@ def open_comm(transport: str, store: Any, rank: int, world: int, timeout_s: floa
         index = getattr(device, "index", None)
         return from_nccl_store(store, rank, world, key="nccl_unique_id",
                                device=index if isinstance(index, int) else None)
-    raise error(Status.INVALID_ARG, "rank %d: transport %r: \"gloo\" (CPU tensors) or "
-                "\"nccl\" (CUDA tensors)" % (rank, transport))
+    if transport == "cuda-ipc":
+        from ..comm import from_cuda_ipc
+        index = getattr(device, "index", None)
+        return from_cuda_ipc(gloo_comm(store, rank, world, timeout_s),
+                             device=index if isinstance(index, int) else None)
+    raise error(Status.INVALID_ARG, "rank %d: transport %r: \"gloo\" (CPU tensors), "
+                "\"nccl\" or \"cuda-ipc\" (CUDA tensors)" % (rank, transport))
 
 
 def device_of(transport: str) -> str:
-    """The memory the transport moves: "cpu" for gloo, "cuda" for nccl."""
-    return "cuda" if transport == "nccl" else "cpu"
+    """The memory the transport moves: "cpu" for gloo, "cuda" for nccl and cuda-ipc."""
+    return "cuda" if transport in ("nccl", "cuda-ipc") else "cpu"
 
 
 def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: List[str],

@@ -39,7 +39,15 @@ class ReshardInitInfo:
                   "flashinfer_cutlass", "flashinfer_trtllm": refused, post_load.py)
     transport     "gloo" (CPU tensors, a gloo group on the store) or "nccl" (CUDA
                   tensors, an NCCL communicator bootstrapped through the store, on
-                  torch's current stream); every tensor must be in that memory"""
+                  torch's current stream), or "cuda-ipc" (CUDA tensors, colocated only:
+                  reads over CUDA IPC, control over gloo); every tensor must be in that
+                  memory
+    colocated     trainer and engine share the machines (docs/colocated.md): pieces
+                  between ranks of one host are one-sided reads of the sender's
+                  tensors (gloo: process_vm_readv, or mapped reshard.alloc_shared
+                  memory; cuda-ipc: CUDA IPC); the others cross as messages
+    hosts, devices  with colocated, per refit rank (trainer ranks first, then the
+                  engines'): host id and GPU index (None: one host; no devices)"""
 
     model: str
     train: str
@@ -56,12 +64,17 @@ class ReshardInitInfo:
     staging_mb: Optional[float] = None
     moe_backend: str = "triton"
     transport: str = "gloo"
+    colocated: bool = False
+    hosts: Optional[List[int]] = None
+    devices: Optional[List[int]] = None
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init)."""
         return {"model": self.model, "train": self.train, "infer": self.infer,
                 "layers": self.layers, "domain_size": self.domain_size,
-                "infer_dtype": self.infer_dtype, "transport": self.transport}
+                "infer_dtype": self.infer_dtype, "transport": self.transport,
+                "colocated": bool(self.colocated), "hosts": self.hosts,
+                "devices": self.devices}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -91,9 +104,16 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
     told through the init agreement instead)."""
     model = Model(info.model, layers=info.layers, infer_dtype=info.infer_dtype)
     refit = model.refit(info.train, info.infer, rank=rank, domain_size=info.domain_size)
+    where = {}
+    if info.colocated:  # one host unless told: every piece between ranks is a read
+        where = dict(hosts=list(info.hosts) if info.hosts else [0] * world,
+                     devices=list(info.devices) if info.devices else None, colocated=True)
+    elif info.transport == "cuda-ipc":
+        raise error(Status.CONFIG, "rank %d: transport \"cuda-ipc\" moves colocated reads "
+                    "only: set colocated=True" % rank)
     plan = Plan(refit.train, refit.infer, rank=rank, world=world,
                 domain_size=info.domain_size or None, staging_mb=info.staging_mb,
-                timeout_s=info.timeout_s)
+                timeout_s=info.timeout_s, **where)
     plan.refit = refit
     return refit, plan
 
