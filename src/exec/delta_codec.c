@@ -1,6 +1,7 @@
 /* The delta chunk encoding: dense, bitmap+values, runs+values (docs/delta.md). */
 #include "exec/delta_codec.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -481,4 +482,34 @@ reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, u
                         "%s: delta runs cover %llu words but carry %llu values", what,
                         (unsigned long long)k, (unsigned long long)nv);
     return RESHARD_OK;
+}
+
+double rs_delta_expected_bytes(uint64_t len, uint32_t word, double p)
+{
+    if (word != 1 && word != 2 && word != 4 && word != 8)
+        word = 1;
+    p = p < 0 ? 0 : p > 1 ? 1 : p;
+    const double n = (double)(len / word), w = word, c = n * p;
+    /* each word changed with probability p, independently: the gap before a changed word
+     * is geometric, and its varint is k + 1 bytes when it is at least 128^k:
+     * E[varint] = 1 + sum_k (1 - p)^(128^k) */
+    double vlen = 1, q = 1 - p;
+    for (double t = 128; t < 1e19 && q > 0; t *= 128) {
+        double pk = pow(q, t);
+        if (pk < 1e-12)
+            break;
+        vlen += pk;
+    }
+    double best = (double)len;
+    double bitmap = ceil(n / 8) + c * w;
+    double runs = 8 * (p + (n - 1) * p * (1 - p)) + c * w; /* a run starts at a changed word
+                                                              whose predecessor did not */
+    double gaps = c * (vlen + w);
+    if (bitmap < best)
+        best = bitmap;
+    if (runs < best)
+        best = runs;
+    if (gaps < best)
+        best = gaps;
+    return RS_DELTA_HEADER_BYTES + best;
 }
