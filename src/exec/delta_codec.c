@@ -79,6 +79,19 @@ static inline uint64_t varint_len(uint64_t x)
     return n;
 }
 
+/* Set bits of @p x, inline (without -mpopcnt the builtin is a library call). */
+static inline uint64_t pop64(uint64_t x)
+{
+#if defined(__POPCNT__)
+    return (uint64_t)__builtin_popcountll(x);
+#else
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (x * 0x0101010101010101ull) >> 56;
+#endif
+}
+
 /* varint_len without a branch below 2^35 (any chunk of under 32 GiB). */
 static inline uint64_t varint_len_nb(uint64_t x)
 {
@@ -214,6 +227,10 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     uint8_t *bm = body + len - nb;
     uint64_t carry = 0; /* the last word of the previous block changed */
     bool gaps_live = true;
+    /* The gaps encoding is written in the same pass, from the front of the body, while it
+     * stays clear of the bitmap (it is the usual winner: no second pass then). */
+    uint8_t *g = body;
+    bool gaps_written = true;
     for (uint64_t i = 0; i < n; i += 64) {
         uint64_t nw = n - i < 64 ? n - i : 64;
         uint64_t m = block_mask(cur + i * word, prev + i * word, word, nw);
@@ -224,15 +241,31 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
         if (m) {
             /* the snapshot takes the block's new bytes now, while they are in cache */
             copy_block(prev + i * word, cur + i * word, word, nw);
-            c += (uint64_t)__builtin_popcountll(m);
-            runs += (uint64_t)__builtin_popcountll(m & ~((m << 1) | carry));
+            c += pop64(m);
+            runs += pop64(m & ~((m << 1) | carry));
             if (gaps_live && c >= nb)
                 gaps_live = false; /* >= 1 byte a gap: gaps can no longer beat the bitmap */
-            for (uint64_t b = gaps_live ? m : 0; b; b &= b - 1) { /* the varint of each gap */
-                uint64_t j = i + (uint64_t)__builtin_ctzll(b);
-                gap_bytes += varint_len_nb(j - next);
-                next = j + 1;
+            if (gaps_live) {       /* inside a block every gap but the first is < 64: one byte */
+                gap_bytes += varint_len_nb(i + (uint64_t)__builtin_ctzll(m) - next) + pop64(m) - 1;
+                if (gaps_written && (2 * c >= nb || pop64(m) >= 32))
+                    gaps_written = false; /* gaps will hardly win: a second pass if they do */
             }
+            for (uint64_t b = gaps_live && gaps_written ? m : 0; b; b &= b - 1) {
+                uint64_t j = i + (uint64_t)__builtin_ctzll(b), d = j - next;
+                next = j + 1;
+                if (g + 10 + word > bm)
+                    gaps_written = false;
+                if (gaps_written) {
+                    while (d >= 0x80) {
+                        *g++ = (uint8_t)(d | 0x80);
+                        d >>= 7;
+                    }
+                    *g++ = (uint8_t)d;
+                    copy_word(g, cur + j * word, word);
+                    g += word;
+                }
+            }
+            next = i + 64 - (uint64_t)__builtin_clzll(m); /* after the block's last change */
         }
         carry = (m >> (nw - 1)) & 1;
     }
@@ -252,6 +285,10 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     if (gaps_live && n <= UINT32_MAX && gaps < best) {
         kind = RS_DELTA_GAPS;
         best = gaps;
+    }
+    if (kind == RS_DELTA_GAPS && gaps_written) {
+        put_header(out, RS_DELTA_GAPS, word, (uint32_t)c, gaps);
+        return RS_DELTA_HEADER_BYTES + gaps;
     }
     if (kind == RS_DELTA_DENSE) {
         put_header(out, RS_DELTA_DENSE, word, 0, len);
@@ -291,7 +328,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
         rb = copy;
     }
     if (kind == RS_DELTA_GAPS) { /* per changed word: the varint of its gap, its value */
-        uint8_t *g = body;
+        uint8_t *gw = body;
         next = 0;
         for (uint64_t i = 0; i < n; i += 64) {
             uint64_t m = 0;
@@ -302,12 +339,12 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
             for (; m; m &= m - 1) {
                 uint64_t j = i + (uint64_t)__builtin_ctzll(m), d = j - next;
                 while (d >= 0x80) {
-                    *g++ = (uint8_t)(d | 0x80);
+                    *gw++ = (uint8_t)(d | 0x80);
                     d >>= 7;
                 }
-                *g++ = (uint8_t)d;
-                copy_word(g, cur + j * word, word);
-                g += word;
+                *gw++ = (uint8_t)d;
+                copy_word(gw, cur + j * word, word);
+                gw += word;
                 next = j + 1;
             }
         }
@@ -407,7 +444,7 @@ reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, u
         for (uint64_t b = 0; b < nb; b += 8) { /* 64 words of the bitmap at a time */
             uint64_t m = 0;
             memcpy(&m, body + b, nb - b < 8 ? (size_t)(nb - b) : 8);
-            uint64_t pop = (uint64_t)__builtin_popcountll(m);
+            uint64_t pop = pop64(m);
             if (pop && (k + pop > nv || b * 8 + 64 - (uint64_t)__builtin_clzll(m) > n)) {
                 while (m) { /* name the first word out of range or without a value */
                     uint64_t i = b * 8 + (uint64_t)__builtin_ctzll(m);
