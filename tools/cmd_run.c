@@ -1108,11 +1108,12 @@ static int run(const run_args_t *a, int rank, int size)
         char merr[512];
         if (cli_eplb_maps(a->eplb_map, &maps, merr, sizeof merr))
             return usage_error(rank, "%s", merr);
-        if (maps.n > 1 && (a->baseline || a->raw)) {
+        if (maps.n > 1 && (a->baseline || a->raw || a->delta)) {
             cli_eplb_free(&maps);
             return usage_error(rank,
                                "--eplb-map with %d maps replans between refits; "
-                               "--baseline and --raw run one fixed layout",
+                               "--baseline, --raw and --delta (beside its dense plan) run one "
+                               "fixed layout",
                                maps.n);
         }
         cli_eplb_use(&maps, 0, &is);
