@@ -31,6 +31,7 @@
 #include "reshard/reshard_delta.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
+#include "reshard/reshard_sim.h"
 #ifdef RESHARD_HAVE_NCCL
 #include "reshard/reshard_nccl.h"
 #endif
@@ -69,7 +70,9 @@ static void run_usage(FILE *out)
         "  --baseline         also run gather+broadcast on the same data and ranks\n"
         "  --delta            delta refit (docs/delta.md): refit k changes a deterministic\n"
         "                     --change-fraction F of the elements (default 0.01) and sends\n"
-        "                     only changed words; every byte is verified each refit\n"
+        "                     only changed words; every byte is verified each refit;\n"
+        "                     the dense plan (and --baseline, --raw) refits the same\n"
+        "                     updates into destinations of their own, side by side\n"
         "  --delta-checksum   with --delta: each chunk carries the sender's XXH3 hash of its\n"
         "                     new bytes, checked by the receiver after apply\n"
         "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
@@ -167,9 +170,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
         return usage_error(rank, "--change-fraction is for --delta refits");
     if (a->change_fraction < 0)
         a->change_fraction = 0.01;
-    if (a->delta && (strcmp(a->transport, "mpi") || a->baseline || a->raw))
-        return usage_error(rank, "--delta runs over MPI on host memory, without --baseline and "
-                                 "--raw (which rewrite the destinations between refits)");
+    if (a->delta && strcmp(a->transport, "mpi"))
+        return usage_error(rank, "--delta runs over MPI on host memory: not with --transport nccl");
     if (a->delta && (strcmp(a->dtype, "bf16") || a->infer_dtype))
         return usage_error(rank, "--delta refits bf16 weights into bf16 destinations: delta "
                                  "refit of quantized (FP8) destinations is not supported");
@@ -294,8 +296,10 @@ typedef struct {
     long wrong;              /**< refits x ranks that failed verification */
     /* delta refits, all ranks: the first and the last refit */
     uint64_t delta_stream[2], delta_wire[2], delta_changed[2], snapshot_max;
+    int64_t delta_chunks[2];
     int64_t dense_streams[2], version_min, committed;
     long done; /**< refits completed */
+    long skip; /**< refits left out of the median (--delta: the first, dense by rule) */
 } method_t;
 
 typedef struct {
@@ -305,6 +309,8 @@ typedef struct {
     reshard_comm_t *comm;
     rank_bufs_t src, dst;
     reshard_plan_t *plan;
+    reshard_plan_t *dense; /**< --delta: the dense plan of the same layouts */
+    rank_bufs_t dst_dense; /**< --delta: destinations of the dense plan and the baseline */
     reshard_baseline_t *baseline;
     uint64_t dst_bytes;     /**< bytes the inference side needs: its fragments, summed */
     double *replan_seconds; /**< per EPLB map change, the slowest rank's own replan */
@@ -364,6 +370,15 @@ static int cmp_double(const void *x, const void *y)
 {
     double a = *(const double *)x, b = *(const double *)y;
     return (a > b) - (a < b);
+}
+
+static double median(const double *v, long n);
+
+/* The median refit time of @p m, its first @p m->skip refits left out. */
+static double method_median(const method_t *m)
+{
+    long k = m->done > m->skip ? m->skip : 0;
+    return median(m->seconds + k, m->done - k);
 }
 
 static double median(const double *v, long n)
@@ -498,11 +513,12 @@ static void delta_totals(const run_t *r, method_t *m, int at)
     reshard_delta_info_t di;
     memset(&di, 0, sizeof di);
     reshard_plan_delta_info(r->plan, r->rank, &di);
-    uint64_t in[4] = {di.stream_bytes, di.wire_bytes, di.changed_bytes, (uint64_t)di.dense_streams},
-             sum[4];
+    uint64_t in[5] = {di.stream_bytes, di.wire_bytes, di.changed_bytes, (uint64_t)di.dense_streams,
+                      (uint64_t)(di.chunks[0] + di.chunks[1] + di.chunks[2] + di.chunks[3])},
+             sum[5];
     int64_t v[2] = {di.version, r->dst.n ? di.state == RESHARD_DELTA_COMMITTED : 1}, vmin[2];
     MPI_Request q[3];
-    MPI_Iallreduce(in, sum, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+    MPI_Iallreduce(in, sum, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD, &q[0]);
     MPI_Iallreduce(&di.snapshot_bytes, &m->snapshot_max, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD,
                    &q[1]);
     MPI_Iallreduce(v, vmin, 2, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &q[2]);
@@ -512,44 +528,57 @@ static void delta_totals(const run_t *r, method_t *m, int at)
     m->delta_wire[at] = sum[1];
     m->delta_changed[at] = sum[2];
     m->dense_streams[at] = (int64_t)sum[3];
+    m->delta_chunks[at] = (int64_t)sum[4];
     m->version_min = vmin[0];
     m->committed = vmin[1];
 }
 
-/* Prepare the buffers of refit @p iter, run it with @p use_baseline or the
- * plan, verify. Returns the agreed execution status. */
-static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_baseline)
+/** What refit_once runs: the plan (a delta plan with --delta), the dense plan beside a
+ *  delta plan, or the gather+broadcast baseline. */
+typedef enum { METHOD_PLAN, METHOD_DENSE, METHOD_BASELINE } method_kind_t;
+
+/* Prepare the buffers of refit @p iter, run method @p kind, verify. Returns the agreed
+ * execution status. With --delta the sources take refit iter's values (the plan runs
+ * first in every refit); the dense plan and the baseline write destinations of their
+ * own (rebound and set to the sentinel every refit), so the delta plan's stay at its
+ * committed version. */
+static reshard_status_t refit_once(run_t *r, method_t *m, long iter, method_kind_t kind)
 {
     const reshard_model_refit_t *f = r->refit;
     reshard_status_t st = RESHARD_OK;
-    const bool delta = r->a->delta && !use_baseline;
+    const bool delta = r->a->delta && kind == METHOD_PLAN, versioned = r->a->delta;
     const double frac = r->a->change_fraction;
+    rank_bufs_t *dst = versioned && kind != METHOD_PLAN ? &r->dst_dense : &r->dst;
     if (delta) { /* buffers stay bound; the sources take refit iter's values */
         bufs_bind(&r->src, 0, true);
-        bufs_bind(&r->dst, 0, false);
+        bufs_bind(dst, 0, false);
         if (r->src.n)
             st = reshard_fill_pattern_version(f->train, r->rank, r->src.bind, r->src.n, iter, frac);
+    } else if (versioned) { /* the sources as the delta refit left them */
+        bufs_bind(&r->src, 0, true);
+        bufs_bind(dst, iter, false);
     } else {
         if (!bufs_bind(&r->src, r->a->colocated ? 0 : iter, true) && r->src.n)
             st = fill_pattern(r, f->train, &r->src);
-        bufs_bind(&r->dst, iter, false);
+        bufs_bind(dst, iter, false);
     }
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: fill: %s\n", r->rank, reshard_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    for (int32_t i = 0; i < r->dst.n && (!delta || iter == 0); i++)
-        set_sentinel(&r->dst, i);
+    for (int32_t i = 0; i < dst->n && (!delta || iter == 0); i++)
+        set_sentinel(dst, i);
 
     reshard_exec_stats_t stats = {0};
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     wait_or_abort(r, &req, "the start of a refit");
     double t0 = MPI_Wtime();
-    st = use_baseline ? reshard_baseline_execute(r->baseline, r->src.bind, r->src.n, r->dst.bind,
-                                                 r->dst.n, &stats)
-                      : reshard_plan_execute(r->plan, r->comm, r->src.bind, r->src.n, r->dst.bind,
-                                             r->dst.n, &stats);
+    st = kind == METHOD_BASELINE
+             ? reshard_baseline_execute(r->baseline, r->src.bind, r->src.n, dst->bind, dst->n,
+                                        &stats)
+             : reshard_plan_execute(kind == METHOD_DENSE ? r->dense : r->plan, r->comm, r->src.bind,
+                                    r->src.n, dst->bind, dst->n, &stats);
     double dt = MPI_Wtime() - t0;
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: %s refit %ld failed: %s: %s\n", r->rank, m->name,
@@ -559,11 +588,11 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     }
     uint64_t verified = 0;
     long wrong = 0;
-    if (r->dst.n) {
-        reshard_status_t vs = delta
-                                  ? reshard_verify_pattern_version(f->infer, r->rank, r->dst.bind,
-                                                                   r->dst.n, iter, frac, &verified)
-                                  : verify_pattern(r, f->infer, &r->dst, &verified);
+    if (dst->n) {
+        reshard_status_t vs = versioned
+                                  ? reshard_verify_pattern_version(f->infer, r->rank, dst->bind,
+                                                                   dst->n, iter, frac, &verified)
+                                  : verify_pattern(r, f->infer, dst, &verified);
         if (vs != RESHARD_OK) {
             fprintf(stderr, "reshard run: rank %d: %s refit %ld: verification failed: %s\n",
                     r->rank, m->name, iter + 1, reshard_last_error());
@@ -591,7 +620,7 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, bool use_ba
     m->verified_bytes = tot[1];
     m->bytes_network = tot[2];
     m->bytes_nvlink = tot[3];
-    if (!use_baseline)
+    if (kind == METHOD_PLAN)
         r->peer_read = tot[4];
     m->max_recv_bytes = recv_max;
     m->receivers = receivers;
@@ -757,7 +786,7 @@ static void print_row(const run_t *r, const method_t *m, bool verified)
     char moved[32], ver[32];
     fmt_bytes(m->bytes_moved, moved, sizeof moved);
     fmt_bytes(m->verified_bytes, ver, sizeof ver);
-    double med = median(m->seconds, m->done), best = med;
+    double med = method_median(m), best = med;
     for (long i = 0; i < m->done; i++)
         best = m->seconds[i] < best ? m->seconds[i] : best;
     printf("  %-9s %9.4f s %9.4f s %13s %12.3f", m->name, med, best, moved, method_gbps(r, med));
@@ -799,18 +828,52 @@ static void print_header(const run_t *r, double plan_s)
     fflush(stdout);
 }
 
-static void print_table(const run_t *r, const method_t *rs, const method_t *bl, const method_t *raw,
-                        bool ok)
+/** --delta: the last refit's delta figures beside the dense plan's, all ranks. */
+typedef struct {
+    double fraction;       /**< measured: changed bytes / stream bytes */
+    double bound_bytes;    /**< the encoding's bound for that fraction, its chunks */
+    double wire_per_bound; /**< wire bytes / bound_bytes */
+    double wire_per_dense; /**< wire bytes / stream bytes */
+    double network_ratio;  /**< dense network bytes / delta network bytes */
+    double time_ratio;     /**< dense median / delta median */
+} delta_figs_t;
+
+static delta_figs_t delta_figs(const method_t *rs, const method_t *dn)
+{
+    delta_figs_t d = {0};
+    const double stream = (double)rs->delta_stream[1], wire = (double)rs->delta_wire[1];
+    const int64_t chunks = rs->delta_chunks[1];
+    if (stream > 0 && chunks > 0) {
+        d.fraction = (double)rs->delta_changed[1] / stream;
+        /* chunks of the mean length; bf16 words (--delta refits bf16) */
+        d.bound_bytes = (double)chunks * reshard_sim_delta_chunk_bytes(
+                                             (uint64_t)(stream / (double)chunks), 2, d.fraction);
+        d.wire_per_bound = wire / d.bound_bytes;
+        d.wire_per_dense = wire / stream;
+    }
+    if (dn) {
+        d.network_ratio =
+            rs->bytes_network ? (double)dn->bytes_network / (double)rs->bytes_network : 0;
+        double t = method_median(rs);
+        d.time_ratio = t > 0 ? method_median(dn) / t : 0;
+    }
+    return d;
+}
+
+static void print_table(const run_t *r, const method_t *rs, const method_t *dn, const method_t *bl,
+                        const method_t *raw, bool ok)
 {
     print_row(r, rs, true);
+    if (dn)
+        print_row(r, dn, true);
     if (bl)
         print_row(r, bl, true);
     if (raw)
         print_row(r, raw, false);
-    double s = median(rs->seconds, rs->done);
+    double s = method_median(rs);
     if (bl)
-        printf("  speedup   %.2fx (baseline median / reshard median)\n",
-               s > 0 ? median(bl->seconds, bl->done) / s : 0);
+        printf("  speedup   %.2fx (baseline median / %s median)\n",
+               s > 0 ? method_median(bl) / s : 0, rs->name);
     printf("\n  time/refit: median over refits of the slowest rank; bytes moved: between "
            "distinct ranks, per refit;\n  GB/s/infer: bytes the inference side needs / "
            "inference ranks / time/refit (the same for every method)\n");
@@ -818,6 +881,24 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *bl, 
         printf("  EPLB map changes: %ld, each replanned (own plan) in %.4f s (median of the "
                "slowest rank)\n",
                r->replans, median(r->replan_seconds, r->replans));
+    if (dn) {
+        delta_figs_t d = delta_figs(rs, dn);
+        char dnet[32], nnet[32], bnet[32];
+        fmt_bytes(rs->bytes_network, dnet, sizeof dnet);
+        fmt_bytes(dn->bytes_network, nnet, sizeof nnet);
+        fmt_bytes(bl ? bl->bytes_network : 0, bnet, sizeof bnet);
+        printf("  dense reshard / delta: time %.2fx, network bytes %.2fx (%s vs %s%s%s "
+               "baseline)\n",
+               d.time_ratio, d.network_ratio, dnet, nnet, bl ? "; " : "", bl ? bnet : "");
+        printf("  delta wire bytes (last refit): %.4f of dense, %.4f x the encoding's bound for "
+               "the measured\n  changed fraction %.5f (reshard_sim_delta_chunk_bytes, its "
+               "chunks of bf16)\n",
+               d.wire_per_dense, d.wire_per_bound, d.fraction);
+    }
+    if (r->a->delta && rs->skip)
+        printf("  time/refit of every method: median of refits 2..%ld (refit 1 of a delta plan is "
+               "dense by rule)\n",
+               rs->done);
     if (r->a->delta)
         for (int at = 0; at < 2; at++) {
             char st[32], w[32], snap[32];
@@ -835,11 +916,11 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *bl, 
                       : "FAILED: see the errors above");
 }
 
-static void print_json(const run_t *r, const method_t *rs, const method_t *bl, const method_t *raw,
-                       const reshard_plan_stats_t *ps, double plan_s, bool ok)
+static void print_json(const run_t *r, const method_t *rs, const method_t *dn, const method_t *bl,
+                       const method_t *raw, const reshard_plan_stats_t *ps, double plan_s, bool ok)
 {
     const reshard_model_refit_t *f = r->refit;
-    double sec = median(rs->seconds, rs->done);
+    double sec = method_median(rs);
     json_t *o = json_object();
     json_object_set_new(o, "ok", json_boolean(ok));
     json_object_set_new(o, "seconds", json_real(sec));
@@ -885,13 +966,24 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
         json_object_set_new(o, "colocated", c);
     }
     if (bl) {
-        double bsec = median(bl->seconds, bl->done);
+        double bsec = method_median(bl);
         json_object_set_new(o, "baseline_seconds", json_real(bsec));
         json_object_set_new(o, "speedup", json_real(sec > 0 ? bsec / sec : 0));
         json_object_set_new(o, "baseline_bytes_moved", json_integer((json_int_t)bl->bytes_moved));
         json_object_set_new(o, "baseline_verified_bytes",
                             json_integer((json_int_t)bl->verified_bytes));
         json_object_set_new(o, "baseline_wrong", json_integer(bl->wrong));
+        json_object_set_new(o, "baseline_bytes_network",
+                            json_integer((json_int_t)bl->bytes_network));
+    }
+    if (dn) { /* --delta: the dense plan on the same updates */
+        json_object_set_new(o, "dense_seconds", json_real(method_median(dn)));
+        json_object_set_new(o, "dense_bytes_moved", json_integer((json_int_t)dn->bytes_moved));
+        json_object_set_new(o, "dense_bytes_network", json_integer((json_int_t)dn->bytes_network));
+        json_object_set_new(o, "dense_bytes_nvlink", json_integer((json_int_t)dn->bytes_nvlink));
+        json_object_set_new(o, "dense_verified_bytes",
+                            json_integer((json_int_t)dn->verified_bytes));
+        json_object_set_new(o, "dense_wrong", json_integer(dn->wrong));
     }
     if (r->a->delta) {
         json_t *d = json_object();
@@ -906,10 +998,20 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *bl, c
         json_object_set_new(d, "snapshot_bytes_max", json_integer((json_int_t)rs->snapshot_max));
         json_object_set_new(d, "version", json_integer(rs->version_min));
         json_object_set_new(d, "committed", json_boolean(rs->committed));
+        json_object_set_new(d, "chunks", json_integer(rs->delta_chunks[1]));
+        if (dn) {
+            delta_figs_t g = delta_figs(rs, dn);
+            json_object_set_new(d, "measured_fraction", json_real(g.fraction));
+            json_object_set_new(d, "bound_bytes", json_real(g.bound_bytes));
+            json_object_set_new(d, "wire_per_bound", json_real(g.wire_per_bound));
+            json_object_set_new(d, "wire_per_dense", json_real(g.wire_per_dense));
+            json_object_set_new(d, "network_ratio", json_real(g.network_ratio));
+            json_object_set_new(d, "time_ratio", json_real(g.time_ratio));
+        }
         json_object_set_new(o, "delta", d);
     }
     if (raw) {
-        json_object_set_new(o, "raw_seconds", json_real(median(raw->seconds, raw->done)));
+        json_object_set_new(o, "raw_seconds", json_real(method_median(raw)));
         json_object_set_new(o, "raw_bytes_moved", json_integer((json_int_t)raw->bytes_moved));
     }
     json_dumpf(o, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
@@ -983,7 +1085,10 @@ static int run(const run_args_t *a, int rank, int size)
     reshard_model_t *model = NULL;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    method_t rs = {.name = "reshard"}, bl = {.name = "baseline"}, raw = {.name = "raw MPI"};
+    const long skip = a->delta && a->iters > 1;
+    method_t rs = {.name = a->delta ? "delta" : "reshard", .skip = skip},
+             dn = {.name = "reshard", .skip = skip}, bl = {.name = "baseline", .skip = skip},
+             raw = {.name = "raw MPI", .skip = skip};
     raw_bufs_t rawb = {0};
     int exit_code = 1;
     double plan_s = 0;
@@ -1009,11 +1114,12 @@ static int run(const run_args_t *a, int rank, int size)
         char merr[512];
         if (cli_eplb_maps(a->eplb_map, &maps, merr, sizeof merr))
             return usage_error(rank, "%s", merr);
-        if (maps.n > 1 && (a->baseline || a->raw)) {
+        if (maps.n > 1 && (a->baseline || a->raw || a->delta)) {
             cli_eplb_free(&maps);
             return usage_error(rank,
                                "--eplb-map with %d maps replans between refits; "
-                               "--baseline and --raw run one fixed layout",
+                               "--baseline, --raw and --delta (beside its dense plan) run one "
+                               "fixed layout",
                                maps.n);
         }
         cli_eplb_use(&maps, 0, &is);
@@ -1084,6 +1190,13 @@ static int run(const run_args_t *a, int rank, int size)
         st = reshard_plan_create(refit.train, refit.infer, &pp, &r.plan);
         plan_s = MPI_Wtime() - t0;
     }
+    if (st == RESHARD_OK && a->delta) { /* the dense plan, side by side */
+        reshard_plan_params_t dp = pp;
+        dp.field_mask &= ~(uint64_t)(RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_DELTA_CHECKSUM);
+        dp.delta = 0;
+        dp.delta_checksum = 0;
+        st = reshard_plan_create(refit.train, refit.infer, &dp, &r.dense);
+    }
     free(host);
     free(dev);
     if (st == RESHARD_OK && a->colocated && rank == 0 && !a->json)
@@ -1112,6 +1225,8 @@ static int run(const run_args_t *a, int rank, int size)
         st = bufs_alloc(refit.train, refit.train_buffers, rank, device, &r.src);
     if (st == RESHARD_OK && rank >= refit.train_world)
         st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, &r.dst);
+    if (st == RESHARD_OK && rank >= refit.train_world && a->delta)
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, &r.dst_dense);
     if (st == RESHARD_OK && a->baseline) {
         int32_t *roots = stage_roots(&refit);
         st = roots ? reshard_baseline_create_mpi(refit.train, refit.infer, roots, &pp, r.comm,
@@ -1122,9 +1237,10 @@ static int run(const run_args_t *a, int rank, int size)
     if (st == RESHARD_OK && a->raw)
         st = raw_alloc(&r, &rawb);
     rs.seconds = calloc((size_t)a->iters, sizeof *rs.seconds);
+    dn.seconds = calloc((size_t)a->iters, sizeof *dn.seconds);
     bl.seconds = calloc((size_t)a->iters, sizeof *bl.seconds);
     raw.seconds = calloc((size_t)a->iters, sizeof *raw.seconds);
-    if (st == RESHARD_OK && (!rs.seconds || !bl.seconds || !raw.seconds))
+    if (st == RESHARD_OK && (!rs.seconds || !dn.seconds || !bl.seconds || !raw.seconds))
         st = RESHARD_ERR_NOMEM;
     if (st != RESHARD_OK)
         fprintf(stderr, "reshard run: rank %d: %s: %s\n", rank, reshard_status_string(st),
@@ -1145,13 +1261,17 @@ static int run(const run_args_t *a, int rank, int size)
             if (st != RESHARD_OK)
                 break;
         }
-        st = refit_once(&r, &rs, i, false);
+        st = refit_once(&r, &rs, i, METHOD_PLAN);
+        if (st == RESHARD_OK && r.dense)
+            st = refit_once(&r, &dn, i, METHOD_DENSE);
         if (st == RESHARD_OK && r.baseline)
-            st = refit_once(&r, &bl, i, true);
+            st = refit_once(&r, &bl, i, METHOD_BASELINE);
         if (st == RESHARD_OK && a->raw)
             raw_once(&r, &raw, &rawb);
         if (st == RESHARD_OK && rank == 0 && MPI_Wtime() - started > 3) {
-            fprintf(stderr, "  refit %ld/%ld: reshard %.3f s", i + 1, a->iters, rs.seconds[i]);
+            fprintf(stderr, "  refit %ld/%ld: %s %.3f s", i + 1, a->iters, rs.name, rs.seconds[i]);
+            if (r.dense)
+                fprintf(stderr, ", reshard %.3f s", dn.seconds[i]);
             if (r.baseline)
                 fprintf(stderr, ", baseline %.3f s", bl.seconds[i]);
             if (a->raw)
@@ -1162,33 +1282,37 @@ static int run(const run_args_t *a, int rank, int size)
     /* the bytes measured per link class must be the plan's, to the byte */
     /* the plan counts a one-sided read as the path it replaces (sent side); a delta sends
      * what changed, not the plan */
+    const method_t *lk = a->delta ? &dn : &rs; /* the dense plan's bytes are the plan's */
     bool links_ok =
-        rs.done == 0 || a->delta ||
-        (rs.bytes_network + r.peer_read == plan_totals.bytes_network &&
-         rs.bytes_nvlink == plan_totals.bytes_nvlink && r.peer_read == plan_totals.bytes_peer_read);
-    bool ok = st == RESHARD_OK && (!a->delta || rs.committed) && rs.wrong == 0 && bl.wrong == 0 &&
-              rs.bytes_moved > 0 && rs.verified_bytes > 0 &&
-              (!r.baseline || bl.verified_bytes > 0) && links_ok;
+        lk->done == 0 || (lk->bytes_network + r.peer_read == plan_totals.bytes_network &&
+                          lk->bytes_nvlink == plan_totals.bytes_nvlink &&
+                          r.peer_read == plan_totals.bytes_peer_read);
+    bool ok = st == RESHARD_OK && (!a->delta || rs.committed) && rs.wrong == 0 && dn.wrong == 0 &&
+              bl.wrong == 0 && rs.bytes_moved > 0 && rs.verified_bytes > 0 &&
+              (!r.dense || dn.verified_bytes > 0) && (!r.baseline || bl.verified_bytes > 0) &&
+              links_ok;
     if (st == RESHARD_OK && rank == 0 && (rs.bytes_moved == 0 || rs.verified_bytes == 0))
         fprintf(stderr, "reshard run: the refit moved or verified zero bytes\n");
     if (st == RESHARD_OK && rank == 0 && !links_ok)
         fprintf(stderr,
                 "reshard run: measured network/NVLink bytes %llu/%llu differ from the plan's "
                 "%llu/%llu\n",
-                (unsigned long long)rs.bytes_network, (unsigned long long)rs.bytes_nvlink,
+                (unsigned long long)lk->bytes_network, (unsigned long long)lk->bytes_nvlink,
                 (unsigned long long)plan_totals.bytes_network,
                 (unsigned long long)plan_totals.bytes_nvlink);
     if (rank == 0 && rs.done > 0) {
         if (a->json)
-            print_json(&r, &rs, r.baseline ? &bl : NULL, a->raw ? &raw : NULL, &plan_totals, plan_s,
-                       ok);
+            print_json(&r, &rs, r.dense ? &dn : NULL, r.baseline ? &bl : NULL, a->raw ? &raw : NULL,
+                       &plan_totals, plan_s, ok);
         else
-            print_table(&r, &rs, r.baseline ? &bl : NULL, a->raw ? &raw : NULL, ok);
+            print_table(&r, &rs, r.dense ? &dn : NULL, r.baseline ? &bl : NULL,
+                        a->raw ? &raw : NULL, ok);
         fflush(stdout);
     }
     exit_code = ok ? 0 : 1;
 out:
     free(rs.seconds);
+    free(dn.seconds);
     free(bl.seconds);
     free(raw.seconds);
     free(rawb.sbuf);
@@ -1196,8 +1320,10 @@ out:
     reshard_baseline_destroy(r.baseline);
     bufs_free(&r.src); /* device buffers before their endpoint */
     bufs_free(&r.dst);
+    bufs_free(&r.dst_dense);
     reshard_comm_destroy(r.comm);
     reshard_plan_destroy(r.plan);
+    reshard_plan_destroy(r.dense);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(model);
     cli_eplb_free(&maps);

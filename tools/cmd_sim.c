@@ -14,8 +14,8 @@
 typedef struct {
     const char *cases, *only, *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale;
     long layers, domain_size;
-    double nic_gbps, link_gbps, staging_mb;
-    int json, mtp;
+    double nic_gbps, link_gbps, staging_mb, change_fraction, encode_gbps, apply_gbps;
+    int json, mtp, delta;
 } sim_args_t;
 
 static void sim_usage(FILE *out)
@@ -35,6 +35,12 @@ static void sim_usage(FILE *out)
             "  --nic-gbps G       each rank's NIC, Gbit/s per direction\n"
             "  --link-gbps G      each rank's link inside a domain, Gbit/s per direction\n"
             "  --staging-mb S     staging per rank of the refit, MiB (default 256)\n"
+            "delta refit (docs/delta.md), predicted beside the dense one:\n"
+            "  --delta            also predict a delta refit (pred.delta, every destination at\n"
+            "                     the senders' version)\n"
+            "  --change-fraction F  fraction of the words that changed (default 0.01)\n"
+            "  --encode-gbps G, --apply-gbps G  one rank's codec rate, GB/s of stream bytes\n"
+            "                     (default 4 and 20: bench_delta, 1%% changed)\n"
             "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp,\n"
             "  --infer-dtype bf16|fp8|mxfp8, --fp8-scale fp32|ue8m0\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
@@ -52,27 +58,31 @@ static int sim_bad(const char *msg, const char *arg)
 static int parse_args(int argc, char **argv, sim_args_t *a)
 {
     memset(a, 0, sizeof *a);
+    a->change_fraction = -1;
     static char cases[4200];
     const char *data = reshard_data_dir();
     snprintf(cases, sizeof cases, "%s/cases/refit-cases.json", data ? data : ".");
     a->cases = cases;
-    const cli_opt_t opts[] = {
-        {"--case", CLI_STRING, &a->only, 0, 0},
-        {"--cases", CLI_STRING, &a->cases, 0, 0},
-        {"--model", CLI_STRING, &a->model, 0, 0},
-        {"--train", CLI_STRING, &a->train, 0, 0},
-        {"--infer", CLI_STRING, &a->infer, 0, 0},
-        {"--system", CLI_STRING, &a->system, 0, 0},
-        {"--json", CLI_FLAG, &a->json, 0, 0},
-        {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
-        {"--dtype", CLI_STRING, &a->dtype, 0, 0},
-        {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
-        {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
-        {"--layers", CLI_INT, &a->layers, 1, 0},
-        {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
-        {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
-        {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
-        {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20}};
+    const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
+                              {"--cases", CLI_STRING, &a->cases, 0, 0},
+                              {"--model", CLI_STRING, &a->model, 0, 0},
+                              {"--train", CLI_STRING, &a->train, 0, 0},
+                              {"--infer", CLI_STRING, &a->infer, 0, 0},
+                              {"--system", CLI_STRING, &a->system, 0, 0},
+                              {"--json", CLI_FLAG, &a->json, 0, 0},
+                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+                              {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
+                              {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
+                              {"--layers", CLI_INT, &a->layers, 1, 0},
+                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+                              {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
+                              {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
+                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
+                              {"--delta", CLI_FLAG, &a->delta, 0, 0},
+                              {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
+                              {"--encode-gbps", CLI_NUMBER, &a->encode_gbps, 1e-6, 1e9},
+                              {"--apply-gbps", CLI_NUMBER, &a->apply_gbps, 1e-6, 1e9}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
@@ -85,6 +95,10 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     char qerr[256];
     if (cli_infer_dtype(a->infer_dtype, a->fp8_scale, &probe, qerr, sizeof qerr))
         return sim_bad(qerr, NULL);
+    if (!a->delta && (a->change_fraction >= 0 || a->encode_gbps > 0 || a->apply_gbps > 0))
+        return sim_bad("--change-fraction, --encode-gbps and --apply-gbps are for --delta", NULL);
+    if (a->change_fraction < 0)
+        a->change_fraction = 0.01;
     bool custom = a->model || a->train || a->infer || a->system;
     if (custom && (!a->model || !a->train || !a->infer || !a->system))
         return sim_bad("give all of --model, --train, --infer and --system", NULL);
@@ -103,6 +117,7 @@ typedef struct {
     char reason[512];     /* non-empty: no prediction */
     reshard_system_t sys; /* as modelled, options applied */
     reshard_sim_refit_t r;
+    reshard_sim_t delta; /* --delta */
 } sim_row_t;
 
 static int64_t get_int(json_t *o, const char *key, int64_t dflt)
@@ -190,7 +205,11 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
         snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
         return;
     }
-    st = reshard_sim_model(m, ts, is, &sys, &row->r);
+    reshard_sim_delta_params_t dp = {.change_fraction = a->change_fraction,
+                                     .encode_bytes_per_s = a->encode_gbps * 1e9,
+                                     .apply_bytes_per_s = a->apply_gbps * 1e9};
+    st = a->delta ? reshard_sim_model_delta(m, ts, is, &sys, &dp, &row->r, &row->delta)
+                  : reshard_sim_model(m, ts, is, &sys, &row->r);
     if (st != RESHARD_OK)
         snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
     reshard_model_destroy(m);
@@ -241,7 +260,7 @@ static const char *fig(json_t *pub, const char *key, char *buf, size_t n)
 }
 
 /* The header, printed before the predictions are computed. */
-static void print_header(void)
+static void print_header(const sim_args_t *a)
 {
     printf("reshard sim: refit time, published vs predicted\n"
            "Published figures are measurements on the vendors' own clusters (we did not "
@@ -260,14 +279,22 @@ static void print_header(void)
            "Each case is modelled as it ran: inference data parallelism as independent engines "
            "(each a whole\nmodel), the training convention of the source; 'as run' = nothing "
            "modelled differently, 'approx'\n= the differences listed below the table.\n\n");
-    printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s | %s\n", "case", "system", "model",
-           "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb",
-           "modelled");
+    if (a->delta)
+        printf("pred.delta: a delta refit at %g of the words changed (the encoding's size model, "
+               "headers then bodies\nper round, encode %g and apply %g GB/s per rank, not "
+               "overlapped); wire/dense: its bytes per dense byte.\n\n",
+               a->change_fraction, a->encode_gbps > 0 ? a->encode_gbps : 4.0,
+               a->apply_gbps > 0 ? a->apply_gbps : 20.0);
+    printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s", "case", "system", "model",
+           "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
+    if (a->delta)
+        printf(" %10s %9s", "pred.delta", "wire/dns");
+    printf(" | %s\n", "modelled");
     fflush(stdout);
 }
 
 /* One row, printed as soon as it is predicted. */
-static void print_row(const sim_row_t *r)
+static void print_row(const sim_row_t *r, const sim_args_t *args)
 {
     char a[32], b[32], c[32];
     printf("%-27s %-6s %-16.16s | %9s %9s %9s | ", r->id, r->system, r->model,
@@ -277,9 +304,13 @@ static void print_row(const sim_row_t *r)
     const char *how = !r->approx ? "as given" : json_array_size(r->approx) ? "approx" : "as run";
     if (r->reason[0])
         printf("not predicted: %s\n", r->reason);
-    else
-        printf("%9.2f %9.2f %9.2f %7.3f | %s\n", r->r.baseline_s, r->r.sim.seconds,
-               r->r.sim.bound_s, r->r.sim.seconds / r->r.sim.bound_s, how);
+    else {
+        printf("%9.2f %9.2f %9.2f %7.3f", r->r.baseline_s, r->r.sim.seconds, r->r.sim.bound_s,
+               r->r.sim.seconds / r->r.sim.bound_s);
+        if (args->delta)
+            printf(" %10.3f %9.4f", r->delta.seconds, r->delta.delta_wire_ratio);
+        printf(" | %s\n", how);
+    }
     fflush(stdout);
 }
 
@@ -322,7 +353,7 @@ static void print_footer(const sim_row_t *rows, size_t n)
     }
 }
 
-static json_t *row_json(const sim_row_t *r)
+static json_t *row_json(const sim_row_t *r, const sim_args_t *a)
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
@@ -388,6 +419,22 @@ static json_t *row_json(const sim_row_t *r)
     json_object_set_new(o, "nic_recv_bound_bytes",
                         json_integer((json_int_t)x->stats.nic_recv_bound_bytes));
     json_object_set_new(o, "plan_seconds", json_real(x->plan_seconds));
+    if (a->delta) {
+        json_t *d = json_object();
+        json_object_set_new(d, "change_fraction", json_real(a->change_fraction));
+        json_object_set_new(d, "predicted_s", json_real(r->delta.seconds));
+        json_object_set_new(d, "wire_ratio", json_real(r->delta.delta_wire_ratio));
+        json_object_set_new(d, "bytes_network",
+                            json_real((double)x->stats.bytes_network * r->delta.delta_wire_ratio));
+        json_object_set_new(d, "network_s", json_real(r->delta.network_s));
+        json_object_set_new(d, "nvlink_s", json_real(r->delta.nvlink_s));
+        json_object_set_new(d, "codec_s", json_real(r->delta.codec_s));
+        json_object_set_new(d, "bound_s", json_real(r->delta.bound_s));
+        json_object_set_new(
+            d, "speedup_vs_dense",
+            json_real(r->delta.seconds > 0 ? x->sim.seconds / r->delta.seconds : 0));
+        json_object_set_new(o, "delta", d);
+    }
     return o;
 }
 
@@ -417,11 +464,11 @@ int cmd_sim(int argc, char **argv)
         snprintf(rows[0].model, sizeof rows[0].model, "%s", a.model);
         rows[0].published = json_object();
         if (!a.json)
-            print_header();
+            print_header(&a);
         predict(&rows[0], a.model, &ts, &is, &a);
         n = 1;
         if (!a.json)
-            print_row(&rows[0]);
+            print_row(&rows[0], &a);
     } else {
         json_error_t err;
         root = json_load_file(a.cases, 0, &err);
@@ -443,10 +490,10 @@ int cmd_sim(int argc, char **argv)
             if (a.only && (!id || strcmp(id, a.only)))
                 continue;
             if (n == 0 && !a.json)
-                print_header();
+                print_header(&a);
             case_row(c, &rows[n], &a);
             if (!a.json)
-                print_row(&rows[n]);
+                print_row(&rows[n], &a);
             n++;
         }
         if (a.only && n == 0) {
@@ -459,7 +506,7 @@ int cmd_sim(int argc, char **argv)
     if (a.json) {
         json_t *o = json_object(), *list = json_array();
         for (size_t i = 0; i < n; i++)
-            json_array_append_new(list, row_json(&rows[i]));
+            json_array_append_new(list, row_json(&rows[i], &a));
         json_object_set_new(o, "cases", list);
         json_object_set_new(o, "note",
                             json_string("published_* are vendor measurements on their "

@@ -30,7 +30,13 @@
 #
 # Prints a table, or with --json one object with the keys reshard_s,
 # baseline_s, raw_s, bound_s, sim_reshard_s, sim_baseline_s, verified,
-# nic_mbit, domain_size (and the bytes the NICs' queues counted).
+# nic_mbit, domain_size (and the bytes the NICs' queues counted). With --delta
+# (and --change-fraction F) among the run arguments the job measures the delta
+# plan beside the dense one on the same updates (reshard run --delta): reshard_s
+# is then the dense plan's, and delta_s, sim_delta_s, the network bytes of each
+# method (delta_bytes_network, dense_bytes_network, baseline_bytes_network),
+# delta_time_ratio, delta_network_ratio (dense / delta) and delta_wire_per_bound
+# are added.
 # Everything is torn down on exit, failure or Ctrl-C; a leftover of a crashed
 # run (namespaces named rshc-*) is removed first. A second run waits for
 # the first (a lock file, at most 15 minutes). Exit status: 0 ok and verified, 1 a failed or
@@ -95,6 +101,12 @@ for ((i = 0; i < ${#run_args[@]}; i++)); do
   --model=* | --train=* | --infer=* | --layers=* | --dtype=* | --infer-dtype=* | --fp8-scale=* | --staging-mb=* | --relay-mb=* | --mtp)
     plan_args+=("$a")
     [ "${a%%=*}" = --relay-mb ] || sim_args+=("$a") ;;
+  --delta) sim_args+=("$a") ;; # the prediction of a delta refit beside the dense one
+  --change-fraction)
+    [ $((i + 1)) -lt ${#run_args[@]} ] || bad "$a needs a value"
+    sim_args+=("$a" "${run_args[i + 1]}")
+    i=$((i + 1)) ;;
+  --change-fraction=*) sim_args+=("$a") ;;
   esac
 done
 # The gather+broadcast baseline moves the source dtype only: a quantized
@@ -274,14 +286,15 @@ mbit, k, as_json, nic_bytes, args = int(sys.argv[4]), int(sys.argv[5]), sys.argv
 nic_Bps = mbit * 1e6 / 8
 bound_bytes = max(plan["nic_send_bound_bytes"], plan["nic_recv_bound_bytes"])
 case = sim["cases"][0]
+delta = "dense_seconds" in run  # reshard run --delta: the delta plan beside the dense one
 o = {
-    "reshard_s": run["seconds"],
+    "reshard_s": run["dense_seconds"] if delta else run["seconds"],
     "baseline_s": run.get("baseline_seconds"),
     "raw_s": run["raw_seconds"],
     "bound_s": bound_bytes / nic_Bps,
     "sim_reshard_s": case["predicted_s"],
     "sim_baseline_s": case["baseline_predicted_s"] if "baseline_seconds" in run else None,
-    "verified": bool(run["ok"]) and run["wrong"] == 0 and
+    "verified": bool(run["ok"]) and run["wrong"] == 0 and run.get("dense_wrong", 0) == 0 and
                 run.get("baseline_wrong", 0 if "baseline_seconds" not in run else 1) == 0,
     "nic_mbit": mbit,
     "domain_size": k,
@@ -293,6 +306,24 @@ o = {
     "nic_bound_bytes": bound_bytes,
     "nic_queue_bytes": nic_bytes,
 }
+if delta:
+    d = run["delta"]
+    o.update({
+        "delta_s": run["seconds"],
+        "sim_delta_s": case["delta"]["predicted_s"],
+        "change_fraction": d["change_fraction"],
+        "measured_fraction": d["measured_fraction"],
+        "delta_bytes_network": run["bytes_network"],
+        "dense_bytes_network": run["dense_bytes_network"],
+        "baseline_bytes_network": run.get("baseline_bytes_network"),
+        "delta_wire_bytes": d["wire_bytes"],
+        "delta_bound_bytes": d["bound_bytes"],
+        "delta_wire_per_bound": d["wire_per_bound"],
+        "delta_wire_per_dense": d["wire_per_dense"],
+        "delta_time_ratio": run["dense_seconds"] / run["seconds"],
+        "delta_network_ratio": d["network_ratio"],
+        "sim_delta_network_bytes": case["delta"]["bytes_network"],
+    })
 if as_json:
     print(json.dumps(o, indent=2))
     sys.exit(0 if o["verified"] else 1)
@@ -306,7 +337,9 @@ def row(name, meas, pred):
     s = f"  {name:22} {meas:10.3f}"
     s += f" {pred:8.3f} {pred/meas:8.2f}" if pred is not None else f" {'-':>8} {'-':>8}"
     print(s + f" {meas/o['bound_s']:8.2f}")
-row("reshard", r, o["sim_reshard_s"])
+if delta:
+    row("delta", o["delta_s"], o["sim_delta_s"])
+row("reshard (dense)" if delta else "reshard", r, o["sim_reshard_s"])
 if o["baseline_s"] is not None:
     row("baseline", o["baseline_s"], o["sim_baseline_s"])
 row("raw MPI (plan's pairs)", o["raw_s"], None)
@@ -315,6 +348,17 @@ print(f"  {'lower bound':22} {o['bound_s']:10.3f}   (busiest NIC's lower-bound b
 vs = f"baseline / reshard {o['baseline_s']/r:.2f}x; " if o["baseline_s"] is not None else ""
 print(f"  {vs}reshard / lower bound {r/o['bound_s']:.2f}x; "
       f"bytes through the NICs' queues (tc) {nic_bytes/1e6:.1f} MB")
+if delta:
+    bl = o["baseline_bytes_network"]
+    print(f"  delta at {o['change_fraction']:g} changed (measured {o['measured_fraction']:.5f}): "
+          f"dense / delta time {o['delta_time_ratio']:.2f}x, dense / delta network bytes "
+          f"{o['delta_network_ratio']:.2f}x ({o['delta_bytes_network']/1e6:.2f} MB vs {o['dense_bytes_network']/1e6:.2f} MB"
+          + (f"; baseline {bl/1e6:.2f} MB" if bl is not None else "") + ")")
+    if o["baseline_s"] is not None:
+        print(f"  baseline / delta {o['baseline_s']/o['delta_s']:.2f}x; "
+              f"sim's delta network bytes {o['sim_delta_network_bytes']/1e6:.2f} MB")
+    print(f"  delta wire bytes {o['delta_wire_per_dense']:.4f} of dense, "
+          f"{o['delta_wire_per_bound']:.4f} x the encoding's bound for the measured fraction")
 print("  OK: every refit verified" if o["verified"] else "  FAILED: a refit did not verify")
 sys.exit(0 if o["verified"] else 1)
 EOF

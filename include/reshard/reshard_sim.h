@@ -119,6 +119,9 @@ typedef struct {
     uint64_t nvlink_bound_bytes; /**< forwarded bytes of the busiest domain / its ranks */
     uint64_t max_relay_bytes;    /**< most relay scratch one rank needs (bytes it lands
                                       for other ranks of its domain), beside staging */
+    /* reshard_sim_delta_plan only (0 otherwise): */
+    double delta_wire_ratio; /**< wire bytes per stream byte (the encoding's size model) */
+    double codec_s;          /**< encode + apply of the busiest rank (in copy_s too) */
 } reshard_sim_t;
 
 /**
@@ -129,6 +132,47 @@ typedef struct {
  */
 reshard_status_t reshard_sim_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
                                   reshard_sim_t *out);
+
+/** What a delta refit is predicted for (reshard_sim_delta_plan). Zero fields take
+ *  the defaults. */
+typedef struct {
+    double change_fraction;    /**< fraction of the words that changed, [0, 1] */
+    uint32_t word;             /**< bytes per compared word (default 2: bf16) */
+    double encode_bytes_per_s; /**< one rank's encode, stream bytes per second (default
+                                    RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S) */
+    double apply_bytes_per_s;  /**< one rank's apply (default ..._APPLY_BYTES_PER_S) */
+} reshard_sim_delta_params_t;
+
+/** Codec rates assumed unless given: build/bench_delta on a 2-core machine, 1 MiB
+ *  chunks of bf16 at 1% changed (docs/delta.md "Measuring"), rounded down. */
+#define RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S 4e9
+#define RESHARD_SIM_DELTA_APPLY_BYTES_PER_S 20e9
+
+/**
+ * The expected bytes on the wire (its 16-byte header included) of one delta chunk of
+ * @p len bytes of @p word-byte words (1, 2, 4 or 8; other values count as 1) when each
+ * word changed with probability @p change_fraction, independently (scattered changes,
+ * as RL updates make them): the smallest of the expected sizes of the four kinds of
+ * docs/delta.md "Chunk format" (gaps: c (E[varint of a geometric gap] + word) for c
+ * changed words). The encoder writes the smallest kind of each chunk, so its expected
+ * size is at most this: the encoding's own bound for that changed fraction. Pure.
+ */
+double reshard_sim_delta_chunk_bytes(uint64_t len, uint32_t word, double change_fraction);
+
+/**
+ * The cost model for a delta refit of @p plan (a RESHARD_ALL_RANKS plan, as
+ * reshard_sim_plan) at @p dp's changed fraction, every destination at the senders'
+ * version: reshard_sim_plan with every stream's bytes scaled by the wire bytes per
+ * stream byte of the plan's smallest chunk (reshard_sim_delta_chunk_bytes;
+ * delta_wire_ratio), two exchanges per round (headers, then bodies: twice the
+ * latency), plus the busiest rank's encode (bytes it sends / encode rate) and apply
+ * (bytes it receives / apply rate), which the delta round loop does not overlap with
+ * the transfers (codec_s). bound_s is the dense bound scaled the same way.
+ * Errors: INVALID_ARG (NULL, a fraction outside [0, 1], a rank's own plan, a bandwidth
+ * <= 0), NOMEM.
+ */
+reshard_status_t reshard_sim_delta_plan(const reshard_plan_t *plan, const reshard_system_t *sys,
+                                        const reshard_sim_delta_params_t *dp, reshard_sim_t *out);
 
 /** The baseline's prediction, in seconds (see the cost model above). */
 typedef struct {
@@ -178,6 +222,18 @@ typedef struct {
 reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
                                    const reshard_infer_spec_t *infer, const reshard_system_t *sys,
                                    reshard_sim_refit_t *out);
+
+/**
+ * reshard_sim_model, and from the same plan a delta refit's prediction
+ * (reshard_sim_delta_plan with @p dp) into *@p delta. Errors: those of
+ * reshard_sim_model and reshard_sim_delta_plan. Local.
+ */
+reshard_status_t reshard_sim_model_delta(const reshard_model_t *model,
+                                         const reshard_train_spec_t *train,
+                                         const reshard_infer_spec_t *infer,
+                                         const reshard_system_t *sys,
+                                         const reshard_sim_delta_params_t *dp,
+                                         reshard_sim_refit_t *out, reshard_sim_t *delta);
 
 #ifdef __cplusplus
 }

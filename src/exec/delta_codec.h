@@ -58,4 +58,15 @@ reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_heade
 reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk,
                                 uint64_t len, const char *what);
 
+/**
+ * The size model of the encoding: the expected encoded bytes (header included) of a chunk
+ * of @p len bytes of @p word-byte words when each word changed with probability @p p,
+ * independently (scattered changes, as RL updates make them): 16 + the smallest of the
+ * expected body of each kind (dense len; bitmap ceil(n/8) + c word; runs 8 E[runs] +
+ * c word; gaps c (E[varint] + word), the gap before a changed word being geometric).
+ * Since the encoder takes the smallest kind per chunk, its expected size is at most
+ * this (E[min] <= min E): the encoding's own bound for a changed fraction.
+ */
+double rs_delta_expected_bytes(uint64_t len, uint32_t word, double p);
+
 #endif

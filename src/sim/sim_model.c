@@ -6,9 +6,10 @@
 #include "util/error.h"
 #include "util/timeout.h"
 
-reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
-                                   const reshard_infer_spec_t *infer, const reshard_system_t *sys,
-                                   reshard_sim_refit_t *out)
+static reshard_status_t sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
+                                  const reshard_infer_spec_t *infer, const reshard_system_t *sys,
+                                  const reshard_sim_delta_params_t *dp, reshard_sim_refit_t *out,
+                                  reshard_sim_t *delta)
 {
     rs_error_clear();
     if (!model || !train || !infer || !sys || !out)
@@ -46,6 +47,8 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
         st = reshard_plan_get_stats(plan, &out->stats);
     if (st == RESHARD_OK)
         st = reshard_sim_plan(plan, sys, &out->sim);
+    if (st == RESHARD_OK && dp)
+        st = reshard_sim_delta_plan(plan, sys, dp, delta);
     reshard_plan_destroy(plan);
     /* The baseline's chain uses the same rank placement as the plan. */
     if (st == RESHARD_OK)
@@ -60,4 +63,24 @@ reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_t
     }
     reshard_model_refit_destroy(&r);
     return st;
+}
+
+reshard_status_t reshard_sim_model(const reshard_model_t *model, const reshard_train_spec_t *train,
+                                   const reshard_infer_spec_t *infer, const reshard_system_t *sys,
+                                   reshard_sim_refit_t *out)
+{
+    return sim_model(model, train, infer, sys, NULL, out, NULL);
+}
+
+reshard_status_t reshard_sim_model_delta(const reshard_model_t *model,
+                                         const reshard_train_spec_t *train,
+                                         const reshard_infer_spec_t *infer,
+                                         const reshard_system_t *sys,
+                                         const reshard_sim_delta_params_t *dp,
+                                         reshard_sim_refit_t *out, reshard_sim_t *delta)
+{
+    if (!dp || !delta)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_sim_model_delta: NULL argument");
+    memset(delta, 0, sizeof *delta);
+    return sim_model(model, train, infer, sys, dp, out, delta);
 }
