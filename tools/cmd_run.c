@@ -31,6 +31,7 @@
 #include "reshard/reshard_delta.h"
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
+#include "reshard/reshard_shared.h"
 #include "reshard/reshard_sim.h"
 #ifdef RESHARD_HAVE_NCCL
 #include "reshard/reshard_nccl.h"
@@ -43,7 +44,7 @@ typedef struct {
     const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb, change_fraction;
-    int baseline, raw, json, mtp, colocated, delta, delta_checksum;
+    int baseline, raw, json, mtp, colocated, shared, delta, delta_checksum;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -95,6 +96,8 @@ static void run_usage(FILE *out)
         "                     shared-memory split or RESHARD_HOST per rank; train rank i\n"
         "                     and infer rank i of a host share its device i; source\n"
         "                     buffers stay bound for the run\n"
+        "  --shared           with --colocated: source buffers in shared allocations\n"
+        "                     (reshard_alloc_shared), read mapped, at memcpy speed\n"
         "  --system S         h100 (8 ranks per domain) or gb200 (72)\n"
         "  --transport T      mpi (host memory, default) or nccl (GPU memory, one\n"
         "                     CUDA device per rank)\n");
@@ -139,6 +142,7 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--json", CLI_FLAG, &a->json, 0, 0},
                               {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
                               {"--colocated", CLI_FLAG, &a->colocated, 0, 0},
+                              {"--shared", CLI_FLAG, &a->shared, 0, 0},
                               {"--delta", CLI_FLAG, &a->delta, 0, 0},
                               {"--delta-checksum", CLI_FLAG, &a->delta_checksum, 0, 0},
                               {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
@@ -164,6 +168,9 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     if (a->colocated && (strcmp(a->transport, "mpi") || a->domain_size > 1 || system))
         return usage_error(rank, "--colocated reads host memory with every rank its own "
                                  "domain: not with --transport nccl, --domain-size or --system");
+    if (a->shared && !a->colocated)
+        return usage_error(rank, "--shared puts the sources of --colocated reads in shared "
+                                 "allocations: add --colocated");
     if (a->delta_checksum && !a->delta)
         return usage_error(rank, "--delta-checksum checks --delta refits: add --delta");
     if (a->change_fraction >= 0 && !a->delta)
@@ -204,6 +211,7 @@ typedef struct {
     reshard_buffer_t *bind;
     int shift;              /**< current binding offset; -1 before the first binding */
     reshard_comm_t *device; /**< NCCL endpoint when the buffers are device memory, else NULL */
+    bool shared;            /**< allocations of reshard_alloc_shared (--shared) */
 } rank_bufs_t;
 
 static void bufs_free(rank_bufs_t *b)
@@ -215,7 +223,10 @@ static void bufs_free(rank_bufs_t *b)
             continue;
         }
 #endif
-        free(b->base[i]);
+        if (b->shared)
+            reshard_free_shared(b->base[i]);
+        else
+            free(b->base[i]);
     }
     free(b->base);
     free(b->bind);
@@ -224,11 +235,12 @@ static void bufs_free(rank_bufs_t *b)
 
 static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
                                    const reshard_model_buffers_t *table, int32_t rank,
-                                   reshard_comm_t *device, rank_bufs_t *b)
+                                   reshard_comm_t *device, bool shared, rank_bufs_t *b)
 {
     memset(b, 0, sizeof *b);
     b->shift = -1;
     b->device = device;
+    b->shared = shared && !device;
     int32_t n = reshard_layout_buffer_count(layout, rank);
     if (n == 0)
         return RESHARD_OK;
@@ -254,7 +266,13 @@ static reshard_status_t bufs_alloc(const reshard_layout_t *layout,
             }
         } else
 #endif
-            if (posix_memalign(&p, 4096, (size_t)bytes + REBIND_SHIFT) != 0) {
+            if (b->shared) {
+            reshard_status_t st = reshard_alloc_shared(bytes + REBIND_SHIFT, &p);
+            if (st != RESHARD_OK) {
+                bufs_free(b);
+                return st;
+            }
+        } else if (posix_memalign(&p, 4096, (size_t)bytes + REBIND_SHIFT) != 0) {
             bufs_free(b);
             return RESHARD_ERR_NOMEM;
         }
@@ -1222,11 +1240,11 @@ static int run(const run_args_t *a, int rank, int size)
               : reshard_comm_create_mpi(MPI_COMM_WORLD, &r.comm);
     reshard_comm_t *device = nccl ? r.comm : NULL;
     if (st == RESHARD_OK && rank < refit.train_world)
-        st = bufs_alloc(refit.train, refit.train_buffers, rank, device, &r.src);
+        st = bufs_alloc(refit.train, refit.train_buffers, rank, device, a->shared, &r.src);
     if (st == RESHARD_OK && rank >= refit.train_world)
-        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, &r.dst);
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, false, &r.dst);
     if (st == RESHARD_OK && rank >= refit.train_world && a->delta)
-        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, &r.dst_dense);
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, false, &r.dst_dense);
     if (st == RESHARD_OK && a->baseline) {
         int32_t *roots = stage_roots(&refit);
         st = roots ? reshard_baseline_create_mpi(refit.train, refit.infer, roots, &pp, r.comm,
@@ -1318,12 +1336,12 @@ out:
     free(rawb.sbuf);
     free(rawb.rbuf);
     reshard_baseline_destroy(r.baseline);
+    reshard_plan_destroy(r.plan); /* its mappings of shared sources before their free */
+    reshard_plan_destroy(r.dense);
     bufs_free(&r.src); /* device buffers before their endpoint */
     bufs_free(&r.dst);
     bufs_free(&r.dst_dense);
     reshard_comm_destroy(r.comm);
-    reshard_plan_destroy(r.plan);
-    reshard_plan_destroy(r.dense);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(model);
     cli_eplb_free(&maps);
