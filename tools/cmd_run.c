@@ -177,6 +177,9 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
         return usage_error(rank, "--change-fraction is for --delta refits");
     if (a->change_fraction < 0)
         a->change_fraction = 0.01;
+    if (a->delta && a->iters < 2)
+        return usage_error(rank, "--delta needs --iters 2 or more: refit 1 is dense by rule, "
+                                 "the delta figures come from the refits after it");
     if (a->delta && strcmp(a->transport, "mpi"))
         return usage_error(rank, "--delta runs over MPI on host memory: not with --transport nccl");
     if (a->delta && (strcmp(a->dtype, "bf16") || a->infer_dtype))
@@ -856,7 +859,7 @@ typedef struct {
     double time_ratio;     /**< dense median / delta median */
 } delta_figs_t;
 
-static delta_figs_t delta_figs(const method_t *rs, const method_t *dn)
+static delta_figs_t delta_figs(const method_t *rs, const method_t *dn, bool checksum)
 {
     delta_figs_t d = {0};
     const double stream = (double)rs->delta_stream[1], wire = (double)rs->delta_wire[1];
@@ -866,6 +869,8 @@ static delta_figs_t delta_figs(const method_t *rs, const method_t *dn)
         /* chunks of the mean length; bf16 words (--delta refits bf16) */
         d.bound_bytes = (double)chunks * reshard_sim_delta_chunk_bytes(
                                              (uint64_t)(stream / (double)chunks), 2, d.fraction);
+        if (checksum) /* each chunk's header carries its 8-byte XXH3 */
+            d.bound_bytes += 8.0 * (double)chunks;
         d.wire_per_bound = wire / d.bound_bytes;
         d.wire_per_dense = wire / stream;
     }
@@ -900,7 +905,7 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *dn, 
                "slowest rank)\n",
                r->replans, median(r->replan_seconds, r->replans));
     if (dn) {
-        delta_figs_t d = delta_figs(rs, dn);
+        delta_figs_t d = delta_figs(rs, dn, r->a->delta_checksum);
         char dnet[32], nnet[32], bnet[32];
         fmt_bytes(rs->bytes_network, dnet, sizeof dnet);
         fmt_bytes(dn->bytes_network, nnet, sizeof nnet);
@@ -1018,7 +1023,7 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *dn, c
         json_object_set_new(d, "committed", json_boolean(rs->committed));
         json_object_set_new(d, "chunks", json_integer(rs->delta_chunks[1]));
         if (dn) {
-            delta_figs_t g = delta_figs(rs, dn);
+            delta_figs_t g = delta_figs(rs, dn, r->a->delta_checksum);
             json_object_set_new(d, "measured_fraction", json_real(g.fraction));
             json_object_set_new(d, "bound_bytes", json_real(g.bound_bytes));
             json_object_set_new(d, "wire_per_bound", json_real(g.wire_per_bound));

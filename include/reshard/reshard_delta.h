@@ -84,6 +84,19 @@ reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t ran
                                          reshard_delta_info_t *out);
 
 /**
+ * Tell a delta plan that @p rank's destination buffers no longer hold what its last
+ * committed execution wrote: an engine post-processed or reloaded them, or they were
+ * freed and allocated again (possibly at the same address, with the same size: reshard
+ * cannot tell that allocation from the old one by its pointer). The rank's next
+ * execution receives every stream dense and commits; its version is kept. Called by
+ * the thread that executes @p rank, between executions. Without it (and without
+ * checksum mode) a delta lands on whatever the buffers then hold.
+ * Errors: INVALID_ARG (NULL, a plan made without delta), RANK (@p rank is not a rank
+ * this plan executes).
+ */
+reshard_status_t reshard_plan_delta_invalidate(reshard_plan_t *plan, int32_t rank);
+
+/**
  * Elastic refit (reshard_elastic.h) and replanning: move @p rank's delta state from
  * @p from, the delta plan this rank executed last (with every other rank of it), to
  * @p plan, a delta plan not executed yet for the new membership

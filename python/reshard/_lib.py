@@ -215,6 +215,7 @@ _SIGNATURES = {
     "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
     "reshard_plan_delta_info": (st, [c_vp, c_i32, P(DeltaInfo)]),
     "reshard_plan_delta_adopt": (st, [c_vp, c_vp, c_i32]),
+    "reshard_plan_delta_invalidate": (st, [c_vp, c_i32]),
     "reshard_delta_state_string": (c_str, [ctypes.c_int]),
     "reshard_model_load": (st, [c_str, P(ModelOptions), P(c_vp)]),
     "reshard_model_destroy": (None, [c_vp]),

@@ -203,6 +203,16 @@ class Plan(_lib.Handle):
         _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
                                                      _lib.as_int(rank, "rank")))
 
+    def delta_invalidate(self, rank=None):
+        """reshard_plan_delta_invalidate: ``rank``'s (default the plan's rank) destination
+        tensors no longer hold what the last committed execute wrote (an engine changed
+        them, or they are new tensors, even at the same address): its next execute
+        receives everything dense. Raises ReshardError (INVALID_ARG for a plan made
+        without delta, RANK)."""
+        if rank is None:
+            rank = self.rank
+        _lib.check(_lib.lib.reshard_plan_delta_invalidate(self._h, _lib.as_int(rank, "rank")))
+
     def pair_bytes(self, src_rank, dst_rank):
         """Bytes this plan sends from ``src_rank`` to ``dst_rank``."""
         return _lib.lib.reshard_plan_pair_bytes(self._h, _lib.as_int(src_rank, "src_rank"),

@@ -32,16 +32,25 @@ class _Allocation:
 
 def alloc_shared(shape, dtype=np.uint8):
     """A zeroed numpy array of ``shape`` and ``dtype`` in a shared allocation (one memfd
-    of this process). Local. Raises ReshardError (INVALID_ARG: an empty shape; NOMEM;
+    of this process). Local. Raises ReshardError (INVALID_ARG: an empty shape, a negative
+    or non-integer dimension, a size past 2**63 bytes; NOMEM;
     UNSUPPORTED: a libreshard without shared allocations)."""
     if not _lib.has("reshard_alloc_shared"):
         raise error(Status.UNSUPPORTED, "this libreshard has no reshard_alloc_shared")
     dtype = np.dtype(dtype)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if any(not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
+        raise error(Status.INVALID_ARG, "alloc_shared: shape %r: every dimension must be an "
+                    "integer >= 0" % (shape,))
+    nbytes = dtype.itemsize
+    for n in shape:  # Python integers: no wrap-around
+        nbytes *= int(n)
     if nbytes <= 0:
         raise error(Status.INVALID_ARG, "alloc_shared: shape %r of %s holds no bytes"
                     % (shape, dtype))
+    if nbytes >= 1 << 63:
+        raise error(Status.INVALID_ARG, "alloc_shared: shape %r of %s is %d bytes, more than "
+                    "an allocation can hold" % (shape, dtype, nbytes))
     return np.asarray(_Allocation(nbytes)).view(dtype).reshape(shape)
 
 

@@ -173,6 +173,25 @@ reshard_status_t reshard_plan_delta_info(const reshard_plan_t *plan, int32_t ran
     return RESHARD_OK;
 }
 
+reshard_status_t reshard_plan_delta_invalidate(reshard_plan_t *plan, int32_t rank)
+{
+    rs_error_clear();
+    if (!plan)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_plan_delta_invalidate: NULL plan");
+    if (!plan->delta)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_delta_invalidate: the plan was made without delta "
+                        "(reshard_plan_params_t.delta)");
+    rs_delta_rank_t *r = rs_delta_rank(plan->delta, rank);
+    if (!r)
+        return rs_error(RESHARD_ERR_RANK,
+                        "reshard_plan_delta_invalidate: rank %d is not a rank this plan executes",
+                        rank);
+    if (r->state == RESHARD_DELTA_COMMITTED)
+        r->state = RESHARD_DELTA_NONE; /* held version -1: its senders send dense */
+    return RESHARD_OK;
+}
+
 uint64_t rs_delta_hash(const void *bytes, uint64_t len)
 {
     return (uint64_t)XXH3_64bits(bytes, (size_t)len);

@@ -163,3 +163,45 @@ def test_delta_adopt_keeps_versions():
     for r in range(WORLD):
         assert infos[(r, 2)]["version"] == 3
     assert infos[(0, 2)]["dense_streams"] == 0 and infos[(1, 2)]["dense_streams"] == 0
+
+
+def test_delta_invalidate_after_the_engine_rewrote_weights():
+    """An engine rewrote its weights behind reshard's back (here zeros in place; a tensor
+    freed and allocated again at the same address is the same case): same address and
+    size, so reshard cannot tell them from the committed ones and a delta would land on
+    zeros; after delta_invalidate() the step is sent dense and exact."""
+    full = steps()
+    tensors = reshard.Tensors()
+    tensors.add("w", SHAPE, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    got, infos = {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True)
+        keep = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+        for k in range(3):
+            d = keep
+            if k == 2 and keep:  # the engine's rewrite, in place
+                for t in keep.values():
+                    t[...] = 0
+                plan.delta_invalidate()
+            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
+            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            plan.execute(comm, src=s, dst=d)
+            infos[(r, k)] = plan.delta_info()
+            if d:
+                got[(r, k)] = d["w"].copy()
+        with pytest.raises(reshard.ReshardError, match="not a rank"):
+            plan.delta_invalidate(WORLD + 3)
+
+    reshard.run_threads(WORLD, rank_fn)
+    for r in DST_MESH:
+        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
+        assert got[(r, 2)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert infos[(r, 2)]["state"] == "committed" and infos[(r, 2)]["version"] == 3
+    assert infos[(0, 2)]["dense_streams"] >= 1  # the invalidated receivers got it dense
+    dense = reshard.Plan(src, dst, rank=0, world=WORLD, staging_mb=1)
+    with pytest.raises(reshard.ReshardError, match="without delta"):
+        dense.delta_invalidate()

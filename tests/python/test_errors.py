@@ -464,3 +464,17 @@ def test_summary_plan():
     for r in range(WORLD):
         assert errs[r].status == Status.INVALID_ARG and "summary" in errs[r].message, str(errs[r])
     assert_untouched(dsts)
+
+
+@pytest.mark.parametrize("shape,text", [((2 ** 33, 2 ** 31), "more than an allocation"),
+                                        ((2 ** 62 + 1, 4), "more than an allocation"),
+                                        ((-1, -1), "integer >= 0"), ((0, 4), "no bytes")])
+def test_alloc_shared_bad_shape_is_named(shape, text):
+    """A shape whose byte count wraps int64 (or is negative, or empty) is INVALID_ARG
+    naming it, never a smaller allocation."""
+    if not reshard._lib.has("reshard_alloc_shared"):
+        pytest.skip("this libreshard has no reshard_alloc_shared")
+    with pytest.raises(reshard.ReshardError, match=text) as e:
+        reshard.alloc_shared(shape)
+    assert e.value.status == reshard.Status.INVALID_ARG
+    assert reshard.alloc_shared((3, 4), "float32").nbytes == 48
