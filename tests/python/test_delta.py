@@ -28,12 +28,29 @@ def steps():
     return out
 
 
-def test_delta_refit_exact_and_versions():
-    full = steps()
+def layouts():
+    """One float32 tensor "w": rows sharded over SRC_MESH, columns over DST_MESH."""
     tensors = reshard.Tensors()
     tensors.add("w", SHAPE, np.float32)
-    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
-    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    return (reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])}),
+            reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])}))
+
+
+def sources(whole, r):
+    """Rank ``r``'s source tensors of step value ``whole`` (none outside SRC_MESH)."""
+    shard = local_shard(whole, SRC_MESH, [Shard(0)], r)
+    return {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+
+
+def assert_exact(held, whole, r):
+    """Destination rank ``r`` holds its shard of ``whole``, bit for bit."""
+    want = local_shard(whole, DST_MESH, [Shard(1)], r)
+    assert held.view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+
+
+def test_delta_refit_exact_and_versions():
+    full = steps()
+    src, dst = layouts()
     got, infos = {}, {}
 
     def rank_fn(comm):
@@ -42,8 +59,7 @@ def test_delta_refit_exact_and_versions():
         assert plan.delta_info()["state"] == "none"
         d = {p.name: np.full(p.shape, -3, dtype=np.float32) for p in dst.parameters(r)}
         for k, g in enumerate(full):
-            shard = local_shard(g, SRC_MESH, [Shard(0)], r)
-            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            s = sources(g, r)
             plan.execute(comm, src=s, dst=d)  # the same destination arrays every step
             infos[(r, k)] = plan.delta_info()
             if d:
@@ -52,8 +68,7 @@ def test_delta_refit_exact_and_versions():
     reshard.run_threads(WORLD, rank_fn)
     for k, g in enumerate(full):
         for r in DST_MESH:
-            want = local_shard(g, DST_MESH, [Shard(1)], r)
-            assert got[(r, k)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+            assert_exact(got[(r, k)], g, r)
             assert infos[(r, k)]["state"] == "committed"
         for r in range(WORLD):
             assert infos[(r, k)]["version"] == k + 1
@@ -67,10 +82,7 @@ def test_delta_refit_exact_and_versions():
 
 
 def test_delta_flag_is_checked():
-    tensors = reshard.Tensors()
-    tensors.add("w", SHAPE, np.float32)
-    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
-    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    src, dst = layouts()
     with pytest.raises(TypeError, match="delta"):
         reshard.Plan(src, dst, rank=0, world=WORLD, delta=1)
     plan = reshard.Plan(src, dst, rank=0, world=WORLD)
@@ -84,10 +96,7 @@ def test_delta_checksum_catches_changed_destination():
     box, its weights are torn, and the next execute is complete (every byte as the oracle).
     """
     full = steps()
-    tensors = reshard.Tensors()
-    tensors.add("w", SHAPE, np.float32)
-    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
-    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    src, dst = layouts()
     order = [0, 1, 1, 2]  # the step each execute sends; the third changes nothing
     errors, infos, got = {}, {}, {}
 
@@ -97,8 +106,7 @@ def test_delta_checksum_catches_changed_destination():
                             checksum=True)
         d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
         for i, k in enumerate(order):
-            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
-            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            s = sources(full[k], r)
             if i == 2 and r == 2:
                 d["w"][5, 3] += 1.0  # behind reshard's back: global (5, 3), from rank 0
             try:
@@ -117,8 +125,7 @@ def test_delta_checksum_catches_changed_destination():
     assert "tensor 'w' box [0:32, 0:24]" in str(e)
     assert infos[(2, 2)]["state"] == "torn" and infos[(2, 2)]["version"] == 2
     for r in DST_MESH:  # the next execute: committed, complete, every byte
-        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
-        assert got[(r, 3)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert_exact(got[(r, 3)], full[2], r)
         assert infos[(r, 3)]["state"] == "committed" and infos[(r, 3)]["version"] == 3
     assert infos[(0, 3)]["dense_streams"] == 2
     with pytest.raises(TypeError, match="checksum"):
@@ -131,10 +138,7 @@ def test_delta_adopt_keeps_versions():
     """A replanned membership (here: the same layouts) adopts each rank's state: the next
     execute stays delta (no stream dense), versions go on, every byte as the oracle."""
     full = steps()
-    tensors = reshard.Tensors()
-    tensors.add("w", SHAPE, np.float32)
-    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
-    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    src, dst = layouts()
     infos, got = {}, {}
 
     def rank_fn(comm):
@@ -147,8 +151,7 @@ def test_delta_adopt_keeps_versions():
                 nxt.delta_adopt(plan)
                 assert plan.delta_info()["version"] == 0  # moved
                 plan = nxt
-            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
-            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            s = sources(full[k], r)
             plan.execute(comm, src=s, dst=d)
             infos[(r, k)] = plan.delta_info()
             if d:
@@ -158,8 +161,7 @@ def test_delta_adopt_keeps_versions():
 
     reshard.run_threads(WORLD, rank_fn)
     for r in DST_MESH:
-        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
-        assert got[(r, 2)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert_exact(got[(r, 2)], full[2], r)
     for r in range(WORLD):
         assert infos[(r, 2)]["version"] == 3
     assert infos[(0, 2)]["dense_streams"] == 0 and infos[(1, 2)]["dense_streams"] == 0
@@ -171,10 +173,7 @@ def test_delta_invalidate_after_the_engine_rewrote_weights():
     size, so reshard cannot tell them from the committed ones and a delta would land on
     zeros; after delta_invalidate() the step is sent dense and exact."""
     full = steps()
-    tensors = reshard.Tensors()
-    tensors.add("w", SHAPE, np.float32)
-    src = reshard.Layout.from_placements(tensors, {"w": (SRC_MESH, [Shard(0)])})
-    dst = reshard.Layout.from_placements(tensors, {"w": (DST_MESH, [Shard(1)])})
+    src, dst = layouts()
     got, infos = {}, {}
 
     def rank_fn(comm):
@@ -187,8 +186,7 @@ def test_delta_invalidate_after_the_engine_rewrote_weights():
                 for t in keep.values():
                     t[...] = 0
                 plan.delta_invalidate()
-            shard = local_shard(full[k], SRC_MESH, [Shard(0)], r)
-            s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+            s = sources(full[k], r)
             plan.execute(comm, src=s, dst=d)
             infos[(r, k)] = plan.delta_info()
             if d:
@@ -198,8 +196,7 @@ def test_delta_invalidate_after_the_engine_rewrote_weights():
 
     reshard.run_threads(WORLD, rank_fn)
     for r in DST_MESH:
-        want = local_shard(full[2], DST_MESH, [Shard(1)], r)
-        assert got[(r, 2)].view(np.uint32).tobytes() == want.view(np.uint32).tobytes()
+        assert_exact(got[(r, 2)], full[2], r)
         assert infos[(r, 2)]["state"] == "committed" and infos[(r, 2)]["version"] == 3
     assert infos[(0, 2)]["dense_streams"] >= 1  # the invalidated receivers got it dense
     dense = reshard.Plan(src, dst, rank=0, world=WORLD, staging_mb=1)
