@@ -150,6 +150,24 @@ static uint64_t sum_over_ranks(uint64_t v)
     return s;
 }
 
+/* One timed refit of @p plan by every rank (the slowest rank's seconds); *@p read gets the
+ * bytes every rank read or received, *@p wrong counts a destination that is not the
+ * pattern; the destinations are reset to the sentinel afterwards. */
+static double timed_refit(const char *method, reshard_plan_t *plan, reshard_comm_t *comm,
+                          const reshard_buffer_t *src, int32_t ns, const reshard_layout_t *infer,
+                          reshard_buffer_t *db, int32_t nd, uint64_t *read, long *wrong)
+{
+    reshard_exec_stats_t es;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    CK(reshard_plan_execute(plan, comm, src, ns, db, nd, &es), method);
+    double t = max_over_ranks(MPI_Wtime() - t0);
+    *read = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
+    *wrong += wrong_after(method, infer, db, nd);
+    reset(db, nd);
+    return t;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -261,25 +279,12 @@ int main(int argc, char **argv)
     long wrong = 0;
     for (long it = 0; it < iters; it++) {
         reshard_exec_stats_t es;
-        /* reshard */
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        CK(reshard_plan_execute(plan, comm, sb, ns, db, nd, &es), "reshard refit");
-        t_rs[it] = max_over_ranks(MPI_Wtime() - t0);
-        read_rs = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
-        wrong += wrong_after("vm_readv", f.infer, db, nd);
-        reset(db, nd);
-        /* reshard over shared allocations */
-        MPI_Barrier(MPI_COMM_WORLD);
-        t0 = MPI_Wtime();
-        CK(reshard_plan_execute(plan_sh, comm, ss, ns, db, nd, &es), "reshard shared refit");
-        t_sh[it] = max_over_ranks(MPI_Wtime() - t0);
-        read_sh = sum_over_ranks(es.bytes_peer_read + es.bytes_recv);
-        wrong += wrong_after("shared", f.infer, db, nd);
-        reset(db, nd);
+        /* reshard, then reshard over shared allocations */
+        t_rs[it] = timed_refit("vm_readv", plan, comm, sb, ns, f.infer, db, nd, &read_rs, &wrong);
+        t_sh[it] = timed_refit("shared", plan_sh, comm, ss, ns, f.infer, db, nd, &read_sh, &wrong);
         /* nemo: gather each bucket whole on every training rank, slice from it */
         MPI_Barrier(MPI_COMM_WORLD);
-        t0 = MPI_Wtime();
+        double t0 = MPI_Wtime();
         uint64_t moved = 0;
         for (int32_t b = 0; b < nb; b++) {
             CK(reshard_plan_execute(bk[b].gather, comm, ss, ns, &fb, g_rank < T, &es),
