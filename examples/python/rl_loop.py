@@ -284,17 +284,15 @@ def main() -> int:
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    from reshard.integrations.ranks import sizes
+    world = sizes(args.train, args.infer).world
     if args.kill_rank >= 0 or args.kill_at:
-        from reshard.integrations.ranks import sizes
-        n = sizes(args.train, args.infer).world
-        if not 0 <= args.kill_rank < n:
-            ap.error("--kill-rank %d: the ranks are 0..%d" % (args.kill_rank, n - 1))
+        if not 0 <= args.kill_rank < world:
+            ap.error("--kill-rank %d: the ranks are 0..%d" % (args.kill_rank, world - 1))
         if not 1 <= args.kill_at <= args.steps:
             ap.error("--kill-at %d: the refits are 1..%d (--steps)" % (args.kill_at, args.steps))
     if args.role is None:
         return launch(args, sys.argv[1:])
-    from reshard.integrations.ranks import sizes
-    world = sizes(args.train, args.infer).world
     try:
         rep = (trainer if args.role == "train" else worker)(args, args.rank, world)
     except Exception as e:  # noqa: BLE001 - reported as this rank's one line
