@@ -119,9 +119,11 @@ def wait_request(store: Any, prefix: str, n: int, worker: int, engine: int,
         seen = store.add(prefix + "alive", 0)
         if seen != beat:
             beat, beat_at = seen, now
-        silent = "no heartbeat for %.1f s" % (now - beat_at) \
-            if seen and now - beat_at > driver_timeout_s else \
-            ("no request within %.1f s" % timeout_s if now - t0 > timeout_s else "")
+        silent = ""
+        if seen and now - beat_at > driver_timeout_s:  # 0: no beat seen yet
+            silent = "no heartbeat for %.1f s" % (now - beat_at)
+        elif now - t0 > timeout_s:
+            silent = "no request within %.1f s" % timeout_s
         if silent:
             raise error(Status.TIMEOUT, "worker %d of engine %d: rank(s) 0 (trainer rank 0, "
                         "the control-plane driver) stalled or dead: %s while waiting for "
