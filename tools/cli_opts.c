@@ -1,4 +1,5 @@
 /* Option parsing shared by the subcommands: one table per command. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -25,10 +26,17 @@ static int store(const cli_opt_t *o, const char *val, char *err, size_t err_size
         return 0;
     }
     char *end;
+    /* decimal only: strtod would also take hex floats, "inf" and "nan" */
+    bool decimal = val[strspn(val, "0123456789+-.eE")] == '\0';
+    errno = 0;
     double x = strtod(val, &end);
-    if (!*val || *end || isnan(x) || (o->kind == CLI_INT && x != floor(x))) {
+    if (!*val || *end || !decimal || isnan(x) || (o->kind == CLI_INT && x != floor(x))) {
         snprintf(err, err_size, "%s: '%s' is not a valid %s", o->name, val,
-                 o->kind == CLI_INT ? "whole number" : "number");
+                 o->kind == CLI_INT ? "whole number" : "decimal number");
+        return 2;
+    }
+    if (errno == ERANGE) { /* over- or underflow: not the value written */
+        snprintf(err, err_size, "%s: '%s' is out of the range of a double", o->name, val);
         return 2;
     }
     if (!(x >= o->min)) {

@@ -154,16 +154,19 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                               {"--agree-timeout", CLI_NUMBER, &a->agree_s, 0.001, 1e9}};
     char err[512] = "";
     int seen = 0;
-    static const char *const plain_only[] = {"--system", "--transport",   "--baseline",  "--raw",
-                                             "--dtype",  "--infer-dtype", "--fp8-scale", "--mtp"};
+    static const char *const plain_only[] = {
+        "--system", "--transport",      "--baseline",       "--raw",
+        "--dtype",  "--infer-dtype",    "--fp8-scale",      "--mtp",
+        "--delta",  "--delta-checksum", "--change-fraction"};
     for (int i = 1; i < argc; i++) {
         seen += !strcmp(argv[i], "--lose-rank") || !strncmp(argv[i], "--lose-rank=", 12);
         for (size_t k = 0; k < sizeof plain_only / sizeof *plain_only; k++)
             if (!strcmp(argv[i], plain_only[k]) && rank == 0) {
                 fprintf(stderr,
                         "reshard run: %s is not supported with --lose-rank (the elastic "
-                        "demonstration refits bf16 weights over MPI in host memory; "
-                        "--domain-size and --relay-mb are)\n",
+                        "demonstration refits bf16 weights densely over MPI in host memory; "
+                        "--domain-size and --relay-mb are; a rank lost mid-delta is "
+                        "test_delta_rank_lost_mid_delta, docs/delta.md)\n",
                         argv[i]);
                 return 2;
             }

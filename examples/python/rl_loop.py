@@ -263,8 +263,10 @@ def summarize(args: Any, s: Any, reports: List[Dict[str, Any]], errors: List[str
                   % (k + 1, opt, refit, 100.0 * refit / (opt + refit)))
     ok = not errors and len(workers) == s.world - s.train_world and checked > 0 and \
         wrong == 0 and all(r["steps"] == args.steps for r in workers)
-    print("%d elements checked over %d step(s), %d wrong: %s"
-          % (checked, args.steps, wrong, "OK" if ok else "FAILED"))
+    n_infer = s.world - s.train_world
+    print("%d of %d inference rank(s) reported: %d elements checked over %d step(s), "
+          "%d wrong: %s" % (len(workers), n_infer, checked, args.steps, wrong,
+                            "OK" if ok else "FAILED"))
     return 0 if ok else 1
 
 

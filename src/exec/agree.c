@@ -98,6 +98,45 @@ static uint64_t tensors_prefix(const reshard_plan_t *plan, int32_t k)
     return h;
 }
 
+/* The plan parameters fingerprint.c hashes, grouped as the caller names them. */
+static const char *const param_names[6] = {
+    "world_size/domain_size", "staging_bytes",       "relay_bytes", "timeout_s",
+    "host/device/colocated",  "delta/delta_checksum"};
+
+static void param_values(const reshard_plan_params_t *p, uint64_t v[6])
+{
+    bool placed = (p->field_mask & RESHARD_PLAN_PARAM_PLACEMENT) && p->host;
+    v[0] = ((uint64_t)(uint32_t)p->world_size << 32) | (uint32_t)p->domain_size;
+    v[1] = p->staging_bytes;
+    v[2] = p->relay_bytes;
+    memcpy(&v[3], &p->timeout_s, sizeof v[3]);
+    uint64_t h = ((uint64_t)placed << 1) | (uint64_t)(p->colocated != 0);
+    for (int32_t r = 0; placed && r < p->world_size; r++)
+        h = rs_hash_mix(h, ((uint64_t)(uint32_t)p->host[r] << 32) |
+                               (uint32_t)(p->device ? p->device[r] : -1));
+    v[4] = h;
+    v[5] = ((uint64_t)(p->delta != 0) << 1) | (uint64_t)(p->delta_checksum != 0);
+}
+
+/* The params that differ between ranks, as ": a, b" into @p out (its length; 0 when an
+ * agreement failed or none was found). Two agreements, on every rank. */
+static size_t param_detail(reshard_comm_t *comm, const reshard_plan_t *plan, double timeout_s,
+                           char *out, size_t size)
+{
+    uint64_t v[6];
+    bool d[6] = {false};
+    param_values(&plan->p, v);
+    if (compare(comm, v, 3, timeout_s, d) != RESHARD_OK ||
+        compare(comm, v + 3, 3, timeout_s, d + 3) != RESHARD_OK)
+        return 0;
+    size_t n = 0;
+    for (int k = 0, listed = 0; k < 6; k++)
+        if (d[k])
+            n += (size_t)snprintf(out + n, n < size ? size - n : 0, "%s%s", listed++ ? ", " : ": ",
+                                  param_names[k]);
+    return n < size ? n : size ? size - 1 : 0;
+}
+
 /* Every rank, its plan's fingerprint differing from another's: a few more agreements
  * find which parts of the inputs differ and the first tensor where they do; written
  * into @p out ("" when an agreement failed). */
@@ -134,6 +173,8 @@ static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, do
         return;
     }
     n += (size_t)snprintf(out + n, n < size ? size - n : 0, " differ");
+    if (d[RS_FP_PARAMS]) /* which of them: two more agreements, the same on every rank */
+        n += param_detail(comm, plan, timeout_s, out + n, n < size ? size - n : 0);
     int32_t first = -1;
     if (d[RS_FP_CATALOGUE] || d[RS_FP_LAYOUTS]) {
         /* the shortest prefix of the catalogue whose tensors differ: a binary search,

@@ -191,8 +191,8 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
                         "reshard_plan_delta_adopt: rank %d is not a rank both plans execute", rank);
     if (to->version || to->state != RESHARD_DELTA_NONE || to->snap || to->relay)
         return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "reshard_plan_delta_adopt: rank %d: the new plan has executed already "
-                        "(adopt before its first execution)",
+                        "reshard_plan_delta_adopt: rank %d: the new plan has executed or adopted "
+                        "already (adopt once, before its first execution)",
                         rank);
     reshard_status_t st = RESHARD_OK;
     if (old->snap_valid && old->snap_bytes) {

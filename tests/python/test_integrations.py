@@ -78,7 +78,8 @@ def test_rl_loop_processes(tmp_path):
     n = 2 * sum(t.numel() for i in range(2) for t in conventions.vllm_state_dict(
         conventions.Weights(conventions.load_config(write(tmp_path, "tiny", TINY))),
         "tp=1,dp=2", i, SENT).values())
-    assert last == "%d elements checked over 2 step(s), 0 wrong: OK" % n, p.stdout
+    assert last == ("2 of 2 inference rank(s) reported: %d elements checked over 2 step(s), "
+                    "0 wrong: OK" % n), p.stdout
     assert "refit" in p.stdout and "% of the step" in p.stdout
 
 

@@ -133,7 +133,8 @@ def test_one_default_timeout():
     ("layout", "(the layouts, the declared buffers differ; the first tensor where they do: 1 ",
      "x"),
     ("catalogue", "(the catalogue differ; the first tensor where they do: 2 ", None),
-    ("timeout", "(the params differ)", None),
+    ("timeout", "(the params differ: timeout_s)", None),
+    ("checksum", "(the params differ: delta/delta_checksum)", None),
 ])
 def test_mismatch_says_what_differs(odd, what, first):
     """Rank 3 plans from other inputs: every rank's MISMATCH names what differs
@@ -155,7 +156,9 @@ def test_mismatch_says_what_differs(odd, what, first):
         dst = reshard.Layout.from_placements(tensors, {"a": ([2, 3], [Shard(0)]),
                                                        "x": ([2, 3], [pl])})
         plan = reshard.Plan(src, dst, rank=comm.rank, world=4,
-                            timeout_s=31 if odd == "timeout" and odd_rank else 30)
+                            timeout_s=31 if odd == "timeout" and odd_rank else 30,
+                            delta=odd == "checksum",
+                            checksum=odd == "checksum" and odd_rank)
         with pytest.raises(reshard.ReshardError) as e:
             plan.execute(comm, src=src.new_buffers(comm.rank) if comm.rank < 2 else None,
                          dst=dst.new_buffers(comm.rank) if comm.rank >= 2 else None)
