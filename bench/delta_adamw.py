@@ -15,14 +15,24 @@ Printed per step: the fraction of bf16 elements whose bits changed (all tensors,
 the tensor with the most), the bytes the delta refit put on the wire, the dense
 refit's, their ratio, and the encoder's chunk kinds.
 
+With --mpi the four ranks are MPI processes, each computing the same steps, and each
+step is refitted by the delta plan, the dense plan and the gather+broadcast baseline
+(reshard.Baseline) in turn: per step the changed fraction, each method's time (between
+barriers, the slowest rank) and network bytes, every element of every method checked.
+On the emulated cluster (network namespaces, tc-limited NICs):
+
+    sudo bench/cluster/refit.sh --nic-mbit 400 --job 4 -- \
+        /usr/bin/python3 bench/delta_adamw.py --mpi --domain-size 2
+
 usage: /usr/bin/python3 bench/delta_adamw.py [--layers 2] [--steps 4] [--lr 1e-6]
-       [--beta2 0.999] [--vocab 4096] [--tokens 128]
+       [--beta2 0.999] [--vocab 4096] [--tokens 128] [--mpi [--domain-size K]] [--json]
 """
 
 import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -89,75 +99,85 @@ def placements(shape):
     return [Shard(0)], [Shard(1)]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-6)
-    ap.add_argument("--beta2", type=float, default=0.999)
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    with open(os.path.join(root, "data", "models", "qwen3-0.6b.json")) as f:
-        cfg = json.load(f)
+def steps(a, cfg):
+    """The weights of each step: (step, name -> bf16 weight, bf16 elements whose bits
+    changed, (fraction, name) of the most-changed tensor); step 0 is the start."""
     master, hd = build(cfg, a.layers, a.vocab)
     names = list(master)
     opt = torch.optim.AdamW([master[n] for n in names], lr=a.lr, betas=(0.9, a.beta2),
                             weight_decay=0.01)
     tokens = torch.randint(0, a.vocab, (2, a.tokens // 2 + 1),
                            generator=torch.Generator().manual_seed(1))
+    bf16 = {n: master[n].detach().bfloat16() for n in names}
+    yield 0, bf16, 0, (0.0, "")
+    for step in range(1, a.steps + 1):  # one optimizer step on the bf16 weights' loss
+        w = {n: master[n] for n in names}
+        loss = loss_fn({n: (w[n] + (bf16[n].float() - w[n]).detach()) for n in names},
+                       tokens, cfg, a.layers, hd)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        new = {n: master[n].detach().bfloat16() for n in names}
+        changed, worst = 0, (0.0, "")
+        for n in names:
+            c = int((new[n].view(torch.int16) != bf16[n].view(torch.int16)).sum())
+            changed += c
+            if c / new[n].numel() > worst[0]:
+                worst = (c / new[n].numel(), n)
+        bf16 = new
+        yield step, bf16, changed, worst
 
+
+def layouts(cfg, a):
+    """The catalogue's layouts: every tensor Shard(0) over TRAIN, Shard(1) over INFER
+    (norms replicated)."""
+    shapes, _ = build(cfg, a.layers, a.vocab)
     tensors = reshard.Tensors()
-    for n in names:
-        tensors.add(n, tuple(master[n].shape), torch.bfloat16)
+    for n, t in shapes.items():
+        tensors.add(n, tuple(t.shape), torch.bfloat16)
     src = reshard.Layout.from_placements(
-        tensors, {n: (TRAIN, placements(master[n].shape)[0]) for n in names})
+        tensors, {n: (TRAIN, placements(t.shape)[0]) for n, t in shapes.items()})
     dst = reshard.Layout.from_placements(
-        tensors, {n: (INFER, placements(master[n].shape)[1]) for n in names})
+        tensors, {n: (INFER, placements(t.shape)[1]) for n, t in shapes.items()})
+    return src, dst, list(shapes), sum(t.numel() for t in shapes.values())
+
+
+def source_shards(bf16, r):
+    """Training rank r's source tensors of one step."""
+    return {n: torch.chunk(t, 2, 0)[r].contiguous() if t.dim() > 1 else t
+            for n, t in bf16.items()}
+
+
+def wrong_elements(bf16, r, got):
+    """Destination elements of inference rank r that differ from the step's weights."""
+    bad = 0
+    for n, t in bf16.items():
+        want = t if t.dim() == 1 else torch.chunk(t, 2, 1)[r - INFER[0]]
+        bad += int((got[n].view(torch.int16) != want.contiguous().view(torch.int16)).sum())
+    return bad
+
+
+def run_threads(a, cfg):
+    """The four ranks as threads of this process: bytes only."""
+    src, dst, names, total = layouts(cfg, a)
     plans = {m: [reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=16, delta=(m == "delta"))
                  for r in range(WORLD)] for m in ("delta", "dense")}
     dsts = {m: {r: {p.name: torch.zeros(p.shape, dtype=torch.bfloat16) for p in dst.parameters(r)}
                 for r in INFER} for m in ("delta", "dense")}
-    total = sum(master[n].numel() for n in names)
-    bf16 = {n: master[n].detach().bfloat16() for n in names}
     rows = []
-    for step in range(a.steps + 1):
-        changed, worst = 0, (0.0, "")
-        if step > 0:  # one optimizer step on the bf16 weights' loss, fp32 masters
-            w = {n: master[n] for n in names}
-            loss = loss_fn({n: (w[n] + (bf16[n].float() - w[n]).detach()) for n in names},
-                           tokens, cfg, a.layers, hd)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            new = {n: master[n].detach().bfloat16() for n in names}
-            for n in names:
-                c = int((new[n].view(torch.int16) != bf16[n].view(torch.int16)).sum())
-                changed += c
-                if c / new[n].numel() > worst[0]:
-                    worst = (c / new[n].numel(), n)
-            bf16 = new
+    for step, bf16, changed, worst in steps(a, cfg):
         wire = {}
         for m in ("delta", "dense"):
             def rank_fn(comm, m=m):
                 r = comm.rank
-                s = {}
-                if r in TRAIN:
-                    for n in names:
-                        t = bf16[n]
-                        s[n] = torch.chunk(t, 2, 0)[r].contiguous() if t.dim() > 1 else t
+                s = source_shards(bf16, r) if r in TRAIN else {}
                 st = plans[m][r].execute(comm, src=s, dst=dsts[m].get(r, {}))
                 return st["bytes_sent_network"] + st["bytes_sent_nvlink"]
             wire[m] = sum(reshard.run_threads(WORLD, rank_fn))
             for r in INFER:  # every destination element against the step's weights
-                for n in names:
-                    want = bf16[n] if bf16[n].dim() == 1 else torch.chunk(bf16[n], 2, 1)[r - 2]
-                    got = dsts[m][r][n].view(torch.int16)
-                    if not torch.equal(got, want.contiguous().view(torch.int16)):
-                        raise SystemExit("delta_adamw: %s refit of step %d: %s on rank %d differs"
-                                         % (m, step, n, r))
+                if wrong_elements(bf16, r, dsts[m][r]):
+                    raise SystemExit("delta_adamw: %s refit of step %d differs on rank %d"
+                                     % (m, step, r))
         info = [plans["delta"][r].delta_info() for r in TRAIN]
         kinds = [sum(i["chunks"][k] for i in info) for k in range(4)]
         rows.append({"step": step, "changed_fraction": changed / total if step else 1.0,
@@ -169,7 +189,7 @@ def main():
     if a.json:
         print(json.dumps({"lr": a.lr, "beta2": a.beta2, "layers": a.layers, "elements": total,
                           "steps": rows}, indent=2))
-        return
+        return 0
     print("delta_adamw: qwen3-0.6b widths, %d layers, vocab %d, %d bf16 elements; AdamW lr %g, "
           "beta2 %g; train Shard(0) over 2 ranks -> infer Shard(1) over 2 ranks, every element "
           "checked" % (a.layers, a.vocab, total, a.lr, a.beta2))
@@ -183,7 +203,99 @@ def main():
             "/".join(map(str, r["chunks_dense_bitmap_runs_gaps"]))))
     print("  step 0: the first refit (dense: no version held); every refit committed: %s"
           % all(r["state"] == "committed" for r in rows))
+    return 0
+
+
+def run_mpi(a, cfg):
+    """The four ranks as MPI processes (mpirun -np 4, or bench/cluster/refit.sh --job 4):
+    each computes the same steps (one torch thread: bit-identical everywhere), then the
+    delta plan, the dense plan and the gather+broadcast baseline refit each step in
+    turn, timed between barriers (the slowest rank), every destination element checked."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    if world.size != WORLD:
+        raise SystemExit("delta_adamw --mpi: needs %d ranks (mpirun -np %d), got %d"
+                         % (WORLD, WORLD, world.size))
+    torch.set_num_threads(1)
+    me = world.rank
+    comm = reshard.from_mpi(world)
+    src, dst, names, total = layouts(cfg, a)
+    methods = ("delta", "dense", "baseline")
+    run = {m: reshard.Plan(src, dst, rank=me, world=WORLD, staging_mb=16,
+                           domain_size=a.domain_size, delta=(m == "delta"), timeout_s=120)
+           for m in ("delta", "dense")}
+    run["baseline"] = reshard.Baseline(src, dst, comm, staging_mb=16, timeout_s=120)
+    mine = {m: {p.name: torch.zeros(p.shape, dtype=torch.bfloat16) for p in dst.parameters(me)}
+            for m in methods}
+    rows = []
+    for step, bf16, changed, worst in steps(a, cfg):
+        s = source_shards(bf16, me) if me in TRAIN else {}
+        row = {"step": step, "changed_fraction": changed / total if step else 1.0,
+               "worst_tensor": worst[1], "worst_fraction": worst[0]}
+        for m in methods:
+            world.Barrier()
+            t0 = time.perf_counter()
+            if m == "baseline":
+                st = run[m].execute(src=s, dst=mine[m])
+            else:
+                st = run[m].execute(comm, src=s, dst=mine[m])
+            dt = time.perf_counter() - t0
+            bad = wrong_elements(bf16, me, mine[m]) if me in INFER else 0
+            row[m + "_s"] = world.allreduce(dt, op=MPI.MAX)
+            row[m + "_network_bytes"] = world.allreduce(st["bytes_sent_network"], op=MPI.SUM)
+            row[m + "_wrong"] = world.allreduce(bad, op=MPI.SUM)
+        rows.append(row)
+    info = run["delta"].delta_info()
+    committed = world.allreduce(int(info["state"] == "committed" or me in TRAIN), op=MPI.SUM)
+    comm.close()
+    if me != 0:
+        return 0
+    ok = committed == WORLD and all(r[m + "_wrong"] == 0 for r in rows for m in methods)
+    if a.json:
+        print(json.dumps({"lr": a.lr, "beta2": a.beta2, "layers": a.layers, "elements": total,
+                          "domain_size": a.domain_size, "verified": ok, "steps": rows},
+                         indent=2))
+        return 0 if ok else 1
+    print("delta_adamw --mpi: qwen3-0.6b widths, %d layers, vocab %d, %d bf16 elements (%.1f MB); "
+          "AdamW lr %g, beta2 %g; train Shard(0) on ranks 0-1 -> infer Shard(1) on ranks 2-3, "
+          "domains of %d; every element of every method checked"
+          % (a.layers, a.vocab, total, 2e-6 * total, a.lr, a.beta2, a.domain_size))
+    print("  %4s %9s %9s %9s %9s %9s %9s %9s %8s %8s" % (
+        "step", "changed", "delta s", "dense s", "base s", "delta MB", "dense MB", "base MB",
+        "dn/dl t", "dn/dl B"))
+    for r in rows:
+        print("  %4d %9.5f %9.3f %9.3f %9.3f %9.2f %9.2f %9.2f %7.2fx %7.2fx" % (
+            r["step"], r["changed_fraction"], r["delta_s"], r["dense_s"], r["baseline_s"],
+            r["delta_network_bytes"] / 1e6, r["dense_network_bytes"] / 1e6,
+            r["baseline_network_bytes"] / 1e6, r["dense_s"] / r["delta_s"],
+            r["dense_network_bytes"] / max(r["delta_network_bytes"], 1)))
+    print("  network bytes: sent across domains (the baseline: everything it sent); step 0 is "
+          "the first refit (delta: dense by rule)")
+    print("  OK: every element of every refit verified, every version committed" if ok else
+          "  FAILED: a refit did not verify or commit")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--beta2", type=float, default=0.999)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--mpi", action="store_true",
+                    help="ranks are MPI processes (mpirun -np 4): times beside bytes, and the "
+                         "gather+broadcast baseline")
+    ap.add_argument("--domain-size", type=int, default=1,
+                    help="with --mpi: ranks per NVLink domain (2 on bench/cluster/refit.sh)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    with open(os.path.join(root, "data", "models", "qwen3-0.6b.json")) as f:
+        cfg = json.load(f)
+    return run_mpi(a, cfg) if a.mpi else run_threads(a, cfg)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,6 +9,10 @@
 #   --json           one JSON object instead of the table
 #   --build DIR      the build holding the reshard binary (default build; a
 #                    relative path is taken from the repository root)
+#   --job N          run N ranks of the command after -- instead of reshard run
+#                    (an MPI program, e.g. /usr/bin/python3 bench/delta_adamw.py
+#                    --mpi --domain-size 2): its output is printed as it is, its
+#                    exit status is the script's; no plan, prediction or table
 #
 # Builds, as root, one network namespace per NVLink domain (rank r lives in
 # domain r / K, as the planner assumes) and one "switch" namespace holding a
@@ -53,6 +57,7 @@ nic_mbit=800
 domain_size=2
 json=0
 build=build
+job_world=
 run_args=()
 
 usage() {
@@ -75,6 +80,7 @@ while [ $# -gt 0 ]; do
   --domain-size) [ $# -ge 2 ] || bad "--domain-size needs a value"; domain_size=$2; shift 2 ;;
   --build) [ $# -ge 2 ] || bad "--build needs a value"; build=$2; shift 2 ;;
   --json) json=1; shift ;;
+  --job) [ $# -ge 2 ] || bad "--job needs a rank count"; job_world=$2; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   --) shift; run_args=("$@"); break ;;
   *) bad "unknown option '$1'" ;;
@@ -83,12 +89,17 @@ done
 [[ $nic_mbit =~ ^[0-9]+$ ]] && [ "$nic_mbit" -ge 1 ] || bad "--nic-mbit: '$nic_mbit' is not a positive integer (Mbit/s)"
 [[ $domain_size =~ ^[0-9]+$ ]] && [ "$domain_size" -ge 1 ] || bad "--domain-size: '$domain_size' is not a positive integer"
 [ ${#run_args[@]} -gt 0 ] || bad "give the reshard run arguments after --, e.g. -- --model qwen3-0.6b --train tp=2 --infer tp=4"
+[ -z "$job_world" ] || { [[ $job_world =~ ^[0-9]+$ ]] && [ "$job_world" -ge 1 ]; } ||
+  bad "--job: '$job_world' is not a positive rank count"
+[ -z "$job_world" ] || [ $json = 0 ] || bad "--json is for reshard run jobs; give the job its own"
 
 # The arguments `reshard plan` and `reshard sim` share with `reshard run`; those
 # the script sets itself are refused.
 plan_args=() # reshard plan's (and reshard sim's, but for --relay-mb)
 sim_args=()
-for ((i = 0; i < ${#run_args[@]}; i++)); do
+n_args=${#run_args[@]}
+[ -z "$job_world" ] || n_args=0 # a job's arguments are its own
+for ((i = 0; i < n_args; i++)); do
   a=${run_args[i]}
   case $a in
   --domain-size | --system | --json | --baseline | --raw | --transport | --domain-size=* | --system=* | --transport=*)
@@ -174,12 +185,19 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-say "planning (reshard plan --domain-size $domain_size)"
-"$reshard" plan "${plan_args[@]}" --domain-size "$domain_size" --json >"$tmp/plan.json" ||
-  die "reshard plan refused the configuration (message above)"
-train_world=$(jget "$tmp/plan.json" train_world)
-infer_world=$(jget "$tmp/plan.json" infer_world)
-world=$((train_world + infer_world))
+if [ -n "$job_world" ]; then # a job of its own: N ranks, no plan
+  world=$job_world
+  train_world=$(((world + 1) / 2 / domain_size * domain_size))
+  [ "$train_world" -ge "$domain_size" ] || train_world=$domain_size
+  infer_world=$((world - train_world))
+else
+  say "planning (reshard plan --domain-size $domain_size)"
+  "$reshard" plan "${plan_args[@]}" --domain-size "$domain_size" --json >"$tmp/plan.json" ||
+    die "reshard plan refused the configuration (message above)"
+  train_world=$(jget "$tmp/plan.json" train_world)
+  infer_world=$(jget "$tmp/plan.json" infer_world)
+  world=$((train_world + infer_world))
+fi
 [ "$world" -le 64 ] || die "$world ranks: more than this emulation is meant for (64)"
 [ $((train_world % domain_size)) = 0 ] ||
   die "the training world ($train_world ranks) is not a whole number of domains of $domain_size; the emulated cluster gives each side whole domains"
@@ -252,11 +270,18 @@ nic_before=$(nic_counters)
 contexts=()
 for ((r = 0; r < world; r++)); do
   [ $r = 0 ] || contexts+=(:)
-  contexts+=(-np 1 ip netns exec "$PREFIX-d$((r / domain_size))"
-    env OMPI_MCA_btl_tcp_if_include="nic$r" "$reshard" run "${run_args[@]}"
-    --domain-size "$domain_size" "${methods[@]}" --json)
+  contexts+=(-np 1 ip netns exec "$PREFIX-d$((r / domain_size))" env OMPI_MCA_btl_tcp_if_include="nic$r")
+  if [ -n "$job_world" ]; then
+    contexts+=(env RESHARD_LIBRARY="$(dirname "$reshard")/libreshard.so" PYTHONPATH="$PWD/python" "${run_args[@]}")
+  else
+    contexts+=("$reshard" run "${run_args[@]}" --domain-size "$domain_size" "${methods[@]}" --json)
+  fi
 done
-say "running $world ranks (train $train_world, infer $infer_world): reshard, ${methods[*]}"
+if [ -n "$job_world" ]; then
+  say "running $world ranks of: ${run_args[*]}"
+else
+  say "running $world ranks (train $train_world, infer $infer_world): reshard, ${methods[*]}"
+fi
 set +e
 ip netns exec $SW env PMIX_MCA_ptl_tcp_if_include=br0 OMPI_MCA_rmaps_base_oversubscribe=1 \
   OMPI_MCA_mpi_yield_when_idle=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -268,6 +293,12 @@ run_rc=$?
 mpirun_pid=
 set -e
 nic_bytes=$(($(nic_counters) - nic_before))
+if [ -n "$job_world" ]; then # the job's own output and status
+  cat "$tmp/run.json"
+  [ $run_rc = 0 ] || { cat "$tmp/run.err" >&2; die "the job failed (mpirun exit status $run_rc)"; }
+  say "bytes through the NICs' queues (tc): $((nic_bytes / 1000000)) MB"
+  exit 0
+fi
 if [ $run_rc != 0 ] || ! $py -c 'import json,sys; json.load(open(sys.argv[1]))' "$tmp/run.json" 2>/dev/null; then
   cat "$tmp/run.err" >&2
   die "the refit job failed (mpirun exit status $run_rc)"

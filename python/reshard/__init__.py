@@ -13,6 +13,7 @@ arrays to them by parameter name, without copies.
 """
 
 from ._lib import path as library_path
+from .baseline import Baseline
 from .comm import (Comm, InprocGroup, exchange_unique_id, from_cuda_ipc, from_mpi, from_nccl,
                    from_nccl_store, nccl_available, nccl_unique_id, run_threads)
 from .dtypes import DType, to_dtype, torch_dtype
@@ -35,7 +36,7 @@ Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
-__all__ = ["ALL_RANKS", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+__all__ = ["ALL_RANKS", "Baseline", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "placement_from_mpi", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "alloc_shared", "exchange_unique_id",
            "fill_pattern", "from_cuda_ipc", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",

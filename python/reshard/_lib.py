@@ -237,6 +237,11 @@ _SIGNATURES = {
     "reshard_free_shared": (st, [c_vp]),
     "reshard_comm_create_mpi": (st, None),
     "reshard_mpi_placement": (st, None),
+    "reshard_baseline_create_mpi": (st, [c_vp, c_vp, P(ctypes.c_int32), P(PlanParams), c_vp,
+                                         P(c_vp)]),
+    "reshard_baseline_execute": (st, [c_vp, P(Buffer), c_i32, P(Buffer), c_i32, P(ExecStats)]),
+    "reshard_baseline_bytes_moved": (c_u64, [c_vp]),
+    "reshard_baseline_destroy": (None, [c_vp]),
     # NCCL part (RESHARD_HAVE_NCCL)
     "reshard_nccl_device_count": (st, [P(ctypes.c_int)]),
     "reshard_nccl_unique_id_size": (ctypes.c_size_t, []),
