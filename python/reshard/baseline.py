@@ -70,7 +70,7 @@ class Baseline:
         if problems:
             raise_problems(problems)
         st = _lib.ExecStats()
-        h = comm._enter()
+        comm._enter()  # busy: the baseline runs on the comm it was made with
         try:
             status = _lib.lib.reshard_baseline_execute(self._h, s_arr, n_src, d_arr, n_dst,
                                                        ctypes.byref(st))
