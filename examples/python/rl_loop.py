@@ -6,6 +6,7 @@ the workers hold is checked after every step.
     /usr/bin/python3 examples/python/rl_loop.py            # qwen3-0.6b, 1 layer, 4 processes
     /usr/bin/python3 examples/python/rl_loop.py --model qwen3-0.6b --layers 2 \
         --train tp=2 --infer tp=1,dp=2 --steps 3
+    /usr/bin/python3 examples/python/rl_loop.py --delta --lr 1e-6   # delta refits
 
 This process starts train world + infer world processes of itself (--role), which
 meet in one torch.distributed gloo group over a FileStore. Trainer rank r holds what
@@ -20,8 +21,11 @@ through WorkerCore (the engine-independent body of the vLLM backend), driven ove
 the control-plane stand-in (control_plane.py) as vLLM's worker is. After each step
 it compares every element, padding rows included, with the oracle: the HF-level
 weights through the same AdamW steps (elementwise, so a slice steps as the whole
-tensor does), laid out by vLLM's rules. Exit status 0 only when every element of
-every step matched."""
+tensor does), laid out by vLLM's rules, and that WorkerCore.weights_state() says
+the weights are committed at that step. With --delta each refit after the first
+sends only the words that changed (docs/delta.md); the step lines add the bytes the
+trainers put on the wire beside what a dense refit sends. Exit status 0 only when
+every element of every step matched."""
 
 from __future__ import annotations
 
@@ -51,6 +55,10 @@ ADAMW = {"lr": 1e-3, "betas": (0.9, 0.95), "weight_decay": 0.01, "foreach": Fals
 OWN_LINE = re.compile(r"^(train|infer) rank \d+: ")
 
 
+def adamw(args: Any) -> Dict[str, Any]:
+    return dict(ADAMW, lr=args.lr)
+
+
 def adamw_step(params: List[Any], opt: Any) -> None:
     """One step of ``opt`` on the gradient of sum(0.25 m^2 + 0.25 m): 0.5 m + 0.25."""
     for m in params:
@@ -62,9 +70,10 @@ class SteppedWeights:
     """The oracle: conventions.Weights after ``steps`` AdamW steps; rows(name, a, b)
     steps only those rows (each piece its own fp32 master and optimizer)."""
 
-    def __init__(self, base: Any) -> None:
+    def __init__(self, base: Any, opt_args: Dict[str, Any]) -> None:
         import torch
         self.torch, self.base, self.cfg, self.shapes = torch, base, base.cfg, base.shapes
+        self.opt_args = opt_args
         self.steps = 0
         self.pieces: Dict[Tuple[str, int, int], Tuple[Any, Any]] = {}
 
@@ -73,7 +82,7 @@ class SteppedWeights:
         key = (name, a, b)
         if key not in self.pieces:
             m = self.torch.nn.Parameter(self.base.rows(name, a, b).float())
-            opt = self.torch.optim.AdamW([m], **ADAMW)
+            opt = self.torch.optim.AdamW([m], **self.opt_args)
             for _ in range(self.steps):
                 adamw_step([m], opt)
             self.pieces[key] = (m, opt)
@@ -100,7 +109,7 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
     state = conventions.megatron_state_dict(w, args.train, rank)
     masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
-    opt = torch.optim.AdamW(list(masters.values()), **ADAMW)
+    opt = torch.optim.AdamW(list(masters.values()), **adamw(args))
     gpt = module_of({n: t.clone() for n, t in state.items()})
     model = Wrapped(Wrapped(gpt))  # DDP(Float16Module(GPTModel)): names "module.module."
     s = sizes(args.train, args.infer)
@@ -110,7 +119,7 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
         clients = [StoreClient(ctrl, e, s.tp * s.dp, args.timeout * 2) for e in range(s.engines)]
     info = ReshardTrainerInitInfo(model=args.model, train=args.train, infer=args.infer,
                                   layers=args.layers, store_path=os.path.join(args.dir, "refit"),
-                                  timeout_s=args.timeout, rank=rank)
+                                  timeout_s=args.timeout, rank=rank, delta=args.delta)
     t0 = time.perf_counter()
     engine = ReshardTrainer.trainer_init(info, client=clients, source=model)
     init_s = time.perf_counter() - t0
@@ -127,7 +136,8 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
             os._exit(9)
         engine.send_weights()
         t2 = time.perf_counter()
-        steps.append((t1 - t0, t2 - t1))
+        d = engine.plan.delta_info() if args.delta else {"wire_bytes": 0, "stream_bytes": 0}
+        steps.append((t1 - t0, t2 - t1, d["wire_bytes"], d["stream_bytes"]))
         ctrl.wait(["checked/%d/%d" % (k + 1, i) for i in range(s.world - s.train_world)],
                   datetime.timedelta(seconds=args.timeout * 8))  # untimed: the workers' check
     if rank == 0:
@@ -162,7 +172,7 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
     if args.fault == "rank" and i == 0:
         pc.data_parallel_index, pc.rank = (1, 0) if s.tp == 1 else (0, 1)
     core = WorkerCore(model, pc, "cpu")
-    oracle = SteppedWeights(w)
+    oracle = SteppedWeights(w, adamw(args))
     report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0}
 
     def check() -> None:  # after the reply to finish_weight_update, outside the refit's time
@@ -177,6 +187,11 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
                       % (i, oracle.steps, n, bad, e.numel()), file=sys.stderr)
             report["wrong"] += bad
             report["checked"] += e.numel()
+        state = core.weights_state()  # the engine may generate: committed at this step
+        if state["state"] != "committed" or state["version"] != oracle.steps:
+            print("infer rank %d step %d: weights_state %s, expected committed at %d"
+                  % (i, oracle.steps, state, oracle.steps), file=sys.stderr)
+            report["wrong"] += 1
         report["steps"] += 1
         ctrl.set("checked/%d/%d" % (oracle.steps, i), "1")
 
@@ -259,8 +274,12 @@ def summarize(args: Any, s: Any, reports: List[Dict[str, Any]], errors: List[str
         for k in range(min(len(r["steps"]) for r in trainers)):
             opt = max(r["steps"][k][0] for r in trainers)
             refit = max(r["steps"][k][1] for r in trainers)
-            print("step %d: AdamW %.3f s, refit %.3f s: refit %.0f%% of the step"
-                  % (k + 1, opt, refit, 100.0 * refit / (opt + refit)))
+            wire = sum(r["steps"][k][2] for r in trainers)
+            dense = sum(r["steps"][k][3] for r in trainers)
+            print("step %d: AdamW %.3f s, refit %.3f s: refit %.0f%% of the step%s"
+                  % (k + 1, opt, refit, 100.0 * refit / (opt + refit),
+                     ", delta %.2f of %.2f MB on the wire (%.1f%%)"
+                     % (wire / 1e6, dense / 1e6, 100.0 * wire / dense) if dense else ""))
     ok = not errors and len(workers) == s.world - s.train_world and checked > 0 and \
         wrong == 0 and all(r["steps"] == args.steps for r in workers)
     n_infer = s.world - s.train_world
@@ -277,6 +296,8 @@ def main() -> int:
     ap.add_argument("--train", default="tp=2", help="Megatron spec")
     ap.add_argument("--infer", default="tp=2", help="vLLM spec")
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps, each then refit")
+    ap.add_argument("--delta", action="store_true", help="delta refits (docs/delta.md)")
+    ap.add_argument("--lr", type=float, default=ADAMW["lr"], help="AdamW learning rate")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds any wait may take")
     ap.add_argument("--fault", choices=["reshape", "dtype", "missing", "extra", "rank"],
                     help="break inference rank 0's model: every rank must refuse at init")

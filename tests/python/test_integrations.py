@@ -69,10 +69,12 @@ def run_example(args, timeout=240):
 
 
 def test_rl_loop_processes(tmp_path):
-    """4 processes: Megatron pp=2 -> vLLM tp=1 dp=2, two AdamW steps each refit."""
+    """4 processes: Megatron pp=2 -> vLLM tp=1 dp=2, two AdamW steps each refit, delta
+    refits (the first one dense); every element and weights_state() checked by the
+    workers, the wire bytes reported."""
     p, _ = run_example(["--model", write(tmp_path, "tiny", TINY), "--layers", "2",
                         "--train", "pp=2", "--infer", "tp=1,dp=2", "--steps", "2",
-                        "--timeout", "20"])
+                        "--timeout", "20", "--delta"])
     assert p.returncode == 0, p.stdout + p.stderr
     last = p.stdout.strip().splitlines()[-1]
     n = 2 * sum(t.numel() for i in range(2) for t in conventions.vllm_state_dict(
@@ -81,6 +83,8 @@ def test_rl_loop_processes(tmp_path):
     assert last == ("2 of 2 inference rank(s) reported: %d elements checked over 2 step(s), "
                     "0 wrong: OK" % n), p.stdout
     assert "refit" in p.stdout and "% of the step" in p.stdout
+    steps = [x for x in p.stdout.splitlines() if x.startswith("step ")]
+    assert len(steps) == 2 and all(" MB on the wire (" in x for x in steps), p.stdout
 
 
 @pytest.mark.parametrize("victim", [0, 1, 3])
@@ -716,3 +720,104 @@ def test_trainer_rank_checked_against_megatron_parallel_state(tmp_path, monkeypa
     assert refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers,
                          trainer_cls=Right, timeout_s=3) == {}
     assert_all(models, expect)
+
+
+# ---- delta refits through the integrations --------------------------------------------
+
+def flip(t, k):
+    """Step k's sparse update, elementwise on the bf16 bits (so the Megatron shards
+    and the HF-level oracle change alike, whatever the layout): the low mantissa bit
+    of every element whose bits hash to k mod 64 (about 1 in 64) flips."""
+    b = t.view(torch.int16)
+    h = ((b.to(torch.int32) & 0xFFFF) * 40503 >> 9) & 63
+    b[h == k % 64] ^= 1
+
+
+class FlippedWeights:
+    """conventions.Weights after the updates flip(., 1) .. flip(., steps)."""
+
+    def __init__(self, base, steps):
+        self.base, self.cfg, self.shapes, self.steps = base, base.cfg, base.shapes, steps
+
+    def rows(self, name, a=0, b=None):
+        t = self.base.rows(name, a, b).clone()
+        for k in range(1, self.steps + 1):
+            flip(t, k)
+        return t
+
+    def __getitem__(self, name):
+        return self.rows(name)
+
+
+def test_delta_refits_commit_and_an_invalidated_worker_is_rewritten(tmp_path):
+    """delta=True through ReshardTrainer and WorkerCore (Megatron tp=2 -> vLLM tp=1
+    dp=2): before each refit the trainers change about 1/64 of their bf16 words. After
+    every refit every element each worker holds (padding rows included) equals the
+    oracle (the HF-level weights through the same updates, laid out by vLLM's rules)
+    and weights_state() says committed at that version; refits 2 and 3 put fewer than
+    a tenth of the dense bytes on the wire. Then worker 0's weights are overwritten
+    behind reshard's back and invalidate_weights() told: refit 4 rewrites all of its
+    elements (its streams dense), worker 1 still gets a delta."""
+    path, sources, expect, models = dense_case(tmp_path, "tp=2", "tp=1,dp=2")
+    workers = [WorkerCore(m, parallel("tp=1,dp=2", i)) for i, m in enumerate(models)]
+    base = conventions.Weights(conventions.load_config(path))
+    seen = []  # (step, worker, wrong elements, weights_state) and (step, "wire", ...)
+    wire = {}
+
+    class UpdateThenSend(ReshardTrainer):
+        def send_weights(self):
+            k = self.version + 1
+            with torch.no_grad():
+                for t in self.source.named()[0].values():
+                    flip(t.data, k)
+            if self.rank == 0 and k == 4:  # worker 0's engine reloads its weights
+                for t in dict(models[0].named_parameters()).values():
+                    t.data.view(torch.uint8).fill_(SENT)  # padding rows hold it already
+                workers[0].invalidate_weights()
+            super().send_weights()
+            d = self.plan.delta_info()
+            wire[(k, self.rank)] = (d["wire_bytes"], d["stream_bytes"], d["dense_streams"])
+            if self.rank == 0:  # update_weights has returned on every worker
+                oracle = FlippedWeights(base, k)
+                for i, m in enumerate(models):
+                    want = conventions.vllm_state_dict(oracle, "tp=1,dp=2", i, SENT)
+                    live = dict(m.named_parameters())
+                    bad = sum(conventions.mismatches(live[n].detach(), x)
+                              for n, x in want.items())
+                    seen.append((k, i, bad, workers[i].weights_state()))
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=1,dp=2", sources, workers, steps=4,
+                           trainer_cls=UpdateThenSend, delta=True)
+    assert errors == {}
+    assert [(k, i, bad) for k, i, bad, _ in seen] == \
+        [(k, i, 0) for k in (1, 2, 3, 4) for i in (0, 1)], seen
+    for k, i, _, st in seen:
+        assert (st["state"], st["version"], st["delta"]["state"]) == \
+            ("committed", k, "committed"), (k, i, st)
+    for k in (2, 3):
+        sent = sum(wire[(k, r)][0] for r in (0, 1))
+        dense = sum(wire[(k, r)][1] for r in (0, 1))
+        assert 0 < sent < dense / 10, (k, sent, dense)
+        assert all(wire[(k, r)][2] == 0 for r in (0, 1)), wire
+    # refit 4: each trainer rank streams to both workers; those to worker 0 went dense
+    assert all(wire[(4, r)][2] == 1 for r in (0, 1)), wire
+    assert sum(wire[(4, r)][0] for r in (0, 1)) > sum(wire[(4, r)][1] for r in (0, 1)) / 2
+
+
+def test_delta_info_fields_are_agreed_at_init(tmp_path):
+    """A worker told delta=True while the trainers are not: init fails on every rank,
+    naming the field (the init agreement compares ReshardInitInfo.record())."""
+    path, sources, expect, models = dense_case(tmp_path)
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    orig = workers[1].init_transfer_engine
+
+    def with_delta(info):
+        info.delta = True
+        orig(info)
+    workers[1].init_transfer_engine = with_delta
+    errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers, timeout_s=5)
+    assert sorted(errors) == [0, 1, 2, 3], errors
+    for e in errors.values():
+        assert "delta" in str(e), repr(e)
+    for m in models:  # nothing written
+        for t in m.parameters():
+            assert bool((t.detach().view(torch.uint8) == SENT).all())

@@ -47,7 +47,13 @@ class ReshardInitInfo:
                   tensors (gloo: process_vm_readv, or mapped reshard.alloc_shared
                   memory; cuda-ipc: CUDA IPC); the others cross as messages
     hosts, devices  with colocated, per refit rank (trainer ranks first, then the
-                  engines'): host id and GPU index (None: one host; no devices)"""
+                  engines'): host id and GPU index (None: one host; no devices)
+    delta         delta refits (docs/delta.md): each refit sends only the words that
+                  changed since the version the worker holds (the first refit, and the
+                  next one after a failed or invalidated one, whole); gloo only
+    delta_checksum  with delta: each chunk carries the sender's XXH3 hash of its new
+                  bytes, compared after apply (a weight changed behind reshard's back
+                  fails the refit on every rank, naming it; the next one is whole)"""
 
     model: str
     train: str
@@ -67,6 +73,8 @@ class ReshardInitInfo:
     colocated: bool = False
     hosts: Optional[List[int]] = None
     devices: Optional[List[int]] = None
+    delta: bool = False
+    delta_checksum: bool = False
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init)."""
@@ -74,7 +82,8 @@ class ReshardInitInfo:
                 "layers": self.layers, "domain_size": self.domain_size,
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
                 "colocated": bool(self.colocated), "hosts": self.hosts,
-                "devices": self.devices}
+                "devices": self.devices, "delta": bool(self.delta),
+                "delta_checksum": bool(self.delta_checksum)}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -111,9 +120,13 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
     elif info.transport == "cuda-ipc":
         raise error(Status.CONFIG, "rank %d: transport \"cuda-ipc\" moves colocated reads "
                     "only: set colocated=True" % rank)
+    if info.delta_checksum and not info.delta:
+        raise error(Status.CONFIG, "rank %d: delta_checksum checks delta refits: set "
+                    "delta=True" % rank)
     plan = Plan(refit.train, refit.infer, rank=rank, world=world,
                 domain_size=info.domain_size or None, staging_mb=info.staging_mb,
-                timeout_s=info.timeout_s, **where)
+                timeout_s=info.timeout_s, delta=bool(info.delta),
+                checksum=bool(info.delta_checksum), **where)
     plan.refit = refit
     return refit, plan
 
@@ -139,7 +152,9 @@ class WorkerCore:
         self.comm = None
         self.plan: Optional[Plan] = None
         self.bound: Optional[Bound] = None
-        self.version = 0
+        self.version = 0  # the last refit that landed on every rank
+        self.attempted = 0  # the last refit round this worker took part in
+        self.torn = False  # a refit failed after it may have written the weights
         self.last_refit_s = 0.0
 
     # vLLM's dict -> dataclass entry points
@@ -189,22 +204,62 @@ class WorkerCore:
 
     def receive_weights(self, update: ReshardUpdateInfo) -> None:
         """One refit into the model (collective with every rank of the refit), then the
-        post-load rules. Raises ReshardError (TIMEOUT naming a dead or stalled peer,
-        within about twice timeout_s; INVALID_ARG before init or for a version that is
-        not the next)."""
+        post-load rules. Versions increase: a round the worker never saw (the trainer
+        could not start it) is skipped, a repeated or older one is refused. Raises
+        ReshardError (TIMEOUT naming a dead or stalled peer, within about twice
+        timeout_s; INVALID_ARG before init or for a version that does not increase);
+        after a failure weights_state() says whether the weights are torn."""
         if getattr(self, "_shut", False):
             raise error(Status.INVALID_ARG, "infer rank %d: receive_weights after shutdown() "
                         "(the communicator is closed)" % self.rank)
         if self.plan is None or self.comm is None:
             raise error(Status.INVALID_ARG, "receive_weights before init_transfer_engine")
-        if update.version != self.version + 1:
-            raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, expected %d"
-                        % (self.rank, update.version, self.version + 1))
+        if update.version <= self.attempted:
+            raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, after refit %d "
+                        "(versions increase; a repeated or older round is refused)"
+                        % (self.rank, update.version, self.attempted))
+        self.attempted = update.version
         t0 = time.perf_counter()
+        # torn until the refit and the post-load rules have run; a delta plan knows
+        # itself whether a failed execute wrote anything
+        self.torn = not self.info.delta
         self.plan.execute(self.comm, src=None, dst=self.bound.current(*live_tensors(self.model)))
+        self.torn = True
         apply_post_load(self.bound)
+        self.torn = False
         self.last_refit_s = time.perf_counter() - t0
         self.version = update.version
+
+    def weights_state(self) -> Dict[str, Any]:
+        """Whether the engine may generate with its weights: ``state`` "none" (no refit
+        landed yet), "committed" (they are refit ``version``, the last that landed on
+        every rank) or "torn" (a refit failed part way: some elements may be new and
+        some old; do not resume generation; the next refit that succeeds rewrites every
+        one). ``version`` counts ReshardUpdateInfo rounds; ``attempted`` is the last
+        round received. A delta plan adds ``delta`` (Plan.delta_info(): the plan's own
+        version and state, wire and changed bytes of the last refit); its state is the
+        plan's: a refit that failed before writing anything leaves the weights
+        committed. Local, any time after init_transfer_engine."""
+        out: Dict[str, Any] = {"version": self.version, "attempted": self.attempted}
+        delta = self.plan.delta_info() if self.plan is not None and self.info.delta else None
+        if self.torn:  # a dense refit or the post-load rules failed
+            out["state"] = "torn"
+        elif delta is not None:
+            out["state"] = delta["state"]
+        else:
+            out["state"] = "committed" if self.version else "none"
+        if delta is not None:
+            out["delta"] = delta
+        return out
+
+    def invalidate_weights(self) -> None:
+        """The engine's weights no longer hold the last refit: it reloaded, quantized or
+        post-processed them in place, or freed and reallocated them (vLLM's sleep level 2
+        and wake_up map new memory at the same addresses). With delta the next refit
+        sends this worker every parameter whole (Plan.delta_invalidate); without it every
+        refit does anyway. Local, between refits."""
+        if self.plan is not None and self.info.delta:
+            self.plan.delta_invalidate()
 
     def update_weights(self, update: Dict[str, Any]) -> None:
         """vLLM's per-round entry point: parse, receive; with NCCL the device is
