@@ -323,9 +323,16 @@ class Handle:
     """Base of the classes that own a C handle (Tensors, Layout, Plan, Model, Refit,
     Comm, InprocGroup): a copy or an unpickled object would be a second owner of the
     same handle and free it twice, so copy.copy, copy.deepcopy and pickle raise
-    TypeError naming the class."""
+    TypeError naming the class. A subclass naming its C destroy function in
+    ``_destroy`` has its handle ``_h`` freed with it."""
 
     __slots__ = ()
+    _destroy = ""
+
+    def __del__(self):
+        if self._destroy and getattr(self, "_h", None):
+            getattr(lib, self._destroy)(self._h)
+            self._h = None
 
     def _no_copy(self, what):
         raise TypeError("reshard.%s cannot be %s: it owns a C handle, which a second object "

@@ -10,7 +10,7 @@ from .errors import Status, error
 from .layout import Layout
 
 
-class Baseline:
+class Baseline(_lib.Handle):
     """Gather each tensor to its root (the lowest source rank holding it), broadcast it
     to every destination rank in a pipelined chain, keep each rank's fragments
     (reshard_baseline_create_mpi documents the algorithm and its memory). Every rank
@@ -20,6 +20,8 @@ class Baseline:
     INVALID_ARG for a comm that is not MPI or a world size that differs from the
     comm's, UNCOVERED, STAGING (a view-dim-0 row larger than the bucket, naming the
     tensor)."""
+
+    _destroy = "reshard_baseline_destroy"
 
     def __init__(self, src, dst, comm, staging_mb=None, timeout_s=None):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
@@ -44,11 +46,6 @@ class Baseline:
                                                         comm._handle(), ctypes.byref(h)))
         self._h = h.value
 
-    def __del__(self):
-        if getattr(self, "_h", None):
-            _lib.lib.reshard_baseline_destroy(self._h)
-            self._h = None
-
     def bytes_moved(self):
         """Payload bytes one execution moves between distinct ranks, over all ranks."""
         return int(_lib.lib.reshard_baseline_bytes_moved(self._h))
@@ -69,14 +66,6 @@ class Baseline:
         problems += d_problems
         if problems:
             raise_problems(problems)
-        st = _lib.ExecStats()
-        comm._enter()  # busy: the baseline runs on the comm it was made with
-        try:
-            status = _lib.lib.reshard_baseline_execute(self._h, s_arr, n_src, d_arr, n_dst,
-                                                       ctypes.byref(st))
-        finally:
-            comm._leave()
-        keep = (s_views, d_views)  # the tensors stay referenced through the call
-        _lib.check(status)
-        del keep
-        return {k: getattr(st, k) for k, _ in _lib.ExecStats._fields_}
+        # busy: the baseline runs on the comm it was made with
+        return comm._execute(lambda _h, st: _lib.lib.reshard_baseline_execute(
+            self._h, s_arr, n_src, d_arr, n_dst, st), (s_views, d_views))

@@ -45,6 +45,21 @@ class Comm(_lib.Handle):
             self._calls -= 1
             self._idle.notify_all()
 
+    def _execute(self, call, views):
+        """One execution of the C library on this endpoint (Plan.execute,
+        Baseline.execute): ``call(handle, stats)`` returns its status; ``views`` (the
+        bound tensors) stay referenced through it. Returns the ExecStats as a dict;
+        ReshardError for a failed status."""
+        st = _lib.ExecStats()
+        h = self._enter()
+        try:
+            status = call(h, ctypes.byref(st))
+        finally:
+            self._leave()
+        del views
+        _lib.check(status)
+        return {k: getattr(st, k) for k, _ in _lib.ExecStats._fields_}
+
     @property
     def rank(self):
         """This endpoint's rank; ReshardError (INVALID_ARG) once closed."""

@@ -11,7 +11,6 @@ ALL_RANKS = _lib.ALL_RANKS
 DEFAULT_TIMEOUT_S = 60.0  # RESHARD_DEFAULT_TIMEOUT_S (reshard.h), the command line's too
 
 _STAT_KEYS = [f for f, _ in _lib.PlanStats._fields_]
-_EXEC_KEYS = [f for f, _ in _lib.ExecStats._fields_]
 
 
 def _placement(p, world, hosts, devices, colocated):
@@ -105,6 +104,8 @@ class Plan(_lib.Handle):
     domain_size outside [0, 2**31), staging_mb or relay_mb outside [0, 2**44) MiB.
     """
 
+    _destroy = "reshard_plan_destroy"
+
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
                  devices=None, colocated=False, delta=False, checksum=False):
@@ -156,11 +157,6 @@ class Plan(_lib.Handle):
             raise ReshardError(status, name, message)
         _lib.check(status)
         self._h = h.value
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            _lib.lib.reshard_plan_destroy(self._h)
-            self._h = None
 
     def stats(self):
         """Byte counters (reshard_plan_stats_t) as a dict: bytes_total, bytes_local,
@@ -258,17 +254,8 @@ class Plan(_lib.Handle):
         problems += d_problems
         if problems:
             self._fail(comm, problems)
-        st = _lib.ExecStats()
-        h = comm._enter()
-        try:
-            status = _lib.lib.reshard_plan_execute(self._h, h, s_arr, n_src, d_arr, n_dst,
-                                                   ctypes.byref(st))
-        finally:
-            comm._leave()
-        keep = (s_views, d_views)  # the tensors stay referenced through the call
-        _lib.check(status)
-        del keep
-        return {k: getattr(st, k) for k in _EXEC_KEYS}
+        return comm._execute(lambda h, st: _lib.lib.reshard_plan_execute(
+            self._h, h, s_arr, n_src, d_arr, n_dst, st), (s_views, d_views))
 
     def _fail(self, comm, problems, cause=None):
         """This rank cannot execute: tell the peers (reshard_plan_fail with BUFFER, so
