@@ -82,6 +82,123 @@ static void test_codec_roundtrip(void **state)
     }
 }
 
+/* The encoding as docs/delta.md "Chunk format" writes it, plainly, word by word: the
+ * oracle for the encoder's vectorized passes. Returns the encoded size. */
+static uint64_t ref_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t w,
+                           uint8_t *out)
+{
+    uint64_t n = len / w, c = 0, runs = 0, gaps = 0, last = 0;
+    bool *ch = calloc(n ? n : 1, sizeof *ch);
+    for (uint64_t i = 0; i < n; i++) {
+        ch[i] = memcmp(cur + i * w, prev + i * w, w) != 0;
+        if (!ch[i])
+            continue;
+        c++;
+        runs += i == 0 || !ch[i - 1];
+        uint64_t d = i - last, vb = 1;
+        while (d >= 0x80)
+            d >>= 7, vb++;
+        gaps += vb + w;
+        last = i + 1;
+    }
+    uint64_t size[4] = {len, (n + 7) / 8 + c * w, 8 * runs + c * w, gaps};
+    uint32_t kind = 0;
+    for (uint32_t k = 1; k < 4; k++)
+        if (size[k] < size[kind])
+            kind = k;
+    memset(out, 0, RS_DELTA_HEADER_BYTES);
+    out[0] = (uint8_t)kind;
+    out[1] = (uint8_t)w;
+    uint32_t count = kind == 2 ? (uint32_t)runs : kind == 3 ? (uint32_t)c : 0;
+    for (int b = 0; b < 4; b++)
+        out[4 + b] = (uint8_t)(count >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        out[8 + b] = (uint8_t)(size[kind] >> (8 * b));
+    uint8_t *o = out + RS_DELTA_HEADER_BYTES;
+    if (kind == 0)
+        memcpy(o, cur, len);
+    if (kind == 1) {
+        memset(o, 0, (n + 7) / 8);
+        uint8_t *v = o + (n + 7) / 8;
+        for (uint64_t i = 0; i < n; i++)
+            if (ch[i]) {
+                o[i / 8] |= (uint8_t)(1u << (i % 8));
+                memcpy(v, cur + i * w, w), v += w;
+            }
+    }
+    if (kind == 2) {
+        uint8_t *v = o + 8 * runs;
+        for (uint64_t i = 0; i < n; i++) {
+            if (!ch[i] || (i > 0 && ch[i - 1]))
+                continue;
+            uint64_t e = i;
+            while (e < n && ch[e])
+                e++;
+            uint32_t f[2] = {(uint32_t)i, (uint32_t)(e - i)};
+            for (int b = 0; b < 8; b++)
+                *o++ = (uint8_t)(f[b / 4] >> (8 * (b % 4)));
+            memcpy(v, cur + i * w, (e - i) * w), v += (e - i) * w;
+        }
+    }
+    if (kind == 3) {
+        last = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            if (!ch[i])
+                continue;
+            uint64_t d = i - last;
+            for (; d >= 0x80; d >>= 7)
+                *o++ = (uint8_t)(d | 0x80);
+            *o++ = (uint8_t)d;
+            memcpy(o, cur + i * w, w), o += w;
+            last = i + 1;
+        }
+    }
+    free(ch);
+    return RS_DELTA_HEADER_BYTES + size[kind];
+}
+
+/* The encoder's bytes equal ref_encode's for random chunks: every word size, lengths that
+ * are not whole 64-word blocks, changes scattered, in runs, at the first and last word. */
+static void test_codec_bytes_match_the_format(void **state)
+{
+    (void)state;
+    const uint32_t words[] = {1, 2, 4, 8};
+    const uint64_t lens[] = {8, 120, 1024, 1032, 4104, 65536};
+    const double fracs[] = {0.0, 0.002, 0.02, 0.15, 0.6, 1.0};
+    uint64_t s = 99;
+    for (int wi = 0; wi < 4; wi++)
+        for (int li = 0; li < 6; li++)
+            for (int fi = 0; fi < 6; fi++)
+                for (int shape = 0; shape < 2; shape++) {
+                    uint32_t w = words[wi];
+                    uint64_t len = lens[li] / w * w, n = len / w;
+                    uint8_t *prev = malloc(len), *cur = malloc(len), *snap = malloc(len);
+                    uint8_t *got = malloc(len + RS_DELTA_HEADER_BYTES);
+                    uint8_t *want = malloc(len + RS_DELTA_HEADER_BYTES);
+                    for (uint64_t i = 0; i < len; i++)
+                        prev[i] = (uint8_t)mix(&s);
+                    memcpy(cur, prev, len);
+                    for (uint64_t i = 0; i < n; i++) {
+                        bool hit = (double)(mix(&s) % 1000000) < fracs[fi] * 1e6;
+                        uint64_t span = shape ? 1 + mix(&s) % 9 : 1; /* runs of words */
+                        for (uint64_t k = i; hit && k < i + span && k < n; k++)
+                            cur[k * w + mix(&s) % w] ^= (uint8_t)(1 + mix(&s) % 255);
+                        i += shape && hit ? span : 0;
+                    }
+                    if (fi == 2) { /* the first and the last word */
+                        cur[0] ^= 1;
+                        cur[len - 1] ^= 0x80;
+                    }
+                    memcpy(snap, prev, len);
+                    uint64_t a = rs_delta_encode(cur, snap, len, w, got, NULL);
+                    uint64_t b = ref_encode(cur, prev, len, w, want);
+                    assert_int_equal(a, b);
+                    assert_memory_equal(got, want, a);
+                    assert_memory_equal(snap, cur, len);
+                    free(prev), free(cur), free(snap), free(got), free(want);
+                }
+}
+
 /* Encode @p cur (4096 bytes, bf16 words) against an all-zero previous version. */
 static uint64_t encode_vs_zero(const uint8_t *cur, uint8_t *out)
 {
@@ -1104,6 +1221,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_roundtrip),
+        cmocka_unit_test(test_codec_bytes_match_the_format),
         cmocka_unit_test(test_codec_kinds_by_size),
         cmocka_unit_test(test_delta_exact_and_sparse),
         cmocka_unit_test(test_delta_forwards),
