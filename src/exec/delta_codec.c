@@ -12,10 +12,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define RS_DELTA_AVX2 1
-#endif
 
 uint32_t rs_delta_word(uint64_t len, uint32_t elem_size)
 {
@@ -83,12 +79,10 @@ static inline uint64_t varint_len(uint64_t x)
     return n;
 }
 
-/* Set bits of @p x. On x86-64 the builtin: the popcnt instruction in the copies compiled
- * for it (encode_fast, apply_fast), a library call in the baseline ones; elsewhere, without
- * popcnt, the SWAR count inline. */
-static inline __attribute__((always_inline)) uint64_t pop64(uint64_t x)
+/* Set bits of @p x, inline (without -mpopcnt the builtin is a library call). */
+static inline uint64_t pop64(uint64_t x)
 {
-#if defined(__POPCNT__) || defined(RS_DELTA_AVX2)
+#if defined(__POPCNT__)
     return (uint64_t)__builtin_popcountll(x);
 #else
     x = x - ((x >> 1) & 0x5555555555555555ull);
@@ -208,47 +202,8 @@ static inline uint64_t block_mask_full(const uint8_t *a, const uint8_t *b, uint3
 }
 #endif
 
-#if defined(RS_DELTA_AVX2)
-/* A whole block of 64 two-byte words with AVX2 (chosen at run time: bf16, the common
- * word): 16 words a compare; two compares packed to bytes (packs works within each
- * 128-bit lane, so the 64-bit quarters are put back in order) make 32 bits. */
-__attribute__((target("avx2"))) static uint64_t block_mask_avx2_w2(const uint8_t *a,
-                                                                   const uint8_t *b)
+static inline uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w, uint64_t nw)
 {
-    uint64_t eq = 0;
-    for (int k = 0; k < 2; k++) {
-        const __m256i *p = (const __m256i *)(const void *)(a + 64 * k),
-                      *q = (const __m256i *)(const void *)(b + 64 * k);
-        __m256i e0 = _mm256_cmpeq_epi16(_mm256_loadu_si256(p), _mm256_loadu_si256(q));
-        __m256i e1 = _mm256_cmpeq_epi16(_mm256_loadu_si256(p + 1), _mm256_loadu_si256(q + 1));
-        __m256i e = _mm256_permute4x64_epi64(_mm256_packs_epi16(e0, e1), 0xd8);
-        eq |= (uint64_t)(uint32_t)_mm256_movemask_epi8(e) << (32 * k);
-    }
-    return ~eq;
-}
-
-/* Whether this CPU runs AVX2, BMI1 and POPCNT (asked once): the encoder and apply are
- * then their copies compiled for those (hardware popcount and tzcnt in every block). */
-static bool have_avx2(void)
-{
-    static int known = -1;
-    if (known < 0)
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") &&
-                __builtin_cpu_supports("popcnt");
-    return known == 1;
-}
-#define RS_DELTA_FAST __attribute__((target("avx2,bmi,popcnt")))
-#endif
-
-static inline uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w, uint64_t nw,
-                                  bool avx2)
-{
-#if defined(RS_DELTA_AVX2)
-    if (avx2 && nw == 64 && w == 2)
-        return block_mask_avx2_w2(a, b);
-#else
-    (void)avx2;
-#endif
 #if defined(__SSE2__)
     if (nw == 64)
         return block_mask_full(a, b, w);
@@ -256,11 +211,8 @@ static inline uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w
     return block_mask_scalar(a, b, w, nw);
 }
 
-/* rs_delta_encode's body, compiled once per instruction set (encode_fast, encode_base). */
-static inline __attribute__((always_inline)) uint64_t encode_impl(const uint8_t *cur, uint8_t *prev,
-                                                                  uint64_t len, uint32_t word,
-                                                                  uint8_t *out, uint64_t *changed,
-                                                                  const bool avx2)
+uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
+                         uint8_t *out, uint64_t *changed)
 {
     uint64_t n = len / word, nb = (n + 7) / 8, c = 0, runs = 0, gap_bytes = 0, next = 0;
     uint8_t *body = out + RS_DELTA_HEADER_BYTES;
@@ -281,7 +233,7 @@ static inline __attribute__((always_inline)) uint64_t encode_impl(const uint8_t 
     bool gaps_written = true;
     for (uint64_t i = 0; i < n; i += 64) {
         uint64_t nw = n - i < 64 ? n - i : 64;
-        uint64_t m = block_mask(cur + i * word, prev + i * word, word, nw, avx2);
+        uint64_t m = block_mask(cur + i * word, prev + i * word, word, nw);
         if (nw == 64) /* little-endian: bit i of byte i / 8 */
             memcpy(bm + i / 8, &m, 8);
         else
@@ -476,10 +428,8 @@ reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_heade
     return RESHARD_OK;
 }
 
-/* rs_delta_apply's body, compiled once per instruction set. */
-static inline __attribute__((always_inline)) reshard_status_t
-apply_impl(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk, uint64_t len,
-           const char *what)
+reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk,
+                                uint64_t len, const char *what)
 {
     const uint8_t *body = in + RS_DELTA_HEADER_BYTES;
     uint32_t w = h->word;
@@ -569,40 +519,6 @@ apply_impl(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk, uint64
                         "%s: delta runs cover %llu words but carry %llu values", what,
                         (unsigned long long)k, (unsigned long long)nv);
     return RESHARD_OK;
-}
-
-#if defined(RS_DELTA_AVX2)
-RS_DELTA_FAST static uint64_t encode_fast(const uint8_t *cur, uint8_t *prev, uint64_t len,
-                                          uint32_t word, uint8_t *out, uint64_t *changed)
-{
-    return encode_impl(cur, prev, len, word, out, changed, true);
-}
-
-RS_DELTA_FAST static reshard_status_t apply_fast(const uint8_t *in, const rs_delta_header_t *h,
-                                                 uint8_t *chunk, uint64_t len, const char *what)
-{
-    return apply_impl(in, h, chunk, len, what);
-}
-#endif
-
-uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
-                         uint8_t *out, uint64_t *changed)
-{
-#if defined(RS_DELTA_AVX2)
-    if (have_avx2())
-        return encode_fast(cur, prev, len, word, out, changed);
-#endif
-    return encode_impl(cur, prev, len, word, out, changed, false);
-}
-
-reshard_status_t rs_delta_apply(const uint8_t *in, const rs_delta_header_t *h, uint8_t *chunk,
-                                uint64_t len, const char *what)
-{
-#if defined(RS_DELTA_AVX2)
-    if (have_avx2())
-        return apply_fast(in, h, chunk, len, what);
-#endif
-    return apply_impl(in, h, chunk, len, what);
 }
 
 double rs_delta_expected_bytes(uint64_t len, uint32_t word, double p)
