@@ -10,6 +10,9 @@
  *   --emulate  the kernels' own code (delta_kernels.h) on the CPU through the emulation.
  *   --gpu      the launches on device memory: the CUDA kernels on a GPU (exit 77 without
  *              one), or the fake device's emulation in the fake_nccl_delta_kernels test.
+ *   --op       the NCCL transport's delta operations (exec/delta_dev_ops.h) on a one-rank
+ *              endpoint: encode with the header copied back, apply with its error record read
+ *              (on a GPU, or against the fake CUDA/NCCL in fake_nccl_delta_op).
  *   --cases N  random cases (default 400).
  */
 #include <stdbool.h>
@@ -18,11 +21,14 @@
 #include <string.h>
 
 #include "exec/delta_codec.h"
+#include "exec/comm.h"
+#include "exec/delta_dev_ops.h"
 #include "kernel_test.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 
 static bool use_gpu;
+static reshard_comm_t *endpoint; /* --op: the endpoint whose delta operations run */
 static cudaStream_t stream;
 static int kinds[RS_DELTA_NKINDS];
 
@@ -64,7 +70,17 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, word, NULL, ds);
     int ok = 1;
-    if (use_gpu)
+    if (endpoint) {
+        uint8_t header[16];
+        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout, header) ==
+             RESHARD_OK;
+        uint8_t check[16];
+        to_host(check, dout, 16);
+        if (ok && memcmp(check, header, 16) != 0) {
+            fprintf(stderr, "encode op: the header copied back is not the encoded one\n");
+            ok = 0;
+        }
+    } else if (use_gpu)
         ok = rs_delta_encode_launch(&j, dc, prev ? dp : NULL, dout, stream) == cudaSuccess;
     else
         rs_delta_encode_emulate(&j, dc, prev ? dp : NULL, dout);
@@ -94,6 +110,14 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     to_dev(dc, chunk, len);
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, h.word, &h, ds);
+    if (endpoint) {
+        st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk");
+        to_host(chunk, dc, len);
+        kernel_test_free(use_gpu, din);
+        kernel_test_free(use_gpu, dc);
+        kernel_test_free(use_gpu, ds);
+        return st;
+    }
     if (use_gpu) {
         if (rs_delta_apply_launch(&j, din, dc, stream) != cudaSuccess || !sync_ok("apply"))
             st = RESHARD_ERR_TRANSPORT;
@@ -229,7 +253,8 @@ int main(int argc, char **argv)
     int cases = 400;
     const char *mode = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0)
+        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
+            strcmp(argv[i], "--op") == 0)
             mode = argv[i] + 2;
         else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc)
             cases = atoi(argv[++i]);
@@ -237,14 +262,23 @@ int main(int argc, char **argv)
             mode = NULL, i = argc;
     }
     if (!mode) {
-        fprintf(stderr, "usage: %s --gpu|--emulate [--cases N]\n", argv[0]);
+        fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
         return 2;
     }
-    use_gpu = strcmp(mode, "gpu") == 0;
+    use_gpu = strcmp(mode, "emulate") != 0;
     if (use_gpu) {
         const int rc = kernel_test_device(&stream);
         if (rc != 0)
             return rc;
+    }
+    if (strcmp(mode, "op") == 0) {
+        char id[128];
+        if (reshard_nccl_unique_id_size() != sizeof id || reshard_nccl_get_unique_id(id) != 0 ||
+            reshard_comm_create_nccl_from_id(id, 0, 1, 0, NULL, &endpoint) != RESHARD_OK ||
+            endpoint->delta_dev == NULL) {
+            fprintf(stderr, "endpoint: %s\n", reshard_last_error());
+            return 1;
+        }
     }
     int fails = 0;
     const uint32_t elems[] = {1, 2, 4, 8};
@@ -274,5 +308,7 @@ int main(int argc, char **argv)
         }
     printf("%s: %d cases (dense %d, bitmap %d, runs %d, gaps %d), %d failed\n", mode, id, kinds[0],
            kinds[1], kinds[2], kinds[3], fails);
+    if (endpoint)
+        reshard_comm_destroy(endpoint);
     return fails ? 1 : 0;
 }

@@ -80,6 +80,17 @@ double rs_nccl_env_timeout(void);
  *  the caller. Errors: TIMEOUT, TRANSPORT (NCCL refused or failed; its last error quoted). */
 reshard_status_t rs_nccl_child(reshard_comm_t *c, int *excl, int nex, struct ncclComm **out);
 
+/** The endpoint's CUDA stream; the delta kernels' scratch of at least @p bytes (kept by the
+ *  endpoint, NOMEM naming the rank); usable() and launch_failed() of the transport, for its
+ *  other files (the delta ops, nccl_delta.c). */
+cudaStream_t rs_nccl_stream(reshard_comm_t *c);
+reshard_status_t rs_nccl_delta_scratch(reshard_comm_t *c, uint64_t bytes, void **out);
+reshard_status_t rs_nccl_usable(reshard_comm_t *c, const char *what);
+reshard_status_t rs_nccl_launch_failed(reshard_comm_t *c, const char *what, cudaError_t e);
+
+/** The delta codec on the transport's device memory (exec/delta_dev_ops.h; nccl_delta.c). */
+extern const struct rs_delta_dev_ops rs_nccl_delta_ops;
+
 /** The operations table of the NCCL transport. */
 extern const reshard_transport_ops_t rs_nccl_ops;
 
