@@ -72,8 +72,8 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     int ok = 1;
     if (endpoint) {
         uint8_t header[16];
-        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout, header) ==
-             RESHARD_OK;
+        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout, header,
+                                         NULL) == RESHARD_OK;
         uint8_t check[16];
         to_host(check, dout, 16);
         if (ok && memcmp(check, header, 16) != 0) {

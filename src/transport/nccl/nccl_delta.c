@@ -28,9 +28,8 @@ static reshard_status_t dev_alloc(reshard_comm_t *c, uint64_t bytes, void **out)
     return RESHARD_OK;
 }
 
-static void dev_free(reshard_comm_t *c, void *p)
+static void dev_free(void *p)
 {
-    (void)c;
     if (p)
         cudaFree(p);
 }
@@ -43,20 +42,22 @@ static reshard_status_t cuda_fail(reshard_comm_t *c, const char *what, cudaError
 }
 
 static reshard_status_t dev_copy(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
-                                 bool to_host)
+                                 rs_dd_dir_t dir)
 {
     if (bytes == 0)
         return RESHARD_OK;
     cudaStream_t s = rs_nccl_stream(c);
-    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes,
-                                    to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice, s);
-    if (e == cudaSuccess && to_host)
+    const enum cudaMemcpyKind k = dir == RS_DD_D2H   ? cudaMemcpyDeviceToHost
+                                  : dir == RS_DD_H2D ? cudaMemcpyHostToDevice
+                                                     : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, k, s);
+    if (e == cudaSuccess && dir != RS_DD_D2D)
         e = cudaStreamSynchronize(s);
     return e == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", e);
 }
 
 static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
-                                   uint32_t word, void *out, uint8_t *header)
+                                   uint32_t word, void *out, uint8_t *header, uint64_t *changed)
 {
     void *scratch = NULL;
     reshard_status_t st = rs_nccl_usable(c, "delta encode");
@@ -70,7 +71,10 @@ static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *pre
     const cudaError_t e = rs_delta_encode_launch(&j, cur, prev, out, rs_nccl_stream(c));
     if (e != cudaSuccess)
         return rs_nccl_launch_failed(c, "delta encode kernel launch", e);
-    return dev_copy(c, header, out, RS_DELTA_HEADER_BYTES, true);
+    st = dev_copy(c, header, out, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
+    if (st == RESHARD_OK && changed)
+        st = dev_copy(c, changed, &j.total->c, sizeof *changed, RS_DD_D2H);
+    return st;
 }
 
 static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
@@ -89,7 +93,7 @@ static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_de
     if (e != cudaSuccess)
         return rs_nccl_launch_failed(c, "delta apply kernel launch", e);
     rs_dk_err_t err;
-    st = dev_copy(c, &err, j.err, sizeof err, true);
+    st = dev_copy(c, &err, j.err, sizeof err, RS_DD_D2H);
     return st == RESHARD_OK ? rs_delta_apply_status(&err, &j, what) : st;
 }
 
