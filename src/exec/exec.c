@@ -854,7 +854,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 st = dev->copy(x->comm, msg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
             else
                 memcpy(enc, msg, RS_DELTA_HEADER_BYTES);
-            rs_delta_header_t h;
+            rs_delta_header_t h = {0};
             if (st == RESHARD_OK && rs_delta_header(msg, len, &h, what) != RESHARD_OK)
                 /* the sizes of the rest are unknown: the pair cannot stay in step */
                 st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
