@@ -7,7 +7,7 @@
 #      to CMake explicitly) and its runtime version (ncclGetVersion, >= 2.28);
 #   2. configure (Release, kernels for CUDA_ARCH) and build only what the run needs (-j JOBS);
 #   3. the checks, each bounded (ctest --no-tests=error, its own timeout, all within BUDGET_S):
-#      copy kernel (random cases, large-index paths: > 2^31 elements, past 4 GiB, grid-stride
+#      delta encode/apply kernels (byte for byte against the CPU codec), copy kernel (random cases, large-index paths: > 2^31 elements, past 4 GiB, grid-stride
 #      later passes), quantize kernel and op, the one-GPU refit and quantized refit, the stall
 #      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
 #      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
@@ -189,9 +189,9 @@ if [ $failed -ne 0 ]; then
 fi
 
 # ---- 2. configure and build -----------------------------------------------------------------
-gpu_targets="test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
+gpu_targets="test_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
 gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack reshard_shared"
-fake_targets="test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
+fake_targets="test_nccl_delta_kernels fake_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
 fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack reshard_fakegpu_shared"
 ipc_target=$([ $dry -eq 1 ] && echo fake_gpu_ipc_refit || echo test_gpu_ipc_refit)
 targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
@@ -231,6 +231,7 @@ fi
 bench_mib=${BENCH_MIB:-1024}
 pyenv=(env "RESHARD_LIBRARY=$build/libreshard.so" "PYTHONPATH=$root/python:$root/tests/python")
 if [ $dry -eq 0 ]; then
+    ctest_check delta_kernels 120 gpu_delta_kernels
     ctest_check box_copy 120 gpu_box_copy
     ctest_check large_index 180 gpu_large_index
     ctest_check quant 120 gpu_quant
@@ -264,6 +265,7 @@ if [ $dry -eq 0 ]; then
         result SKIP multigpu 0 "$ngpu GPU(s) (or no MPI build): multi-rank NCCL refits need 2+ GPUs"
     fi
 else
+    ctest_check delta_kernels 120 fake_nccl_delta_kernels
     ctest_check box_copy 300 nccl_box_copy_emulated
     ctest_check large_index 300 nccl_large_index_emulated
     ctest_check quant 300 nccl_quant_emulated

@@ -29,15 +29,18 @@
  * Elastic refit and replanning: a new plan holds no version (its first refit is dense)
  * unless each surviving rank moves its state over with reshard_plan_delta_adopt.
  *
- * Memory: per sending rank, a host snapshot of the bytes it last sent
+ * Memory: per sending rank, a snapshot of the bytes it last sent
  * (reshard_delta_info_t.snapshot_bytes: the sum of its send streams to other ranks),
  * allocated before anything moves (NOMEM on every rank when it does not fit); on a rank
- * that relays, its relay scratch is kept between executions.
+ * that relays, its relay scratch is kept between executions. Both live in the memory of
+ * the comm's buffers: host memory, or device memory on the NCCL transport (docs/delta.md,
+ * "On device memory": GPU encode/apply kernels, headers copied to the host).
  *
  * Supported: host-memory transports (MPI, in-process, a caller's transport without
- * device_memory), domains, forwards and relays. Refused by name: quantized (FP8)
- * destinations at plan creation (INVALID_ARG naming the tensor), device-memory transports
- * (NCCL) at execution (UNSUPPORTED on every rank, before anything moves).
+ * device_memory), the NCCL transport, domains, forwards and relays. Refused by name:
+ * quantized (FP8) destinations at plan creation (INVALID_ARG naming the tensor); at
+ * execution (UNSUPPORTED on every rank, before anything moves) a caller's transport with
+ * device_memory, and checksum mode on device memory.
  */
 #ifndef RESHARD_DELTA_H
 #define RESHARD_DELTA_H
@@ -61,7 +64,8 @@ typedef enum {
 typedef struct {
     int64_t version;             /**< committed refit version (0: none yet) */
     reshard_delta_state_t state; /**< of this rank's destination buffers */
-    uint64_t snapshot_bytes;     /**< host snapshot held by this rank (its send streams) */
+    uint64_t snapshot_bytes;     /**< snapshot held by this rank (its send streams; host or
+                                      device memory, as the comm's buffers) */
     uint64_t relay_bytes;        /**< relay scratch kept between executions */
     /* The last execution of this rank (zero before the first): */
     uint64_t stream_bytes;  /**< stream bytes it sent to other ranks (what dense sends) */

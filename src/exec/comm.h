@@ -15,6 +15,8 @@ struct reshard_comm {
     int32_t rank;
     int32_t size;
     void *impl;
+    /** The delta codec on this endpoint's device memory (exec/delta_dev_ops.h), or NULL. */
+    const struct rs_delta_dev_ops *delta_dev;
     /** Set when an execution on this endpoint ended in TIMEOUT or TRANSPORT:
      *  the peers' progress is unknown, so a later execution could pair this
      *  rank's messages with another step's. reshard_plan_execute and

@@ -9,6 +9,8 @@
 #define XXH_INLINE_ALL /* the header of Debian's libxxhash-dev, compiled in */
 #include <xxhash.h>
 
+#include "exec/comm.h"
+#include "exec/delta_dev_ops.h"
 #include "layout/layout_internal.h"
 #include "plan/plan_internal.h"
 #include "util/error.h"
@@ -33,8 +35,7 @@ void rs_delta_free(rs_delta_t *d)
     if (!d)
         return;
     for (int32_t i = 0; i < d->n; i++) {
-        free(d->r[i].snap);
-        free(d->r[i].relay);
+        rs_delta_release(&d->r[i]);
         free(d->r[i].stream_ok);
     }
     free(d->r);
@@ -63,34 +64,76 @@ static uint64_t buffers_key(const reshard_buffer_t *b, int32_t n)
     return h;
 }
 
-reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, int32_t rank, uint64_t snap_bytes,
-                                  const reshard_buffer_t *dst, int32_t n_dst)
+void rs_delta_release(rs_delta_rank_t *r)
+{
+    if (r->dev) {
+        r->dev->free(r->snap);
+        r->dev->free(r->relay);
+    } else {
+        free(r->snap);
+        free(r->relay);
+    }
+    r->snap = r->relay = NULL;
+    r->snap_bytes = r->relay_bytes = 0;
+    r->snap_valid = false;
+    r->dev = NULL;
+}
+
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
+                                  uint64_t snap_bytes, const reshard_buffer_t *dst, int32_t n_dst)
 {
     r->key_now = buffers_key(dst, n_dst);
     r->wrote = false;
+    const rs_delta_dev_ops_t *dev = comm->delta_dev;
+    if (dev != r->dev) { /* the other memory: nothing kept is a version there */
+        rs_delta_release(r);
+        r->dev = dev;
+    }
     if (snap_bytes != r->snap_bytes || (!r->snap && snap_bytes)) {
-        free(r->snap);
+        if (dev)
+            dev->free(r->snap);
+        else
+            free(r->snap);
         r->snap = NULL;
         r->snap_bytes = 0;
         r->snap_valid = false;
         free(r->stream_ok);
         r->stream_ok = NULL;
-        if (snap_bytes && (snap_bytes > SIZE_MAX || !(r->snap = malloc((size_t)snap_bytes))))
+        if (dev && snap_bytes) {
+            void *p = NULL;
+            reshard_status_t st = dev->alloc(comm, snap_bytes, &p);
+            if (st != RESHARD_OK)
+                return st;
+            r->snap = p;
+        } else if (snap_bytes &&
+                   (snap_bytes > SIZE_MAX || !(r->snap = malloc((size_t)snap_bytes)))) {
             return rs_error(RESHARD_ERR_NOMEM,
                             "rank %d: delta refit: no host memory for its snapshot of %llu bytes "
                             "(the bytes it sends each refit)",
                             rank, (unsigned long long)snap_bytes);
+        }
         r->snap_bytes = snap_bytes;
     }
     return RESHARD_OK;
 }
 
-reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes, void **out)
+reshard_status_t rs_delta_relay(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
+                                uint64_t bytes, void **out)
 {
     if (bytes != r->relay_bytes || !r->relay) {
-        free(r->relay);
+        if (r->dev)
+            r->dev->free(r->relay);
+        else
+            free(r->relay);
+        r->relay = NULL;
         r->relay_bytes = 0;
-        if (bytes > SIZE_MAX || !(r->relay = calloc(1, (size_t)bytes)))
+        if (r->dev) {
+            void *p = NULL;
+            reshard_status_t st = r->dev->alloc(comm, bytes, &p);
+            if (st != RESHARD_OK)
+                return st;
+            r->relay = p;
+        } else if (bytes > SIZE_MAX || !(r->relay = calloc(1, (size_t)bytes)))
             return rs_error(RESHARD_ERR_NOMEM,
                             "rank %d: delta refit: no host memory for relay scratch of %llu bytes",
                             rank, (unsigned long long)bytes);

@@ -26,6 +26,8 @@ typedef struct {
     uint8_t *stream_ok;
     uint8_t *relay;
     uint64_t relay_bytes;
+    /** The device memory snap and relay live in (exec/delta_dev_ops.h), NULL: host memory. */
+    const struct rs_delta_dev_ops *dev;
     bool wrote; /**< the running execution wrote a destination or relay byte */
     reshard_delta_info_t last;
 } rs_delta_rank_t;
@@ -42,15 +44,19 @@ void rs_delta_free(rs_delta_t *d);
 /** The state of @p rank, or NULL when the plan does not execute it. */
 rs_delta_rank_t *rs_delta_rank(const rs_delta_t *d, int32_t rank);
 
-/** Before the first agreement: a snapshot of @p snap_bytes (kept when it has that size,
- *  else reallocated and invalid) and the key of this execution's destination buffers.
- *  Errors: NOMEM naming @p rank and the size. */
-reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, int32_t rank, uint64_t snap_bytes,
-                                  const reshard_buffer_t *dst, int32_t n_dst);
+/** Before the first agreement: a snapshot of @p snap_bytes (kept when it has that size and
+ *  lives in the memory of @p comm, else reallocated and invalid: device memory through
+ *  comm->delta_dev when the comm has it, else host memory) and the key of this execution's
+ *  destination buffers. Errors: NOMEM naming @p rank and the size. */
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
+                                  uint64_t snap_bytes, const reshard_buffer_t *dst, int32_t n_dst);
+/** Free @p r's snapshot and relay scratch (in whichever memory they live). */
+void rs_delta_release(rs_delta_rank_t *r);
 /** Relay scratch of @p bytes kept between executions into *@p out; a new one holds no
  *  version, so this execution's senders are told to send dense (must be called after
  *  rs_delta_prepare and before rs_delta_held_version). Errors: NOMEM. */
-reshard_status_t rs_delta_relay(rs_delta_rank_t *r, int32_t rank, uint64_t bytes, void **out);
+reshard_status_t rs_delta_relay(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
+                                uint64_t bytes, void **out);
 /** The version this rank tells its senders it holds: its version when its destination
  *  buffers are committed and the same ones as at that commit, else -1 (send dense). */
 int64_t rs_delta_held_version(const rs_delta_rank_t *r);

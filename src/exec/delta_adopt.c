@@ -195,7 +195,8 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
                         "already (adopt once, before its first execution)",
                         rank);
     reshard_status_t st = RESHARD_OK;
-    if (old->snap_valid && old->snap_bytes) {
+    /* A snapshot in device memory is not carried over: the new plan's streams go dense once. */
+    if (old->snap_valid && old->snap_bytes && !old->dev) {
         const rs_rank_plan_t *nrp = NULL, *orp = NULL;
         rs_rank_plan_t *nown = NULL, *oown = NULL;
         st = rank_plan_of(plan, rank, &nrp, &nown);
@@ -217,8 +218,7 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
     to->last.version = to->version;
     to->last.state = to->state;
     /* moved: the old plan's rank holds nothing any more (its next execution is dense) */
-    free(old->snap);
-    free(old->relay);
+    rs_delta_release(old);
     free(old->stream_ok);
     memset(old, 0, sizeof *old);
     return RESHARD_OK;

@@ -14,6 +14,7 @@
 #include "exec/agree.h"
 #include "exec/delta.h"
 #include "exec/delta_codec.h"
+#include "exec/delta_dev_ops.h"
 #include "exec/pack.h"
 #include "exec/peer.h"
 #include "exec/quant_steps.h"
@@ -581,7 +582,7 @@ static reshard_status_t relay_setup(rs_exec_t *x)
     if (off == 0)
         return RESHARD_OK;
     if (x->dr) /* kept between executions: it holds the last version of what it relays */
-        return rs_delta_relay(x->dr, x->rp->rank, off, (void **)&x->relay);
+        return rs_delta_relay(x->dr, x->comm, x->rp->rank, off, (void **)&x->relay);
     return x->comm->ops->alloc_staging(x->comm, off, (void **)&x->relay);
 }
 
@@ -656,6 +657,47 @@ typedef struct {
     int64_t zero;
 } rs_held_t;
 
+/* The delta codec in the memory of the comm's buffers: the CPU codec on host memory, the
+ * transport's delta operations (exec/delta_dev_ops.h) on device memory. */
+
+/* Encode chunk @p cur against @p prev (NULL: dense) into @p enc; its header to @p hdr
+ * (host), its size to *@p size. */
+static reshard_status_t delta_encode(rs_exec_t *x, const uint8_t *cur, uint8_t *prev, uint64_t len,
+                                     uint32_t word, uint8_t *enc, uint8_t *hdr, uint64_t *size,
+                                     uint64_t *changed)
+{
+    const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
+    if (!dev) {
+        *size = rs_delta_encode(cur, prev, len, word, enc, changed);
+        memcpy(hdr, enc, RS_DELTA_HEADER_BYTES);
+        return RESHARD_OK;
+    }
+    reshard_status_t st = dev->encode(x->comm, cur, prev, len, word, enc, hdr, changed);
+    uint64_t body = 0;
+    memcpy(&body, hdr + 8, 8);
+    *size = RS_DELTA_HEADER_BYTES + body;
+    return st;
+}
+
+/* Copy @p len bytes between two places of the comm's memory. */
+static reshard_status_t delta_copy(rs_exec_t *x, void *dst, const void *src, uint64_t len)
+{
+    if (!x->comm->delta_dev) {
+        memcpy(dst, src, len);
+        return RESHARD_OK;
+    }
+    return x->comm->delta_dev->copy(x->comm, dst, src, len, RS_DD_D2D);
+}
+
+/* Apply encoded chunk @p enc (header @p h, checked) onto @p chunk. */
+static reshard_status_t delta_apply(rs_exec_t *x, const uint8_t *enc, const rs_delta_header_t *h,
+                                    uint8_t *chunk, uint64_t len, const char *what)
+{
+    if (!x->comm->delta_dev)
+        return rs_delta_apply(enc, h, chunk, len, what);
+    return x->comm->delta_dev->apply(x->comm, enc, h, chunk, len, what);
+}
+
 /* Delta mode (docs/delta.md): the rounds of run_rounds, each in two exchanges so that
  * every message has a size both ends know: the 16-byte headers of the encoded chunks
  * (slot 0; in checksum mode followed by the 8-byte hash of the chunk's new bytes), then
@@ -701,21 +743,30 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
         st = rs_error(RESHARD_ERR_INVALID_ARG,
                       "rank %d: delta snapshot of %llu bytes, the streams send %llu", me,
                       (unsigned long long)dr->snap_bytes, (unsigned long long)snap_total);
+    /* Device memory: the messages of the version exchange live in staging too. */
+    const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
     uint64_t enc_bytes = slot_bytes + (uint64_t)n * RS_DELTA_HEADER_BYTES;
-    if (st == RESHARD_OK && enc_bytes + dense_max)
-        st = ops->alloc_staging(x->comm, enc_bytes + dense_max, (void **)&x->staging);
+    uint64_t held_bytes = dev ? ((uint64_t)n + 1) * sizeof(rs_held_t) : 0;
+    if (st == RESHARD_OK && enc_bytes + dense_max + held_bytes)
+        st = ops->alloc_staging(x->comm, enc_bytes + dense_max + held_bytes, (void **)&x->staging);
     uint8_t *dense = x->staging + enc_bytes;
     rs_held_t mine = {rs_delta_held_version(dr), 0};
+    rs_held_t *held_at = dev ? (rs_held_t *)(void *)(dense + dense_max) : held;
+    rs_held_t *mine_at = dev ? held_at + n : &mine;
+    if (st == RESHARD_OK && dev && n > 0)
+        st = dev->copy(x->comm, (void *)mine_at, &mine, sizeof mine, RS_DD_H2D);
     /* Who holds which version. */
     if (st == RESHARD_OK && n > 0) {
         st = ops->round_begin(x->comm, 0);
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++)
-            st = v[i].send ? ops->post_recv(x->comm, 0, v[i].s->peer, &held[i], sizeof held[i])
-                           : ops->post_send(x->comm, 0, v[i].s->peer, &mine, sizeof mine);
+            st = v[i].send ? ops->post_recv(x->comm, 0, v[i].s->peer, &held_at[i], sizeof held[i])
+                           : ops->post_send(x->comm, 0, v[i].s->peer, mine_at, sizeof mine);
         if (st == RESHARD_OK)
             st = ops->round_end(x->comm, 0);
         if (st == RESHARD_OK)
             st = ops->round_wait(x->comm, 0, timeout);
+        if (st == RESHARD_OK && dev)
+            st = dev->copy(x->comm, held, held_at, (uint64_t)n * sizeof *held, RS_DD_D2H);
     }
     reshard_delta_info_t *li = &dr->last;
     memset(li, 0, sizeof *li);
@@ -726,19 +777,15 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             li->dense_streams += !use_delta[i];
         }
     for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {
-        /* Headers: encode each send chunk against the snapshot, then keep its new bytes. */
-        st = ops->round_begin(x->comm, 0);
+        /* Encode each send chunk against the snapshot, which keeps its new bytes (before the
+         * round's group opens: on device memory the header is copied to the host). */
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
             uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
-            if (!len)
+            if (!len || !xs->send)
                 continue;
-            if (!xs->send) {
-                st = ops->post_recv(x->comm, 0, xs->s->peer, msg, msg_bytes);
-                continue;
-            }
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
             uint32_t word = rs_delta_word(len, p->elem_size);
             uint64_t payload = 0, changed = 0;
@@ -753,23 +800,21 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             }
             if (x->failed != RESHARD_OK) {
                 advance(x, xs->s, &xs->cur, len);
-                enc_len[i] = rs_delta_encode(dense, NULL, len, word, enc, NULL);
+                st = delta_encode(x, dense, NULL, len, word, enc, msg, &enc_len[i], NULL);
             } else {
                 uint8_t *snap = dr->snap + snap_off[i] + pos[i];
-                enc_len[i] =
-                    rs_delta_encode(dense, use_delta[i] ? snap : NULL, len, word, enc, &changed);
-                if (!use_delta[i]) /* a delta encode updated the snapshot itself */
-                    memcpy(snap, dense, len);
+                st = delta_encode(x, dense, use_delta[i] ? snap : NULL, len, word, enc, msg,
+                                  &enc_len[i], &changed);
+                if (st == RESHARD_OK && !use_delta[i]) /* a delta encode updated it itself */
+                    st = delta_copy(x, snap, dense, len);
                 li->stream_bytes += len;
                 li->wire_bytes += enc_len[i] + hash_bytes;
                 li->changed_bytes += changed * word;
-                li->chunks[enc[0]]++;
+                li->chunks[msg[0] < RS_DELTA_NKINDS ? msg[0] : 0]++;
             }
             pos[i] += len;
-            memcpy(msg, enc, RS_DELTA_HEADER_BYTES);
             if (ck)
                 put_le64(msg + RS_DELTA_HEADER_BYTES, rs_delta_hash(dense, len));
-            st = ops->post_send(x->comm, 0, xs->s->peer, msg, msg_bytes);
             if (st == RESHARD_OK && x->stats) {
                 bool same = x->plan->p.domain_size > 1 &&
                             rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
@@ -777,10 +822,44 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                     x->failed == RESHARD_OK ? enc_len[i] + hash_bytes : 0;
             }
         }
+        /* Headers: fixed size; on device memory each lands where its body will follow. */
+        if (st == RESHARD_OK)
+            st = ops->round_begin(x->comm, 0);
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            if (!round_len(xs, k))
+                continue;
+            st = xs->send ? ops->post_send(x->comm, 0, xs->s->peer, dev ? enc : msg, msg_bytes)
+                          : ops->post_recv(x->comm, 0, xs->s->peer, dev ? enc : msg, msg_bytes);
+        }
         if (st == RESHARD_OK)
             st = ops->round_end(x->comm, 0);
         if (st == RESHARD_OK)
             st = ops->round_wait(x->comm, 0, timeout);
+        /* The received headers on the host (device memory: copied back), checked: they give
+         * the bodies' sizes. */
+        for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            uint64_t len = round_len(xs, k);
+            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            if (xs->send || !len)
+                continue;
+            char what[96];
+            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
+                     xs->s->peer);
+            if (dev)
+                st = dev->copy(x->comm, msg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
+            else
+                memcpy(enc, msg, RS_DELTA_HEADER_BYTES);
+            rs_delta_header_t h = {0};
+            if (st == RESHARD_OK && rs_delta_header(msg, len, &h, what) != RESHARD_OK)
+                /* the sizes of the rest are unknown: the pair cannot stay in step */
+                st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
+            enc_len[i] = RS_DELTA_HEADER_BYTES + h.body;
+        }
         /* Bodies. */
         if (st == RESHARD_OK)
             st = ops->round_begin(x->comm, 1);
@@ -790,26 +869,11 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
             if (!len)
                 continue;
-            if (xs->send) {
-                if (enc_len[i] > RS_DELTA_HEADER_BYTES)
-                    st = ops->post_send(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
-                                        enc_len[i] - RS_DELTA_HEADER_BYTES);
-                continue;
-            }
-            char what[96];
-            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
-                     xs->s->peer);
-            memcpy(enc, hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES),
-                   RS_DELTA_HEADER_BYTES);
-            rs_delta_header_t h;
-            if (rs_delta_header(enc, len, &h, what) != RESHARD_OK) {
-                /* the sizes of the rest are unknown: the pair cannot stay in step */
-                st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
-                break;
-            }
-            enc_len[i] = RS_DELTA_HEADER_BYTES + h.body;
-            if (h.body)
-                st = ops->post_recv(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES, h.body);
+            if (enc_len[i] > RS_DELTA_HEADER_BYTES)
+                st = xs->send ? ops->post_send(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
+                                               enc_len[i] - RS_DELTA_HEADER_BYTES)
+                              : ops->post_recv(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
+                                               enc_len[i] - RS_DELTA_HEADER_BYTES);
         }
         if (st == RESHARD_OK)
             st = ops->round_end(x->comm, 1);
@@ -835,11 +899,12 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint64_t payload = 0;
             const rs_cursor_t at = xs->cur; /* the chunk's start */
             rs_cursor_t rd = at;
-            reshard_status_t ls = rs_delta_header(enc, len, &h, what);
+            const uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            reshard_status_t ls = rs_delta_header(msg, len, &h, what);
             if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
                 ls = move_chunk_at(x, xs->s, &rd, dense, len, false, true, &payload);
             if (ls == RESHARD_OK)
-                ls = rs_delta_apply(enc, &h, dense, len, what);
+                ls = delta_apply(x, enc, &h, dense, len, what);
             dr->wrote = true;
             if (ls == RESHARD_OK && ck &&
                 rs_delta_hash(dense, len) !=
@@ -926,10 +991,15 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     rs_delta_rank_t *dr = plan->delta ? rs_delta_rank(plan->delta, rank) : NULL;
     rs_rank_plan_t *own = NULL;
     const rs_rank_plan_t *rp = plan->mine;
-    if (st == RESHARD_OK && plan->delta && comm->ops->device_memory)
+    if (st == RESHARD_OK && plan->delta && comm->ops->device_memory && !comm->delta_dev)
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
-                      "rank %d: delta refit needs host memory; the %s transport keeps buffers in "
-                      "device memory (not supported yet): plan without delta",
+                      "rank %d: delta refit on device memory needs the transport's delta kernels; "
+                      "the %s transport has none: plan without delta",
+                      rank, comm->ops->name);
+    else if (st == RESHARD_OK && plan->delta && plan->p.delta_checksum && comm->delta_dev)
+        st = rs_error(RESHARD_ERR_UNSUPPORTED,
+                      "rank %d: delta_checksum needs host memory; the %s transport keeps buffers "
+                      "in device memory: plan without delta_checksum",
                       rank, comm->ops->name);
     else if (st == RESHARD_OK && plan->delta && !dr)
         st = rs_error(RESHARD_ERR_RANK, "rank %d: the delta plan is not for this rank", rank);
@@ -938,7 +1008,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         rp = own;
     }
     if (st == RESHARD_OK && dr)
-        st = rs_delta_prepare(dr, rank, delta_snapshot_bytes(rp), dst_bufs, n_dst);
+        st = rs_delta_prepare(dr, comm, rank, delta_snapshot_bytes(rp), dst_bufs, n_dst);
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */

@@ -97,7 +97,7 @@ static double async_s(void)
 struct ncclComm;
 typedef struct p2p p2p_t;
 
-enum { E_COPY, E_SET, E_BOX, E_QUANT, E_WAIT, E_NCCL, E_DELAY, E_SPIN };
+enum { E_COPY, E_SET, E_BOX, E_QUANT, E_DENC, E_DAPPLY, E_WAIT, E_NCCL, E_DELAY, E_SPIN };
 
 typedef struct entry {
     int kind;
@@ -107,6 +107,7 @@ typedef struct entry {
     int value;
     rs_box_copy_t box;
     rs_quant_job_t quant;
+    rs_dk_job_t delta;
     void *scale;
     struct CUstream_st *other; /* E_WAIT: wait until other->done >= seq */
     uint64_t seq;
@@ -205,6 +206,12 @@ static int run_entry(entry_t *e)
     }
     case E_QUANT:
         rs_quant_emulate(&e->quant, e->dst, e->scale, e->src);
+        return 1;
+    case E_DENC:
+        rs_delta_encode_emulate(&e->delta, e->src, e->scale, e->dst);
+        return 1;
+    case E_DAPPLY:
+        rs_delta_apply_emulate(&e->delta, e->src, e->dst);
         return 1;
     case E_WAIT:
         return e->other->done >= e->seq;
@@ -328,6 +335,29 @@ cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, con
     x->dst = dst;
     x->scale = scale;
     x->src = src;
+    return launch(stream, x);
+}
+
+cudaError_t rs_delta_encode_launch(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *prev,
+                                   uint8_t *out, cudaStream_t stream)
+{
+    if (j->groups == 0)
+        return cudaErrorInvalidValue;
+    entry_t *x = new_entry(E_DENC);
+    x->delta = *j;
+    x->src = cur;
+    x->scale = prev;
+    x->dst = out;
+    return launch(stream, x);
+}
+
+cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t *in, uint8_t *chunk,
+                                  cudaStream_t stream)
+{
+    entry_t *x = new_entry(E_DAPPLY);
+    x->delta = *j;
+    x->src = in;
+    x->dst = chunk;
     return launch(stream, x);
 }
 

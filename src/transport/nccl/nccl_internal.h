@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "transport/nccl/box_copy.h"
+#include "transport/nccl/delta_kernels.h"
 #include "transport/nccl/quant_box.h"
 #include "exec/comm.h"
 
@@ -27,6 +28,19 @@ cudaError_t rs_box_copy_launch(const rs_box_copy_t *d, void *dst, const void *sr
  *  Defined in quant_kernels.cu. */
 cudaError_t rs_quant_launch(const rs_quant_job_t *j, void *dst, void *scale, const void *src,
                             cudaStream_t stream);
+
+/** Delta encode of job @p j (rs_dk_job_init, its scratch in device memory): chunk @p cur
+ *  against snapshot @p prev (NULL: dense) into @p out (header + body, room for 16 + len
+ *  bytes), the snapshot updated; three launches on @p stream. The header at @p out gives the
+ *  size once the stream has run. Defined in delta_kernels.cu. */
+cudaError_t rs_delta_encode_launch(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *prev,
+                                   uint8_t *out, cudaStream_t stream);
+
+/** Delta apply of encoded chunk @p in (device memory; the header checked on the host into
+ *  @p j) onto @p chunk on @p stream; j->err says afterwards whether the body was consistent
+ *  (rs_delta_apply_status). Defined in delta_kernels.cu. */
+cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t *in, uint8_t *chunk,
+                                  cudaStream_t stream);
 
 /** The kernel job of quantization rule @p q (util/quant_types.h; conventions in exec/quant.h) over
  * @p box; arguments as the transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind,
@@ -65,6 +79,17 @@ double rs_nccl_env_timeout(void);
  *  the deadline the parent is aborted. The result is ready (nonblocking config) and owned by
  *  the caller. Errors: TIMEOUT, TRANSPORT (NCCL refused or failed; its last error quoted). */
 reshard_status_t rs_nccl_child(reshard_comm_t *c, int *excl, int nex, struct ncclComm **out);
+
+/** The endpoint's CUDA stream; the delta kernels' scratch of at least @p bytes (kept by the
+ *  endpoint, NOMEM naming the rank); usable() and launch_failed() of the transport, for its
+ *  other files (the delta ops, nccl_delta.c). */
+cudaStream_t rs_nccl_stream(reshard_comm_t *c);
+reshard_status_t rs_nccl_delta_scratch(reshard_comm_t *c, uint64_t bytes, void **out);
+reshard_status_t rs_nccl_usable(reshard_comm_t *c, const char *what);
+reshard_status_t rs_nccl_launch_failed(reshard_comm_t *c, const char *what, cudaError_t e);
+
+/** The delta codec on the transport's device memory (exec/delta_dev_ops.h; nccl_delta.c). */
+extern const struct rs_delta_dev_ops rs_nccl_delta_ops;
 
 /** The operations table of the NCCL transport. */
 extern const reshard_transport_ops_t rs_nccl_ops;

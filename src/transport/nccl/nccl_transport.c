@@ -30,6 +30,7 @@
 
 #include <nccl.h>
 
+#include "exec/delta_dev_ops.h"
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
 #include "util/quant_types.h"
@@ -70,6 +71,8 @@ typedef struct {
      *  background job, after the call returned, so it lives as long as the endpoint. */
     ncclComm_t child;
     rs_nccl_block_t blocks[RS_NCCL_BLOCKS];
+    void *dk_scratch; /**< the delta kernels' scratch (device), grown on demand */
+    uint64_t dk_scratch_bytes;
     char why[512]; /**< reason of the abort */
 } rs_nccl_t;
 
@@ -495,6 +498,44 @@ static reshard_status_t nccl_quantize(reshard_comm_t *c, const struct reshard_qu
     return RESHARD_OK;
 }
 
+cudaStream_t rs_nccl_stream(reshard_comm_t *c)
+{
+    return impl_of(c)->stream;
+}
+
+reshard_status_t rs_nccl_delta_scratch(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    rs_nccl_t *t = impl_of(c);
+    if (bytes > t->dk_scratch_bytes) {
+        if (t->dk_scratch != NULL)
+            cudaFree(t->dk_scratch); /* synchronises: nothing uses it any more */
+        t->dk_scratch = NULL;
+        t->dk_scratch_bytes = 0;
+        const cudaError_t e = cudaMalloc(&t->dk_scratch, (size_t)bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            t->dk_scratch = NULL;
+            return rs_error(RESHARD_ERR_NOMEM,
+                            "NCCL transport, rank %d: cudaMalloc of %llu bytes of delta scratch "
+                            "failed: %s",
+                            (int)c->rank, (unsigned long long)bytes, cudaGetErrorString(e));
+        }
+        t->dk_scratch_bytes = bytes;
+    }
+    *out = t->dk_scratch;
+    return RESHARD_OK;
+}
+
+reshard_status_t rs_nccl_usable(reshard_comm_t *c, const char *what)
+{
+    return usable(c, what);
+}
+
+reshard_status_t rs_nccl_launch_failed(reshard_comm_t *c, const char *what, cudaError_t e)
+{
+    return launch_failed(c, what, e);
+}
+
 /* ---- the outcome --------------------------------------------------------------------- */
 
 /* Every rank all-reduces (min) its status and the agreement words on the stream, after all
@@ -597,6 +638,8 @@ static void nccl_destroy(reshard_comm_t *c)
             cudaFree(t->blocks[i].p); /* synchronises the device */
     if (t->d_status != NULL)
         cudaFree(t->d_status);
+    if (t->dk_scratch != NULL)
+        cudaFree(t->dk_scratch);
     if (t->h_status != NULL)
         cudaFreeHost(t->h_status);
     for (int i = 0; i < 2; i++)
@@ -688,6 +731,7 @@ static reshard_status_t make_endpoint(ncclComm_t nccl, bool own_comm, int device
         return rs_error(RESHARD_ERR_NOMEM, "NCCL transport: out of memory");
     }
     c->ops = &rs_nccl_ops;
+    c->delta_dev = &rs_nccl_delta_ops;
     c->rank = rank;
     c->size = size;
     c->impl = t;

@@ -1,0 +1,44 @@
+/*
+ * The delta codec on a transport's device memory: the operations exec reaches through
+ * reshard_comm_t.delta_dev for a comm whose buffers are device memory (docs/delta.md, "On
+ * device memory"). Internal: filled in by the built-in NCCL transport (its kernels,
+ * src/transport/nccl/delta_kernels.h); NULL for every other transport, whose buffers are
+ * host memory and use the CPU codec (exec/delta_codec.h). Every operation runs on the
+ * endpoint's stream in order with its pack, unpack and transfers.
+ */
+#ifndef RS_EXEC_DELTA_DEV_OPS_H
+#define RS_EXEC_DELTA_DEV_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "reshard/reshard_transport.h"
+#include "exec/delta_codec.h"
+
+/** Directions of rs_delta_dev_ops_t.copy. */
+typedef enum { RS_DD_D2D, RS_DD_D2H, RS_DD_H2D } rs_dd_dir_t;
+
+typedef struct rs_delta_dev_ops {
+    /** Device memory of @p bytes kept between executions (a snapshot, relay scratch), zeroed.
+     *  Errors: NOMEM naming the rank and the size. */
+    reshard_status_t (*alloc)(reshard_comm_t *c, uint64_t bytes, void **out);
+    /** Free what alloc returned (NULL: nothing); needs no endpoint (a plan may outlive it). */
+    void (*free)(void *p);
+    /** Copy @p bytes from @p src to @p dst in direction @p dir on the stream; a copy to or
+     *  from host memory waits for it. */
+    reshard_status_t (*copy)(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
+                             rs_dd_dir_t dir);
+    /** Encode as rs_delta_encode: @p cur against snapshot @p prev (NULL: dense; afterwards it
+     *  holds cur) into @p out (device, room for 16 + len bytes); waits for the result and
+     *  copies its 16-byte header to @p header (host), which gives the size, and the count
+     *  of changed words to *@p changed (may be NULL). */
+    reshard_status_t (*encode)(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
+                               uint32_t word, void *out, uint8_t *header, uint64_t *changed);
+    /** Apply as rs_delta_apply: encoded chunk @p in (device, header @p h checked by
+     *  rs_delta_header) onto the @p len bytes at @p chunk (device); waits, and an
+     *  inconsistent body is INVALID_ARG naming @p what (the chunk is then unchanged). */
+    reshard_status_t (*apply)(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
+                              void *chunk, uint64_t len, const char *what);
+} rs_delta_dev_ops_t;
+
+#endif

@@ -1,0 +1,106 @@
+/* The NCCL transport's delta operations (exec/delta_dev_ops.h): device snapshots and the
+ * delta kernels (delta_kernels.h) on the endpoint's stream, their scratch kept by the
+ * endpoint. */
+#include "exec/delta_dev_ops.h"
+
+#include <nccl.h>
+
+#include "transport/nccl/nccl_internal.h"
+#include "util/error.h"
+
+static reshard_status_t dev_alloc(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return RESHARD_OK;
+    cudaError_t e = cudaMalloc(out, (size_t)bytes);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(*out, 0, (size_t)bytes, rs_nccl_stream(c));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (*out)
+            cudaFree(*out);
+        *out = NULL;
+        return rs_error(RESHARD_ERR_NOMEM,
+                        "rank %d: delta state of %llu bytes does not fit in device memory: %s",
+                        (int)c->rank, (unsigned long long)bytes, cudaGetErrorString(e));
+    }
+    return RESHARD_OK;
+}
+
+static void dev_free(void *p)
+{
+    if (p)
+        cudaFree(p);
+}
+
+static reshard_status_t cuda_fail(reshard_comm_t *c, const char *what, cudaError_t e)
+{
+    (void)cudaGetLastError();
+    return rs_error(RESHARD_ERR_TRANSPORT, "NCCL transport, rank %d: %s failed: %s", (int)c->rank,
+                    what, cudaGetErrorString(e));
+}
+
+static reshard_status_t dev_copy(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
+                                 rs_dd_dir_t dir)
+{
+    if (bytes == 0)
+        return RESHARD_OK;
+    cudaStream_t s = rs_nccl_stream(c);
+    const enum cudaMemcpyKind k = dir == RS_DD_D2H   ? cudaMemcpyDeviceToHost
+                                  : dir == RS_DD_H2D ? cudaMemcpyHostToDevice
+                                                     : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, k, s);
+    if (e == cudaSuccess && dir != RS_DD_D2D)
+        e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", e);
+}
+
+static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
+                                   uint32_t word, void *out, uint8_t *header, uint64_t *changed)
+{
+    void *scratch = NULL;
+    reshard_status_t st = rs_nccl_usable(c, "delta encode");
+    if (st == RESHARD_OK)
+        st = rs_nccl_delta_scratch(c, rs_delta_dev_scratch_bytes(len, word), &scratch);
+    if (st != RESHARD_OK)
+        return st;
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, word, NULL, scratch);
+    (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
+    const cudaError_t e = rs_delta_encode_launch(&j, cur, prev, out, rs_nccl_stream(c));
+    if (e != cudaSuccess)
+        return rs_nccl_launch_failed(c, "delta encode kernel launch", e);
+    st = dev_copy(c, header, out, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
+    if (st == RESHARD_OK && changed)
+        st = dev_copy(c, changed, &j.total->c, sizeof *changed, RS_DD_D2H);
+    return st;
+}
+
+static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
+                                  void *chunk, uint64_t len, const char *what)
+{
+    void *scratch = NULL;
+    reshard_status_t st = rs_nccl_usable(c, "delta apply");
+    if (st == RESHARD_OK)
+        st = rs_nccl_delta_scratch(c, rs_delta_dev_scratch_bytes(len, h->word), &scratch);
+    if (st != RESHARD_OK)
+        return st;
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, h->word, h, scratch);
+    (void)cudaGetLastError();
+    const cudaError_t e = rs_delta_apply_launch(&j, in, chunk, rs_nccl_stream(c));
+    if (e != cudaSuccess)
+        return rs_nccl_launch_failed(c, "delta apply kernel launch", e);
+    rs_dk_err_t err;
+    st = dev_copy(c, &err, j.err, sizeof err, RS_DD_D2H);
+    return st == RESHARD_OK ? rs_delta_apply_status(&err, &j, what) : st;
+}
+
+const rs_delta_dev_ops_t rs_nccl_delta_ops = {
+    .alloc = dev_alloc,
+    .free = dev_free,
+    .copy = dev_copy,
+    .encode = dev_encode,
+    .apply = dev_apply,
+};

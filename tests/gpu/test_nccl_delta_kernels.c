@@ -1,0 +1,314 @@
+/*
+ * The NCCL transport's delta kernels (delta_kernels.h/.cu) against the CPU codec
+ * (src/exec/delta_codec.c, the format's reference, written from docs/delta.md): random
+ * chunks of odd and even lengths, words of 1, 2, 4 and 8 bytes, changed fractions from none
+ * through single words, scattered, clustered (runs) to all; every kind must come out.
+ * Each case checks every byte of the encoded chunk against rs_delta_encode, the snapshot
+ * after the encode (the new bytes), and the apply of the CPU's encoding onto the old bytes
+ * (the new bytes); then bodies that do not fit their header are refused by name.
+ *
+ *   --emulate  the kernels' own code (delta_kernels.h) on the CPU through the emulation.
+ *   --gpu      the launches on device memory: the CUDA kernels on a GPU (exit 77 without
+ *              one), or the fake device's emulation in the fake_nccl_delta_kernels test.
+ *   --op       the NCCL transport's delta operations (exec/delta_dev_ops.h) on a one-rank
+ *              endpoint: encode with the header copied back, apply with its error record read
+ *              (on a GPU, or against the fake CUDA/NCCL in fake_nccl_delta_op).
+ *   --cases N  random cases (default 400).
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/delta_codec.h"
+#include "exec/comm.h"
+#include "exec/delta_dev_ops.h"
+#include "kernel_test.h"
+#include "transport/nccl/nccl_internal.h"
+#include "util/error.h"
+
+static bool use_gpu;
+static reshard_comm_t *endpoint; /* --op: the endpoint whose delta operations run */
+static cudaStream_t stream;
+static int kinds[RS_DELTA_NKINDS];
+
+static void to_dev(void *d, const void *h, size_t n)
+{
+    if (use_gpu)
+        cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    else
+        memcpy(d, h, n);
+}
+
+static void to_host(void *h, const void *d, size_t n)
+{
+    if (use_gpu)
+        cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+    else
+        memcpy(h, d, n);
+}
+
+static int sync_ok(const char *what)
+{
+    if (use_gpu && cudaStreamSynchronize(stream) != cudaSuccess) {
+        fprintf(stderr, "%s: CUDA failed: %s\n", what, cudaGetErrorString(cudaGetLastError()));
+        return 0;
+    }
+    return 1;
+}
+
+/* Encode on the device side; the encoded bytes and the snapshot after into @p out, @p snap. */
+static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
+                      uint8_t *out, uint8_t *snap)
+{
+    const uint64_t sb = rs_delta_dev_scratch_bytes(len, word);
+    uint8_t *dc = kernel_test_alloc(use_gpu, len), *dp = kernel_test_alloc(use_gpu, len);
+    uint8_t *dout = kernel_test_alloc(use_gpu, len + 16), *ds = kernel_test_alloc(use_gpu, sb);
+    to_dev(dc, cur, len);
+    if (prev)
+        to_dev(dp, prev, len);
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, word, NULL, ds);
+    int ok = 1;
+    if (endpoint) {
+        uint8_t header[16];
+        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout, header,
+                                         NULL) == RESHARD_OK;
+        uint8_t check[16];
+        to_host(check, dout, 16);
+        if (ok && memcmp(check, header, 16) != 0) {
+            fprintf(stderr, "encode op: the header copied back is not the encoded one\n");
+            ok = 0;
+        }
+    } else if (use_gpu)
+        ok = rs_delta_encode_launch(&j, dc, prev ? dp : NULL, dout, stream) == cudaSuccess;
+    else
+        rs_delta_encode_emulate(&j, dc, prev ? dp : NULL, dout);
+    ok = ok && sync_ok("encode");
+    to_host(out, dout, len + 16);
+    if (prev)
+        to_host(snap, dp, len);
+    kernel_test_free(use_gpu, dc);
+    kernel_test_free(use_gpu, dp);
+    kernel_test_free(use_gpu, dout);
+    kernel_test_free(use_gpu, ds);
+    return ok;
+}
+
+/* Apply encoded @p in (@p size bytes) onto @p chunk (len bytes, in place) on the device
+ * side; the status of the body. */
+static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chunk, uint64_t len)
+{
+    rs_delta_header_t h;
+    reshard_status_t st = rs_delta_header(in, len, &h, "test chunk");
+    if (st != RESHARD_OK)
+        return st;
+    const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
+    uint8_t *din = kernel_test_alloc(use_gpu, size), *dc = kernel_test_alloc(use_gpu, len);
+    uint8_t *ds = kernel_test_alloc(use_gpu, sb);
+    to_dev(din, in, size);
+    to_dev(dc, chunk, len);
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, h.word, &h, ds);
+    if (endpoint) {
+        st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk");
+        to_host(chunk, dc, len);
+        kernel_test_free(use_gpu, din);
+        kernel_test_free(use_gpu, dc);
+        kernel_test_free(use_gpu, ds);
+        return st;
+    }
+    if (use_gpu) {
+        if (rs_delta_apply_launch(&j, din, dc, stream) != cudaSuccess || !sync_ok("apply"))
+            st = RESHARD_ERR_TRANSPORT;
+    } else {
+        rs_delta_apply_emulate(&j, din, dc);
+    }
+    rs_dk_err_t e;
+    to_host(&e, j.err, sizeof e);
+    if (st == RESHARD_OK)
+        st = rs_delta_apply_status(&e, &j, "test chunk");
+    to_host(chunk, dc, len);
+    kernel_test_free(use_gpu, din);
+    kernel_test_free(use_gpu, dc);
+    kernel_test_free(use_gpu, ds);
+    return st;
+}
+
+/* Case @p id: chunk of @p len bytes, @p word, changes per @p mode (0 none, 1 one word, 2
+ * scattered with probability @p p, 3 runs of random lengths, 4 all, 5 no snapshot). */
+static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
+{
+    const uint64_t n = len / word;
+    uint8_t *prev = malloc(len), *cur = malloc(len), *cpu_prev = malloc(len), *snap = malloc(len);
+    uint8_t *cpu_out = malloc(len + 16), *dev_out = malloc(len + 16), *chunk = malloc(len);
+    for (uint64_t i = 0; i < len; i++)
+        prev[i] = (uint8_t)next_u64();
+    memcpy(cur, prev, len);
+    /* a changed word differs in one random byte */
+#define CHANGE(i) (cur[(i)*word + (uint64_t)rnd(0, word - 1)] ^= (uint8_t)rnd(1, 255))
+    if (mode == 1 && n)
+        CHANGE((uint64_t)rnd(0, (int64_t)n - 1));
+    for (uint64_t i = 0; mode == 2 && i < n; i++)
+        if ((double)(next_u64() >> 11) / 9007199254740992.0 < p)
+            CHANGE(i);
+    for (uint64_t i = 0; mode == 3 && i < n; i += (uint64_t)rnd(1, 200)) {
+        uint64_t r = (uint64_t)rnd(1, 150);
+        for (; r && i < n; r--, i++)
+            CHANGE(i);
+    }
+    for (uint64_t i = 0; mode == 4 && i < n; i++)
+        CHANGE(i);
+#undef CHANGE
+    memcpy(cpu_prev, prev, len);
+    const uint64_t size =
+        rs_delta_encode(cur, mode == 5 ? NULL : cpu_prev, len, word, cpu_out, NULL);
+    int ok = dev_encode(cur, mode == 5 ? NULL : prev, len, word, dev_out, snap);
+    rs_delta_header_t h;
+    ok = ok && rs_delta_header(dev_out, len, &h, "device chunk") == RESHARD_OK;
+    if (ok && (h.body + 16 != size || memcmp(cpu_out, dev_out, size) != 0)) {
+        uint64_t k = 0;
+        while (k < size && cpu_out[k] == dev_out[k])
+            k++;
+        fprintf(stderr,
+                "case %d (len %llu word %u mode %d p %g): device encoding differs from the CPU "
+                "codec's (%llu bytes, kind %u) at byte %llu\n",
+                id, (unsigned long long)len, word, mode, p, (unsigned long long)size, cpu_out[0],
+                (unsigned long long)k);
+        ok = 0;
+    }
+    if (ok && mode != 5 && memcmp(snap, cur, len) != 0) {
+        fprintf(stderr, "case %d: the snapshot after the encode is not the new chunk\n", id);
+        ok = 0;
+    }
+    if (ok) {
+        kinds[cpu_out[0]]++;
+        memcpy(chunk, prev, len);
+        reshard_status_t st = dev_apply(cpu_out, size, chunk, len);
+        if (st != RESHARD_OK || memcmp(chunk, cur, len) != 0) {
+            fprintf(stderr, "case %d (kind %u): device apply %s: %s\n", id, cpu_out[0],
+                    st == RESHARD_OK ? "gave other bytes" : "failed", reshard_last_error());
+            ok = 0;
+        }
+    }
+    free(prev);
+    free(cur);
+    free(cpu_prev);
+    free(snap);
+    free(cpu_out);
+    free(dev_out);
+    free(chunk);
+    return ok;
+}
+
+/* A body that does not fit its header: refused (INVALID_ARG, the chunk named). */
+static int bad_bodies(void)
+{
+    const uint64_t len = 256; /* 128 bf16 words */
+    uint8_t in[16 + 256], chunk[256];
+    int ok = 1;
+    /* bitmap of 2 marked words carrying 3 values */
+    memset(in, 0, sizeof in);
+    in[0] = RS_DELTA_BITMAP;
+    in[1] = 2;
+    uint64_t body = 16 + 3 * 2;
+    memcpy(in + 8, &body, 8);
+    in[16] = 0x05;
+    reshard_status_t st = dev_apply(in, 16 + body, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "test chunk") &&
+          strstr(reshard_last_error(), "marks 2 words but carries 3 values");
+    /* a run past the chunk */
+    memset(in, 0, sizeof in);
+    in[0] = RS_DELTA_RUNS;
+    in[1] = 2;
+    uint32_t one = 1, start = 120, count = 10;
+    memcpy(in + 4, &one, 4);
+    body = 8 + 10 * 2;
+    memcpy(in + 8, &body, 8);
+    memcpy(in + 16, &start, 4);
+    memcpy(in + 20, &count, 4);
+    st = dev_apply(in, 16 + body, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "run 0 of 1 leaves");
+    /* a gap past the chunk */
+    memset(in, 0, sizeof in);
+    in[0] = RS_DELTA_GAPS;
+    in[1] = 2;
+    memcpy(in + 4, &one, 4);
+    body = 1 + 2;
+    memcpy(in + 8, &body, 8);
+    in[16] = 127; /* word 127 of 128: inside */
+    memset(chunk, 0, sizeof chunk);
+    st = dev_apply(in, 16 + body, chunk, len);
+    ok &= st == RESHARD_OK;
+    in[16] = 0x80 | 0x7f; /* a varint running past the body */
+    st = dev_apply(in, 16 + body, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body");
+    if (!ok)
+        fprintf(stderr, "bad bodies: not refused as expected (last: %s)\n", reshard_last_error());
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    int cases = 400;
+    const char *mode = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
+            strcmp(argv[i], "--op") == 0)
+            mode = argv[i] + 2;
+        else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc)
+            cases = atoi(argv[++i]);
+        else
+            mode = NULL, i = argc;
+    }
+    if (!mode) {
+        fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
+        return 2;
+    }
+    use_gpu = strcmp(mode, "emulate") != 0;
+    if (use_gpu) {
+        const int rc = kernel_test_device(&stream);
+        if (rc != 0)
+            return rc;
+    }
+    if (strcmp(mode, "op") == 0) {
+        char id[128];
+        if (reshard_nccl_unique_id_size() != sizeof id || reshard_nccl_get_unique_id(id) != 0 ||
+            reshard_comm_create_nccl_from_id(id, 0, 1, 0, NULL, &endpoint) != RESHARD_OK ||
+            endpoint->delta_dev == NULL) {
+            fprintf(stderr, "endpoint: %s\n", reshard_last_error());
+            return 1;
+        }
+    }
+    int fails = 0;
+    const uint32_t elems[] = {1, 2, 4, 8};
+    const double ps[] = {0.0005, 0.003, 0.02, 0.1, 0.3};
+    /* named: every kind and edge at every word size */
+    int id = 0;
+    for (int e = 0; e < 4; e++)
+        for (int m = 0; m <= 5; m++)
+            for (uint64_t len = 1; len <= 4096 * 8; len = len * 3 + (uint64_t)e) {
+                const uint32_t w = rs_delta_word(len, elems[e]);
+                fails += !run_case(id++, len, w, m, ps[m % 5]);
+            }
+    for (int c = 0; c < cases; c++) {
+        const uint64_t len = (uint64_t)rnd(1, 1) == 1 && rnd(0, 3) ? (uint64_t)rnd(1, 20000)
+                                                                   : (uint64_t)rnd(60000, 300000);
+        const uint32_t w = rs_delta_word(len, elems[rnd(0, 3)]);
+        const int m = (int)rnd(0, 5);
+        fails += !run_case(id++, len, w, m, ps[rnd(0, 4)]);
+        if (fails > 5)
+            break;
+    }
+    fails += !bad_bodies();
+    for (int k = 0; k < RS_DELTA_NKINDS; k++)
+        if (!kinds[k]) {
+            fprintf(stderr, "no case came out as kind %d\n", k);
+            fails++;
+        }
+    printf("%s: %d cases (dense %d, bitmap %d, runs %d, gaps %d), %d failed\n", mode, id, kinds[0],
+           kinds[1], kinds[2], kinds[3], fails);
+    if (endpoint)
+        reshard_comm_destroy(endpoint);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,246 @@
+/*
+ * Delta refits through the NCCL transport's code with the fake CUDA runtime and NCCL
+ * (fake_cuda_nccl.c; ranks are threads, the delta kernels run as their CPU emulation):
+ * the snapshot and the relay scratch in (fake) device memory, the two exchanges of every
+ * round with the headers copied to the host. A few executions: the first dense, then
+ * sparse changes, none, and all; after each, every destination byte is checked against the
+ * pattern at its version (reshard_verify_pattern_version, sentinels outside fragments
+ * included), and the versions and the delta counters against what the schedule implies.
+ * Then checksum mode is refused by name on every rank before anything moves.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reshard/reshard_delta.h"
+#include "reshard/reshard_model.h"
+#include "reshard/reshard_nccl.h"
+#include "device_bufs.h"
+
+#define MAX_RANKS 8
+
+static const char *tiny_dense =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\","
+    " \"hidden_size\": 256, \"intermediate_size\": 512, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
+    " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
+
+typedef struct {
+    const char *name, *train, *infer;
+    int nranks;
+    int32_t domain_size;
+} scenario_t;
+
+typedef struct {
+    const scenario_t *sc;
+    int rank;
+    const char *id;
+    int ok;
+    char msg[512];
+} job_t;
+
+/* The refits: the pattern version (reshard_fill_pattern_version) of the source and its change
+ * fraction: the first dense, sparse, the same again (nothing changed), all, sparse. */
+static const struct {
+    int64_t version;
+    double fraction;
+} refits[] = {{0, 0.0}, {1, 0.002}, {2, 0.02}, {2, 0.02}, {3, 1.0}, {4, 0.01}};
+#define NREFITS ((int)(sizeof refits / sizeof refits[0]))
+
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        snprintf(j->msg, sizeof j->msg, __VA_ARGS__);                                              \
+        goto out;                                                                                  \
+    } while (0)
+
+/* Host copies of device buffers @p d (same sizes). */
+static reshard_buffer_t *host_twins(const bufs_t *d)
+{
+    reshard_buffer_t *h = calloc((size_t)d->n + 1, sizeof *h);
+    for (int32_t i = 0; h && i < d->n; i++) {
+        h[i].bytes = d->b[i].bytes;
+        h[i].ptr = malloc(h[i].bytes ? h[i].bytes : 1);
+    }
+    return h;
+}
+
+static void free_twins(reshard_buffer_t *h, int32_t n)
+{
+    for (int32_t i = 0; h && i < n; i++)
+        free(h[i].ptr);
+    free(h);
+}
+
+static reshard_status_t copy_all(reshard_comm_t *c, const reshard_buffer_t *to,
+                                 const reshard_buffer_t *from, int32_t n)
+{
+    reshard_status_t st = RESHARD_OK;
+    for (int32_t i = 0; st == RESHARD_OK && i < n; i++)
+        st = reshard_nccl_memcpy(c, to[i].ptr, from[i].ptr, to[i].bytes);
+    return st;
+}
+
+static void *rank_main(void *arg)
+{
+    job_t *j = arg;
+    const scenario_t *sc = j->sc;
+    reshard_comm_t *c = NULL;
+    reshard_model_t *m = NULL;
+    reshard_model_refit_t refit;
+    reshard_plan_t *plan = NULL, *ckplan = NULL;
+    bufs_t sb = {0, NULL}, db = {0, NULL};
+    reshard_buffer_t *hs = NULL, *hd = NULL;
+    memset(&refit, 0, sizeof refit);
+    reshard_model_options_t o;
+    memset(&o, 0, sizeof o);
+    o.dtype = RESHARD_BF16;
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, NULL, &c);
+    if (st != RESHARD_OK)
+        FAIL("endpoint: %s", reshard_last_error());
+    st = reshard_model_load_json(tiny_dense, &o, &m);
+    if (st == RESHARD_OK)
+        st = reshard_train_spec_parse(sc->train, &ts);
+    if (st == RESHARD_OK)
+        st = reshard_infer_spec_parse(sc->infer, &is);
+    if (st == RESHARD_OK)
+        st = reshard_model_refit_create(m, &ts, &is, &refit);
+    reshard_plan_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask =
+        RESHARD_PLAN_PARAM_TIMEOUT | RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_DOMAIN_SIZE;
+    p.world_size = sc->nranks;
+    p.my_rank = j->rank;
+    p.timeout_s = 10.0;
+    p.delta = 1;
+    p.domain_size = sc->domain_size;
+    if (st == RESHARD_OK)
+        st = reshard_plan_create(refit.train, refit.infer, &p, &plan);
+    if (st != RESHARD_OK)
+        FAIL("setup: %s", reshard_last_error());
+    const int trainer = j->rank < refit.train_world;
+    st = trainer ? alloc_bufs(c, refit.train_buffers, j->rank, &sb)
+                 : alloc_bufs(c, refit.infer_buffers, j->rank, &db);
+    if (st != RESHARD_OK || !(hs = host_twins(&sb)) || !(hd = host_twins(&db)))
+        FAIL("buffers: %s", reshard_last_error());
+    for (int32_t i = 0; i < db.n; i++) /* outside fragments: sentinels, never written */
+        reshard_nccl_memset(c, db.b[i].ptr, RESHARD_SENTINEL_BYTE, db.b[i].bytes);
+    int64_t sparse_wire = 0, sparse_stream = 0;
+    for (int k = 0; k < NREFITS; k++) {
+        const double f = refits[k].fraction;
+        const int64_t pv = refits[k].version;
+        const bool same = k > 0 && pv == refits[k - 1].version;
+        if (trainer) {
+            st = copy_all(c, hs, sb.b, sb.n);
+            if (st == RESHARD_OK)
+                st = reshard_fill_pattern_version(refit.train, j->rank, hs, sb.n, pv, f);
+            if (st == RESHARD_OK)
+                st = copy_all(c, sb.b, hs, sb.n);
+            if (st != RESHARD_OK)
+                FAIL("fill %d: %s", k, reshard_last_error());
+        }
+        st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+        if (st != RESHARD_OK)
+            FAIL("execute %d: %s: %s", k, reshard_status_string(st), reshard_last_error());
+        if (!trainer) {
+            uint64_t verified = 0;
+            st = copy_all(c, hd, db.b, db.n);
+            if (st == RESHARD_OK)
+                st = reshard_verify_pattern_version(refit.infer, j->rank, hd, db.n, pv, f,
+                                                    &verified);
+            const uint64_t want = layout_rank_bytes(refit.infer, refit.tensors, j->rank);
+            if (st != RESHARD_OK || verified != want)
+                FAIL("verify %d: %s (verified %" PRIu64 " of %" PRIu64 ")", k, reshard_last_error(),
+                     verified, want);
+        }
+        reshard_delta_info_t info;
+        st = reshard_plan_delta_info(plan, j->rank, &info);
+        if (st != RESHARD_OK || info.version != k + 1 || info.state != RESHARD_DELTA_COMMITTED)
+            FAIL("after refit %d: version %" PRId64 " (%s), want %d committed", k, info.version,
+                 reshard_delta_state_string(info.state), k + 1);
+        if (trainer && info.stream_bytes == 0)
+            FAIL("refit %d: trainer rank sent no stream bytes", k);
+        if (trainer && k == 0 && (info.dense_streams == 0 || info.chunks[0] == 0))
+            FAIL("refit 0: %" PRId64 " dense streams, %" PRId64 " dense chunks; want all dense",
+                 info.dense_streams, info.chunks[0]);
+        if (trainer && k > 0 && info.dense_streams != 0)
+            FAIL("refit %d: %" PRId64 " streams dense, want none", k, info.dense_streams);
+        if (trainer && same && info.wire_bytes != 16 * (uint64_t)info.chunks[2])
+            FAIL("refit %d (nothing changed): %" PRIu64 " wire bytes, want bare headers", k,
+                 info.wire_bytes);
+        if (trainer && f == 1.0 && info.chunks[0] == 0)
+            FAIL("refit %d (all changed): no dense chunk", k);
+        if (trainer && k > 0 && !same && f < 0.05) {
+            sparse_wire += (int64_t)info.wire_bytes;
+            sparse_stream += (int64_t)info.stream_bytes;
+        }
+    }
+    if (trainer && sparse_wire * 2 > sparse_stream)
+        FAIL("sparse refits put %" PRId64 " bytes on the wire for %" PRId64 " stream bytes",
+             sparse_wire, sparse_stream);
+    /* checksum mode on device memory: refused by name on every rank, nothing moves */
+    p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
+    p.delta_checksum = 1;
+    st = reshard_plan_create(refit.train, refit.infer, &p, &ckplan);
+    if (st == RESHARD_OK)
+        st = reshard_plan_execute(ckplan, c, sb.b, sb.n, db.b, db.n, NULL);
+    if (st != RESHARD_ERR_UNSUPPORTED ||
+        (strstr(reshard_last_error(), "delta_checksum needs host memory") == NULL &&
+         strstr(reshard_last_error(), "rejected") == NULL))
+        FAIL("checksum mode on device memory: %s: %s", reshard_status_string(st),
+             reshard_last_error());
+    j->ok = 1;
+out:
+    free_twins(hs, sb.n);
+    free_twins(hd, db.n);
+    free_bufs(c, &sb);
+    free_bufs(c, &db);
+    reshard_plan_destroy(plan);
+    reshard_plan_destroy(ckplan);
+    reshard_model_refit_destroy(&refit);
+    reshard_model_destroy(m);
+    reshard_comm_destroy(c);
+    return NULL;
+}
+
+static int run(const scenario_t *sc)
+{
+    char id[128];
+    if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
+        printf("FAIL %s: unique id: %s\n", sc->name, reshard_last_error());
+        return 1;
+    }
+    job_t jobs[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < sc->nranks; r++) {
+        jobs[r] = (job_t){.sc = sc, .rank = r, .id = id, .ok = 0, .msg = ""};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    int bad = 0;
+    for (int r = 0; r < sc->nranks; r++) {
+        pthread_join(th[r], NULL);
+        if (!jobs[r].ok) {
+            printf("FAIL %s: rank %d: %s\n", sc->name, r, jobs[r].msg);
+            bad = 1;
+        }
+    }
+    if (!bad)
+        printf("ok   %s (%d ranks, %d refits)\n", sc->name, sc->nranks, NREFITS);
+    return bad;
+}
+
+int main(void)
+{
+    const scenario_t scenarios[] = {
+        {"delta tp2 -> tp2", "tp=2", "tp=2", 4, 1},
+        {"delta tp2 -> tp1 x2 (forwards in a domain)", "tp=2", "tp=1,dp=2", 4, 2},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
+        bad |= run(&scenarios[i]);
+    return bad;
+}
