@@ -129,7 +129,6 @@ static void *rank_main(void *arg)
         FAIL("buffers: %s", reshard_last_error());
     for (int32_t i = 0; i < db.n; i++) /* outside fragments: sentinels, never written */
         reshard_nccl_memset(c, db.b[i].ptr, RESHARD_SENTINEL_BYTE, db.b[i].bytes);
-    int64_t sparse_wire = 0, sparse_stream = 0;
     for (int k = 0; k < NREFITS; k++) {
         const double f = refits[k].fraction;
         const int64_t pv = refits[k].version;
@@ -174,14 +173,16 @@ static void *rank_main(void *arg)
                  info.wire_bytes);
         if (trainer && f == 1.0 && info.chunks[0] == 0)
             FAIL("refit %d (all changed): no dense chunk", k);
-        if (trainer && k > 0 && !same && f < 0.05) {
-            sparse_wire += (int64_t)info.wire_bytes;
-            sparse_stream += (int64_t)info.stream_bytes;
-        }
+        /* refit 1 changes 0.2% of the elements of version 0; refit 2's version (2 at 2%)
+         * differs from version 1 at 0.2% in about 4% (the pattern draws each fraction's
+         * changes afresh); refit 5's (4 at 1%) from version 3 at 100% in nearly every word,
+         * so it is dense by size, not by rule (no dense streams) */
+        const uint64_t most = k == 1 ? info.stream_bytes / 100 : info.stream_bytes / 10;
+        if (trainer && (k == 1 || k == 2) && info.wire_bytes > most)
+            FAIL("refit %d (%.1f%% changed): %" PRIu64 " bytes on the wire for %" PRIu64
+                 " stream bytes, want at most %" PRIu64,
+                 k, 100 * f, info.wire_bytes, info.stream_bytes, most);
     }
-    if (trainer && sparse_wire * 2 > sparse_stream)
-        FAIL("sparse refits put %" PRId64 " bytes on the wire for %" PRId64 " stream bytes",
-             sparse_wire, sparse_stream);
     /* checksum mode on device memory: refused by name on every rank, nothing moves */
     p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
     p.delta_checksum = 1;
