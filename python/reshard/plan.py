@@ -82,12 +82,14 @@ class Plan(_lib.Handle):
                  that changed since the version the destination holds; delta_info()
                  tells a rank's version and whether its weights are committed or torn.
                  Keep the same destination tensors between executes (new ones are
-                 sent dense); MPI and in-process comms only (NCCL: UNSUPPORTED)
+                 sent dense); MPI, in-process and NCCL comms (NCCL: device encode/apply
+                 kernels, docs/delta.md "On device memory")
     checksum     with delta: every chunk carries the sender's 64-bit hash (XXH3) of its
                  new bytes, compared by the receiver after apply; a destination changed
                  behind reshard's back fails the execute on every rank (ReshardError
                  RESHARD_ERR_VERIFY naming tensor, rank and box), its weights are torn
-                 and the next execute rewrites them dense
+                 and the next execute rewrites them dense; host memory only (NCCL:
+                 UNSUPPORTED on every rank before anything moves)
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default

@@ -50,10 +50,10 @@ class ReshardInitInfo:
                   engines'): host id and GPU index (None: one host; no devices)
     delta         delta refits (docs/delta.md): each refit sends only the words that
                   changed since the version the worker holds (the first refit, and the
-                  next one after a failed or invalidated one, whole); gloo only
+                  next one after a failed or invalidated one, whole); gloo or nccl
     delta_checksum  with delta: each chunk carries the sender's XXH3 hash of its new
                   bytes, compared after apply (a weight changed behind reshard's back
-                  fails the refit on every rank, naming it; the next one is whole)"""
+                  fails the refit on every rank, naming it; the next one is whole); gloo only"""
 
     model: str
     train: str
