@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "reshard/reshard_nccl.h"
 
@@ -46,6 +47,26 @@ static inline int kernel_test_device(cudaStream_t *s)
         return 1;
     }
     return 0;
+}
+
+/* The kernel tests' command line, --gpu|--emulate|--op [--cases N]: the mode ("gpu",
+ * "emulate" or "op") and *@p cases (left as given when absent); NULL (usage printed) when
+ * it is not that. */
+static inline const char *kernel_test_mode(int argc, char **argv, int *cases)
+{
+    const char *mode = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
+            strcmp(argv[i], "--op") == 0)
+            mode = argv[i] + 2;
+        else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc)
+            *cases = atoi(argv[++i]);
+        else
+            return fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]), NULL;
+    }
+    if (mode == NULL)
+        fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
+    return mode;
 }
 
 /* "Device" memory of @p n bytes: cudaMalloc'ed on a GPU (@p gpu), host memory when the

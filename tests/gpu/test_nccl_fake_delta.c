@@ -19,8 +19,7 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
-
-#define MAX_RANKS 8
+#include "fake_ranks.h"
 
 static const char *tiny_dense =
     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\","
@@ -34,13 +33,7 @@ typedef struct {
     int32_t domain_size;
 } scenario_t;
 
-typedef struct {
-    const scenario_t *sc;
-    int rank;
-    const char *id;
-    int ok;
-    char msg[512];
-} job_t;
+typedef rank_job_t job_t;
 
 /* The refits: the pattern version (reshard_fill_pattern_version) of the source and its change
  * fraction: the first dense, sparse, the same again (nothing changed), all, sparse. */
@@ -210,25 +203,7 @@ out:
 
 static int run(const scenario_t *sc)
 {
-    char id[128];
-    if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
-        printf("FAIL %s: unique id: %s\n", sc->name, reshard_last_error());
-        return 1;
-    }
-    job_t jobs[MAX_RANKS];
-    pthread_t th[MAX_RANKS];
-    for (int r = 0; r < sc->nranks; r++) {
-        jobs[r] = (job_t){.sc = sc, .rank = r, .id = id, .ok = 0, .msg = ""};
-        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
-    }
-    int bad = 0;
-    for (int r = 0; r < sc->nranks; r++) {
-        pthread_join(th[r], NULL);
-        if (!jobs[r].ok) {
-            printf("FAIL %s: rank %d: %s\n", sc->name, r, jobs[r].msg);
-            bad = 1;
-        }
-    }
+    int bad = run_fake_ranks(sc->name, sc, sc->nranks, rank_main);
     if (!bad)
         printf("ok   %s (%d ranks, %d refits)\n", sc->name, sc->nranks, NREFITS);
     return bad;

@@ -22,10 +22,9 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
+#include "fake_ranks.h"
 #include "fake_cuda_nccl.h"
 #include "util/timeout.h"
-
-#define MAX_RANKS 8
 
 /* Small configs of the real families, sized so FP8 shards fall on 128x128 blocks. */
 static const char *tiny_dense =
@@ -78,13 +77,7 @@ typedef struct {
 #define FAIL_TIMEOUT_S 20.0 /* the plan's timeout in the failed-launch scenario */
 #define FAIL_BOUND_S 5.0    /* every rank must have its error by then */
 
-typedef struct {
-    const scenario_t *sc;
-    int rank;
-    const char *id;
-    int ok;
-    char msg[512];
-} job_t;
+typedef rank_job_t job_t;
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -228,26 +221,8 @@ out:
 
 static int run(const scenario_t *sc)
 {
-    char id[128];
-    if (reshard_nccl_get_unique_id(id) != RESHARD_OK) {
-        printf("FAIL %s: unique id: %s\n", sc->name, reshard_last_error());
-        return 1;
-    }
-    job_t jobs[MAX_RANKS];
-    pthread_t th[MAX_RANKS];
     const double t0 = rs_now_s();
-    for (int r = 0; r < sc->nranks; r++) {
-        jobs[r] = (job_t){.sc = sc, .rank = r, .id = id, .ok = 0, .msg = ""};
-        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
-    }
-    int bad = 0;
-    for (int r = 0; r < sc->nranks; r++) {
-        pthread_join(th[r], NULL);
-        if (!jobs[r].ok) {
-            printf("FAIL %s: rank %d: %s\n", sc->name, r, jobs[r].msg);
-            bad = 1;
-        }
-    }
+    int bad = run_fake_ranks(sc->name, sc, sc->nranks, rank_main);
     if (!bad)
         printf("ok   %s (%d ranks, %.1f s)\n", sc->name, sc->nranks, rs_now_s() - t0);
     return bad;

@@ -484,22 +484,9 @@ static int bad_inputs(void)
 int main(int argc, char **argv)
 {
     int cases = 300;
-    const char *mode = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
-            strcmp(argv[i], "--op") == 0) {
-            mode = argv[i] + 2;
-        } else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc) {
-            cases = atoi(argv[++i]);
-        } else {
-            mode = NULL;
-            break;
-        }
-    }
-    if (mode == NULL) {
-        fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
+    const char *mode = kernel_test_mode(argc, argv, &cases);
+    if (mode == NULL)
         return 2;
-    }
     use_gpu = strcmp(mode, "emulate") != 0;
     if (use_gpu) {
         const int rc = kernel_test_device(&stream);
