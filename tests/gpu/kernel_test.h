@@ -49,24 +49,29 @@ static inline int kernel_test_device(cudaStream_t *s)
     return 0;
 }
 
-/* The kernel tests' command line, --gpu|--emulate|--op [--cases N]: the mode ("gpu",
- * "emulate" or "op") and *@p cases (left as given when absent); NULL (usage printed) when
- * it is not that. */
-static inline const char *kernel_test_mode(int argc, char **argv, int *cases)
+/* The kernel tests' start: the command line --gpu|--emulate|--op [--cases N] into *@p mode
+ * ("gpu", "emulate" or "op") and *@p cases (left as given when absent), and unless
+ * emulated (*@p gpu false) device 0 and a stream in @p s. Returns 0 to go on, else the exit
+ * status: 2 (usage printed), SKIP without a CUDA device, 1 when CUDA fails. */
+static inline int kernel_test_start(int argc, char **argv, int *cases, const char **mode, bool *gpu,
+                                    cudaStream_t *s)
 {
-    const char *mode = NULL;
+    *mode = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--gpu") == 0 || strcmp(argv[i], "--emulate") == 0 ||
             strcmp(argv[i], "--op") == 0)
-            mode = argv[i] + 2;
+            *mode = argv[i] + 2;
         else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc)
             *cases = atoi(argv[++i]);
         else
-            return fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]), NULL;
+            *mode = NULL, i = argc;
     }
-    if (mode == NULL)
+    if (*mode == NULL) {
         fprintf(stderr, "usage: %s --gpu|--emulate|--op [--cases N]\n", argv[0]);
-    return mode;
+        return 2;
+    }
+    *gpu = strcmp(*mode, "emulate") != 0;
+    return *gpu ? kernel_test_device(s) : 0;
 }
 
 /* "Device" memory of @p n bytes: cudaMalloc'ed on a GPU (@p gpu), host memory when the

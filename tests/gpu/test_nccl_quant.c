@@ -484,15 +484,10 @@ static int bad_inputs(void)
 int main(int argc, char **argv)
 {
     int cases = 300;
-    const char *mode = kernel_test_mode(argc, argv, &cases);
-    if (mode == NULL)
-        return 2;
-    use_gpu = strcmp(mode, "emulate") != 0;
-    if (use_gpu) {
-        const int rc = kernel_test_device(&stream);
-        if (rc != 0)
-            return rc;
-    }
+    const char *mode = NULL;
+    const int rc = kernel_test_start(argc, argv, &cases, &mode, &use_gpu, &stream);
+    if (rc != 0)
+        return rc;
     int failed = 0;
     if (strcmp(mode, "op") == 0) {
         char id[128];
