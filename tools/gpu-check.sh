@@ -7,7 +7,8 @@
 #      to CMake explicitly) and its runtime version (ncclGetVersion, >= 2.28);
 #   2. configure (Release, kernels for CUDA_ARCH) and build only what the run needs (-j JOBS);
 #   3. the checks, each bounded (ctest --no-tests=error, its own timeout, all within BUDGET_S):
-#      delta encode/apply kernels (byte for byte against the CPU codec), copy kernel (random cases, large-index paths: > 2^31 elements, past 4 GiB, grid-stride
+#      delta encode/apply kernels and op (byte for byte against the CPU codec; memcheck and
+#      racecheck on them), copy kernel (random cases, large-index paths: > 2^31 elements, past 4 GiB, grid-stride
 #      later passes), quantize kernel and op, the one-GPU refit and quantized refit, the stall
 #      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
 #      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
@@ -232,6 +233,7 @@ bench_mib=${BENCH_MIB:-1024}
 pyenv=(env "RESHARD_LIBRARY=$build/libreshard.so" "PYTHONPATH=$root/python:$root/tests/python")
 if [ $dry -eq 0 ]; then
     ctest_check delta_kernels 120 gpu_delta_kernels
+    ctest_check delta_op 120 gpu_delta_op
     ctest_check box_copy 120 gpu_box_copy
     ctest_check large_index 180 gpu_large_index
     ctest_check quant 120 gpu_quant
@@ -241,6 +243,10 @@ if [ $dry -eq 0 ]; then
     ctest_check stall_timeout 60 gpu_timeout
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
     if [ -n "$san" ]; then
+        check memcheck_delta 120 "$san" --tool memcheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 60
+        check racecheck_delta 120 "$san" --tool racecheck --error-exitcode 3 \
+            "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 20
         check memcheck_box_copy 120 "$san" --tool memcheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_box_copy" --gpu --cases 300
         check memcheck_quant 120 "$san" --tool memcheck --error-exitcode 3 \
@@ -250,7 +256,8 @@ if [ $dry -eq 0 ]; then
         check synccheck_quant 120 "$san" --tool synccheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_quant" --gpu --cases 40
     else
-        for c in memcheck_box_copy memcheck_quant racecheck_quant synccheck_quant; do
+        for c in memcheck_delta racecheck_delta memcheck_box_copy memcheck_quant racecheck_quant \
+            synccheck_quant; do
             result NOTRUN $c 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
         done
     fi
@@ -266,6 +273,7 @@ if [ $dry -eq 0 ]; then
     fi
 else
     ctest_check delta_kernels 120 fake_nccl_delta_kernels
+    ctest_check delta_op 120 fake_nccl_delta_op
     ctest_check box_copy 300 nccl_box_copy_emulated
     ctest_check large_index 300 nccl_large_index_emulated
     ctest_check quant 300 nccl_quant_emulated
@@ -273,7 +281,9 @@ else
     ctest_check refit 300 fake_nccl_refit
     ctest_check quant_refit 300 fake_nccl_quant_refit
     ctest_check stall_timeout 120 fake_nccl_timeout
-    for c in "memcheck_box_copy test_nccl_box_copy --gpu --cases 300" \
+    for c in "memcheck_delta test_nccl_delta_kernels --gpu --cases 60" \
+        "racecheck_delta test_nccl_delta_kernels --gpu --cases 20" \
+        "memcheck_box_copy test_nccl_box_copy --gpu --cases 300" \
         "memcheck_quant test_nccl_quant --gpu --cases 100" \
         "racecheck_quant test_nccl_quant --gpu --cases 40" \
         "synccheck_quant test_nccl_quant --gpu --cases 40"; do
