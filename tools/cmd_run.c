@@ -910,9 +910,9 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *dn, 
         fmt_bytes(rs->bytes_network, dnet, sizeof dnet);
         fmt_bytes(dn->bytes_network, nnet, sizeof nnet);
         fmt_bytes(bl ? bl->bytes_network : 0, bnet, sizeof bnet);
-        printf("  dense reshard / delta: time %.2fx, network bytes %.2fx (%s vs %s%s%s "
-               "baseline)\n",
-               d.time_ratio, d.network_ratio, dnet, nnet, bl ? "; " : "", bl ? bnet : "");
+        printf(
+            "  dense reshard / delta: time %.2fx, network bytes %.2fx (delta %s vs dense %s%s%s)\n",
+            d.time_ratio, d.network_ratio, dnet, nnet, bl ? "; baseline " : "", bl ? bnet : "");
         printf("  delta wire bytes (last refit): %.4f of dense, %.4f x the encoding's bound for "
                "the measured\n  changed fraction %.5f (reshard_sim_delta_chunk_bytes, its "
                "chunks of bf16)\n",
