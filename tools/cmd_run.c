@@ -61,7 +61,7 @@ static void run_usage(FILE *out)
         "  --eplb-map FILE    EPLB physical-to-logical map(s), JSON: a list (every MoE\n"
         "                     layer), a list of per-layer lists, or {\"maps\": [...]}: refit\n"
         "                     i uses map i mod n, each change replanned (this rank's own\n"
-        "                     plan; not with --baseline or --raw when n > 1)\n"
+        "                     plan; not with --baseline, --raw or --delta when n > 1)\n"
         "                     N must be train world + infer world; ranks [0, train\n"
         "                     world) train, the rest infer\n"
         "  --layers K         keep only the first K decoder layers\n"
@@ -855,7 +855,8 @@ typedef struct {
     double bound_bytes;    /**< the encoding's bound for that fraction, its chunks */
     double wire_per_bound; /**< wire bytes / bound_bytes */
     double wire_per_dense; /**< wire bytes / stream bytes */
-    double network_ratio;  /**< dense network bytes / delta network bytes */
+    double network_ratio;  /**< dense network bytes / delta network bytes (0: neither has any) */
+    double nvlink_ratio;   /**< the same for the bytes inside domains */
     double time_ratio;     /**< dense median / delta median */
 } delta_figs_t;
 
@@ -877,6 +878,7 @@ static delta_figs_t delta_figs(const method_t *rs, const method_t *dn, bool chec
     if (dn) {
         d.network_ratio =
             rs->bytes_network ? (double)dn->bytes_network / (double)rs->bytes_network : 0;
+        d.nvlink_ratio = rs->bytes_nvlink ? (double)dn->bytes_nvlink / (double)rs->bytes_nvlink : 0;
         double t = method_median(rs);
         d.time_ratio = t > 0 ? method_median(dn) / t : 0;
     }
@@ -906,13 +908,16 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *dn, 
                r->replans, median(r->replan_seconds, r->replans));
     if (dn) {
         delta_figs_t d = delta_figs(rs, dn, r->a->delta_checksum);
+        /* one domain holding every rank: nothing crosses the network, compare NVLink */
+        const bool net = rs->bytes_network || dn->bytes_network;
         char dnet[32], nnet[32], bnet[32];
-        fmt_bytes(rs->bytes_network, dnet, sizeof dnet);
-        fmt_bytes(dn->bytes_network, nnet, sizeof nnet);
-        fmt_bytes(bl ? bl->bytes_network : 0, bnet, sizeof bnet);
-        printf(
-            "  dense reshard / delta: time %.2fx, network bytes %.2fx (delta %s vs dense %s%s%s)\n",
-            d.time_ratio, d.network_ratio, dnet, nnet, bl ? "; baseline " : "", bl ? bnet : "");
+        fmt_bytes(net ? rs->bytes_network : rs->bytes_nvlink, dnet, sizeof dnet);
+        fmt_bytes(net ? dn->bytes_network : dn->bytes_nvlink, nnet, sizeof nnet);
+        fmt_bytes(bl ? (net ? bl->bytes_network : bl->bytes_nvlink) : 0, bnet, sizeof bnet);
+        printf("  dense reshard / delta: time %.2fx, %s bytes %.2fx (delta %s vs dense %s%s%s)\n",
+               d.time_ratio, net ? "network" : "NVLink (no network bytes)",
+               net ? d.network_ratio : d.nvlink_ratio, dnet, nnet, bl ? "; baseline " : "",
+               bl ? bnet : "");
         printf("  delta wire bytes (last refit): %.4f of dense, %.4f x the encoding's bound for "
                "the measured\n  changed fraction %.5f (reshard_sim_delta_chunk_bytes, its "
                "chunks of bf16)\n",
@@ -1028,7 +1033,10 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *dn, c
             json_object_set_new(d, "bound_bytes", json_real(g.bound_bytes));
             json_object_set_new(d, "wire_per_bound", json_real(g.wire_per_bound));
             json_object_set_new(d, "wire_per_dense", json_real(g.wire_per_dense));
-            json_object_set_new(d, "network_ratio", json_real(g.network_ratio));
+            json_object_set_new(d, "network_ratio",
+                                rs->bytes_network ? json_real(g.network_ratio) : json_null());
+            json_object_set_new(d, "nvlink_ratio",
+                                rs->bytes_nvlink ? json_real(g.nvlink_ratio) : json_null());
             json_object_set_new(d, "time_ratio", json_real(g.time_ratio));
         }
         json_object_set_new(o, "delta", d);
@@ -1138,12 +1146,13 @@ static int run(const run_args_t *a, int rank, int size)
         if (cli_eplb_maps(a->eplb_map, &maps, merr, sizeof merr))
             return usage_error(rank, "%s", merr);
         if (maps.n > 1 && (a->baseline || a->raw || a->delta)) {
+            const int n = maps.n; /* cli_eplb_free clears it */
             cli_eplb_free(&maps);
             return usage_error(rank,
                                "--eplb-map with %d maps replans between refits; "
                                "--baseline, --raw and --delta (beside its dense plan) run one "
                                "fixed layout",
-                               maps.n);
+                               n);
         }
         cli_eplb_use(&maps, 0, &is);
     }

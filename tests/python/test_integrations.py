@@ -821,3 +821,16 @@ def test_delta_info_fields_are_agreed_at_init(tmp_path):
     for m in models:  # nothing written
         for t in m.parameters():
             assert bool((t.detach().view(torch.uint8) == SENT).all())
+
+
+@pytest.mark.parametrize("field,value", [("delta", "false"), ("delta", 1),
+                                         ("delta_checksum", "yes")])
+def test_delta_flags_must_be_bools(tmp_path, field, value):
+    """delta / delta_checksum from a config are checked, never coerced: a string such
+    as "false" would otherwise turn delta on. CONFIG naming the field and the value."""
+    from reshard.integrations.worker import ReshardInitInfo, build_plan
+    path = write(tmp_path, "tiny", TINY)
+    info = ReshardInitInfo(model=path, train="tp=2", infer="tp=2", **{field: value})
+    with pytest.raises(reshard.ReshardError, match="rank 2: %s must be True or False, got %r"
+                       % (field, value)):
+        build_plan(info, 2, 4)

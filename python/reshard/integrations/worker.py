@@ -82,8 +82,8 @@ class ReshardInitInfo:
                 "layers": self.layers, "domain_size": self.domain_size,
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
                 "colocated": bool(self.colocated), "hosts": self.hosts,
-                "devices": self.devices, "delta": bool(self.delta),
-                "delta_checksum": bool(self.delta_checksum)}
+                "devices": self.devices, "delta": self.delta,
+                "delta_checksum": self.delta_checksum}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -120,13 +120,17 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
     elif info.transport == "cuda-ipc":
         raise error(Status.CONFIG, "rank %d: transport \"cuda-ipc\" moves colocated reads "
                     "only: set colocated=True" % rank)
+    for f in ("delta", "delta_checksum"):
+        if not isinstance(getattr(info, f), bool):
+            raise error(Status.CONFIG, "rank %d: %s must be True or False, got %r"
+                        % (rank, f, getattr(info, f)))
     if info.delta_checksum and not info.delta:
         raise error(Status.CONFIG, "rank %d: delta_checksum checks delta refits: set "
                     "delta=True" % rank)
     plan = Plan(refit.train, refit.infer, rank=rank, world=world,
                 domain_size=info.domain_size or None, staging_mb=info.staging_mb,
-                timeout_s=info.timeout_s, delta=bool(info.delta),
-                checksum=bool(info.delta_checksum), **where)
+                timeout_s=info.timeout_s, delta=info.delta,
+                checksum=info.delta_checksum, **where)
     plan.refit = refit
     return refit, plan
 
