@@ -198,7 +198,7 @@ def run_threads(a, cfg):
         "delta/dense", "chunks dense/bitmap/runs/gaps"))
     for r in rows:
         print("  %4d %12.6f %14s %12.6f %14d %14d %9.4f %s" % (
-            r["step"], r["changed_fraction"], r["worst_tensor"].replace("layers.", "L")[-14:],
+            r["step"], r["changed_fraction"], short(r["worst_tensor"]),
             r["worst_fraction"], r["delta_wire_bytes"], r["dense_wire_bytes"], r["ratio"],
             "/".join(map(str, r["chunks_dense_bitmap_runs_gaps"]))))
     print("  step 0: the first refit (dense: no version held); every refit committed: %s"
@@ -274,6 +274,15 @@ def run_mpi(a, cfg):
     print("  OK: every element of every refit verified, every version committed" if ok else
           "  FAILED: a refit did not verify or commit")
     return 0 if ok else 1
+
+
+def short(name: str) -> str:
+    """A parameter name in 14 characters: the layer and the last two parts
+    ("model.layers.1.mlp.gate_proj.weight" -> "L1.gate_proj")."""
+    parts = name.split(".")
+    layer = "L%s." % parts[parts.index("layers") + 1] if "layers" in parts else ""
+    tail = parts[-2] if parts[-1] in ("weight", "bias") and len(parts) > 1 else parts[-1]
+    return (layer + tail)[:14]
 
 
 def main():
