@@ -64,15 +64,42 @@ static uint64_t buffers_key(const reshard_buffer_t *b, int32_t n)
     return h;
 }
 
+/* Free @p p, kept in @p r's memory (device memory through r->dev, else host memory). */
+static void kept_free(const rs_delta_rank_t *r, void *p)
+{
+    if (r->dev)
+        r->dev->free(p);
+    else
+        free(p);
+}
+
+/* @p bytes (> 0) kept between executions in @p r's memory into *@p out: device memory (zeroed)
+ * through r->dev, else host memory (zeroed when @p zero). Errors: NOMEM naming @p rank, @p what,
+ * the size and @p note (device memory: the transport's message). */
+static reshard_status_t kept_alloc(const rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
+                                   uint64_t bytes, bool zero, const char *what, const char *note,
+                                   uint8_t **out)
+{
+    void *p = NULL;
+    if (r->dev) {
+        reshard_status_t st = r->dev->alloc(comm, bytes, &p);
+        *out = p;
+        return st;
+    }
+    if (bytes <= SIZE_MAX)
+        p = zero ? calloc(1, (size_t)bytes) : malloc((size_t)bytes);
+    *out = p;
+    if (!p)
+        return rs_error(RESHARD_ERR_NOMEM,
+                        "rank %d: delta refit: no host memory for %s of %llu bytes%s", rank, what,
+                        (unsigned long long)bytes, note);
+    return RESHARD_OK;
+}
+
 void rs_delta_release(rs_delta_rank_t *r)
 {
-    if (r->dev) {
-        r->dev->free(r->snap);
-        r->dev->free(r->relay);
-    } else {
-        free(r->snap);
-        free(r->relay);
-    }
+    kept_free(r, r->snap);
+    kept_free(r, r->relay);
     r->snap = r->relay = NULL;
     r->snap_bytes = r->relay_bytes = 0;
     r->snap_valid = false;
@@ -84,33 +111,22 @@ reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, reshard_comm_t *comm, int3
 {
     r->key_now = buffers_key(dst, n_dst);
     r->wrote = false;
-    const rs_delta_dev_ops_t *dev = comm->delta_dev;
-    if (dev != r->dev) { /* the other memory: nothing kept is a version there */
+    if (comm->delta_dev != r->dev) { /* the other memory: nothing kept is a version there */
         rs_delta_release(r);
-        r->dev = dev;
+        r->dev = comm->delta_dev;
     }
     if (snap_bytes != r->snap_bytes || (!r->snap && snap_bytes)) {
-        if (dev)
-            dev->free(r->snap);
-        else
-            free(r->snap);
+        kept_free(r, r->snap);
         r->snap = NULL;
         r->snap_bytes = 0;
         r->snap_valid = false;
         free(r->stream_ok);
         r->stream_ok = NULL;
-        if (dev && snap_bytes) {
-            void *p = NULL;
-            reshard_status_t st = dev->alloc(comm, snap_bytes, &p);
+        if (snap_bytes) {
+            reshard_status_t st = kept_alloc(r, comm, rank, snap_bytes, false, "its snapshot",
+                                             " (the bytes it sends each refit)", &r->snap);
             if (st != RESHARD_OK)
                 return st;
-            r->snap = p;
-        } else if (snap_bytes &&
-                   (snap_bytes > SIZE_MAX || !(r->snap = malloc((size_t)snap_bytes)))) {
-            return rs_error(RESHARD_ERR_NOMEM,
-                            "rank %d: delta refit: no host memory for its snapshot of %llu bytes "
-                            "(the bytes it sends each refit)",
-                            rank, (unsigned long long)snap_bytes);
         }
         r->snap_bytes = snap_bytes;
     }
@@ -121,22 +137,13 @@ reshard_status_t rs_delta_relay(rs_delta_rank_t *r, reshard_comm_t *comm, int32_
                                 uint64_t bytes, void **out)
 {
     if (bytes != r->relay_bytes || !r->relay) {
-        if (r->dev)
-            r->dev->free(r->relay);
-        else
-            free(r->relay);
+        kept_free(r, r->relay);
         r->relay = NULL;
         r->relay_bytes = 0;
-        if (r->dev) {
-            void *p = NULL;
-            reshard_status_t st = r->dev->alloc(comm, bytes, &p);
-            if (st != RESHARD_OK)
-                return st;
-            r->relay = p;
-        } else if (bytes > SIZE_MAX || !(r->relay = calloc(1, (size_t)bytes)))
-            return rs_error(RESHARD_ERR_NOMEM,
-                            "rank %d: delta refit: no host memory for relay scratch of %llu bytes",
-                            rank, (unsigned long long)bytes);
+        reshard_status_t st =
+            kept_alloc(r, comm, rank, bytes, true, "relay scratch", "", &r->relay);
+        if (st != RESHARD_OK)
+            return st;
         r->relay_bytes = bytes;
         r->dst_key = ~r->key_now; /* new scratch holds no version: this time dense */
     }
