@@ -48,15 +48,14 @@ class Comm(_lib.Handle):
     def _execute(self, call, views):
         """One execution of the C library on this endpoint (Plan.execute,
         Baseline.execute): ``call(handle, stats)`` returns its status; ``views`` (the
-        bound tensors) stay referenced through it. Returns the ExecStats as a dict;
-        ReshardError for a failed status."""
+        bound tensors), an argument of this call, stay referenced through it. Returns
+        the ExecStats as a dict; ReshardError for a failed status."""
         st = _lib.ExecStats()
         h = self._enter()
         try:
             status = call(h, ctypes.byref(st))
         finally:
             self._leave()
-        del views
         _lib.check(status)
         return {k: getattr(st, k) for k, _ in _lib.ExecStats._fields_}
 
