@@ -803,21 +803,25 @@ def test_delta_refits_commit_and_an_invalidated_worker_is_rewritten(tmp_path):
     assert sum(wire[(4, r)][0] for r in (0, 1)) > sum(wire[(4, r)][1] for r in (0, 1)) / 2
 
 
-def test_delta_info_fields_are_agreed_at_init(tmp_path):
-    """A worker told delta=True while the trainers are not: init fails on every rank,
-    naming the field (the init agreement compares ReshardInitInfo.record())."""
+@pytest.mark.parametrize("field,value", [("delta", True), ("staging_mb", 1.0),
+                                         ("timeout_s", 4.0)])
+def test_plan_fields_are_agreed_at_init(tmp_path, field, value):
+    """A worker whose plan would differ from the trainers' (delta on, another staging
+    bound, another timeout: each enters the plan's fingerprint): init fails on every
+    rank naming the field, instead of every refit failing MISMATCH later (the init
+    agreement compares ReshardInitInfo.record())."""
     path, sources, expect, models = dense_case(tmp_path)
     workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
     orig = workers[1].init_transfer_engine
 
-    def with_delta(info):
-        info.delta = True
+    def with_other(info):
+        setattr(info, field, value)
         orig(info)
-    workers[1].init_transfer_engine = with_delta
+    workers[1].init_transfer_engine = with_other
     errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers, timeout_s=5)
     assert sorted(errors) == [0, 1, 2, 3], errors
     for e in errors.values():
-        assert "delta" in str(e), repr(e)
+        assert field in str(e), repr(e)
     for m in models:  # nothing written
         for t in m.parameters():
             assert bool((t.detach().view(torch.uint8) == SENT).all())

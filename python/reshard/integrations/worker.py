@@ -77,9 +77,12 @@ class ReshardInitInfo:
     delta_checksum: bool = False
 
     def record(self) -> Dict[str, Any]:
-        """The fields every rank of the refit must have alike (checked at init)."""
+        """The fields every rank of the refit must have alike (checked at init): every
+        field that enters the plan's fingerprint (reshard_plan_params_t), so a rank
+        that differs fails init naming it instead of every refit failing MISMATCH."""
         return {"model": self.model, "train": self.train, "infer": self.infer,
                 "layers": self.layers, "domain_size": self.domain_size,
+                "staging_mb": self.staging_mb, "timeout_s": self.timeout_s,
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
                 "colocated": bool(self.colocated), "hosts": self.hosts,
                 "devices": self.devices, "delta": self.delta,
