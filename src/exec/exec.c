@@ -986,6 +986,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(plan->dst, rank, dst_bufs, n_dst, "destination");
     if (st == RESHARD_OK)
+        st = rs_layout_check_aliases(plan->dst, rank, dst_bufs, n_dst, "destination");
+    if (st == RESHARD_OK)
         st = rs_peer_check_binding(plan, comm, src_bufs, n_src);
     /* Delta plans: this rank's snapshot is allocated before anything moves. */
     rs_delta_rank_t *dr = plan->delta ? rs_delta_rank(plan->delta, rank) : NULL;

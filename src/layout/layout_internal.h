@@ -276,6 +276,13 @@ int rs_run_cmp(const void *a, const void *b);
  *  are a few ascending stretches (a few fragments' runs interleaved). */
 void rs_run_sort(rs_run_t *r, int64_t n);
 
+/** No two of @p rank's buffers in @p bufs (@p n of them) share a byte that @p rank's
+ *  fragments of @p l write, except a buffer given twice (same pointer and size) whose
+ *  fragments are the same (a tied weight bound under both names). BUFFER naming the rank,
+ *  @p side, both buffers (id and declared name) and a shared byte of each; NOMEM.
+ *  Called on destinations at every execution, before anything moves. */
+reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank,
+                                         const reshard_buffer_t *bufs, int32_t n, const char *side);
 /** Every declared buffer of @p rank in @p l that is given (non-NULL) has
  *  exactly the declared bytes, and the declared name and dtype where the
  *  caller gave them; every fragment of @p rank has its buffer given and at
