@@ -143,22 +143,8 @@ def bind(layout, rank, buffers, side, device, writable):
             if v.dtype is not None:
                 arr[b].flags = _lib.BUFFER_DTYPE
                 arr[b].dtype = int(v.dtype)
-    views = [v for _, (_, v) in sorted(slots.items())]  # by buffer id
+    views = [v for _, v in slots.values()]
     return arr, n, views, problems
-
-
-def root_object(obj):
-    """The object that owns ``obj``'s memory as far as Python can tell: a numpy array's
-    first ancestor that is not a view (``.base``), a torch tensor's view base
-    (``._base``); ``obj`` itself otherwise. Views of one tensor share it; a tensor
-    allocated again (even at a freed tensor's address) is another object."""
-    for _ in range(64):  # view chains are short; bounded anyway
-        base = getattr(obj, "_base", None) if not isinstance(obj, np.ndarray) else obj.base
-        if base is None or not hasattr(base, "__array_interface__") and \
-                not hasattr(base, "data_ptr"):
-            return obj
-        obj = base
-    return obj
 
 
 def _names(params):
