@@ -158,9 +158,7 @@ bool rs_delta_stream_ok(const rs_delta_rank_t *r, int64_t j)
 
 int64_t rs_delta_held_version(const rs_delta_rank_t *r)
 {
-    return r->state == RESHARD_DELTA_COMMITTED && r->dst_key == r->key_now && !r->overwritten
-               ? r->version
-               : -1;
+    return r->state == RESHARD_DELTA_COMMITTED && r->dst_key == r->key_now ? r->version : -1;
 }
 
 void rs_delta_words(const rs_delta_rank_t *r, int64_t *words)
@@ -178,7 +176,6 @@ void rs_delta_commit(rs_delta_rank_t *r, reshard_status_t agreed, const int64_t 
         r->version = -min_words[0] + 1;
         r->state = RESHARD_DELTA_COMMITTED;
         r->dst_key = r->key_now;
-        r->painted = r->paint_now;
         r->snap_valid = true;
     } else {
         r->snap_valid = false;

@@ -29,12 +29,6 @@ typedef struct {
     /** The device memory snap and relay live in (exec/delta_dev_ops.h), NULL: host memory. */
     const struct rs_delta_dev_ops *dev;
     bool wrote; /**< the running execution wrote a destination or relay byte */
-    /** This rank state's writer id (exec/writers.h; 0 until its first execution, kept
-     *  by reshard_plan_delta_adopt), the paint of the execution that committed last and
-     *  of the running one, and whether another writer painted its destination since. */
-    uint64_t writer;
-    uint64_t painted, paint_now;
-    bool overwritten;
     reshard_delta_info_t last;
 } rs_delta_rank_t;
 

@@ -219,8 +219,6 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
     if (same_dst_fragments(plan->dst, from->dst, rank)) {
         to->state = old->state;
         to->dst_key = old->dst_key;
-        to->writer = old->writer; /* its destination's last writer is still this state */
-        to->painted = old->painted;
     }
     to->last.version = to->version;
     to->last.state = to->state;

@@ -13,7 +13,6 @@
 
 #include "exec/agree.h"
 #include "exec/delta.h"
-#include "exec/writers.h"
 #include "exec/delta_codec.h"
 #include "exec/delta_dev_ops.h"
 #include "exec/pack.h"
@@ -973,8 +972,6 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                         "no pieces): plan with summary = 0 to execute",
                         rank);
     /* Quantized destinations: the caller's buffers plus this rank's scratch. */
-    const reshard_buffer_t *user_dst = dst_bufs;
-    const int32_t n_user_dst = n_dst;
     rs_qbufs_t qb = {0};
     reshard_status_t st = RESHARD_OK;
     if (plan->quant) {
@@ -1027,17 +1024,6 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = rs_rank_plan_build(plan, rank, &own);
         rp = own;
     }
-    /* The destination's last writer (exec/writers.h): a delta rank whose committed bytes
-     * another plan wrote over since receives dense; then this execution paints it. */
-    if (dr && !dr->writer)
-        dr->writer = rs_writer_new_id();
-    rs_writer_t writer = {dr ? dr->writer : rs_writer_new_id(), rank};
-    if (dr)
-        dr->overwritten = dr->state == RESHARD_DELTA_COMMITTED &&
-                          !rs_writers_all_mine(writer, user_dst, n_user_dst, dr->painted);
-    uint64_t paint = rs_writers_paint(writer, user_dst, n_user_dst);
-    if (dr)
-        dr->paint_now = paint;
     if (stats)
         memset(stats, 0, sizeof *stats);
     rs_exec_t x = {.plan = plan,

@@ -845,116 +845,6 @@ static void test_delta_elastic_moved_boxes_dense(void **state)
     free_job(&j);
 }
 
-/* ---- another plan writes the destination between two delta refits --------------------- */
-
-/* Steps 0, 1: delta plan A; step 2: plan B (dense, or another delta plan) writes the same
- * destination buffers with other values; steps 3, 4: plan A again. A's committed bytes are
- * gone, so its step 3 must be sent dense and be exact (checksum mode off, explicitly: the
- * fix is the last-writer record, not the check). */
-typedef struct {
-    job_t *j;
-    int32_t rank;
-    int b_delta; /* plan B is a delta plan too */
-} other_arg_t;
-
-static void *other_writer_main(void *arg)
-{
-    other_arg_t *a = arg;
-    job_t *j = a->j;
-    int32_t me = a->rank;
-    reshard_plan_params_t pa = {.field_mask =
-                                    RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_DELTA_CHECKSUM |
-                                    RESHARD_PLAN_PARAM_STAGING_BYTES | RESHARD_PLAN_PARAM_TIMEOUT,
-                                .world_size = WORLD,
-                                .my_rank = me,
-                                .staging_bytes = 4096,
-                                .timeout_s = 0.5,
-                                .delta = 1,
-                                .delta_checksum = 0};
-    reshard_plan_params_t pb = pa;
-    pb.delta = a->b_delta;
-    if (!a->b_delta)
-        pb.field_mask &= ~(RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_DELTA_CHECKSUM);
-    reshard_plan_t *plan_a = NULL, *plan_b = NULL;
-    note(j, me, reshard_plan_create(j->src, j->dst, &pa, &plan_a));
-    note(j, me, reshard_plan_create(j->src, j->dst, &pb, &plan_b));
-    uint64_t sb = me < 2 ? ROWS / 2 * COLS * 2 : 0;
-    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
-    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
-    for (int s = 0; s < NSTEPS; s++) {
-        reshard_comm_t *comm = NULL;
-        reshard_comm_create_inproc(groups[s], me, &comm);
-        const uint16_t *want = j->g[s];
-        if (me < 2)
-            memcpy(src, want + (size_t)me * ROWS / 2 * COLS, sb);
-        if (s == 2 && me < 2) /* plan B's values: every element other than A's */
-            for (uint64_t i = 0; i < sb / 2; i++)
-                src[i] ^= 0x00ff;
-        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
-        reshard_exec_stats_t es;
-        memset(&es, 0, sizeof es);
-        reshard_plan_t *plan = s == 2 ? plan_b : plan_a;
-        j->st[me][s] = reshard_plan_execute(plan, comm, &sbuf, me < 2, &dbuf, me >= 2, &es);
-        reshard_plan_delta_info(plan_a, me, &j->info[me][s]);
-        for (int64_t r = 0; me >= 2 && j->st[me][s] == RESHARD_OK && r < ROWS; r++)
-            for (int64_t c = 0; c < COLS; c++) {
-                int64_t at = dst_index(j, me, r, c);
-                uint16_t w = (uint16_t)(want[r * COLS + c] ^ (s == 2 ? 0x00ff : 0));
-                j->wrong[me][s] += at >= 0 && dst[at] != w;
-            }
-        reshard_comm_destroy(comm);
-    }
-    free(src);
-    free(dst);
-    reshard_plan_destroy(plan_a);
-    reshard_plan_destroy(plan_b);
-    return NULL;
-}
-
-static void run_other_writer(int b_delta)
-{
-    job_t j = {.dst_kind = DST_SHARD1, .frac = {0, 0.01, 0.01, 0.01, 0.01}};
-    make_layouts(&j);
-    make_steps(&j, 9);
-    for (int s = 0; s < NSTEPS; s++)
-        assert_int_equal(reshard_inproc_group_create(WORLD, &groups[s]), RESHARD_OK);
-    other_arg_t args[WORLD];
-    pthread_t th[WORLD];
-    for (int32_t r = 0; r < WORLD; r++) {
-        args[r] = (other_arg_t){.j = &j, .rank = r, .b_delta = b_delta};
-        pthread_create(&th[r], NULL, other_writer_main, &args[r]);
-    }
-    for (int32_t r = 0; r < WORLD; r++)
-        pthread_join(th[r], NULL);
-    for (int s = 0; s < NSTEPS; s++)
-        reshard_inproc_group_destroy(groups[s]);
-    for (int r = 0; r < WORLD; r++)
-        assert_int_equal(j.setup[r], RESHARD_OK);
-    for (int s = 0; s < NSTEPS; s++)
-        for (int r = 0; r < WORLD; r++) {
-            assert_int_equal(j.st[r][s], RESHARD_OK);
-            assert_int_equal(j.wrong[r][s], 0); /* every element, every step */
-        }
-    /* A's step 3: each source rank sends its stream to rank 2 and 3 dense; step 4 delta */
-    for (int r = 0; r < 2; r++) {
-        assert_int_equal(j.info[r][3].dense_streams, 2);
-        assert_int_equal(j.info[r][4].dense_streams, 0);
-    }
-    free_job(&j);
-}
-
-static void test_delta_after_a_dense_plan_wrote_the_destination(void **state)
-{
-    (void)state;
-    run_other_writer(0);
-}
-
-static void test_delta_after_another_delta_plan_wrote_the_destination(void **state)
-{
-    (void)state;
-    run_other_writer(1);
-}
-
 /* A source rank is gone and the survivors plan the shrunk membership twice, the second
  * plan adopting the first before that one ever executed: the box the survivor never sent
  * must stay dense in the second plan too (the first plan's snapshot of it was never
@@ -1377,8 +1267,6 @@ int main(void)
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
         cmocka_unit_test(test_delta_adopt_of_an_unexecuted_plan),
-        cmocka_unit_test(test_delta_after_a_dense_plan_wrote_the_destination),
-        cmocka_unit_test(test_delta_after_another_delta_plan_wrote_the_destination),
         cmocka_unit_test(test_delta_version_mismatch_is_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
         cmocka_unit_test(test_delta_rank_lost_mid_delta),
