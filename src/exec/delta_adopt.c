@@ -15,7 +15,6 @@
 typedef struct {
     const rs_piece_t *p;
     uint64_t off;
-    bool valid; /**< its old stream's snapshot held the committed version */
 } rs_snap_piece_t;
 
 static int cmp_piece_key(const rs_piece_t *a, const rs_piece_t *b)
@@ -62,9 +61,8 @@ static reshard_status_t rank_plan_of(const reshard_plan_t *plan, int32_t rank,
 }
 
 /* Fill @p to's snapshot for the send streams of @p nrp from @p from's (streams of @p orp):
- * each piece whose tensor and box the old snapshot holds, from a stream whose snapshot was
- * valid there, is copied; a stream with any piece it does not hold so is marked not valid
- * (sent dense). */
+ * each piece whose tensor and box the old snapshot holds is copied; a stream with any
+ * piece it does not hold is marked not valid (sent dense). */
 static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_plan_t *nrp,
                                        const reshard_plan_t *op, const rs_rank_plan_t *orp,
                                        const rs_delta_rank_t *from, rs_delta_rank_t *to,
@@ -96,18 +94,15 @@ static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_p
                         rank, (unsigned long long)bytes);
     }
     uint64_t off = 0;
-    int64_t k = 0, jold = 0;
+    int64_t k = 0;
     for (int s = 0; s < RS_NSTAGES; s++)
         for (int32_t i = 0; i < orp->nsend[s]; i++) {
             const rs_stream_t *st = &orp->send[s][i];
             if (!snap_stream(orp, s, i))
                 continue;
-            /* a stream the old plan would have sent dense (its own adopted state marked it
-             * so and it never executed since) holds no committed bytes to carry over */
-            bool valid = !st->bytes || rs_delta_stream_ok(from, jold++);
             for (int64_t j = 0; j < st->n; j++) {
                 const rs_piece_t *p = &op->pieces[st->idx[j]];
-                old[k++] = (rs_snap_piece_t){p, off, valid};
+                old[k++] = (rs_snap_piece_t){p, off};
                 off += rs_piece_stream_bytes(p);
             }
         }
@@ -126,11 +121,11 @@ static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_p
             bool ok = true;
             for (int64_t q = 0; q < st->n; q++) {
                 const rs_piece_t *p = &np->pieces[st->idx[q]];
-                rs_snap_piece_t key = {p, 0, false};
+                rs_snap_piece_t key = {p, 0};
                 const rs_snap_piece_t *hit =
                     nold ? bsearch(&key, old, (size_t)nold, sizeof *old, cmp_snap_piece) : NULL;
                 uint64_t pb = rs_piece_stream_bytes(p);
-                if (hit && hit->valid) {
+                if (hit) {
                     memcpy(to->snap + off, from->snap + hit->off, (size_t)pb);
                 } else {
                     memset(to->snap + off, 0, (size_t)pb);

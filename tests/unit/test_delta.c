@@ -270,10 +270,6 @@ typedef struct {
     int32_t lost;                  /* elastic_main: the rank gone at step 2 */
     int stale_rejoin;              /* elastic_main: it comes back at step 3 with its weights
                                       and state of step 1 (adopted from its old plan) */
-    int readopt;                   /* elastic_main: at step 2 the survivors plan the shrunk
-                                      membership twice, the second plan adopting the first
-                                      before it ever executed */
-    int to_zero;                   /* a changed element becomes +0.0 (else other bits) */
     uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
@@ -418,8 +414,7 @@ static void make_steps(job_t *j, uint64_t seed)
         for (int64_t i = 0; i < ROWS * COLS; i++) {
             uint16_t old = s ? j->g[s - 1][i] : (uint16_t)mix(&seed);
             bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
-            uint16_t other = j->to_zero && old ? 0 : (uint16_t)(old ^ (1 + mix(&seed) % 0xffff));
-            j->g[s][i] = change ? other : old;
+            j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
     }
 }
@@ -710,12 +705,6 @@ static void *elastic_main(void *arg)
             note(j, me, reshard_plan_delta_adopt(next, plan, me));
             reshard_plan_destroy(plan);
             plan = next;
-            if (s == 2 && j->readopt) { /* planned again before the first plan executed */
-                note(j, me, reshard_plan_create(ms, md, &p, &next));
-                note(j, me, reshard_plan_delta_adopt(next, plan, me));
-                reshard_plan_destroy(plan);
-                plan = next;
-            }
         }
         if (s == 3 && me == lost && j->stale_rejoin) { /* back with step 1's weights */
             note(j, me, reshard_plan_create(j->src, j->dst, &p, &next));
@@ -842,28 +831,6 @@ static void test_delta_elastic_moved_boxes_dense(void **state)
     assert_int_equal(j.info[0][3].dense_streams, 0); /* rank 0 still holds its box's */
     assert_true(j.sent_network[3] >= half && j.sent_network[3] < half + half / 10);
     assert_true(j.sent_network[4] * 10 < 2 * half);
-    free_job(&j);
-}
-
-/* A source rank is gone and the survivors plan the shrunk membership twice, the second
- * plan adopting the first before that one ever executed: the box the survivor never sent
- * must stay dense in the second plan too (the first plan's snapshot of it was never
- * written), so a step turning 30% of the elements to +0.0 is exact everywhere. */
-static void test_delta_adopt_of_an_unexecuted_plan(void **state)
-{
-    (void)state;
-    job_t j = {.dst_kind = DST_SHARD1,
-               .src_repl = 1,
-               .frac = {0, 0.01, 0.3, 0.01, 0.01},
-               .to_zero = 1,
-               .readopt = 1,
-               .rebind_step = -1,
-               .fail_step = -1,
-               .lost = 1};
-    run_elastic(&j); /* every element of every destination, every step */
-    uint64_t half = (uint64_t)ROWS * COLS;
-    assert_int_equal(j.info[0][2].dense_streams, 1); /* the box rank 1 sent: still dense */
-    assert_true(j.sent_network[2] >= half);
     free_job(&j);
 }
 
@@ -1266,7 +1233,6 @@ int main(void)
         cmocka_unit_test(test_delta_checksum_mixed_refused),
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
-        cmocka_unit_test(test_delta_adopt_of_an_unexecuted_plan),
         cmocka_unit_test(test_delta_version_mismatch_is_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
         cmocka_unit_test(test_delta_rank_lost_mid_delta),
