@@ -905,8 +905,10 @@ static void *writers_main(void *arg)
     for (int s = 0; s < NSTEPS && j->setup[me] == RESHARD_OK; s++) {
         reshard_comm_t *comm = NULL;
         note(j, me, reshard_comm_create_inproc(groups[s], me, &comm));
-        if (me < 2)
-            memcpy(src, j->g[s] + (size_t)me * ROWS / 2 * COLS, sb);
+        /* B moves other weights (another model's, or a rollback): every bit flipped */
+        uint16_t flip = j->uses_b[s] ? 0xffff : 0;
+        for (uint64_t i = 0; me < 2 && i < sb / 2; i++)
+            src[i] = j->g[s][(size_t)me * ROWS / 2 * COLS + i] ^ flip;
         reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
         j->st[me][s] =
             reshard_plan_execute(plan[j->uses_b[s]], comm, &sbuf, me < 2, &dbuf, me >= 2, NULL);
@@ -917,7 +919,7 @@ static void *writers_main(void *arg)
         for (int64_t r = 0; me >= 2 && r < ROWS; r++)
             for (int64_t c = 0; c < COLS; c++) {
                 int64_t at = dst_index(j, me, r, c);
-                j->wrong[me][s] += at >= 0 && dst[at] != j->g[s][r * COLS + c];
+                j->wrong[me][s] += at >= 0 && dst[at] != (j->g[s][r * COLS + c] ^ flip);
             }
         reshard_comm_destroy(comm);
     }
