@@ -17,6 +17,7 @@
 
 #include "exec/comm.h"
 #include "exec/delta_codec.h"
+#include "exec/writers.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_delta.h"
 #include "reshard/reshard_elastic.h"
@@ -994,6 +995,51 @@ static void test_delta_after_other_delta_plan_wrote(void **state)
     free_job(&j);
 }
 
+/* The record of writers by address range: partial overlaps, splits, neighbours, a plan
+ * destroyed, a new buffer set and adoption (plan identities are only compared). */
+static void test_delta_writers_ranges(void **state)
+{
+    (void)state;
+    static char a_id, b_id, c_id;
+    const void *a = &a_id, *b = &b_id, *c = &c_id;
+    reshard_buffer_t buf = {.ptr = (void *)0x10000, .bytes = 0x1000};
+    reshard_buffer_t two[2] = {{.ptr = (void *)0x10000, .bytes = 0x1000},
+                               {.ptr = (void *)0x30000, .bytes = 0x100}};
+    uint64_t sa = rs_writers_stamp(a, 2, &buf, 1);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(a, 3, sa, &buf, 1)); /* another rank of the plan */
+    assert_false(rs_writers_mine(a, 2, sa, two, 2));  /* never stamped there */
+    /* a neighbour [end, end + 0x100): no overlap */
+    reshard_buffer_t next = {.ptr = (void *)0x11000, .bytes = 0x100};
+    uint64_t sb = rs_writers_stamp(b, 2, &next, 1);
+    assert_true(sb > sa);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    /* the middle of it: split, then the same plan writes again */
+    reshard_buffer_t mid = {.ptr = (void *)0x10800, .bytes = 0x10};
+    rs_writers_stamp(c, 2, &mid, 1);
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    rs_writers_forget(c); /* destroyed: its bytes stay not A's */
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    sa = rs_writers_stamp(a, 2, &buf, 1);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(a, 2, sa - 1, &buf, 1)); /* an older stamp of its own */
+    /* a range over its start */
+    reshard_buffer_t over = {.ptr = (void *)0xff00, .bytes = 0x200};
+    rs_writers_stamp(b, 2, &over, 1); /* B's previous range is forgotten */
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(b, 2, sb, &next, 1));
+    /* A moves to two buffers; then adopted by C */
+    sa = rs_writers_stamp(a, 2, two, 2);
+    assert_true(rs_writers_mine(a, 2, sa, two, 2));
+    rs_writers_transfer(a, c, 2);
+    assert_false(rs_writers_mine(a, 2, sa, two, 2));
+    assert_true(rs_writers_mine(c, 2, sa, two, 2));
+    rs_writers_forget(a);
+    rs_writers_forget(b);
+    rs_writers_forget(c);
+    assert_false(rs_writers_mine(c, 2, sa, two, 2));
+}
+
 /* ---- a rank lost mid-delta ------------------------------------------------------------ */
 
 /* Rank 3 (a destination replica) stops answering at its 4th round wait of step 2, after
@@ -1396,6 +1442,7 @@ int main(void)
         cmocka_unit_test(test_delta_version_mismatch_is_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
         cmocka_unit_test(test_delta_adopt_unexecuted_plan),
+        cmocka_unit_test(test_delta_writers_ranges),
         cmocka_unit_test(test_delta_after_dense_plan_wrote),
         cmocka_unit_test(test_delta_after_other_delta_plan_wrote),
         cmocka_unit_test(test_delta_rank_lost_mid_delta),
