@@ -16,8 +16,12 @@
  *
  * What delta mode assumes: between executions, the destination buffers hold exactly what
  * the last committed execution wrote. Rebinding destination buffers (other pointers or
- * sizes) is detected and sent dense; changing their contents in place behind reshard's
- * back (an engine that post-processes weights) is detected only in checksum mode.
+ * sizes) is detected and sent dense; so is another plan (or baseline) of this process
+ * writing any byte of them since (every execution records, process-wide, the address
+ * ranges it writes: docs/delta.md); changing their contents in place behind reshard's
+ * back (an engine that post-processes weights), or freeing a buffer and allocating
+ * another at the same address, is detected only in checksum mode: call
+ * reshard_plan_delta_invalidate then.
  *
  * Checksum mode (reshard_plan_params_t.delta_checksum): each chunk's header message also
  * carries the sender's XXH3_64bits of the chunk's new bytes; the receiver hashes the chunk
@@ -111,8 +115,11 @@ reshard_status_t reshard_plan_delta_invalidate(reshard_plan_t *plan, int32_t ran
  *    when its destination fragments are the same in both plans (then, as always, its
  *    buffers must be the same ones for a delta to land on them), else it is NONE;
  *  - its snapshot is rebuilt for the new plan's send streams: each piece whose tensor and
- *    box the old snapshot held is copied from it; a stream with a piece it did not hold
- *    (the new membership moved that box to this rank) is sent dense once;
+ *    box the old snapshot held, in a stream valid there, is copied from it; a stream with
+ *    a piece it did not hold (the new membership moved that box to this rank) or held in
+ *    a stream not valid (@p from adopted in turn and never executed: its dense-once
+ *    streams) is sent dense once;
+ *  - the destination address ranges @p from's rank last wrote count as @p plan's;
  *  - its relay scratch is not kept (a relaying rank receives dense once);
  *  - @p from's state for @p rank is emptied (version 0, no snapshot): executing @p from
  *    again sends and receives dense.

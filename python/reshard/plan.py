@@ -1,6 +1,7 @@
 """Plans (reshard_plan_t): computed once from two layouts, executed every step."""
 
 import ctypes
+import weakref
 
 from . import _lib
 from .buffers import BindingFailed, bind, raise_problems
@@ -37,6 +38,36 @@ def _placement(p, world, hosts, devices, colocated):
         p.field_mask |= _lib.PARAM_COLOCATED
         p.colocated = 1
     return arrays
+
+
+def _memory_owner(obj):
+    """The object whose life is the life of ``obj``'s memory, as far as Python can tell,
+    weakly referenceable: the base of a view (torch ``_base``, numpy ``base``, followed to
+    the root: views of one array share it), else ``obj`` itself; None when nothing on that
+    chain takes a weak reference."""
+    chain = [obj]
+    while len(chain) < 64:
+        nxt = getattr(chain[-1], "_base", None)  # torch: a view's base tensor
+        if nxt is None:
+            nxt = getattr(chain[-1], "base", None)  # numpy (and cupy): a view's base
+        if nxt is None or isinstance(nxt, (bytes, str)) or any(nxt is c for c in chain):
+            break
+        chain.append(nxt)
+    for o in reversed(chain):
+        try:
+            weakref.ref(o)
+            return o
+        except TypeError:
+            continue
+    return None
+
+
+def _owners(buffers):
+    """Each bound destination's memory owner (_memory_owner), by name or list index."""
+    if buffers is None:
+        return {}
+    items = buffers.items() if isinstance(buffers, dict) else enumerate(buffers)
+    return {k: _memory_owner(v) for k, v in items if v is not None}
 
 
 def placement_from_mpi(mpi_comm):
@@ -81,9 +112,13 @@ class Plan(_lib.Handle):
     delta        a delta refit plan (docs/delta.md): each execute sends only the words
                  that changed since the version the destination holds; delta_info()
                  tells a rank's version and whether its weights are committed or torn.
-                 Keep the same destination tensors between executes (new ones are
-                 sent dense); MPI, in-process and NCCL comms (NCCL: device encode/apply
-                 kernels, docs/delta.md "On device memory")
+                 Keep the same destination tensors between executes: the plan keeps a
+                 weak reference to each bound tensor's memory owner (its base: views of
+                 the same array or tensor count as the same); a destination bound to a
+                 new object (even one allocated again at the freed address) makes that
+                 rank's execute dense (delta_invalidate), exact. MPI, in-process and
+                 NCCL comms (NCCL: device encode/apply kernels, docs/delta.md "On device
+                 memory")
     checksum     with delta: every chunk carries the sender's 64-bit hash (XXH3) of its
                  new bytes, compared by the receiver after apply; a destination changed
                  behind reshard's back fails the execute on every rank (ReshardError
@@ -150,6 +185,10 @@ class Plan(_lib.Handle):
         self.timeout_s = timeout_s
         self.comm = comm  # execute's default
         self.refit = None  # set by Refit.plan / Model.plan
+        self._delta = delta
+        # delta: per rank, the weak references to the destination owners (_owners) of the
+        # last execute that returned OK; another object bound is sent dense (execute)
+        self._bound = {}
         self._h = None
         h = _lib.c_vp()
         status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
@@ -200,12 +239,15 @@ class Plan(_lib.Handle):
             rank = self.rank
         _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
                                                      _lib.as_int(rank, "rank")))
+        bound = getattr(old, "_bound", {}).pop(rank, None)
+        if bound is not None:  # the destination objects old's version is in
+            self._bound[rank] = bound
 
     def delta_invalidate(self, rank=None):
         """reshard_plan_delta_invalidate: ``rank``'s (default the plan's rank) destination
         tensors no longer hold what the last committed execute wrote (an engine changed
-        them, or they are new tensors, even at the same address): its next execute
-        receives everything dense. Raises ReshardError (INVALID_ARG for a plan made
+        them in place): its next execute receives everything dense. New tensor objects
+        (even at the same address) need no call: execute sees them and calls this. Raises ReshardError (INVALID_ARG for a plan made
         without delta, RANK)."""
         if rank is None:
             rank = self.rank
@@ -256,8 +298,27 @@ class Plan(_lib.Handle):
         problems += d_problems
         if problems:
             self._fail(comm, problems)
-        return comm._execute(lambda h, st: _lib.lib.reshard_plan_execute(
+        owners = _owners(dst) if self._delta else None
+        if owners is not None:
+            self._rebind(rank, owners)
+        out = comm._execute(lambda h, st: _lib.lib.reshard_plan_execute(
             self._h, h, s_arr, n_src, d_arr, n_dst, st), (s_views, d_views))
+        if owners is not None:
+            self._bound[rank] = {k: None if o is None else weakref.ref(o)
+                                 for k, o in owners.items()}
+        return out
+
+    def _rebind(self, rank, owners):
+        """Delta: before ``rank`` executes into the destinations whose memory owners are
+        ``owners``: unless each is (alive, the same object) the owner of the last execute
+        that returned OK, that memory may be new (a freed address taken again holds other
+        bytes than the committed version): delta_invalidate, so its streams go dense.
+        Until this execute returns OK nothing is recorded (a failed one: dense next)."""
+        last = self._bound.pop(rank, None)
+        same = last is not None and last.keys() == owners.keys() and all(
+            o is not None and last[k] is not None and last[k]() is o for k, o in owners.items())
+        if not same:
+            self.delta_invalidate(rank)
 
     def _fail(self, comm, problems, cause=None):
         """This rank cannot execute: tell the peers (reshard_plan_fail with BUFFER, so

@@ -11,6 +11,7 @@
 
 #include "exec/comm.h"
 #include "exec/delta_dev_ops.h"
+#include "exec/writers.h"
 #include "layout/layout_internal.h"
 #include "plan/plan_internal.h"
 #include "util/error.h"
@@ -106,10 +107,14 @@ void rs_delta_release(rs_delta_rank_t *r)
     r->dev = NULL;
 }
 
-reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
-                                  uint64_t snap_bytes, const reshard_buffer_t *dst, int32_t n_dst)
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, const reshard_plan_t *plan,
+                                  reshard_comm_t *comm, int32_t rank, uint64_t snap_bytes,
+                                  const reshard_buffer_t *dst, int32_t n_dst)
 {
     r->key_now = buffers_key(dst, n_dst);
+    /* another plan wrote (part of) the destination since this one committed there */
+    if (r->state == RESHARD_DELTA_COMMITTED && !rs_writers_mine(plan, rank, r->wstamp, dst, n_dst))
+        r->state = RESHARD_DELTA_NONE;
     r->wrote = false;
     if (comm->delta_dev != r->dev) { /* the other memory: nothing kept is a version there */
         rs_delta_release(r);

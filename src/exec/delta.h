@@ -29,6 +29,8 @@ typedef struct {
     /** The device memory snap and relay live in (exec/delta_dev_ops.h), NULL: host memory. */
     const struct rs_delta_dev_ops *dev;
     bool wrote; /**< the running execution wrote a destination or relay byte */
+    /** The stamp of this rank's destination ranges at its last execution (exec/writers.h). */
+    uint64_t wstamp;
     reshard_delta_info_t last;
 } rs_delta_rank_t;
 
@@ -47,9 +49,12 @@ rs_delta_rank_t *rs_delta_rank(const rs_delta_t *d, int32_t rank);
 /** Before the first agreement: a snapshot of @p snap_bytes (kept when it has that size and
  *  lives in the memory of @p comm, else reallocated and invalid: device memory through
  *  comm->delta_dev when the comm has it, else host memory) and the key of this execution's
- *  destination buffers. Errors: NOMEM naming @p rank and the size. */
-reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, reshard_comm_t *comm, int32_t rank,
-                                  uint64_t snap_bytes, const reshard_buffer_t *dst, int32_t n_dst);
+ *  destination buffers. A committed destination that another plan (or execution) of this
+ *  process wrote since @p plan's last one (exec/writers.h) holds no version any more: its
+ *  state becomes none, so its senders send dense. Errors: NOMEM naming @p rank and the size. */
+reshard_status_t rs_delta_prepare(rs_delta_rank_t *r, const reshard_plan_t *plan,
+                                  reshard_comm_t *comm, int32_t rank, uint64_t snap_bytes,
+                                  const reshard_buffer_t *dst, int32_t n_dst);
 /** Free @p r's snapshot and relay scratch (in whichever memory they live). */
 void rs_delta_release(rs_delta_rank_t *r);
 /** Relay scratch of @p bytes kept between executions into *@p out; a new one holds no

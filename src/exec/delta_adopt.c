@@ -7,14 +7,17 @@
 #include <string.h>
 
 #include "exec/delta.h"
+#include "exec/writers.h"
 #include "layout/layout_internal.h"
 #include "plan/plan_internal.h"
 #include "util/error.h"
 
-/* A piece of an old send stream: what its snapshot bytes hold, and where. */
+/* A piece of an old send stream: what its snapshot bytes hold, where, and whether they
+ * hold the old plan's version (its stream is one the old plan had valid). */
 typedef struct {
     const rs_piece_t *p;
     uint64_t off;
+    bool valid;
 } rs_snap_piece_t;
 
 static int cmp_piece_key(const rs_piece_t *a, const rs_piece_t *b)
@@ -62,7 +65,8 @@ static reshard_status_t rank_plan_of(const reshard_plan_t *plan, int32_t rank,
 
 /* Fill @p to's snapshot for the send streams of @p nrp from @p from's (streams of @p orp):
  * each piece whose tensor and box the old snapshot holds is copied; a stream with any
- * piece it does not hold is marked not valid (sent dense). */
+ * piece it does not hold, or holds from a stream not valid there (@p from adopted in turn
+ * and never executed: rs_delta_stream_ok), is marked not valid (sent dense once). */
 static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_plan_t *nrp,
                                        const reshard_plan_t *op, const rs_rank_plan_t *orp,
                                        const rs_delta_rank_t *from, rs_delta_rank_t *to,
@@ -94,15 +98,17 @@ static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_p
                         rank, (unsigned long long)bytes);
     }
     uint64_t off = 0;
-    int64_t k = 0;
+    int64_t k = 0, oj = 0; /* oj: the old stream's index in snapshot order */
     for (int s = 0; s < RS_NSTAGES; s++)
         for (int32_t i = 0; i < orp->nsend[s]; i++) {
             const rs_stream_t *st = &orp->send[s][i];
             if (!snap_stream(orp, s, i))
                 continue;
+            bool valid = !st->bytes || rs_delta_stream_ok(from, oj);
+            oj += st->bytes ? 1 : 0;
             for (int64_t j = 0; j < st->n; j++) {
                 const rs_piece_t *p = &op->pieces[st->idx[j]];
-                old[k++] = (rs_snap_piece_t){p, off};
+                old[k++] = (rs_snap_piece_t){p, off, valid};
                 off += rs_piece_stream_bytes(p);
             }
         }
@@ -121,12 +127,13 @@ static reshard_status_t remap_snapshot(const reshard_plan_t *np, const rs_rank_p
             bool ok = true;
             for (int64_t q = 0; q < st->n; q++) {
                 const rs_piece_t *p = &np->pieces[st->idx[q]];
-                rs_snap_piece_t key = {p, 0};
+                rs_snap_piece_t key = {p, 0, false};
                 const rs_snap_piece_t *hit =
                     nold ? bsearch(&key, old, (size_t)nold, sizeof *old, cmp_snap_piece) : NULL;
                 uint64_t pb = rs_piece_stream_bytes(p);
                 if (hit) {
                     memcpy(to->snap + off, from->snap + hit->off, (size_t)pb);
+                    ok = ok && hit->valid;
                 } else {
                     memset(to->snap + off, 0, (size_t)pb);
                     ok = false;
@@ -210,6 +217,8 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
             return st;
     }
     to->version = old->version;
+    to->wstamp = old->wstamp; /* the old plan's writes to the destination become this one's */
+    rs_writers_transfer(from, plan, rank);
     /* the destination keeps its version only where the new plan writes the same places */
     if (same_dst_fragments(plan->dst, from->dst, rank)) {
         to->state = old->state;

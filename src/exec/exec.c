@@ -15,6 +15,7 @@
 #include "exec/delta.h"
 #include "exec/delta_codec.h"
 #include "exec/delta_dev_ops.h"
+#include "exec/writers.h"
 #include "exec/pack.h"
 #include "exec/peer.h"
 #include "exec/quant_steps.h"
@@ -1010,7 +1011,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         rp = own;
     }
     if (st == RESHARD_OK && dr)
-        st = rs_delta_prepare(dr, comm, rank, delta_snapshot_bytes(rp), dst_bufs, n_dst);
+        st = rs_delta_prepare(dr, plan, comm, rank, delta_snapshot_bytes(rp), dst_bufs, n_dst);
     /* Preflight: every rank agrees that every plan exists, that all were made
      * from the same inputs and that its buffers are good before any byte
      * moves, so a bad plan or buffer anywhere leaves every destination untouched. */
@@ -1024,6 +1025,10 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = rs_rank_plan_build(plan, rank, &own);
         rp = own;
     }
+    /* From here the destination may be written: this plan is its last writer. */
+    uint64_t wstamp = rs_writers_stamp(plan, rank, dst_bufs, n_dst);
+    if (dr)
+        dr->wstamp = wstamp;
     if (stats)
         memset(stats, 0, sizeof *stats);
     rs_exec_t x = {.plan = plan,

@@ -6,6 +6,7 @@
 #include "plan/placement.h"
 #include "exec/delta.h"
 #include "exec/peer.h"
+#include "exec/writers.h"
 #include "plan/quant_wire.h"
 #include "plan/tally.h"
 #include "plan/topo.h"
@@ -297,6 +298,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
     rs_plan_own_free(plan);
     rs_qplan_free(plan->quant);
     rs_delta_free(plan->delta);
+    rs_writers_forget(plan);
     free(plan->pieces);
     free(plan->chunk_cap);
     if (plan->tally)

@@ -168,10 +168,10 @@ def test_delta_adopt_keeps_versions():
 
 
 def test_delta_invalidate_after_the_engine_rewrote_weights():
-    """An engine rewrote its weights behind reshard's back (here zeros in place; a tensor
-    freed and allocated again at the same address is the same case): same address and
-    size, so reshard cannot tell them from the committed ones and a delta would land on
-    zeros; after delta_invalidate() the step is sent dense and exact."""
+    """An engine rewrote its weights behind reshard's back (here zeros in place, the same
+    array objects): same address and size, so reshard cannot tell them from the committed
+    ones and a delta would land on zeros; after delta_invalidate() the step is sent dense
+    and exact. (New objects at a freed address: test_delta_fresh_destination_*.)"""
     full = steps()
     src, dst = layouts()
     got, infos = {}, {}
@@ -202,3 +202,73 @@ def test_delta_invalidate_after_the_engine_rewrote_weights():
     dense = reshard.Plan(src, dst, rank=0, world=WORLD, staging_mb=1)
     with pytest.raises(reshard.ReshardError, match="without delta"):
         dense.delta_invalidate()
+
+
+def _fresh_destinations_run(make, keep_base=False):
+    """Each rank executes every step of steps() (after the first, 30% of the words zeroed)
+    into destinations from ``make(shape)``: new ones every step (they land at the freed
+    address), or views of one base array when ``keep_base``. Returns got, infos, ptrs."""
+    full = steps()
+    rng = np.random.default_rng(11)
+    for g in full[1:]:  # words that become +0.0: a delta applied onto zeros never sends them
+        g[rng.random(SHAPE) < 0.3] = 0.0
+    src, dst = layouts()
+    got, infos, ptrs = {}, {}, {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        # checksum mode off, explicitly: the identity record itself must keep it exact
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True,
+                            checksum=False)
+        base = {p.name: make(p.shape) for p in dst.parameters(r)}
+        for k, g in enumerate(full):
+            if keep_base:  # a new view object of the same base array each step
+                d = {n: t[...] for n, t in base.items()}
+            else:
+                base = None
+                d = {p.name: make(p.shape) for p in dst.parameters(r)}
+            plan.execute(comm, src=sources(g, r), dst=d)
+            infos[(r, k)] = plan.delta_info()
+            if d:
+                got[(r, k)] = np.asarray(d["w"]).copy()
+                ptrs[(r, k)] = np.asarray(d["w"]).ctypes.data
+            del d
+
+    reshard.run_threads(WORLD, rank_fn)
+    return full, got, infos, ptrs
+
+
+def test_delta_fresh_destination_at_freed_address_is_dense():
+    """A fresh np.zeros destination each step (landing at the freed address, as vLLM's
+    weight reload or an engine restart does): the Plan sees a new object, so the step is
+    sent dense and every element is exact (a delta would land on zeros)."""
+    full, got, infos, ptrs = _fresh_destinations_run(lambda s: np.zeros(s, dtype=np.float32))
+    for k, g in enumerate(full):
+        for r in DST_MESH:
+            assert_exact(got[(r, k)], g, r)
+            assert infos[(r, k)]["state"] == "committed" and infos[(r, k)]["version"] == k + 1
+        assert infos[(0, k)]["dense_streams"] == 2 and infos[(1, k)]["dense_streams"] == 2
+    # the case itself: at least one refit bound a new array at the address of the last
+    assert any(ptrs[(r, k)] == ptrs[(r, k - 1)] for r in DST_MESH for k in range(1, len(full)))
+
+
+def test_delta_views_of_the_same_base_stay_delta():
+    """New view objects of one base array each step: the same memory, so delta."""
+    full, got, infos, _ = _fresh_destinations_run(
+        lambda s: np.zeros(s, dtype=np.float32), keep_base=True)
+    for k, g in enumerate(full):
+        for r in DST_MESH:
+            assert_exact(got[(r, k)], g, r)
+    for k in range(1, len(full)):
+        assert infos[(0, k)]["dense_streams"] == 0 and infos[(1, k)]["dense_streams"] == 0
+
+
+def test_delta_fresh_torch_destination_is_dense():
+    """The same with a fresh torch.zeros each step."""
+    torch = pytest.importorskip("torch")
+    full, got, infos, _ = _fresh_destinations_run(
+        lambda s: torch.zeros(tuple(s), dtype=torch.float32))
+    for k, g in enumerate(full):
+        for r in DST_MESH:
+            assert_exact(got[(r, k)], g, r)
+        assert infos[(0, k)]["dense_streams"] == 2 and infos[(1, k)]["dense_streams"] == 2

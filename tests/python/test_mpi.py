@@ -173,3 +173,39 @@ def test_colocated_model_refit_over_mpi(comm, tmp_path_factory, two_hosts, share
         if side != "train" and shared:  # the readers mapped the owners' shared allocations
             with open("/proc/self/maps") as f:
                 assert "reshard-shared" in f.read()
+
+
+def test_delta_after_the_baseline_wrote_over_mpi(comm):
+    """A delta plan refits twice, the gather+broadcast baseline then writes other weights
+    into the same destination arrays, then the delta plan again: that refit is dense
+    (reshard records the last writer of each destination range) and every element exact.
+    Checksum mode off, explicitly: the record alone must keep it exact."""
+    from dtensor_oracle import local_shard
+    r = WORLD.rank
+    shape = (64, 48)
+    tensors = reshard.Tensors()
+    tensors.add("w", shape, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": ([0, 1], [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": ([2, 3], [Shard(1)])})
+    rng = np.random.default_rng(3)
+    g = [rng.standard_normal(shape).astype(np.float32)]
+    for _ in range(2):
+        g.append(g[-1].copy())
+        g[-1][rng.random(shape) < 0.3] = 0.0
+    plan = reshard.Plan(src, dst, rank=r, world=4, staging_mb=1, timeout_s=30, delta=True,
+                        checksum=False)
+    base = reshard.Baseline(src, dst, comm, staging_mb=1, timeout_s=30)
+    d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+    steps = [(plan, g[0]), (plan, g[1]), (base, -g[1] - 1.0), (plan, g[2])]
+    for k, (who, whole) in enumerate(steps):
+        shard = local_shard(whole, [0, 1], [Shard(0)], r)
+        s = {"w": np.ascontiguousarray(shard)} if shard is not None and shard.size else {}
+        if who is plan:
+            plan.execute(comm, src=s, dst=d)
+        else:
+            base.execute(src=s, dst=d)
+        if d:
+            want = local_shard(whole, [2, 3], [Shard(1)], r)
+            assert d["w"].view(np.uint32).tobytes() == want.view(np.uint32).tobytes(), k
+    if r < 2:
+        assert plan.delta_info()["dense_streams"] == 2

@@ -17,6 +17,7 @@
 
 #include "exec/comm.h"
 #include "exec/delta_codec.h"
+#include "exec/writers.h"
 #include "reshard/reshard.h"
 #include "reshard/reshard_delta.h"
 #include "reshard/reshard_elastic.h"
@@ -270,6 +271,12 @@ typedef struct {
     int32_t lost;                  /* elastic_main: the rank gone at step 2 */
     int stale_rejoin;              /* elastic_main: it comes back at step 3 with its weights
                                       and state of step 1 (adopted from its old plan) */
+    int adopt_twice;               /* elastic_main: at step 2 the survivors plan the shrunk
+                                      membership twice, the second plan adopting the first
+                                      before the first ever executes */
+    int zeros;                     /* make_steps: half the changed elements become +0.0 */
+    int uses_b[NSTEPS];            /* writers_main: the steps plan B executes (else A) */
+    int b_delta;                   /* writers_main: B is a delta plan too (else dense) */
     uint16_t *g[NSTEPS];           /* the whole tensor at each step */
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
@@ -414,7 +421,8 @@ static void make_steps(job_t *j, uint64_t seed)
         for (int64_t i = 0; i < ROWS * COLS; i++) {
             uint16_t old = s ? j->g[s - 1][i] : (uint16_t)mix(&seed);
             bool change = s && (double)(mix(&seed) % 1000000) < j->frac[s] * 1e6;
-            j->g[s][i] = change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
+            bool zero = change && j->zeros && mix(&seed) % 2;
+            j->g[s][i] = zero ? 0 : change ? (uint16_t)(old ^ (1 + mix(&seed) % 0xffff)) : old;
         }
     }
 }
@@ -689,6 +697,10 @@ static void *elastic_main(void *arg)
                                .staging_bytes = 4096,
                                .timeout_s = 0.5,
                                .delta = 1};
+    if (j->adopt_twice) { /* checksum mode off, explicitly: the adoption itself must be exact */
+        p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
+        p.delta_checksum = 0;
+    }
     reshard_layout_t *ms = NULL, *md = NULL; /* the membership without the lost rank */
     if (me != lost)
         note(j, me, reshard_membership_layouts(j->src, j->dst, gone, 1, &ms, &md));
@@ -705,6 +717,12 @@ static void *elastic_main(void *arg)
             note(j, me, reshard_plan_delta_adopt(next, plan, me));
             reshard_plan_destroy(plan);
             plan = next;
+            if (s == 2 && j->adopt_twice) { /* replanned again before the first executes */
+                note(j, me, reshard_plan_create(ms, md, &p, &next));
+                note(j, me, reshard_plan_delta_adopt(next, plan, me));
+                reshard_plan_destroy(plan);
+                plan = next;
+            }
         }
         if (s == 3 && me == lost && j->stale_rejoin) { /* back with step 1's weights */
             note(j, me, reshard_plan_create(j->src, j->dst, &p, &next));
@@ -832,6 +850,194 @@ static void test_delta_elastic_moved_boxes_dense(void **state)
     assert_true(j.sent_network[3] >= half && j.sent_network[3] < half + half / 10);
     assert_true(j.sent_network[4] * 10 < 2 * half);
     free_job(&j);
+}
+
+/* Adopting a plan that never executed (issue 39, item 1): a source replica is gone, so
+ * the survivors' plan P2 adopts P1 with the boxes rank 0 never sent marked dense-once; P3
+ * (the same membership, planned again) adopts P2 before P2 executes. Those boxes have no
+ * base in the snapshot P3 inherits: they must still go dense. The step changes 30% of
+ * the elements, half of them to +0.0 (which a delta against a zero base never sends). */
+static void test_delta_adopt_unexecuted_plan(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .src_repl = 1,
+               .frac = {0, 0.01, 0.3, 0.01, 0.01},
+               .zeros = 1,
+               .rebind_step = -1,
+               .fail_step = -1,
+               .lost = 1,
+               .adopt_twice = 1};
+    run_elastic(&j); /* every step OK, every element of every destination exact */
+    assert_int_equal(j.info[0][2].dense_streams, 1); /* the box rank 1 sent: still dense */
+    uint64_t half = (uint64_t)ROWS * COLS;
+    assert_true(j.sent_network[2] >= half);
+    assert_true(j.sent_network[4] * 10 < 2 * half);
+    free_job(&j);
+}
+
+/* ---- another plan wrote the destination ----------------------------------------------- */
+
+/* Two plans over the same layouts and buffers on every rank: delta plan A, and plan B
+ * (dense, or delta when b_delta); each step executes the plan uses_b names. After B
+ * writes the destination, A's next execution must not apply its delta onto B's bytes. */
+static void *writers_main(void *arg)
+{
+    rank_arg_t *a = arg;
+    job_t *j = a->j;
+    int32_t me = a->rank;
+    /* checksum mode off, explicitly: the version record itself must keep A exact */
+    reshard_plan_params_t p = {.field_mask =
+                                   RESHARD_PLAN_PARAM_DELTA | RESHARD_PLAN_PARAM_DELTA_CHECKSUM |
+                                   RESHARD_PLAN_PARAM_STAGING_BYTES | RESHARD_PLAN_PARAM_TIMEOUT,
+                               .world_size = WORLD,
+                               .my_rank = me,
+                               .staging_bytes = 4096,
+                               .timeout_s = 0.5,
+                               .delta = 1,
+                               .delta_checksum = 0};
+    reshard_plan_t *plan[2] = {NULL, NULL};
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan[0]));
+    p.delta = j->b_delta;
+    note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan[1]));
+    uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
+    uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
+    uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
+    for (int s = 0; s < NSTEPS && j->setup[me] == RESHARD_OK; s++) {
+        reshard_comm_t *comm = NULL;
+        note(j, me, reshard_comm_create_inproc(groups[s], me, &comm));
+        /* B moves other weights (another model's, or a rollback): every bit flipped */
+        uint16_t flip = j->uses_b[s] ? 0xffff : 0;
+        for (uint64_t i = 0; me < 2 && i < sb / 2; i++)
+            src[i] = j->g[s][(size_t)me * ROWS / 2 * COLS + i] ^ flip;
+        reshard_buffer_t sbuf = {.ptr = src, .bytes = sb}, dbuf = {.ptr = dst, .bytes = db};
+        j->st[me][s] =
+            reshard_plan_execute(plan[j->uses_b[s]], comm, &sbuf, me < 2, &dbuf, me >= 2, NULL);
+        if (j->st[me][s] != RESHARD_OK)
+            snprintf(j->msg[me], sizeof j->msg[me], "%s", reshard_last_error());
+        if (!j->uses_b[s] || j->b_delta)
+            reshard_plan_delta_info(plan[j->uses_b[s]], me, &j->info[me][s]);
+        for (int64_t r = 0; me >= 2 && r < ROWS; r++)
+            for (int64_t c = 0; c < COLS; c++) {
+                int64_t at = dst_index(j, me, r, c);
+                j->wrong[me][s] += at >= 0 && dst[at] != (j->g[s][r * COLS + c] ^ flip);
+            }
+        reshard_comm_destroy(comm);
+    }
+    free(src);
+    free(dst);
+    reshard_plan_destroy(plan[0]);
+    reshard_plan_destroy(plan[1]);
+    return NULL;
+}
+
+/* Run writers_main on every rank: every step OK and every element of every destination
+ * exact; A's first execution after B's is dense on every stream. */
+static void run_writers(job_t *j)
+{
+    run_job_steps(j);
+    pthread_t th[WORLD];
+    rank_arg_t args[WORLD];
+    for (int32_t r = 0; r < WORLD; r++) {
+        args[r] = (rank_arg_t){j, r};
+        pthread_create(&th[r], NULL, writers_main, &args[r]);
+    }
+    for (int32_t r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    for (int s = 0; s < NSTEPS; s++)
+        reshard_inproc_group_destroy(groups[s]);
+    for (int r = 0; r < WORLD; r++)
+        if (j->setup[r] != RESHARD_OK)
+            print_message("rank %d: %s\n", r, j->msg[r]);
+    for (int s = 0; s < NSTEPS; s++)
+        for (int r = 0; r < WORLD; r++) {
+            if (j->st[r][s] != RESHARD_OK)
+                print_message("step %d rank %d: %s\n", s, r, j->msg[r]);
+            assert_int_equal(j->st[r][s], RESHARD_OK);
+            if (j->wrong[r][s])
+                print_message("step %d rank %d: %lld wrong elements\n", s, r,
+                              (long long)j->wrong[r][s]);
+            assert_int_equal(j->wrong[r][s], 0);
+        }
+    for (int s = 1; s < NSTEPS; s++)
+        if (!j->uses_b[s] && j->uses_b[s - 1]) /* A after B: dense */
+            for (int r = 0; r < 2; r++)
+                assert_int_equal(j->info[r][s].dense_streams, 2);
+}
+
+static void test_delta_after_dense_plan_wrote(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.3, 0.3, 0.01},
+               .zeros = 1,
+               .rebind_step = -1,
+               .fail_step = -1,
+               .uses_b = {0, 0, 1, 0, 0}};
+    run_writers(&j);
+    assert_true(j.info[0][4].dense_streams == 0 && j.info[1][4].dense_streams == 0);
+    free_job(&j);
+}
+
+static void test_delta_after_other_delta_plan_wrote(void **state)
+{
+    (void)state;
+    job_t j = {.dst_kind = DST_SHARD1,
+               .frac = {0, 0.01, 0.3, 0.3, 0.3},
+               .zeros = 1,
+               .rebind_step = -1,
+               .fail_step = -1,
+               .uses_b = {0, 0, 1, 1, 0},
+               .b_delta = 1};
+    run_writers(&j);
+    /* B's second execution is delta: only A's writes came between (none) */
+    assert_true(j.info[0][3].dense_streams == 0 && j.info[1][3].dense_streams == 0);
+    free_job(&j);
+}
+
+/* The record of writers by address range: partial overlaps, splits, neighbours, a plan
+ * destroyed, a new buffer set and adoption (plan identities are only compared). */
+static void test_delta_writers_ranges(void **state)
+{
+    (void)state;
+    static char a_id, b_id, c_id;
+    const void *a = &a_id, *b = &b_id, *c = &c_id;
+    reshard_buffer_t buf = {.ptr = (void *)0x10000, .bytes = 0x1000};
+    reshard_buffer_t two[2] = {{.ptr = (void *)0x10000, .bytes = 0x1000},
+                               {.ptr = (void *)0x30000, .bytes = 0x100}};
+    uint64_t sa = rs_writers_stamp(a, 2, &buf, 1);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(a, 3, sa, &buf, 1)); /* another rank of the plan */
+    assert_false(rs_writers_mine(a, 2, sa, two, 2));  /* never stamped there */
+    /* a neighbour [end, end + 0x100): no overlap */
+    reshard_buffer_t next = {.ptr = (void *)0x11000, .bytes = 0x100};
+    uint64_t sb = rs_writers_stamp(b, 2, &next, 1);
+    assert_true(sb > sa);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    /* the middle of it: split, then the same plan writes again */
+    reshard_buffer_t mid = {.ptr = (void *)0x10800, .bytes = 0x10};
+    rs_writers_stamp(c, 2, &mid, 1);
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    rs_writers_forget(c); /* destroyed: its bytes stay not A's */
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    sa = rs_writers_stamp(a, 2, &buf, 1);
+    assert_true(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(a, 2, sa - 1, &buf, 1)); /* an older stamp of its own */
+    /* a range over its start */
+    reshard_buffer_t over = {.ptr = (void *)0xff00, .bytes = 0x200};
+    rs_writers_stamp(b, 2, &over, 1); /* B's previous range is forgotten */
+    assert_false(rs_writers_mine(a, 2, sa, &buf, 1));
+    assert_false(rs_writers_mine(b, 2, sb, &next, 1));
+    /* A moves to two buffers; then adopted by C */
+    sa = rs_writers_stamp(a, 2, two, 2);
+    assert_true(rs_writers_mine(a, 2, sa, two, 2));
+    rs_writers_transfer(a, c, 2);
+    assert_false(rs_writers_mine(a, 2, sa, two, 2));
+    assert_true(rs_writers_mine(c, 2, sa, two, 2));
+    rs_writers_forget(a);
+    rs_writers_forget(b);
+    rs_writers_forget(c);
+    assert_false(rs_writers_mine(c, 2, sa, two, 2));
 }
 
 /* ---- a rank lost mid-delta ------------------------------------------------------------ */
@@ -1235,6 +1441,10 @@ int main(void)
         cmocka_unit_test(test_delta_elastic_moved_boxes_dense),
         cmocka_unit_test(test_delta_version_mismatch_is_dense),
         cmocka_unit_test(test_delta_adopt_refuses),
+        cmocka_unit_test(test_delta_adopt_unexecuted_plan),
+        cmocka_unit_test(test_delta_writers_ranges),
+        cmocka_unit_test(test_delta_after_dense_plan_wrote),
+        cmocka_unit_test(test_delta_after_other_delta_plan_wrote),
         cmocka_unit_test(test_delta_rank_lost_mid_delta),
         cmocka_unit_test(test_delta_snapshot_nomem),
     };

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "exec/pack.h"
+#include "exec/writers.h"
 #include "layout/layout_internal.h"
 #include "transport/mpi/mpi_internal.h"
 #include "util/error.h"
@@ -402,6 +403,7 @@ void reshard_baseline_destroy(reshard_baseline_t *b)
 {
     if (!b)
         return;
+    rs_writers_forget(b);
     free(b->groups);
     free(b->buckets);
     free(b->items);
@@ -705,6 +707,8 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     x.bucket = b->bucket;
     x.sendbuf = b->sendbuf;
     x.recvbuf = b->recvbuf;
+    if (st == RESHARD_OK) /* the last writer of these bytes (a delta plan's are not its own) */
+        rs_writers_stamp(b, m->rank, dst_bufs, n_dst);
     int64_t c = 0;
     for (int32_t k = 0; st == RESHARD_OK && k < b->nbuckets; k++) {
         st = gather(&x, k);
