@@ -44,7 +44,8 @@ typedef struct {
     const char *model, *train, *infer, *dtype, *transport, *infer_dtype, *fp8_scale, *eplb_map;
     long layers, iters, domain_size;
     double staging_mb, timeout_s, relay_mb, change_fraction;
-    int baseline, raw, json, mtp, colocated, shared, delta, delta_checksum;
+    int baseline, raw, json, mtp, colocated, shared, delta, delta_checksum, delta_no_verify,
+        verify_cost;
 } run_args_t;
 
 static void run_usage(FILE *out)
@@ -74,8 +75,13 @@ static void run_usage(FILE *out)
         "                     only changed words; every byte is verified each refit;\n"
         "                     the dense plan (and --baseline, --raw) refits the same\n"
         "                     updates into destinations of their own, side by side\n"
-        "  --delta-checksum   with --delta: each chunk carries the sender's XXH3 hash of its\n"
-        "                     new bytes, checked by the receiver after apply\n"
+        "  --delta-no-verify  with --delta: the opt-out of verification (on by default: each\n"
+        "                     chunk carries the sender's hash of its new bytes, checked by\n"
+        "                     the receiver after apply; --delta-checksum, its older flag,\n"
+        "                     keeps it on)\n"
+        "  --verify-cost      with --delta: beside the verified delta plan, the same refits\n"
+        "                     with a delta plan that does not verify, on destinations of\n"
+        "                     its own (the cost of verification, side by side)\n"
         "  --raw              also time raw MPI: each (sender, receiver) pair of the\n"
         "                     plan exchanges its byte count in plain messages\n"
         "  --json             print one JSON object (rank 0) instead of the table\n"
@@ -145,6 +151,8 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
                               {"--shared", CLI_FLAG, &a->shared, 0, 0},
                               {"--delta", CLI_FLAG, &a->delta, 0, 0},
                               {"--delta-checksum", CLI_FLAG, &a->delta_checksum, 0, 0},
+                              {"--delta-no-verify", CLI_FLAG, &a->delta_no_verify, 0, 0},
+                              {"--verify-cost", CLI_FLAG, &a->verify_cost, 0, 0},
                               {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
                               {"--layers", CLI_INT, &a->layers, 1, 0},
                               {"--iters", CLI_INT, &a->iters, 1, 0},
@@ -171,8 +179,12 @@ static int parse_args(int rank, int argc, char **argv, run_args_t *a)
     if (a->shared && !a->colocated)
         return usage_error(rank, "--shared puts the sources of --colocated reads in shared "
                                  "allocations: add --colocated");
-    if (a->delta_checksum && !a->delta)
-        return usage_error(rank, "--delta-checksum checks --delta refits: add --delta");
+    if ((a->delta_checksum || a->delta_no_verify || a->verify_cost) && !a->delta)
+        return usage_error(rank, "--delta-checksum, --delta-no-verify and --verify-cost are for "
+                                 "--delta refits: add --delta");
+    if (a->delta_no_verify && (a->delta_checksum || a->verify_cost))
+        return usage_error(rank, "--delta-no-verify turns verification off; --delta-checksum and "
+                                 "--verify-cost need it on");
     if (a->change_fraction >= 0 && !a->delta)
         return usage_error(rank, "--change-fraction is for --delta refits");
     if (a->change_fraction < 0)
@@ -305,7 +317,7 @@ static bool bufs_bind(rank_bufs_t *b, long iter, bool keep_content)
 
 /* ---- one method (reshard or baseline) ----------------------------------- */
 
-typedef struct {
+typedef struct method {
     const char *name;
     double *seconds;         /**< per refit, the slowest rank's */
     uint64_t bytes_moved;    /**< per refit, all ranks */
@@ -330,8 +342,11 @@ typedef struct {
     reshard_comm_t *comm;
     rank_bufs_t src, dst;
     reshard_plan_t *plan;
-    reshard_plan_t *dense; /**< --delta: the dense plan of the same layouts */
-    rank_bufs_t dst_dense; /**< --delta: destinations of the dense plan and the baseline */
+    reshard_plan_t *dense;        /**< --delta: the dense plan of the same layouts */
+    rank_bufs_t dst_dense;        /**< --delta: destinations of the dense plan and the baseline */
+    reshard_plan_t *trust;        /**< --verify-cost: the delta plan without verification */
+    rank_bufs_t dst_trust;        /**< its destinations */
+    const struct method *trust_m; /**< its refits */
     reshard_baseline_t *baseline;
     uint64_t dst_bytes;     /**< bytes the inference side needs: its fragments, summed */
     double *replan_seconds; /**< per EPLB map change, the slowest rank's own replan */
@@ -529,11 +544,11 @@ static void wait_or_abort(const run_t *r, MPI_Request *req, const char *what)
 }
 
 /* The delta counters of the refit just run, summed over ranks, into slot @p at of @p m. */
-static void delta_totals(const run_t *r, method_t *m, int at)
+static void delta_totals(const run_t *r, const reshard_plan_t *plan, method_t *m, int at)
 {
     reshard_delta_info_t di;
     memset(&di, 0, sizeof di);
-    reshard_plan_delta_info(r->plan, r->rank, &di);
+    reshard_plan_delta_info(plan, r->rank, &di);
     uint64_t in[5] = {di.stream_bytes, di.wire_bytes, di.changed_bytes, (uint64_t)di.dense_streams,
                       (uint64_t)(di.chunks[0] + di.chunks[1] + di.chunks[2] + di.chunks[3])},
              sum[5];
@@ -556,7 +571,7 @@ static void delta_totals(const run_t *r, method_t *m, int at)
 
 /** What refit_once runs: the plan (a delta plan with --delta), the dense plan beside a
  *  delta plan, or the gather+broadcast baseline. */
-typedef enum { METHOD_PLAN, METHOD_DENSE, METHOD_BASELINE } method_kind_t;
+typedef enum { METHOD_PLAN, METHOD_DENSE, METHOD_BASELINE, METHOD_TRUST } method_kind_t;
 
 /* Prepare the buffers of refit @p iter, run method @p kind, verify. Returns the agreed
  * execution status. With --delta the sources take refit iter's values (the plan runs
@@ -567,13 +582,16 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, method_kind
 {
     const reshard_model_refit_t *f = r->refit;
     reshard_status_t st = RESHARD_OK;
-    const bool delta = r->a->delta && kind == METHOD_PLAN, versioned = r->a->delta;
+    const bool delta = r->a->delta && (kind == METHOD_PLAN || kind == METHOD_TRUST);
+    const bool versioned = r->a->delta;
     const double frac = r->a->change_fraction;
-    rank_bufs_t *dst = versioned && kind != METHOD_PLAN ? &r->dst_dense : &r->dst;
-    if (delta) { /* buffers stay bound; the sources take refit iter's values */
+    rank_bufs_t *dst = kind == METHOD_TRUST               ? &r->dst_trust
+                       : versioned && kind != METHOD_PLAN ? &r->dst_dense
+                                                          : &r->dst;
+    if (delta) { /* buffers stay bound; the sources take refit iter's values (the plan's run) */
         bufs_bind(&r->src, 0, true);
         bufs_bind(dst, 0, false);
-        if (r->src.n)
+        if (r->src.n && kind == METHOD_PLAN)
             st = reshard_fill_pattern_version(f->train, r->rank, r->src.bind, r->src.n, iter, frac);
     } else if (versioned) { /* the sources as the delta refit left them */
         bufs_bind(&r->src, 0, true);
@@ -598,8 +616,10 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, method_kind
     st = kind == METHOD_BASELINE
              ? reshard_baseline_execute(r->baseline, r->src.bind, r->src.n, dst->bind, dst->n,
                                         &stats)
-             : reshard_plan_execute(kind == METHOD_DENSE ? r->dense : r->plan, r->comm, r->src.bind,
-                                    r->src.n, dst->bind, dst->n, &stats);
+             : reshard_plan_execute(kind == METHOD_DENSE   ? r->dense
+                                    : kind == METHOD_TRUST ? r->trust
+                                                           : r->plan,
+                                    r->comm, r->src.bind, r->src.n, dst->bind, dst->n, &stats);
     double dt = MPI_Wtime() - t0;
     if (st != RESHARD_OK) {
         fprintf(stderr, "reshard run: rank %d: %s refit %ld failed: %s: %s\n", r->rank, m->name,
@@ -647,7 +667,7 @@ static reshard_status_t refit_once(run_t *r, method_t *m, long iter, method_kind
     m->receivers = receivers;
     m->wrong += wrong_all;
     if (delta)
-        delta_totals(r, m, iter == 0 ? 0 : 1);
+        delta_totals(r, kind == METHOD_TRUST ? r->trust : r->plan, m, iter == 0 ? 0 : 1);
     return RESHARD_OK;
 }
 
@@ -907,7 +927,7 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *dn, 
                "slowest rank)\n",
                r->replans, median(r->replan_seconds, r->replans));
     if (dn) {
-        delta_figs_t d = delta_figs(rs, dn, r->a->delta_checksum);
+        delta_figs_t d = delta_figs(rs, dn, !r->a->delta_no_verify);
         /* one domain holding every rank: nothing crosses the network, compare NVLink */
         const bool net = rs->bytes_network || dn->bytes_network;
         char dnet[32], nnet[32], bnet[32];
@@ -922,6 +942,13 @@ static void print_table(const run_t *r, const method_t *rs, const method_t *dn, 
                "the measured\n  changed fraction %.5f (reshard_sim_delta_chunk_bytes, its "
                "chunks of bf16)\n",
                d.wire_per_dense, d.wire_per_bound, d.fraction);
+    }
+    if (r->trust) {
+        const double v = method_median(rs), t = method_median(r->trust_m);
+        printf("  verification: delta (verified) %.4f s vs delta without verification %.4f s "
+               "per refit: %+.1f%% (medians, refits interleaved, each on its own "
+               "destinations)\n",
+               v, t, t > 0 ? 100.0 * (v / t - 1) : 0);
     }
     if (r->a->delta && rs->skip)
         printf("  time/refit of every method: median of refits 2..%ld (refit 1 of a delta plan is "
@@ -1016,7 +1043,14 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *dn, c
     if (r->a->delta) {
         json_t *d = json_object();
         json_object_set_new(d, "change_fraction", json_real(r->a->change_fraction));
-        json_object_set_new(d, "checksum", json_boolean(r->a->delta_checksum));
+        json_object_set_new(d, "verified", json_boolean(!r->a->delta_no_verify));
+        if (r->trust) { /* --verify-cost: the same refits by a delta plan that trusts */
+            json_object_set_new(d, "no_verify_seconds", json_real(method_median(r->trust_m)));
+            json_object_set_new(d, "verify_cost",
+                                json_real(method_median(r->trust_m) > 0
+                                              ? method_median(rs) / method_median(r->trust_m) - 1
+                                              : 0));
+        }
         json_object_set_new(d, "first_stream_bytes", json_integer((json_int_t)rs->delta_stream[0]));
         json_object_set_new(d, "first_wire_bytes", json_integer((json_int_t)rs->delta_wire[0]));
         json_object_set_new(d, "stream_bytes", json_integer((json_int_t)rs->delta_stream[1]));
@@ -1028,7 +1062,7 @@ static void print_json(const run_t *r, const method_t *rs, const method_t *dn, c
         json_object_set_new(d, "committed", json_boolean(rs->committed));
         json_object_set_new(d, "chunks", json_integer(rs->delta_chunks[1]));
         if (dn) {
-            delta_figs_t g = delta_figs(rs, dn, r->a->delta_checksum);
+            delta_figs_t g = delta_figs(rs, dn, !r->a->delta_no_verify);
             json_object_set_new(d, "measured_fraction", json_real(g.fraction));
             json_object_set_new(d, "bound_bytes", json_real(g.bound_bytes));
             json_object_set_new(d, "wire_per_bound", json_real(g.wire_per_bound));
@@ -1119,7 +1153,8 @@ static int run(const run_args_t *a, int rank, int size)
     const long skip = a->delta && a->iters > 1;
     method_t rs = {.name = a->delta ? "delta" : "reshard", .skip = skip},
              dn = {.name = "reshard", .skip = skip}, bl = {.name = "baseline", .skip = skip},
-             raw = {.name = "raw MPI", .skip = skip};
+             raw = {.name = "raw MPI", .skip = skip},
+             tr = {.name = "delta, no verify", .skip = skip};
     raw_bufs_t rawb = {0};
     int exit_code = 1;
     double plan_s = 0;
@@ -1184,9 +1219,9 @@ static int run(const run_args_t *a, int rank, int size)
                                 .delta = a->delta};
     if (a->delta)
         pp.field_mask |= RESHARD_PLAN_PARAM_DELTA;
-    if (a->delta_checksum) {
+    if (a->delta_no_verify) { /* verification is on for delta plans unless turned off */
         pp.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
-        pp.delta_checksum = 1;
+        pp.delta_checksum = 0;
     }
     if (a->relay_mb >= 0) {
         pp.field_mask |= RESHARD_PLAN_PARAM_RELAY_BYTES;
@@ -1229,6 +1264,12 @@ static int run(const run_args_t *a, int rank, int size)
         dp.delta_checksum = 0;
         st = reshard_plan_create(refit.train, refit.infer, &dp, &r.dense);
     }
+    if (st == RESHARD_OK && a->verify_cost) { /* the delta plan without verification */
+        reshard_plan_params_t tp = pp;
+        tp.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
+        tp.delta_checksum = 0;
+        st = reshard_plan_create(refit.train, refit.infer, &tp, &r.trust);
+    }
     free(host);
     free(dev);
     if (st == RESHARD_OK && a->colocated && rank == 0 && !a->json)
@@ -1259,6 +1300,8 @@ static int run(const run_args_t *a, int rank, int size)
         st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, false, &r.dst);
     if (st == RESHARD_OK && rank >= refit.train_world && a->delta)
         st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, false, &r.dst_dense);
+    if (st == RESHARD_OK && rank >= refit.train_world && a->verify_cost)
+        st = bufs_alloc(refit.infer, refit.infer_buffers, rank, device, false, &r.dst_trust);
     if (st == RESHARD_OK && a->baseline) {
         int32_t *roots = stage_roots(&refit);
         st = roots ? reshard_baseline_create_mpi(refit.train, refit.infer, roots, &pp, r.comm,
@@ -1272,7 +1315,10 @@ static int run(const run_args_t *a, int rank, int size)
     dn.seconds = calloc((size_t)a->iters, sizeof *dn.seconds);
     bl.seconds = calloc((size_t)a->iters, sizeof *bl.seconds);
     raw.seconds = calloc((size_t)a->iters, sizeof *raw.seconds);
-    if (st == RESHARD_OK && (!rs.seconds || !dn.seconds || !bl.seconds || !raw.seconds))
+    tr.seconds = calloc((size_t)a->iters, sizeof *tr.seconds);
+    r.trust_m = &tr;
+    if (st == RESHARD_OK &&
+        (!rs.seconds || !dn.seconds || !bl.seconds || !raw.seconds || !tr.seconds))
         st = RESHARD_ERR_NOMEM;
     if (st != RESHARD_OK)
         fprintf(stderr, "reshard run: rank %d: %s: %s\n", rank, reshard_status_string(st),
@@ -1294,6 +1340,8 @@ static int run(const run_args_t *a, int rank, int size)
                 break;
         }
         st = refit_once(&r, &rs, i, METHOD_PLAN);
+        if (st == RESHARD_OK && r.trust)
+            st = refit_once(&r, &tr, i, METHOD_TRUST);
         if (st == RESHARD_OK && r.dense)
             st = refit_once(&r, &dn, i, METHOD_DENSE);
         if (st == RESHARD_OK && r.baseline)
@@ -1320,6 +1368,7 @@ static int run(const run_args_t *a, int rank, int size)
                           lk->bytes_nvlink == plan_totals.bytes_nvlink &&
                           r.peer_read == plan_totals.bytes_peer_read);
     bool ok = st == RESHARD_OK && (!a->delta || rs.committed) && rs.wrong == 0 && dn.wrong == 0 &&
+              tr.wrong == 0 && (!r.trust || (tr.committed && tr.verified_bytes > 0)) &&
               bl.wrong == 0 && rs.bytes_moved > 0 && rs.verified_bytes > 0 &&
               (!r.dense || dn.verified_bytes > 0) && (!r.baseline || bl.verified_bytes > 0) &&
               links_ok;
@@ -1352,9 +1401,12 @@ out:
     reshard_baseline_destroy(r.baseline);
     reshard_plan_destroy(r.plan); /* its mappings of shared sources before their free */
     reshard_plan_destroy(r.dense);
+    reshard_plan_destroy(r.trust);
     bufs_free(&r.src); /* device buffers before their endpoint */
     bufs_free(&r.dst);
     bufs_free(&r.dst_dense);
+    bufs_free(&r.dst_trust);
+    free(tr.seconds);
     reshard_comm_destroy(r.comm);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(model);

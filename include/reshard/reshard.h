@@ -479,12 +479,18 @@ typedef struct {
     int32_t delta; /**< nonzero: a delta refit plan (reshard_delta.h,
                         docs/delta.md): each execution sends only the words
                         that changed since the version a destination holds */
-    /** RESHARD_PLAN_PARAM_DELTA_CHECKSUM, nonzero (needs delta; INVALID_ARG without):
-     *  every chunk carries the sender's 64-bit hash (XXH3_64bits) of its new bytes and
-     *  the receiver compares it with the hash of the chunk it holds after apply. A
-     *  mismatch (a destination changed behind reshard's back) fails the refit on every
-     *  rank with RESHARD_ERR_VERIFY naming tensor, rank and box; that destination is
-     *  then torn and the next refit rewrites it dense (reshard_delta.h). */
+    /** Verification of delta refits, ON BY DEFAULT for every delta plan: every chunk
+     *  carries the sender's 64-bit hash of its new bytes (host memory: XXH3_64bits;
+     *  device memory: the NCCL transport's hash kernel) and the receiver compares it
+     *  with the hash of the chunk it holds after apply. A mismatch (a destination
+     *  changed behind reshard's back) fails the refit on every rank with
+     *  RESHARD_ERR_VERIFY naming tensor, rank and box; that destination is then torn
+     *  and the next refit rewrites it dense (reshard_delta.h).
+     *  With RESHARD_PLAN_PARAM_DELTA_CHECKSUM: 0 turns it off (the opt-out; the caller
+     *  then promises that between executions every destination buffer holds exactly
+     *  what this plan's last committed execution wrote: no reallocation, even at the
+     *  same address, no other writer, no in-place rewrite by the engine), nonzero keeps
+     *  it on (INVALID_ARG without delta). Without the bit: on for delta plans. */
     int32_t delta_checksum;
 } reshard_plan_params_t;
 

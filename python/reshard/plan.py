@@ -119,12 +119,18 @@ class Plan(_lib.Handle):
                  rank's execute dense (delta_invalidate), exact. MPI, in-process and
                  NCCL comms (NCCL: device encode/apply kernels, docs/delta.md "On device
                  memory")
-    checksum     with delta: every chunk carries the sender's 64-bit hash (XXH3) of its
-                 new bytes, compared by the receiver after apply; a destination changed
-                 behind reshard's back fails the execute on every rank (ReshardError
-                 RESHARD_ERR_VERIFY naming tensor, rank and box), its weights are torn
-                 and the next execute rewrites them dense; host memory only (NCCL:
-                 UNSUPPORTED on every rank before anything moves)
+    verify       delta plans verify by default (verify=None or True): every chunk
+                 carries the sender's 64-bit hash of its new bytes (XXH3 on host
+                 memory, the NCCL transport's hash kernel on device memory), compared by
+                 the receiver after apply; a destination changed behind reshard's back
+                 fails the execute on every rank (ReshardError RESHARD_ERR_VERIFY naming
+                 tensor, rank and box), its weights are torn and the next execute
+                 rewrites them dense. verify=False is the opt-out: it promises that
+                 between executes every destination holds exactly what this plan's last
+                 committed execute wrote (no reallocation even at the same address, no
+                 other writer, no in-place rewrite by the engine); docs/delta.md gives
+                 its cost. verify=True without delta: ValueError
+    checksum     the older name of verify (True / False), kept for callers of it
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default
@@ -145,7 +151,7 @@ class Plan(_lib.Handle):
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
-                 devices=None, colocated=False, delta=False, checksum=False):
+                 devices=None, colocated=False, delta=False, checksum=None, verify=None):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         world = _lib.as_int(world, "world", lo=1)
@@ -175,11 +181,18 @@ class Plan(_lib.Handle):
         if delta:
             p.field_mask |= _lib.PARAM_DELTA
             p.delta = 1
-        if not isinstance(checksum, bool):
-            raise TypeError("reshard: checksum must be True or False, got %r" % (checksum,))
-        if checksum:
+        for name, v in (("verify", verify), ("checksum", checksum)):
+            if v is not None and not isinstance(v, bool):
+                raise TypeError("reshard: %s must be True or False, got %r" % (name, v))
+        if verify is not None and checksum is not None and verify != checksum:
+            raise ValueError("reshard: verify=%r and checksum=%r disagree (checksum is the "
+                             "older name of verify)" % (verify, checksum))
+        verify = verify if verify is not None else checksum
+        if verify and not delta:
+            raise ValueError("reshard: verify=True checks delta refits: set delta=True")
+        if verify is not None and delta:  # else the library's default: on for delta plans
             p.field_mask |= _lib.PARAM_DELTA_CHECKSUM
-            p.delta_checksum = 1
+            p.delta_checksum = int(verify)
         self.src, self.dst = src, dst  # the C plan reads them; keep them alive
         self.rank, self.world = rank, world
         self.timeout_s = timeout_s

@@ -39,6 +39,10 @@ typedef struct rs_delta_dev_ops {
      *  inconsistent body is INVALID_ARG naming @p what (the chunk is then unchanged). */
     reshard_status_t (*apply)(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
                               void *chunk, uint64_t len, const char *what);
+    /** The 64-bit hash of the @p len bytes at @p chunk (device) as the verification of
+     *  delta refits compares it (rs_dk_hash_final of the sum of rs_dk_hash_term over the
+     *  chunk's 8-byte words, delta_kernels.h); waits, and writes it to *@p out (host). */
+    reshard_status_t (*hash)(reshard_comm_t *c, const void *chunk, uint64_t len, uint64_t *out);
 } rs_delta_dev_ops_t;
 
 #endif

@@ -699,6 +699,16 @@ static reshard_status_t delta_apply(rs_exec_t *x, const uint8_t *enc, const rs_d
     return x->comm->delta_dev->apply(x->comm, enc, h, chunk, len, what);
 }
 
+/* The verification hash of the @p len bytes at @p chunk (the comm's memory) into *@p out. */
+static reshard_status_t delta_hash(rs_exec_t *x, const uint8_t *chunk, uint64_t len, uint64_t *out)
+{
+    if (!x->comm->delta_dev) {
+        *out = rs_delta_hash(chunk, len);
+        return RESHARD_OK;
+    }
+    return x->comm->delta_dev->hash(x->comm, chunk, len, out);
+}
+
 /* Delta mode (docs/delta.md): the rounds of run_rounds, each in two exchanges so that
  * every message has a size both ends know: the 16-byte headers of the encoded chunks
  * (slot 0; in checksum mode followed by the 8-byte hash of the chunk's new bytes), then
@@ -748,9 +758,13 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
     uint64_t enc_bytes = slot_bytes + (uint64_t)n * RS_DELTA_HEADER_BYTES;
     uint64_t held_bytes = dev ? ((uint64_t)n + 1) * sizeof(rs_held_t) : 0;
-    if (st == RESHARD_OK && enc_bytes + dense_max + held_bytes)
-        st = ops->alloc_staging(x->comm, enc_bytes + dense_max + held_bytes, (void **)&x->staging);
+    /* device memory, verified: the header messages (header and hash) in staging of their own */
+    const uint64_t hd_bytes = dev && ck ? (uint64_t)n * msg_bytes : 0;
+    if (st == RESHARD_OK && enc_bytes + dense_max + held_bytes + hd_bytes)
+        st = ops->alloc_staging(x->comm, enc_bytes + dense_max + held_bytes + hd_bytes,
+                                (void **)&x->staging);
     uint8_t *dense = x->staging + enc_bytes;
+    uint8_t *hd = hd_bytes ? dense + dense_max + held_bytes : NULL;
     rs_held_t mine = {rs_delta_held_version(dr), 0};
     rs_held_t *held_at = dev ? (rs_held_t *)(void *)(dense + dense_max) : held;
     rs_held_t *mine_at = dev ? held_at + n : &mine;
@@ -814,8 +828,13 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 li->chunks[msg[0] < RS_DELTA_NKINDS ? msg[0] : 0]++;
             }
             pos[i] += len;
+            uint64_t hash = 0;
+            if (ck && st == RESHARD_OK)
+                st = delta_hash(x, dense, len, &hash);
             if (ck)
-                put_le64(msg + RS_DELTA_HEADER_BYTES, rs_delta_hash(dense, len));
+                put_le64(msg + RS_DELTA_HEADER_BYTES, hash);
+            if (hd && st == RESHARD_OK) /* the message from device memory */
+                st = dev->copy(x->comm, hd + (uint64_t)i * msg_bytes, msg, msg_bytes, RS_DD_H2D);
             if (st == RESHARD_OK && x->stats) {
                 bool same = x->plan->p.domain_size > 1 &&
                             rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
@@ -832,8 +851,9 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
             if (!round_len(xs, k))
                 continue;
-            st = xs->send ? ops->post_send(x->comm, 0, xs->s->peer, dev ? enc : msg, msg_bytes)
-                          : ops->post_recv(x->comm, 0, xs->s->peer, dev ? enc : msg, msg_bytes);
+            uint8_t *at = hd ? hd + (uint64_t)i * msg_bytes : dev ? enc : msg;
+            st = xs->send ? ops->post_send(x->comm, 0, xs->s->peer, at, msg_bytes)
+                          : ops->post_recv(x->comm, 0, xs->s->peer, at, msg_bytes);
         }
         if (st == RESHARD_OK)
             st = ops->round_end(x->comm, 0);
@@ -851,7 +871,9 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             char what[96];
             snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
                      xs->s->peer);
-            if (dev)
+            if (hd) /* header and hash */
+                st = dev->copy(x->comm, msg, hd + (uint64_t)i * msg_bytes, msg_bytes, RS_DD_D2H);
+            else if (dev)
                 st = dev->copy(x->comm, msg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
             else
                 memcpy(enc, msg, RS_DELTA_HEADER_BYTES);
@@ -907,10 +929,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (ls == RESHARD_OK)
                 ls = delta_apply(x, enc, &h, dense, len, what);
             dr->wrote = true;
-            if (ls == RESHARD_OK && ck &&
-                rs_delta_hash(dense, len) !=
-                    get_le64(hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES) +
-                             RS_DELTA_HEADER_BYTES))
+            uint64_t hash = 0;
+            if (ls == RESHARD_OK && ck)
+                ls = delta_hash(x, dense, len, &hash);
+            if (ls == RESHARD_OK && ck && hash != get_le64(msg + RS_DELTA_HEADER_BYTES))
                 ls = rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, me, k);
             if (ls == RESHARD_OK)
                 ls = move_chunk_at(x, xs->s, &xs->cur, dense, len, false, false, &payload);
@@ -999,10 +1021,11 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                       "rank %d: delta refit on device memory needs the transport's delta kernels; "
                       "the %s transport has none: plan without delta",
                       rank, comm->ops->name);
-    else if (st == RESHARD_OK && plan->delta && plan->p.delta_checksum && comm->delta_dev)
+    else if (st == RESHARD_OK && plan->delta && plan->p.delta_checksum && comm->delta_dev &&
+             !comm->delta_dev->hash)
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
-                      "rank %d: delta_checksum needs host memory; the %s transport keeps buffers "
-                      "in device memory: plan without delta_checksum",
+                      "rank %d: delta verification on device memory needs the transport's hash "
+                      "kernel; the %s transport has none: plan with delta_checksum = 0",
                       rank, comm->ops->name);
     else if (st == RESHARD_OK && plan->delta && !dr)
         st = rs_error(RESHARD_ERR_RANK, "rank %d: the delta plan is not for this rank", rank);

@@ -183,8 +183,10 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         plan->p.relay_bytes = UINT64_MAX;
     plan->p.summary = (params->field_mask & RESHARD_PLAN_PARAM_SUMMARY) && params->summary;
     plan->p.delta = (params->field_mask & RESHARD_PLAN_PARAM_DELTA) && params->delta;
-    plan->p.delta_checksum =
-        (params->field_mask & RESHARD_PLAN_PARAM_DELTA_CHECKSUM) && params->delta_checksum;
+    /* delta verification is on unless the caller turns it off (delta_checksum = 0 with
+     * its bit); asked for without delta it is refused below */
+    const bool ck_given = params->field_mask & RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
+    plan->p.delta_checksum = ck_given ? params->delta_checksum != 0 : plan->p.delta;
     plan->src = src;
     plan->dst = dst;
     reshard_status_t st = RESHARD_OK;

@@ -97,7 +97,7 @@ static double async_s(void)
 struct ncclComm;
 typedef struct p2p p2p_t;
 
-enum { E_COPY, E_SET, E_BOX, E_QUANT, E_DENC, E_DAPPLY, E_WAIT, E_NCCL, E_DELAY, E_SPIN };
+enum { E_COPY, E_SET, E_BOX, E_QUANT, E_DENC, E_DAPPLY, E_DHASH, E_WAIT, E_NCCL, E_DELAY, E_SPIN };
 
 typedef struct entry {
     int kind;
@@ -212,6 +212,9 @@ static int run_entry(entry_t *e)
         return 1;
     case E_DAPPLY:
         rs_delta_apply_emulate(&e->delta, e->src, e->dst);
+        return 1;
+    case E_DHASH:
+        rs_delta_hash_emulate(e->src, e->bytes, e->dst);
         return 1;
     case E_WAIT:
         return e->other->done >= e->seq;
@@ -358,6 +361,16 @@ cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t *in, uint8
     x->delta = *j;
     x->src = in;
     x->dst = chunk;
+    return launch(stream, x);
+}
+
+cudaError_t rs_delta_hash_launch(const uint8_t *chunk, uint64_t len, uint64_t *sum,
+                                 cudaStream_t stream)
+{
+    entry_t *x = new_entry(E_DHASH);
+    x->src = chunk;
+    x->bytes = len;
+    x->dst = sum;
     return launch(stream, x);
 }
 

@@ -6,7 +6,8 @@
  * sparse changes, none, and all; after each, every destination byte is checked against the
  * pattern at its version (reshard_verify_pattern_version, sentinels outside fragments
  * included), and the versions and the delta counters against what the schedule implies.
- * Then checksum mode is refused by name on every rank before anything moves.
+ * Verification is on (the default): then a destination byte changed behind the plan's back
+ * is caught by the hash kernel's emulation (VERIFY on every rank) and the next refit is exact.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -83,7 +84,7 @@ static void *rank_main(void *arg)
     reshard_comm_t *c = NULL;
     reshard_model_t *m = NULL;
     reshard_model_refit_t refit;
-    reshard_plan_t *plan = NULL, *ckplan = NULL;
+    reshard_plan_t *plan = NULL;
     bufs_t sb = {0, NULL}, db = {0, NULL};
     reshard_buffer_t *hs = NULL, *hd = NULL;
     memset(&refit, 0, sizeof refit);
@@ -161,7 +162,8 @@ static void *rank_main(void *arg)
                  info.dense_streams, info.chunks[0]);
         if (trainer && k > 0 && info.dense_streams != 0)
             FAIL("refit %d: %" PRId64 " streams dense, want none", k, info.dense_streams);
-        if (trainer && same && info.wire_bytes != 16 * (uint64_t)info.chunks[2])
+        /* verification is on: each header carries its chunk's 8-byte hash */
+        if (trainer && same && info.wire_bytes != 24 * (uint64_t)info.chunks[2])
             FAIL("refit %d (nothing changed): %" PRIu64 " wire bytes, want bare headers", k,
                  info.wire_bytes);
         if (trainer && f == 1.0 && info.chunks[0] == 0)
@@ -176,17 +178,43 @@ static void *rank_main(void *arg)
                  " stream bytes, want at most %" PRIu64,
                  k, 100 * f, info.wire_bytes, info.stream_bytes, most);
     }
-    /* checksum mode on device memory: refused by name on every rank, nothing moves */
-    p.field_mask |= RESHARD_PLAN_PARAM_DELTA_CHECKSUM;
-    p.delta_checksum = 1;
-    st = reshard_plan_create(refit.train, refit.infer, &p, &ckplan);
-    if (st == RESHARD_OK)
-        st = reshard_plan_execute(ckplan, c, sb.b, sb.n, db.b, db.n, NULL);
-    if (st != RESHARD_ERR_UNSUPPORTED ||
-        (strstr(reshard_last_error(), "delta_checksum needs host memory") == NULL &&
-         strstr(reshard_last_error(), "rejected") == NULL))
-        FAIL("checksum mode on device memory: %s: %s", reshard_status_string(st),
+    /* Verification (on by default) on device memory, the hash kernel's emulation: the first
+     * engine rank's first written destination byte changed behind the plan's back; the
+     * same version again (nothing changes) fails with VERIFY on every rank, naming it on
+     * that rank; the refit after it is complete and exact (dense to that rank). */
+    const int tamper = refit.train_world;
+    const int64_t pv = refits[NREFITS - 1].version;
+    const double f = refits[NREFITS - 1].fraction;
+    if (j->rank == tamper) {
+        st = copy_all(c, hd, db.b, db.n);
+        uint8_t *b0 = hd[0].ptr;
+        uint64_t at = 0;
+        while (at < hd[0].bytes && b0[at] == RESHARD_SENTINEL_BYTE)
+            at++;
+        if (st != RESHARD_OK || at == hd[0].bytes)
+            FAIL("tamper: no written byte in buffer 0: %s", reshard_last_error());
+        b0[at] ^= 0x01;
+        st = copy_all(c, db.b, hd, db.n);
+        if (st != RESHARD_OK)
+            FAIL("tamper: %s", reshard_last_error());
+    }
+    st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+    if (st == RESHARD_OK ||
+        (j->rank == tamper &&
+         (st != RESHARD_ERR_VERIFY || !strstr(reshard_last_error(), "differs after apply"))))
+        FAIL("changed destination: %s: %s, want VERIFY on every rank", reshard_status_string(st),
              reshard_last_error());
+    st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+    if (st != RESHARD_OK)
+        FAIL("the refit after VERIFY: %s: %s", reshard_status_string(st), reshard_last_error());
+    if (!trainer) {
+        uint64_t verified = 0;
+        st = copy_all(c, hd, db.b, db.n);
+        if (st == RESHARD_OK)
+            st = reshard_verify_pattern_version(refit.infer, j->rank, hd, db.n, pv, f, &verified);
+        if (st != RESHARD_OK || verified != layout_rank_bytes(refit.infer, refit.tensors, j->rank))
+            FAIL("verify after VERIFY: %s", reshard_last_error());
+    }
     j->ok = 1;
 out:
     free_twins(hs, sb.n);
@@ -194,7 +222,6 @@ out:
     free_bufs(c, &sb);
     free_bufs(c, &db);
     reshard_plan_destroy(plan);
-    reshard_plan_destroy(ckplan);
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(m);
     reshard_comm_destroy(c);

@@ -90,8 +90,9 @@ def test_delta_flag_is_checked():
         plan.delta_info()
 
 
-def test_delta_checksum_catches_changed_destination():
-    """checksum=True: a destination element changed between executes (behind reshard's
+@pytest.mark.parametrize("kw", [{}, {"checksum": True}, {"verify": True}])
+def test_delta_verification_catches_changed_destination(kw):
+    """Verification, on by default (and the explicit forms): a destination element changed between executes (behind reshard's
     back) fails that execute on every rank, the receiver's error names tensor, rank and
     box, its weights are torn, and the next execute is complete (every byte as the oracle).
     """
@@ -102,8 +103,7 @@ def test_delta_checksum_catches_changed_destination():
 
     def rank_fn(comm):
         r = comm.rank
-        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True,
-                            checksum=True)
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True, **kw)
         d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
         for i, k in enumerate(order):
             s = sources(full[k], r)
@@ -130,8 +130,36 @@ def test_delta_checksum_catches_changed_destination():
     assert infos[(0, 3)]["dense_streams"] == 2
     with pytest.raises(TypeError, match="checksum"):
         reshard.Plan(src, dst, rank=0, world=WORLD, delta=True, checksum=1)
-    with pytest.raises(reshard.ReshardError, match="delta_checksum"):
+    with pytest.raises(ValueError, match="delta"):
         reshard.Plan(src, dst, rank=0, world=WORLD, checksum=True)
+    with pytest.raises(ValueError, match="disagree"):
+        reshard.Plan(src, dst, rank=0, world=WORLD, delta=True, checksum=True, verify=False)
+
+
+def test_delta_verify_false_trusts_the_destination():
+    """verify=False, the opt-out: the same change behind reshard's back goes unseen (the
+    assumption it states is broken): the execute returns OK with that element stale,
+    which is why verification is the default."""
+    full = steps()
+    src, dst = layouts()
+    order = [0, 1, 1]
+    got = {}
+
+    def rank_fn(comm):
+        r = comm.rank
+        plan = reshard.Plan(src, dst, rank=r, world=WORLD, staging_mb=1, delta=True,
+                            verify=False)
+        d = {p.name: np.zeros(p.shape, dtype=np.float32) for p in dst.parameters(r)}
+        for i, k in enumerate(order):
+            if i == 2 and r == 2:
+                d["w"][5, 3] += 1.0
+            plan.execute(comm, src=sources(full[k], r), dst=d)
+        if d:
+            got[r] = d["w"].copy()
+
+    reshard.run_threads(WORLD, rank_fn)
+    want = local_shard(full[1], DST_MESH, [Shard(1)], 2)
+    assert got[2][5, 3] == want[5, 3] + 1.0  # stale: the opt-out's documented risk
 
 
 def test_delta_adopt_keeps_versions():

@@ -261,7 +261,8 @@ typedef struct {
     double frac[NSTEPS]; /* fraction of elements changed before each step */
     int rebind_step;     /* step at which destination buffers are new ones, or -1 */
     int fail_step;       /* step at which rank 0 fails its 7th send, or -1 */
-    int checksum;        /* plans with delta_checksum (rank 3's only, when 2) */
+    int checksum;        /* 0: verification as by default (no param); 1: delta_checksum = 1;
+                            -1: delta_checksum = 0 (the opt-out); 2: rank 3's only */
     int tamper_step;     /* > 0: before this step rank 2 changes one element of its
                             destination that the step does not change (behind reshard's back) */
     int64_t tamper_at;   /* that element's index in rank 2's destination buffer */
@@ -500,8 +501,19 @@ static void test_delta_exact_and_sparse(void **state)
     assert_true(j.sent_network[0] >= dense); /* first refit: dense */
     assert_int_equal(j.info[0][0].snapshot_bytes, dense / 2);
     assert_true(j.sent_network[1] * 10 < dense);
-    assert_true(j.sent_network[2] * 50 < dense);
-    assert_true(j.sent_network[3] <= dense * 102 / 100);
+    /* nothing changed: each chunk a bare header and its 8-byte hash (verification is on) */
+    assert_int_equal(j.sent_network[2], 24 * (j.info[0][2].chunks[RS_DELTA_RUNS] +
+                                              j.info[1][2].chunks[RS_DELTA_RUNS]));
+    assert_true(j.sent_network[2] * 40 < dense);
+    /* everything changed: every chunk dense, the chunk plus its header and hash */
+    uint64_t chunks3 = 0;
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < RS_DELTA_NKINDS; k++)
+            chunks3 += j.info[r][3].chunks[k];
+    assert_int_equal(j.info[0][3].chunks[RS_DELTA_DENSE] + j.info[1][3].chunks[RS_DELTA_DENSE],
+                     chunks3);
+    assert_int_equal(j.sent_network[3], dense + 24 * chunks3);
+    assert_true(j.sent_network[3] <= dense * 104 / 100);
     assert_true(j.sent_network[3] >= dense);
     free_job(&j);
 }
@@ -581,15 +593,14 @@ static void test_delta_torn_then_complete(void **state)
  * error names tensor, rank, sender and box, its weights are torn, and the next refit is
  * dense, complete and exact. Without checksum mode the same change goes unseen (the
  * assumption docs/delta.md states): the step succeeds with that one element stale. */
-static void test_delta_checksum_catches_changed_destination(void **state)
+static void test_delta_verification_by_default_catches_changed_destination(void **state)
 {
     (void)state;
     job_t j = {.dst_kind = DST_SHARD1,
                .frac = {0, 0.01, 0.01, 0.01, 0.01},
                .rebind_step = -1,
                .fail_step = -1,
-               .checksum = 1,
-               .tamper_step = 2};
+               .tamper_step = 2}; /* verification as it is by default: no param given */
     run_job(&j);
     for (int r = 0; r < WORLD; r++) {
         assert_int_not_equal(j.st[r][2], RESHARD_OK);
@@ -622,10 +633,11 @@ static void test_delta_checksum_catches_changed_destination(void **state)
                .frac = {0, 0.01, 0.01, 0.01, 0.01},
                .rebind_step = -1,
                .fail_step = -1,
+               .checksum = -1, /* the opt-out (delta_checksum = 0): its assumption broken */
                .tamper_step = 2};
     run_job(&u);
     assert_int_equal(u.st[2][2], RESHARD_OK);
-    assert_int_equal(u.wrong[2][2], 1); /* unseen without checksum mode */
+    assert_int_equal(u.wrong[2][2], 1); /* unseen without verification */
     free_job(&u);
 }
 
@@ -1434,7 +1446,7 @@ int main(void)
         cmocka_unit_test(test_delta_rebind_is_dense),
         cmocka_unit_test(test_delta_torn_then_complete),
         cmocka_unit_test(test_delta_refuses_device_memory),
-        cmocka_unit_test(test_delta_checksum_catches_changed_destination),
+        cmocka_unit_test(test_delta_verification_by_default_catches_changed_destination),
         cmocka_unit_test(test_delta_checksum_needs_delta),
         cmocka_unit_test(test_delta_checksum_mixed_refused),
         cmocka_unit_test(test_delta_elastic_survivors_keep_versions),

@@ -51,9 +51,11 @@ class ReshardInitInfo:
     delta         delta refits (docs/delta.md): each refit sends only the words that
                   changed since the version the worker holds (the first refit, and the
                   next one after a failed or invalidated one, whole); gloo or nccl
-    delta_checksum  with delta: each chunk carries the sender's XXH3 hash of its new
-                  bytes, compared after apply (a weight changed behind reshard's back
-                  fails the refit on every rank, naming it; the next one is whole); gloo only"""
+    delta_checksum  with delta: verification of every refit (on by default): each
+                  chunk carries the sender's hash of its new bytes, compared after apply
+                  (a weight changed behind reshard's back fails the refit on every rank,
+                  naming it; the next one is whole); False is the opt-out (docs/delta.md
+                  says what it assumes and what it saves); gloo and nccl"""
 
     model: str
     train: str
@@ -74,7 +76,7 @@ class ReshardInitInfo:
     hosts: Optional[List[int]] = None
     devices: Optional[List[int]] = None
     delta: bool = False
-    delta_checksum: bool = False
+    delta_checksum: bool = True
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init): every
@@ -127,13 +129,10 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
         if not isinstance(getattr(info, f), bool):
             raise error(Status.CONFIG, "rank %d: %s must be True or False, got %r"
                         % (rank, f, getattr(info, f)))
-    if info.delta_checksum and not info.delta:
-        raise error(Status.CONFIG, "rank %d: delta_checksum checks delta refits: set "
-                    "delta=True" % rank)
     plan = Plan(refit.train, refit.infer, rank=rank, world=world,
                 domain_size=info.domain_size or None, staging_mb=info.staging_mb,
                 timeout_s=info.timeout_s, delta=info.delta,
-                checksum=info.delta_checksum, **where)
+                verify=info.delta_checksum if info.delta else None, **where)
     plan.refit = refit
     return refit, plan
 

@@ -77,6 +77,14 @@ void rs_delta_apply_emulate(const rs_dk_job_t *j, const uint8_t *in, uint8_t *ch
         rs_dk_apply_item(j, body, chunk, i);
 }
 
+void rs_delta_hash_emulate(const uint8_t *chunk, uint64_t len, uint64_t *sum)
+{
+    uint64_t h = 0;
+    for (uint64_t i = 0; i < (len + 7) / 8; i++)
+        h += rs_dk_hash_term(chunk, len, i);
+    *sum = h;
+}
+
 reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_dk_job_t *j, const char *what)
 {
     const unsigned long long a = (unsigned long long)e->a, b = (unsigned long long)e->b,

@@ -114,3 +114,39 @@ extern "C" cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t
         rs_dk_items_kernel<<<grid_of(items), RS_DK_THREADS, 0, s>>>(*j, body, chunk, items);
     return cudaGetLastError();
 }
+
+__global__ void rs_dk_hash_clear_kernel(unsigned long long *sum)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        *sum = 0;
+}
+
+__global__ void __launch_bounds__(RS_DK_THREADS)
+    rs_dk_hash_kernel(const uint8_t *chunk, uint64_t len, unsigned long long *sum)
+{
+    __shared__ unsigned long long part[RS_DK_THREADS];
+    const uint64_t words = (len + 7) / 8;
+    unsigned long long h = 0;
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < words;
+         i += (uint64_t)gridDim.x * blockDim.x)
+        h += rs_dk_hash_term(chunk, len, i);
+    part[threadIdx.x] = h;
+    __syncthreads();
+    for (int w = RS_DK_THREADS / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(sum, part[0]); /* mod 2^64: the order of the blocks does not matter */
+}
+
+extern "C" cudaError_t rs_delta_hash_launch(const uint8_t *chunk, uint64_t len, uint64_t *sum,
+                                            cudaStream_t s)
+{
+    unsigned long long *out = (unsigned long long *)sum;
+    rs_dk_hash_clear_kernel<<<1, 1, 0, s>>>(out);
+    if (len)
+        rs_dk_hash_kernel<<<grid_of((len + 7) / 8), RS_DK_THREADS, 0, s>>>(chunk, len, out);
+    return cudaGetLastError();
+}

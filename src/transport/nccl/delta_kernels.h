@@ -513,6 +513,39 @@ RS_DHD void rs_dk_apply_gaps(const rs_dk_job_t *j, const uint8_t *body, uint8_t 
     }
 }
 
+/* ---- the chunk hash of delta verification on device memory ------------------------------
+ * hash(chunk) = rs_dk_hash_final(sum over the chunk's 8-byte words i of rs_dk_hash_term), the
+ * sum taken mod 2^64: any order of additions gives the same value, so the kernel sums per
+ * thread, per block and then with one atomic add per block, and the CPU emulation in order.
+ * Each term mixes the word with its index (a moved word changes the hash); the mixer is
+ * splitmix64's finalizer, a bijection, so a chunk that differs in one word always hashes
+ * differently, and in several words collides with probability about 2^-64. */
+
+/** splitmix64's finalizer. */
+RS_DHD uint64_t rs_dk_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/** The term of 8-byte word @p i of the @p len bytes at @p chunk (little-endian; the last
+ *  word's missing bytes read as zero). */
+RS_DHD uint64_t rs_dk_hash_term(const uint8_t *chunk, uint64_t len, uint64_t i)
+{
+    uint64_t w = 0;
+    const uint64_t at = i * 8, n = len - at < 8 ? len - at : 8;
+    for (uint64_t b = 0; b < n; b++)
+        w |= (uint64_t)chunk[at + b] << (8 * b);
+    return rs_dk_mix64(w + (i + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+/** The hash of a chunk of @p len bytes whose terms sum to @p sum. */
+RS_DHD uint64_t rs_dk_hash_final(uint64_t sum, uint64_t len)
+{
+    return rs_dk_mix64(sum ^ rs_dk_mix64(len));
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -533,6 +566,10 @@ void rs_delta_encode_emulate(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *
 /** Apply encoded chunk @p in (header and body) as the kernels would; afterwards j->err says
  *  whether the body was consistent. */
 void rs_delta_apply_emulate(const rs_dk_job_t *j, const uint8_t *in, uint8_t *chunk);
+
+/** The sum of rs_dk_hash_term over the @p len bytes at @p chunk into *@p sum, on the CPU
+ *  (tests, the fake device): what rs_delta_hash_launch's kernel writes. */
+void rs_delta_hash_emulate(const uint8_t *chunk, uint64_t len, uint64_t *sum);
 
 /** The error of an apply's record @p e (a host copy), naming @p what: OK when none. */
 reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_dk_job_t *j,

@@ -97,10 +97,29 @@ static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_de
     return st == RESHARD_OK ? rs_delta_apply_status(&err, &j, what) : st;
 }
 
+static reshard_status_t dev_hash(reshard_comm_t *c, const void *chunk, uint64_t len, uint64_t *out)
+{
+    void *scratch = NULL;
+    reshard_status_t st = rs_nccl_usable(c, "delta hash");
+    if (st == RESHARD_OK)
+        st = rs_nccl_delta_scratch(c, sizeof(uint64_t), &scratch);
+    if (st != RESHARD_OK)
+        return st;
+    (void)cudaGetLastError();
+    const cudaError_t e = rs_delta_hash_launch(chunk, len, scratch, rs_nccl_stream(c));
+    if (e != cudaSuccess)
+        return rs_nccl_launch_failed(c, "delta hash kernel launch", e);
+    uint64_t sum = 0;
+    st = dev_copy(c, &sum, scratch, sizeof sum, RS_DD_D2H);
+    *out = rs_dk_hash_final(sum, len);
+    return st;
+}
+
 const rs_delta_dev_ops_t rs_nccl_delta_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
     .copy = dev_copy,
     .encode = dev_encode,
     .apply = dev_apply,
+    .hash = dev_hash,
 };
