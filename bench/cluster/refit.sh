@@ -40,7 +40,8 @@
 # is then the dense plan's, and delta_s, sim_delta_s, the network bytes of each
 # method (delta_bytes_network, dense_bytes_network, baseline_bytes_network),
 # delta_time_ratio, delta_network_ratio (dense / delta) and delta_wire_per_bound
-# are added.
+# are added; with --verify-cost too, delta_no_verify_s (the same refits by a delta plan
+# without verification, interleaved) and verify_cost (delta_s / delta_no_verify_s - 1).
 # Everything is torn down on exit, failure or Ctrl-C; a leftover of a crashed
 # run (namespaces named rshc-*) is removed first. A second run waits for
 # the first (a lock file, at most 15 minutes). Exit status: 0 ok and verified, 1 a failed or
@@ -355,6 +356,8 @@ if delta:
         "delta_network_ratio": d["network_ratio"],
         "sim_delta_network_bytes": case["delta"]["bytes_network"],
     })
+    if "no_verify_seconds" in d:  # --verify-cost: a trusting delta plan beside
+        o.update({"delta_no_verify_s": d["no_verify_seconds"], "verify_cost": d["verify_cost"]})
 if as_json:
     print(json.dumps(o, indent=2))
     sys.exit(0 if o["verified"] else 1)
@@ -370,6 +373,8 @@ def row(name, meas, pred):
     print(s + f" {meas/o['bound_s']:8.2f}")
 if delta:
     row("delta", o["delta_s"], o["sim_delta_s"])
+if "delta_no_verify_s" in o:
+    row("delta, no verify", o["delta_no_verify_s"], None)
 row("reshard (dense)" if delta else "reshard", r, o["sim_reshard_s"])
 if o["baseline_s"] is not None:
     row("baseline", o["baseline_s"], o["sim_baseline_s"])
