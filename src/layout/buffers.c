@@ -294,6 +294,33 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     return i < 0 ? -1 : d->e[i].buffer;
 }
 
+reshard_status_t rs_decl_copy(reshard_layout_t *to, const rs_decl_t *e)
+{
+    reshard_status_t st =
+        reshard_layout_declare_buffer(to, e->rank, e->buffer, e->name, e->dtype, e->ndim, e->shape);
+    if (st == RESHARD_OK && e->zero)
+        st = reshard_layout_zero_buffer(to, e->rank, e->buffer);
+    return st;
+}
+
+reshard_status_t reshard_layout_zero_buffer(reshard_layout_t *layout, int32_t rank, int32_t buffer)
+{
+    rs_error_clear();
+    if (!layout)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_zero_buffer: NULL layout");
+    const rs_decl_t *found = rs_decl_find(&layout->decls, rank, buffer);
+    if (!found)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_layout_zero_buffer: rank %d, buffer %d: not declared", rank,
+                        buffer);
+    rs_decl_t *e = &layout->decls.e[found - layout->decls.e];
+    if (!e->zero) {
+        e->zero = true;
+        layout->facts.unfit++; /* plan creation then looks at every fragment (validate.c) */
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_layout_declared_buffer(const reshard_layout_t *layout, int32_t rank,
                                                 int32_t buffer, reshard_buffer_info_t *info)
 {

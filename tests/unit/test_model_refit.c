@@ -144,7 +144,8 @@ static const char *expert_hf(const tcfg_t *c, int which)
 typedef struct {
     char name[192];
     int64_t e, r, c;
-    int pad;
+    int pad;  /* no fragment: the sentinel must stay */
+    int zero; /* the engine holds zeros there: every refit writes them */
 } where_t;
 
 /* Local shape of a framework parameter: experts x rows x width. */
@@ -180,6 +181,7 @@ static void at(where_t *w, const char *prefix, const char *name, int64_t e, int6
     w->r = r;
     w->c = col;
     w->pad = 0;
+    w->zero = 0;
 }
 
 /* Rows [0, n) hold tensor a's rows base.., rows [n, 2n) tensor b's. */
@@ -288,7 +290,11 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
  * heads)}, mlp.router (+bias, whole), FusedMoE experts whose w13 rows and
  * w13_bias entries alternate gate, up of the rank's intermediate slice
  * (HF gate_up_proj: gate at even, up at odd positions), w2 and w2_bias (no
- * EP: only flattened rank 0 holds it, the others zeros). */
+ * EP: only flattened rank 0 holds it, the others zeros: _load_weights_other
+ * at vLLM a6b6cfa, tp_rank = dp_rank * tp + tp_rank from
+ * flatten_tp_across_dp_and_pcp, "if tp_rank != 0: weight.zero_()"; every
+ * rank's bias enters the MoE reduction, so the zeros must be there even when
+ * the engine loaded random values). */
 static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
                                geom_t *g, where_t *w)
 {
@@ -372,7 +378,7 @@ static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int
         *g = (geom_t){ne, 1, H};
         if (w) {
             at(w, pre, "mlp.experts.down_proj.bias", 0, e, col);
-            w->pad = !x->vllm_ep && x->dpr * tp + t != 0;
+            w->zero = !x->vllm_ep && x->dpr * tp + t != 0;
         }
         return 1;
     }
@@ -968,6 +974,11 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
                 if (w.pad) {
                     for (size_t q = 0; q < es; q++)
                         bad += p[q] != SENTINEL;
+                    continue;
+                }
+                if (w.zero) { /* the buffers start as SENTINEL garbage; zero-filled, not */
+                    for (size_t q = 0; q < es; q++) /* bytes the plan moves (not checked) */
+                        bad += p[q] != 0;
                     continue;
                 }
                 uint64_t v = rs_pattern_value(id, (w.e * R + r) * C + c0 + col);
@@ -2009,7 +2020,8 @@ static void test_gpt_oss(void **state)
     /* vLLM EP over 4 ranks (one expert each, vLLM's own DP), Megatron ep=2 */
     refit_case(&oss, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
     /* no EP: the intermediate dim over all 4 ranks; w2_bias on flattened rank 0
-     * only (the others keep the zeros vLLM loads: the oracle checks the sentinel);
+     * only, zeros on the others (the oracle checks every element of every rank,
+     * the buffers starting as garbage);
      * Megatron etp = tp = 2 splits the experts like a dense MLP */
     refit_case(&oss, RESHARD_BF16, "tp=2,pp=2", "tp=2,dp=2");
     /* engines with EP inside, Megatron-Bridge, each rank's own scoped plan, domains */
