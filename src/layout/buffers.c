@@ -294,6 +294,37 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     return i < 0 ? -1 : d->e[i].buffer;
 }
 
+uint64_t rs_layout_zero_most(const reshard_layout_t *l, int32_t rank)
+{
+    const rs_decls_t *d = &l->decls;
+    int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
+    uint64_t most = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (e->zero && e->bytes > most)
+            most = e->bytes;
+    }
+    return most;
+}
+
+reshard_status_t rs_layout_zero_fill(const reshard_layout_t *l, int32_t rank,
+                                     const reshard_buffer_t *bufs, rs_zero_put_fn put, void *ctx)
+{
+    const rs_decls_t *d = &l->decls;
+    int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; st == RESHARD_OK && i < cnt; i++) {
+        const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (!e->zero)
+            continue;
+        if (put)
+            st = put(ctx, bufs[e->buffer].ptr, e->bytes);
+        else
+            memset(bufs[e->buffer].ptr, 0, (size_t)e->bytes);
+    }
+    return st;
+}
+
 reshard_status_t rs_decl_copy(reshard_layout_t *to, const rs_decl_t *e)
 {
     reshard_status_t st =

@@ -705,6 +705,8 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     x.bucket = b->bucket;
     x.sendbuf = b->sendbuf;
     x.recvbuf = b->recvbuf;
+    if (st == RESHARD_OK) /* what the engine holds at zero (host memory) */
+        st = rs_layout_zero_fill(b->dst, m->rank, dst_bufs, NULL, NULL);
     int64_t c = 0;
     for (int32_t k = 0; st == RESHARD_OK && k < b->nbuckets; k++) {
         st = gather(&x, k);
