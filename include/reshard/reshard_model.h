@@ -85,7 +85,8 @@
  *                             "model.embedding.weight", "model.layers.N.attn.{qkv_proj,o_proj,
  *                             sinks}", "mlp.router", FusedMoE w13_weight / w13_bias with gate
  *                             and up rows interleaved, w2_weight, w2_bias (without EP on the
- *                             flattened rank 0 only); EP needs tp*dp to divide the experts; no
+ *                             flattened rank 0 only; zero-filled on the others, as vLLM
+ *                             zeroes it there); EP needs tp*dp to divide the experts; no
  *                             EPLB. Megatron: linear_proj.bias, core_attention.softmax_offset
  *                             (the sinks), mlp.router.bias, linear_fc1.biasK ([gate; up]),
  *                             linear_fc2.biasK. Only the bf16 form: vLLM's MXFP4 experts (the
