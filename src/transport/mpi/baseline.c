@@ -696,6 +696,8 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     reshard_status_t st = rs_layout_check_buffers(b->src, m->rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(b->dst, m->rank, dst_bufs, n_dst, "destination");
+    if (st == RESHARD_OK) /* what the engine holds at zero (host memory) */
+        st = rs_layout_zero_fill(b->dst, m->rank, dst_bufs, NULL, NULL);
     if (st == RESHARD_OK && !b->bucket)
         st = alloc_buf(m, b->bucket_max, &b->bucket);
     if (st == RESHARD_OK && !b->sendbuf)
@@ -705,8 +707,6 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     x.bucket = b->bucket;
     x.sendbuf = b->sendbuf;
     x.recvbuf = b->recvbuf;
-    if (st == RESHARD_OK) /* what the engine holds at zero (host memory) */
-        st = rs_layout_zero_fill(b->dst, m->rank, dst_bufs, NULL, NULL);
     int64_t c = 0;
     for (int32_t k = 0; st == RESHARD_OK && k < b->nbuckets; k++) {
         st = gather(&x, k);
