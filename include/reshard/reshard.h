@@ -396,6 +396,23 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
 reshard_status_t reshard_layout_declared_buffer(const reshard_layout_t *layout, int32_t rank,
                                                 int32_t buffer, reshard_buffer_info_t *info);
 
+/**
+ * Mark destination buffer @p buffer of @p rank, already declared, as written
+ * with zeros by every execution: a parameter the engine holds at zero on that
+ * rank that no source sends (vLLM's gpt-oss w2_bias without EP on every rank but
+ * the first of the flattened expert-TP group: every rank's bias enters the MoE
+ * reduction). No fragment may lie in it (reshard_plan_create: INVALID_ARG naming
+ * the tensor, rank and buffer). reshard_plan_execute then requires the buffer
+ * (BUFFER before anything moves, on every rank, as for any missing buffer) and,
+ * once every rank agreed, writes all its declared bytes with zeros on this rank
+ * (host memset; device memory through the transport's device operations: a
+ * device transport without them is UNSUPPORTED on every rank before anything
+ * moves). Idempotent. In a source layout a mark only requires the buffer.
+ * Errors: INVALID_ARG (NULL layout, or (rank, buffer) not declared, naming
+ * both). Local.
+ */
+reshard_status_t reshard_layout_zero_buffer(reshard_layout_t *layout, int32_t rank, int32_t buffer);
+
 /* ------------------------------------------------------------------ */
 /* 5. Plans                                                            */
 /* ------------------------------------------------------------------ */
@@ -763,10 +780,12 @@ reshard_status_t reshard_fill_pattern(const reshard_layout_t *layout, int32_t ra
  * pattern, and that every byte of the given buffers (all bufs[b].bytes of
  * them, padding past the last fragment included) that no fragment covers
  * still holds RESHARD_SENTINEL_BYTE (the caller memsets destination buffers
- * to it before a refit). @p verified_bytes (optional) receives the bytes
- * of fragment elements checked.
+ * to it before a refit), except in a zero-filled buffer
+ * (reshard_layout_zero_buffer), whose every byte must be 0. @p verified_bytes
+ * (optional) receives the bytes of fragment elements checked.
  * Errors: VERIFY (message names the tensor, rank, box, first wrong element
- * and how many are wrong, or the first touched padding byte), INVALID_ARG,
+ * and how many are wrong, or the first touched padding byte, or the first
+ * non-zero byte of a zero-filled buffer), INVALID_ARG,
  * BUFFER, NOMEM.
  */
 reshard_status_t reshard_verify_pattern(const reshard_layout_t *layout, int32_t rank,

@@ -85,7 +85,8 @@
  *                             "model.embedding.weight", "model.layers.N.attn.{qkv_proj,o_proj,
  *                             sinks}", "mlp.router", FusedMoE w13_weight / w13_bias with gate
  *                             and up rows interleaved, w2_weight, w2_bias (without EP on the
- *                             flattened rank 0 only); EP needs tp*dp to divide the experts; no
+ *                             flattened rank 0 only; zero-filled on the others, as vLLM
+ *                             zeroes it there); EP needs tp*dp to divide the experts; no
  *                             EPLB. Megatron: linear_proj.bias, core_attention.softmax_offset
  *                             (the sinks), mlp.router.bias, linear_fc1.biasK ([gate; up]),
  *                             linear_fc2.biasK. Only the bf16 form: vLLM's MXFP4 experts (the
@@ -108,9 +109,10 @@
  *                             "model.layers.N.linear_attn.norm.weight_minus_1" (the worker
  *                             sets norm.weight to it + 1); A_log (bf16 in Megatron, fp32 in
  *                             vLLM) to "linear_attn.A_log_bf16" (the worker widens it). tp
- *                             must divide both linear head counts. Refused: a dense MLP
- *                             layer, explicit layer_types, the MTP layer, FP8, vLLM's
- *                             sequence-parallel MoE.
+ *                             must divide both linear head counts. Under vLLM's
+ *                             sequence-parallel MoE the shared expert is whole on every
+ *                             rank (qwen3_next.py: disable_tp). Refused: a dense MLP
+ *                             layer, explicit layer_types, the MTP layer, FP8.
  * A config field that implies tensors a family does not build (attention_bias
  * outside glm4_moe and gpt_oss, mlp_bias, shared_expert_intermediate_size outside qwen2_moe
  * and qwen3_next,
@@ -136,9 +138,10 @@
  * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
  * data parallelism as independent engines (reshard_infer_spec_t.engines) or as
  * vLLM's own dp, whose MoE layers span tp*dp. Under vLLM's sequence-parallel
- * MoE (EP, tp > 1, dp > 1 in one engine; the default all2all backend) DeepSeek
- * and NemotronH hold their shared experts whole (deepseek_v2.py, nemotron_h.py:
- * disable_tp); Qwen2-MoE's stays TP-split (qwen2_moe.py).
+ * MoE (EP, tp > 1, dp > 1 in one engine; the default all2all backend) DeepSeek,
+ * NemotronH and Qwen3-Next hold their shared experts whole (deepseek_v2.py,
+ * nemotron_h.py, qwen3_next.py: disable_tp); Qwen2-MoE's stays TP-split
+ * (qwen2_moe.py).
  *
  * Not modelled (out of scope): other vLLM releases' names, all2all backends other
  * than allgather_reducescatter, EPLB's round_robin placement (linear, the default, is
@@ -550,7 +553,7 @@ reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
  * intermediate dim split over all tp*dp ranks, rank r = dp_rank*tp + tp_rank holding
  * slice r (fused_moe/config.py), [E, 2I/(tp*dp), H] and
  * [E, H, I/(tp*dp)]); shared_experts (qwen2_moe: shared_expert) gate_up_proj/down_proj
- * (TP-split; DeepSeek's whole under sequence-parallel MoE: ep, tp > 1, dp > 1)
+ * (TP-split; DeepSeek's and Qwen3-Next's whole under sequence-parallel MoE: ep, tp > 1, dp > 1)
  * (+ shared_expert_gate [1, H], replicated; qwen2_moe declares it also without a
  * shared expert, written by no fragment: vLLM has it, no trainer does); norm;
  * lm_head (mixtral: block_sparse_moe.gate and block_sparse_moe.experts.*).

@@ -195,6 +195,7 @@ _SIGNATURES = {
     "reshard_layout_declared_count": (c_i64, [c_vp, c_i32]),
     "reshard_layout_buffer_info": (st, [c_vp, c_i32, c_i64, P(BufferInfo)]),
     "reshard_layout_find_buffer": (c_i32, [c_vp, c_i32, c_str]),
+    "reshard_layout_zero_buffer": (st, [c_vp, c_i32, c_i32]),
     "reshard_layout_declared_buffer": (st, [c_vp, c_i32, c_i32, P(BufferInfo)]),
     "reshard_plan_create": (st, [c_vp, c_vp, P(PlanParams), P(c_vp)]),
     "reshard_plan_destroy": (None, [c_vp]),

@@ -129,6 +129,15 @@ class Layout(_lib.Handle):
             self._h, int(rank), int(buffer), name.encode(), int(to_dtype(dtype)), len(shape),
             _lib.shape_array(shape)))
 
+    def zero_buffer(self, rank, buffer):
+        """Mark declared destination buffer ``buffer`` of ``rank`` zero-filled: a
+        parameter the engine holds at zero there that no source sends (vLLM's gpt-oss
+        w2_bias without EP on every rank but the first). No fragment may lie in it
+        (Plan: INVALID_ARG); every execute, dense or delta, writes all its bytes with
+        zeros once every rank agreed, and a missing one is BUFFER on every rank.
+        Raises ReshardError (INVALID_ARG: not declared)."""
+        _lib.check(_lib.lib.reshard_layout_zero_buffer(self._h, int(rank), int(buffer)))
+
     def parameters(self, rank):
         """The parameters ``rank`` holds on this side: its declared buffers, in
         buffer-id order, as Parameter(name, shape, dtype, rank, buffer, bytes)."""

@@ -19,6 +19,7 @@
 #include "exec/pack.h"
 #include "exec/peer.h"
 #include "exec/quant_steps.h"
+#include "exec/zero_fill.h"
 #include "plan/plan_util.h"
 #include "util/error.h"
 
@@ -1012,6 +1013,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
         st = rs_layout_check_aliases(plan->dst, rank, dst_bufs, n_dst, "destination");
     if (st == RESHARD_OK)
         st = rs_peer_check_binding(plan, comm, src_bufs, n_src);
+    if (st == RESHARD_OK)
+        st = rs_zero_fill_check(plan, comm, rank);
     /* Delta plans: this rank's snapshot is allocated before anything moves. */
     rs_delta_rank_t *dr = plan->delta ? rs_delta_rank(plan->delta, rank) : NULL;
     rs_rank_plan_t *own = NULL;
@@ -1065,6 +1068,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                    .failed = RESHARD_OK};
     if (dr && rp && rp->nlocal > 0)
         dr->wrote = true;
+    if (st == RESHARD_OK)
+        st = rs_zero_fill(plan, comm, rank, dst_bufs);
     for (int64_t i = 0; st == RESHARD_OK && i < (rp ? rp->nlocal : 0); i++) {
         const rs_piece_t *p = &plan->pieces[rp->local[i]];
         const reshard_fragment_t *sf = &plan->src->f[p->from_frag], *df = &plan->dst->f[p->to_frag];

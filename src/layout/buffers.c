@@ -294,6 +294,64 @@ int32_t reshard_layout_find_buffer(const reshard_layout_t *layout, int32_t rank,
     return i < 0 ? -1 : d->e[i].buffer;
 }
 
+uint64_t rs_layout_zero_most(const reshard_layout_t *l, int32_t rank)
+{
+    const rs_decls_t *d = &l->decls;
+    int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
+    uint64_t most = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (e->zero && e->bytes > most)
+            most = e->bytes;
+    }
+    return most;
+}
+
+reshard_status_t rs_layout_zero_fill(const reshard_layout_t *l, int32_t rank,
+                                     const reshard_buffer_t *bufs, rs_zero_put_fn put, void *ctx)
+{
+    const rs_decls_t *d = &l->decls;
+    int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
+    reshard_status_t st = RESHARD_OK;
+    for (int64_t i = 0; st == RESHARD_OK && i < cnt; i++) {
+        const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (!e->zero)
+            continue;
+        if (put)
+            st = put(ctx, bufs[e->buffer].ptr, e->bytes);
+        else
+            memset(bufs[e->buffer].ptr, 0, (size_t)e->bytes);
+    }
+    return st;
+}
+
+reshard_status_t rs_decl_copy(reshard_layout_t *to, const rs_decl_t *e)
+{
+    reshard_status_t st =
+        reshard_layout_declare_buffer(to, e->rank, e->buffer, e->name, e->dtype, e->ndim, e->shape);
+    if (st == RESHARD_OK && e->zero)
+        st = reshard_layout_zero_buffer(to, e->rank, e->buffer);
+    return st;
+}
+
+reshard_status_t reshard_layout_zero_buffer(reshard_layout_t *layout, int32_t rank, int32_t buffer)
+{
+    rs_error_clear();
+    if (!layout)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_layout_zero_buffer: NULL layout");
+    const rs_decl_t *found = rs_decl_find(&layout->decls, rank, buffer);
+    if (!found)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_layout_zero_buffer: rank %d, buffer %d: not declared", rank,
+                        buffer);
+    rs_decl_t *e = &layout->decls.e[found - layout->decls.e];
+    if (!e->zero) {
+        e->zero = true;
+        layout->facts.unfit++; /* plan creation then looks at every fragment (validate.c) */
+    }
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_layout_declared_buffer(const reshard_layout_t *layout, int32_t rank,
                                                 int32_t buffer, reshard_buffer_info_t *info)
 {

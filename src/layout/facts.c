@@ -46,7 +46,8 @@ bool rs_strides_injective(const reshard_fragment_t *f)
 
 bool rs_fragment_fits(const reshard_layout_t *l, const reshard_fragment_t *f, const rs_decl_t *b)
 {
-    return l->tensors->t[f->tensor].dtype == b->dtype && rs_fragment_end_bytes(l, f) <= b->bytes;
+    return !b->zero && l->tensors->t[f->tensor].dtype == b->dtype &&
+           rs_fragment_end_bytes(l, f) <= b->bytes;
 }
 
 static void facts_fold(const reshard_layout_t *l, rs_layout_facts_t *k, const reshard_fragment_t *f)

@@ -184,6 +184,11 @@ static reshard_status_t check_declared(const reshard_layout_t *l, int32_t rank,
     int64_t first, cnt = d->n ? rs_decls_of_rank(d, rank, &first) : 0;
     for (int64_t i = 0; i < cnt; i++) {
         const rs_decl_t *e = &d->e[d->order[first + i]];
+        if (e->zero && (e->buffer >= n || !bufs[e->buffer].ptr))
+            return rs_error(RESHARD_ERR_BUFFER,
+                            "rank %d, %s buffer %d (%s, zero-filled by every execution): "
+                            "missing",
+                            rank, side, e->buffer, e->name);
         if (e->buffer >= n || !bufs[e->buffer].ptr)
             continue; /* missing: an error when a fragment uses it (below) */
         const reshard_buffer_t *b = &bufs[e->buffer];

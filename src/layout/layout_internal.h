@@ -33,6 +33,7 @@ typedef struct {
     int64_t shape[RESHARD_MAX_DIMS];
     int64_t numel;
     uint64_t bytes;
+    bool zero; /**< reshard_layout_zero_buffer: every execute writes it with zeros */
 } rs_decl_t;
 
 /** The declarations of one parameter name: entry indices, by rank. */
@@ -196,6 +197,19 @@ reshard_status_t rs_layout_declare(reshard_layout_t *layout, int32_t rank, int32
                                    const char *name, uint64_t hash, reshard_dtype_t dtype, int ndim,
                                    const int64_t *shape);
 
+/** The largest zero-filled buffer (reshard_layout_zero_buffer) of @p rank in @p l, in
+ *  bytes (0: none). */
+uint64_t rs_layout_zero_most(const reshard_layout_t *l, int32_t rank);
+/** Writes @p bytes of zeros at @p dst (device memory: the caller's way). */
+typedef reshard_status_t (*rs_zero_put_fn)(void *ctx, void *dst, uint64_t bytes);
+/** Write zeros into every zero-filled buffer of @p rank (@p bufs: its buffers, checked
+ *  present by rs_layout_check_buffers): through @p put, or memset when NULL. Returns
+ *  the first error of @p put. */
+reshard_status_t rs_layout_zero_fill(const reshard_layout_t *l, int32_t rank,
+                                     const reshard_buffer_t *bufs, rs_zero_put_fn put, void *ctx);
+/** Declare @p e (of another layout) in @p to, with its zero-filled mark
+ *  (reshard_layout_declare_buffer's errors). */
+reshard_status_t rs_decl_copy(reshard_layout_t *to, const rs_decl_t *e);
 /** The declared buffer (rank, buffer), or NULL (a binary search). */
 const rs_decl_t *rs_decl_find(const rs_decls_t *d, int32_t rank, int32_t buffer);
 /** As rs_decl_find, looking first at position *@p pos of d->order and the

@@ -95,13 +95,10 @@ static reshard_status_t filter(const reshard_layout_t *in, const int32_t *gone, 
     for (int64_t i = 0; st == RESHARD_OK && i < in->n; i++)
         if (!is_gone(gone, n_gone, in->f[i].rank))
             st = reshard_layout_add_fragment(l, &in->f[i]);
-    int64_t nd = reshard_layout_declared_count(in, RESHARD_ALL_RANKS);
-    for (int64_t i = 0; st == RESHARD_OK && i < nd; i++) {
-        reshard_buffer_info_t b;
-        st = reshard_layout_buffer_info(in, RESHARD_ALL_RANKS, i, &b);
-        if (st == RESHARD_OK && !is_gone(gone, n_gone, b.rank))
-            st = reshard_layout_declare_buffer(l, b.rank, b.buffer, b.name, b.dtype, b.ndim,
-                                               b.shape);
+    for (int64_t i = 0; st == RESHARD_OK && i < in->decls.n; i++) {
+        const rs_decl_t *e = &in->decls.e[in->decls.order[i]];
+        if (!is_gone(gone, n_gone, e->rank))
+            st = rs_decl_copy(l, e);
     }
     if (st == RESHARD_OK)
         st = keep_origin(l, in);

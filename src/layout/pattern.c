@@ -232,6 +232,20 @@ static reshard_status_t check_padding(const reshard_layout_t *layout, int32_t ra
     return RESHARD_OK;
 }
 
+/* A zero-filled buffer (reshard_layout_zero_buffer): every declared byte is 0. */
+static reshard_status_t check_zero(int32_t rank, int32_t b, const rs_decl_t *d,
+                                   const reshard_buffer_t *buf)
+{
+    const uint8_t *p = buf->ptr;
+    for (uint64_t x = 0; x < d->bytes; x++)
+        if (p[x])
+            return rs_error(RESHARD_ERR_VERIFY,
+                            "rank %d, buffer %d (%s): byte %llu of a zero-filled buffer is "
+                            "0x%02x, not 0",
+                            rank, b, d->name, (unsigned long long)x, p[x]);
+    return RESHARD_OK;
+}
+
 static reshard_status_t verify(const reshard_layout_t *layout, int32_t rank,
                                const reshard_buffer_t *bufs, int32_t n_bufs,
                                uint64_t *verified_bytes, const rs_pattern_version_t *pv)
@@ -286,9 +300,13 @@ static reshard_status_t verify(const reshard_layout_t *layout, int32_t rank,
         checked += (uint64_t)rs_box_numel(&f->box) * es;
     }
     free(scale_of);
-    for (int32_t b = 0; b < n_bufs && st == RESHARD_OK; b++)
-        if (bufs[b].ptr)
+    for (int32_t b = 0; b < n_bufs && st == RESHARD_OK; b++) {
+        const rs_decl_t *d = bufs[b].ptr ? rs_decl_find(&layout->decls, rank, b) : NULL;
+        if (d && d->zero)
+            st = check_zero(rank, b, d, &bufs[b]);
+        else if (bufs[b].ptr)
             st = check_padding(layout, rank, b, &bufs[b]);
+    }
     if (st == RESHARD_OK && verified_bytes)
         *verified_bytes = checked;
     return st;

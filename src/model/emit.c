@@ -254,6 +254,11 @@ int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_
     return s == RESHARD_OK ? id : s;
 }
 
+reshard_status_t rs_emit_zero(rs_emit_t *e, int32_t buf)
+{
+    return declares(e) ? reshard_layout_zero_buffer(e->layout, e->rank, buf) : RESHARD_OK;
+}
+
 /* The FP8 scale fragment of weight fragment @p w: the same box in 128x128
  * blocks, in the scale buffer that mirrors the weight buffer's rows and
  * columns block by block. */

@@ -12,8 +12,12 @@
  * gate, up (the swigluoai kernel's order), and w13_bias [E_local, 2*I_local]
  * alike; w2_weight [E_local, H, I_local]. With EP whole experts, E / ep
  * contiguous per rank; without, the intermediate dim split over the
- * flattened tp*dp ranks, and w2_bias [E, H] only on flattened rank 0 (the
- * others load zeros: no fragment, left as loaded).
+ * flattened tp*dp ranks, and w2_bias [E, H] only on flattened rank 0: the
+ * others hold zeros (_load_weights_other: tp_rank is
+ * flatten_tp_across_dp_and_pcp's dp_rank*tp + tp_rank; "if tp_rank != 0:
+ * weight.zero_()"), and every rank's bias enters the MoE reduction, so they
+ * are declared zero-filled (reshard_layout_zero_buffer): every refit writes
+ * their zeros, whatever the engine loaded (load_format=dummy: random).
  * Megatron-Bridge (gpt_oss_bridge.py 998a2f3): linear_fc1.weightK is HF's
  * gate_up_proj[K] transposed and de-interleaved ([gate; up]), linear_fc1.biasK
  * likewise, linear_fc2.weightK / biasK the down projection; the sinks are
@@ -24,7 +28,8 @@
 #include "util/error.h"
 
 /* Experts e0..e0+ne, intermediate rows i0..i0+n of each, in vLLM's
- * interleaved w13 / w13_bias, w2 and w2_bias (@p down_bias: this rank holds it). */
+ * interleaved w13 / w13_bias, w2 and w2_bias (@p down_bias: this rank holds it;
+ * without, it is zero-filled). */
 static reshard_status_t experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0, int64_t ne,
                                 int64_t i0, int64_t n, bool down_bias, const char *w13,
                                 const char *w13b, const char *w2, const char *w2b)
@@ -49,7 +54,7 @@ static reshard_status_t experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e
     if ((b = rs_emit_buffer_shaped(e, l->e_down_b, 2, s2b, "%s", w2b)) < 0)
         return (reshard_status_t)b;
     int64_t db[2] = {e0, 0}, dx[2] = {ne, H}, ds[2] = {H, 1};
-    return down_bias ? rs_emit(e, l->e_down_b, b, db, dx, 0, ds) : RESHARD_OK;
+    return down_bias ? rs_emit(e, l->e_down_b, b, db, dx, 0, ds) : rs_emit_zero(e, b);
 }
 
 reshard_status_t rs_gpt_oss_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t r,

@@ -344,6 +344,10 @@ int32_t rs_emit_buffer(rs_emit_t *e, int32_t like, int64_t experts, int64_t rows
  *  for a tensor without an FP8 scale. */
 int32_t rs_emit_buffer_shaped(rs_emit_t *e, int32_t like, int ndim, const int64_t *shape,
                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/** Buffer @p buf of the current rank, just declared (rs_emit_buffer*), is written
+ *  with zeros by every refit and by no fragment (reshard_layout_zero_buffer); nothing
+ *  when the scope does not declare this rank's buffers. */
+reshard_status_t rs_emit_zero(rs_emit_t *e, int32_t buf);
 
 /** Add a fragment of tensor @p t (box in its view: offsets @p off, extents
  *  @p ext, strides @p st, base @p base) in buffer @p buf of the current rank,

@@ -464,14 +464,8 @@ reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_sp
              (long long)m->Is);
     if (m->fam == RS_FAM_NEMOTRON_H)
         TRY(rs_hybrid_check_infer(m, s));
-    if (m->fam == RS_FAM_QWEN3_NEXT) {
+    if (m->fam == RS_FAM_QWEN3_NEXT) /* sequence-parallel MoE: shared expert whole (vllm.c) */
         TRY(rs_gdn_check_tp(m, tp, "infer"));
-        /* qwen3_next.py passes is_sequence_parallel to its shared expert
-         * (Qwen2MoeMLP), whose effect on the layout is not read here */
-        RULE(!rs_vllm_sequence_parallel_moe(s),
-             "infer: qwen3_next with vLLM's sequence-parallel MoE (ep=on, tp>1 and dp>1) is not "
-             "modelled (its shared-expert layout there is not established)");
-    }
     if (!has_moe(m)) {
         RULE(!s->ep, "infer: ep=on: the model has no experts");
         RULE(!rs_eplb_on(s), "infer: EPLB (redundant=%d or a map): the model has no experts",

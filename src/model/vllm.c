@@ -178,11 +178,14 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         rs_name_join(n2, sizeof n2, q, "experts.", -1, rs_vllm_name(s, RS_VN_W2));
         TRY(rs_vllm_experts(e, l, s, r, n, n2));
         if (l->s_gate >= 0) {
-            /* deepseek_v2.py DeepseekV2MoE: the shared experts get
+            /* deepseek_v2.py DeepseekV2MoE and qwen3_next.py
+             * Qwen3NextSparseMoeBlock: the shared experts get
              * disable_tp=is_sequence_parallel (vLLM's sequence-parallel MoE:
-             * every rank holds them whole); qwen2_moe.py's shared_expert is
-             * a plain Qwen2MoeMLP, TP-split always (vLLM 002fb90) */
-            bool whole = m->fam == RS_FAM_DSV3 && rs_vllm_sequence_parallel_moe(s);
+             * every rank holds them whole; Qwen3-Next's Qwen2MoeMLP takes
+             * disable_tp); qwen2_moe.py's own block passes none: its
+             * shared_expert is TP-split always (vLLM 002fb90) */
+            bool whole = (m->fam == RS_FAM_DSV3 || m->fam == RS_FAM_QWEN3_NEXT) &&
+                         rs_vllm_sequence_parallel_moe(s);
             int64_t ns = whole ? m->Is : m->Is / tp;
             char mlp[128];
             rs_name_join(mlp, sizeof mlp, p, "mlp.", -1, "");

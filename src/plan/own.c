@@ -40,8 +40,7 @@ static reshard_status_t copy_layout(const reshard_layout_t *from, const uint8_t 
     for (int64_t i = 0; st == RESHARD_OK && i < d->n; i++) {
         const rs_decl_t *e = &d->e[d->order[i]];
         if (rank == RESHARD_ALL_RANKS || e->rank == rank)
-            st = reshard_layout_declare_buffer(to, e->rank, e->buffer, e->name, e->dtype, e->ndim,
-                                               e->shape);
+            st = rs_decl_copy(to, e);
     }
     return st;
 }

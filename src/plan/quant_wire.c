@@ -496,8 +496,7 @@ static reshard_status_t copy_decls(const reshard_layout_t *from, reshard_layout_
     reshard_status_t st = RESHARD_OK;
     for (int64_t i = 0; st == RESHARD_OK && i < from->decls.n; i++) {
         const rs_decl_t *e = &from->decls.e[i];
-        st = reshard_layout_declare_buffer(to, e->rank, e->buffer, e->name, e->dtype, e->ndim,
-                                           e->shape);
+        st = rs_decl_copy(to, e);
     }
     return st;
 }

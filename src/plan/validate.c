@@ -141,6 +141,12 @@ static reshard_status_t check_declared(const reshard_layout_t *l, const rs_layou
             continue;
         const rs_tensor_t *t = &l->tensors->t[f->tensor];
         char bs[256];
+        if (b->zero)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "tensor %s, rank %d, box %s: %s buffer %d (%s) is declared zero-filled "
+                            "(reshard_layout_zero_buffer): no fragment may lie in it",
+                            t->name, f->rank, rs_box_str(&f->box, bs, sizeof bs), side, f->buffer,
+                            b->name);
         if (t->dtype != b->dtype)
             return rs_error(RESHARD_ERR_DTYPE,
                             "tensor %s (%s), rank %d, box %s: %s buffer %d (%s) is declared %s",

@@ -28,10 +28,22 @@ static const char *tiny_dense =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
     " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
 
+/* gpt-oss without EP: vLLM's w2_bias is real on the first rank of the flattened expert-TP
+ * group and zeros on the others (zero-filled buffers, written through the device
+ * operations; the verification checks every byte of them is 0, the buffers starting as
+ * sentinels). */
+static const char *tiny_gpt_oss =
+    "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\","
+    " \"attention_bias\": true, \"hidden_size\": 128, \"intermediate_size\": 64,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 8, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 16, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
+    " \"vocab_size\": 517, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
+
 typedef struct {
     const char *name, *train, *infer;
     int nranks;
     int32_t domain_size;
+    const char *config; /* NULL: tiny_dense */
 } scenario_t;
 
 typedef rank_job_t job_t;
@@ -96,7 +108,7 @@ static void *rank_main(void *arg)
     reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, NULL, &c);
     if (st != RESHARD_OK)
         FAIL("endpoint: %s", reshard_last_error());
-    st = reshard_model_load_json(tiny_dense, &o, &m);
+    st = reshard_model_load_json(sc->config ? sc->config : tiny_dense, &o, &m);
     if (st == RESHARD_OK)
         st = reshard_train_spec_parse(sc->train, &ts);
     if (st == RESHARD_OK)
@@ -239,8 +251,10 @@ static int run(const scenario_t *sc)
 int main(void)
 {
     const scenario_t scenarios[] = {
-        {"delta tp2 -> tp2", "tp=2", "tp=2", 4, 1},
-        {"delta tp2 -> tp1 x2 (forwards in a domain)", "tp=2", "tp=1,dp=2", 4, 2},
+        {"delta tp2 -> tp2", "tp=2", "tp=2", 4, 1, NULL},
+        {"delta tp2 -> tp1 x2 (forwards in a domain)", "tp=2", "tp=1,dp=2", 4, 2, NULL},
+        {"delta gpt-oss tp2 -> tp1 x2 without EP (w2_bias zero-filled on rank 3)", "tp=2",
+         "tp=1,dp=2", 4, 1, tiny_gpt_oss},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)

@@ -925,6 +925,32 @@ static void test_audit_shipped(void **state)
         reshard_model_refit_destroy(&f);
     }
     reshard_model_destroy(m);
+    /* Qwen3-Next (shipped, 2 layers) under vLLM tp=2,dp=2,ep=on (sequence-parallel
+     * MoE): qwen3_next.py builds the shared expert with disable_tp: gate_up_proj
+     * (2 x 512, 2048) and down_proj (2048, 512) whole on every rank; TP-split
+     * (512, 2048) / (2048, 256) in engines of dp=1 */
+    assert_int_equal(reshard_model_load("qwen3-next-80b-a3b-instruct", &o, &m), RESHARD_OK);
+    static const struct {
+        const char *infer;
+        int64_t is;
+    } q[] = {{"tp=2,dp=2,ep=on", 512}, {"tp=2,ep=on,engines=2", 256}};
+    for (size_t k = 0; k < sizeof q / sizeof *q; k++) {
+        reshard_train_spec_t t;
+        reshard_infer_spec_t i;
+        assert_int_equal(reshard_train_spec_parse("tp=2,ep=2,etp=1", &t), RESHARD_OK);
+        assert_int_equal(reshard_infer_spec_parse(q[k].infer, &i), RESHARD_OK);
+        reshard_model_refit_t f;
+        if (reshard_model_refit_create(m, &t, &i, &f) != RESHARD_OK)
+            fail_msg("qwen3-next %s: %s", q[k].infer, reshard_last_error());
+        for (int32_t r = 0; r < f.infer_world; r++) {
+            declared_2d(f.infer, f.infer_offset + r,
+                        "model.layers.1.mlp.shared_expert.gate_up_proj.weight", 2 * q[k].is, 2048);
+            declared_2d(f.infer, f.infer_offset + r,
+                        "model.layers.1.mlp.shared_expert.down_proj.weight", 2048, q[k].is);
+        }
+        reshard_model_refit_destroy(&f);
+    }
+    reshard_model_destroy(m);
 }
 
 int main(void)

@@ -144,7 +144,8 @@ static const char *expert_hf(const tcfg_t *c, int which)
 typedef struct {
     char name[192];
     int64_t e, r, c;
-    int pad;
+    int pad;  /* no fragment: the sentinel must stay */
+    int zero; /* the engine holds zeros there: every refit writes them */
 } where_t;
 
 /* Local shape of a framework parameter: experts x rows x width. */
@@ -180,6 +181,7 @@ static void at(where_t *w, const char *prefix, const char *name, int64_t e, int6
     w->r = r;
     w->c = col;
     w->pad = 0;
+    w->zero = 0;
 }
 
 /* Rows [0, n) hold tensor a's rows base.., rows [n, 2n) tensor b's. */
@@ -288,7 +290,11 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
  * heads)}, mlp.router (+bias, whole), FusedMoE experts whose w13 rows and
  * w13_bias entries alternate gate, up of the rank's intermediate slice
  * (HF gate_up_proj: gate at even, up at odd positions), w2 and w2_bias (no
- * EP: only flattened rank 0 holds it, the others zeros). */
+ * EP: only flattened rank 0 holds it, the others zeros: _load_weights_other
+ * at vLLM a6b6cfa, tp_rank = dp_rank * tp + tp_rank from
+ * flatten_tp_across_dp_and_pcp, "if tp_rank != 0: weight.zero_()"; every
+ * rank's bias enters the MoE reduction, so the zeros must be there even when
+ * the engine loaded random values). */
 static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
                                geom_t *g, where_t *w)
 {
@@ -372,7 +378,7 @@ static int vllm_gpt_oss_oracle(const rk_t *x, const char *param, int64_t el, int
         *g = (geom_t){ne, 1, H};
         if (w) {
             at(w, pre, "mlp.experts.down_proj.bias", 0, e, col);
-            w->pad = !x->vllm_ep && x->dpr * tp + t != 0;
+            w->zero = !x->vllm_ep && x->dpr * tp + t != 0;
         }
         return 1;
     }
@@ -502,9 +508,9 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         return 1;
     }
     int shared = !strncmp(rest, shared_hf(c), strlen(shared_hf(c)));
-    /* deepseek_v2.py: shared experts built with disable_tp under vLLM's
-     * sequence-parallel MoE: whole on every rank */
-    int whole_shared = shared && is_mla(c) && x->seq_moe;
+    /* deepseek_v2.py, qwen3_next.py: shared experts built with disable_tp
+     * under vLLM's sequence-parallel MoE: whole on every rank */
+    int whole_shared = shared && (is_mla(c) || is_next(c)) && x->seq_moe;
     int64_t I = shared ? shared_I(c) : c->I, n = whole_shared ? I : I / tp;
     if (whole_shared)
         t = 0;
@@ -968,6 +974,11 @@ static int64_t check_buffer(const rk_t *x, oracle_fn oracle, const reshard_model
                 if (w.pad) {
                     for (size_t q = 0; q < es; q++)
                         bad += p[q] != SENTINEL;
+                    continue;
+                }
+                if (w.zero) { /* the buffers start as SENTINEL garbage; zero-filled, not */
+                    for (size_t q = 0; q < es; q++) /* bytes the plan moves (not checked) */
+                        bad += p[q] != 0;
                     continue;
                 }
                 uint64_t v = rs_pattern_value(id, (w.e * R + r) * C + c0 + col);
@@ -2009,7 +2020,8 @@ static void test_gpt_oss(void **state)
     /* vLLM EP over 4 ranks (one expert each, vLLM's own DP), Megatron ep=2 */
     refit_case(&oss, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
     /* no EP: the intermediate dim over all 4 ranks; w2_bias on flattened rank 0
-     * only (the others keep the zeros vLLM loads: the oracle checks the sentinel);
+     * only, zeros on the others (the oracle checks every element of every rank,
+     * the buffers starting as garbage);
      * Megatron etp = tp = 2 splits the experts like a dense MLP */
     refit_case(&oss, RESHARD_BF16, "tp=2,pp=2", "tp=2,dp=2");
     /* engines with EP inside, Megatron-Bridge, each rank's own scoped plan, domains */
@@ -2114,6 +2126,12 @@ static void test_qwen3_next(void **state)
     tcfg_t mqa = next;
     mqa.kv = 1;
     refit_case(&mqa, RESHARD_BF16, "tp=2", "tp=2");
+    /* vLLM's sequence-parallel MoE (EP, tp > 1, dp > 1): qwen3_next.py builds
+     * the shared expert with disable_tp=is_sequence_parallel: every rank holds
+     * shared_expert.gate_up_proj / down_proj whole (every element checked on
+     * every rank by the oracle) */
+    refit_case(&next, RESHARD_BF16, "tp=2,ep=2,etp=1", "tp=2,dp=2,ep=on");
+    refit_case(&next, RESHARD_BF16, "tp=1,pp=2,dp=2,ep=2", "tp=2,dp=2,ep=on");
 
     char *json = config_json(&next);
     reshard_model_t *m;
@@ -2121,15 +2139,11 @@ static void test_qwen3_next(void **state)
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
     reshard_model_refit_t f;
-    /* refused: tp not dividing the key heads; vLLM's sequence-parallel MoE */
+    /* refused: tp not dividing the key heads */
     assert_int_equal(reshard_train_spec_parse("tp=4", &ts), RESHARD_OK);
     assert_int_equal(reshard_infer_spec_parse("tp=1", &is), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "qwen3_next: tp=4 does not divide"));
-    assert_int_equal(reshard_train_spec_parse("tp=1", &ts), RESHARD_OK);
-    assert_int_equal(reshard_infer_spec_parse("tp=2,dp=2,ep=on", &is), RESHARD_OK);
-    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &f), RESHARD_ERR_CONFIG);
-    assert_non_null(strstr(reshard_last_error(), "sequence-parallel MoE"));
     /* the staged names say what the worker must do: out_norm + 1, A_log widened */
     reshard_tensors_t *T;
     reshard_layout_t *l;

@@ -698,6 +698,8 @@ reshard_status_t reshard_baseline_execute(reshard_baseline_t *b, const reshard_b
     reshard_status_t st = rs_layout_check_buffers(b->src, m->rank, src_bufs, n_src, "source");
     if (st == RESHARD_OK)
         st = rs_layout_check_buffers(b->dst, m->rank, dst_bufs, n_dst, "destination");
+    if (st == RESHARD_OK) /* what the engine holds at zero (host memory) */
+        st = rs_layout_zero_fill(b->dst, m->rank, dst_bufs, NULL, NULL);
     if (st == RESHARD_OK && !b->bucket)
         st = alloc_buf(m, b->bucket_max, &b->bucket);
     if (st == RESHARD_OK && !b->sendbuf)
