@@ -5,7 +5,9 @@
  * through single words, scattered, clustered (runs) to all; every kind must come out.
  * Each case checks every byte of the encoded chunk against rs_delta_encode, the snapshot
  * after the encode (the new bytes), and the apply of the CPU's encoding onto the old bytes
- * (the new bytes); then bodies that do not fit their header are refused by name.
+ * (the new bytes); then bodies that do not fit their header are refused by name. Each
+ * case also hashes the new chunk on the device side (delta verification's hash) and
+ * compares it with the definition in docs/delta.md, written here plainly.
  *
  *   --emulate  the kernels' own code (delta_kernels.h) on the CPU through the emulation.
  *   --gpu      the launches on device memory: the CUDA kernels on a GPU (exit 77 without
@@ -135,6 +137,48 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     return st;
 }
 
+/* The chunk hash of delta verification as docs/delta.md defines it, plainly. */
+static uint64_t ref_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t ref_hash(const uint8_t *c, uint64_t len)
+{
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i * 8 < len; i++) {
+        uint64_t w = 0;
+        for (uint64_t b = 0; b < 8 && i * 8 + b < len; b++)
+            w |= (uint64_t)c[i * 8 + b] << (8 * b);
+        sum += ref_mix(w + (i + 1) * 0x9e3779b97f4a7c15ull);
+    }
+    return ref_mix(sum ^ ref_mix(len));
+}
+
+/* The hash of @p len bytes on the device side (the op, the launch or the emulation). */
+static int dev_hash(const uint8_t *c, uint64_t len, uint64_t *out)
+{
+    uint8_t *dc = kernel_test_alloc(use_gpu, len ? len : 1);
+    uint64_t *dsum = kernel_test_alloc(use_gpu, sizeof *dsum), sum = 0;
+    to_dev(dc, c, len);
+    int ok = 1;
+    if (endpoint) {
+        ok = endpoint->delta_dev->hash(endpoint, dc, len, out) == RESHARD_OK;
+    } else {
+        if (use_gpu)
+            ok = rs_delta_hash_launch(dc, len, dsum, stream) == cudaSuccess && sync_ok("hash");
+        else
+            rs_delta_hash_emulate(dc, len, dsum);
+        to_host(&sum, dsum, sizeof sum);
+        *out = rs_dk_hash_final(sum, len);
+    }
+    kernel_test_free(use_gpu, dc);
+    kernel_test_free(use_gpu, dsum);
+    return ok;
+}
+
 /* Case @p id: chunk of @p len bytes, @p word, changes per @p mode (0 none, 1 one word, 2
  * scattered with probability @p p, 3 runs of random lengths, 4 all, 5 no snapshot). */
 static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
@@ -179,6 +223,14 @@ static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
     }
     if (ok && mode != 5 && memcmp(snap, cur, len) != 0) {
         fprintf(stderr, "case %d: the snapshot after the encode is not the new chunk\n", id);
+        ok = 0;
+    }
+    uint64_t hc = 0, hp = 0;
+    if (ok && (!dev_hash(cur, len, &hc) || hc != ref_hash(cur, len) || !dev_hash(prev, len, &hp) ||
+               hp != ref_hash(prev, len) || ((hc == hp) != (memcmp(cur, prev, len) == 0)))) {
+        fprintf(stderr, "case %d (len %llu): device hash %016llx, the definition's %016llx\n", id,
+                (unsigned long long)len, (unsigned long long)hc,
+                (unsigned long long)ref_hash(cur, len));
         ok = 0;
     }
     if (ok) {
