@@ -59,6 +59,21 @@ static bool same_writes(const reshard_layout_t *l, int32_t rank, const reshard_b
     }
 }
 
+/* Whether @p rank's buffer @p b is zero-filled (reshard_layout_zero_buffer): every byte
+ * of it is written. */
+static bool zero_filled(const reshard_layout_t *l, int32_t rank, int32_t b)
+{
+    const rs_decl_t *e = rs_decl_find(&l->decls, rank, b);
+    return e && e->zero;
+}
+
+/* The buffer a run of runs_overlap belongs to: its fragment's, or -1 - frag (a whole
+ * zero-filled buffer). */
+static int32_t run_buffer(const reshard_layout_t *l, const rs_run_t *r)
+{
+    return r->frag >= 0 ? l->f[r->frag].buffer : (int32_t)(-1 - r->frag);
+}
+
 /* The byte runs of buffers @p a and @p b by address; whether two of different buffers
  * overlap, the first such address in *@p at. NOMEM when the runs do not fit. */
 static reshard_status_t runs_overlap(const reshard_layout_t *l, int32_t rank,
@@ -72,11 +87,16 @@ static reshard_status_t runs_overlap(const reshard_layout_t *l, int32_t rank,
             rs_fragment_runs(l, &l->f[i], &r);
             total += r.runs;
         }
-    rs_run_t *runs = malloc((size_t)(total ? total : 1) * sizeof *runs);
+    rs_run_t *runs = malloc((size_t)(total + 2) * sizeof *runs);
     if (!runs)
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory checking buffers %d and %d",
                         rank, a, b);
     int64_t k = 0;
+    const int32_t ab[2] = {a, b};
+    for (int q = 0; q < 2; q++)
+        if (zero_filled(l, rank, ab[q]))
+            runs[k++] = (rs_run_t){(uintptr_t)bufs[ab[q]].ptr,
+                                   (uintptr_t)bufs[ab[q]].ptr + bufs[ab[q]].bytes, -1 - ab[q]};
     for (int64_t i = 0; i < l->n; i++)
         if (l->f[i].rank == rank && (l->f[i].buffer == a || l->f[i].buffer == b)) {
             int64_t n = rs_fragment_run_list(l, &l->f[i], i, runs + k);
@@ -92,7 +112,7 @@ static reshard_status_t runs_overlap(const reshard_layout_t *l, int32_t rank,
     uint64_t reach = 0;
     int32_t reach_buf = -1;
     for (int64_t q = 0; q < k && !*hit; q++) {
-        int32_t buf = l->f[runs[q].frag].buffer;
+        int32_t buf = run_buffer(l, &runs[q]);
         if (runs[q].lo < reach && buf != reach_buf) {
             *hit = true;
             *at = (uintptr_t)runs[q].lo;
@@ -126,6 +146,9 @@ reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank
         s->lo = lo < s->lo ? lo : s->lo;
         s->hi = hi > s->hi ? hi : s->hi;
     }
+    for (int32_t b = 0; b < n; b++) /* a zero-filled buffer is written whole */
+        if (bufs[b].ptr && bufs[b].bytes && zero_filled(l, rank, b))
+            sp[b] = (rs_span_t){(uintptr_t)bufs[b].ptr, (uintptr_t)bufs[b].ptr + bufs[b].bytes, b};
     int32_t m = 0;
     for (int32_t b = 0; b < n; b++)
         if (sp[b].hi > sp[b].lo)

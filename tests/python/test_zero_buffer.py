@@ -77,3 +77,28 @@ def test_fragment_in_a_zero_buffer_refused():
         reshard.Plan(src, bad, rank=0, world=2)
     with pytest.raises(reshard.ReshardError, match="rank 1, buffer 5: not declared"):
         dst.zero_buffer(1, 5)
+
+
+def test_zero_buffer_overlapping_a_destination_is_refused():
+    """A zero-filled buffer is written whole: bound over part of another destination's
+    memory, the zeros would overwrite weights. Refused on every rank before anything
+    moves, naming both buffers."""
+    tensors, src, dst = layouts()
+    storage = np.full(32 + 16, 5.0, np.float32)
+    errors = {}
+
+    def rank_fn(comm):
+        plan = reshard.Plan(src, dst, rank=comm.rank, world=2)
+        try:
+            if comm.rank == 0:
+                plan.execute(comm, src=[np.ones((8, 4), np.float32)])
+            else:  # bias starts 8 floats before w ends
+                plan.execute(comm, dst={"w": storage[:32].reshape(8, 4),
+                                        "bias": storage[24:40].reshape(2, 8)})
+        except reshard.ReshardError as e:
+            errors[comm.rank] = e
+
+    reshard.run_threads(2, rank_fn)
+    assert sorted(errors) == [0, 1], errors
+    assert "destination buffers 0 (w) and 1 (bias) share memory" in str(errors[1]), errors[1]
+    assert bool((storage == 5.0).all())  # nothing written
