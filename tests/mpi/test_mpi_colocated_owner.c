@@ -16,6 +16,8 @@
  *       (a pid that names another live process, with namespaces that look alike). Every
  *       rank must fail, the reader saying the pid is not rank 0's process, destination
  *       untouched; then the same plan, unforged, refits every element exactly.
+ *       With "no-aslr" (under setarch -R) the token lies at one address in both
+ *       processes: the one read must differ, not just be unmapped.
  *   forged-shared: as forged, with W inside a shared allocation (reshard_alloc_shared)
  *       and the table's memfd number rewritten to rank 1's own allocation.
  */
@@ -90,9 +92,11 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     bool ns = !strcmp(mode, "ns"), shared = !strcmp(mode, "forged-shared");
     bool forged = !strcmp(mode, "forged") || shared;
+    /* forged no-aslr: run under setarch -R, the token is at one address in both processes */
+    bool same_addr = forged && argc > 2 && !strcmp(argv[2], "no-aslr");
     if (size != 2 || (!ns && !forged)) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: mpirun -np 2 %s ns|forged|forged-shared\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -np 2 %s ns|forged [no-aslr]|forged-shared\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     reshard_tensors_t *ts = NULL;
@@ -193,6 +197,8 @@ int main(int argc, char **argv)
             CHECK(g_rank != 1 || !ns || strstr(err, "PID namespace"), "ns: names the namespace");
             CHECK(g_rank != 1 || !forged || shared || strstr(err, "rank 0's process"),
                   "forged: the pid is not rank 0's process");
+            CHECK(g_rank != 1 || !same_addr || strstr(err, "reads back different"),
+                  "forged no-aslr: the token read from the wrong process differs");
             CHECK(g_rank != 1 || !shared || strstr(err, "rank 0's allocation"),
                   "forged-shared: the file is not rank 0's allocation");
         } else {
