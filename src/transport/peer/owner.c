@@ -17,7 +17,7 @@
 static unsigned char token[RS_PEER_TOKEN_BYTES];
 static pthread_once_t token_once = PTHREAD_ONCE_INIT;
 
-static void token_init(void)
+static void token_draw(void)
 {
     size_t got = 0;
     for (int tries = 0; got < sizeof token && tries < 8; tries++) {
@@ -32,6 +32,14 @@ static void token_init(void)
                          (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts};
         memcpy(token, v, sizeof token);
     }
+}
+
+/* A forked child is another process: it draws its own token at once, so that a pid that
+ * names the child of an owner does not pass for the owner. */
+static void token_init(void)
+{
+    token_draw();
+    (void)pthread_atfork(NULL, NULL, token_draw);
 }
 
 static void boot_id(char out[40])
