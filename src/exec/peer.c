@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "exec/pack.h"
 #include "exec/peer.h"
@@ -160,6 +159,7 @@ static reshard_status_t describe(const reshard_comm_t *comm, int32_t rank, int32
         rs_peer_shm_find(buf->ptr, buf->bytes, &fd, &e->offset, &e->alloc_bytes, &e->alloc_id)) {
         e->kind = RS_PEER_SHM;
         e->fd = fd;
+        rs_peer_shm_file_id(fd, &e->file_dev, &e->file_ino);
     } else {
         e->kind = RS_PEER_VM;
     }
@@ -301,7 +301,8 @@ static reshard_status_t view_of(struct rs_peer_maps *m, int32_t me, int32_t peer
         reshard_status_t st = RESHARD_OK;
         void *p = NULL;
         if (e->kind == RS_PEER_SHM)
-            st = rs_peer_shm_map(pid, e->fd, e->alloc_bytes, me, peer, (int64_t)e->buffer, &p);
+            st = rs_peer_shm_map(pid, e->fd, e->alloc_bytes, e->file_dev, e->file_ino, me, peer,
+                                 (int64_t)e->buffer, &p);
 #ifdef RESHARD_HAVE_NCCL
         else if (e->kind == RS_PEER_IPC)
             st = rs_peer_ipc_open(e->handle, me, peer, (int64_t)e->buffer, &p);
@@ -353,7 +354,10 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
         rs_pair_t *q = &t->out[i];
         rs_peer_hdr_t *h = (rs_peer_hdr_t *)q->msg;
         rs_peer_buf_t *e = (rs_peer_buf_t *)(h + 1);
-        *h = (rs_peer_hdr_t){RS_PEER_MAGIC, (int64_t)getpid(), (uint64_t)q->nbuf, 0};
+        memset(h, 0, sizeof *h);
+        h->magic = RS_PEER_MAGIC;
+        h->nbuf = (uint64_t)q->nbuf;
+        rs_peer_identity(h); /* pid, and what proves it to the reader */
         for (int64_t k = 0; k < q->nbuf; k++)
             e[k] = plan->peer_maps->own[q->buf[k]]; /* rs_peer_check_binding's */
     }
@@ -385,6 +389,13 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                             "rank %d: rank %d's colocated buffer table is malformed (plans made "
                             "from different inputs?)",
                             me, q->peer);
+        /* The owner's identity, before anything of it is mapped, opened or read. */
+        bool by_pid = false, by_vm = false;
+        for (int64_t k = 0; k < q->nbuf; k++) {
+            by_vm |= e[k].kind == RS_PEER_VM && e[k].bytes;
+            by_pid |= e[k].kind == RS_PEER_VM || e[k].kind == RS_PEER_SHM;
+        }
+        st = rs_peer_prove_owner(h, by_pid, by_vm, me, q->peer);
         for (int64_t k = 0; st == RESHARD_OK && k < q->nbuf; k++) {
             unsigned char probe;
             if (e[k].buffer != (uint64_t)q->buf[k])

@@ -28,12 +28,15 @@ reshard_status_t rs_peer_check_binding(const reshard_plan_t *plan, const reshard
 /**
  * After the first agreement: every rank sends each rank that reads from it the
  * table of the buffers read (its pid, their addresses and sizes), in one round
- * in slot 0 before the data rounds; every reader receives its tables and probes
- * each buffer once. With @p send_only (this rank failed locally) it still sends
- * and receives, but probes nothing. A colocated plan's every rank calls it (for
- * other plans it returns OK and *@p out NULL). Errors: the transport's
- * (TIMEOUT, TRANSPORT: the execution ends), a probe's (TRANSPORT, UNSUPPORTED;
- * *@p out is set: the rank notes the failure and keeps to the schedule), NOMEM.
+ * in slot 0 before the data rounds; every reader receives its tables, proves each
+ * owner's identity before anything of it is mapped, opened or read
+ * (rs_peer_prove_owner: boot id, PID namespace, the token read back) and probes each
+ * buffer once. With @p send_only (this rank failed locally) it still sends and
+ * receives, but proves and probes nothing. A colocated plan's every rank calls it
+ * (for other plans it returns OK and *@p out NULL). Errors: the transport's
+ * (TIMEOUT, TRANSPORT: the execution ends), a proof's or a probe's (UNSUPPORTED: the
+ * pid is not the owner's process here; TRANSPORT; *@p out is set: the rank notes the
+ * failure and keeps to the schedule), NOMEM.
  */
 reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *comm,
                                   const rs_rank_plan_t *rp, const reshard_buffer_t *src_bufs,

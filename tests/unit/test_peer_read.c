@@ -2,7 +2,8 @@
  * always read (Yama ptrace_scope 1 allows descendants; 0 allows any process of the
  * same user): a strided box read element by element against an oracle, bytes outside
  * the box untouched; a position past the remote buffer refused before reading; an
- * unmapped address and a process that is gone each a named TRANSPORT error. */
+ * unmapped address and a process that is gone each a named TRANSPORT error; and the
+ * proof of an owner's identity (a forked child's pid, a forged boot id or namespace). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,8 +112,50 @@ static void strided_box_read(void **state)
     assert_non_null(strstr(reshard_last_error(), "is gone"));
 }
 
+/* The proof of an owner's identity (rs_peer_prove_owner): this process's own table
+ * passes; the same table with the pid of a child forked after the token was drawn (the
+ * token's page is mapped at the same address there) is refused, the token reading back
+ * different; a forged boot id or PID namespace is refused naming the reason, before
+ * anything is read; a pid that is gone is the read's TRANSPORT. */
+static void owner_identity(void **state)
+{
+    (void)state;
+    rs_peer_hdr_t h;
+    memset(&h, 0, sizeof h);
+    rs_peer_identity(&h);
+    assert_int_equal(h.pid, (int64_t)getpid());
+    assert_true(h.token_addr != 0);
+    assert_int_equal(rs_peer_prove_owner(&h, true, true, 1, 0), RESHARD_OK);
+    child_t c = spawn(); /* forked after the token was drawn */
+    rs_peer_hdr_t t = h;
+    t.pid = c.pid;
+    assert_int_equal(rs_peer_prove_owner(&t, true, true, 1, 0), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "is not rank 0's process"));
+    assert_non_null(strstr(reshard_last_error(), "reads back different"));
+    assert_non_null(strstr(reshard_last_error(), "rank 1"));
+    /* another kernel: refused for every kind of buffer */
+    t = h;
+    memcpy(t.boot_id, "00000000-0000-0000-0000-000000000000", 37);
+    assert_int_equal(rs_peer_prove_owner(&t, false, false, 1, 0), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "another kernel"));
+    /* another PID namespace: refused where a buffer is reached through the pid */
+    t = h;
+    t.pidns_ino ^= 1;
+    assert_int_equal(rs_peer_prove_owner(&t, false, false, 1, 0), RESHARD_OK);
+    assert_int_equal(rs_peer_prove_owner(&t, true, false, 1, 0), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "another PID namespace"));
+    /* a process that is gone */
+    kill(c.pid, SIGKILL);
+    waitpid(c.pid, NULL, 0);
+    t = h;
+    t.pid = c.pid;
+    assert_int_equal(rs_peer_prove_owner(&t, true, true, 1, 0), RESHARD_ERR_TRANSPORT);
+    assert_non_null(strstr(reshard_last_error(), "is gone"));
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(strided_box_read)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(strided_box_read),
+                                       cmocka_unit_test(owner_identity)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,17 +37,46 @@ typedef struct {
     uint64_t alloc_bytes;     /**< SHM, IPC: the allocation's size */
     uint64_t alloc_id;        /**< SHM, IPC: the owner's id of the allocation, never reused */
     unsigned char handle[64]; /**< IPC: the cudaIpcMemHandle_t of the allocation's base */
+    uint64_t file_dev;        /**< SHM: st_dev of the owner's memfd (proves the mapped file) */
+    uint64_t file_ino;        /**< SHM: st_ino of the owner's memfd */
 } rs_peer_buf_t;
 
-/** The header of a rank's table of buffers for one reader. */
+/** The bytes of a process's identity token (rs_peer_identity). */
+#define RS_PEER_TOKEN_BYTES 16
+
+/** The header of a rank's table of buffers for one reader: the owner's pid and what
+ *  proves that this pid names the owner in the reader (rs_peer_prove_owner). */
 typedef struct {
-    uint64_t magic; /**< RS_PEER_MAGIC */
-    int64_t pid;    /**< the owner's process id */
-    uint64_t nbuf;  /**< entries that follow */
-    uint64_t pad;
+    uint64_t magic;      /**< RS_PEER_MAGIC */
+    int64_t pid;         /**< the owner's process id, in the owner's PID namespace */
+    uint64_t nbuf;       /**< entries that follow */
+    uint64_t token_addr; /**< where the owner keeps its token, in its address space */
+    unsigned char token[RS_PEER_TOKEN_BYTES]; /**< the owner's random token (per process) */
+    char boot_id[40];   /**< /proc/sys/kernel/random/boot_id of the owner's kernel ("" unknown) */
+    uint64_t pidns_dev; /**< st_dev and st_ino of the owner's /proc/self/ns/pid */
+    uint64_t pidns_ino;
 } rs_peer_hdr_t;
 
-#define RS_PEER_MAGIC 0x72736872706565ULL /* "rshrpee" */
+#define RS_PEER_MAGIC 0x7273687270656532ULL /* "rshrpee2": with the owner's identity */
+
+/** Fill @p h's pid, token_addr, token, boot_id and PID namespace with this process's
+ *  (the token is drawn once per process with getrandom and kept at token_addr). */
+void rs_peer_identity(rs_peer_hdr_t *h);
+
+/**
+ * On reader @p me, before the first byte of owner rank @p peer is read: prove that the
+ * owner described by @p h is the process this rank would read. Its kernel's boot id
+ * must be this one's; with @p by_pid (the table has buffers reached through the pid:
+ * process_vm_readv or /proc/<pid>/fd) its PID namespace must be this one's; with
+ * @p by_vm (some buffer is read with process_vm_readv) the token at h->token_addr,
+ * read from process h->pid with process_vm_readv, must equal h->token. UNSUPPORTED
+ * naming this rank, the owner rank, its pid and the reason otherwise (another host,
+ * another PID namespace, the pid names another process: the token is not mapped there or
+ * differs), or the read's error (rs_peer_cpu_probe's: a process that is gone, a refused
+ * read). Nothing but the token is read.
+ */
+reshard_status_t rs_peer_prove_owner(const rs_peer_hdr_t *h, bool by_pid, bool by_vm, int32_t me,
+                                     int32_t peer);
 
 /** Let ranks of this host read this process's memory: under Yama ptrace_scope 1,
  *  PR_SET_PTRACER_ANY (once per process). Never fails: a refused read names
@@ -83,11 +112,18 @@ reshard_status_t rs_peer_cpu_probe(int64_t pid, int32_t me, int32_t peer, int64_
 bool rs_peer_shm_find(const void *ptr, uint64_t bytes, int32_t *fd, uint64_t *offset,
                       uint64_t *alloc_bytes, uint64_t *alloc_id);
 
+/** st_dev and st_ino of memfd @p fd of this process (0, 0 when fstat fails). */
+void rs_peer_shm_file_id(int32_t fd, uint64_t *dev, uint64_t *ino);
+
 /** Map @p bytes of memfd @p fd of process @p pid (rank @p peer) read-only into this
- *  process: *@p out. Errors, naming this rank @p me, the peer and source buffer @p buffer:
- *  TRANSPORT (its process is gone or closed the allocation, refused access, mmap failed). */
-reshard_status_t rs_peer_shm_map(int64_t pid, int32_t fd, uint64_t bytes, int32_t me, int32_t peer,
-                                 int64_t buffer, void **out);
+ *  process: *@p out, after checking that the file opened is the owner's memfd (st_dev
+ *  @p dev, st_ino @p ino: a pid that names another process here opens another file).
+ *  Errors, naming this rank @p me, the peer and source buffer @p buffer: TRANSPORT (its
+ *  process is gone or closed the allocation, refused access, mmap failed); UNSUPPORTED
+ *  (the file is not the owner's allocation: the pid names another process here). */
+reshard_status_t rs_peer_shm_map(int64_t pid, int32_t fd, uint64_t bytes, uint64_t dev,
+                                 uint64_t ino, int32_t me, int32_t peer, int64_t buffer,
+                                 void **out);
 
 /** Undo rs_peer_shm_map. */
 void rs_peer_shm_unmap(void *p, uint64_t bytes);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -107,8 +108,19 @@ bool rs_peer_shm_find(const void *ptr, uint64_t bytes, int32_t *fd, uint64_t *of
     return found;
 }
 
-reshard_status_t rs_peer_shm_map(int64_t pid, int32_t fd, uint64_t bytes, int32_t me, int32_t peer,
-                                 int64_t buffer, void **out)
+void rs_peer_shm_file_id(int32_t fd, uint64_t *dev, uint64_t *ino)
+{
+    struct stat s;
+    if (fstat(fd, &s) != 0) {
+        *dev = *ino = 0;
+        return;
+    }
+    *dev = (uint64_t)s.st_dev;
+    *ino = (uint64_t)s.st_ino;
+}
+
+reshard_status_t rs_peer_shm_map(int64_t pid, int32_t fd, uint64_t bytes, uint64_t dev,
+                                 uint64_t ino, int32_t me, int32_t peer, int64_t buffer, void **out)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%lld/fd/%d", (long long)pid, (int)fd);
@@ -124,6 +136,19 @@ reshard_status_t rs_peer_shm_map(int64_t pid, int32_t fd, uint64_t bytes, int32_
                             ? "the ranks need the same user and ptrace access to each other, as "
                               "for process_vm_readv"
                             : "unexpected");
+    }
+    uint64_t fdev, fino;
+    rs_peer_shm_file_id(f, &fdev, &fino);
+    if (fdev != dev || fino != ino || ino == 0) {
+        close(f);
+        return rs_error(RESHARD_ERR_UNSUPPORTED,
+                        "rank %d: colocated map of rank %d's shared source buffer %lld: %s "
+                        "is not rank %d's allocation (file %llu:%llu, rank %d sent %llu:%llu): "
+                        "pid %lld names another process here (another PID namespace or /proc "
+                        "of another one?): plan without colocated reads; nothing was read from it",
+                        me, peer, (long long)buffer, path, peer, (unsigned long long)fdev,
+                        (unsigned long long)fino, peer, (unsigned long long)dev,
+                        (unsigned long long)ino, (long long)pid);
     }
     void *p = mmap(NULL, (size_t)bytes, PROT_READ, MAP_SHARED, f, 0);
     int e = errno;
