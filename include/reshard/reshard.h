@@ -724,9 +724,15 @@ typedef struct {
  * device-memory comm is UNSUPPORTED (docs/colocated.md).
  * One call at a time per endpoint: while one thread executes (or calls
  * reshard_plan_fail) on @p comm, a call on it from another thread returns
- * INVALID_ARG at once, sends nothing and leaves the running one alone, so a
- * peer never pairs its messages with an interleaved execution; so does a
- * call on a comm being destroyed.
+ * INVALID_ARG at once and sends nothing, and the execution in flight then fails
+ * at its outcome agreement (INVALID_ARG "another thread called this comm") on
+ * every rank: its peers may have run the other thread's plan in its place, so no
+ * rank returns OK from it; a call on a comm being destroyed is refused too. A
+ * second call that comes only after the first's outcome agreement is sequential
+ * use, in whatever order each rank's threads ran: calling plans in different
+ * orders on different ranks is the caller's error, as with any collective
+ * (plans with different inputs then fail MISMATCH; give each thread its own
+ * comm).
  * Errors: INVALID_ARG, BUFFER, MISMATCH, a failed plan's status, TRANSPORT,
  * TIMEOUT (a peer silent past the plan's timeout), NOMEM. After a transport
  * error or timeout the peer state is undefined: the endpoint is marked

@@ -24,12 +24,19 @@ struct reshard_comm {
      *  (reshard_elastic.h) or destroyed. */
     bool broken;
     /** RS_COMM_BUSY while a call uses the endpoint (an execution, an
-     *  agreement), RS_COMM_CLOSING once reshard_comm_destroy began; read and
-     *  written with __atomic builtins only (exec/comm.c). */
+     *  agreement), RS_COMM_CLOSING once reshard_comm_destroy began,
+     *  RS_COMM_CONTENDED once a call was refused while another ran (cleared by
+     *  the next call that takes the endpoint); read and written with __atomic
+     *  builtins only (exec/comm.c). */
     int use;
 };
 
-enum { RS_COMM_BUSY = 1, RS_COMM_CLOSING = 2 };
+enum { RS_COMM_BUSY = 1, RS_COMM_CLOSING = 2, RS_COMM_CONTENDED = 4 };
+
+/** Whether a call on @p comm was refused (another thread's) since this thread took it:
+ *  the running execution then fails at its outcome agreement, so that no rank returns OK
+ *  from an execution whose peers may have run another thread's plan. */
+bool rs_comm_contended(const reshard_comm_t *comm);
 
 /** Take @p comm for one call @p what (a function name) of this thread: INVALID_ARG naming
  *  the rank when another thread is using it (two threads on one endpoint would

@@ -1121,6 +1121,14 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     rs_rank_plan_free(own);
     if (plan->quant)
         rs_qbufs_free(comm, &qb);
+    /* Another thread called this comm meanwhile: its peers may have paired this rank's
+     * messages with that thread's plan, so the outcome fails on every rank. */
+    if (st == RESHARD_OK && rs_comm_contended(comm))
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "rank %d: another thread called this comm during the execution (refused "
+                      "there); a peer may have run that thread's plan in this one's place, so "
+                      "the refit fails on every rank: give each thread its own comm",
+                      rank);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     int64_t words[RESHARD_AGREE_WORDS], min_words[RESHARD_AGREE_WORDS];

@@ -1,8 +1,10 @@
 /*
  * One endpoint, one call at a time (issue 25, items 3 and 5), in-process:
- *   - two threads of rank 0 execute on rank 0's one comm: exactly one of
- *     them runs, the other is refused (INVALID_ARG naming the rank, nothing
- *     sent), and rank 1 verifies every element it received;
+ *   - two threads of rank 0 execute on rank 0's one comm: the second is refused
+ *     (INVALID_ARG naming the rank, nothing sent) and the one in flight fails at
+ *     its outcome agreement, so rank 1 fails too: no rank returns OK from an
+ *     execution whose peers may have run the other thread's plan; the next
+ *     execution on the comm runs;
  *   - rank 0's comm is destroyed while a thread executes on it: the destroy
  *     waits for that execution to return (OK) before freeing (under ASan this
  *     was a heap-use-after-free in the in-process transport).
@@ -128,9 +130,15 @@ static void test_two_threads_one_comm(void **state)
     start(&f, &a, &r1, &ta, &tr);
     job_t b = a;
     run(&b); /* the second thread on rank 0's comm */
-    finish(&a, &r1, ta, tr);
+    pthread_join(ta, NULL);
+    pthread_join(tr, NULL);
     assert_int_equal(b.st, RESHARD_ERR_INVALID_ARG);
     assert_non_null(strstr(b.msg, "rank 0: another thread is executing on this comm"));
+    /* refused on every rank: the execution in flight fails too, and so does its peer's
+     * (rank 1 might have been running the other thread's plan with it) */
+    assert_int_equal(a.st, RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(a.msg, "another thread called this comm during the execution"));
+    assert_int_not_equal(r1.st, RESHARD_OK);
     /* the endpoint is free again: a next execution runs */
     r1.delay_s = 0;
     assert_int_equal(pthread_create(&tr, NULL, run, &r1), 0);
