@@ -18,6 +18,8 @@ import ctypes
 import struct
 import threading
 import time
+import weakref
+import zlib
 from typing import Dict, List, Optional, Tuple
 
 from . import _lib
@@ -25,11 +27,61 @@ from .comm import Comm, _cuda_device_stream, _need_nccl, nccl_unique_id
 from .errors import Status, error
 
 # Tags of reshard's messages on the group: the data of slot 0 and 1, the agreement.
-# Other point-to-point traffic of the caller on the same group must use other tags.
+# Each endpoint has a tag space of its own, TAG_SPACE tags from TAG_BASE + space *
+# TAG_SPACE, so that any number of comms (and their plans) share one group: unnamed
+# comms take spaces 0 .. UNNAMED_SPACES-1 in the order a process creates them on the
+# group, named ones a space picked by a CRC-32 of the name. The tags below are those of
+# space 0. Other point-to-point traffic of the caller on the same group must use tags
+# outside [TAG_BASE, TAG_BASE + SPACES * TAG_SPACE).
 TAG_BASE = 0x52530000
 TAG_SLOT0 = TAG_BASE
 TAG_AGREE = TAG_BASE + 8
 TAG_CONFIRM = TAG_BASE + 10  # the confirmation round of agreement e: TAG_CONFIRM + (e & 1)
+TAG_SPACE = 16
+SPACES = 4096
+UNNAMED_SPACES = 1024
+
+_spaces_lock = threading.Lock()
+_spaces: Dict[int, dict] = {}  # id(group) -> {"next": int, "live": {space: (name, weakref)}}
+
+
+def _tag_space(group, name: Optional[str]) -> int:
+    """The tag space of a new endpoint on ``group`` (see TAG_SPACE); ReshardError
+    (INVALID_ARG) for an unnamed endpoint made off the main thread (threads create in
+    different orders on different ranks, so the creation index would pair one thread's
+    comm with another's), or a space a live endpoint of this group holds."""
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError("reshard: name= must be a non-empty str, the same on every rank; "
+                        "got %r" % (name,))
+    with _spaces_lock:
+        g = _spaces.setdefault(id(group), {"next": 0, "live": {}})
+        g["live"] = {k: v for k, v in g["live"].items() if v[1]() is not None}
+        if name is None:
+            if threading.current_thread() is not threading.main_thread():
+                raise error(Status.INVALID_ARG, "Comm.from_torch: an unnamed comm made on a "
+                            "thread other than the main thread: threads create comms in "
+                            "different orders on different ranks, so pass name=, the same on "
+                            "every rank and distinct per comm of the group (e.g. the engine "
+                            "or model it serves)")
+            space = g["next"] % UNNAMED_SPACES
+        else:
+            space = UNNAMED_SPACES + zlib.crc32(name.encode()) % (SPACES - UNNAMED_SPACES)
+        if space in g["live"]:
+            held = g["live"][space][0]
+            raise error(Status.INVALID_ARG, "Comm.from_torch: %s takes tag space %d of this "
+                        "group, which the live comm %s holds; %s"
+                        % ("name %r" % name if name else "an unnamed comm", space,
+                           "named %r" % held if held else "made unnamed",
+                           "close it first, or choose another name" if name else
+                           "close it first, or name this one"))
+        if name is None:
+            g["next"] += 1
+        return space
+
+
+def _hold_space(group, space: int, name: Optional[str], transport) -> None:
+    with _spaces_lock:
+        _spaces[id(group)]["live"][space] = (name, weakref.ref(transport))
 
 _MSG_BYTES = 480  # the start of a rank's error message travels with its status
 _HEAD = 4 + _lib.AGREE_WORDS  # int64: status, own, suspect, in_flight, words
@@ -95,10 +147,11 @@ class GlooTransport:
     """The transport operations over a gloo process group: one per endpoint; the
     library calls them through the ctypes table this builds (ops)."""
 
-    def __init__(self, group):
+    def __init__(self, group, space: int = 0):
         torch, _ = _torch()
         self._torch = torch
         self.group = group
+        self.tag0 = TAG_BASE + space * TAG_SPACE - TAG_SLOT0  # added to the tags above
         self.rank, self.size = group.rank(), group.size()
         self.slots: List[list] = [[], []]  # (work, peer, tensor) per slot
         self.staging: Dict[int, object] = {}
@@ -145,9 +198,9 @@ class GlooTransport:
         t = self._view(addr, nbytes)
         try:
             if send:
-                work = _Waiter(self.group.send([t], peer, TAG_SLOT0 + slot))
+                work = _Waiter(self.group.send([t], peer, self.tag0 + TAG_SLOT0 + slot))
             else:
-                work = _Waiter(self.group.recv([t], peer, TAG_SLOT0 + slot))
+                work = _Waiter(self.group.recv([t], peer, self.tag0 + TAG_SLOT0 + slot))
         except RuntimeError as e:
             self.suspect, self.broken = peer, True
             self.lost.add(peer)
@@ -204,7 +257,7 @@ class GlooTransport:
         head += [int(words[i]) if words else _lib.INT64_MAX for i in range(_lib.AGREE_WORDS)]
         text = local_msg.encode("utf-8", "replace")[:_MSG_BYTES - 1] if local else b""
         mine = torch.frombuffer(bytearray(struct.pack(_FORMAT, *head, text)), dtype=torch.uint8)
-        tag = TAG_AGREE + (self.epoch & 1)  # a peer is at most one agreement ahead
+        tag = self.tag0 + TAG_AGREE + (self.epoch & 1)  # a peer is at most one agreement ahead
         self.epoch += 1
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
@@ -246,7 +299,7 @@ class GlooTransport:
             if p not in pending and w.wait(max(deadline - time.monotonic(), GRACE_S)):
                 pending.add(p)  # it has our contribution or never will: state unknown
         self.suspect = None
-        confirm_tag = TAG_CONFIRM + ((self.epoch - 1) & 1)
+        confirm_tag = self.tag0 + TAG_CONFIRM + ((self.epoch - 1) & 1)
         if pending:
             self.broken = True
             self.kept.extend([mine] + list(bufs.values()))
@@ -404,10 +457,20 @@ def _status_name(status: int) -> str:
     return _lib.lib.reshard_status_string(int(status)).decode()
 
 
-def from_torch(group=None):
+def from_torch(group=None, name: Optional[str] = None):
     """An endpoint over the torch.distributed process group ``group`` (default the
     world group): rank and size are the group's. Local (no collective) for a gloo
     group: every rank of the group makes its own, and all of them execute every plan.
+
+    Any number of endpoints (one per engine, per model, per thread) share a group: each
+    has a tag space of its own, so one's messages never match another's. ``name`` (a
+    str, the same on every rank, distinct per endpoint of the group) picks it; without a
+    name it is the order in which this process made its unnamed endpoints on the group,
+    which is the same on every rank only for endpoints made in program order: an unnamed
+    endpoint made off the main thread is refused (INVALID_ARG), and so is a name (or
+    space) a live endpoint of the group holds. Endpoints that are paired wrongly (other
+    names on two ranks) never exchange a message: their executions time out on every
+    rank.
 
     gloo: CPU tensors (torch CPU tensors, numpy arrays), moved by the group's
     point-to-point operations under reshard's tags (TAG_BASE ..), waited for with the
@@ -431,20 +494,23 @@ def from_torch(group=None):
         group = dist.group.WORLD
     backend = str(dist.get_backend(group)).lower()
     if backend == "gloo":
-        return from_group(group)
+        return from_group(group, name)
     if backend == "nccl":
         return _from_torch_nccl(group, dist)
     raise error(Status.UNSUPPORTED, "Comm.from_torch: backend %r: gloo (CPU tensors) and nccl "
                 "(CUDA tensors) are supported" % backend)
 
 
-def from_group(group):
+def from_group(group, name: Optional[str] = None):
     """An endpoint over a gloo process group object itself (``group.rank()``,
     ``group.size()``, ``group.send``/``group.recv``), one that torch.distributed may
     not know: e.g. ``torch.distributed.ProcessGroupGloo(store, rank, size, timeout)``
     made beside the frameworks' own default groups. Local, as Comm.from_torch's gloo
-    endpoint, with the same stall and dead-peer rules."""
-    t = GlooTransport(group)
+    endpoint, with the same stall and dead-peer rules and the same tag spaces
+    (``name``)."""
+    space = _tag_space(group, name)
+    t = GlooTransport(group, space)
+    _hold_space(group, space, name, t)
     h = _lib.c_vp()
     _lib.check(_lib.lib.reshard_comm_create_transport(ctypes.byref(t.ops), None, t.rank,
                                                       t.size, ctypes.byref(h)))

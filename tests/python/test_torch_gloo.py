@@ -138,3 +138,14 @@ def test_rank_that_never_arrives_is_named(tmp_path):
         assert "rank(s) 1 did not reach the end of the execution" in rep["message"], rep
         assert "at most 2 x timeout_s = 4.0 s" in rep["message"], rep  # a bound, worded so
         assert 2 * timeout_s - 0.5 < rep["elapsed"] < 2 * timeout_s + 2.0, rep
+
+
+def test_two_named_comms_on_one_group_from_threads(tmp_path):
+    """Two comms per rank on the one group, each used by its own thread with its own
+    plan and values at the same time: every element of both exact on both engine
+    ranks; an unnamed comm made off the main thread refused on every rank."""
+    reports = run_group("two_comms", tmp_path)
+    for r in range(WORLD):
+        rep = reports[r]["two_comms"]
+        assert rep["ok"], rep
+        assert rep["verified"] == (2 * 5 * 64 * 24 if r >= 2 else 0), rep

@@ -248,6 +248,67 @@ def case_absent(comm, workdir):
     return case_dense(comm, workdir)
 
 
+def case_two_comms(comm, workdir):
+    """Two comms on the one world group, one per thread, named "a" and "b" (the same on
+    every rank), each with its own plan of the same layouts and its own source values,
+    5 refits each at once: every destination element is its own plan's (one tag space
+    per comm; on one shared space gloo matched the plans' messages across). Then an
+    unnamed comm made on a thread is refused on every rank."""
+    import threading
+    shape = (64, 48)
+    tensors = reshard.Tensors()
+    tensors.add("w", shape, np.float32)
+    src = reshard.Layout.from_placements(tensors, {"w": ([0, 1], [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": ([2, 3], [Shard(1)])})
+    results, errors = {}, {}
+    t0 = time.perf_counter()
+
+    def body(name, salt):
+        try:
+            c = reshard.Comm.from_torch(name=name)
+            plan = reshard.Plan(src, dst, rank=c.rank, world=c.size, timeout_s=TIMEOUT_S)
+            checked = 0
+            for step in range(5):
+                full = (np.arange(shape[0] * shape[1]) * 3 + salt + step).astype(
+                    np.float32).reshape(shape)
+                r = c.rank
+                s = {"w": np.ascontiguousarray(full[r * 32:(r + 1) * 32])} if r < 2 else {}
+                d = {"w": np.zeros((64, 24), np.float32)} if r >= 2 else {}
+                plan.execute(c, src=s, dst=d)
+                if d:
+                    want = full[:, (r - 2) * 24:(r - 1) * 24]
+                    assert np.array_equal(d["w"], want), \
+                        "comm %s step %d: %d wrong elements" % (name, step,
+                                                               int((d["w"] != want).sum()))
+                    checked += want.size
+            results[name] = checked
+            c.close()
+        except BaseException as e:  # noqa: BLE001 - reported on the main thread
+            errors[name] = e
+
+    threads = [threading.Thread(target=body, args=(n, k * 100000))
+               for k, n in enumerate(("a", "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in errors.values():
+        raise e
+    refused = []
+
+    def unnamed():
+        try:
+            reshard.Comm.from_torch()
+        except reshard.ReshardError as e:
+            refused.append(e)
+    t = threading.Thread(target=unnamed)
+    t.start()
+    t.join()
+    assert len(refused) == 1 and refused[0].status.name == "INVALID_ARG" and \
+        "pass name=" in refused[0].message, refused
+    return results["a"] + results["b"], time.perf_counter() - t0
+
+
 def case_bench(comm, workdir):
     """The timing refit of bench/torch_vs_mpi.py: qwen3-0.6b, 2 layers, tp=2 -> tp=1,dp=2."""
     refit = reshard.Model("qwen3-0.6b", layers=2).refit("tp=2", "tp=1,dp=2")

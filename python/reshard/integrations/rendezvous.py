@@ -57,7 +57,7 @@ def gloo_comm(store: Any, rank: int, world: int, timeout_s: float) -> Comm:
     from ..torch_comm import from_group
     group = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, world,
                                   datetime.timedelta(seconds=timeout_s))
-    return from_group(group)
+    return from_group(group, name="refit")  # its own group: one endpoint, on any thread
 
 
 def open_comm(transport: str, store: Any, rank: int, world: int, timeout_s: float,
