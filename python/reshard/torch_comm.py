@@ -279,21 +279,38 @@ class GlooTransport:
         pending = set(peers)
         deadline = time.monotonic() + 2 * timeout_s
         cut = False
+        nap = 0.0005
         while pending:
-            # ranks expected to arrive first, in rank order; the ones some rank failed on
-            # (which may never come) last, for GRACE_S
-            waiting = sorted(pending - suspects) or sorted(pending)
-            p = waiting[0]
-            if p in suspects and not cut:
+            # every contribution as it arrives (whichever rank first), so that the ranks
+            # some rank failed on (which may never come) are known as soon as anyone says
+            # so; once only those are missing, they get GRACE_S more
+            arrived = False
+            for p in sorted(pending):
+                if p not in recvs:
+                    pending.discard(p)
+                    missing.add(p)
+                    continue
+                w = recvs[p].wait(0)
+                if w is not None and w[0] == _TIMEOUT:
+                    continue  # not yet
+                pending.discard(p)
+                arrived = True
+                if w is not None:  # its connection failed
+                    missing.add(p)
+                    continue
+                got[p] = c = self._parse(bufs[p])
+                if c.status != 0 and c.suspect >= 0:
+                    suspects.add(c.suspect)
+            if pending and pending <= suspects and not cut:
                 deadline, cut = min(deadline, time.monotonic() + GRACE_S), True
-            if p not in recvs or recvs[p].wait(deadline - time.monotonic()) is not None:
-                pending.discard(p)  # given up on (past the deadline, or its connection failed)
-                missing.add(p)
-                continue
-            got[p] = c = self._parse(bufs[p])
-            pending.discard(p)
-            if c.status != 0 and c.suspect >= 0:
-                suspects.add(c.suspect)
+            if pending and time.monotonic() > deadline:
+                missing |= pending  # given up on, past the deadline
+                pending = set()
+            if pending and not arrived:
+                time.sleep(nap)
+                nap = min(nap * 2, 0.01)
+            elif arrived:
+                nap = 0.0005
         pending |= missing
         for p, w in sends.items():
             if p not in pending and w.wait(max(deadline - time.monotonic(), GRACE_S)):

@@ -149,3 +149,19 @@ def test_two_named_comms_on_one_group_from_threads(tmp_path):
         rep = reports[r]["two_comms"]
         assert rep["ok"], rep
         assert rep["verified"] == (2 * 5 * 64 * 24 if r >= 2 else 0), rep
+
+
+def test_stalled_delta_sender_fails_every_rank_within_the_bound(tmp_path):
+    """Rank 0 stalls on its fourth post of a delta refit (the first round's headers):
+    every other rank fails naming it within about twice the timeout (a round wait, then
+    the agreement cut to its grace once the stalled rank is the only one missing), not
+    three times (a round wait of the headers, then one of the bodies, then the agreement's
+    full wait)."""
+    timeout_s = 2.0
+    reports = run_group("stall_delta", tmp_path, timeout_s=timeout_s, expect_exit=0)
+    assert sorted(reports) == [1, 2, 3]
+    for r, by_case in reports.items():
+        rep = by_case["stall_delta"]
+        assert not rep["ok"] and rep["status"] == "TIMEOUT", rep
+        assert "0" in rep["message"], rep
+        assert rep["elapsed"] < 2 * timeout_s + 1.0, rep

@@ -203,6 +203,26 @@ def case_stall(comm, workdir):
     return case_dense(comm, workdir)
 
 
+def case_stall_delta(comm, workdir):
+    """Rank 0, a sender of a delta refit, stalls on its fourth post (the headers of the
+    first round, after the version exchange)."""
+    refit = reshard.Model(config(workdir, "tiny", TINY)).refit("tp=2", "tp=2")
+    plan = reshard.Plan(refit.train, refit.infer, rank=comm.rank, world=refit.world,
+                        timeout_s=TIMEOUT_S, delta=True)
+    if comm.rank == 0:
+        real = reshard.torch_comm.GlooTransport.post
+        count = [0]
+
+        def post(self, *args):
+            count[0] += 1
+            if count[0] == 4:
+                time.sleep(20 * TIMEOUT_S)
+                os._exit(3)
+            return real(self, *args)
+        reshard.torch_comm.GlooTransport.post = post
+    return pattern_refit(comm, refit, plan)
+
+
 def case_kill(comm, workdir):
     if comm.rank == 2:
         _misbehave("kill")
