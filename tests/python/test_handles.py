@@ -94,11 +94,18 @@ class _Refit:
             t.start()
         _wait_busy(self.c0)
 
-    def join(self):
+    def join(self, contended=False):
+        """Both ranks OK and rank 1 verified; or, when another thread called rank 0's
+        comm meanwhile (``contended``), both ranks failed (the refit is refused on every
+        rank, never OK with a peer that may have run the other thread's plan)."""
         for t in self.threads:
             t.join()
-        assert self.errs == []
-        assert reshard.verify_pattern(self.dst, 1, self.d1) == 64 * 64 * 4
+        if contended:
+            assert len(self.errs) == 2, self.errs
+            assert any("another thread called this comm" in str(e) for e in self.errs)
+        else:
+            assert self.errs == []
+            assert reshard.verify_pattern(self.dst, 1, self.d1) == 64 * 64 * 4
         self.group.close()
 
 
@@ -110,7 +117,7 @@ def test_two_threads_on_one_comm():
                        match="rank 0: another thread is executing on this comm") as e:
         x.plan.execute(x.c0, src=zeros, dst={})  # a second thread of rank 0, zeroed sources
     assert e.value.status == reshard.Status.INVALID_ARG
-    x.join()
+    x.join(contended=True)
 
 
 def test_close_waits_for_an_execution():
