@@ -161,13 +161,8 @@ static bool same_dst_fragments(const reshard_layout_t *a, const reshard_layout_t
         if (i == a->n || j == b->n)
             return i == a->n && j == b->n;
         const reshard_fragment_t *x = &a->f[i++], *y = &b->f[j++];
-        if (x->tensor != y->tensor || x->buffer != y->buffer || x->base != y->base ||
-            x->box.ndim != y->box.ndim)
+        if (x->buffer != y->buffer || !rs_fragment_same_place(x, y))
             return false;
-        for (int d = 0; d < x->box.ndim; d++)
-            if (x->box.offset[d] != y->box.offset[d] || x->box.extent[d] != y->box.extent[d] ||
-                x->stride[d] != y->stride[d])
-                return false;
     }
 }
 

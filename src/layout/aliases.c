@@ -28,17 +28,6 @@ static const char *buffer_name(const reshard_layout_t *l, int32_t rank, const re
     return e ? e->name : b->name ? b->name : "undeclared";
 }
 
-static bool same_fragment(const reshard_fragment_t *x, const reshard_fragment_t *y)
-{
-    if (x->tensor != y->tensor || x->base != y->base || x->box.ndim != y->box.ndim)
-        return false;
-    for (int d = 0; d < x->box.ndim; d++)
-        if (x->box.offset[d] != y->box.offset[d] || x->box.extent[d] != y->box.extent[d] ||
-            x->stride[d] != y->stride[d])
-            return false;
-    return true;
-}
-
 /* Buffers @p a and @p b are one memory (same pointer and size) into which both write the
  * same elements at the same bytes: a tied weight bound under both of its names. */
 static bool same_writes(const reshard_layout_t *l, int32_t rank, const reshard_buffer_t *bufs,
@@ -54,7 +43,7 @@ static bool same_writes(const reshard_layout_t *l, int32_t rank, const reshard_b
             j++;
         if (i == l->n || j == l->n)
             return i == l->n && j == l->n;
-        if (!same_fragment(&l->f[i++], &l->f[j++]))
+        if (!rs_fragment_same_place(&l->f[i++], &l->f[j++]))
             return false;
     }
 }

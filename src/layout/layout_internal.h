@@ -245,6 +245,19 @@ static inline bool rs_box_dense(const reshard_box_t *b, const reshard_fragment_t
     return true;
 }
 
+/** Do fragments @p a and @p b put the same elements of the same tensor at the same
+ *  element offsets of their buffers (tensor, box, base and strides; not the buffer id)? */
+static inline bool rs_fragment_same_place(const reshard_fragment_t *a, const reshard_fragment_t *b)
+{
+    if (a->tensor != b->tensor || a->base != b->base || a->box.ndim != b->box.ndim)
+        return false;
+    for (int d = 0; d < a->box.ndim; d++)
+        if (a->box.offset[d] != b->box.offset[d] || a->box.extent[d] != b->box.extent[d] ||
+            a->stride[d] != b->stride[d])
+            return false;
+    return true;
+}
+
 /** True when @p inner lies inside @p outer. */
 bool rs_box_contains(const reshard_box_t *outer, const reshard_box_t *inner);
 /** Row-major flat index of point @p idx in a view shape. */
