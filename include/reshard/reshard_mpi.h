@@ -113,16 +113,17 @@ MPI_Comm reshard_comm_mpi_comm(const reshard_comm_t *comm);
  * Bounded: MPI_Comm_create_group has no timeout, so a watchdog thread ends
  * the job with MPI_Abort (after printing "reshard_comm_shrink_mpi: rank R:
  * ... did not complete within S s") when it has not returned within
- * RESHARD_SHRINK_WATCHDOG_S seconds: a survivor that stopped after the
- * agreement would otherwise block the others forever. Once the ranks
- * disagree on who is left nothing better is possible (reshard_elastic.h).
- * Process failure under Open MPI 4.1 (no ULFM): a stopped (SIGSTOP) or hung
- * rank is survivable; a rank that exits or is killed normally makes mpirun
- * end the whole job, unless the runtime is told otherwise.
+ * RESHARD_SHRINK_WATCHDOG_S seconds (the environment variable of that name,
+ * a number of seconds > 0, overrides it; a value that is not one is ignored):
+ * a survivor that stopped after the agreement would otherwise block the others forever. Once the
+ * ranks disagree on who is left nothing better is possible (reshard_elastic.h). Process failure
+ * under Open MPI 4.1 (no ULFM): a stopped (SIGSTOP) or hung rank is survivable; a rank that exits
+ * or is killed normally makes mpirun end the whole job, unless the runtime is told otherwise.
  * Errors: INVALID_ARG (NULL, not an MPI comm, the caller is in gone),
  * TRANSPORT (MPI failed), NOMEM.
  */
-/** The bound of reshard_comm_shrink_mpi's MPI_Comm_create_group (seconds). */
+/** The bound of reshard_comm_shrink_mpi's MPI_Comm_create_group (seconds; the environment
+ *  variable RESHARD_SHRINK_WATCHDOG_S overrides it). */
 #define RESHARD_SHRINK_WATCHDOG_S 30.0
 
 reshard_status_t reshard_comm_shrink_mpi(reshard_comm_t *comm, const int32_t *gone, int32_t n_gone,

@@ -153,7 +153,13 @@ static void *watchdog_main(void *arg)
     watchdog_t *w = arg;
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += (time_t)w->seconds;
+    const time_t whole = (time_t)w->seconds;
+    dl.tv_sec += whole;
+    dl.tv_nsec += (long)((w->seconds - (double)whole) * 1e9);
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
     int rc = 0;
     pthread_mutex_lock(&w->mu);
     while (!w->done && rc != ETIMEDOUT)
@@ -171,12 +177,22 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* The watchdog's bound: RESHARD_SHRINK_WATCHDOG_S, or the environment variable of that name
+ * when it is a number of seconds > 0. */
+static double watchdog_seconds(void)
+{
+    const char *env = getenv("RESHARD_SHRINK_WATCHDOG_S");
+    char *end = NULL;
+    double s = env ? strtod(env, &end) : 0.0;
+    return env && end != env && *end == '\0' && s > 0.0 && s < 1e6 ? s : RESHARD_SHRINK_WATCHDOG_S;
+}
+
 /* MPI_Comm_create_group under the watchdog. */
 static int create_group_bounded(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *out,
                                 int32_t rank)
 {
     watchdog_t w = {.rank = rank,
-                    .seconds = RESHARD_SHRINK_WATCHDOG_S,
+                    .seconds = watchdog_seconds(),
                     .what = "MPI_Comm_create_group over the survivors"};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
