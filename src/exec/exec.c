@@ -829,8 +829,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 li->chunks[msg[0] < RS_DELTA_NKINDS ? msg[0] : 0]++;
             }
             pos[i] += len;
+            /* A dense chunk's result is its wire bytes, whatever the destination held before:
+             * only a delta chunk's result is hashed (its field is 0 in a dense one). */
             uint64_t hash = 0;
-            if (ck && st == RESHARD_OK)
+            if (ck && st == RESHARD_OK && msg[0] != RS_DELTA_DENSE)
                 st = delta_hash(x, dense, len, &hash);
             if (ck)
                 put_le64(msg + RS_DELTA_HEADER_BYTES, hash);
@@ -931,9 +933,10 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 ls = delta_apply(x, enc, &h, dense, len, what);
             dr->wrote = true;
             uint64_t hash = 0;
-            if (ls == RESHARD_OK && ck)
+            const bool check = ck && h.kind != RS_DELTA_DENSE; /* the sender's rule above */
+            if (ls == RESHARD_OK && check)
                 ls = delta_hash(x, dense, len, &hash);
-            if (ls == RESHARD_OK && ck && hash != get_le64(msg + RS_DELTA_HEADER_BYTES))
+            if (ls == RESHARD_OK && check && hash != get_le64(msg + RS_DELTA_HEADER_BYTES))
                 ls = rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, me, k);
             if (ls == RESHARD_OK)
                 ls = move_chunk_at(x, xs->s, &xs->cur, dense, len, false, false, &payload);
