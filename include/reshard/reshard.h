@@ -753,8 +753,9 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
  * instead of leaving them to time out: call it where reshard_plan_execute
  * would have been called. It takes part in the first agreement of the
  * peers' execution, so every peer's reshard_plan_execute returns @p status
- * at once, naming this rank ("rank R could not create its plan or bind its buffers"), and no
- * destination byte anywhere is written.
+ * at once, naming this rank and its last error, the first 240 bytes ("rank R could not
+ * create its plan or bind its buffers (STATUS: message)"), and no destination byte
+ * anywhere is written.
  * @param status     the failed status (negative) reshard_plan_create returned
  * @param timeout_s  how long to wait for the peers to arrive; <= 0: the
  *                   default RESHARD_DEFAULT_TIMEOUT_S
@@ -763,6 +764,35 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
  * then be destroyed.
  */
 reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status, double timeout_s);
+
+/**
+ * reshard_plan_fail with the reason the peers are told: @p reason (NUL-terminated; NULL:
+ * this thread's last error, as reshard_plan_fail). Every peer's error then names this
+ * rank and the first 240 bytes of @p reason ("rank R could not create its plan or bind
+ * its buffers (STATUS: reason)"). Errors: as reshard_plan_fail.
+ */
+reshard_status_t reshard_plan_fail_reason(reshard_comm_t *comm, reshard_status_t status,
+                                          const char *reason, double timeout_s);
+
+/**
+ * Agree on the inputs of planning before any rank plans: every rank of @p comm calls
+ * it (collective; between executions, never during one) with the same @p n (0..64)
+ * names @p keys in the same order and its own @p values (NUL-terminated text each:
+ * a model, a parallel spec, a parameter). Planning from different inputs fails only at
+ * the first execution otherwise, and then as whatever the difference breaks first.
+ * Returns OK on every rank when every rank gave equal values (one agreement of the
+ * transport). Otherwise MISMATCH on every rank, the message naming up to 4 keys whose
+ * values differ, each with the ranks holding rank 0's value and the ranks holding
+ * another, up to 4 of each, and the values (first 120 bytes), e.g.
+ * "infer: 'tp=2' on ranks 0, 1, 2; 'tp=1,dp=2' on rank 3" (a few more agreements,
+ * the same on every rank). Values are compared by a 32-bit hash per key (XXH3) and a
+ * 64-bit hash of all of them.
+ * Errors: INVALID_ARG (NULL comm, keys or values; n out of range), MISMATCH (also when
+ * ranks give different n), TIMEOUT (a peer did not arrive within @p timeout_s; <= 0:
+ * RESHARD_DEFAULT_TIMEOUT_S), TRANSPORT (destroy the comm then).
+ */
+reshard_status_t reshard_comm_agree_values(reshard_comm_t *comm, int32_t n, const char *const *keys,
+                                           const char *const *values, double timeout_s);
 
 /* ------------------------------------------------------------------ */
 /* 7. Verification pattern                                             */

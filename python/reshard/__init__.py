@@ -19,7 +19,7 @@ from .comm import (Comm, InprocGroup, exchange_unique_id, from_cuda_ipc, from_mp
 from .dtypes import DType, to_dtype, torch_dtype
 from .errors import ReshardError, Status
 from .layout import Fragment, Layout, Parameter
-from .model import Model, Refit
+from .model import Model, Refit, agree_values
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
 from .placements import Placement, Replicate, Shard, StridedShard
 from .plan import ALL_RANKS, DEFAULT_TIMEOUT_S, Plan, placement_from_mpi, plan_fail
@@ -36,7 +36,7 @@ Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
-__all__ = ["ALL_RANKS", "Baseline", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+__all__ = ["ALL_RANKS", "agree_values", "Baseline", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "placement_from_mpi", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "alloc_shared", "exchange_unique_id",
            "fill_pattern", "from_cuda_ipc", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",

@@ -212,6 +212,8 @@ _SIGNATURES = {
     "reshard_transport_error": (st, [st, c_str]),
     "reshard_plan_execute": (st, [c_vp, c_vp, P(Buffer), c_i32, P(Buffer), c_i32, P(ExecStats)]),
     "reshard_plan_fail": (st, [c_vp, st, ctypes.c_double]),
+    "reshard_plan_fail_reason": (st, [c_vp, st, c_str, ctypes.c_double]),
+    "reshard_comm_agree_values": (st, [c_vp, c_i32, P(c_str), P(c_str), ctypes.c_double]),
     "reshard_fill_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32]),
     "reshard_verify_pattern": (st, [c_vp, c_i32, P(Buffer), c_i32, P(c_u64)]),
     "reshard_plan_delta_info": (st, [c_vp, c_i32, P(DeltaInfo)]),

@@ -93,11 +93,13 @@ def bind(layout, rank, buffers, side, device, writable):
     params = {p.name: p for p in layout.parameters(rank)}
     slots = {}  # buffer id -> (name or None, View)
     if isinstance(buffers, dict):
+        unknown = [name for name in buffers if name not in params]
+        hint = _name_hint(unknown, params)
         for name, obj in buffers.items():
             p = params.get(name)
             if p is None:
-                problems.append((Status.BUFFER, "%s rank %d: parameter %r is not in the layout "
-                                 "(it declares %s)" % (side, rank, name, _names(params))))
+                problems.append((Status.BUFFER, "%s rank %d: parameter %r is not in the layout"
+                                 % (side, rank, name)))
                 continue
             slots[p.buffer] = (name, _view(obj, side, rank, p.buffer, name))
         for name, p in params.items():
@@ -105,6 +107,10 @@ def bind(layout, rank, buffers, side, device, writable):
                 problems.append((Status.BUFFER, "%s rank %d: parameter %r (buffer %d, %s %s) "
                                  "is missing" % (side, rank, name, p.buffer, p.dtype.name,
                                                  list(p.shape))))
+        if unknown:  # once, after the problems: what the layout declares, and what to do
+            problems.append((Status.BUFFER, "%s rank %d: %s%s" % (side, rank, hint or "the "
+                             "layout declares %s" % _names(params), "" if not hint else
+                             " (the layout declares %s)" % _names(params))))
     else:
         by_id = {p.buffer: p for p in params.values()}
         for b, obj in enumerate(buffers):
@@ -156,13 +162,71 @@ def _names(params):
     return ", ".join(repr(n) for n in names)
 
 
-def raise_problems(problems, c_message=None):
-    """Raise ReshardError with the first problem's status and every message."""
+# Prefixes that wrappers put before a module's parameter names: DDP and FSDP1
+# (``module.``), torch.compile (``_orig_mod.``), a model held as ``model`` of another
+# module, and the ones HF and vLLM names carry where Megatron's do not.
+_PREFIXES = ("module.", "_orig_mod.", "model.", "module.module.", "_orig_mod.module.",
+             "module._orig_mod.", "model.module.")
+SHOWN_PROBLEMS = 3  # problems a binding error's message shows; e.problems has every one
+
+
+def _name_hint(unknown, params):
+    """What to do about parameter names the layout does not declare, when they differ
+    from declared ones by a known prefix (``module.``, ``_orig_mod.``, ``model.``) or
+    are the other framework's names; None otherwise."""
+    if not unknown:
+        return None
+    for pre in sorted(_PREFIXES, key=len, reverse=True):
+        stripped = [n for n in unknown if n.startswith(pre) and n[len(pre):] in params]
+        if stripped and len(stripped) * 2 >= len(unknown):
+            return ("%d of the names carry the prefix %r that the layout's names do not "
+                    "(e.g. %r is declared as %r): strip it, e.g. {k.removeprefix(%r): v for "
+                    "k, v in named}" % (len(stripped), pre, stripped[0], stripped[0][len(pre):],
+                                        pre))
+        added = [n for n in unknown if pre + n in params]
+        if added and len(added) * 2 >= len(unknown):
+            return ("%d of the names lack the prefix %r that the layout's names have (e.g. "
+                    "%r is declared as %r): add it" % (len(added), pre, added[0], pre + added[0]))
+    megatron = any(".self_attention." in n or n.startswith("decoder.") for n in params)
+    hf = sum(".self_attn." in n or n.startswith("model.") for n in unknown)
+    if megatron and hf * 2 >= len(unknown):
+        return ("the names given are Hugging Face / vLLM names (e.g. %r) but this side of the "
+                "refit takes Megatron's named_parameters() names" % unknown[0])
+    if not megatron and any(".self_attention." in n or n.startswith("decoder.")
+                            for n in unknown):
+        return ("the names given are Megatron's (e.g. %r) but this side of the refit takes "
+                "vLLM's named_parameters() names" % [n for n in unknown
+                                                     if ".self_attention." in n or
+                                                     n.startswith("decoder.")][0])
+    return None
+
+
+def problems_message(problems):
+    """The message of a binding error: their count; when some names were not in the
+    layout, what to do and what the layout declares (the last problem) first; then
+    the first SHOWN_PROBLEMS problems."""
     texts = [m for _, m in problems]
-    msg = texts[0] if len(texts) == 1 else "%d problems: %s" % (len(texts), "; ".join(texts))
+    if len(texts) == 1:
+        msg = texts[0]
+    else:
+        hint = [texts[-1]] if " declares " in texts[-1] else []  # names: what to do, first
+        shown = hint + texts[:SHOWN_PROBLEMS]
+        msg = "%d problems: %s" % (len(texts), "; ".join(shown))
+        if len(shown) < len(texts):
+            msg += "; and %d more (the exception's .problems lists every one)" % (
+                len(texts) - len(shown))
+    return msg
+
+
+def raise_problems(problems, c_message=None):
+    """Raise ReshardError with the first problem's status and problems_message;
+    ``e.problems`` holds every (Status, message)."""
+    msg = problems_message(problems)
     if c_message:
         msg += " (telling the peers failed too: %s)" % c_message
-    raise error(problems[0][0], msg)
+    e = error(problems[0][0], msg)
+    e.problems = list(problems)
+    raise e
 
 
 def allocate(param, library="torch", fill=None, device=None):

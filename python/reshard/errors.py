@@ -36,6 +36,8 @@ class ReshardError(RuntimeError):
         message  the C library's message (names tensor, rank, buffer and box),
                  or, for a check made in Python before calling C, that check's
                  message naming the parameter
+        problems every (Status, message) of a binding error found in Python (its
+                 message shows the first few and the count); [] otherwise
     """
 
     def __init__(self, status, c_name, message, context=None):
@@ -46,6 +48,7 @@ class ReshardError(RuntimeError):
         self.c_name = c_name
         self.message = message
         self.context = context
+        self.problems = []
         text = "%s: %s" % (c_name, message)
         if context:
             text = "%s: %s" % (context, text)

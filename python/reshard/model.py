@@ -35,6 +35,9 @@ class Model(_lib.Handle):
         self._h = h.value
         self.name = str(name_or_path)
         self.infer_quant = quant if quant != Quant.none else None
+        # what Model.plan agrees on across ranks
+        self.options = "layers=%d mtp=%d dtype=%s infer_dtype=%s pow2_scale=%d" % (
+            int(layers), int(bool(mtp)), dtype, infer_dtype, int(bool(pow2_scale)))
 
     def __del__(self):
         if getattr(self, "_h", None):
@@ -88,36 +91,172 @@ class Model(_lib.Handle):
 
     def plan(self, comm, train, infer, infer_offset=None, domain_size=None, staging_mb=None,
              relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None,
-             redundant=None, eplb_map=None, hosts=None, devices=None, colocated=False):
+             redundant=None, eplb_map=None, hosts=None, devices=None, colocated=False,
+             delta=False, verify=None, coords=None):
         """The common path in one call: this rank's plan of the refit from ``train`` to
         ``infer`` over ``comm`` (any reshard.Comm: its rank and size are the rank's
-        and the world's). It builds the rank's scoped refit (Model.refit(...,
-        rank=comm.rank, domain_size=...)) and its own Plan with the same domain size,
-        checks the refit's world against the comm's size, and when anything of that
-        fails, tells every peer through the comm (plan_fail: their execute, or their
-        Model.plan, fails at once naming this rank) before raising. Every rank of the
-        comm calls it, then plan.execute(src=..., dst=...) every step. The Plan's
-        ``refit`` is the scoped refit (role(), parameters(rank)); ``engines``, ``vllm``,
-        ``convention``, ``redundant`` and ``eplb_map`` are Model.refit's (a new EPLB map:
-        call plan again, every rank with the same map), the other arguments Plan's. Raises ReshardError (this rank's error, or the one of a peer whose
-        planning failed)."""
+        and the world's). Every rank of the comm calls it, then plan.execute(src=...,
+        dst=...) every step.
+
+        Before anything is built, the ranks agree on their inputs
+        (reshard_comm_agree_values): the model and its options, both specs (compared
+        parsed: "tp=2" equals "pp=1,tp=2"), infer_offset, engines, vllm, convention,
+        redundant, the EPLB map, domain_size, staging_mb, relay_mb, timeout_s, the
+        placement, delta and verify. A difference fails every rank here with MISMATCH
+        naming each differing input, its value and the ranks holding each ("infer:
+        'tp=2' on ranks 0, 1, 2; 'tp=1,dp=2' on rank 3").
+
+        ``coords``: this rank's own coordinates as its framework numbers them, checked
+        against the rank the comm gives it: a training rank's Megatron ranks
+        ({"tp": parallel_state.get_tensor_model_parallel_rank(), "pp": ..., "dp": ...,
+        "cp": ..., "ep": ..., "etp": ...}, any subset), an inference rank's vLLM ranks
+        ({"engine": e, "dp": data_parallel_rank, "tp": tensor-parallel rank}). The
+        layout numbers training ranks as Megatron's default order "tp-cp-ep-dp-pp"
+        (tp fastest; the expert grid etp, ep, edp over the same ranks) and inference
+        ranks engine by engine, dp-major, tp fastest, after the trainers. A rank whose
+        coordinates differ fails every rank here with RANK, naming both numberings.
+        Without coords nothing can see a rank holding another rank's shards of the
+        same shapes: it would deliver that rank's weights (bind the framework's rank
+        as comm rank, or pass coords).
+
+        Then it builds the rank's scoped refit (Model.refit(..., rank=comm.rank,
+        domain_size=...)) and its own Plan with the same domain size, checks the
+        refit's world against the comm's size, and when anything of that fails, tells
+        every peer through the comm (plan_fail: their execute, or their Model.plan,
+        fails at once naming this rank and its first problem) before raising. The
+        Plan's ``refit`` is the scoped refit (role(), parameters(rank)); ``engines``,
+        ``vllm``, ``convention``, ``redundant`` and ``eplb_map`` are Model.refit's (a
+        new EPLB map: call plan again, every rank with the same map), ``delta`` and
+        ``verify`` Plan's (a delta refit over any comm, gloo included: docs/delta.md),
+        the other arguments Plan's. Raises ReshardError (MISMATCH, RANK, this rank's
+        error, or the one of a peer whose planning failed)."""
         comm_open(comm)
         rank, size = comm.rank, comm.size
+        t, i = str(train), str(infer)
+        if convention is not None:
+            t += ",convention=%s" % (convention,)
+        if engines is not None:
+            i += ",engines=%d" % (_int32(engines, "engines"),)
+        if vllm is not None:
+            i += ",vllm=%s" % (vllm,)
+        if redundant is not None:
+            i += ",redundant=%d" % (_int32(redundant, "redundant"),)
+        inputs = [("model", "%s %s" % (self.name, self.options)), ("train", _canonical(t, True)),
+                  ("infer", _canonical(i, False)), ("infer_offset", repr(infer_offset)),
+                  ("eplb_map", _digest(_eplb_entries(eplb_map))),
+                  ("domain_size", repr(domain_size)), ("staging_mb", repr(staging_mb)),
+                  ("relay_mb", repr(relay_mb)), ("timeout_s", repr(timeout_s)),
+                  ("placement", _digest((hosts, devices, bool(colocated)))),
+                  ("delta", repr(bool(delta))), ("verify", repr(verify))]
+        agree_values(comm, inputs, timeout_s)
+        problem = _coords_problem(rank, t, i, infer_offset, coords)
+        try:
+            agree_values(comm, [("rank identity", problem or "as the layout numbers it")],
+                         timeout_s)
+        except ReshardError as e:
+            if e.status != Status.MISMATCH:
+                raise
+            raise error(Status.RANK, "rank %d: a rank's framework coordinates differ from "
+                        "the layout's numbering (nothing was planned): %s" % (
+                            rank, e.message.split("(nothing was planned): ", 1)[-1]))
         try:
             refit = self.refit(train, infer, infer_offset=infer_offset, rank=rank,
                                domain_size=domain_size or 0, engines=engines, vllm=vllm,
                                convention=convention, redundant=redundant, eplb_map=eplb_map)
         except ReshardError as e:
-            plan_fail(comm, e.status, timeout_s)
+            plan_fail(comm, e, timeout_s)
             raise
         if refit.world != size:
             e = error(Status.INVALID_ARG, "rank %d: the refit %s -> %s needs %d ranks, the "
                       "comm has %d" % (rank, train, infer, refit.world, size))
-            plan_fail(comm, e.status, timeout_s)
+            plan_fail(comm, e, timeout_s)
             raise e
         return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
                           domain_size=domain_size, hosts=hosts, devices=devices,
-                          colocated=colocated)
+                          colocated=colocated, delta=delta, verify=verify)
+
+
+def agree_values(comm, items, timeout_s=None):
+    """Every rank of ``comm`` gives the same names in ``items`` ((name, value text)
+    pairs) and its own values: returns when every rank's are equal, else raises
+    ReshardError MISMATCH on every rank naming each differing name, its values and the
+    ranks holding them (reshard_comm_agree_values; TIMEOUT when a peer does not come
+    within ``timeout_s``, default DEFAULT_TIMEOUT_S)."""
+    comm_open(comm)
+    keys = (_lib.c_str * max(1, len(items)))(*[str(k).encode() for k, _ in items])
+    values = (_lib.c_str * max(1, len(items)))(*[str(v).encode() for _, v in items])
+    h = comm._enter()
+    try:
+        st = _lib.lib.reshard_comm_agree_values(h, len(items), keys, values,
+                                                float(timeout_s or 0))
+    finally:
+        comm._leave()
+    _lib.check(st)
+
+
+def _canonical(spec, train):
+    """A spec as the library reads it (every field, defaults filled), so that equal
+    specs written differently compare equal; the text itself when it does not parse
+    (the ranks then compare what they were given)."""
+    s = _lib.TrainSpec() if train else _lib.InferSpec()
+    fn = _lib.lib.reshard_train_spec_parse if train else _lib.lib.reshard_infer_spec_parse
+    if fn(spec.encode(), ctypes.byref(s)) != 0:
+        return spec
+    names = ["tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last", "convention"] if train \
+        else ["tp", "dp", "ep", "engines", "vllm", "redundant"]
+    return ",".join("%s=%d" % (n, getattr(s, n)) for n in names)
+
+
+def _digest(value):
+    """A short stable text for a long input (an EPLB map, a placement)."""
+    if value is None:
+        return "none"
+    import hashlib
+    data = bytes(value) if isinstance(value, ctypes.Array) else repr(value).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+_TRAIN_COORDS = ("tp", "cp", "dp", "pp", "ep", "etp")
+_INFER_COORDS = ("engine", "dp", "tp")
+
+
+def _coords_problem(rank, train, infer, infer_offset, coords):
+    """None when ``coords`` (a rank's framework coordinates) match what the layout's
+    numbering gives comm rank ``rank`` (Model.plan), else the problem naming both."""
+    if coords is None:
+        return None
+    if not isinstance(coords, dict):
+        raise TypeError("reshard: coords= is a dict of the framework's ranks, e.g. "
+                        "{'tp': 1, 'pp': 0}, not %s" % type(coords).__name__)
+    ts, ispec = _lib.TrainSpec(), _lib.InferSpec()
+    _lib.check(_lib.lib.reshard_train_spec_parse(train.encode(), ctypes.byref(ts)),
+               "train spec %r" % train)
+    _lib.check(_lib.lib.reshard_infer_spec_parse(infer.encode(), ctypes.byref(ispec)),
+               "infer spec %r" % infer)
+    train_world = int(_lib.lib.reshard_train_world(ctypes.byref(ts)))
+    offset = train_world if infer_offset is None else int(infer_offset)
+    if rank < train_world:
+        side, known = "training", _TRAIN_COORDS
+        local = rank % (ts.tp * ts.cp * ts.dp)
+        want = {"tp": rank % ts.tp, "cp": rank // ts.tp % ts.cp,
+                "dp": rank // (ts.tp * ts.cp) % ts.dp, "pp": rank // (ts.tp * ts.cp * ts.dp),
+                "etp": local % ts.etp, "ep": local // ts.etp % ts.ep}
+    else:
+        side, known = "inference", _INFER_COORDS
+        tp, dp = max(1, ispec.tp), max(1, ispec.dp)
+        r = rank - offset
+        want = {"tp": r % tp, "dp": r // tp % dp, "engine": r // (tp * dp)}
+    unknown = sorted(set(coords) - set(known))
+    if unknown:
+        raise ValueError("reshard: coords= for a %s rank takes %s, not %s"
+                         % (side, ", ".join(known), ", ".join(unknown)))
+    diff = [k for k in known if k in coords and int(coords[k]) != want[k]]
+    if not diff:
+        return None
+    return ("rank %d is %s %s; the layout's rank %d is %s" % (
+        rank, "Megatron" if side == "training" else "vLLM",
+        ", ".join("%s_rank %d" % (k, int(coords[k])) for k in known if k in coords), rank,
+        ", ".join("%s_rank %d" % (k, want[k]) for k in known if k in coords)))
 
 
 def _eplb_entries(eplb_map):
@@ -206,20 +345,21 @@ class Refit(_lib.Handle):
         return out
 
     def plan(self, comm, domain_size=None, staging_mb=None, relay_mb=None, timeout_s=None,
-             hosts=None, devices=None, colocated=False):
+             hosts=None, devices=None, colocated=False, delta=False, verify=None):
         """This rank's Plan of the refit over ``comm``: rank comm.rank of comm.size
         (which must be the refit's world); a scoped refit takes the domain size it was
         built with. A failure is told to the peers through the comm before it is raised
         (Plan(comm=)). The plan's ``refit`` is this refit and its ``comm`` the comm, so
         plan.execute(src=..., dst=...) needs no comm. ``hosts``, ``devices`` and
-        ``colocated`` are Plan's (one-sided reads between ranks of one host)."""
+        ``colocated`` are Plan's (one-sided reads between ranks of one host), and so are
+        ``delta`` and ``verify`` (docs/delta.md)."""
         comm_open(comm)
         if domain_size is None and self.domain_size:
             domain_size = self.domain_size
         plan = Plan(self.train, self.infer, rank=comm.rank, world=comm.size,
                     domain_size=domain_size, staging_mb=staging_mb, relay_mb=relay_mb,
                     timeout_s=timeout_s, comm=comm, hosts=hosts, devices=devices,
-                    colocated=colocated)
+                    colocated=colocated, delta=delta, verify=verify)
         plan.refit = self
         return plan
 

@@ -4,7 +4,7 @@ import ctypes
 import weakref
 
 from . import _lib
-from .buffers import BindingFailed, bind, raise_problems
+from .buffers import BindingFailed, bind, problems_message, raise_problems
 from .errors import ReshardError, Status, error
 from .layout import Layout
 
@@ -338,7 +338,9 @@ class Plan(_lib.Handle):
         that they fail at once, naming this rank), then raise the problems."""
         h = comm._enter()
         try:
-            told = _lib.lib.reshard_plan_fail(h, int(Status.BUFFER), float(self.timeout_s or 0))
+            told = _lib.lib.reshard_plan_fail_reason(h, int(Status.BUFFER),
+                                                     problems_message(problems).encode(),
+                                                     float(self.timeout_s or 0))
         finally:
             comm._leave()
         note = None if told == 0 else _lib.last_error()
@@ -359,9 +361,13 @@ def plan_fail(comm, status, timeout_s=None):
     """Tell the peers on ``comm`` that this rank could not make its plan (``status``:
     a Status, an int, or the ReshardError Plan raised), where execute would have
     been called: every peer's execute then fails at once with that status, naming
-    this rank, and nothing moves. Waits for the peers to arrive (``timeout_s``,
+    this rank and its reason (the ReshardError's message, else the last error; the
+    first 240 bytes), and nothing moves. Waits for the peers to arrive (``timeout_s``,
     default DEFAULT_TIMEOUT_S). Raises ReshardError (TIMEOUT, TRANSPORT: destroy the comm)."""
+    reason = None
     if isinstance(status, ReshardError):
-        status = status.status
+        status, reason = status.status, status.message
     comm_open(comm)
-    _lib.check(_lib.lib.reshard_plan_fail(comm._h, int(status), float(timeout_s or 0)))
+    _lib.check(_lib.lib.reshard_plan_fail_reason(
+        comm._h, int(status), None if reason is None else str(reason).encode(),
+        float(timeout_s or 0)))

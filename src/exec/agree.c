@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "exec/agree.h"
+#include "exec/agree_text.h"
 #include "layout/layout_internal.h" /* rs_hash_mix */
 #include "plan/plan_internal.h"
 #include "util/error.h"
@@ -206,6 +207,22 @@ static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, do
     snprintf(out + n, n < size ? size - n : 0, ")");
 }
 
+/* The first problem of rank @p who (its message @p msg there, up to RS_AGREE_TEXT_MAX
+ * bytes, "..." where cut) into @p out on every rank: every rank calls it when the
+ * agreement named @p who. "" when that failed (bounded by @p timeout_s). */
+static void culprit_text(reshard_comm_t *comm, int32_t who, const char *msg, char *out, size_t size,
+                         double timeout_s)
+{
+    char cut[RS_AGREE_TEXT_MAX + 1];
+    size_t n = strlen(msg);
+    if (n > RS_AGREE_TEXT_MAX)
+        snprintf(cut, sizeof cut, "%.*s...", RS_AGREE_TEXT_MAX - 3, msg);
+    else
+        snprintf(cut, sizeof cut, "%s", msg);
+    if (rs_agree_text(comm, who, cut, out, size, timeout_s) != RESHARD_OK)
+        out[0] = '\0';
+}
+
 reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local,
                                     const reshard_plan_t *plan, double timeout_s)
 {
@@ -221,12 +238,14 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     if (m[W_PLAN_FAILED] != INT64_MAX) {
         int32_t who = (int32_t)(m[W_PLAN_FAILED] / 64);
         reshard_status_t st = (reshard_status_t)(-(m[W_PLAN_FAILED] % 64));
+        char first[RS_AGREE_TEXT_MAX + 1];
+        culprit_text(comm, who, msg, first, sizeof first, timeout_s);
         if (who == me)
             return rs_error(st, "%s", msg);
-        return rs_error(
-            st,
-            "rank %d: rank %d could not create its plan or bind its buffers (%s); nothing was sent",
-            me, who, reshard_status_string(st));
+        return rs_error(st,
+                        "rank %d: rank %d could not create its plan or bind its buffers (%s%s%s); "
+                        "nothing was sent",
+                        me, who, reshard_status_string(st), first[0] ? ": " : "", first);
     }
     int32_t a, b;
     if (fp_differ(m, &a, &b)) {
@@ -243,20 +262,29 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
                         local != RESHARD_OK ? "; this rank also: " : "",
                         local != RESHARD_OK ? msg : "");
     }
+    char first[RS_AGREE_TEXT_MAX + 1] = "";
+    if (m[W_FAILED] != INT64_MAX)
+        culprit_text(comm, (int32_t)m[W_FAILED], msg, first, sizeof first, timeout_s);
     if (local != RESHARD_OK)
         return rs_error(local, "%s", msg);
     if (agreed != RESHARD_OK) {
         int32_t who = m[W_FAILED] == INT64_MAX ? -1 : (int32_t)m[W_FAILED];
-        return rs_error(agreed, "rank %d: rank %d rejected its buffers (%s); nothing was sent", me,
-                        who, reshard_status_string(agreed));
+        return rs_error(agreed, "rank %d: rank %d rejected its buffers (%s%s%s); nothing was sent",
+                        me, who, reshard_status_string(agreed), first[0] ? ": " : "", first);
     }
     return RESHARD_OK;
 }
 
 reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status, double timeout_s)
 {
+    return reshard_plan_fail_reason(comm, status, NULL, timeout_s);
+}
+
+reshard_status_t reshard_plan_fail_reason(reshard_comm_t *comm, reshard_status_t status,
+                                          const char *reason, double timeout_s)
+{
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s", reshard_last_error());
+    snprintf(msg, sizeof msg, "%s", reason ? reason : reshard_last_error());
     rs_error_clear();
     if (!comm || status >= RESHARD_OK || status <= -64)
         return rs_error(RESHARD_ERR_INVALID_ARG,
@@ -274,6 +302,10 @@ reshard_status_t reshard_plan_fail(reshard_comm_t *comm, reshard_status_t status
     rs_error(status, "%s", msg); /* the transport keeps it as this rank's reason */
     int64_t m[RESHARD_AGREE_WORDS];
     reshard_status_t agreed = agree(comm, status, false, 0, timeout_s, m);
+    if (m[W_PLAN_FAILED] != INT64_MAX) { /* the first problem of the rank the peers name */
+        char first[RS_AGREE_TEXT_MAX + 1];
+        culprit_text(comm, (int32_t)(m[W_PLAN_FAILED] / 64), msg, first, sizeof first, timeout_s);
+    }
     rs_comm_leave(comm);
     if (m[W_PLAN_FAILED] == INT64_MAX)
         return agreed; /* the agreement itself failed */

@@ -168,11 +168,15 @@ def _bound_by(bad_rank, src_of, dst_of=None, **kw):
 
 
 def _assert_peers_told(errs, bad_rank):
+    """Every peer fails BUFFER naming the bad rank and that rank's own first problem
+    (its message's first 60 characters, carried over the agreement)."""
+    first = errs[bad_rank].message[:60]
     for r, e in enumerate(errs):
         assert e is not None, "rank %d did not fail" % r
         if r != bad_rank:
             assert e.status == Status.BUFFER, str(e)
             assert "rank %d could not" % bad_rank in e.message, str(e)
+            assert first in e.message, (first, str(e))
 
 
 def test_not_a_tensor():
@@ -478,3 +482,33 @@ def test_alloc_shared_bad_shape_is_named(shape, text):
         reshard.alloc_shared(shape)
     assert e.value.status == reshard.Status.INVALID_ARG
     assert reshard.alloc_shared((3, 4), "float32").nbytes == 48
+
+
+def test_module_prefix_names_give_a_short_error_with_the_fix():
+    """The whole qwen3-0.6b (28 layers) bound with a DDP-style ``module.`` prefix on
+    every name: the error is under 2 KB (the first problems, the count, what the layout
+    declares) and says to strip the prefix; e.problems holds every problem; the peer
+    names rank 0 and its first problem."""
+    model = reshard.Model("qwen3-0.6b")
+    out = {}
+
+    def fn(comm):
+        plan = model.plan(comm, "tp=1", "tp=1", timeout_s=30)
+        names = [p.name for p in plan.refit.train.parameters(0)] if comm.rank == 0 else []
+        src = {"module." + n: np.zeros(1, np.float32) for n in names} if comm.rank == 0 else None
+        try:
+            plan.execute(src=src, dst=None if comm.rank == 0 else
+                         plan.refit.infer.new_buffers(1))  # not touched: never written
+        except reshard.ReshardError as e:
+            out[comm.rank] = e
+
+    reshard.run_threads(2, fn)
+    e = out[0]
+    n = len(model.refit("tp=1", "tp=1").train.parameters(0))
+    assert n > 200  # 28 layers
+    assert e.status == Status.BUFFER and len(str(e)) < 2048, (len(str(e)), str(e))
+    assert "%d problems" % (2 * n + 1) in e.message, e.message
+    assert "carry the prefix 'module.' that the layout's names do not" in e.message, e.message
+    assert "strip it" in e.message and len(e.problems) == 2 * n + 1
+    assert "rank 0 could not" in out[1].message and e.message[:60] in out[1].message, out[1]
+    assert "carry the prefix 'module.'" in out[1].message, out[1]  # the hint travels first

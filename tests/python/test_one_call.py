@@ -69,17 +69,20 @@ def test_model_plan_world_differs_from_comm(config_path):
         assert secs < 10
 
 
-def test_model_plan_failure_told_to_peers(config_path):
-    """Rank 1's plan fails (a staging bound under the minimum): it raises STAGING, and
-    every peer's execute fails at once with STAGING naming rank 1, nothing written."""
+def test_refit_plan_failure_told_to_peers(config_path):
+    """Rank 1's plan fails (a staging bound under the minimum; Refit.plan, which does not
+    agree on its inputs first as Model.plan does): it raises STAGING, and every peer's
+    execute fails at once with STAGING naming rank 1 and its own first problem, nothing
+    written."""
     model = reshard.Model(config_path)
+    whole = model.refit("tp=2", "tp=2")
     out = {}
 
     def rank_fn(comm):
         t0 = time.monotonic()
+        dst = None
         try:
-            plan = model.plan(comm, "tp=2", "tp=2", timeout_s=30,
-                              staging_mb=0.001 if comm.rank == 1 else None)
+            plan = whole.plan(comm, timeout_s=30, staging_mb=0.001 if comm.rank == 1 else None)
             dst = plan.refit.infer.new_buffers(comm.rank, fill=reshard.SENTINEL_BYTE) \
                 if comm.rank >= 2 else None
             src = plan.refit.train.new_buffers(comm.rank) if comm.rank < 2 else None
@@ -97,6 +100,7 @@ def test_model_plan_failure_told_to_peers(config_path):
         assert secs < 10
         if r != 1:
             assert "rank 1 could not create its plan" in message, message
+            assert out[1][1][:60] in message, (out[1][1], message)
 
 
 def test_refit_plan_is_checked_against_the_comm(config_path):
@@ -172,3 +176,144 @@ def test_mismatch_says_what_differs(odd, what, first):
         if first:
             assert "('%s' on this rank)" % first in e.message
     assert "('y' on this rank)" in out[3].message if odd == "catalogue" else True
+
+
+def _plan_errors(world, call):
+    """Run call(comm) on ``world`` threads; each rank's ReshardError (or None) and time."""
+    out = {}
+
+    def fn(comm):
+        t0 = time.monotonic()
+        try:
+            call(comm)
+            out[comm.rank] = (None, time.monotonic() - t0)
+        except reshard.ReshardError as e:
+            out[comm.rank] = (e, time.monotonic() - t0)
+
+    reshard.run_threads(world, fn)
+    return out
+
+
+def test_model_plan_specs_differ_fail_every_rank_at_plan(config_path):
+    """Rank 3 plans with infer "tp=1,dp=2" among "tp=2" (both fit the world): every rank
+    fails at plan(), before anything is bound, naming the input, both values and the
+    ranks holding each; a spec written differently but equal ("dp=1,tp=2" on rank 2)
+    is not a difference."""
+    model = reshard.Model(config_path)
+    infer = {0: "tp=2", 1: "tp=2", 2: "dp=1,tp=2", 3: "tp=1,dp=2"}
+    out = _plan_errors(4, lambda comm: model.plan(comm, "tp=2", infer[comm.rank],
+                                                  timeout_s=30))
+    for r, (e, secs) in sorted(out.items()):
+        assert e is not None and e.status == reshard.Status.MISMATCH, (r, e)
+        assert secs < 10
+        assert e.message.startswith("rank %d: the ranks were given different inputs (nothing "
+                                    "was planned): infer: " % r), e.message
+        assert "on ranks 0, 1, 2; 'tp=1,dp=2,ep=0,engines=1,vllm=0,redundant=0' on rank 3" \
+            in e.message, e.message
+        assert "train" not in e.message.split("infer: ", 1)[1], e.message
+
+
+def test_model_plan_parameters_differ_are_named(config_path):
+    """staging_mb and delta differ on one rank each: both inputs are named with their
+    ranks, on every rank, at plan()."""
+    model = reshard.Model(config_path)
+
+    def call(comm):
+        model.plan(comm, "tp=2", "tp=2", timeout_s=30,
+                   staging_mb=64 if comm.rank == 1 else None, delta=comm.rank == 2)
+
+    out = _plan_errors(4, call)
+    for r, (e, _) in out.items():
+        assert e is not None and e.status == reshard.Status.MISMATCH, (r, e)
+        assert "staging_mb: 'None' on ranks 0, 2, 3; '64' on rank 1" in e.message, e.message
+        assert "delta: 'False' on ranks 0, 1, 3; 'True' on rank 2" in e.message, e.message
+
+
+def test_model_plan_rank_identity_checked(config_path):
+    """Trainers whose comm ranks are swapped against their Megatron TP ranks (rank 0
+    holds TP shard 1 and the reverse): equal shapes, so binding cannot see it; with
+    coords= every rank fails at plan() with RANK naming both numberings. Inference
+    coords that match pass; coords of the right ranks plan and refit exactly."""
+    model = reshard.Model(config_path)
+    swapped = {0: {"tp": 1, "pp": 0}, 1: {"tp": 0, "pp": 0},
+               2: {"engine": 0, "dp": 0, "tp": 0}, 3: {"engine": 0, "dp": 0, "tp": 1}}
+    out = _plan_errors(4, lambda comm: model.plan(comm, "tp=2", "tp=2", timeout_s=30,
+                                                  coords=swapped[comm.rank]))
+    for r, (e, secs) in out.items():
+        assert e is not None and e.status == reshard.Status.RANK, (r, e)
+        assert secs < 10
+        assert "rank 0 is Megatron tp_rank 1, pp_rank 0; the layout's rank 0 is tp_rank 0, " \
+            "pp_rank 0" in e.message, e.message
+        assert "rank 1 is Megatron tp_rank 0, pp_rank 0; the layout's rank 1 is tp_rank 1, " \
+            "pp_rank 0" in e.message, e.message
+    right = {0: {"tp": 0, "pp": 0}, 1: {"tp": 1, "pp": 0, "dp": 0, "cp": 0},
+             2: {"engine": 0, "tp": 0}, 3: {"tp": 1}}
+    out = _plan_errors(4, lambda comm: model.plan(comm, "tp=2", "tp=2", timeout_s=30,
+                                                  coords=right[comm.rank]))
+    assert all(e is None for e, _ in out.values()), out
+
+
+def test_model_plan_coords_name_unknown_keys(config_path):
+    model = reshard.Model(config_path)
+
+    def call(comm):
+        with pytest.raises(ValueError, match="takes engine, dp, tp, not pp"):
+            model.plan(comm, "tp=1", "tp=1", timeout_s=5, coords={"pp": 0} if comm.rank else {})
+
+    # rank 0 (training) passes {} and waits in the agreement; rank 1 raises before it:
+    # rank 0 then times out (the agreement is collective), bounded by timeout_s
+    out = _plan_errors(2, call)
+    assert out[0][0] is not None and out[0][0].status == reshard.Status.TIMEOUT, out
+
+
+class _Stepped(conventions.Weights):
+    """conventions.Weights after ``step`` optimizer-like steps: every fifth row of each
+    tensor (by step) has its first element moved, the rest unchanged."""
+
+    def __init__(self, cfg, step):
+        super().__init__(cfg)
+        self.step = step
+
+    def rows(self, name, a=0, b=None):
+        t = super().rows(name, a, b).clone()
+        if self.step:
+            flat = t.view(t.shape[0], -1)
+            sel = torch.arange(a, a + t.shape[0]) % 5 == self.step % 5
+            flat[sel, 0] += float(self.step)
+        return t
+
+
+def test_model_plan_delta(config_path):
+    """Delta through the one-call path: Model.plan(..., delta=True) over in-process
+    comms; three steps of changed training weights, every vLLM element checked against
+    the frameworks' rules; from the second step on the senders send deltas (fewer wire
+    bytes than stream bytes, no dense stream)."""
+    model = reshard.Model(config_path)
+    cfg = conventions.load_config(config_path)
+    got, sent = {}, {}
+
+    def rank_fn(comm):
+        plan = model.plan(comm, "tp=2", "tp=2", delta=True, timeout_s=30)
+        side, i = plan.refit.role(comm.rank)
+        dst = None
+        for step in range(3):
+            w = _Stepped(cfg, step)
+            if side == "train":
+                plan.execute(src=conventions.megatron_state_dict(w, "tp=2", i))
+                sent[(i, step)] = plan.delta_info(comm.rank)
+                continue
+            expect = conventions.vllm_state_dict(w, "tp=2", i, reshard.SENTINEL_BYTE)
+            if dst is None:  # padding rows are never written: they keep the sentinel
+                dst = {n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+                       .view(t.dtype) for n, t in expect.items()}
+            plan.execute(dst=dst)
+            got[(i, step)] = (sum(conventions.mismatches(dst[n], e) for n, e in expect.items()),
+                              plan.delta_info(comm.rank)["state"])
+
+    reshard.run_threads(4, rank_fn)
+    assert sorted(got) == [(i, s) for i in (0, 1) for s in range(3)]
+    assert all(v == (0, "committed") for v in got.values()), got
+    for (i, step), info in sent.items():
+        if step:
+            assert info["dense_streams"] == 0 and info["wire_bytes"] < info["stream_bytes"] / 4, \
+                info

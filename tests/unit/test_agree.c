@@ -171,12 +171,14 @@ static void test_plan_fail_tells_peers(void **state)
             continue;
         if (jobs[r].st != RESHARD_ERR_STAGING)
             fail_msg("rank %d: %s: %s", r, reshard_status_string(jobs[r].st), jobs[r].msg);
-        char want[128];
-        snprintf(
-            want, sizeof want,
-            "rank %d: rank 2 could not create its plan or bind its buffers (RESHARD_ERR_STAGING); "
-            "nothing was sent",
-            r);
+        /* the peers name the rank and its own first problem (its message, carried over
+         * the agreement) */
+        char want[256];
+        snprintf(want, sizeof want,
+                 "rank %d: rank 2 could not create its plan or bind its buffers "
+                 "(RESHARD_ERR_STAGING: staging bound 100 bytes is under the minimum 4096); "
+                 "nothing was sent",
+                 r);
         assert_string_equal(jobs[r].msg, want);
     }
     assert_true(jobs[3].untouched);
@@ -398,7 +400,9 @@ static void norms_expect(const norms_case_t *nc, reshard_status_t want, const ch
     assert_true(jobs[1].untouched);
     if (!strstr(jobs[1].msg, msg))
         fail_msg("rank 1: '%s' lacks '%s'", jobs[1].msg, msg);
-    if (!strstr(jobs[0].msg, "rank 0: rank 1 rejected its buffers (RESHARD_ERR_BUFFER)"))
+    /* rank 0 names rank 1 and rank 1's own first problem */
+    if (!strstr(jobs[0].msg, "rank 0: rank 1 rejected its buffers (RESHARD_ERR_BUFFER: rank 1, ") ||
+        !strstr(jobs[0].msg, msg))
         fail_msg("rank 0: '%s'", jobs[0].msg);
 }
 
