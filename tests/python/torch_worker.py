@@ -52,11 +52,15 @@ def config(workdir, name, cfg):
     return path
 
 
-def model_refit(comm, path, train, infer, domain_size=None, verify=True, iters=1):
+def model_refit(comm, path, train, infer, domain_size=None, verify=True, iters=1,
+                planned=None):
     """A Megatron -> vLLM refit of the config at ``path`` checked against the
-    frameworks' rules (examples/python/conventions.py); returns (elements, seconds)."""
+    frameworks' rules (examples/python/conventions.py); returns (elements, seconds).
+    ``planned()`` runs once the plan exists (Model.plan's own agreements are over)."""
     plan = reshard.Model(path).plan(comm, train, infer, domain_size=domain_size,
                                     timeout_s=TIMEOUT_S)  # the one-call path
+    if planned is not None:
+        planned()
     refit = plan.refit
     w = conventions.Weights(conventions.load_config(path))
     side, i = refit.role(comm.rank)
@@ -231,9 +235,10 @@ def case_kill(comm, workdir):
 
 def _stop_in_agreement(method, tag):
     """Rank 2 stops (sleeps far past the timeout) in the outcome agreement of its first
-    refit (the second agreement), at GlooTransport.``method`` for the message with
-    ``tag`` of peer 1: the one of peer 0 was posted, the ones of peers 1 and 3 never are.
-    gloo's own threads go on (they deliver what was posted)."""
+    refit (the second agreement after planning: installed once the plan exists), at
+    GlooTransport.``method`` for the message with ``tag`` of peer 1: the one of peer 0
+    was posted, the ones of peers 1 and 3 never are. gloo's own threads go on (they
+    deliver what was posted)."""
     real = getattr(reshard.torch_comm.GlooTransport, method)
 
     def stop(self, tensor, peer, t):
@@ -248,16 +253,16 @@ def case_stop_deciding(comm, workdir):
     """Rank 2 posts its agreement message to everyone and its receive for rank 0 only:
     rank 0 has every contribution and its own sends completed, ranks 1 and 3 wait on a
     send to rank 2 that never completes."""
-    if comm.rank == 2:
-        _stop_in_agreement("_recv", reshard.torch_comm.TAG_AGREE + 1)
-    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2")[:2]
+    stop = lambda: _stop_in_agreement("_recv", reshard.torch_comm.TAG_AGREE + 1)  # noqa: E731
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2",
+                       planned=stop if comm.rank == 2 else None)[:2]
 
 
 def case_stop_confirming(comm, workdir):
     """Rank 2 decided, then sends its confirmation to rank 0 only."""
-    if comm.rank == 2:
-        _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM + 1)
-    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2")[:2]
+    stop = lambda: _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM + 1)  # noqa: E731
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2",
+                       planned=stop if comm.rank == 2 else None)[:2]
 
 
 def case_absent(comm, workdir):
