@@ -524,6 +524,71 @@ static void test_timed_out_comm_not_reused(void **state)
     }
 }
 
+/* ---- reshard_comm_agree_values ------------------------------------------------------- */
+
+/* Values per rank of the agreement cases: rank r gives the infer spec infer[r] and the
+ * staging value staging[r]; n[r] keys. */
+typedef struct {
+    const char *infer[6];
+    const char *staging[6];
+    int32_t n[6];
+} values_case_t;
+
+static void values_rank(job_t *j, reshard_comm_t *c)
+{
+    const values_case_t *vc = j->arg;
+    const char *keys[3] = {"train", "infer", "staging_mb"};
+    const char *vals[3] = {"tp=2", vc->infer[j->rank], vc->staging[j->rank]};
+    j->st = reshard_comm_agree_values(c, vc->n[j->rank] ? vc->n[j->rank] : 3, keys, vals, 10.0);
+}
+
+static void test_agree_values(void **state)
+{
+    (void)state;
+    job_t jobs[6];
+    /* equal everywhere: OK on every rank */
+    values_case_t same = {.infer = {"tp=2", "tp=2", "tp=2", "tp=2"},
+                          .staging = {"64", "64", "64", "64"}};
+    run_ranks(jobs, 4, values_rank, &same);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(jobs[r].st, RESHARD_OK);
+    /* one odd rank on one key: each rank names the key, both values, both groups */
+    values_case_t one = {.infer = {"tp=2", "tp=2", "tp=2", "tp=1,dp=2"},
+                         .staging = {"64", "64", "64", "64"}};
+    run_ranks(jobs, 4, values_rank, &one);
+    for (int r = 0; r < 4; r++) {
+        char want[256];
+        snprintf(want, sizeof want,
+                 "rank %d: the ranks were given different inputs (nothing was planned): infer: "
+                 "'tp=2' on ranks 0, 1, 2; 'tp=1,dp=2' on rank 3",
+                 r);
+        assert_int_equal(jobs[r].st, RESHARD_ERR_MISMATCH);
+        assert_string_equal(jobs[r].msg, want);
+    }
+    /* rank 0 odd on two keys, the others mixed on one: groups by rank 0's value, the
+     * others' first value named; more than 4 ranks listed as "and more" */
+    values_case_t two = {.infer = {"tp=4", "tp=2", "tp=2", "tp=1", "tp=2", "tp=2"},
+                         .staging = {"32", "64", "64", "64", "64", "64"}};
+    run_ranks(jobs, 6, values_rank, &two);
+    for (int r = 0; r < 6; r++) {
+        assert_int_equal(jobs[r].st, RESHARD_ERR_MISMATCH);
+        const char *want[] = {"infer: 'tp=4' on rank 0; other values on ranks 1, 2, 3, 4 and "
+                              "more (rank 1: 'tp=2')",
+                              "; staging_mb: '32' on rank 0; '64' on ranks 1, 2, 3, 4 and more"};
+        for (int k = 0; k < 2; k++)
+            if (!strstr(jobs[r].msg, want[k]))
+                fail_msg("rank %d: '%s' lacks '%s'", r, jobs[r].msg, want[k]);
+    }
+    /* a rank giving another number of keys */
+    values_case_t count = {
+        .infer = {"tp=2", "tp=2", "tp=2"}, .staging = {"64", "64", "64"}, .n = {3, 2, 3}};
+    run_ranks(jobs, 3, values_rank, &count);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(jobs[r].st, RESHARD_ERR_MISMATCH);
+        assert_non_null(strstr(jobs[r].msg, "different numbers of values"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -536,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_swapped_norms),
         cmocka_unit_test(test_exact_size_and_dtype),
         cmocka_unit_test(test_timed_out_comm_not_reused),
+        cmocka_unit_test(test_agree_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
