@@ -4,11 +4,11 @@ shapes), Megatron tp=2 -> vLLM tp=1,dp=2 (every byte of both replicas verified a
 each timed execution, outside the timing). Prints one row per transport: the median
 refit time over the iterations (the slowest rank's median), and the bytes verified.
 
-    RESHARD_LIBRARY=build/libreshard.so PYTHONPATH=python \\
-        /usr/bin/python3 bench/torch_vs_mpi.py [--iters 5]
+    /usr/bin/python3 bench/torch_vs_mpi.py [--iters 5]
 
-Runs `mpirun -np 4` itself for the MPI row (as root, set OMPI_ALLOW_RUN_AS_ROOT=1 and
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)."""
+Runs `mpirun -np 4` itself for the MPI row (as root with --allow-run-as-root, and
+--oversubscribe); the package is taken from this tree's python/ and build/ unless
+PYTHONPATH / RESHARD_LIBRARY say otherwise."""
 
 import argparse
 import json
@@ -38,7 +38,9 @@ def mpi_rank():
 
 
 def run_mpi(env):
-    out = subprocess.run(["mpirun", "-np", str(WORLD), sys.executable, __file__, "--mpi-rank"],
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    out = subprocess.run(["mpirun", *root, "--oversubscribe", "-np", str(WORLD), sys.executable,
+                          __file__, "--mpi-rank"],
                          env=env, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not rows:
@@ -70,6 +72,9 @@ def main():
     if a.mpi_rank:
         return mpi_rank()
     env = dict(os.environ, ITERS=str(a.iters))
+    tree = os.path.dirname(HERE)  # this tree's package and library unless told otherwise
+    env.setdefault("PYTHONPATH", os.path.join(tree, "python"))
+    env.setdefault("RESHARD_LIBRARY", os.path.join(tree, "build", "libreshard.so"))
     rows = [("mpi", run_mpi(env)), ("torch-gloo", run_gloo(env))]
     print("qwen3-0.6b, 2 layers, tp=2 -> tp=1,dp=2, %d ranks, median of %d refits"
           % (WORLD, a.iters))

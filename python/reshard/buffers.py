@@ -127,8 +127,8 @@ def bind(layout, rank, buffers, side, device, writable):
             problems.append((Status.DTYPE, "%s: dtype %s, the layout declares %s"
                              % (what, _dtype_text(v), p.dtype.name)))
         elif p is not None and v.shape != p.shape:
-            problems.append((Status.BUFFER, "%s: shape %s, the layout declares %s"
-                             % (what, list(v.shape), list(p.shape))))
+            problems.append((Status.BUFFER, "%s: shape %s, the layout declares %s%s"
+                             % (what, list(v.shape), list(p.shape), _vocab_hint(name, v, p))))
         if not v.contiguous:
             problems.append((Status.BUFFER, "%s: the tensor is not contiguous (call "
                              ".contiguous() on a copy and copy back, or bind the original)"
@@ -187,6 +187,14 @@ def _name_hint(unknown, params):
         if added and len(added) * 2 >= len(unknown):
             return ("%d of the names lack the prefix %r that the layout's names have (e.g. "
                     "%r is declared as %r): add it" % (len(added), pre, added[0], pre + added[0]))
+    local = [n for n in unknown if n.endswith((".input_layernorm.weight",
+                                                ".pre_mlp_layernorm.weight"))]
+    if local and any(n.endswith(".layer_norm_weight") for n in params):
+        return ("%r is a name of Megatron's local layer spec; the layout follows the "
+                "Transformer Engine spec, whose fused layers hold the norms: "
+                "input_layernorm.weight is linear_qkv.layer_norm_weight and "
+                "pre_mlp_layernorm.weight is linear_fc1.layer_norm_weight (rename them)"
+                % local[0])
     megatron = any(".self_attention." in n or n.startswith("decoder.") for n in params)
     hf = sum(".self_attn." in n or n.startswith("model.") for n in unknown)
     if megatron and hf * 2 >= len(unknown):
@@ -216,6 +224,17 @@ def problems_message(problems):
             msg += "; and %d more (the exception's .problems lists every one)" % (
                 len(texts) - len(shown))
     return msg
+
+
+def _vocab_hint(name, v, p):
+    """For a vocabulary-parallel Megatron tensor given fewer rows than the layout pads
+    to: the convention that does not pad."""
+    if not name.endswith(("word_embeddings.weight", "output_layer.weight")) or \
+            len(v.shape) != 2 or v.shape[1:] != tuple(p.shape[1:]) or v.shape[0] >= p.shape[0]:
+        return ""
+    return (" (the layout pads the vocabulary as Megatron-LM does, to a multiple of 128*tp; "
+            "an unpadded one is Megatron-Bridge's, NeMo RL's: plan with "
+            "convention='megatron-bridge')")
 
 
 def raise_problems(problems, c_message=None):

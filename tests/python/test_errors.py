@@ -512,3 +512,39 @@ def test_module_prefix_names_give_a_short_error_with_the_fix():
     assert "strip it" in e.message and len(e.problems) == 2 * n + 1
     assert "rank 0 could not" in out[1].message and e.message[:60] in out[1].message, out[1]
     assert "carry the prefix 'module.'" in out[1].message, out[1]  # the hint travels first
+
+
+def test_unpadded_vocabulary_and_local_spec_names_say_what_to_do():
+    """Train rank 0 binds an unpadded embedding (Megatron-Bridge's 75,968 rows at tp=2
+    where Megatron-LM pads to 76,032) and the local layer spec's norm name: each problem
+    says what to do (convention='megatron-bridge'; the TE spec's fused norm names)."""
+    model = reshard.Model("qwen3-0.6b", layers=1)
+    out = {}
+
+    def fn(comm):
+        plan = model.plan(comm, "tp=2", "tp=2", timeout_s=30)
+        side, _ = plan.refit.role(comm.rank)
+        layout = plan.refit.train if side == "train" else plan.refit.infer
+        bufs = layout.new_buffers(comm.rank)  # never written: nothing moves
+        if comm.rank == 0:
+            emb = bufs["embedding.word_embeddings.weight"]
+            assert emb.shape[0] == 76032
+            bufs["embedding.word_embeddings.weight"] = torch.empty(75968, emb.shape[1],
+                                                                   dtype=emb.dtype)
+            norm = "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight"
+            bufs["decoder.layers.0.input_layernorm.weight"] = bufs.pop(norm)
+        try:
+            plan.execute(src=bufs if side == "train" else None,
+                         dst=bufs if side == "infer" else None)
+        except reshard.ReshardError as e:
+            out[comm.rank] = e
+
+    reshard.run_threads(4, fn)
+    e = out[0]
+    assert e.status == Status.BUFFER, str(e)
+    assert "shape [75968, 1024], the layout declares [76032, 1024] (the layout pads the " \
+        "vocabulary as Megatron-LM does" in e.message and \
+        "convention='megatron-bridge'" in e.message, e.message
+    assert "'decoder.layers.0.input_layernorm.weight' is a name of Megatron's local layer " \
+        "spec" in e.message and "linear_qkv.layer_norm_weight" in e.message, e.message
+    assert all("rank 0 could not" in out[r].message for r in (1, 2, 3)), out
