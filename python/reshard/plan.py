@@ -116,9 +116,10 @@ class Plan(_lib.Handle):
                  weak reference to each bound tensor's memory owner (its base: views of
                  the same array or tensor count as the same); a destination bound to a
                  new object (even one allocated again at the freed address) makes that
-                 rank's execute dense (delta_invalidate), exact. MPI, in-process and
-                 NCCL comms (NCCL: device encode/apply kernels, docs/delta.md "On device
-                 memory")
+                 rank's execute dense (delta_invalidate), exact. Every comm: torch
+                 gloo groups (Comm.from_torch), MPI, in-process and NCCL (device
+                 encode/apply kernels, docs/delta.md "On device memory"); the one call:
+                 Model.plan(comm, train, infer, delta=True)
     verify       delta plans verify by default (verify=None or True): every chunk
                  carries the sender's 64-bit hash of its new bytes (XXH3 on host
                  memory, the NCCL transport's hash kernel on device memory), compared by
