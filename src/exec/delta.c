@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define XXH_INLINE_ALL /* the header of Debian's libxxhash-dev, compiled in */
+#include <xxh_x86dispatch.h> /* Debian's libxxhash: XXH3 dispatched to the CPU's widest */
 #include <xxhash.h>
 
 #include "exec/comm.h"
@@ -249,7 +249,7 @@ reshard_status_t reshard_plan_delta_invalidate(reshard_plan_t *plan, int32_t ran
 
 uint64_t rs_delta_hash(const void *bytes, uint64_t len)
 {
-    return (uint64_t)XXH3_64bits(bytes, (size_t)len);
+    return (uint64_t)XXH3_64bits_dispatch(bytes, (size_t)len);
 }
 
 reshard_status_t rs_delta_checksum_error(const reshard_plan_t *plan, const rs_stream_t *s,
