@@ -213,12 +213,8 @@ def _rank_side(refit, side, rank):
     """(layout, parameters, this rank's fragments) of ``side``, checked."""
     if side not in ("train", "infer"):
         raise ValueError("reshard: side is 'train' or 'infer', not %r" % (side,))
-    if refit.rank is not None and rank != refit.rank:
-        raise error(Status.RANK, "the refit was built for rank %d only (Model.refit(..., "
-                    "rank=%d)); rank %d's parameters need the whole refit or its own scoped "
-                    "one" % (refit.rank, refit.rank, rank))
     layout = refit.train if side == "train" else refit.infer
-    params = layout.parameters(rank)
+    params = layout.parameters(rank)  # RANK for another rank than a scoped refit's
     if not params:
         raise error(Status.RANK, "%s rank %d holds no parameters in this refit (%s ranks: %s)"
                     % (side, rank, side, _span(layout.ranks())))

@@ -368,7 +368,7 @@ def test_bad_hf_tensors_are_named(tmp_path):
 def test_a_scoped_refit_refuses_other_ranks(tmp_path):
     c, path = small_config(tmp_path, "qwen3-0.6b", DENSE)
     refit = reshard.Model(path, layers=1).refit("tp=2", "tp=2", rank=1)
-    with pytest.raises(reshard.ReshardError, match="built for rank 1 only"):
+    with pytest.raises(reshard.ReshardError, match="scoped to rank 1"):
         reshard.shards_from_hf(refit, "infer", 2, hf_state_dict(c, 1))
     got = reshard.shards_from_hf(refit, "train", 1, hf_state_dict(c, 1))
     assert_same(got, megatron(c, hf_state_dict(c, 1), "tp=2", 1, 1), "scoped rank 1")
