@@ -349,7 +349,8 @@ def _hf_boxes(shape, view, offset, extent, block):
     """A view-shape box (``offset``, ``extent``) of a tensor of HF ``shape`` and view
     shape ``view``, with its elements ``block`` (shape ``extent``), as HF boxes:
     [(hf offset, hf extent, elements)]. One box unless the view box is not a box of
-    the HF shape (then one per run of contiguous HF indices)."""
+    the HF shape (then one per run of contiguous HF indices). ``block`` None: the
+    boxes alone (elements None)."""
     groups, v = [], 0  # per HF dim, the view dims it splits into
     for s in shape:
         g, p = [], 1
@@ -370,7 +371,7 @@ def _hf_boxes(shape, view, offset, extent, block):
         outer_dims.append([(offset[d], extent[d], strides[i]) for i, d in enumerate(g[:j])])
         reshaped += [extent[d] for d in g[:j]] + [extent[g[j]] * inner]
         runs.append((offset[g[j]] * strides[j], extent[g[j]] * inner))
-    arr = block.reshape(reshaped)
+    arr = block.reshape(reshaped) if block is not None else None
     out = []
     for idx in np.ndindex(*[e for od in outer_dims for (_, e, _) in od]):
         it, sel, off, ext = iter(idx), [], [], []
@@ -383,5 +384,5 @@ def _hf_boxes(shape, view, offset, extent, block):
             sel.append(slice(None))
             off.append(base + start)
             ext.append(length)
-        out.append((tuple(off), tuple(ext), arr[tuple(sel)]))
+        out.append((tuple(off), tuple(ext), arr[tuple(sel)] if arr is not None else None))
     return out

@@ -354,7 +354,8 @@ def test_bad_hf_tensors_are_named(tmp_path):
                        r"reshard expects \[64\]") as e:
         reshard.shards_from_hf(refit, "train", 1, wrong)
     assert e.value.status == reshard.Status.SHAPE
-    fp32 = dict(hf, **{"model.layers.0.mlp.gate.weight": hf["model.layers.0.mlp.gate.weight"].float()})
+    router = "model.layers.0.mlp.gate.weight"
+    fp32 = dict(hf, **{router: hf[router].float()})
     with pytest.raises(reshard.ReshardError, match=r"'model\.layers\.0\.mlp\.gate\.weight' has "
                        r"dtype float32, reshard expects bf16") as e:
         reshard.shards_from_hf(refit, "infer", 3, fp32)
