@@ -46,13 +46,20 @@ def box_text(off, ext, shape) -> str:
     return "[%s]" % ", ".join(dims)
 
 
-def contiguous(f) -> bool:
-    want = 1
-    for e, s in zip(reversed(f.extent), reversed(f.strides)):
-        if e > 1 and s != want:
-            return False
-        want *= e
-    return True
+def interleave(f) -> str:
+    """How a fragment alternates with the others in its parameter (the innermost
+    dimension whose stride is not the contiguous one), or "" when it is contiguous."""
+    want = [1] * len(f.extent)
+    for d in range(len(f.extent) - 2, -1, -1):
+        want[d] = want[d + 1] * f.extent[d + 1]
+    odd = [d for d in range(len(f.extent)) if f.extent[d] > 1 and f.strides[d] != want[d]]
+    if not odd:
+        return ""
+    d, lead = odd[-1], next(d for d in range(len(f.extent)) if f.extent[d] > 1)
+    if d == lead:
+        return " (in %d blocks along dim %d, alternating with the others)" % (f.extent[d], d)
+    return " (at a step of %d along dim %d, alternating with the others)" % (
+        f.strides[d] // want[d], d)
 
 
 def pieces(refit, frags, p) -> List[str]:
@@ -68,10 +75,7 @@ def pieces(refit, frags, p) -> List[str]:
                  _hf_boxes(info.shape, info.view_shape or info.shape, f.offset, f.extent, None)]
         text = "`%s%s`" % (short(info.name), boxes[0] if len(boxes) == 1 else
                            " in %d boxes, %s..." % (len(boxes), boxes[0]))
-        if not contiguous(f):
-            lead = next(d for d in range(len(f.extent)) if f.extent[d] > 1)
-            text += " (in %d blocks, interleaved with the others)" % f.extent[lead]
-        out.append(text)
+        out.append(text + interleave(f))
         last = f.base + sum((e - 1) * s for e, s in zip(f.extent, f.strides))
         reached.append((f.base // row, last // row + 1))
     if not frags:
@@ -159,10 +163,10 @@ def render() -> str:
            "in the HF shape, `:` a whole dimension; routed experts stacked as "
            "`experts.gate_proj.weight[E, ...]`, expert e = HF `experts.e.gate_proj.weight`) "
            "in the order they lie in the parameter: that is the fused order (`A; B` = A's "
-           "rows, then B's). A box *in n blocks, interleaved* is cut along its first "
-           "dimension and its blocks alternate with the other boxes' (Megatron's "
-           "`linear_qkv`: per query group, [q heads; k; v]; vLLM's `w13_weight`: per expert, "
-           "[gate; up]). *padding* rows belong to no HF row: vLLM holds zeros there, "
+           "rows, then B's). A box *in n blocks along dim d* is cut there and its blocks "
+           "alternate with the other boxes' (vLLM's `w13_weight`: per expert, [gate; up]); "
+           "*at a step of k along dim d*: its rows take every k-th row there (gpt-oss: gate "
+           "and up rows alternate). *padding* rows belong to no HF row: vLLM holds zeros there, "
            "Megatron-LM (its HF converter) copies of the last vocabulary row, and "
            "Megatron-Bridge does not pad. *zero-filled*: a parameter the engine holds at "
            "zero on that rank. Names ending `_bf16` / `_minus_1` are staged values the "

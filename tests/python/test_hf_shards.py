@@ -112,16 +112,18 @@ def megatron(c, hf, train, rank, layers):
     s = spec(train)
     bridge = s.pop("convention", "megatron-lm") == "megatron-bridge"
     s = {k: int(v) for k, v in s.items()}
-    tp, ep = s.get("tp", 1), s.get("ep", 1)
+    tp, ep, dp, pp = s.get("tp", 1), s.get("ep", 1), s.get("dp", 1), s.get("pp", 1)
     etp = s.get("etp", tp)
-    t = rank % tp
+    t, stage, per = rank % tp, rank // (tp * dp), layers // pp
     H, hd, kv = c["hidden_size"], c["head_dim"], c["num_key_value_heads"]
     hpg, V = c["num_attention_heads"] // kv, c["vocab_size"]
     vpad = V if bridge else roundup(V, 128 * tp)
-    out = {"embedding.word_embeddings.weight":
-           padded(hf["model.embed_tokens.weight"], vpad, tp, t, True)}
-    for n in range(layers):
-        h, m = "model.layers.%d." % n, "decoder.layers.%d." % n
+    out = {}
+    if stage == 0:
+        out["embedding.word_embeddings.weight"] = padded(hf["model.embed_tokens.weight"], vpad,
+                                                         tp, t, True)
+    for local in range(per):  # decoder.layers.N counted from 0 on each stage
+        h, m = "model.layers.%d." % (stage * per + local), "decoder.layers.%d." % local
         q = hf[h + "self_attn.q_proj.weight"].reshape(kv, hpg * hd, H)
         k = hf[h + "self_attn.k_proj.weight"].reshape(kv, hd, H)
         v = hf[h + "self_attn.v_proj.weight"].reshape(kv, hd, H)
@@ -152,9 +154,11 @@ def megatron(c, hf, train, rank, layers):
                 m + "mlp.linear_fc1.weight": torch.cat([hf[h + "mlp.gate_proj.weight"][rows],
                                                         hf[h + "mlp.up_proj.weight"][rows]]),
                 m + "mlp.linear_fc2.weight": hf[h + "mlp.down_proj.weight"][:, rows]})
-    out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
-    if not c["tie_word_embeddings"]:
-        out["output_layer.weight"] = padded(hf["lm_head.weight"], vpad, tp, t, True)
+    if stage == pp - 1:
+        out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
+        if not c["tie_word_embeddings"] or pp > 1:  # tied: the last stage's own copy
+            head = "model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"
+            out["output_layer.weight"] = padded(hf[head], vpad, tp, t, True)
     return out
 
 
@@ -219,8 +223,9 @@ def assert_same(got, want, what):
 
 # --- the cases -----------------------------------------------------------------------------
 
-CASES = [  # (shipped config, sizes, train, infer)
+CASES = [  # (shipped config, sizes, train, infer); 2 layers
     ("qwen3-0.6b", DENSE, "tp=2", "tp=2"),
+    ("qwen3-0.6b", DENSE, "tp=2,pp=2", "tp=2"),                    # tied: the last stage's copy
     ("qwen3-0.6b", DENSE, "tp=2,convention=megatron-bridge", "tp=1,dp=2"),
     ("qwen3-30b-a3b", MOE, "tp=2", "tp=2"),
     ("qwen3-30b-a3b", MOE, "tp=2,ep=2,etp=1", "tp=4"),             # vLLM tp > kv heads
@@ -232,12 +237,12 @@ CASES = [  # (shipped config, sizes, train, infer)
 @pytest.mark.parametrize("name,sizes,train,infer", CASES)
 def test_every_rank_matches_the_frameworks(tmp_path, name, sizes, train, infer):
     c, path = small_config(tmp_path, name, sizes)
-    hf = hf_state_dict(c, 1)
-    refit = reshard.Model(path, layers=1).refit(train, infer)
+    hf = hf_state_dict(c, 2)
+    refit = reshard.Model(path, layers=2).refit(train, infer)
     for rank in range(refit.world):
         side, i = refit.role(rank)
         got = reshard.shards_from_hf(refit, side, rank, hf)
-        want = megatron(c, hf, train, i, 1) if side == "train" else vllm(c, hf, infer, i, 1)
+        want = megatron(c, hf, train, i, 2) if side == "train" else vllm(c, hf, infer, i, 2)
         assert_same(got, want, "%s %s rank %d" % (name, side, rank))
 
 
@@ -250,13 +255,13 @@ def stacked(hf, name):
     return torch.stack([hf["%s.experts.%d.%s" % (head, e, tail)] for e in range(n)])
 
 
-@pytest.mark.parametrize("name,sizes,train,infer", [CASES[0], CASES[3], CASES[4]])
+@pytest.mark.parametrize("name,sizes,train,infer", [CASES[1], CASES[4], CASES[5]])
 def test_shards_to_hf_and_back(tmp_path, name, sizes, train, infer):
     """Every rank's slices equal the HF tensors there; the slices of one side's ranks
     cover every HF tensor, and the shards made from them equal the first ones."""
     c, path = small_config(tmp_path, name, sizes)
-    hf = hf_state_dict(c, 1)
-    refit = reshard.Model(path, layers=1).refit(train, infer)
+    hf = hf_state_dict(c, 2)
+    refit = reshard.Model(path, layers=2).refit(train, infer)
     for side, ranks in (("train", range(refit.train_world)),
                         ("infer", range(refit.infer_offset, refit.world))):
         shards = {r: reshard.shards_from_hf(refit, side, r, hf) for r in ranks}
@@ -373,3 +378,29 @@ def test_a_scoped_refit_refuses_other_ranks(tmp_path):
         reshard.shards_from_hf(refit, "infer", 2, hf_state_dict(c, 1))
     got = reshard.shards_from_hf(refit, "train", 1, hf_state_dict(c, 1))
     assert_same(got, megatron(c, hf_state_dict(c, 1), "tp=2", 1, 1), "scoped rank 1")
+
+
+def test_zero_filled_buffers_and_interleaved_rows(tmp_path):
+    """gpt-oss without EP (FRAMEWORKS.md, December audit): vLLM loads w2_bias on the
+    flattened rank 0 only and zeroes it on the others; w13 holds gate and up rows
+    alternating (gate row i at 2i, up row i at 2i + 1) of the rank's intermediate
+    slice. The catalogue's stacked tensors stand in for HF's fused gate_up_proj."""
+    c, path = small_config(tmp_path, "gpt-oss-20b", dict(
+        hidden_size=64, intermediate_size=32, num_local_experts=4, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=8, vocab_size=1100))
+    refit = reshard.Model(path, layers=1).refit("tp=2", "tp=2")
+    hf = {}
+    for t in refit.tensors:
+        g = torch.Generator().manual_seed(zlib.crc32(t.name.encode()))
+        hf[t.name] = torch.randn(t.shape, generator=g).to(torch.bfloat16)
+    p = "model.layers.0.mlp.experts."
+    for t in range(2):
+        got = reshard.shards_from_hf(refit, "infer", refit.infer_offset + t, hf)
+        w2_bias = got["model.layers.0.mlp.experts.routed_experts.w2_bias"]
+        want = hf[p + "down_proj.bias"] if t == 0 else torch.zeros_like(hf[p + "down_proj.bias"])
+        assert torch.equal(w2_bias.view(torch.int16), want.view(torch.int16)), t
+        rows = chunk(32, 2, t)
+        w13 = torch.stack([hf[p + "gate_proj.weight"][:, rows], hf[p + "up_proj.weight"][:, rows]],
+                          dim=2).reshape(4, 32, 64)
+        assert torch.equal(got["model.layers.0.mlp.experts.routed_experts.w13_weight"]
+                           .view(torch.int16), w13.view(torch.int16)), t
