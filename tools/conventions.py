@@ -22,7 +22,7 @@ from typing import Dict, List
 import numpy as np
 
 import reshard
-from reshard.hf import _hf_boxes
+from reshard.hf import hf_boxes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(ROOT, "docs", "conventions.md")
@@ -72,7 +72,7 @@ def pieces(refit, frags, p) -> List[str]:
     for f in sorted(frags, key=lambda f: f.base):
         info = refit.tensors.info(f.tensor)
         boxes = [box_text(o, e, info.shape) for o, e, _ in
-                 _hf_boxes(info.shape, info.view_shape or info.shape, f.offset, f.extent, None)]
+                 hf_boxes(info.shape, info.view_shape or info.shape, f.offset, f.extent, None)]
         text = "`%s%s`" % (short(info.name), boxes[0] if len(boxes) == 1 else
                            " in %d boxes, %s..." % (len(boxes), boxes[0]))
         out.append(text + interleave(f))

@@ -128,7 +128,7 @@ def hf_from_shards(refit, side: str, rank: int, shards: Mapping) -> Dict[str, Li
             continue
         seen.add(key)
         block = _strided(bits[f.buffer], f).copy()
-        for off, ext, arr in _hf_boxes(info.shape, info.view_shape or info.shape,
+        for off, ext, arr in hf_boxes(info.shape, info.view_shape or info.shape,
                                        f.offset, f.extent, block):
             out.setdefault(info.name, []).append(
                 HFSlice(off, ext, _output(np.ascontiguousarray(arr), info.dtype, library)))
@@ -345,7 +345,7 @@ def _megatron_padding(tensors, params, frags, bufs, hf, last_rows):
         bufs[p.buffer].reshape(p.shape[0], -1)[empty] = last.reshape(1, -1)
 
 
-def _hf_boxes(shape, view, offset, extent, block):
+def hf_boxes(shape, view, offset, extent, block):
     """A view-shape box (``offset``, ``extent``) of a tensor of HF ``shape`` and view
     shape ``view``, with its elements ``block`` (shape ``extent``), as HF boxes:
     [(hf offset, hf extent, elements)]. One box unless the view box is not a box of
