@@ -200,6 +200,9 @@ class SafetensorsFiles(Mapping):
         """The reshard DType of tensor ``name`` as the file declares it."""
         return self._DTYPES[self._where[name][2]][1]
 
+    def __contains__(self, name):
+        return name in self._where
+
     def __iter__(self):
         return iter(self._where)
 
@@ -281,30 +284,37 @@ def _output(bits: np.ndarray, dtype: DType, library: str):
     return t if t.dtype == td else t.view(td)
 
 
+def _lookup(hf: Mapping, name: str):
+    """hf[name], or None when it has no such name: one access (a Mapping's ``in`` may
+    read the tensor as well)."""
+    try:
+        return hf[name]
+    except KeyError:
+        return None
+
+
 def _read_rows(hf: Mapping, info, lo: int, hi: int) -> np.ndarray:
     """Rows [lo, hi) of dimension 0 of logical tensor ``info``'s view shape, as unsigned
     bits, from the HF mapping: the tensor by its name, or stacked from one HF tensor
     per expert (only experts lo..hi-1 are read)."""
     view = info.view_shape or info.shape
-    if info.name in hf:
-        whole = _bits(hf[info.name], info.name, info.dtype, info.shape)
-        return whole.reshape(view)[lo:hi]
+    x = _lookup(hf, info.name)
+    if x is not None:
+        return _bits(x, info.name, info.dtype, info.shape).reshape(view)[lo:hi]
     m = _STACKED.match(info.name)
     if m is None:
         raise error(Status.INVALID_ARG, "HF tensor %r is missing (%s %s)"
                     % (info.name, info.dtype.name, list(info.shape)))
     per_expert = "%s.%%d.%s" % (m.group(1), m.group(2))
-    if per_expert % lo not in hf:
-        raise error(Status.INVALID_ARG, "HF tensor %r is missing (%s %s), and so is %r "
-                    "(one tensor per expert)" % (info.name, info.dtype.name,
-                                                 list(info.shape), per_expert % lo))
     rows = []
     for e in range(lo, hi):
         name = per_expert % e
-        if name not in hf:
-            raise error(Status.INVALID_ARG, "HF tensor %r is missing (%s %s; expert %d of "
-                        "%r)" % (name, info.dtype.name, list(info.shape[1:]), e, info.name))
-        rows.append(_bits(hf[name], name, info.dtype, info.shape[1:]))
+        x = _lookup(hf, name)
+        if x is None:
+            raise error(Status.INVALID_ARG, "HF tensor %r is missing (%s %s), and so is %r "
+                        "(expert %d of it as HF stores it)"
+                        % (info.name, info.dtype.name, list(info.shape), name, e))
+        rows.append(_bits(x, name, info.dtype, info.shape[1:]))
     return np.stack(rows).reshape((hi - lo,) + tuple(view[1:]))
 
 

@@ -352,7 +352,8 @@ def test_bad_hf_tensors_are_named(tmp_path):
     assert e.value.status == reshard.Status.INVALID_ARG
     no_expert = dict(hf)
     del no_expert["model.layers.0.mlp.experts.5.up_proj.weight"]
-    with pytest.raises(reshard.ReshardError, match=r"experts\.5\.up_proj\.weight' is missing"):
+    with pytest.raises(reshard.ReshardError, match=r"experts\.up_proj\.weight' is missing .*"
+                       r"'model\.layers\.0\.mlp\.experts\.5\.up_proj\.weight'"):
         reshard.shards_from_hf(refit, "infer", 2, no_expert)
     wrong = dict(hf, **{"model.norm.weight": hf["model.norm.weight"][:10]})
     with pytest.raises(reshard.ReshardError, match=r"'model\.norm\.weight' has shape \[10\], "
@@ -404,3 +405,27 @@ def test_zero_filled_buffers_and_interleaved_rows(tmp_path):
                           dim=2).reshape(4, 32, 64)
         assert torch.equal(got["model.layers.0.mlp.experts.routed_experts.w13_weight"]
                            .view(torch.int16), w13.view(torch.int16)), t
+
+
+class Counting(dict):
+    """A state dict that counts the reads of each name."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.reads = {}
+
+    def __getitem__(self, name):
+        x = super().__getitem__(name)
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return x
+
+
+def test_each_hf_tensor_is_read_once_and_only_the_experts_held(tmp_path):
+    c, path = small_config(tmp_path, "qwen3-30b-a3b", MOE)
+    refit = reshard.Model(path, layers=1).refit("tp=2,dp=2,ep=2", "tp=2,dp=2,ep=on")
+    for rank, experts in ((0, range(4)), (3, range(4, 8)), (5, range(2, 4))):
+        hf = Counting(hf_state_dict(c, 1))
+        reshard.shards_from_hf(refit, refit.role(rank)[0], rank, hf)
+        assert set(hf.reads.values()) == {1}, hf.reads
+        read = {int(n.split(".")[5]) for n in hf.reads if ".experts." in n}
+        assert read == set(experts), (rank, read)
