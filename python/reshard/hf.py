@@ -26,7 +26,7 @@ import re
 import struct
 from collections import namedtuple
 from collections.abc import Mapping
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Tuple, Union
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def shards_from_hf(refit, side: str, rank: int, hf: Mapping, library: str = "tor
     UNSUPPORTED for a destination that holds a quantized form (infer_dtype="fp8")."""
     if library not in ("torch", "numpy"):
         raise ValueError("reshard: library is 'torch' or 'numpy', not %r" % (library,))
-    layout, params, frags = _rank_side(refit, side, rank)
+    _, params, frags = _rank_side(refit, side, rank)
     tensors = refit.tensors
     bufs = {p.buffer: np.zeros(p.bytes // p.dtype.itemsize, _UNSIGNED[p.dtype.itemsize])
             for p in params}
@@ -109,7 +109,7 @@ def hf_from_shards(refit, side: str, rank: int, shards: Mapping) -> Dict[str, Li
     twice (replicas: EPLB's redundant slots) is given once. Padding rows and
     zero-filled buffers belong to no tensor and are not read. Raises ReshardError
     naming the parameter: INVALID_ARG (missing), SHAPE, DTYPE."""
-    layout, params, frags = _rank_side(refit, side, rank)
+    _, params, frags = _rank_side(refit, side, rank)
     bits, library = {}, "numpy"
     for p in params:
         if p.name not in shards:

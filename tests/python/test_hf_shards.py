@@ -166,8 +166,7 @@ def vllm(c, hf, infer, i, layers):
     s = spec(infer)
     tp, dp, ep = int(s.get("tp", 1)), int(s.get("dp", 1)), s.get("ep") == "on"
     t, d = i % tp, (i // tp) % dp
-    H, hd, kv, nh = c["hidden_size"], c["head_dim"], c["num_key_value_heads"], \
-        c["num_attention_heads"]
+    hd, kv, nh = c["head_dim"], c["num_key_value_heads"], c["num_attention_heads"]
     vpad = roundup(c["vocab_size"], 64)
     out = {"model.embed_tokens.weight": padded(hf["model.embed_tokens.weight"], vpad, tp, t,
                                                False)}
