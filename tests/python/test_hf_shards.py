@@ -428,3 +428,27 @@ def test_each_hf_tensor_is_read_once_and_only_the_experts_held(tmp_path):
         assert set(hf.reads.values()) == {1}, hf.reads
         read = {int(n.split(".")[5]) for n in hf.reads if ".experts." in n}
         assert read == set(experts), (rank, read)
+
+
+def test_the_real_qwen3_0_6b_against_the_examples_conventions():
+    """Full-size qwen3-0.6b (one layer) on two ranks, against the independent oracle
+    of examples/python/conventions.py (padding rows aside: it fills them with one byte,
+    so Megatron-Bridge's unpadded vocabulary and vLLM's, a multiple of 64, are used)."""
+    import conventions
+
+    class Cached(conventions.Weights):  # each tensor computed once
+        full = {}
+
+        def rows(self, name, a=0, b=None):
+            if name not in self.full:
+                self.full[name] = super().rows(name)
+            return self.full[name][a:b]
+
+    w = Cached(conventions.load_config("qwen3-0.6b", 1))
+    train, infer = "tp=2,convention=megatron-bridge", "tp=2"
+    refit = reshard.Model("qwen3-0.6b", layers=1).refit(train, infer)
+    for rank in (1, 2):  # the last trainer, the first worker: both vocabulary ends
+        side, i = refit.role(rank)
+        want = conventions.megatron_state_dict(w, train, i) if side == "train" else \
+            conventions.vllm_state_dict(w, infer, i, 0)
+        assert_same(reshard.shards_from_hf(refit, side, rank, w), want, "%s %d" % (side, rank))
