@@ -100,12 +100,15 @@ def shards_from_hf(refit, side: str, rank: int, hf: Mapping, library: str = "tor
     return {p.name: _output(bufs[p.buffer].reshape(p.shape), p.dtype, library) for p in params}
 
 
-def hf_from_shards(refit, side: str, rank: int, shards: Mapping) -> Dict[str, List[HFSlice]]:
+def hf_from_shards(refit, side: str, rank: int, shards: Mapping,
+                   split_experts: bool = False) -> Dict[str, List[HFSlice]]:
     """The HF slices ``rank`` of ``side`` holds, read from its parameters ``shards``
     ({parameter name: tensor}, e.g. dict(module.named_parameters()) or
     shards_from_hf's result): {logical tensor name: [HFSlice(offset, extent, array)]},
-    offsets and extents in the HF shape (stacked experts: dimension 0 is the expert),
-    arrays of the shards' library (torch or numpy) holding those elements. A box held
+    offsets and extents in the HF shape (stacked experts: dimension 0 is the expert;
+    ``split_experts``: one entry per expert under HF's own name,
+    "...experts.E.gate_proj.weight"), arrays of the shards' library (torch or numpy)
+    holding those elements. A box held
     twice (replicas: EPLB's redundant slots) is given once. Padding rows and
     zero-filled buffers belong to no tensor and are not read. Raises ReshardError
     naming the parameter: INVALID_ARG (missing), SHAPE, DTYPE."""
@@ -128,10 +131,17 @@ def hf_from_shards(refit, side: str, rank: int, shards: Mapping) -> Dict[str, Li
             continue
         seen.add(key)
         block = _strided(bits[f.buffer], f).copy()
+        m = _STACKED.match(info.name) if split_experts else None
         for off, ext, arr in hf_boxes(info.shape, info.view_shape or info.shape,
-                                       f.offset, f.extent, block):
-            out.setdefault(info.name, []).append(
-                HFSlice(off, ext, _output(np.ascontiguousarray(arr), info.dtype, library)))
+                                      f.offset, f.extent, block):
+            if m is None:
+                out.setdefault(info.name, []).append(
+                    HFSlice(off, ext, _output(np.ascontiguousarray(arr), info.dtype, library)))
+                continue
+            for i in range(ext[0]):
+                out.setdefault("%s.%d.%s" % (m.group(1), off[0] + i, m.group(2)), []).append(
+                    HFSlice(off[1:], ext[1:], _output(np.ascontiguousarray(arr[i]), info.dtype,
+                                                      library)))
     return out
 
 

@@ -452,3 +452,22 @@ def test_the_real_qwen3_0_6b_against_the_examples_conventions():
         want = conventions.megatron_state_dict(w, train, i) if side == "train" else \
             conventions.vllm_state_dict(w, infer, i, 0)
         assert_same(reshard.shards_from_hf(refit, side, rank, w), want, "%s %d" % (side, rank))
+
+
+def test_slices_under_hf_expert_names(tmp_path):
+    """split_experts: the slices of stacked experts under HF's per-expert names."""
+    c, path = small_config(tmp_path, "qwen3-30b-a3b", MOE)
+    hf = hf_state_dict(c, 1)
+    refit = reshard.Model(path, layers=1).refit("tp=2,dp=2,ep=2", "tp=2")
+    for rank, experts in ((2, range(4, 8)), (refit.infer_offset + 1, range(8))):
+        side = refit.role(rank)[0]
+        got = reshard.hf_from_shards(refit, side, rank,
+                                     reshard.shards_from_hf(refit, side, rank, hf),
+                                     split_experts=True)
+        names = {n for n in got if ".experts." in n}
+        assert names == {"model.layers.0.mlp.experts.%d.%s_proj.weight" % (e, w)
+                         for e in experts for w in ("gate", "up", "down")}, (rank, names)
+        for name, slices in got.items():
+            for off, ext, arr in slices:
+                box = tuple(slice(o, o + e) for o, e in zip(off, ext))
+                assert torch.equal(arr.view(torch.int16), hf[name][box].view(torch.int16))
