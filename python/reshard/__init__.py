@@ -18,6 +18,7 @@ from .comm import (Comm, InprocGroup, exchange_unique_id, from_cuda_ipc, from_mp
                    from_nccl_store, nccl_available, nccl_unique_id, run_threads)
 from .dtypes import DType, to_dtype, torch_dtype
 from .errors import ReshardError, Status
+from .hf import HFSlice, hf_from_shards, open_safetensors, shards_from_hf
 from .layout import Fragment, Layout, Parameter
 from .model import Model, Refit, agree_values
 from .pattern import SENTINEL_BYTE, fill_pattern, verify_pattern
@@ -36,8 +37,8 @@ Comm.from_torch = staticmethod(from_torch)
 
 __version__ = "0.1.0"
 
-__all__ = ["ALL_RANKS", "agree_values", "Baseline", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "InprocGroup", "Layout", "Model", "Parameter",
+__all__ = ["ALL_RANKS", "agree_values", "Baseline", "Comm", "DEFAULT_TIMEOUT_S", "DType", "Fragment", "HFSlice", "InprocGroup", "Layout", "Model", "Parameter",
            "Placement", "Plan", "placement_from_mpi", "Quant", "QuantInfo", "Refit", "Replicate", "ReshardError", "SENTINEL_BYTE", "Shard",
            "Status", "StridedShard", "TensorInfo", "Tensors", "alloc_shared", "exchange_unique_id",
-           "fill_pattern", "from_cuda_ipc", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
+           "fill_pattern", "from_cuda_ipc", "hf_from_shards", "open_safetensors", "shards_from_hf", "from_mpi", "from_nccl", "from_nccl_store", "from_torch", "library_path", "nccl_available",
            "nccl_unique_id", "plan_fail", "run_threads", "shared_like", "to_dtype", "to_quant", "torch_dtype", "verify_pattern"]

@@ -9,10 +9,26 @@ from .dtypes import DType, to_dtype
 from .placements import as_mesh, as_placement
 from .tensors import Tensors
 
-Parameter = namedtuple("Parameter", "name shape dtype rank buffer bytes")
-Parameter.__doc__ = """One declared buffer of a rank: the framework's parameter name
-(what named_parameters() calls it), its shape (as torch.Tensor.shape), its DType,
-the rank, the buffer id, and its size in bytes."""
+class Parameter(namedtuple("Parameter", "name shape dtype rank buffer bytes")):
+    """One declared buffer of a rank: the framework's parameter name (what
+    named_parameters() calls it), its shape (as torch.Tensor.shape), its dtype as
+    reshard's DType (``DType.bf16``; ``torch_dtype`` gives torch's), the rank, the
+    buffer id, and its size in bytes."""
+
+    __slots__ = ()
+
+    @property
+    def torch_dtype(self):
+        """The torch dtype of a tensor bound to this parameter (torch.bfloat16, ...):
+        torch.uint8 for fp8 where torch has no float8 (before 2.1), as new_buffers
+        allocates them. Raises ImportError without torch."""
+        from .dtypes import torch_dtype
+        from .buffers import _FP8
+        import torch
+        td = torch_dtype(self.dtype)
+        if td is None and self.dtype in _FP8:
+            return torch.uint8
+        return td
 
 Fragment = namedtuple("Fragment", "tensor rank buffer offset extent base strides")
 Fragment.__doc__ = """Elements box(offset, extent) of logical tensor ``tensor`` (id) live
@@ -140,7 +156,11 @@ class Layout(_lib.Handle):
 
     def parameters(self, rank):
         """The parameters ``rank`` holds on this side: its declared buffers, in
-        buffer-id order, as Parameter(name, shape, dtype, rank, buffer, bytes)."""
+        buffer-id order, as Parameter(name, shape, dtype, rank, buffer, bytes); [] for a
+        rank that holds none on this side. A layout of a refit scoped to one rank
+        (Model.refit(..., rank=r), Model.plan) declares that rank's parameters only:
+        asking it for another rank raises ReshardError (RANK) rather than answer []."""
+        self._check_scope(rank)
         n = _lib.lib.reshard_layout_declared_count(self._h, int(rank))
         out, bi = [], _lib.BufferInfo()
         for i in range(n):
@@ -148,8 +168,19 @@ class Layout(_lib.Handle):
             out.append(_parameter(bi))
         return out
 
+    def _check_scope(self, rank):
+        scope = getattr(self._owner, "rank", None)
+        if scope is not None and int(rank) not in (scope, _lib.ALL_RANKS):
+            from .errors import Status, error
+            raise error(Status.RANK, "this layout belongs to a refit scoped to rank %d "
+                        "(Model.refit(..., rank=%d) or Model.plan), which declares rank %d's "
+                        "parameters only; rank %d's need the whole refit (Model.refit without "
+                        "rank=) or its own scoped one" % (scope, scope, scope, int(rank)))
+
     def find_parameter(self, rank, name):
-        """Parameter ``name`` of ``rank``, or None."""
+        """Parameter ``name`` of ``rank``, or None (ReshardError RANK for another rank
+        than a scoped refit's, as parameters)."""
+        self._check_scope(rank)
         b = _lib.lib.reshard_layout_find_buffer(self._h, int(rank), name.encode())
         if b < 0:
             return None

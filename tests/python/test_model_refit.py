@@ -135,7 +135,13 @@ def test_scoped_refit_serves_its_rank_only(config_path):
     mine = model.refit("tp=2,pp=2", "tp=4", rank=1, domain_size=2)
     assert mine.rank == 1 and whole.rank is None
     assert mine.train.parameters(1) == whole.train.parameters(1)
-    assert mine.train.parameters(0) == []
+    for ask in (mine.train.parameters, mine.infer.parameters, mine.train.new_buffers):
+        with pytest.raises(reshard.ReshardError, match="scoped to rank 1") as e:
+            ask(0)  # another rank's: an error, not a silent []
+        assert e.value.status == reshard.Status.RANK
+    with pytest.raises(reshard.ReshardError, match="scoped to rank 1"):
+        mine.train.find_parameter(0, "embedding.word_embeddings.weight")
+    assert whole.train.parameters(9) == []  # the whole refit: a rank with none holds none
     reshard.Plan(mine.train, mine.infer, rank=1, world=mine.world, domain_size=2)
     for rank, ds, text in [(2, 2, "not for rank 2's"), (reshard.ALL_RANKS, 2, "global plan"),
                            (1, 4, "domain size 4")]:
@@ -204,3 +210,15 @@ def test_expert_bias_is_a_module_buffer():
     inames = {q.name for q in refit.infer.parameters(refit.infer_offset)}
     assert "model.layers.3.mlp.experts.routed_experts.w13_weight" in inames
     assert "model.layers.3.mlp.experts.w13_weight" not in inames
+
+
+def test_parameter_dtype_is_reshards_and_torch_dtype_is_torchs(config_path):
+    """Parameter.dtype is reshard's DType; Parameter.torch_dtype is what a bound tensor
+    has (fp8: torch.uint8 where torch has no float8)."""
+    refit = reshard.Model(config_path).refit("tp=2", "tp=2")
+    p = refit.train.parameters(0)[0]
+    assert p.dtype is reshard.DType.bf16 and p.torch_dtype is torch.bfloat16
+    fp8 = reshard.Parameter("w", (2, 2), reshard.DType.fp8_e4m3, 0, 0, 4)
+    assert fp8.torch_dtype == getattr(torch, "float8_e4m3fn", torch.uint8)
+    assert reshard.Parameter("b", (2,), reshard.DType.fp32, 0, 1, 8).torch_dtype is torch.float32
+    assert refit.train.new_buffers(0)[p.name].dtype == p.torch_dtype
