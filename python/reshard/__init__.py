@@ -12,7 +12,17 @@ arrays to them by parameter name, without copies.
     plan.execute(src=trainer_params, dst=None)  # every step
 """
 
-from ._lib import path as library_path
+import sys
+
+try:
+    import numpy  # noqa: F401  (every module below needs it)
+except ImportError as _e:  # the usual first mistake: an interpreter without Debian's packages
+    raise ImportError(
+        "reshard needs numpy (and torch to bind torch tensors); this interpreter (%s) has "
+        "neither: run Debian's /usr/bin/python3, which has python3-numpy and python3-torch, "
+        "or install numpy into this one" % sys.executable) from _e
+
+from ._lib import path as library_path  # noqa: E402
 from .baseline import Baseline
 from .comm import (Comm, InprocGroup, exchange_unique_id, from_cuda_ipc, from_mpi, from_nccl,
                    from_nccl_store, nccl_available, nccl_unique_id, run_threads)

@@ -30,8 +30,11 @@ class Model(_lib.Handle):
         opts = _lib.ModelOptions(int(bool(mtp)), int(to_dtype(dtype)), int(layers), int(quant),
                                  int(bool(pow2_scale)))
         h = _lib.c_vp()
-        _lib.check(_lib.lib.reshard_model_load(str(name_or_path).encode(), ctypes.byref(opts),
-                                               ctypes.byref(h)))
+        try:
+            _lib.check(_lib.lib.reshard_model_load(str(name_or_path).encode(),
+                                                   ctypes.byref(opts), ctypes.byref(h)))
+        except ReshardError as e:
+            raise _did_you_mean(e, str(name_or_path)) from None
         self._h = h.value
         self.name = str(name_or_path)
         self.infer_quant = quant if quant != Quant.none else None
@@ -174,6 +177,20 @@ class Model(_lib.Handle):
         return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
                           domain_size=domain_size, hosts=hosts, devices=devices,
                           colocated=colocated, delta=delta, verify=verify)
+
+
+def _did_you_mean(e, name):
+    """A shipped-model miss with the closest shipped names added; ``e`` otherwise."""
+    import difflib
+    import re
+    m = re.search(r"no such shipped model \(shipped: ([^)]*)\)", e.message)
+    if e.status != Status.IO or not m:
+        return e
+    close = difflib.get_close_matches(name.lower(), m.group(1).split(", "), n=2, cutoff=0.6)
+    if not close:
+        return e
+    return ReshardError(e.status, e.c_name, "%s; did you mean %s?" % (
+        e.message, " or ".join(repr(c) for c in close)), e.context)
 
 
 def agree_values(comm, items, timeout_s=None):

@@ -548,3 +548,24 @@ def test_unpadded_vocabulary_and_local_spec_names_say_what_to_do():
     assert "'decoder.layers.0.input_layernorm.weight' is a name of Megatron's local layer " \
         "spec" in e.message and "linear_qkv.layer_norm_weight" in e.message, e.message
     assert all("rank 0 could not" in out[r].message for r in (1, 2, 3)), out
+
+
+def test_model_name_typo_says_did_you_mean():
+    """A shipped model's name mistyped: IO, the shipped names and the closest ones."""
+    with pytest.raises(reshard.ReshardError) as e:
+        reshard.Model("qwen3-06b")
+    assert e.value.status == Status.IO
+    assert e.value.message.endswith("did you mean 'qwen3-0.6b' or 'qwen3-30b-a3b'?"), e.value
+
+
+def test_an_interpreter_without_numpy_is_told_which_python():
+    """The usual first mistake: a python3 without Debian's packages (numpy blocked here):
+    the ImportError says to run /usr/bin/python3."""
+    import subprocess
+    import sys
+    code = "import sys; sys.modules['numpy'] = None; import reshard"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode != 0
+    assert "reshard needs numpy" in p.stderr and "run Debian's /usr/bin/python3" in p.stderr, \
+        p.stderr[-2000:]
