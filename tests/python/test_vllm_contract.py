@@ -145,7 +145,7 @@ def test_standin_engine_and_trainer_calls_follow_the_client_protocol(vllm_api):
     info = rv.ReshardTrainerInitInfo(model="m", train="tp=1", infer="tp=1", rank=0)
     t = rv.ReshardTrainerEngine(client=Checked(), source=None, is_sender=True)
     t.version, t.comm, t.info = 0, object(), info
-    t._announce_started = lambda failure: None
+    t._announce = lambda what, failure: None
     t._send = lambda: None
     t.send_weights()
     assert calls == ["start_weight_update", "update_weights", "finish_weight_update"]

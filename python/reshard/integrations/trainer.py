@@ -130,8 +130,10 @@ class ReshardTrainer:
         or failed control-plane driver is named as such. Raises ReshardError (a dead
         or stalled peer: TIMEOUT on every rank, naming it; rank 0 dead or stalled
         before the update started: TIMEOUT on the other trainer ranks naming rank 0;
-        the update refused by the inference side: that error, on every trainer
-        rank)."""
+        the update refused or aborted by the inference side at start, update or
+        finish: that error on rank 0, TRANSPORT naming it on the other trainer ranks).
+        The refit's version goes to finish_weight_update(weight_version=...), so
+        vLLM reports it only once every worker finished it."""
         if self.comm is None:
             raise reshard_err.error(reshard_err.Status.INVALID_ARG,
                                     "send_weights: trainer rank %d was shut down "
@@ -143,43 +145,75 @@ class ReshardTrainer:
         if not self.is_sender:
             self._wait_started()
             self._send()
+            self._wait_outcome()
         else:
-            started: List[Any] = []
             try:
-                for c in self.clients:
-                    c.start_weight_update()
-                    started.append(c)
-            except Exception as e:
-                # the failed engine aborted and dropped its session itself (vLLM's
-                # worker); the ones started before it are closed without a version
-                self._announce_started("%s: %s" % (type(e).__name__, e))
-                _close_quietly(started)
+                self._drive(update)
+            except BaseException as e:
+                self._announce("outcome", "%s: %s" % (type(e).__name__, e))
                 raise
-            self._announce_started("")
-            exe = ThreadPoolExecutor(max_workers=len(self.clients))
-            try:
-                futures = [exe.submit(c.update_weights, update) for c in self.clients]
-                try:
-                    self._send()  # its error (a dead peer, named) is raised, not the RPCs'
-                    for f in futures:
-                        f.result()
-                except BaseException:
-                    # a failed update RPC aborted its engine's session; one whose RPC
-                    # returned is closed without a version (vLLM reports no new one)
-                    _close_quietly([c for c, f in zip(self.clients, futures)
-                                    if f.exception() is None])
-                    raise
-            finally:
-                exe.shutdown(wait=False)
-            # our version becomes vLLM's weight version only where every worker finished
-            for c in self.clients:
-                c.finish_weight_update(weight_version=str(self.version))
+            self._announce("outcome", "")
         self.last_refit_s = time.perf_counter() - t0
 
-    def _announce_started(self, failure: str) -> None:
-        """Rank 0: tell the other trainer ranks that refit ``version`` started on the
-        inference side (``failure`` empty) or could not start (its text)."""
-        self.store.set("started/%d" % self.version, json.dumps({"error": failure}))
+    def _drive(self, update: Dict[str, Any]) -> None:
+        """Rank 0's side of one refit: the control-plane calls around its own send."""
+        started: List[Any] = []
+        try:
+            for c in self.clients:
+                c.start_weight_update()
+                started.append(c)
+        except Exception as e:
+            # the failed engine aborted and dropped its session itself (vLLM's
+            # worker); the ones started before it are closed without a version
+            self._announce("started", "%s: %s" % (type(e).__name__, e))
+            _close_quietly(started)
+            raise
+        self._announce("started", "")
+        exe = ThreadPoolExecutor(max_workers=len(self.clients))
+        try:
+            futures = [exe.submit(c.update_weights, update) for c in self.clients]
+            try:
+                self._send()  # its error (a dead peer, named) is raised, not the RPCs'
+                for f in futures:
+                    f.result()
+            except BaseException:
+                # a failed update RPC aborted its engine's session; one whose RPC
+                # returned is closed without a version (vLLM reports no new one)
+                _close_quietly([c for c, f in zip(self.clients, futures)
+                                if f.exception() is None])
+                raise
+        finally:
+            exe.shutdown(wait=False)
+        # our version becomes vLLM's weight version only where every worker finished
+        for c in self.clients:
+            c.finish_weight_update(weight_version=str(self.version))
+
+    def _announce(self, what: str, failure: str) -> None:
+        """Rank 0: tell the other trainer ranks that refit ``version`` ``what``
+        ("started" on the inference side, or its "outcome" there): ``failure`` empty,
+        or its text."""
+        self.store.set("%s/%d" % (what, self.version), json.dumps({"error": failure}))
+
+    def _wait_outcome(self) -> None:
+        """Trainer ranks but 0: the refit's outcome on the inference side, as rank 0
+        saw it (its update and finish calls return within about twice timeout_s of a
+        failure): a refit the engine refused or aborted raises here too, so every
+        trainer rank says it failed."""
+        key = "outcome/%d" % self.version
+        try:
+            self.store.wait([key], datetime.timedelta(seconds=3 * self.info.timeout_s))
+        except RuntimeError as e:
+            raise reshard_err.error(
+                reshard_err.Status.TIMEOUT,
+                "train rank %d: refit %d: trainer rank 0 (the control-plane driver) did not "
+                "say within %.1f s whether the inference side finished the update"
+                % (self.rank, self.version, 3 * self.info.timeout_s)) from e
+        failure = json.loads(self.store.get(key))["error"]
+        if failure:
+            raise reshard_err.error(
+                reshard_err.Status.TRANSPORT,
+                "train rank %d: refit %d failed on the inference side (vLLM aborted it; its "
+                "weight version did not advance): %s" % (self.rank, self.version, failure))
 
     def _wait_started(self) -> None:
         """Trainer ranks but 0: wait at most timeout_s for rank 0's announcement of

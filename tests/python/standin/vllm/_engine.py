@@ -32,7 +32,6 @@ class StandinEngine:
         self.asleep: set = set()
         self.calls: List[str] = []
         self.threads: List[threading.Thread] = []
-        self.inject: Dict[str, Any] = {}  # method -> callable(worker) raising, once
 
     # -- vLLM's own surface ---------------------------------------------------------
     def get_weight_version(self) -> Optional[str]:
@@ -52,12 +51,9 @@ class StandinEngine:
     # -- VLLMWeightSyncClient ---------------------------------------------------------
     def _all(self, method: str, fn: Any) -> None:
         errs: List[BaseException] = []
-        hook = self.inject.pop(method, None)
 
         def body(i: int, w: Any) -> None:
             try:
-                if hook is not None:
-                    hook(i, w)
                 fn(i, w)
             except Exception as e:  # noqa: BLE001 - recorded per worker
                 self.errors[getattr(w, "rank", i)] = e
