@@ -226,3 +226,33 @@ def test_engine_we_cannot_write_refused_by_name(tmp_path, rv, what):
     word = "--enable-eplb" if what == "eplb" else "--enable-lora"
     for e in list(errors.values()) + list(werr.values()):
         assert "engine 0, infer rank 2: the engine runs with %s" % word in str(e), str(e)
+
+
+def test_sleep_level_2_invalidates_delta_state_by_itself(tmp_path, rv):
+    """delta refits; after refit 1, engine 0's vLLM worker sleeps at level 2 (its
+    weights freed and mapped back with other contents) and wakes, nobody calling
+    invalidate_weights(): refit 2 (the trainers' weights unchanged) rewrites that
+    worker whole (a dense stream), so every element equals the oracle; refit 3 is a
+    delta again (no dense stream). A level-1 sleep keeps the weights and the delta."""
+    mod, factory = rv
+    from vllm.v1.worker.gpu_worker import Worker  # imported: the engine wraps its sleep
+    path, sources, expect, models = dense_case(tmp_path, TRAIN, INFER)
+    workers = [factory.WeightTransferEngineFactory.create_engine(
+        SimpleNamespace(backend="reshard"),
+        SimpleNamespace(parallel_config=parallel(INFER, i), model_config=SimpleNamespace()),
+        torch.device("cpu"), m) for i, m in enumerate(models)]
+    vllm_workers = [Worker(m, e) for m, e in zip(models, workers)]
+    dense = {}
+
+    def after(k, eng):
+        dense[k] = eng.plan.delta_info()["dense_streams"]
+        if k == 1:
+            vllm_workers[0].sleep(level=2)
+            vllm_workers[0].wake_up()
+            vllm_workers[1].sleep(level=1)
+            vllm_workers[1].wake_up()
+    _, errors, werr = steps_threads(tmp_path, path, sources, workers, 3, rv,
+                                    after_step=after, delta=True)
+    assert errors == {} and werr == {}, (errors, werr)
+    assert dense == {1: 2, 2: 1, 3: 0}, dense  # rank 0's streams: to each worker
+    assert_all(models, expect)

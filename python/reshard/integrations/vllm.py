@@ -117,6 +117,30 @@ def vllm_engine_problems(vllm_config: Any, model: Any) -> List[str]:
     return out
 
 
+def follow_worker_sleep() -> None:
+    """vLLM's worker frees the weights at sleep level 2 and maps them back on wake_up
+    in new memory at the same addresses, without telling its weight-transfer engine;
+    the engine then holds none of the last refit's bytes, and a delta refit would
+    send only what changed. Wrap the worker's sleep (once, where vLLM's gpu_worker is
+    already imported: this runs in the worker process, from our engine's __init__)
+    so that a level-2 sleep invalidates our engine's delta state: the next refit
+    rewrites every element."""
+    import sys
+    mod = sys.modules.get("vllm.v1.worker.gpu_worker")
+    worker = getattr(mod, "Worker", None)
+    if worker is None or getattr(worker.sleep, "_reshard_follows", False):
+        return
+    original = worker.sleep
+
+    def sleep(self: Any, level: int = 1) -> None:
+        original(self, level)
+        engine = getattr(self, "weight_transfer_engine", None)
+        if level == 2 and isinstance(engine, WorkerCore):
+            engine.invalidate_weights()
+    sleep._reshard_follows = True  # type: ignore[attr-defined]
+    worker.sleep = sleep
+
+
 def _worker_class() -> type:
     from vllm.distributed.weight_transfer.base import WeightTransferEngine
 
@@ -132,6 +156,7 @@ def _worker_class() -> type:
             WeightTransferEngine.__init__(self, config, vllm_config, device, model)
             self.setup(model, vllm_config.parallel_config, device)
             self.vllm_model_config = vllm_config.model_config
+            follow_worker_sleep()
 
         def post_load_rules(self, declared: List[str], live: Dict[str, Any],
                             info: ReshardInitInfo) -> List[Rule]:
