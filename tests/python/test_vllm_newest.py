@@ -256,3 +256,32 @@ def test_sleep_level_2_invalidates_delta_state_by_itself(tmp_path, rv):
     assert errors == {} and werr == {}, (errors, werr)
     assert dense == {1: 2, 2: 1, 3: 0}, dense  # rank 0's streams: to each worker
     assert_all(models, expect)
+
+
+def test_fail_closed_worker_refuses_later_refits_by_name(tmp_path, rv):
+    """vLLM's gpu_worker at the followed revision fails closed: after refit 2's
+    update fails on infer rank 3 it refuses every later start ("serving is
+    disabled"). Refit 3 then fails at start on both trainer ranks, naming it;
+    vLLM's weight version stays "1" throughout; no worker is written after refit 1
+    except by the failed round's own collective."""
+    mod, factory = rv
+    path, sources, expect, models = dense_case(tmp_path, TRAIN, INFER)
+    workers = [WorkerCore(m, parallel(INFER, i)) for i, m in enumerate(models)]
+    seen = {}
+    engines = []
+
+    def after(k, eng):
+        client = eng.clients[0]
+        client.fail_closed = True
+        engines.append(client)
+        seen[k] = client.get_weight_version()
+        if k == 1:
+            wrapped, _ = fail_once(workers[1], "update_weights", "before")
+            workers[1].update_weights = wrapped
+    _, errors, _ = steps_threads(tmp_path, path, sources, workers, 3, rv, timeout_s=2.0,
+                                 after_step=after)
+    assert seen == {1: "1", 2: "1", 3: "1"}, seen
+    assert sorted(errors) == [(2, 0), (2, 1), (3, 0), (3, 1)], errors
+    for r in (0, 1):
+        assert "serving is disabled" in str(errors[(3, r)]), errors[(3, r)]
+    assert engines[-1].calls[-1] == "start"

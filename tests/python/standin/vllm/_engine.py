@@ -2,15 +2,20 @@
 (VLLMWeightSyncClient: the EngineClient / HTTP / Ray surface), over in-process
 worker engines, one thread per worker per call (vLLM's collective RPC).
 
-What it models, from /work/shared/FRAMEWORKS.md (Dec 2026 audit) and base.py at the
-revision named in ../__init__.py:
+What it models, from /work/shared/FRAMEWORKS.md (Dec 2026 audit) and the files at
+the revision named in ../__init__.py (base.py, v1/worker/gpu_worker.py):
 - one update session at a time: a second start_weight_update is refused;
-- a failed start, update or finish: every worker runs engine.abort_weight_update(),
-  then engine.reset_weight_update_target(), and the session is dropped; the call
-  raises the first worker's error;
+- a failed start, update or finish, two ways (``fail_closed``):
+  False (FRAMEWORKS.md's worker): every worker runs engine.abort_weight_update(),
+  then engine.reset_weight_update_target(), and the session is dropped;
+  True (gpu_worker.py at 142e770e): no abort; the worker marks the update failed,
+  resets the target, drops the session, and refuses every later start ("serving is
+  disabled") until restarted or fully reloaded;
+  either way the call raises the first worker's error;
 - finish_weight_update(weight_version): the version get_weight_version() reports
   advances only when every worker finished;
-- list payloads: worker i gets entry data_parallel_index;
+- list payloads: each worker takes entry data_parallel_rank * world_size + rank
+  (gpu_worker.py: one entry per worker across the data-parallel replicas);
 - _require_resident_weights: updates are refused while the weights sleep (sleep
   level 1 or 2, until wake_up with the weights tag).
 It is not vLLM."""
@@ -23,8 +28,10 @@ from typing import Any, Dict, List, Optional
 
 class StandinEngine:
     def __init__(self, workers: List[Any], errors: Optional[Dict[int, BaseException]] = None,
-                 name: str = "engine 0") -> None:
+                 name: str = "engine 0", fail_closed: bool = False) -> None:
         self.workers = workers
+        self.fail_closed = fail_closed
+        self.failed = False
         self.errors = {} if errors is None else errors
         self.name = name
         self.session = False
@@ -69,9 +76,11 @@ class StandinEngine:
 
     def _failed(self) -> None:
         for w in self.workers:
-            w.abort_weight_update()
+            if not self.fail_closed:
+                w.abort_weight_update()
             w.reset_weight_update_target()
         self.session = False
+        self.failed = self.fail_closed
 
     def _in_session(self, method: str, fn: Any) -> None:
         try:
@@ -86,6 +95,9 @@ class StandinEngine:
     def start_weight_update(self) -> None:
         self.calls.append("start")
         self._require_resident_weights("start a weight update")
+        if self.failed:
+            raise RuntimeError("%s: a weight update failed after the transaction started; "
+                               "serving is disabled (restart or reload_weights)" % self.name)
         if self.session:
             raise RuntimeError("%s: a weight update is already active" % self.name)
         self.session = True
@@ -100,7 +112,9 @@ class StandinEngine:
         def one(i: int, w: Any) -> None:
             d = update_info
             if isinstance(update_info, list):
-                d = update_info[w.parallel_config.data_parallel_index]
+                pc = w.parallel_config
+                d = update_info[pc.data_parallel_index * pc.tensor_parallel_size
+                                * getattr(pc, "pipeline_parallel_size", 1) + pc.rank]
             w.update_weights(d)
         self._in_session("update", one)
 
