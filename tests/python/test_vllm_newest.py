@@ -285,3 +285,30 @@ def test_fail_closed_worker_refuses_later_refits_by_name(tmp_path, rv):
     for r in (0, 1):
         assert "serving is disabled" in str(errors[(3, r)]), errors[(3, r)]
     assert engines[-1].calls[-1] == "start"
+
+
+@pytest.mark.parametrize("kernel", ["FLASHINFER_CUTLASS", "TRITON"])
+def test_moe_kernel_read_from_the_live_layers(kernel):
+    """vLLM picks the unquantized MoE kernel itself: the engine reads it from the
+    live layers' quant_method.unquantized_backend. CUTLASS (w13 kept as [up; gate]) is
+    refused naming the layer's w13_weight and the kernel; Triton passes."""
+    import enum
+    from reshard.integrations.vllm import vllm_engine_problems
+
+    class UnquantizedMoeBackend(enum.Enum):  # vLLM's enum, the members used here
+        TRITON = "TRITON"
+        FLASHINFER_CUTLASS = "FlashInfer CUTLASS"
+    model = torch.nn.Module()
+    model.add_module("layers", torch.nn.Module())
+    experts = torch.nn.Module()
+    experts.w13_weight = torch.nn.Parameter(torch.zeros(2, 8, 4), requires_grad=False)
+    experts.quant_method = SimpleNamespace(unquantized_backend=UnquantizedMoeBackend[kernel])
+    model.layers.add_module("0", torch.nn.Module())
+    getattr(model.layers, "0").add_module("experts", experts)
+    got = vllm_engine_problems(SimpleNamespace(parallel_config=SimpleNamespace()), model)
+    if kernel == "TRITON":
+        assert got == []
+    else:
+        assert got == ["layers.0.experts.w13_weight: vLLM runs this MoE layer on its "
+                       "FLASHINFER_CUTLASS kernel, whose w13 layout the refit does not "
+                       "write (it writes Triton's [gate; up])"]

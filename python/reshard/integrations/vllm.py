@@ -29,6 +29,8 @@ BACKEND = "reshard"
 _BUILT: Dict[str, type] = {}
 
 FLASHINFER_MOE = ("flashinfer_cutlass", "flashinfer_trtllm")
+# vLLM's UnquantizedMoeBackend members whose w13 is the FusedMoE layer's [gate; up]
+WRITABLE_MOE = ("TRITON", "BATCHED_TRITON")
 
 
 def register() -> None:
@@ -102,8 +104,20 @@ def vllm_engine_problems(vllm_config: Any, model: Any) -> List[str]:
       per engine; the plan's expert slots would go stale after the first
       rearrangement (the live map is not followed yet);
     - LoRA (``vllm_config.lora_config``, or live parameters named
-      ``...base_layer.<param>``): the wrapped layers' names are not the layout's."""
+      ``...base_layer.<param>``): the wrapped layers' names are not the layout's;
+    - an unquantized MoE kernel other than Triton, read from the live layers
+      (``quant_method.unquantized_backend``, vLLM's own choice, whatever the user
+      said in ``moe_backend``): FlashInfer CUTLASS keeps w13 as [up; gate], TRTLLM
+      re-blocks it, AITER shuffles it; the layout writes Triton's [gate; up]."""
     out: List[str] = []
+    for mod_name, m in model.named_modules():
+        backend = getattr(getattr(m, "quant_method", None), "unquantized_backend", None)
+        name = getattr(backend, "name", backend)
+        if backend is not None and name not in WRITABLE_MOE:
+            out.append("%s.w13_weight: vLLM runs this MoE layer on its %s kernel, whose "
+                       "w13 layout the refit does not write (it writes Triton's [gate; "
+                       "up])" % (mod_name, name))
+            break  # one layer names it: every MoE layer of an engine shares the choice
     if getattr(getattr(vllm_config, "parallel_config", None), "enable_eplb", False):
         out.append("the engine runs with --enable-eplb: vLLM moves experts between "
                    "slots at run time and the refit does not follow its live "
