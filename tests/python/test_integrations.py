@@ -85,6 +85,43 @@ def test_rl_loop_processes(tmp_path):
     assert len(steps) == 2 and all(" MB on the wire (" in x for x in steps), p.stdout
 
 
+@pytest.mark.parametrize("phase", ["start", "update", "finish"])
+def test_rl_loop_failure_keeps_version_and_next_refit_exact(tmp_path, phase):
+    """rl_loop.py, delta refits, 3 steps: inference rank 0 fails refit 2 at ``phase``
+    (update: after writing, its weights torn part way). Both trainer ranks raise
+    naming it; the worker that failed ran vLLM's path (abort, reset) while vLLM's
+    reported version was "1"; vLLM reports "1", "1", "3" after the three refits;
+    every element of both workers equals the oracle after each refit they finished.
+    A failure after writing tears both workers (the engine aborts every session),
+    so refit 3 is whole; at start the failing worker never opened (its weights stay
+    committed)."""
+    p, _ = run_example(["--model", write(tmp_path, "tiny", TINY), "--steps", "3",
+                        "--timeout", "10", "--delta", "--fail-at", "2",
+                        "--fail-phase", phase])
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout.splitlines()
+    method = {"start": "start_weight_update", "update": "update_weights",
+              "finish": "finish_weight_update"}[phase]
+    inj = "injected %s failure of refit 2 on inference rank 0" % phase
+    assert any(x.startswith("refit 2 failed on train rank 0") and inj in x for x in out), out
+    assert any(x.startswith("refit 2 failed on train rank 1") and "RESHARD_ERR_TRANSPORT"
+               in x and inj in x for x in out), out
+    assert "vLLM's reported version after each refit: 1, 1, 3" in out, out
+    state = "committed" if phase == "start" else "torn"
+    assert "failed on the inference side: %s (weights then %s)" % (method, state) in out, out
+    n = 2 * sum(t.numel() for i in range(2) for t in conventions.vllm_state_dict(
+        conventions.Weights(conventions.load_config(write(tmp_path, "tiny", TINY), 1)),
+        "tp=2", i, SENT).values())  # rl_loop's default: 1 layer
+    assert out[-1].startswith("2 of 2 inference rank(s) reported: ") and \
+        out[-1].endswith(" elements checked over 2 step(s) (refit 2 failed as injected), "
+                         "0 wrong: OK"), out
+    checked = int(out[-1].split("reported: ")[1].split()[0])
+    assert checked == n or (phase == "finish" and n < checked <= n * 3 // 2), (checked, n)
+    if phase == "update":
+        wire = {x.split(":")[0]: x.split("delta ")[1] for x in out if x.startswith("step ")}
+        assert wire["step 3"] == wire["step 1"], wire  # whole after the abort, as the first
+
+
 @pytest.mark.parametrize("victim", [0, 1, 3])
 def test_rank_killed_mid_refit(tmp_path, victim):
     """Trainer rank 0 (the control-plane driver), trainer rank 1 or inference rank 3
