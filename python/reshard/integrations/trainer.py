@@ -278,11 +278,9 @@ def rank_local_source(source: Any, rank: int) -> Tuple[Any, str]:
 
 
 def _is_module(x: Any) -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return isinstance(x, torch.nn.Module)
+    """A model chunk: a torch module, or anything holding its tensors as one does
+    (named_parameters / named_buffers)."""
+    return callable(getattr(x, "named_parameters", None))
 
 
 def megatron_rank_problems(rank: int) -> List[str]:
