@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import Any, List, Tuple
 
 import pytest
 
