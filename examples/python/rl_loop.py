@@ -7,6 +7,7 @@ the workers hold is checked after every step.
     /usr/bin/python3 examples/python/rl_loop.py --model qwen3-0.6b --layers 2 \
         --train tp=2 --infer tp=1,dp=2 --steps 3
     /usr/bin/python3 examples/python/rl_loop.py --delta --lr 1e-6   # delta refits
+    /usr/bin/python3 examples/python/rl_loop.py --fail-at 2 --fail-phase update  # a refit fails
 
 This process starts train world + infer world processes of itself (--role), which
 meet in one torch.distributed gloo group over a FileStore. Trainer rank r holds what
@@ -25,7 +26,15 @@ tensor does), laid out by vLLM's rules, and that WorkerCore.weights_state() says
 the weights are committed at that step. With --delta each refit after the first
 sends only the words that changed (docs/delta.md); the step lines add the bytes the
 trainers put on the wire beside what a dense refit sends. Exit status 0 only when
-every element of every step matched."""
+every element of every step matched.
+
+The control plane follows vLLM's newest weight-transfer API: the trainer's version
+goes to finish_weight_update(weight_version), and the client reports it as vLLM's
+weight version once every worker finished. --fail-at K --fail-phase start|update|
+finish makes inference rank 0 fail refit K there: the workers run vLLM's failure
+path (abort_weight_update, reset_weight_update_target), every trainer rank raises,
+the reported version stays K-1, and refit K+1 is checked element by element as
+every other."""
 
 from __future__ import annotations
 
@@ -124,7 +133,9 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
     engine = ReshardTrainer.trainer_init(info, client=clients, source=model)
     init_s = time.perf_counter() - t0
     params = dict(gpt.named_parameters())
-    steps = []
+    steps: List[Any] = []
+    failed: List[Any] = []
+    versions: List[Any] = []  # engine 0's reported weight version after each refit
     for k in range(args.steps):
         t0 = time.perf_counter()
         adamw_step(list(masters.values()), opt)
@@ -134,7 +145,19 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
         t1 = time.perf_counter()
         if args.kill_at == k + 1 and args.kill_rank == rank:
             os._exit(9)
+        if args.fail_at == k + 1:  # inference rank 0 fails this refit: every rank raises
+            try:
+                engine.send_weights()
+            except Exception as e:  # noqa: BLE001 - the injected failure, named
+                failed.append((k + 1, "%s: %s" % (type(e).__name__, e)))
+                if rank == 0:
+                    versions.append(clients[0].weight_version)
+                continue
+            raise RuntimeError("refit %d was to fail at %s on inference rank 0, and did not"
+                               % (k + 1, args.fail_phase))
         engine.send_weights()
+        if rank == 0:
+            versions.append(clients[0].weight_version)
         t2 = time.perf_counter()
         d = engine.plan.delta_info() if args.delta else {"wire_bytes": 0, "stream_bytes": 0}
         steps.append((t1 - t0, t2 - t1, d["wire_bytes"], d["stream_bytes"]))
@@ -144,7 +167,8 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
         for c in clients:
             c.shutdown()
     engine.shutdown()
-    return {"role": "train", "rank": rank, "init_s": init_s, "steps": steps}
+    return {"role": "train", "rank": rank, "init_s": init_s, "steps": steps, "failed": failed,
+            "versions": versions}
 
 
 def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
@@ -173,10 +197,19 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
         pc.data_parallel_index, pc.rank = (1, 0) if s.tp == 1 else (0, 1)
     core = WorkerCore(model, pc, "cpu")
     oracle = SteppedWeights(w, adamw(args))
-    report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0}
+    report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0,
+              "versions": [], "failures": []}
+    reported: Dict[str, Any] = {"version": None}  # vLLM's get_weight_version()
 
-    def check() -> None:  # after the reply to finish_weight_update, outside the refit's time
-        oracle.advance()
+    def failed(method: str, err: str) -> bool:  # vLLM's worker path ran (abort, reset)
+        report["failures"].append([method, reported["version"], core.weights_state()["state"]])
+        return "injected" not in err  # any other failure ends this worker with its error
+
+    def check(weight_version: Any) -> None:  # after finish_weight_update's reply
+        reported["version"] = weight_version
+        report["versions"].append(weight_version)
+        while oracle.steps < int(weight_version):  # a failed refit's step is skipped
+            oracle.advance()
         expect = conventions.vllm_state_dict(oracle, args.infer, i, reshard.SENTINEL_BYTE)
         live = dict(model.named_parameters())
         assert sorted(live) == sorted(expect)
@@ -203,11 +236,37 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
         receive(update)
 
     core.receive_weights = receive_or_die
+    if args.fail_at and i == 0:
+        inject_failure(core, model, args.fail_at, args.fail_phase)
 
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
     serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8,
-          driver_timeout_s=args.timeout)
+          driver_timeout_s=args.timeout, on_error=failed)
     return report
+
+
+def inject_failure(core: Any, model: Any, refit: int, phase: str) -> None:
+    """Make ``core`` (inference rank 0) fail refit ``refit`` at ``phase``: start
+    (before opening it), update (after writing, with a stretch of its first
+    parameter overwritten: weights torn part way) or finish (before closing it)."""
+    import torch
+    import reshard
+    method = {"start": "start_weight_update", "update": "update_weights",
+              "finish": "finish_weight_update"}[phase]
+    orig = getattr(core, method)
+    calls = [0]
+
+    def wrapped(*a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        if calls[0] != refit:
+            return orig(*a, **k)
+        if phase == "update":
+            orig(*a, **k)
+            p = next(iter(model.parameters()))
+            p.data.view(torch.uint8)[:1].fill_(reshard.SENTINEL_BYTE)
+        raise RuntimeError("injected %s failure of refit %d on inference rank 0"
+                           % (phase, refit))
+    setattr(core, method, wrapped)
 
 
 def break_model(model: Any, fault: str) -> None:
@@ -267,6 +326,7 @@ def summarize(args: Any, s: Any, reports: List[Dict[str, Any]], errors: List[str
     workers = [r for r in reports if r["role"] == "infer"]
     checked = sum(r["checked"] for r in workers)
     wrong = sum(r["wrong"] for r in workers)
+    landed = [k for k in range(1, args.steps + 1) if k != args.fail_at]
     if trainers:
         print("%s (%d layer(s)), Megatron %s -> vLLM %s, %d processes, init %.2f s"
               % (args.model, args.layers, args.train, args.infer, s.world,
@@ -277,15 +337,37 @@ def summarize(args: Any, s: Any, reports: List[Dict[str, Any]], errors: List[str
             wire = sum(r["steps"][k][2] for r in trainers)
             dense = sum(r["steps"][k][3] for r in trainers)
             print("step %d: AdamW %.3f s, refit %.3f s: refit %.0f%% of the step%s"
-                  % (k + 1, opt, refit, 100.0 * refit / (opt + refit),
+                  % (landed[k], opt, refit, 100.0 * refit / (opt + refit),
                      ", delta %.2f of %.2f MB on the wire (%.1f%%)"
                      % (wire / 1e6, dense / 1e6, 100.0 * wire / dense) if dense else ""))
+    # a worker checks each refit it finished: with a failure injected at finish on
+    # inference rank 0, the others may have finished that refit whole before it failed
+    may = [landed, list(range(1, args.steps + 1))] if args.fail_phase == "finish" \
+        else [landed]
     ok = not errors and len(workers) == s.world - s.train_world and checked > 0 and \
-        wrong == 0 and all(r["steps"] == args.steps for r in workers)
+        wrong == 0 and all([int(v) for v in r["versions"]] in may for r in workers)
+    want = [str(k if k != args.fail_at else k - 1) for k in range(1, args.steps + 1)]
+    rank0 = [r for r in trainers if r["rank"] == 0]
+    ok = ok and bool(rank0) and rank0[0]["versions"] == want
+    if rank0:
+        print("vLLM's reported version after each refit: %s"
+              % ", ".join(str(v) for v in rank0[0]["versions"]))
+    if args.fail_at:  # every trainer rank saw it fail; the worker that failed ran the
+        # abort path while vLLM's version was still the refit before
+        before = str(args.fail_at - 1)
+        fails = [f for r in workers for f in r["failures"]]
+        ok = ok and all([k for k, _ in r["failed"]] == [args.fail_at] for r in trainers) \
+            and bool(fails) and all(f[1] == before for f in fails)
+        for r in trainers:
+            for k, e in r["failed"]:
+                print("refit %d failed on train rank %d (as injected): %s" % (k, r["rank"], e))
+        print("failed on the inference side: %s" % ", ".join(
+            "%s (weights then %s)" % (f[0], f[2]) for f in fails))
     n_infer = s.world - s.train_world
-    print("%d of %d inference rank(s) reported: %d elements checked over %d step(s), "
-          "%d wrong: %s" % (len(workers), n_infer, checked, args.steps, wrong,
-                            "OK" if ok else "FAILED"))
+    print("%d of %d inference rank(s) reported: %d elements checked over %d step(s)%s, "
+          "%d wrong: %s" % (len(workers), n_infer, checked, len(landed),
+                            " (refit %d failed as injected)" % args.fail_at
+                            if args.fail_at else "", wrong, "OK" if ok else "FAILED"))
     return 0 if ok else 1
 
 
@@ -303,6 +385,11 @@ def main() -> int:
                     help="break inference rank 0's model: every rank must refuse at init")
     ap.add_argument("--kill-rank", type=int, default=-1, help="this rank dies ...")
     ap.add_argument("--kill-at", type=int, default=0, help="... as refit K (from 1) starts")
+    ap.add_argument("--fail-at", type=int, default=0,
+                    help="inference rank 0 fails refit K (from 2) ...")
+    ap.add_argument("--fail-phase", choices=["start", "update", "finish"], default="update",
+                    help="... at this phase: every rank raises, vLLM's version stays, the "
+                    "next refit is whole and exact")
     ap.add_argument("--role", choices=["train", "infer"], help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -314,6 +401,9 @@ def main() -> int:
             ap.error("--kill-rank %d: the ranks are 0..%d" % (args.kill_rank, world - 1))
         if not 1 <= args.kill_at <= args.steps:
             ap.error("--kill-at %d: the refits are 1..%d (--steps)" % (args.kill_at, args.steps))
+    if args.fail_at and not 2 <= args.fail_at < args.steps:
+        ap.error("--fail-at %d: a refit after the first and before the last (2..%d)"
+                 % (args.fail_at, args.steps - 1))
     if args.role is None:
         return launch(args, sys.argv[1:])
     try:

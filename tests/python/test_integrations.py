@@ -9,7 +9,6 @@ Megatron-shaped sender and the vLLM shell, over real torch.distributed gloo grou
   (tests/python/standin: vLLM itself cannot be installed here), bad input at init
   (every rank fails, naming the parameter, nothing written), post-load forms."""
 
-import inspect
 import json
 import os
 import re
@@ -34,8 +33,7 @@ from reshard.integrations.ranks import sizes  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 EXAMPLE = os.path.join(ROOT, "examples", "python", "rl_loop.py")
-STANDIN = os.path.join(HERE, "standin")  # the newer trainer API (config first)
-STANDIN_OLD = os.path.join(HERE, "standin_old")  # the older one (no config)
+STANDIN = os.path.join(HERE, "standin")  # vLLM's newest weight-transfer API
 TINY = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
@@ -87,6 +85,43 @@ def test_rl_loop_processes(tmp_path):
     assert len(steps) == 2 and all(" MB on the wire (" in x for x in steps), p.stdout
 
 
+@pytest.mark.parametrize("phase", ["start", "update", "finish"])
+def test_rl_loop_failure_keeps_version_and_next_refit_exact(tmp_path, phase):
+    """rl_loop.py, delta refits, 3 steps: inference rank 0 fails refit 2 at ``phase``
+    (update: after writing, its weights torn part way). Both trainer ranks raise
+    naming it; the worker that failed ran vLLM's path (abort, reset) while vLLM's
+    reported version was "1"; vLLM reports "1", "1", "3" after the three refits;
+    every element of both workers equals the oracle after each refit they finished.
+    A failure after writing tears both workers (the engine aborts every session),
+    so refit 3 is whole; at start the failing worker never opened (its weights stay
+    committed)."""
+    p, _ = run_example(["--model", write(tmp_path, "tiny", TINY), "--steps", "3",
+                        "--timeout", "10", "--delta", "--fail-at", "2",
+                        "--fail-phase", phase])
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout.splitlines()
+    method = {"start": "start_weight_update", "update": "update_weights",
+              "finish": "finish_weight_update"}[phase]
+    inj = "injected %s failure of refit 2 on inference rank 0" % phase
+    assert any(x.startswith("refit 2 failed on train rank 0") and inj in x for x in out), out
+    assert any(x.startswith("refit 2 failed on train rank 1") and "RESHARD_ERR_TRANSPORT"
+               in x and inj in x for x in out), out
+    assert "vLLM's reported version after each refit: 1, 1, 3" in out, out
+    state = "committed" if phase == "start" else "torn"
+    assert "failed on the inference side: %s (weights then %s)" % (method, state) in out, out
+    n = 2 * sum(t.numel() for i in range(2) for t in conventions.vllm_state_dict(
+        conventions.Weights(conventions.load_config(write(tmp_path, "tiny", TINY), 1)),
+        "tp=2", i, SENT).values())  # rl_loop's default: 1 layer
+    assert out[-1].startswith("2 of 2 inference rank(s) reported: ") and \
+        out[-1].endswith(" elements checked over 2 step(s) (refit 2 failed as injected), "
+                         "0 wrong: OK"), out
+    checked = int(out[-1].split("reported: ")[1].split()[0])
+    assert checked == n or (phase == "finish" and n < checked <= n * 3 // 2), (checked, n)
+    if phase == "update":
+        wire = {x.split(":")[0]: x.split("delta ")[1] for x in out if x.startswith("step ")}
+        assert wire["step 3"] == wire["step 1"], wire  # whole after the abort, as the first
+
+
 @pytest.mark.parametrize("victim", [0, 1, 3])
 def test_rank_killed_mid_refit(tmp_path, victim):
     """Trainer rank 0 (the control-plane driver), trainer rank 1 or inference rank 3
@@ -108,55 +143,18 @@ def test_rank_killed_mid_refit(tmp_path, victim):
 
 # ---- threads: one rank per thread ------------------------------------------------------
 
-class DirectClient:
-    """The control plane of one engine: each call runs on every worker at once (as
-    vLLM's collective RPC), errors collected per worker and the first re-raised."""
+def _standin_engine():
+    """The stand-in's engine control plane (standin/vllm/_engine.py), loaded by path:
+    WorkerCore tests need no vllm package on sys.path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "standin_engine", os.path.join(STANDIN, "vllm", "_engine.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.StandinEngine
 
-    def __init__(self, workers, errors):
-        self.workers, self.errors = workers, errors
-        self.threads = []
-        self.active = False  # an update session open (vLLM refuses a second start)
-        self.calls = []
 
-    def join(self):
-        for t in self.threads:
-            t.join(120)
-
-    def _all(self, fn):
-        errs = []
-
-        def body(w):
-            try:
-                fn(w)
-            except Exception as e:  # noqa: BLE001 - recorded per worker
-                self.errors[w.rank] = e
-                errs.append(e)
-        ts = [threading.Thread(target=body, args=(w,)) for w in self.workers]
-        self.threads += ts
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if errs:
-            raise errs[0]
-
-    def init_weight_transfer_engine(self, d):
-        self._all(lambda w: w.init_transfer_engine(w.parse_init_info(d)))
-
-    def start_weight_update(self):
-        self.calls.append("start")
-        if self.active:
-            raise RuntimeError("start_weight_update: a weight update is already active")
-        self.active = True
-        self._all(lambda w: w.start_weight_update())
-
-    def update_weights(self, d):
-        self._all(lambda w: w.update_weights(d))
-
-    def finish_weight_update(self, weight_version=None):
-        self.calls.append("finish")
-        self.active = False
-        self._all(lambda w: w.finish_weight_update())
+DirectClient = _standin_engine()
 
 
 def parallel(infer, i):
@@ -175,7 +173,8 @@ def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_c
     s = sizes(train, infer)
     errors = {}
     per = s.tp * s.dp  # one client per engine, in engine order
-    clients = [DirectClient(workers[e * per:(e + 1) * per], errors) for e in range(s.engines)]
+    clients = [DirectClient(workers[e * per:(e + 1) * per], errors, "engine %d" % e)
+               for e in range(s.engines)]
     client = clients[0] if s.engines == 1 else clients
     if clients_out is not None:
         clients_out.extend(clients)
@@ -225,12 +224,11 @@ def assert_all(models, expect):
             assert conventions.mismatches(live[n].detach(), x) == 0, (i, n)
 
 
-@pytest.fixture(params=["new", "old"])
-def standin_vllm(monkeypatch, request):
-    """vLLM's weight-transfer modules as the stand-in gives them, registries fresh:
-    "new" the trainer API with config (TrainerWeightTransferEngine(config, ...),
-    trainer_init(config, init_info, ...)), "old" the one without."""
-    monkeypatch.syspath_prepend(STANDIN if request.param == "new" else STANDIN_OLD)
+@pytest.fixture
+def standin_vllm(monkeypatch):
+    """vLLM's weight-transfer modules as the stand-in gives them (the newest API),
+    registries fresh."""
+    monkeypatch.syspath_prepend(STANDIN)
     for k in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, k)
     import reshard.integrations.vllm as rv
@@ -262,16 +260,13 @@ def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
     assert all(isinstance(w, WeightTransferEngine) for w in workers)
     assert issubclass(rv.ReshardTrainerEngine, TrainerWeightTransferEngine)
 
-    new = "config" in inspect.signature(TrainerWeightTransferEngine.__init__).parameters
-    cfg = SimpleNamespace(backend="reshard")
     built = []
 
     class ViaFactory:  # the trainer engine as vLLM's trainer factory builds it
         @staticmethod
         def trainer_init(info, *, client, source):
-            f = factory.WeightTransferTrainerFactory
-            eng = f.trainer_init("reshard", cfg, info, client=client, source=source) if new \
-                else f.trainer_init(info, client=client, source=source)
+            f = factory.WeightTransferTrainerFactory  # dispatch on info.backend
+            eng = f.trainer_init(info, client=client, source=rv.MegatronSource(source))
             built.append(eng)
             return eng
     errors = refit_threads(tmp_path, path, "tp=2", "tp=1,dp=2", sources, workers, steps=2,
@@ -280,10 +275,8 @@ def test_vllm_shell_refits_through_the_factories(tmp_path, standin_vllm):
     assert_all(models, expect)
     assert [w.version for w in workers] == [2, 2]
     assert len(built) == 2 and all(isinstance(e, rv.ReshardTrainerEngine) for e in built)
-    assert all(e.config is (cfg if new else None) for e in built)
     assert rv.ReshardWeightTransferEngine.supports_draft_weight_update is False
-    if new:  # the base class has it, True by default
-        assert WeightTransferEngine.supports_draft_weight_update is True
+    assert WeightTransferEngine.supports_draft_weight_update is True
 
 
 def test_replaced_parameter_refit_into_the_live_one(tmp_path):
@@ -606,9 +599,10 @@ def test_megatron_chunks_unwrap_and_name_virtual_stages():
 
 
 def test_failed_send_still_finishes_the_update_session(tmp_path):
-    """A refit that fails on rank 0 (its own send raises) still calls
-    finish_weight_update: the next start_weight_update is not refused as a second
-    active session (the client refuses a double start, as vLLM does)."""
+    """A refit that fails on rank 0 (its own send raises): the workers' update fails
+    (the collective is short), the engine aborts every worker and drops the session
+    (vLLM's worker failure path), nothing is finished and vLLM's weight version stays
+    unset; the next start_weight_update is not refused as a second session."""
     path, sources, expect, models = dense_case(tmp_path)
     workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
 
@@ -628,8 +622,9 @@ def test_failed_send_still_finishes_the_update_session(tmp_path):
     clients = []
     errors = refit_threads(tmp_path, path, "tp=2", "tp=2", sources, workers, steps=1,
                            trainer_cls=FailOnce, timeout_s=3, clients_out=clients)
-    assert clients[0].calls == ["start", "finish"], clients[0].calls
-    assert clients[0].active is False
+    assert clients[0].calls == ["start", "update"], clients[0].calls
+    assert clients[0].session is False and clients[0].weight_version is None
+    assert [w.weights_state()["state"] for w in workers] == ["torn", "torn"]
     assert errors  # the workers and rank 1 saw the aborted refit (rank 0 did not send)
     assert 0 not in errors
 
@@ -661,18 +656,6 @@ def test_trainer_rank_is_required():
     no default): leaving it out is a TypeError naming it."""
     with pytest.raises(TypeError, match="rank"):
         ReshardTrainerInitInfo(model="m.json", train="tp=2", infer="tp=2", store_path="x")
-
-
-def test_trainer_init_takes_the_old_and_the_new_forms(tmp_path):
-    """trainer_init(init_info) and trainer_init(config, init_info) / keywords: a bad
-    form is a TypeError naming what it got."""
-    from reshard.integrations.trainer import _config_and_info
-    info = ReshardTrainerInitInfo(model="m", train="tp=1", infer="tp=1", rank=0)
-    assert _config_and_info((info,), {}) == (None, info)
-    assert _config_and_info(("c", info), {}) == ("c", info)
-    assert _config_and_info((), {"config": "c", "init_info": info}) == ("c", info)
-    with pytest.raises(TypeError, match="got 'str'"):
-        _config_and_info(("c",), {})
 
 
 def test_trainer_rank_checked_against_megatron_parallel_state(tmp_path, monkeypatch):

@@ -14,12 +14,12 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Tuple
 
 from .. import errors as reshard_err
 from ..errors import ReshardError
 from .binding import bind_live
-from .megatron import as_chunks
+from .megatron import MegatronChunks, as_chunks
 from .ranks import sizes
 from .rendezvous import agree, device_of, open_comm, open_store
 from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan
@@ -52,9 +52,7 @@ class ReshardTrainer:
 
     init_info_cls = ReshardTrainerInitInfo
 
-    def __init__(self, config: Any = None, *, client: Any, source: Any = None,
-                 is_sender: bool = True) -> None:
-        self.config = config
+    def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
         self.client = client
         self.source = source
         self.is_sender = is_sender
@@ -65,21 +63,24 @@ class ReshardTrainer:
         self.comm = None
 
     @classmethod
-    def trainer_init(cls, *args: Any, client: Any, source: Any = None,
-                     **kw: Any) -> "ReshardTrainer":
-        """Rendezvous with the inference side and return a ready sender. ``client``:
-        the engine's control plane (one per engine when the infer spec has
-        engines=N, in engine order); ``source``: the rank's Megatron model chunks (a
-        module, a list, or MegatronChunks). Rank 0 sends each engine its init info
+    def trainer_init(cls, init_info: ReshardTrainerInitInfo, *, client: Any,
+                     source: Any = None) -> "ReshardTrainer":
+        """Rendezvous with the inference side and return a ready sender (vLLM's newest
+        trainer API: no config). ``client``: the engine's control plane (one per
+        engine when the infer spec has engines=N, in engine order); ``source``: the
+        rank's own shards by the layout's names: a MegatronSource (the vLLM shell's
+        WeightSource over Megatron model chunks), MegatronChunks, or the chunks
+        themselves (a module or a list). A source offering full HF tensors only
+        (vLLM's ModuleSource, any other WeightSource) is refused by name on every
+        rank (docs/vllm.md). Rank 0 sends each engine its init info
         (init_weight_transfer_engine, run beside this rank's own init since the
         workers block in the same agreement). Raises ReshardError on every rank of
         the refit when any rank is not ready (naming it and its parameters)."""
-        config, init_info = _config_and_info(args, kw)
-        if source is None:
-            raise ValueError("ReshardTrainer.trainer_init: source (the model chunks) is "
-                             "required")
-        self = cls(config, client=client, source=as_chunks(source),
-                   is_sender=init_info.is_sender)
+        if not isinstance(init_info, ReshardTrainerInitInfo):
+            raise TypeError("trainer_init(init_info, *, client, source): init_info must be "
+                            "a ReshardTrainerInitInfo, got %r" % (type(init_info).__name__,))
+        local, refusal = rank_local_source(source, init_info.rank)
+        self = cls(client=client, source=local, is_sender=init_info.is_sender)
         s = sizes(init_info.train, init_info.infer)
         if len(self.clients) not in (1, s.engines) and self.is_sender:
             raise ValueError("ReshardTrainer: %d clients for %d engines"
@@ -90,15 +91,16 @@ class ReshardTrainer:
         try:
             futures = [exe.submit(c.init_weight_transfer_engine, init_info.worker_info(e))
                        for e, c in enumerate(self.clients)] if self.is_sender else []
-            self._init(init_info, rank, world)  # its error names the rank: raised first
+            self._init(init_info, rank, world, refusal)  # its error names the rank: first
             for f in futures:
                 f.result()  # the inference side's own errors
         finally:
             exe.shutdown(wait=False)
         return self
 
-    def _init(self, info: ReshardTrainerInitInfo, rank: int, world: int) -> None:
-        problems: List[str] = []
+    def _init(self, info: ReshardTrainerInitInfo, rank: int, world: int,
+              refusal: str) -> None:
+        problems: List[str] = [refusal] if refusal else []
         if not 0 <= rank < sizes(info.train, info.infer).train_world:
             problems.append("trainer rank %d outside the train spec %r" % (rank, info.train))
         if not problems:
@@ -128,56 +130,90 @@ class ReshardTrainer:
         or failed control-plane driver is named as such. Raises ReshardError (a dead
         or stalled peer: TIMEOUT on every rank, naming it; rank 0 dead or stalled
         before the update started: TIMEOUT on the other trainer ranks naming rank 0;
-        the update refused by the inference side: that error, on every trainer
-        rank)."""
+        the update refused or aborted by the inference side at start, update or
+        finish: that error on rank 0, TRANSPORT naming it on the other trainer ranks).
+        The refit's version goes to finish_weight_update(weight_version=...), so
+        vLLM reports it only once every worker finished it."""
         if self.comm is None:
             raise reshard_err.error(reshard_err.Status.INVALID_ARG,
                                     "send_weights: trainer rank %d was shut down "
                                     "(shutdown() closed its communicator)"
                                     % getattr(self, "rank", -1))
         self.version += 1
-        update = asdict(ReshardUpdateInfo(self.version))
+        update = asdict(ReshardUpdateInfo(self.version))  # one dict for every worker
         t0 = time.perf_counter()
         if not self.is_sender:
             self._wait_started()
             self._send()
+            self._wait_outcome()
         else:
-            started: List[Any] = []
-            ok = False
             try:
-                try:
-                    for c in self.clients:
-                        c.start_weight_update()
-                        started.append(c)
-                except Exception as e:
-                    self._announce_started("%s: %s" % (type(e).__name__, e))
-                    raise
-                self._announce_started("")
-                exe = ThreadPoolExecutor(max_workers=len(self.clients))
-                try:
-                    futures = [exe.submit(c.update_weights, update) for c in self.clients]
-                    self._send()  # its error (a dead peer, named) is raised, not the RPCs'
-                    for f in futures:
-                        f.result()
-                finally:
-                    exe.shutdown(wait=False)
-                ok = True
-            finally:
-                # every started session is closed, on failure too (vLLM refuses a
-                # second start_weight_update while one is open); on failure the
-                # first error is the one raised, a finish error is then secondary
-                for c in started:
-                    try:
-                        c.finish_weight_update()
-                    except Exception:  # noqa: BLE001
-                        if ok:
-                            raise
+                self._drive(update)
+            except BaseException as e:
+                self._announce("outcome", "%s: %s" % (type(e).__name__, e))
+                raise
+            self._announce("outcome", "")
         self.last_refit_s = time.perf_counter() - t0
 
-    def _announce_started(self, failure: str) -> None:
-        """Rank 0: tell the other trainer ranks that refit ``version`` started on the
-        inference side (``failure`` empty) or could not start (its text)."""
-        self.store.set("started/%d" % self.version, json.dumps({"error": failure}))
+    def _drive(self, update: Dict[str, Any]) -> None:
+        """Rank 0's side of one refit: the control-plane calls around its own send."""
+        started: List[Any] = []
+        try:
+            for c in self.clients:
+                c.start_weight_update()
+                started.append(c)
+        except Exception as e:
+            # the failed engine aborted and dropped its session itself (vLLM's
+            # worker); the ones started before it are closed without a version
+            self._announce("started", "%s: %s" % (type(e).__name__, e))
+            _close_quietly(started)
+            raise
+        self._announce("started", "")
+        exe = ThreadPoolExecutor(max_workers=len(self.clients))
+        try:
+            futures = [exe.submit(c.update_weights, update) for c in self.clients]
+            try:
+                self._send()  # its error (a dead peer, named) is raised, not the RPCs'
+                for f in futures:
+                    f.result()
+            except BaseException:
+                # a failed update RPC aborted its engine's session; one whose RPC
+                # returned is closed without a version (vLLM reports no new one)
+                _close_quietly([c for c, f in zip(self.clients, futures)
+                                if f.exception() is None])
+                raise
+        finally:
+            exe.shutdown(wait=False)
+        # our version becomes vLLM's weight version only where every worker finished
+        for c in self.clients:
+            c.finish_weight_update(weight_version=str(self.version))
+
+    def _announce(self, what: str, failure: str) -> None:
+        """Rank 0: tell the other trainer ranks that refit ``version`` ``what``
+        ("started" on the inference side, or its "outcome" there): ``failure`` empty,
+        or its text."""
+        self.store.set("%s/%d" % (what, self.version), json.dumps({"error": failure}))
+
+    def _wait_outcome(self) -> None:
+        """Trainer ranks but 0: the refit's outcome on the inference side, as rank 0
+        saw it (its update and finish calls return within about twice timeout_s of a
+        failure): a refit the engine refused or aborted raises here too, so every
+        trainer rank says it failed."""
+        key = "outcome/%d" % self.version
+        try:
+            self.store.wait([key], datetime.timedelta(seconds=3 * self.info.timeout_s))
+        except RuntimeError as e:
+            raise reshard_err.error(
+                reshard_err.Status.TIMEOUT,
+                "train rank %d: refit %d: trainer rank 0 (the control-plane driver) did not "
+                "say within %.1f s whether the inference side finished the update"
+                % (self.rank, self.version, 3 * self.info.timeout_s)) from e
+        failure = json.loads(self.store.get(key))["error"]
+        if failure:
+            raise reshard_err.error(
+                reshard_err.Status.TRANSPORT,
+                "train rank %d: refit %d failed on the inference side (vLLM aborted it; its "
+                "weight version did not advance): %s" % (self.rank, self.version, failure))
 
     def _wait_started(self) -> None:
         """Trainer ranks but 0: wait at most timeout_s for rank 0's announcement of
@@ -208,6 +244,45 @@ class ReshardTrainer:
             self.comm = None
 
 
+def _close_quietly(clients: List[Any]) -> None:
+    """finish_weight_update() without a version on each of ``clients`` (sessions a
+    failed refit left open), errors dropped: the refit's own error is the one raised."""
+    for c in clients:
+        try:
+            c.finish_weight_update()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def rank_local_source(source: Any, rank: int) -> Tuple[Any, str]:
+    """(MegatronChunks, "") for a source holding this rank's own shards by the
+    layout's names (MegatronSource, MegatronChunks, a module or a list of them), or
+    (None, why) for anything else: vLLM's ModuleSource and other WeightSources yield
+    full HF tensors, which this backend does not plan (docs/vllm.md: refused, not
+    planned as a fully replicated source)."""
+    if source is None:
+        return None, ("trainer rank %d: no source (pass MegatronSource(model_chunks): "
+                      "this rank's own shards)" % rank)
+    chunks = getattr(source, "megatron_chunks", None)
+    if isinstance(chunks, MegatronChunks):
+        return chunks, ""
+    if isinstance(source, MegatronChunks):
+        return source, ""
+    if _is_module(source) or (isinstance(source, (list, tuple)) and source
+                              and all(_is_module(m) for m in source)):
+        return as_chunks(source), ""
+    return None, ("trainer rank %d: source %s has no rank-local shards (it offers full "
+                  "HF-format tensors through metadata()/iteration); reshard moves each "
+                  "rank's own Megatron shards: pass MegatronSource(model_chunks)"
+                  % (rank, type(source).__name__))
+
+
+def _is_module(x: Any) -> bool:
+    """A model chunk: a torch module, or anything holding its tensors as one does
+    (named_parameters / named_buffers)."""
+    return callable(getattr(x, "named_parameters", None))
+
+
 def megatron_rank_problems(rank: int) -> List[str]:
     """The explicit trainer ``rank`` against Megatron's own parallel state, where
     Megatron is importable and initialized (megatron.core.parallel_state): the
@@ -235,22 +310,5 @@ def megatron_rank_problems(rank: int) -> List[str]:
                                               want_pp)]
 
 
-def _config_and_info(args: Any, kw: Dict[str, Any]) -> Any:
-    """trainer_init's positional forms: (init_info) as vLLM's older trainer API, or
-    (config, init_info) / config=, init_info= as the newer one."""
-    args = list(args)
-    config = kw.pop("config", None)
-    info = kw.pop("init_info", None)
-    if kw:
-        raise TypeError("trainer_init: unexpected keyword(s) %s" % sorted(kw))
-    if info is None and args:
-        info = args.pop()
-    if config is None and args:
-        config = args.pop()
-    if args or not isinstance(info, ReshardTrainerInitInfo):
-        raise TypeError("trainer_init(init_info) or trainer_init(config, init_info): got "
-                        "%r" % (type(info).__name__,))
-    return config, info
-
-
-__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo", "megatron_rank_problems"]
+__all__ = ["ReshardTrainer", "ReshardTrainerInitInfo", "megatron_rank_problems",
+           "rank_local_source"]

@@ -1,25 +1,27 @@
 """The vLLM shell: a ``reshard`` weight-transfer backend for vLLM's pluggable weight
 transfer (vllm/distributed/weight_transfer/), worker side and trainer side.
 
-Followed upstream (vllm-project/vllm): base.py (WeightTransferEngine,
-TrainerWeightTransferEngine, VLLMWeightSyncClient, TrainerInitInfo), factory.py
-(WeightTransferEngineFactory.register_engine(name, module_path, class_name),
-create_engine(config, vllm_config, device, model); WeightTransferTrainerFactory),
-nccl_engine.py (the call sequence: rank 0 runs init_weight_transfer_engine and
-update_weights on a side thread beside its own collective). Read at base.py
-aa1cd966 and factory.py 20a3d5e2 (worker ABC and registry), nccl_engine.py 71364e12,
-and their later stored revisions with the stateful trainer engine (docs/vllm.md).
+Followed upstream: vllm/distributed/weight_transfer/base.py at new-TonyWang/vllm
+142e770e (the newest stored revision: WeightSource with held_names(), list payloads,
+defers_processing, a trainer engine without config, finish_weight_update with a
+weight_version), the worker's failure path (abort_weight_update, then
+reset_weight_update_target) and factory.py's registries; the in-tree nccl_m2n
+trainer (m2n_trainer.py at vllm-project/vllm 4189be05) for how a trainer takes
+rank-local shards from its source (a source subclass that carries them, any other
+source refused by name). tests/python/standin models that revision; docs/vllm.md
+says what ran.
 
 vLLM is imported only when a class of this module is first used:
-ReshardWeightTransferEngine and ReshardTrainerEngine are built then, on vLLM's own
-base classes, from the engine-independent WorkerCore and ReshardTrainer."""
+ReshardWeightTransferEngine, ReshardTrainerEngine and MegatronSource are built then,
+on vLLM's own base classes, from the engine-independent WorkerCore, ReshardTrainer
+and MegatronChunks."""
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .post_load import Refused, Rerun, Rule, staged_rules
+from .megatron import MegatronChunks
 from .trainer import ReshardTrainer, ReshardTrainerInitInfo
 from .worker import ReshardInitInfo, ReshardUpdateInfo, WorkerCore
 
@@ -27,6 +29,8 @@ BACKEND = "reshard"
 _BUILT: Dict[str, type] = {}
 
 FLASHINFER_MOE = ("flashinfer_cutlass", "flashinfer_trtllm")
+# vLLM's UnquantizedMoeBackend members whose w13 is the FusedMoE layer's [gate; up]
+WRITABLE_MOE = ("TRITON", "BATCHED_TRITON")
 
 
 def register() -> None:
@@ -93,6 +97,64 @@ def vllm_post_load_rules(model: Any, declared: List[str], live: Dict[str, Any],
     return rules
 
 
+def vllm_engine_problems(vllm_config: Any, model: Any) -> List[str]:
+    """What a vLLM engine runs that this backend does not write yet, each named (told
+    on every rank at init, so nothing lands in the wrong place silently):
+    - EPLB (``parallel_config.enable_eplb``): vLLM rearranges experts at run time,
+      per engine; the plan's expert slots would go stale after the first
+      rearrangement (the live map is not followed yet);
+    - LoRA (``vllm_config.lora_config``, or live parameters named
+      ``...base_layer.<param>``): the wrapped layers' names are not the layout's;
+    - an unquantized MoE kernel other than Triton, read from the live layers
+      (``quant_method.unquantized_backend``, vLLM's own choice, whatever the user
+      said in ``moe_backend``): FlashInfer CUTLASS keeps w13 as [up; gate], TRTLLM
+      re-blocks it, AITER shuffles it; the layout writes Triton's [gate; up]."""
+    out: List[str] = []
+    for mod_name, m in model.named_modules():
+        backend = getattr(getattr(m, "quant_method", None), "unquantized_backend", None)
+        name = getattr(backend, "name", backend)
+        if backend is not None and name not in WRITABLE_MOE:
+            out.append("%s.w13_weight: vLLM runs this MoE layer on its %s kernel, whose "
+                       "w13 layout the refit does not write (it writes Triton's [gate; "
+                       "up])" % (mod_name, name))
+            break  # one layer names it: every MoE layer of an engine shares the choice
+    if getattr(getattr(vllm_config, "parallel_config", None), "enable_eplb", False):
+        out.append("the engine runs with --enable-eplb: vLLM moves experts between "
+                   "slots at run time and the refit does not follow its live "
+                   "physical_to_logical_map yet (refused rather than writing experts "
+                   "into the wrong slots)")
+    wrapped = [n for n, _ in model.named_parameters() if ".base_layer." in n]
+    if getattr(vllm_config, "lora_config", None) is not None or wrapped:
+        out.append("the engine runs with --enable-lora: its layers are wrapped (%s) and "
+                   "the refit does not map base_layer names yet"
+                   % (wrapped[0] if wrapped else "lora_config set"))
+    return out
+
+
+def follow_worker_sleep() -> None:
+    """vLLM's worker frees the weights at sleep level 2 and maps them back on wake_up
+    in new memory at the same addresses, without telling its weight-transfer engine;
+    the engine then holds none of the last refit's bytes, and a delta refit would
+    send only what changed. Wrap the worker's sleep (once, where vLLM's gpu_worker is
+    already imported: this runs in the worker process, from our engine's __init__)
+    so that a level-2 sleep invalidates our engine's delta state: the next refit
+    rewrites every element."""
+    import sys
+    mod = sys.modules.get("vllm.v1.worker.gpu_worker")
+    worker = getattr(mod, "Worker", None)
+    if worker is None or getattr(worker.sleep, "_reshard_follows", False):
+        return
+    original = worker.sleep
+
+    def sleep(self: Any, level: int = 1) -> None:
+        original(self, level)
+        engine = getattr(self, "weight_transfer_engine", None)
+        if level == 2 and isinstance(engine, WorkerCore):
+            engine.invalidate_weights()
+    sleep._reshard_follows = True  # type: ignore[attr-defined]
+    worker.sleep = sleep
+
+
 def _worker_class() -> type:
     from vllm.distributed.weight_transfer.base import WeightTransferEngine
 
@@ -108,22 +170,15 @@ def _worker_class() -> type:
             WeightTransferEngine.__init__(self, config, vllm_config, device, model)
             self.setup(model, vllm_config.parallel_config, device)
             self.vllm_model_config = vllm_config.model_config
+            follow_worker_sleep()
 
         def post_load_rules(self, declared: List[str], live: Dict[str, Any],
                             info: ReshardInitInfo) -> List[Rule]:
             dtype = getattr(self.vllm_model_config, "dtype", None)
             return vllm_post_load_rules(self.model, declared, live, info, dtype)
 
-        def set_weight_update_target(self, model: Any, model_config: Any) -> None:
-            """The plan was bound to the model of init_transfer_engine: another target
-            (a draft model) is refused rather than written with the wrong names."""
-            if model is not self.model:
-                raise ValueError("reshard: the refit is bound to the model it was "
-                                 "initialized with; a draft model needs its own backend "
-                                 "instance")
-
-        def reset_weight_update_target(self) -> None:
-            """Nothing to reset (the target never changes)."""
+        def engine_problems(self, info: ReshardInitInfo) -> List[str]:
+            return vllm_engine_problems(self.vllm_config, self.model)
 
         @staticmethod
         def trainer_send_weights(*_: Any, **__: Any) -> None:
@@ -138,26 +193,56 @@ def _trainer_class() -> type:
     from vllm.distributed.weight_transfer.base import TrainerWeightTransferEngine
 
     class ReshardTrainerEngine(ReshardTrainer, TrainerWeightTransferEngine):
-        """vLLM trainer-side backend "reshard": ReshardTrainer on vLLM's base class."""
+        """vLLM trainer-side backend "reshard": ReshardTrainer on vLLM's base class
+        (the newest trainer API: no config; trainer_init(init_info, *, client,
+        source))."""
 
         init_info_cls = ReshardTrainerInitInfo
 
-        def __init__(self, config: Any = None, *, client: Any, source: Any = None,
+        def __init__(self, *, client: Any, source: Any = None,
                      is_sender: bool = True) -> None:
-            if "config" in inspect.signature(TrainerWeightTransferEngine.__init__).parameters:
-                TrainerWeightTransferEngine.__init__(self, config, client=client,
-                                                     source=source, is_sender=is_sender)
-            else:  # the older trainer API (no config)
-                TrainerWeightTransferEngine.__init__(self, client=client, source=source,
-                                                     is_sender=is_sender)
-            ReshardTrainer.__init__(self, config, client=client, source=source,
+            TrainerWeightTransferEngine.__init__(self, client=client, source=source,
+                                                 is_sender=is_sender)
+            ReshardTrainer.__init__(self, client=client, source=source,
                                     is_sender=is_sender)
 
     ReshardTrainerEngine.__module__ = __name__
     return ReshardTrainerEngine
 
 
-_MAKERS = {"ReshardWeightTransferEngine": _worker_class, "ReshardTrainerEngine": _trainer_class}
+def _source_class() -> type:
+    from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+    class MegatronSource(WeightSource):
+        """vLLM's WeightSource over one Megatron rank's model chunks: what this
+        backend's trainer takes. Unlike vLLM's ModuleSource it yields this rank's
+        own shards, by the names the refit's layout gives them (chunk c prefixed
+        "c." under virtual pipeline stages), never full HF tensors: metadata() and
+        iteration describe this rank's tensors (local shapes), held_names() is
+        their names. The trainer plans from the layout, not from metadata()."""
+
+        def __init__(self, chunks: Any) -> None:
+            self.megatron_chunks = chunks if isinstance(chunks, MegatronChunks) \
+                else MegatronChunks(chunks)
+
+        def _params(self) -> Dict[str, Any]:
+            return self.megatron_chunks.named()[0]
+
+        def metadata(self) -> List[Any]:
+            return [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self._params().items()]
+
+        def __iter__(self) -> Iterator[Tuple[str, Any]]:
+            return iter(list(self._params().items()))
+
+        def held_names(self) -> Optional[List[str]]:
+            return list(self._params())
+
+    MegatronSource.__module__ = __name__
+    return MegatronSource
+
+
+_MAKERS = {"ReshardWeightTransferEngine": _worker_class, "ReshardTrainerEngine": _trainer_class,
+           "MegatronSource": _source_class}
 
 
 def __getattr__(name: str) -> Any:
@@ -171,8 +256,8 @@ def __getattr__(name: str) -> Any:
     return _BUILT[name]
 
 
-# ReshardWeightTransferEngine and ReshardTrainerEngine are attributes too (built by
+# ReshardWeightTransferEngine, ReshardTrainerEngine and MegatronSource are attributes too (built by
 # __getattr__ on first use, importing vLLM), left out of __all__ so that a star import
 # does not import vLLM.
 __all__ = ["BACKEND", "ReshardInitInfo", "ReshardTrainerInitInfo", "ReshardUpdateInfo",
-           "plugin", "register", "vllm_post_load_rules"]
+           "plugin", "register", "vllm_engine_problems", "vllm_post_load_rules"]

@@ -161,14 +161,15 @@ class WorkerCore:
         self.version = 0  # the last refit that landed on every rank
         self.attempted = 0  # the last refit round this worker took part in
         self.torn = False  # a refit failed after it may have written the weights
+        self.session = False  # an update session open (start_weight_update .. finish/abort)
         self.last_refit_s = 0.0
 
     # vLLM's dict -> dataclass entry points
-    def parse_init_info(self, d: Dict[str, Any]) -> ReshardInitInfo:
-        return parse(self.init_info_cls, d, type(self).__name__)
+    def parse_init_info(self, init_dict: Dict[str, Any]) -> ReshardInitInfo:
+        return parse(self.init_info_cls, init_dict, type(self).__name__)
 
-    def parse_update_info(self, d: Dict[str, Any]) -> ReshardUpdateInfo:
-        return parse(self.update_info_cls, d, type(self).__name__)
+    def parse_update_info(self, update_dict: Dict[str, Any]) -> ReshardUpdateInfo:
+        return parse(self.update_info_cls, update_dict, type(self).__name__)
 
     def post_load_rules(self, declared: List[str], live: Dict[str, Any],
                         info: ReshardInitInfo) -> List[Rule]:
@@ -176,18 +177,21 @@ class WorkerCore:
         (Nemotron-H's A, Qwen3-Next's norm + 1 and A_log, GLM-4.5's fp32 gate)."""
         return staged_rules(declared, live)
 
-    def init_transfer_engine(self, info: ReshardInitInfo) -> None:
+    def init_transfer_engine(self, init_info: ReshardInitInfo) -> None:
         """Join the refit: derive this worker's rank, build its plan, check every
         declared parameter and buffer against the live model (and that no live
         parameter is left out), agree with every rank, open the comm. Collective over
         the refit's world. Nothing is written. Raises ReshardError on every rank
         (BUFFER naming rank and parameter, MISMATCH, TIMEOUT, CONFIG, ...)."""
+        info = init_info
         if isinstance(info, dict):
             info = self.parse_init_info(info)
         s = sizes(info.train, info.infer)
         rank, problems = worker_rank(s, info.engine_index, self.parallel_config)
         self.rank, self.world, self.info = rank, s.world, info
         problems = ["infer rank %d: %s" % (rank, p) for p in problems]
+        problems += ["engine %d, infer rank %d: %s" % (info.engine_index, rank, p)
+                     for p in self.engine_problems(info)]
         store = open_store(info.rendezvous(), rank, s.world, info.timeout_s)
         if not problems:
             try:
@@ -205,10 +209,50 @@ class WorkerCore:
         self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
                               self.device)
 
-    def start_weight_update(self) -> None:
-        """Nothing to prepare: the refit writes the model's tensors in place."""
+    def engine_problems(self, info: ReshardInitInfo) -> List[str]:
+        """What this engine runs that the refit cannot write (override: the vLLM shell
+        refuses EPLB, LoRA and MoE kernels by name); told on every rank at init."""
+        return []
 
-    def receive_weights(self, update: ReshardUpdateInfo) -> None:
+    def _who(self) -> str:
+        info = getattr(self, "info", None)
+        return "engine %d, infer rank %d" % (getattr(info, "engine_index", 0),
+                                             getattr(self, "rank", -1))
+
+    def start_weight_update(self) -> None:
+        """Open an update session (the refit then writes the model's tensors in place).
+        A second start while one is open is refused (INVALID_ARG), as vLLM refuses it."""
+        if self.session:
+            raise error(Status.INVALID_ARG, "%s: start_weight_update while refit session "
+                        "%d is still open (finish or abort it first)"
+                        % (self._who(), self.attempted))
+        self.session = True
+
+    def set_weight_update_target(self, model: Any, model_config: Any) -> None:
+        """The plan was bound to the model of init_transfer_engine: another target (a
+        draft model) is refused rather than written with the wrong names."""
+        if model is not self.model:
+            raise error(Status.UNSUPPORTED, "%s: the refit is bound to the model it was "
+                        "initialized with; a draft model needs its own backend instance"
+                        % self._who())
+
+    def reset_weight_update_target(self) -> None:
+        """Nothing to reset (the target never changes)."""
+
+    def abort_weight_update(self) -> None:
+        """vLLM's failure path (a failed start, update or finish): close the session as
+        failed. The weights are torn (weights_state() says so; finish_weight_update of
+        no later session succeeds until a refit lands whole) and, with delta, the next
+        refit rewrites every element (Plan.delta_invalidate). Never raises: with no
+        session open (never started, already finished, or aborted twice) it is a
+        no-op, as the base class's default abort is."""
+        if not self.session:
+            return
+        self.session = False
+        self.torn = True
+        self.invalidate_weights()
+
+    def receive_weights(self, update_info: ReshardUpdateInfo) -> None:
         """One refit into the model (collective with every rank of the refit), then the
         post-load rules. Versions increase: a round the worker never saw (the trainer
         could not start it) is skipped, a repeated or older one is refused. Raises
@@ -220,6 +264,7 @@ class WorkerCore:
                         "(the communicator is closed)" % self.rank)
         if self.plan is None or self.comm is None:
             raise error(Status.INVALID_ARG, "receive_weights before init_transfer_engine")
+        update = update_info
         if update.version <= self.attempted:
             raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, after refit %d "
                         "(versions increase; a repeated or older round is refused)"
@@ -267,17 +312,29 @@ class WorkerCore:
         if self.plan is not None and self.info.delta:
             self.plan.delta_invalidate()
 
-    def update_weights(self, update: Dict[str, Any]) -> None:
+    def update_weights(self, update_info: Dict[str, Any]) -> None:
         """vLLM's per-round entry point: parse, receive; with NCCL the device is
         synchronized (the refit runs on torch's current stream), as vLLM's does."""
-        self.receive_weights(self.parse_update_info(update))
+        self.receive_weights(self.parse_update_info(update_info))
         if self.info.transport == "nccl" and _device_kind(self.device) == "cuda":
             import torch
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
 
-    def finish_weight_update(self, *_: Any, **__: Any) -> None:
-        """Nothing to finish: receive_weights already ran the post-load rules."""
+    def finish_weight_update(self) -> None:
+        """Close the session (receive_weights already ran the post-load rules). Raises
+        ReshardError (INVALID_ARG) with no session open, and (VERIFY) when the weights
+        are torn, naming engine, rank and refit: a torn engine is never reported as
+        updated, so vLLM's weight version does not advance."""
+        if not self.session:
+            raise error(Status.INVALID_ARG, "%s: finish_weight_update with no update "
+                        "session open" % self._who())
+        self.session = False
+        if self.torn:
+            raise error(Status.VERIFY, "%s: refit %d did not land whole (the weights are "
+                        "torn: some elements new, some old); not finishing it as an "
+                        "update, the next refit rewrites every element"
+                        % (self._who(), self.attempted))
 
     def shutdown(self) -> None:
         if self.comm is not None:

@@ -1,4 +1,5 @@
-"""Stand-in of vllm/distributed/weight_transfer/factory.py: lazy registries by
+"""Stand-in of vllm/distributed/weight_transfer/factory.py (the trainer registry as
+the newest base describes it: dispatch on init_info.backend, no config): lazy registries by
 (name, module path, class name) or class, a second registration of a name refused,
 create_engine(config, vllm_config, device, model) selecting config.backend, and the
 trainer registry whose trainer_init dispatches on init_info.backend."""
@@ -42,11 +43,12 @@ class WeightTransferTrainerFactory:
         cls._registry[name] = _loader(module_path_or_cls, class_name)
 
     @classmethod
-    def trainer_init(cls, backend: str, config: Any, init_info: Any, *, client: Any, source: Any) -> Any:
+    def trainer_init(cls, init_info: Any, *, client: Any, source: Any = None) -> Any:
+        backend = init_info.backend
         if backend not in cls._registry:
             raise ValueError(f"Invalid weight transfer backend: {backend}. "
                              f"Available trainer engines: {list(cls._registry)}")
-        return cls._registry[backend]().trainer_init(config=config, init_info=init_info, client=client, source=source)
+        return cls._registry[backend]().trainer_init(init_info, client=client, source=source)
 
 
 WeightTransferEngineFactory.register_engine(

@@ -1,1 +1,0 @@
-"""Stand-in: vllm.distributed.weight_transfer (base, factory)."""
