@@ -8,7 +8,13 @@ dir=$(mktemp -d)
 file="$dir/result.json"
 echo '{"ok": "stale"}' >"$file" # a file left from an earlier run must not count
 timeout -k 5 "$(awk "BEGIN { print $max * 2 }")" "$@" --result-file "$file" 2>&1
-echo "result_file.sh: exit status $? (mpirun's, not the outcome)"
+status=$?
+echo "result_file.sh: exit status $status (mpirun's, not the outcome)"
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then # a job that never ends is a hang
+  rm -rf "$dir"
+  echo "result_file.sh: FAIL: the job did not end within $(awk "BEGIN { print $max * 2 }") s"
+  exit 1
+fi
 got=$(cat "$file" 2>/dev/null)
 rm -rf "$dir"
 echo "result_file.sh: result file: ${got:-<none>} (want ok $want)"
