@@ -113,8 +113,13 @@ def bind(layout, rank, buffers, side, device, writable):
                              " (the layout declares %s)" % _names(params))))
     else:
         by_id = {p.buffer: p for p in params.values()}
+        count = layout.buffer_count(rank)
         for b, obj in enumerate(buffers):
-            if obj is not None:
+            if obj is not None and b >= count:  # never read nor written: a mistake
+                problems.append((Status.BUFFER, "%s rank %d: buffer %d is given, but the "
+                                 "layout has %d buffer(s) for this rank (ids 0..%d)"
+                                 % (side, rank, b, count, count - 1)))
+            elif obj is not None:
                 p = by_id.get(b)
                 name = p.name if p else None
                 slots[b] = (name, _view(obj, side, rank, b, name))
@@ -168,6 +173,7 @@ def _names(params):
 _PREFIXES = ("module.", "_orig_mod.", "model.", "module.module.", "_orig_mod.module.",
              "module._orig_mod.", "model.module.")
 SHOWN_PROBLEMS = 3  # problems a binding error's message shows; e.problems has every one
+PROBLEM_CHARS = 400  # each shown at most this long
 
 
 def _name_hint(unknown, params):
@@ -213,12 +219,14 @@ def problems_message(problems):
     """The message of a binding error: their count; when some names were not in the
     layout, what to do and what the layout declares (the last problem) first; then
     the first SHOWN_PROBLEMS problems."""
-    texts = [m for _, m in problems]
+    # each problem at most PROBLEM_CHARS (a name can be any length)
+    texts = [m if len(m) <= PROBLEM_CHARS else m[:PROBLEM_CHARS - 3] + "..."
+             for _, m in problems]
     if len(texts) == 1:
         msg = texts[0]
     else:
         hint = [texts[-1]] if " declares " in texts[-1] else []  # names: what to do, first
-        shown = hint + texts[:SHOWN_PROBLEMS]
+        shown = hint + [t for t in texts[:SHOWN_PROBLEMS] if t not in hint]
         msg = "%d problems: %s" % (len(texts), "; ".join(shown))
         if len(shown) < len(texts):
             msg += "; and %d more (the exception's .problems lists every one)" % (

@@ -3,6 +3,7 @@ two parallel specs give the logical tensors and both layouts, with every rank's
 parameters named as its framework names them."""
 
 import ctypes
+import numbers
 
 from . import _lib
 from .dtypes import to_dtype
@@ -40,7 +41,8 @@ class Model(_lib.Handle):
         self.infer_quant = quant if quant != Quant.none else None
         # what Model.plan agrees on across ranks
         self.options = "layers=%d mtp=%d dtype=%s infer_dtype=%s pow2_scale=%d" % (
-            int(layers), int(bool(mtp)), dtype, infer_dtype, int(bool(pow2_scale)))
+            int(layers), int(bool(mtp)), to_dtype(dtype).name, quant.name,
+            int(bool(pow2_scale)))
 
     def __del__(self):
         if getattr(self, "_h", None):
@@ -136,23 +138,51 @@ class Model(_lib.Handle):
         comm_open(comm)
         rank, size = comm.rank, comm.size
         t, i = str(train), str(infer)
-        if convention is not None:
-            t += ",convention=%s" % (convention,)
-        if engines is not None:
-            i += ",engines=%d" % (_int32(engines, "engines"),)
-        if vllm is not None:
-            i += ",vllm=%s" % (vllm,)
-        if redundant is not None:
-            i += ",redundant=%d" % (_int32(redundant, "redundant"),)
-        inputs = [("model", "%s %s" % (self.name, self.options)), ("train", _canonical(t, True)),
-                  ("infer", _canonical(i, False)), ("infer_offset", repr(infer_offset)),
-                  ("eplb_map", _digest(_eplb_entries(eplb_map))),
-                  ("domain_size", repr(domain_size)), ("staging_mb", repr(staging_mb)),
-                  ("relay_mb", repr(relay_mb)), ("timeout_s", repr(timeout_s)),
-                  ("placement", _digest((hosts, devices, bool(colocated)))),
-                  ("delta", repr(bool(delta))), ("verify", repr(verify))]
-        agree_values(comm, inputs, timeout_s)
-        problem = _coords_problem(rank, t, i, infer_offset, coords)
+        # a bad argument on one rank must fail every rank at once, not leave the others
+        # waiting in the agreement: it goes into the agreement, then is raised here
+        bad, problem = None, None
+        try:
+            if convention is not None:
+                t += ",convention=%s" % (convention,)
+            if engines is not None:
+                i += ",engines=%d" % (_int32(engines, "engines"),)
+            if vllm is not None:
+                i += ",vllm=%s" % (vllm,)
+            if redundant is not None:
+                i += ",redundant=%d" % (_int32(redundant, "redundant"),)
+            if not isinstance(delta, bool):
+                raise TypeError("reshard: delta must be True or False, got %r" % (delta,))
+            if verify and not delta:
+                raise ValueError("reshard: verify=True checks delta refits: set delta=True")
+            inputs = [("model", "%s %s" % (self.name, self.options)),
+                      ("train", _canonical(t, True)), ("infer", _canonical(i, False)),
+                      ("infer_offset", _number(infer_offset, int)),
+                      ("eplb_map", _digest(_eplb_entries(eplb_map))),
+                      ("domain_size", _number(domain_size or None, int)),
+                      ("staging_mb", _number(staging_mb, float)),
+                      ("relay_mb", _number(relay_mb, float)),
+                      ("timeout_s", _number(timeout_s, float)),
+                      ("placement", _digest((hosts, devices, bool(colocated)))),
+                      ("delta", repr(delta)),
+                      # None is the default: verification on for delta plans
+                      ("verify", repr(bool(delta) and verify is not False) if delta
+                       else repr(verify))]
+            problem = _coords_problem(rank, t, i, infer_offset, coords)
+        except (TypeError, ValueError, ReshardError) as e:
+            bad = e
+            inputs = [(k, "") for k in ("model", "train", "infer", "infer_offset", "eplb_map",
+                                        "domain_size", "staging_mb", "relay_mb", "timeout_s",
+                                        "placement", "delta", "verify")]
+        try:
+            agree_values(comm, [("arguments", "valid" if bad is None else
+                                 "%s: %s" % (type(bad).__name__, str(bad)[:100]))] + inputs,
+                         timeout_s if bad is None else None)
+        except ReshardError as e:
+            if bad is not None:
+                raise bad from e
+            raise
+        if bad is not None:  # every rank had a bad argument: each raises its own
+            raise bad
         try:
             agree_values(comm, [("rank identity", problem or "as the layout numbers it")],
                          timeout_s)
@@ -211,6 +241,17 @@ def agree_values(comm, items, timeout_s=None):
     _lib.check(st)
 
 
+def _number(value, kind):
+    """A number argument as the text the ranks compare (30 and 30.0 equal); the text
+    itself when it is not a number (the argument's own check refuses it later)."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return repr(value)
+    try:
+        return repr(kind(value))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def _canonical(spec, train):
     """A spec as the library reads it (every field, defaults filled), so that equal
     specs written differently compare equal; the text itself when it does not parse
@@ -239,7 +280,10 @@ _INFER_COORDS = ("engine", "dp", "tp")
 
 def _coords_problem(rank, train, infer, infer_offset, coords):
     """None when ``coords`` (a rank's framework coordinates) match what the layout's
-    numbering gives comm rank ``rank`` (Model.plan), else the problem naming both."""
+    numbering gives comm rank ``rank`` (Model.plan), else the problem naming both. A
+    rank that is both a training and an inference rank (colocated, infer_offset=0)
+    gives {"train": {...}, "infer": {...}} (either or both); a flat dict is its
+    training coordinates."""
     if coords is None:
         return None
     if not isinstance(coords, dict):
@@ -252,28 +296,47 @@ def _coords_problem(rank, train, infer, infer_offset, coords):
                "infer spec %r" % infer)
     train_world = int(_lib.lib.reshard_train_world(ctypes.byref(ts)))
     offset = train_world if infer_offset is None else int(infer_offset)
+    tp, dp = max(1, ispec.tp), max(1, ispec.dp)
+    infer_world = max(1, ispec.engines) * tp * dp
+    roles = {}
     if rank < train_world:
-        side, known = "training", _TRAIN_COORDS
         local = rank % (ts.tp * ts.cp * ts.dp)
-        want = {"tp": rank % ts.tp, "cp": rank // ts.tp % ts.cp,
-                "dp": rank // (ts.tp * ts.cp) % ts.dp, "pp": rank // (ts.tp * ts.cp * ts.dp),
-                "etp": local % ts.etp, "ep": local // ts.etp % ts.ep}
-    else:
-        side, known = "inference", _INFER_COORDS
-        tp, dp = max(1, ispec.tp), max(1, ispec.dp)
+        roles["train"] = ("Megatron", _TRAIN_COORDS, {
+            "tp": rank % ts.tp, "cp": rank // ts.tp % ts.cp,
+            "dp": rank // (ts.tp * ts.cp) % ts.dp, "pp": rank // (ts.tp * ts.cp * ts.dp),
+            "etp": local % ts.etp, "ep": local // ts.etp % ts.ep})
+    if offset <= rank < offset + infer_world:
         r = rank - offset
-        want = {"tp": r % tp, "dp": r // tp % dp, "engine": r // (tp * dp)}
-    unknown = sorted(set(coords) - set(known))
-    if unknown:
-        raise ValueError("reshard: coords= for a %s rank takes %s, not %s"
-                         % (side, ", ".join(known), ", ".join(unknown)))
-    diff = [k for k in known if k in coords and int(coords[k]) != want[k]]
-    if not diff:
-        return None
-    return ("rank %d is %s %s; the layout's rank %d is %s" % (
-        rank, "Megatron" if side == "training" else "vLLM",
-        ", ".join("%s_rank %d" % (k, int(coords[k])) for k in known if k in coords), rank,
-        ", ".join("%s_rank %d" % (k, want[k]) for k in known if k in coords)))
+        roles["infer"] = ("vLLM", _INFER_COORDS,
+                          {"tp": r % tp, "dp": r // tp % dp, "engine": r // (tp * dp)})
+    nested = bool(coords) and set(coords) <= {"train", "infer"}
+    given = coords if nested else {("train" if "train" in roles else "infer"): coords}
+    problems = []
+    for side, c in given.items():
+        if side not in roles:
+            raise ValueError("reshard: coords= gives %s coordinates, but rank %d is not an "
+                             "%s rank of this refit" % (side, rank, side + "ing" if
+                                                          side == "train" else "inference"))
+        if not isinstance(c, dict):
+            raise TypeError("reshard: coords=[%r] is a dict, not %s" % (side,
+                                                                       type(c).__name__))
+        framework, known, want = roles[side]
+        unknown = sorted(str(k) for k in set(c) - set(known))
+        if unknown:
+            raise ValueError("reshard: coords= for %s %s rank takes %s, not %s%s" % (
+                "a" if side == "train" else "an", "training" if side == "train" else
+                "inference", ", ".join(known), ", ".join(unknown),
+                "" if nested or len(roles) < 2 else " (rank %d is both: give {'train': "
+                "{...}, 'infer': {...}})" % rank))
+        for k in known:
+            if k in c and (isinstance(c[k], bool) or not isinstance(c[k], numbers.Integral)):
+                raise TypeError("reshard: coords[%r] must be an int, got %r" % (k, c[k]))
+        if [k for k in known if k in c and int(c[k]) != want[k]]:
+            problems.append("rank %d is %s %s; the layout's rank %d is %s" % (
+                rank, framework, ", ".join("%s_rank %d" % (k, int(c[k])) for k in known
+                                           if k in c), rank,
+                ", ".join("%s_rank %d" % (k, want[k]) for k in known if k in c)))
+    return "; ".join(problems) or None
 
 
 def _eplb_entries(eplb_map):

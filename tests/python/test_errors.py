@@ -569,3 +569,28 @@ def test_an_interpreter_without_numpy_is_told_which_python():
     assert p.returncode != 0
     assert "reshard needs numpy" in p.stderr and "run Debian's /usr/bin/python3" in p.stderr, \
         p.stderr[-2000:]
+
+
+def test_list_binding_refuses_a_buffer_the_layout_does_not_have():
+    """Buffers bound as a list by id: an id past the layout's buffers of the rank is
+    refused (BUFFER) on that rank and its peers fail too, nothing written."""
+    def edit(r, s, d):
+        if r == 3:
+            d = [d["layer.weight"], d["layer.norm"], np.full(7, -1.0, np.float64)]
+        return s, d
+
+    errs, dsts = outcomes(edit)
+    assert errs[3].status == Status.BUFFER and "buffer 2 is given, but the layout has 2 " \
+        "buffer(s) for this rank" in errs[3].message, errs[3]
+    _assert_peers_told(errs, 3)
+
+
+def test_a_very_long_name_gives_a_bounded_message():
+    """A 100,000-character parameter name: the rank's own message stays short."""
+    def edit(r, s, d):
+        if r == 3:
+            d = dict(d, **{"x" * 100000: np.zeros(2, np.float32)})
+        return s, d
+
+    errs, _ = outcomes(edit)
+    assert errs[3].status == Status.BUFFER and len(errs[3].message) < 2048, len(errs[3].message)

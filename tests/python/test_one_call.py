@@ -225,7 +225,7 @@ def test_model_plan_parameters_differ_are_named(config_path):
     out = _plan_errors(4, call)
     for r, (e, _) in out.items():
         assert e is not None and e.status == reshard.Status.MISMATCH, (r, e)
-        assert "staging_mb: 'None' on ranks 0, 2, 3; '64' on rank 1" in e.message, e.message
+        assert "staging_mb: 'None' on ranks 0, 2, 3; '64.0' on rank 1" in e.message, e.message
         assert "delta: 'False' on ranks 0, 1, 3; 'True' on rank 2" in e.message, e.message
 
 
@@ -253,17 +253,46 @@ def test_model_plan_rank_identity_checked(config_path):
     assert all(e is None for e, _ in out.values()), out
 
 
-def test_model_plan_coords_name_unknown_keys(config_path):
+def test_model_plan_bad_argument_on_one_rank_fails_every_rank_at_once(config_path):
+    """A rank whose own arguments are bad (an unknown coords key, a non-int coordinate, an
+    engines count past 32 bits) raises its own error; its peers fail at once with MISMATCH
+    naming it (the bad argument goes into the agreement), never waiting for the timeout."""
     model = reshard.Model(config_path)
+    bad = {"coords": dict(coords={"pp": 0}), "not_int": dict(coords={"tp": "1"}),
+           "engines": dict(engines=2**40)}
+    for case, kw in bad.items():
+        own = {}
+
+        def call(comm):
+            try:
+                model.plan(comm, "tp=2", "tp=2", timeout_s=30, **(kw if comm.rank == 3 else {}))
+            except (TypeError, ValueError) as e:
+                own[comm.rank] = e
+                raise reshard.errors.error(reshard.Status.INVALID_ARG, str(e))
+
+        out = _plan_errors(4, call)
+        assert isinstance(own.get(3), (TypeError, ValueError)), (case, own)
+        for r in (0, 1, 2):
+            e, secs = out[r]
+            assert e is not None and e.status == reshard.Status.MISMATCH, (case, r, e)
+            assert secs < 10, (case, r, secs)
+            assert "arguments: 'valid' on ranks 0, 1, 2; '" in e.message and \
+                "' on rank 3" in e.message, (case, e.message)
+
+
+def test_model_plan_equal_arguments_written_differently_agree(config_path):
+    """verify=None and verify=True on a delta plan (both: verification on), 30 and 30.0
+    seconds, "bf16" and "bfloat16": the same inputs, no MISMATCH."""
+    models = [reshard.Model(config_path, dtype="bf16"), reshard.Model(config_path,
+                                                                      dtype="bfloat16")]
 
     def call(comm):
-        with pytest.raises(ValueError, match="takes engine, dp, tp, not pp"):
-            model.plan(comm, "tp=1", "tp=1", timeout_s=5, coords={"pp": 0} if comm.rank else {})
+        r = comm.rank
+        models[r % 2].plan(comm, "tp=2", "tp=2", delta=True, verify=True if r else None,
+                           timeout_s=30 if r % 2 else 30.0)
 
-    # rank 0 (training) passes {} and waits in the agreement; rank 1 raises before it:
-    # rank 0 then times out (the agreement is collective), bounded by timeout_s
-    out = _plan_errors(2, call)
-    assert out[0][0] is not None and out[0][0].status == reshard.Status.TIMEOUT, out
+    out = _plan_errors(4, call)
+    assert all(e is None for e, _ in out.values()), out
 
 
 class _Stepped(conventions.Weights):
