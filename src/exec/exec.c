@@ -1015,6 +1015,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     if (st == RESHARD_OK)
         st = rs_layout_check_aliases(plan->dst, rank, dst_bufs, n_dst, "destination");
     if (st == RESHARD_OK)
+        st = rs_layout_check_src_dst(plan->src, src_bufs, n_src, plan->dst, dst_bufs, n_dst, rank);
+    if (st == RESHARD_OK)
         st = rs_peer_check_binding(plan, comm, src_bufs, n_src);
     if (st == RESHARD_OK)
         st = rs_zero_fill_check(plan, comm, rank);

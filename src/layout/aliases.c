@@ -115,13 +115,12 @@ static reshard_status_t runs_overlap(const reshard_layout_t *l, int32_t rank,
     return RESHARD_OK;
 }
 
-reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank,
-                                         const reshard_buffer_t *bufs, int32_t n, const char *side)
+/* The bytes each of @p rank's @p n bound buffers is read or written at by its fragments
+ * (zero-filled ones whole), non-empty ones only, sorted by start, into @p sp (n entries);
+ * returns how many. */
+static int32_t touched_spans(const reshard_layout_t *l, int32_t rank, const reshard_buffer_t *bufs,
+                             int32_t n, rs_span_t *sp)
 {
-    rs_span_t *sp = calloc((size_t)(n > 0 ? n : 1), sizeof *sp);
-    if (!sp)
-        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory checking %s buffers", rank,
-                        side);
     for (int32_t b = 0; b < n; b++)
         sp[b] = (rs_span_t){UINTPTR_MAX, 0, b};
     for (int64_t i = 0; i < l->n; i++) {
@@ -143,6 +142,17 @@ reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank
         if (sp[b].hi > sp[b].lo)
             sp[m++] = sp[b];
     qsort(sp, (size_t)m, sizeof *sp, cmp_span);
+    return m;
+}
+
+reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank,
+                                         const reshard_buffer_t *bufs, int32_t n, const char *side)
+{
+    rs_span_t *sp = calloc((size_t)(n > 0 ? n : 1), sizeof *sp);
+    if (!sp)
+        return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory checking %s buffers", rank,
+                        side);
+    int32_t m = touched_spans(l, rank, bufs, n, sp);
     reshard_status_t st = RESHARD_OK;
     uintptr_t reach = m ? sp[0].hi : 0; /* the furthest end of the spans before i */
     for (int32_t i = 1; i < m && st == RESHARD_OK; reach = sp[i].hi > reach ? sp[i].hi : reach, i++)
@@ -166,5 +176,40 @@ reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank
                               (unsigned long long)(at - (uintptr_t)bufs[b].ptr), b);
         }
     free(sp);
+    return st;
+}
+
+reshard_status_t rs_layout_check_src_dst(const reshard_layout_t *src, const reshard_buffer_t *sb,
+                                         int32_t ns, const reshard_layout_t *dst,
+                                         const reshard_buffer_t *db, int32_t nd, int32_t rank)
+{
+    rs_span_t *a = calloc((size_t)(ns > 0 ? ns : 1), sizeof *a);
+    rs_span_t *b = calloc((size_t)(nd > 0 ? nd : 1), sizeof *b);
+    reshard_status_t st = RESHARD_OK;
+    if (!a || !b)
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory checking buffers", rank);
+    int32_t ma = st == RESHARD_OK ? touched_spans(src, rank, sb, ns, a) : 0;
+    int32_t mb = st == RESHARD_OK ? touched_spans(dst, rank, db, nd, b) : 0;
+    for (int32_t i = 0, j = 0; st == RESHARD_OK && i < ma && j < mb;) {
+        if (a[i].hi <= b[j].lo) {
+            i++;
+        } else if (b[j].hi <= a[i].lo) {
+            j++;
+        } else {
+            uintptr_t at = a[i].lo > b[j].lo ? a[i].lo : b[j].lo;
+            int32_t x = a[i].buffer, y = b[j].buffer;
+            st = rs_error(RESHARD_ERR_BUFFER,
+                          "rank %d: source buffer %d (%s) and destination buffer %d (%s) share "
+                          "memory: byte %llu of the source is byte %llu of the destination, and "
+                          "a refit writes destinations while it still reads sources; bind the "
+                          "destination its own memory",
+                          rank, x, buffer_name(src, rank, &sb[x], x), y,
+                          buffer_name(dst, rank, &db[y], y),
+                          (unsigned long long)(at - (uintptr_t)sb[x].ptr),
+                          (unsigned long long)(at - (uintptr_t)db[y].ptr));
+        }
+    }
+    free(a);
+    free(b);
     return st;
 }

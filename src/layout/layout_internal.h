@@ -310,6 +310,14 @@ void rs_run_sort(rs_run_t *r, int64_t n);
  *  Called on destinations at every execution, before anything moves. */
 reshard_status_t rs_layout_check_aliases(const reshard_layout_t *l, int32_t rank,
                                          const reshard_buffer_t *bufs, int32_t n, const char *side);
+/** No byte that @p rank's fragments of @p src read in @p sb (@p ns buffers) lies in the
+ *  span its fragments of @p dst write in @p db (@p nd buffers): a refit writes
+ *  destinations while it still reads sources (an in-place reshard read its own output).
+ *  BUFFER naming the rank, both buffers (id and declared name) and a shared byte; NOMEM.
+ *  Called at every execution, before anything moves. */
+reshard_status_t rs_layout_check_src_dst(const reshard_layout_t *src, const reshard_buffer_t *sb,
+                                         int32_t ns, const reshard_layout_t *dst,
+                                         const reshard_buffer_t *db, int32_t nd, int32_t rank);
 /** Every declared buffer of @p rank in @p l that is given (non-NULL) has
  *  exactly the declared bytes, and the declared name and dtype where the
  *  caller gave them; every fragment of @p rank has its buffer given and at

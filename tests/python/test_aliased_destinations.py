@@ -87,3 +87,45 @@ def test_a_tied_weight_bound_under_both_names_refits():
     reshard.run_threads(3, rank_fn)
     assert errors == {}
     assert np.array_equal(storage, full)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+def test_source_and_destination_in_one_memory_are_refused(delta):
+    """An in-place reshard: each rank binds one array as its source (rows of w) and,
+    reshaped, as its destination (columns of w). The refit would read bytes it already
+    wrote: refused (BUFFER) on every rank naming both buffers, before anything moves, so the
+    array keeps its values; separate memory refits exactly."""
+    rows, cols = 256, 64
+    tensors = reshard.Tensors()
+    tensors.add("w", (rows, cols), np.int32)
+    src = reshard.Layout.from_placements(tensors, {"w": ([0, 1], [Shard(0)])})
+    dst = reshard.Layout.from_placements(tensors, {"w": ([0, 1], [Shard(1)])})
+    full = (np.arange(rows * cols, dtype=np.int64) * 7 + 3).astype(np.int32).reshape(rows, cols)
+    for separate in (False, True):
+        errors, arrays, outs = {}, {}, {}
+
+        def rank_fn(comm):
+            r = comm.rank
+            a = np.ascontiguousarray(full[r * rows // 2:(r + 1) * rows // 2])
+            arrays[r] = a
+            d = np.zeros((rows, cols // 2), np.int32) if separate else a.reshape(rows, cols // 2)
+            outs[r] = d
+            plan = reshard.Plan(src, dst, rank=r, world=2, delta=delta, staging_mb=1)
+            try:
+                plan.execute(comm, src={"w": a}, dst={"w": d})
+            except reshard.ReshardError as e:
+                errors[r] = e
+
+        reshard.run_threads(2, rank_fn)
+        if separate:
+            assert errors == {}, errors
+            for r in (0, 1):
+                assert np.array_equal(outs[r], full[:, r * cols // 2:(r + 1) * cols // 2])
+            continue
+        assert sorted(errors) == [0, 1], errors
+        for r, e in errors.items():
+            assert e.status == reshard.Status.BUFFER, str(e)
+        for r in (0, 1):
+            assert "source buffer 0 (w) and destination buffer 0 (w) share memory" in \
+                errors[r].message or "rank %d could not" % (1 - r) in errors[r].message
+            assert np.array_equal(arrays[r], full[r * rows // 2:(r + 1) * rows // 2])
