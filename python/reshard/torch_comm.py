@@ -63,6 +63,16 @@ def _tag_space(group, name: Optional[str]) -> int:
                             "different orders on different ranks, so pass name=, the same on "
                             "every rank and distinct per comm of the group (e.g. the engine "
                             "or model it serves)")
+            unnamed = [k for k, v in g["live"].items() if v[0] is None]
+            if unnamed:
+                raise error(Status.INVALID_ARG, "Comm.from_torch: a second unnamed comm on "
+                            "this group while the unnamed one in tag space %d is live: unnamed "
+                            "comms pair by the order each rank makes them, and a rank that "
+                            "makes them in another order pairs one plan's messages with "
+                            "another's without any error (equal layouts look alike), so pass "
+                            "name=, the same on every rank and distinct per comm of the group "
+                            "(e.g. the engine or model it serves), or close the first"
+                            % unnamed[0])
             space = g["next"] % UNNAMED_SPACES
         else:
             space = UNNAMED_SPACES + zlib.crc32(name.encode()) % (SPACES - UNNAMED_SPACES)
@@ -397,18 +407,36 @@ class GlooTransport:
     def _missing(self, missing, got, local, local_msg, timeout_s) -> int:
         """The error when ranks ``missing`` did not reach the agreement: it names them,
         with the evidence of a rank that failed on one of them."""
-        names = ", ".join(str(p) for p in missing)
-        witness = [r for r, c in sorted(got.items()) if c.status != 0 and c.suspect in missing]
+        # a rank whose contribution arrived reached the end; it is missing only because
+        # it left before taking this rank's (it failed too, and is not to blame)
+        left = [p for p in missing if p in got]
+        absent = [p for p in missing if p not in got]
+        blamed = sorted({c.suspect for c in got.values() if c.status != 0 and c.suspect >= 0}
+                        & set(absent)) or absent
+        names = ", ".join(str(p) for p in blamed)
+        rest = [p for p in absent if p not in blamed]
+        tail = ""
+        if rest:
+            tail += "; rank(s) %s did not reach it either" % ", ".join(str(p) for p in rest)
+        if left and absent:
+            tail += "; rank(s) %s gave their outcome but did not take this rank's (left " \
+                "after failing, or stalled)" % ", ".join(str(p) for p in left)
+        if not absent:  # all gave their outcome; some did not take this rank's
+            names = ", ".join(str(p) for p in left)
+            return self._err(Status.TIMEOUT, "rank %d: rank(s) %s stalled or died in the "
+                             "outcome agreement: they gave their outcome but did not take "
+                             "this rank's within the bound" % (self.rank, names))
+        witness = [r for r, c in sorted(got.items()) if c.status != 0 and c.suspect in blamed]
         if witness:
             c = got[witness[0]]
             return self._err(c.status, "rank %d: rank(s) %s stalled or died: they did not "
-                             "reach the end of the execution (%s)"
-                             % (self.rank, names, c.msg or _status_name(c.status)))
+                             "reach the end of the execution (%s)%s"
+                             % (self.rank, names, c.msg or _status_name(c.status), tail))
         also = "; this rank: " + local_msg if local and local_msg else ""
         return self._err(Status.TIMEOUT, "rank %d: rank(s) %s did not reach the end of the "
                          "execution (stalled or dead; this rank waits for them at most 2 x "
-                         "timeout_s = %.1f s, less when a round wait fired first)%s"
-                         % (self.rank, names, 2 * timeout_s, also))
+                         "timeout_s = %.1f s, less when a round wait fired first)%s%s"
+                         % (self.rank, names, 2 * timeout_s, tail, also))
 
     def _outcome(self, got: Dict[int, _Contribution], local: int, local_msg: str) -> int:
         """Every rank arrived: the error of the rank at the root of the failures, the
@@ -481,13 +509,17 @@ def from_torch(group=None, name: Optional[str] = None):
 
     Any number of endpoints (one per engine, per model, per thread) share a group: each
     has a tag space of its own, so one's messages never match another's. ``name`` (a
-    str, the same on every rank, distinct per endpoint of the group) picks it; without a
-    name it is the order in which this process made its unnamed endpoints on the group,
-    which is the same on every rank only for endpoints made in program order: an unnamed
-    endpoint made off the main thread is refused (INVALID_ARG), and so is a name (or
+    str, the same on every rank, distinct per endpoint of the group) picks it. One
+    endpoint per group may be unnamed at a time: its space is the order in which this
+    process made its unnamed endpoints, the same on every rank only in program order,
+    and nothing in the messages could tell two swapped endpoints apart (their plans may
+    have equal layouts); so a second live unnamed endpoint on the group is refused
+    (INVALID_ARG), and so are an unnamed one made off the main thread and a name (or
     space) a live endpoint of the group holds. Endpoints that are paired wrongly (other
     names on two ranks) never exchange a message: their executions time out on every
-    rank.
+    rank. One endpoint serves one call at a time: when two threads call it at once, the
+    call in flight fails on every rank, and so does every later execution on it (a rank
+    may have kept another thread's plan than its peers): give each thread its own.
 
     gloo: CPU tensors (torch CPU tensors, numpy arrays), moved by the group's
     point-to-point operations under reshard's tags (TAG_BASE ..), waited for with the

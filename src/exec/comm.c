@@ -16,11 +16,12 @@ reshard_status_t rs_comm_enter(reshard_comm_t *comm, const char *what)
 {
     int v = __atomic_load_n(&comm->use, __ATOMIC_ACQUIRE);
     for (int tries = 0; tries < 1000000 && !(v & (RS_COMM_BUSY | RS_COMM_CLOSING)); tries++)
-        if (__atomic_compare_exchange_n(&comm->use, &v, RS_COMM_BUSY, false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
+        if (__atomic_compare_exchange_n(&comm->use, &v, RS_COMM_BUSY | (v & RS_COMM_TWO_THREADS),
+                                        false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             return RESHARD_OK; /* taken; a mark of an earlier contention cleared */
-    /* refused: the call in flight fails at its outcome agreement, on every rank */
-    __atomic_fetch_or(&comm->use, RS_COMM_CONTENDED, __ATOMIC_ACQ_REL);
+    /* refused: the call in flight fails at its outcome agreement, on every rank, and
+     * every later execution on this comm fails too (RS_COMM_TWO_THREADS) */
+    __atomic_fetch_or(&comm->use, RS_COMM_CONTENDED | RS_COMM_TWO_THREADS, __ATOMIC_ACQ_REL);
     return rs_error(RESHARD_ERR_INVALID_ARG,
                     "%s: rank %d: %s; nothing was sent (one endpoint serves one call at a time: "
                     "give each thread its own comm; the call in flight fails on every rank)",
@@ -32,6 +33,11 @@ reshard_status_t rs_comm_enter(reshard_comm_t *comm, const char *what)
 bool rs_comm_contended(const reshard_comm_t *comm)
 {
     return __atomic_load_n(&comm->use, __ATOMIC_ACQUIRE) & RS_COMM_CONTENDED;
+}
+
+bool rs_comm_two_threads(const reshard_comm_t *comm)
+{
+    return __atomic_load_n(&comm->use, __ATOMIC_ACQUIRE) & RS_COMM_TWO_THREADS;
 }
 
 void rs_comm_leave(reshard_comm_t *comm)

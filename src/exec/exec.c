@@ -1001,7 +1001,15 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
     /* Quantized destinations: the caller's buffers plus this rank's scratch. */
     rs_qbufs_t qb = {0};
     reshard_status_t st = RESHARD_OK;
-    if (plan->quant) {
+    if (rs_comm_two_threads(comm))
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "rank %d: two threads called this comm at once in an earlier call, so "
+                      "since then a thread's plan on this rank may pair with another thread's "
+                      "plan on its peers (equal layouts look alike): the comm refuses every "
+                      "execution; destroy it and give each thread its own comm (a name= of its "
+                      "own on a torch group)",
+                      rank);
+    if (st == RESHARD_OK && plan->quant) {
         st = rs_qbufs_setup(plan, comm, src_bufs, n_src, dst_bufs, n_dst, &qb);
         src_bufs = qb.src;
         n_src = qb.nsrc;

@@ -94,7 +94,7 @@ class _Refit:
             t.start()
         _wait_busy(self.c0)
 
-    def join(self, contended=False):
+    def join(self, contended=False, close=True):
         """Both ranks OK and rank 1 verified; or, when another thread called rank 0's
         comm meanwhile (``contended``), both ranks failed (the refit is refused on every
         rank, never OK with a peer that may have run the other thread's plan)."""
@@ -106,7 +106,8 @@ class _Refit:
         else:
             assert self.errs == []
             assert reshard.verify_pattern(self.dst, 1, self.d1) == 64 * 64 * 4
-        self.group.close()
+        if close:
+            self.group.close()
 
 
 def test_two_threads_on_one_comm():
@@ -118,6 +119,30 @@ def test_two_threads_on_one_comm():
         x.plan.execute(x.c0, src=zeros, dst={})  # a second thread of rank 0, zeroed sources
     assert e.value.status == reshard.Status.INVALID_ARG
     x.join(contended=True)
+
+
+def test_a_comm_two_threads_called_at_once_refuses_every_later_execution():
+    """After the race, the threads' plans may pair differently on different ranks (each
+    rank keeps running whichever thread won there; equal layouts look alike), so every
+    later execution on that comm fails on every rank, before anything moves."""
+    x = _Refit()
+    x.start()
+    with pytest.raises(reshard.ReshardError, match="another thread is executing"):
+        x.plan.execute(x.c0, src=x.src.new_buffers(0, library="numpy", fill=0), dst={})
+    x.join(contended=True, close=False)
+    for step in range(2):
+        x.errs = []
+        x.d1 = x.dst.new_buffers(1, library="numpy", fill=0)
+        threads = [threading.Thread(target=x._rank, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(x.errs) == 2, (step, x.errs)
+        mine = [e for e in x.errs if "rank 0: two threads called this comm at once" in str(e)]
+        assert len(mine) == 2, x.errs  # rank 0's own error, and rank 1 naming rank 0's
+        assert not x.d1["w"].any()  # nothing moved
+    x.group.close()
 
 
 def test_close_waits_for_an_execution():

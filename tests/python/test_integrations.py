@@ -18,6 +18,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -821,3 +822,36 @@ def test_delta_flags_must_be_bools(tmp_path, field, value):
     with pytest.raises(reshard.ReshardError, match="rank 2: %s must be True or False, got %r"
                        % (field, value)):
         build_plan(info, 2, 4)
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], (0, 0, 1, 1), np.array([0, 0, 1, 1])],
+                         ids=["list", "tuple", "numpy"])
+def test_init_agreement_takes_hosts_in_any_sequence(hosts):
+    """hosts/devices given as a tuple or numpy array agree with the list a peer gave
+    (the record travels as JSON, where both are lists), and a real difference is
+    still named."""
+    import torch.distributed as dist
+    from reshard.integrations.rendezvous import agree
+    from reshard.integrations.worker import ReshardInitInfo
+    info = ReshardInitInfo(model="qwen3-0.6b", train="tp=2", infer="tp=2", colocated=True,
+                           hosts=hosts, devices=(0, 1, 0, 1))
+    assert info.record()["hosts"] == [0, 0, 1, 1]
+    assert info.record()["devices"] == [0, 1, 0, 1]
+    agree(dist.HashStore(), 0, 1, info.record(), [], 5.0)  # one rank agrees with itself
+    store = dist.HashStore()
+    other = ReshardInitInfo(model="qwen3-0.6b", train="tp=2", infer="tp=2", colocated=True,
+                            hosts=[0, 1, 1, 1], devices=[0, 1, 0, 1])
+    errs = []
+
+    def rank(r, rec):
+        try:
+            agree(store, r, 2, rec, [], 5.0)
+        except reshard.ReshardError as e:
+            errs.append(e)
+    ts = [threading.Thread(target=rank, args=(r, rec))
+          for r, rec in ((0, info.record()), (1, other.record()))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(errs) == 2 and all("hosts" in str(e) for e in errs), errs

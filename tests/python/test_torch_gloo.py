@@ -143,7 +143,8 @@ def test_rank_that_never_arrives_is_named(tmp_path):
 def test_two_named_comms_on_one_group_from_threads(tmp_path):
     """Two comms per rank on the one group, each used by its own thread with its own
     plan and values at the same time: every element of both exact on both engine
-    ranks; an unnamed comm made off the main thread refused on every rank."""
+    ranks; an unnamed comm made off the main thread, and a second unnamed comm beside
+    the live one, refused on every rank."""
     reports = run_group("two_comms", tmp_path)
     for r in range(WORLD):
         rep = reports[r]["two_comms"]

@@ -331,6 +331,13 @@ def case_two_comms(comm, workdir):
     t.join()
     assert len(refused) == 1 and refused[0].status.name == "INVALID_ARG" and \
         "pass name=" in refused[0].message, refused
+    # a second unnamed comm beside the live one (the worker's own) is refused too: ranks
+    # that made two in different orders would pair them silently
+    try:
+        reshard.Comm.from_torch()
+        raise AssertionError("a second live unnamed comm was made")
+    except reshard.ReshardError as e:
+        assert e.status.name == "INVALID_ARG" and "second unnamed comm" in e.message, e
     return results["a"] + results["b"], time.perf_counter() - t0
 
 

@@ -6,6 +6,7 @@ class; everything it does is here and is tested without vLLM."""
 
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Optional
@@ -86,13 +87,25 @@ class ReshardInitInfo:
                 "layers": self.layers, "domain_size": self.domain_size,
                 "staging_mb": self.staging_mb, "timeout_s": self.timeout_s,
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
-                "colocated": bool(self.colocated), "hosts": self.hosts,
-                "devices": self.devices, "delta": self.delta,
+                "colocated": bool(self.colocated), "hosts": _int_list(self.hosts),
+                "devices": _int_list(self.devices), "delta": self.delta,
                 "delta_checksum": self.delta_checksum}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
                           self.rendezvous_name)
+
+
+def _int_list(v: Any) -> Any:
+    """A hosts/devices field as it travels (a list of ints), so that a tuple, a numpy
+    array or numpy integers agree with the list a peer gave; anything else as given
+    (build_plan names what is wrong with it)."""
+    if v is None or isinstance(v, (str, bytes)):
+        return v
+    try:
+        return [int(x) if isinstance(x, numbers.Integral) else x for x in v]
+    except TypeError:
+        return v
 
 
 @dataclass
