@@ -727,7 +727,11 @@ typedef struct {
  * INVALID_ARG at once and sends nothing, and the execution in flight then fails
  * at its outcome agreement (INVALID_ARG "another thread called this comm") on
  * every rank: its peers may have run the other thread's plan in its place, so no
- * rank returns OK from it; a call on a comm being destroyed is refused too. A
+ * rank returns OK from it; from then on every execution on @p comm fails at its
+ * preflight on every rank (INVALID_ARG "two threads called this comm at once",
+ * nothing moved), since the ranks may have kept different threads' plans and
+ * equal layouts look alike: destroy it and give each thread its own comm. A
+ * call on a comm being destroyed is refused too. A
  * second call that comes only after the first's outcome agreement is sequential
  * use, in whatever order each rank's threads ran: calling plans in different
  * orders on different ranks is the caller's error, as with any collective
