@@ -1,0 +1,213 @@
+"""FSDP2 trainers into vLLM layouts: the train spec fsdp=N (HSDP with dp=R, tensor
+parallelism with tp=T), the trainer's live DTensors checked against it and bound in
+place (reshard.integrations.fsdp), every element of every inference rank checked.
+
+The trainer ranks' modules come from tests/python/standin/dtensor.py (torch 1.13 has
+no DTensor; the stand-in follows PyTorch's attributes and FSDP2's torch.chunk rule,
+and is the oracle of what an FSDP2 rank holds); the inference side's oracle is
+examples/python/conventions.py (vLLM's rules). Neither uses the library."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import conventions  # noqa: E402
+import reshard  # noqa: E402
+from reshard.integrations.fsdp import FSDPModule, hf_name  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "standin"))
+import dtensor  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import fsdp_refit  # noqa: E402  (tp_style: transformers' tp plan)
+
+SENT = reshard.SENTINEL_BYTE
+TINY = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
+        "tie_word_embeddings": False}
+
+
+def tiny(tmp_path, **kw):
+    import json
+    path = os.path.join(str(tmp_path), "tiny.json")
+    with open(path, "w") as f:
+        json.dump(dict(TINY, **kw), f)
+    return path
+
+
+def sizes(train):
+    return fsdp_refit.sizes_of(train)
+
+
+def trainer_modules(w, train):
+    fsdp, replicas, tp = sizes(train)
+    full = {n: w[n] for n in w.shapes}
+    return [dtensor.fully_shard(full, {n: fsdp_refit.tp_style(n) for n in full}, r,
+                                fsdp=fsdp, replicas=replicas, tp=tp)
+            for r in range(fsdp * replicas * tp)]
+
+
+def refit_all(model_path, train, infer, modules, layers=0):
+    """Every rank in a thread of one in-process group: trainers bind their FSDP2
+    modules' local shards (checked first), workers receive into vLLM-shaped tensors;
+    returns (received per inference rank, oracle per inference rank)."""
+    refit = reshard.Model(model_path, layers=layers).refit(train, infer)
+    w = conventions.Weights(conventions.load_config(model_path, layers))
+    ntrain = refit.train_world
+    expect = [conventions.vllm_state_dict(w, infer, i, SENT) for i in range(refit.world - ntrain)]
+    got = [{n: torch.empty_like(x).view(torch.uint8).fill_(SENT).view(x.dtype)
+            for n, x in e.items()} for e in expect]
+    plan = reshard.Plan(refit.train, refit.infer, rank=reshard.ALL_RANKS, world=refit.world,
+                        timeout_s=20)
+    group = reshard.InprocGroup(refit.world)
+    errors = {}
+
+    def body(r):
+        try:
+            if r < ntrain:
+                src = FSDPModule(modules[r])
+                assert src.problems(refit.train, r) == []
+                plan.execute(group.comm(r), src=src.named()[0], dst=None)
+            else:
+                plan.execute(group.comm(r), src=None, dst=got[r - ntrain])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(refit.world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    group.close()
+    assert errors == {}, errors
+    return got, expect
+
+
+def assert_every_element(got, expect):
+    for i, (g, e) in enumerate(zip(got, expect)):
+        assert sorted(g) == sorted(e)
+        for n, x in e.items():
+            assert conventions.mismatches(g[n], x) == 0, (i, n)
+
+
+@pytest.mark.parametrize("train,infer", [
+    ("fsdp=4", "tp=2,dp=2"),        # even
+    ("fsdp=3", "tp=2"),             # uneven: torch.chunk sizes, short last shard
+    ("fsdp=2,dp=2", "tp=1,dp=2"),   # HSDP: two replicas the planner balances
+    ("tp=2,fsdp=2", "tp=2"),        # TP x FSDP2: _StridedShard on colwise weights
+    ("fsdp=7", "tp=4"),             # trailing ranks short and empty (k_norm: 16 rows)
+])
+def test_fsdp_sources_refit_every_element(tmp_path, train, infer):
+    path = tiny(tmp_path)
+    w = conventions.Weights(conventions.load_config(path))
+    got, expect = refit_all(path, train, infer, trainer_modules(w, train))
+    assert_every_element(got, expect)
+
+
+def test_hf_names_lose_wrapper_segments():
+    assert hf_name("_orig_mod.model.layers.0._checkpoint_wrapped_module.mlp.up_proj.weight") \
+        == "model.layers.0.mlp.up_proj.weight"
+    assert hf_name("module._fsdp_wrapped_module.lm_head.weight") == "lm_head.weight"
+    assert hf_name("model.norm.weight") == "model.norm.weight"
+
+
+def _one_rank(tmp_path, train="fsdp=4", rank=1):
+    path = tiny(tmp_path)
+    w = conventions.Weights(conventions.load_config(path))
+    refit = reshard.Model(path).refit(train, "tp=2")
+    return w, refit, trainer_modules(w, train)
+
+
+def _replace(module, name, p):
+    *path, leaf = name.split(".")
+    m = module
+    for part in path:
+        m = getattr(m, part)
+    delattr(m, leaf)
+    m.register_parameter(leaf, p)
+
+
+def test_partial_placement_is_refused_by_name(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.1.mlp.down_proj.weight"
+    p = dict(mods[1].named_parameters())[name]
+    _replace(mods[1], name, dtensor.DTensor(p.to_local(), p.device_mesh,
+                                            (dtensor.Partial(),), p.shape))
+    problems = FSDPModule(mods[1]).problems(refit.train, 1)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("train rank 1: parameter %r: placement" % name)
+    assert "Partial" in problems[0]
+
+
+def test_local_shape_that_placements_do_not_imply_is_refused(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    p = dict(mods[2].named_parameters())[name]
+    short = p.to_local()[:-1].clone()
+    _replace(mods[2], name, dtensor.DTensor(short, p.device_mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[2]).problems(refit.train, 2)
+    assert any(name in x and "imply" in x for x in problems), problems
+
+
+def test_live_placement_other_than_the_spec_is_refused(tmp_path):
+    """The module was sharded on dim 1 (or as fsdp=2): the spec's layout puts other
+    elements on this rank, named before anything moves."""
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.mlp.gate_proj.weight"
+    full = w[name]
+    p = dict(mods[0].named_parameters())[name]
+    local = dtensor.chunk_with_empty(full, 4, 1)[0].contiguous()
+    _replace(mods[0], name, dtensor.DTensor(local, p.device_mesh, (dtensor.Shard(1),),
+                                            full.shape))
+    problems = FSDPModule(mods[0]).problems(refit.train, 0)
+    assert any(name in x and "differs from the spec" in x for x in problems), problems
+
+
+def test_mesh_that_is_not_the_training_ranks_is_refused(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.norm.weight"
+    p = dict(mods[3].named_parameters())[name]
+    mesh = dtensor.DeviceMesh("cpu", [0, 1, 2, 5], rank=3)
+    _replace(mods[3], name, dtensor.DTensor(p.to_local(), mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[3]).problems(refit.train, 3)
+    assert any(name in x and "mesh" in x for x in problems), problems
+    # the process at another coordinate than its trainer rank
+    mesh = dtensor.DeviceMesh("cpu", [0, 1, 2, 3], rank=2)
+    _replace(mods[3], name, dtensor.DTensor(p.to_local(), mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[3]).problems(refit.train, 3)
+    assert any(name in x and "coordinate" in x for x in problems), problems
+
+
+def test_unsharded_module_is_refused_with_what_to_do(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.mlp.up_proj.weight"
+    _replace(mods[1], name, torch.nn.Parameter(w[name].clone(), requires_grad=False))
+    problems = FSDPModule(mods[1]).problems(refit.train, 1)
+    assert any(name in x and "reshard()" in x for x in problems), problems
+
+
+def test_bench_processes_gloo(tmp_path):
+    """bench/fsdp_refit.py at a small size: FSDP2 sources in 4 processes into vLLM tp=2
+    x dp=2 in 4 more, over one gloo group; reshard and the gather + broadcast baseline
+    both checked element by element."""
+    path = tiny(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fsdp_refit.py"),
+                        "--model", path, "--layers", "2", "--iters", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the stand-in" in p.stdout.splitlines()[0]
+    assert p.stdout.strip().endswith("fsdp_refit: OK"), p.stdout
+    rows = {x.split("  ")[0]: x.split() for x in p.stdout.splitlines()
+            if x.startswith(("reshard (", "full_tensor"))}
+    n = sum(t.numel() for i in range(4) for t in conventions.vllm_state_dict(
+        conventions.Weights(conventions.load_config(path, 2)), "tp=2,dp=2", i, SENT).values())
+    for row in rows.values():
+        assert int(row[-2]) == n and int(row[-1]) == 0, rows
