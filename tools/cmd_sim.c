@@ -171,8 +171,9 @@ static const char *case_specs(json_t *c, reshard_train_spec_t *ts, reshard_infer
     return NULL;
 }
 
+/* @p dtype: the checkpoint's ("bf16", "fp8"), a case's own unless --dtype gave one. */
 static void predict(sim_row_t *row, const char *model_name, const reshard_train_spec_t *ts,
-                    const reshard_infer_spec_t *is, const sim_args_t *a)
+                    const reshard_infer_spec_t *is, const sim_args_t *a, const char *dtype)
 {
     reshard_train_spec_str(ts, row->train, sizeof row->train);
     reshard_infer_spec_str(is, row->infer, sizeof row->infer);
@@ -180,8 +181,8 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
     reshard_model_t *m = NULL;
     reshard_model_options_t mo = {.mtp = a->mtp,
                                   .layers = (int32_t)a->layers,
-                                  .dtype = a->dtype && !strcmp(a->dtype, "fp8") ? RESHARD_FP8_E4M3
-                                                                                : RESHARD_BF16};
+                                  .dtype = dtype && !strcmp(dtype, "fp8") ? RESHARD_FP8_E4M3
+                                                                          : RESHARD_BF16};
     char qerr[256];
     cli_infer_dtype(a->infer_dtype, a->fp8_scale, &mo, qerr, sizeof qerr);
     reshard_status_t st = reshard_system_lookup(row->system, &sys);
@@ -242,7 +243,12 @@ static void case_row(json_t *c, sim_row_t *row, const sim_args_t *a)
         snprintf(row->reason, sizeof row->reason, "%s", bad);
         return;
     }
-    predict(row, row->model, &ts, &is, a);
+    const char *dtype = json_string_value(json_object_get(c, "dtype"));
+    if (dtype && strcmp(dtype, "bf16") && strcmp(dtype, "fp8")) {
+        snprintf(row->reason, sizeof row->reason, "case dtype \"%.40s\" is not bf16 or fp8", dtype);
+        return;
+    }
+    predict(row, row->model, &ts, &is, a, a->dtype ? a->dtype : dtype);
 }
 
 /* "6.4", "0.74-1.00" or "-" for a published figure. */
@@ -465,7 +471,7 @@ int cmd_sim(int argc, char **argv)
         rows[0].published = json_object();
         if (!a.json)
             print_header(&a);
-        predict(&rows[0], a.model, &ts, &is, &a);
+        predict(&rows[0], a.model, &ts, &is, &a, a.dtype);
         n = 1;
         if (!a.json)
             print_row(&rows[0], &a);

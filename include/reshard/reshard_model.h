@@ -375,9 +375,12 @@ typedef struct {
     /** EPLB logical-to-physical map in vLLM's physical_to_logical form
      *  (EplbState.physical_to_logical_map): entry p is the logical expert in
      *  [0, E) that physical slot p holds; every logical expert must have at
-     *  least one slot. Either one map of P entries for every MoE layer, or
-     *  one of P entries per MoE layer (rows in catalogue order: decoder MoE
-     *  layers, then MTP), moe_layers*P entries. NULL: vLLM's initial map
+     *  least one slot. Either one map of P entries for every MoE layer (of
+     *  every engine), or one of P entries per MoE layer (rows in catalogue
+     *  order: decoder MoE layers, then MTP), moe_layers*P entries; with
+     *  engines > 1 each engine keeps its own EplbState, so per-layer rows are
+     *  per engine too: engines*moe_layers*P entries, engine-major (a map of
+     *  moe_layers*P entries is refused there). NULL: vLLM's initial map
      *  (build_initial_global_physical_to_logical_map: slot p < E holds p,
      *  slot E + i holds i % E). Read only while a layout is built (the
      *  refit's copy of the spec keeps the pointer, not the entries); the map

@@ -340,17 +340,23 @@ def _coords_problem(rank, train, infer, infer_offset, coords):
 
 
 def _eplb_entries(eplb_map):
-    """An EPLB map (flat or per-layer rows: lists, numpy or torch arrays) as a C int32
-    array, or None."""
+    """An EPLB map (flat, per-layer rows [layers][P], or with several engines per-engine
+    maps [engines][layers][P]: nested lists, numpy or torch arrays, or a list of each
+    engine's EplbState.physical_to_logical_map) as a C int32 array, row-major, or
+    None."""
     if eplb_map is None:
         return None
-    if hasattr(eplb_map, "tolist"):
-        eplb_map = eplb_map.tolist()
     flat = []
-    for x in eplb_map:
+
+    def walk(x):
         if hasattr(x, "tolist"):
             x = x.tolist()
-        flat.extend(x if isinstance(x, (list, tuple)) else [x])
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                walk(y)
+        else:
+            flat.append(x)
+    walk(eplb_map)
     return (_lib.c_i32 * len(flat))(*[_int32(v, "eplb_map entry") for v in flat])
 
 

@@ -566,6 +566,7 @@ reshard_status_t rs_emit_side(const reshard_model_t *model, const reshard_tensor
     }
     for (int32_t r = lo; s == RESHARD_OK && r < hi; r++) {
         e.rank = rank_offset + r;
+        e.side_rank = r;
         e.next_buf = 0;
         s = fn(&e, r, spec);
     }

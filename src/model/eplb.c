@@ -33,13 +33,15 @@ int32_t rs_eplb_moe_layers(const reshard_model_t *m)
     return n;
 }
 
-int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t row,
-                     int64_t slot)
+int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t engine,
+                     int32_t row, int64_t slot)
 {
     int64_t P = (int64_t)m->E + s->redundant;
     if (!s->eplb_map)
         return (int32_t)(slot % m->E);
-    int64_t r = s->eplb_map_len == P ? 0 : row;
+    if (s->eplb_map_len == P) /* one row: every layer of every engine */
+        return s->eplb_map[slot];
+    int64_t r = (int64_t)(rs_engines(s) > 1 ? engine : 0) * rs_eplb_moe_layers(m) + row;
     return s->eplb_map[r * P + slot];
 }
 
@@ -49,6 +51,19 @@ int32_t rs_eplb_row(const reshard_model_t *m, int32_t layer)
     for (int32_t i = 0; i < layer; i++)
         n += m->moe[i];
     return n;
+}
+
+/* "engine K," for row @p r of a per-engine map (more rows than MoE layers), else "". */
+typedef struct {
+    char s[32];
+} rs_engine_text_t;
+
+static rs_engine_text_t engine_of(int32_t nrows, int32_t rows, int32_t r)
+{
+    rs_engine_text_t t = {""};
+    if (nrows > rows)
+        snprintf(t.s, sizeof t.s, "engine %d, ", r / rows);
+    return t;
 }
 
 reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spec_t *s)
@@ -68,13 +83,27 @@ reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spe
          (long long)eps, (long long)P, m->E, s->redundant);
     if (!s->eplb_map)
         return RESHARD_OK;
-    int32_t rows = rs_eplb_moe_layers(m);
-    RULE(s->eplb_map_len == P || s->eplb_map_len == (int64_t)rows * P,
-         "infer: EPLB map has %lld entries; it must have one per physical expert slot, %lld "
-         "(%d experts + redundant=%d) for every MoE layer, or %lld (%d MoE layers x %lld)",
-         (long long)s->eplb_map_len, (long long)P, m->E, s->redundant, (long long)rows * P, rows,
-         (long long)P);
-    int32_t nrows = s->eplb_map_len == P ? 1 : rows;
+    int32_t rows = rs_eplb_moe_layers(m), engines = rs_engines(s);
+    /* each engine keeps its own EplbState (eplb_state.py): with several engines a map
+     * has a row per MoE layer per engine (engine-major); a single row is every layer of
+     * every engine; one row per layer for all engines is refused: engines rearrange
+     * apart, and engines x P entries would read as per-layer rows when the counts meet */
+    if (engines > 1)
+        RULE(s->eplb_map_len == P || s->eplb_map_len == (int64_t)engines * rows * P,
+             "infer: EPLB map has %lld entries; with engines=%d each engine has its own map "
+             "(vLLM's EplbState per engine): %lld entries (%d engines x %d MoE layers x %lld "
+             "physical slots, engine-major), or %lld (one row for every layer of every "
+             "engine)",
+             (long long)s->eplb_map_len, engines, (long long)engines * rows * P, engines, rows,
+             (long long)P, (long long)P);
+    else
+        RULE(s->eplb_map_len == P || s->eplb_map_len == (int64_t)rows * P,
+             "infer: EPLB map has %lld entries; it must have one per physical expert slot, "
+             "%lld (%d experts + redundant=%d) for every MoE layer, or %lld (%d MoE layers x "
+             "%lld)",
+             (long long)s->eplb_map_len, (long long)P, m->E, s->redundant, (long long)rows * P,
+             rows, (long long)P);
+    int32_t nrows = (int32_t)(s->eplb_map_len / P);
     uint8_t *seen = malloc((size_t)m->E);
     if (!seen)
         return rs_error(RESHARD_ERR_NOMEM, "infer: EPLB map check: out of memory");
@@ -86,18 +115,18 @@ reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spe
         for (int64_t p = 0; p < P && st == RESHARD_OK; p++) {
             if (row[p] < 0 || row[p] >= m->E)
                 st = rs_error(RESHARD_ERR_CONFIG,
-                              "infer: EPLB map MoE layer %d: physical slot %lld holds logical "
-                              "expert %d, outside [0, %d)",
-                              r, (long long)p, row[p], m->E);
+                              "infer: EPLB map %sMoE layer %d: physical slot %lld holds "
+                              "logical expert %d, outside [0, %d)",
+                              engine_of(nrows, rows, r).s, r % rows, (long long)p, row[p], m->E);
             else
                 seen[row[p]] = 1;
         }
         for (int32_t e = 0; e < m->E && st == RESHARD_OK; e++)
             if (!seen[e])
                 st = rs_error(RESHARD_ERR_CONFIG,
-                              "infer: EPLB map MoE layer %d: logical expert %d has no physical "
-                              "slot (every expert must be held at least once)",
-                              r, e);
+                              "infer: EPLB map %sMoE layer %d: logical expert %d has no "
+                              "physical slot (every expert must be held at least once)",
+                              engine_of(nrows, rows, r).s, r % rows, e);
     }
     free(seen);
     return st;

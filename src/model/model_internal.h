@@ -280,6 +280,7 @@ typedef struct {
     reshard_model_buffers_t *bufs; /**< NULL: no table wanted */
     const rs_emit_scope_t *scope;  /**< NULL: every rank, fragment and buffer */
     int32_t rank;
+    int32_t side_rank; /**< rank - the side's rank offset */
     int32_t next_buf;
     bool train; /**< the training side (bf16 and no scales when the model has infer_quant) */
 } rs_emit_t;
@@ -440,10 +441,10 @@ bool rs_eplb_on(const reshard_infer_spec_t *s);
 int32_t rs_eplb_moe_layers(const reshard_model_t *m);
 /** The map row of catalogue layer @p layer (a MoE layer): MoE layers before it. */
 int32_t rs_eplb_row(const reshard_model_t *m, int32_t layer);
-/** The logical expert physical slot @p slot of map row @p row holds (spec
- *  checked by rs_eplb_check). */
-int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t row,
-                     int64_t slot);
+/** The logical expert physical slot @p slot of map row @p row of engine @p engine holds
+ *  (spec checked by rs_eplb_check). */
+int32_t rs_eplb_slot(const reshard_model_t *m, const reshard_infer_spec_t *s, int32_t engine,
+                     int32_t row, int64_t slot);
 /** vLLM's EPLB rules and the map's (length, range, every expert held):
  *  CONFIG naming the layer, slot or expert. OK when EPLB is off. */
 reshard_status_t rs_eplb_check(const reshard_model_t *m, const reshard_infer_spec_t *s);

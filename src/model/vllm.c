@@ -73,7 +73,7 @@ reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
         if (!logical)
             return rs_error(RESHARD_ERR_NOMEM, "EPLB slots: out of memory");
         for (int64_t k = 0; k < per; k++)
-            logical[k] = rs_eplb_slot(m, s, row, r * per + k);
+            logical[k] = rs_eplb_slot(m, s, e->side_rank / rs_engine_world(s), row, r * per + k);
         reshard_status_t st = rs_emit_expert_slots(e, l, logical, per, 0, m->Im, w13, w2);
         free(logical);
         return st;

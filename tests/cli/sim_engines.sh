@@ -40,4 +40,28 @@ if "$cli" plan --model qwen3-30b-a3b --train ep=8,pp=2,dp=8 --infer tp=8,vllm=0.
   echo "vllm=0.9 accepted" >&2; exit 1
 fi
 grep -q "vllm=0.9 is not a supported vLLM version" "$err" || { cat "$err" >&2; exit 1; }
-echo "engines: lower bound 2 x model ($lb_e) vs vLLM dp=2 $lb_d; the published case with engines and its approximations"
+# a case's own checkpoint dtype (nccl_m2n's dsv3 bench moves the FP8 checkpoint): the
+# same lower bound as planning that dtype; --dtype overrides it; an unknown one is named
+cases=$(mktemp)
+trap 'rm -f "$err" "$cases"' EXIT
+cat >"$cases" <<'JSON'
+{"cases": [
+ {"id": "fp8", "system": "h100", "model": "qwen3-0.6b", "train": {"tp": 2}, "infer": {"tp": 2}, "dtype": "fp8"},
+ {"id": "bf16", "system": "h100", "model": "qwen3-0.6b", "train": {"tp": 2}, "infer": {"tp": 2}},
+ {"id": "fp4", "system": "h100", "model": "qwen3-0.6b", "train": {"tp": 2}, "infer": {"tp": 2}, "dtype": "fp4"}
+]}
+JSON
+want8=$("$cli" plan --model qwen3-0.6b --dtype fp8 --train tp=2 --infer tp=2 --json | get "d['model_bytes']")
+want16=$("$cli" plan --model qwen3-0.6b --train tp=2 --infer tp=2 --json | get "d['model_bytes']")
+"$py" - "$want8" "$want16" "$("$cli" sim --cases "$cases" --json)" "$("$cli" sim --cases "$cases" --dtype bf16 --json)" <<'PYEOF'
+import json, sys
+want8, want16 = int(sys.argv[1]), int(sys.argv[2])
+c = {x["id"]: x for x in json.loads(sys.argv[3])["cases"]}
+assert want8 < want16, (want8, want16)
+assert c["fp8"]["model_bytes"] == want8, c["fp8"]
+assert c["bf16"]["model_bytes"] == want16, c["bf16"]
+assert 'case dtype "fp4" is not bf16 or fp8' in c["fp4"]["reason"], c["fp4"]
+o = {x["id"]: x for x in json.loads(sys.argv[4])["cases"]}
+assert o["fp8"]["model_bytes"] == want16, o["fp8"]  # --dtype wins
+PYEOF
+echo "engines: lower bound 2 x model ($lb_e) vs vLLM dp=2 $lb_d; the published case with engines and its approximations; case dtypes"

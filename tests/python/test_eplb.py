@@ -94,3 +94,48 @@ def test_eplb_bad_maps_refused(model, eplb_map, msg):
     with pytest.raises(reshard.ReshardError, match=msg) as e:
         model.refit(TRAIN, INFER, redundant=REDUNDANT, eplb_map=eplb_map)
     assert e.value.status == reshard.Status.CONFIG
+
+
+ENGINES_INFER = "tp=2,ep=on,engines=2"  # two engines of 2 ranks, each its own EplbState
+
+
+def test_each_engine_has_its_own_map(model):
+    """Two independent engines whose balancers placed experts differently: one map per
+    engine ([engines][layers][P], as each engine's physical_to_logical_map); every slot
+    of every rank of both engines holds its own engine's expert."""
+    maps = [[[0, 0, 1, 2, 3, 4, 5, 5], [4, 2, 1, 3, 0, 5, 2, 2]],   # engine 0
+            [[5, 4, 3, 2, 1, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]]   # engine 1
+    src, dst = {}, {}
+
+    def rank_fn(comm):
+        plan = model.plan(comm, TRAIN, ENGINES_INFER, redundant=REDUNDANT, eplb_map=maps)
+        side, i = plan.refit.role(comm.rank)
+        if side == "train":
+            g = torch.Generator().manual_seed(7 + i)
+            bufs = plan.refit.train.new_buffers(comm.rank)
+            for t in bufs.values():
+                t.copy_(torch.randn(t.shape, generator=g).to(t.dtype))
+            src[i] = bufs
+            plan.execute(src=bufs)
+        else:
+            bufs = plan.refit.infer.new_buffers(comm.rank, fill=reshard.SENTINEL_BYTE)
+            plan.execute(dst=bufs)
+            dst[i] = bufs
+
+    reshard.run_threads(6, rank_fn)
+    for engine in range(2):
+        check_slots(src, {i: dst[2 * engine + i] for i in range(2)}, maps[engine])
+
+
+def test_a_map_shared_by_engines_per_layer_is_refused(model):
+    """engines x P entries (here also layers x P: 2 layers, 2 engines) would read as
+    per-layer rows for every engine: refused, naming the per-engine form."""
+    rows = [[0, 0, 1, 2, 3, 4, 5, 5], [4, 2, 1, 3, 0, 5, 2, 2]]
+    with pytest.raises(reshard.ReshardError, match=r"with engines=2 each engine has its own "
+                       r"map .*: 32 entries \(2 engines x 2 MoE layers x 8") as e:
+        model.refit(TRAIN, ENGINES_INFER, redundant=REDUNDANT, eplb_map=rows)
+    assert e.value.status == reshard.Status.CONFIG
+    bad = [rows, [[0, 1, 2, 3, 4, 4, 0, 1], rows[1]]]
+    with pytest.raises(reshard.ReshardError, match="EPLB map engine 1, MoE layer 0: logical "
+                       "expert 5 has no physical slot"):
+        model.refit(TRAIN, ENGINES_INFER, redundant=REDUNDANT, eplb_map=bad)
