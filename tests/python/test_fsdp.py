@@ -211,3 +211,34 @@ def test_bench_processes_gloo(tmp_path):
         conventions.Weights(conventions.load_config(path, 2)), "tp=2,dp=2", i, SENT).values())
     for row in rows.values():
         assert int(row[-2]) == n and int(row[-1]) == 0, rows
+
+
+def test_every_element_of_the_live_sharding_is_checked_against_the_layout():
+    """A layout of DTensor placements (TP x FSDP2 over [[0, 1], [2, 3]], uneven: 10
+    rows over tp=2 then fsdp=2): the stand-in's shards agree on every rank; the same
+    spec on the transposed mesh gives equal shapes but other elements, and is named."""
+    from reshard import Replicate, Shard, StridedShard
+    full = {"a.weight": torch.arange(60, dtype=torch.float32).reshape(10, 6),
+            "b.weight": torch.arange(32, dtype=torch.float32).reshape(8, 4),
+            "n.weight": torch.arange(5, dtype=torch.float32)}
+    styles = {"a.weight": dtensor.COLWISE, "b.weight": dtensor.ROWWISE}
+    t = reshard.Tensors()
+    for n, x in full.items():
+        t.add(n, x.shape, torch.float32)
+    mesh = [[0, 1], [2, 3]]
+
+    def layout(b_mesh):
+        return reshard.Layout.from_placements(t, {
+            "a.weight": (mesh, [StridedShard(0, 2), Shard(0)]),
+            "b.weight": (b_mesh, [Shard(0), Shard(1)]),
+            "n.weight": (mesh, [Shard(0), Replicate()])})
+    good, transposed = layout(mesh), layout([[0, 2], [1, 3]])
+    for r in range(4):
+        m = dtensor.fully_shard(full, styles, r, fsdp=2, tp=2)
+        assert FSDPModule(m).problems(good, r) == []
+        problems = FSDPModule(m).problems(transposed, r)
+        if r in (1, 2):  # ranks 0 and 3 sit on the diagonal: the same elements
+            assert len(problems) == 1 and "'b.weight'" in problems[0] and \
+                "other elements of the parameter" in problems[0], problems
+        else:
+            assert problems == [], problems
