@@ -67,7 +67,7 @@ def real_torch() -> bool:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
         from torch.distributed.tensor import DTensor  # noqa: F401
         return True
-    except ImportError:
+    except Exception:  # noqa: BLE001 - ImportError, or torch 1.13's FSDP1 failing to import
         return False
 
 
@@ -235,11 +235,13 @@ def gather_broadcast(a, w, src, dst, rank, ntrain, fsdp, replicas, tp, train_gro
             n = local.numel()
             flat[:n] = local.reshape(-1)
             pieces = [torch.empty_like(flat) for _ in range(ntrain)]
-            dist.all_gather(pieces, flat, group=train_group)
+            # gloo has no bf16 (nor int16): the same bytes
+            dist.all_gather([x.view(torch.uint8) for x in pieces], flat.view(torch.uint8),
+                            group=train_group)
             if rank == 0:
                 full = assemble(name, shape, pieces, fsdp, replicas, tp)
         if rank == 0 or rank >= ntrain:
-            dist.broadcast(full, src=0, group=bcast_group)
+            dist.broadcast(full.view(torch.uint8), src=0, group=bcast_group)
         if rank >= ntrain:
             load_slice(name, full, dst, rank - ntrain, ntp, w.cfg)
 

@@ -71,11 +71,16 @@ class FSDPModule:
 
     def named(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """(parameters, buffers) by HF name: each DTensor parameter's local shard
-        (to_local(), bound in place), plain tensors as they are (a module that holds
-        them unsharded fails the binding's shape check, and problems() names why)."""
+        (to_local(), bound in place; an empty one, FSDP2's chunk of a trailing rank, is
+        left out as the layout declares none), plain tensors as they are (a module that
+        holds them unsharded fails the binding's shape check, and problems() names
+        why)."""
         params = {}
         for n, p in self.live().items():
-            params[n] = p.to_local() if is_dtensor(p) else p
+            local = p.to_local() if is_dtensor(p) else p
+            if is_dtensor(p) and local.numel() == 0:
+                continue  # FSDP2's empty chunk (trailing ranks): the layout declares none
+            params[n] = local
         buffers = {hf_name(n): b for n, b in self.module.named_buffers()}
         return params, buffers
 
