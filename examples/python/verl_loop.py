@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""verl's trainer loop with the ``reshard`` checkpoint engine, in separately started
+processes: actor workers (Megatron-shaped shards) run AdamW steps, rollout workers
+(vLLM-shaped) receive every sync through verl's CheckpointEngineWorker and server
+adapter; every element the rollouts hold is checked after every sync.
+
+    /usr/bin/python3 examples/python/verl_loop.py          # qwen3-0.6b, 1 layer, 4 processes
+    /usr/bin/python3 examples/python/verl_loop.py --model M.json --train tp=2 --infer tp=1,dp=2 --delta
+
+verl itself is not installed here: its classes are the stand-in of
+tests/python/standin/verl (dongha-yoon/verl@d6f2c522; docs/verl.md), and the
+single controller's CheckpointEngineManager.update_weights is run over a FileStore
+(standin verl/_manager.py): prepare on every worker, build_topology,
+init_process_group, the actors' send_weights beside the rollouts' receive_weights
+into the server adapter, finalize; before every sync, as verl does. The engine is
+chosen by verl's config only: ``checkpoint_engine.backend: reshard``,
+``custom_backend_module: reshard.integrations.verl``, its ``engine_kwargs.reshard``
+(model, specs, store).
+
+The loop is ray_trainer.fit's: global_steps 0 syncs the initial weights; then each
+step an AdamW step on the actor (fp32 masters of the rank's Megatron shards, copied
+into the bf16 parameters of its model chunks, which verl's Megatron engine holds as
+``engine.module``), then ``update_weights(global_steps)``. Each rollout worker then
+compares every element of its vLLM-named parameters (padding rows included: the
+engine's rank-local tensors carry zeros there) with the oracle of rl_loop.py (the HF
+weights through the same AdamW steps, laid out by vLLM's rules,
+examples/python/conventions.py), checks that the server got ``global_steps``, and
+then sleeps and wakes (the weights freed, then new memory), as verl's
+sleep_replicas / wake_up do between syncs. Each actor also reports how many full
+tensors it pulled from verl's ``get_per_tensor_param()`` generator: 0 (nothing
+gathered). Exit status 0 only when every element of every sync matched."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+STANDIN = os.path.join(ROOT, "tests", "python", "standin")
+for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from rl_loop import ADAMW, OWN_LINE, SteppedWeights, adamw_step  # noqa: E402
+
+
+def verl_config(args: Any) -> Any:
+    """The part of verl's config the checkpoint engine reads
+    (actor_rollout_ref.rollout.checkpoint_engine)."""
+    kwargs = {"model": args.model, "train": args.train, "infer": args.infer,
+              "layers": args.layers, "store_path": os.path.join(args.dir, "refit"),
+              "timeout_s": args.timeout, "delta": args.delta}
+    ce = SimpleNamespace(backend="reshard", custom_backend_module="reshard.integrations.verl",
+                         update_weights_bucket_megabytes=512, engine_kwargs={"reshard": kwargs})
+    return SimpleNamespace(rollout=SimpleNamespace(name="vllm", checkpoint_engine=ce))
+
+
+def manager(args: Any) -> Any:
+    import torch.distributed as dist
+    from reshard.integrations.ranks import sizes
+    from verl._manager import StoreManager
+    from verl.checkpoint_engine.base import CheckpointEngineRegistry
+    s = sizes(args.train, args.infer)
+    ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
+    cls = CheckpointEngineRegistry.get("reshard")
+    return ctrl, StoreManager(ctrl, s.train_world, s.world - s.train_world, cls,
+                              args.timeout * 2)
+
+
+def actor(args: Any, rank: int) -> Dict[str, Any]:
+    import torch
+    import conventions
+    from modules import Wrapped, module_of
+    from reshard.integrations.ranks import sizes
+    from verl.workers.engine_workers import ActorWorker, TrainingEngine
+
+    w = conventions.Weights(conventions.load_config(args.model, args.layers))
+    state = conventions.megatron_state_dict(w, args.train, rank)
+    masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
+    opt = torch.optim.AdamW(list(masters.values()), **dict(ADAMW, lr=args.lr))
+    gpt = module_of({n: t.clone() for n, t in state.items()})
+    if args.fault == "actor" and rank == 1:  # a shard the layout does not have
+        gpt.register_parameter("stale_copy", torch.nn.Parameter(torch.zeros(3)))
+    chunks = [Wrapped(Wrapped(gpt))]  # verl's Megatron engine.module: DDP(Float16Module)
+    engine = TrainingEngine(chunks, lambda: ((n, w[n]) for n in w.shapes))
+    # verl's actor worker imports custom_backend_module and builds the engine
+    worker = ActorWorker(verl_config(args), engine, rank)
+    ctrl, mgr = manager(args)
+    s = sizes(args.train, args.infer)
+    params = dict(gpt.named_parameters())
+    syncs: List[Any] = []
+    for global_steps in range(args.steps + 1):  # 0: ray_trainer.fit's initial sync
+        t0 = time.perf_counter()
+        if global_steps:
+            adamw_step(list(masters.values()), opt)
+        with torch.no_grad():  # the bf16 parameters from the fp32 masters
+            for n, m in masters.items():
+                params[n].copy_(m)
+        t1 = time.perf_counter()
+        metrics = mgr.sync(worker, "actor", rank, global_steps=global_steps)
+        syncs.append((global_steps, t1 - t0, time.perf_counter() - t1,
+                      metrics.get("reshard/wire_bytes", 0), metrics.get("reshard/stream_bytes", 0)))
+        ctrl.wait(["checked/%d/%d" % (global_steps, i) for i in range(s.world - s.train_world)],
+                  datetime.timedelta(seconds=args.timeout * 8))
+    worker.checkpoint_engine.close()
+    return {"role": "actor", "rank": rank, "syncs": syncs, "gathered": engine.gathered}
+
+
+def rollout(args: Any, rank: int) -> Dict[str, Any]:
+    import torch
+    import conventions
+    import reshard
+    from modules import module_of
+    from reshard.integrations.ranks import sizes
+    from verl.checkpoint_engine.base import CheckpointEngineWorker
+    from verl.workers.rollout.vllm_rollout import ServerAdapter
+
+    s = sizes(args.train, args.infer)
+    i = rank - s.train_world
+    w = conventions.Weights(conventions.load_config(args.model, args.layers))
+    shapes = conventions.vllm_state_dict(w, args.infer, i, reshard.SENTINEL_BYTE)
+    model = module_of({n: torch.empty_like(t).view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+                       .view(t.dtype) for n, t in shapes.items()})
+    adapter = ServerAdapter(model)
+    config = verl_config(args)
+    if args.fault == "rollout" and i == 0:  # engine_kwargs that disagree with the actors'
+        config.rollout.checkpoint_engine.engine_kwargs["reshard"]["infer"] = "tp=%d" % (s.tp * 2)
+    ce_worker = CheckpointEngineWorker(config.rollout, None, adapter)
+    ctrl, mgr = manager(args)
+    oracle = SteppedWeights(w, dict(ADAMW, lr=args.lr))
+    report = {"role": "rollout", "rank": rank, "checked": 0, "wrong": 0, "syncs": 0,
+              "loaded": []}
+    for global_steps in range(args.steps + 1):
+        mgr.sync(ce_worker, "rollout", i, global_steps=global_steps)
+        while oracle.steps < global_steps:
+            oracle.advance()
+        expect = conventions.vllm_state_dict(oracle, args.infer, i, 0)
+        live = dict(model.named_parameters())
+        assert sorted(live) == sorted(expect)
+        for n, e in expect.items():
+            bad = conventions.mismatches(live[n].detach(), e)
+            if bad:
+                print("rollout rank %d global_steps %d: %s: %d of %d elements wrong"
+                      % (i, global_steps, n, bad, e.numel()), file=sys.stderr)
+            report["wrong"] += bad
+            report["checked"] += e.numel()
+            if bad:
+                report.setdefault("bad", []).append([global_steps, n, bad])
+        state = ce_worker.checkpoint_engine.weights_state()
+        if adapter.global_steps != global_steps or state["state"] != "committed" or \
+                state["version"] != global_steps:
+            print("rollout rank %d: server global_steps %s, engine %s; expected %d committed"
+                  % (i, adapter.global_steps, state, global_steps), file=sys.stderr)
+            report["wrong"] += 1
+        report["loaded"].append(adapter.loaded)
+        report["syncs"] += 1
+        if args.sleep:  # sleep_replicas, then wake_up: the weights in new memory
+            asyncio.run(adapter.release())
+            asyncio.run(adapter.resume(tags=["weights"]))
+        ctrl.set("checked/%d/%d" % (global_steps, i), "1")
+    ce_worker.checkpoint_engine.close()
+    return report
+
+
+def launch(args: Any, argv: List[str]) -> int:
+    from reshard.integrations.ranks import sizes
+    s = sizes(args.train, args.infer)
+    with tempfile.TemporaryDirectory(prefix="verl_loop.") as d:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv +
+                                  ["--role", "actor" if r < s.train_world else "rollout",
+                                   "--rank", str(r), "--dir", d],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(s.world)]
+        reports, errors = [], []
+        for r, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=args.timeout * 20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+            if p.returncode != 0:
+                own = [x for x in err.splitlines() if OWN_LINE.match(x)]
+                errors.append("rank %d: %s" % (r, own[-1] if own else
+                                                "exit status %d" % p.returncode))
+    for e in errors:
+        print("verl_loop: %s" % e, file=sys.stderr)
+    for r in reports:
+        for g, n, bad in r.get("bad", [])[:4]:
+            print("verl_loop: rank %d, global_steps %d: %s: %d element(s) wrong"
+                  % (r["rank"], g, n, bad), file=sys.stderr)
+    actors = [r for r in reports if r["role"] == "actor"]
+    rollouts = [r for r in reports if r["role"] == "rollout"]
+    print("%s (%d layer(s)), verl actor Megatron %s -> rollout vLLM %s, backend reshard, "
+          "%d processes" % (args.model, args.layers, args.train, args.infer, s.world))
+    if actors:
+        for k in range(min(len(r["syncs"]) for r in actors)):
+            g = actors[0]["syncs"][k][0]
+            opt = max(r["syncs"][k][1] for r in actors)
+            sync = max(r["syncs"][k][2] for r in actors)
+            wire = sum(r["syncs"][k][3] for r in actors)
+            dense = sum(r["syncs"][k][4] for r in actors)
+            print("global_steps %d: AdamW %.3f s, update_weights %.3f s%s"
+                  % (g, opt, sync, ", delta %.2f of %.2f MB on the wire" % (wire / 1e6, dense / 1e6)
+                     if dense else ""))
+        print("full tensors pulled from verl's get_per_tensor_param(): %d"
+              % sum(r["gathered"] for r in actors))
+    checked = sum(r["checked"] for r in rollouts)
+    wrong = sum(r["wrong"] for r in rollouts)
+    ok = not errors and len(rollouts) == s.world - s.train_world and \
+        len(actors) == s.train_world and checked > 0 and wrong == 0 and \
+        all(r["gathered"] == 0 for r in actors) and \
+        all(r["syncs"] == args.steps + 1 for r in rollouts)
+    print("%d of %d rollout rank(s) reported: %d elements checked over %d sync(s), %d wrong: %s"
+          % (len(rollouts), s.world - s.train_world, checked, args.steps + 1, wrong,
+             "OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen3-0.6b", help="shipped dense model or config.json")
+    ap.add_argument("--layers", type=int, default=1, help="keep the first K decoder layers")
+    ap.add_argument("--train", default="tp=2", help="the actor's Megatron spec")
+    ap.add_argument("--infer", default="tp=2", help="the rollout's vLLM spec")
+    ap.add_argument("--steps", type=int, default=2, help="training steps after global_steps 0")
+    ap.add_argument("--delta", action="store_true", help="delta refits (docs/delta.md)")
+    ap.add_argument("--lr", type=float, default=ADAMW["lr"], help="AdamW learning rate")
+    ap.add_argument("--no-sleep", dest="sleep", action="store_false",
+                    help="rollouts do not sleep and wake between syncs")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds any wait may take")
+    ap.add_argument("--fault", choices=["actor", "rollout"],
+                    help="actor rank 1 holds a parameter the layout lacks, or rollout rank 0 "
+                    "was configured with another infer spec: every rank refuses")
+    ap.add_argument("--role", choices=["actor", "rollout"], help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.role is None:
+        return launch(args, sys.argv[1:])
+    try:
+        rep = (actor if args.role == "actor" else rollout)(args, args.rank)
+    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
+        side = "train" if args.role == "actor" else "infer"
+        print("%s rank %d: %s: %s" % (side, args.rank, type(e).__name__, e),
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    print(json.dumps(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

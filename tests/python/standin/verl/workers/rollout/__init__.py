@@ -1,0 +1,3 @@
+from .base import BaseRollout
+
+__all__ = ["BaseRollout"]
