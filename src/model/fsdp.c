@@ -44,12 +44,13 @@ static void chunk(int64_t n, int64_t k, int64_t i, int64_t *lo, int64_t *hi)
 
 reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
-    RULE(reshard_train_world(s) > 0, "train: fsdp=%d, dp=%d, tp=%d: sizes must be >= 1 and the "
-                                     "world fit in int32",
+    RULE(reshard_train_world(s) > 0,
+         "train: fsdp=%d, dp=%d, tp=%d: sizes must be >= 1 and the "
+         "world fit in int32",
          s->fsdp, s->dp, s->tp);
-    static const char *const fam[] = {"dense", "qwen3_moe", "deepseek_v3", "qwen2_moe",
-                                      "mixtral", "nemotron_h", "glm4_moe", "gpt_oss",
-                                      "qwen3_next"};
+    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
+                                      "qwen2_moe", "mixtral",   "nemotron_h",
+                                      "glm4_moe",  "gpt_oss",   "qwen3_next"};
     const char *name = (unsigned)m->fam < sizeof fam / sizeof *fam ? fam[m->fam] : "?";
     if (m->fam == RS_FAM_NEMOTRON_H || m->fam == RS_FAM_GPT_OSS || m->fam == RS_FAM_QWEN3_NEXT)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
@@ -164,8 +165,8 @@ static reshard_status_t rows_into(rs_emit_t *e, int32_t t, int32_t buf, int64_t 
 
 /* Buffer @p name: rows [a, b) x columns [c0, c0 + nc) of tensor @p t (expert @p j or
  * -1); nothing for an empty shard. */
-static reshard_status_t shard(rs_emit_t *e, int32_t t, int64_t j, int64_t a, int64_t b,
-                              int64_t c0, int64_t nc, const char *name)
+static reshard_status_t shard(rs_emit_t *e, int32_t t, int64_t j, int64_t a, int64_t b, int64_t c0,
+                              int64_t nc, const char *name)
 {
     if (b <= a || nc <= 0)
         return RESHARD_OK; /* FSDP2's empty chunk: a zero-size parameter, not declared */

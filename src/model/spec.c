@@ -7,8 +7,7 @@
 #include "util/error.h"
 
 /* The supported names of the conventions and versions (reshard_model.h). */
-static const char *const conventions[] = {"megatron-lm", "megatron-bridge", "megatron-lm",
-                                           "fsdp"};
+static const char *const conventions[] = {"megatron-lm", "megatron-bridge", "megatron-lm", "fsdp"};
 static const char *const vllm_versions[] = {"0.25", "0.24", "0.25"};
 
 const char *reshard_train_convention_name(reshard_train_convention_t c)

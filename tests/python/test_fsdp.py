@@ -242,3 +242,111 @@ def test_every_element_of_the_live_sharding_is_checked_against_the_layout():
                 "other elements of the parameter" in problems[0], problems
         else:
             assert problems == [], problems
+
+
+MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+       "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 4,
+       "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+       "vocab_size": 100, "tie_word_embeddings": False}
+
+
+def test_moe_fsdp_source_into_vllm_experts(tmp_path):
+    """qwen3_moe under FSDP2 (fsdp=3: 16 expert rows as 6, 6, 4) with transformers 4.x's
+    per-expert parameters into vLLM tp=2 with expert parallelism. Oracle (vLLM's
+    FusedMoE with EP, linear placement): EP rank r holds experts [r*E/2, (r+1)*E/2)
+    whole, w13_weight[k] = [gate; up] and w2_weight[k] = down of expert r*E/2 + k; the
+    router and the norms whole on both ranks."""
+    import json
+    path = os.path.join(str(tmp_path), "moe.json")
+    with open(path, "w") as f:
+        json.dump(MOE, f)
+    refit = reshard.Model(path).refit("fsdp=3", "tp=2,ep=on")
+    g = torch.Generator().manual_seed(5)
+    full = {}
+    for ti in refit.tensors:
+        if ".experts." in ti.name:  # HF 4.x: experts.J.<proj>.weight, one per expert
+            head, tail = ti.name.split(".experts.")
+            for j in range(ti.shape[0]):
+                full["%s.experts.%d.%s" % (head, j, tail)] = \
+                    torch.randn(ti.shape[1:], generator=g).to(torch.bfloat16)
+        else:
+            full[ti.name] = torch.randn(ti.shape, generator=g).to(reshard.torch_dtype(ti.dtype))
+    mods = [dtensor.fully_shard(full, {}, r, fsdp=3) for r in range(3)]
+    got = [refit.infer.new_buffers(3 + i, fill=SENT) for i in range(2)]
+    plan = reshard.Plan(refit.train, refit.infer, rank=reshard.ALL_RANKS, world=refit.world,
+                        timeout_s=20)
+    group = reshard.InprocGroup(refit.world)
+    errors = {}
+
+    def body(r):
+        try:
+            if r < 3:
+                src = FSDPModule(mods[r])
+                assert src.problems(refit.train, r) == []
+                plan.execute(group.comm(r), src=src.named()[0], dst=None)
+            else:
+                plan.execute(group.comm(r), src=None, dst=got[r - 3])
+        except Exception as e:  # noqa: BLE001
+            errors[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(refit.world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    group.close()
+    assert errors == {}, errors
+    bits = lambda x: x.contiguous().view(torch.int16)  # noqa: E731
+    for i in range(2):
+        for layer in range(2):
+            pre = "model.layers.%d.mlp." % layer
+            w13 = got[i][pre + "experts.routed_experts.w13_weight"]
+            w2 = got[i][pre + "experts.routed_experts.w2_weight"]
+            assert w13.shape == (2, 32, 32) and w2.shape == (2, 32, 16)
+            for k in range(2):
+                e = i * 2 + k
+                want = torch.cat([full[pre + "experts.%d.gate_proj.weight" % e],
+                                  full[pre + "experts.%d.up_proj.weight" % e]])
+                assert torch.equal(bits(w13[k]), bits(want)), (i, layer, k)
+                assert torch.equal(bits(w2[k]), bits(full[pre + "experts.%d.down_proj.weight"
+                                                          % e])), (i, layer, k)
+            assert torch.equal(bits(got[i][pre + "gate.weight"]), bits(full[pre + "gate.weight"]))
+            for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+                name = "model.layers.%d.%s" % (layer, n)
+                assert torch.equal(bits(got[i][name]), bits(full[name])), (i, name)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("fsdp=4,pp=2", "pp= is Megatron's; an FSDP2 trainer is fsdp=N"),
+    ("fsdp=2,ep=2", "ep= is Megatron's"),
+    ("fsdp=2,etp=1", "etp= is Megatron's"),
+    ("fsdp=0", "fsdp=0 is not a positive integer"),
+    ("fsdp=2,convention=megatron-bridge", "fsdp= is FSDP2's shard size; convention="
+                                          "megatron-bridge is a Megatron convention"),
+    ("fsdp=2,fsdp=2", "key 'fsdp' given twice"),
+])
+def test_bad_fsdp_specs_are_named(tmp_path, spec, msg):
+    with pytest.raises(reshard.ReshardError, match=msg) as e:
+        reshard.Model(tiny(tmp_path)).refit(spec, "tp=2")
+    assert e.value.status == reshard.Status.INVALID_ARG
+
+
+def test_fsdp_spec_forms_and_world(tmp_path):
+    from reshard.integrations.ranks import sizes as spec_sizes, train_convention
+    assert train_convention("fsdp=4") == "fsdp"
+    assert train_convention("convention=fsdp,fsdp=2") == "fsdp"
+    assert train_convention("tp=2") == "megatron-lm"
+    assert spec_sizes("tp=2,fsdp=3,dp=2", "tp=2").train_world == 12
+    assert spec_sizes("convention=fsdp", "tp=2").train_world == 1
+
+
+def test_families_fsdp_does_not_model_are_refused(tmp_path):
+    import json
+    path = os.path.join(str(tmp_path), "moe.json")
+    with open(path, "w") as f:
+        json.dump(MOE, f)
+    with pytest.raises(reshard.ReshardError, match="tp=2 with the qwen3_moe family"):
+        reshard.Model(path).refit("tp=2,fsdp=2", "tp=2,ep=on")
+    with pytest.raises(reshard.ReshardError, match="the gpt_oss family's HF module is not "
+                       "modelled for FSDP2"):
+        reshard.Model("gpt-oss-20b", layers=1).refit("fsdp=2", "tp=2")
