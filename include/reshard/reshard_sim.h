@@ -144,7 +144,7 @@ typedef struct {
 } reshard_sim_delta_params_t;
 
 /** Codec rates assumed unless given: build/bench_delta on a 2-core machine, 1 MiB
- *  chunks of bf16 at 1% changed (docs/benchmarks.md "Measuring a delta refit"), rounded down. */
+ *  chunks of bf16 at 1% changed (docs/cli.md "Measuring a delta refit"), rounded down. */
 #define RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S 4e9
 #define RESHARD_SIM_DELTA_APPLY_BYTES_PER_S 20e9
 
