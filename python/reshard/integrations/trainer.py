@@ -258,7 +258,7 @@ def rank_local_source(source: Any, rank: int) -> Tuple[Any, str]:
     """(MegatronChunks, "") for a source holding this rank's own shards by the
     layout's names (MegatronSource, MegatronChunks, a module or a list of them), or
     (None, why) for anything else: vLLM's ModuleSource and other WeightSources yield
-    full HF tensors, which this backend does not plan (docs/vllm.md: refused, not
+    full HF tensors, which this backend does not plan (docs/vllm-reference.md: refused, not
     planned as a fully replicated source)."""
     if source is None:
         return None, ("trainer rank %d: no source (pass MegatronSource(model_chunks): "
