@@ -1,5 +1,5 @@
 /*
- * Delta chunk encode and apply throughput (docs/delta.md) against memcpy of the same
+ * Delta chunk encode and apply throughput (docs/benchmarks.md) against memcpy of the same
  * bytes, side by side in one run, and the encoded size against dense.
  *
  * A chunk of bf16 words (default 1 MiB, a typical stream chunk) of which a fraction F

@@ -1,6 +1,7 @@
 /*
- * The cost of delta checksum mode (docs/delta.md): the same refits with a plain delta plan
- * and with a delta_checksum plan, side by side in one run, over the in-process transport
+ * The cost of delta checksum mode (docs/delta-verification.md): the same refits with a
+ * plain delta plan and with a delta_checksum plan, side by side in one run, over the
+ * in-process transport
  * (4 threads: ranks 0, 1 send Shard(0) of one bf16 tensor, ranks 2, 3 receive Shard(1)).
  * Every iteration changes a fraction F of the elements, then runs both plans (alternating
  * which goes first) into their own destination buffers; every destination byte of both is

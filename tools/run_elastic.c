@@ -166,7 +166,7 @@ static int parse(int rank, int argc, char **argv, el_args_t *a)
                         "reshard run: %s is not supported with --lose-rank (the elastic "
                         "demonstration refits bf16 weights densely over MPI in host memory; "
                         "--domain-size and --relay-mb are; a rank lost mid-delta is "
-                        "test_delta_rank_lost_mid_delta, docs/delta.md)\n",
+                        "test_delta_rank_lost_mid_delta, docs/delta-reference.md)\n",
                         argv[i]);
                 return 2;
             }

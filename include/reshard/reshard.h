@@ -491,7 +491,7 @@ typedef struct {
      *  straight from the sender's buffer with the box's strides (no staging, no send,
      *  no copy on the sender); pieces between hosts use the comm's transport. Every
      *  rank is then its own domain (domain_size > 1: INVALID_ARG). See
-     *  docs/colocated.md for what each side promises. */
+     *  docs/colocated-reference.md for what each side promises. */
     int32_t colocated;
     int32_t delta; /**< nonzero: a delta refit plan (reshard_delta.h,
                         docs/delta.md): each execution sends only the words

@@ -18,8 +18,8 @@
  * the last committed execution wrote. Rebinding destination buffers (other pointers or
  * sizes) is detected and sent dense; so is another plan (or baseline) of this process
  * writing any byte of them since (every execution records, process-wide, the address
- * ranges it writes: docs/delta.md); changing their contents in place behind reshard's
- * back (an engine that post-processes weights), or freeing a buffer and allocating
+ * ranges it writes: docs/delta-reference.md); changing their contents in place behind
+ * reshard's back (an engine that post-processes weights), or freeing a buffer and allocating
  * another at the same address, is detected only in checksum mode: call
  * reshard_plan_delta_invalidate then.
  *
@@ -37,8 +37,9 @@
  * (reshard_delta_info_t.snapshot_bytes: the sum of its send streams to other ranks),
  * allocated before anything moves (NOMEM on every rank when it does not fit); on a rank
  * that relays, its relay scratch is kept between executions. Both live in the memory of
- * the comm's buffers: host memory, or device memory on the NCCL transport (docs/delta.md,
- * "On device memory": GPU encode/apply kernels, headers copied to the host).
+ * the comm's buffers: host memory, or device memory on the NCCL transport
+ * (docs/delta-verification.md, "On device memory": GPU encode/apply kernels, headers
+ * copied to the host).
  *
  * Supported: host-memory transports (MPI, in-process, a caller's transport without
  * device_memory), the NCCL transport, domains, forwards and relays. Refused by name:

@@ -144,7 +144,7 @@ typedef struct {
 } reshard_sim_delta_params_t;
 
 /** Codec rates assumed unless given: build/bench_delta on a 2-core machine, 1 MiB
- *  chunks of bf16 at 1% changed (docs/delta.md "Measuring"), rounded down. */
+ *  chunks of bf16 at 1% changed (docs/cli.md "Measuring a delta refit"), rounded down. */
 #define RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S 4e9
 #define RESHARD_SIM_DELTA_APPLY_BYTES_PER_S 20e9
 
@@ -153,7 +153,7 @@ typedef struct {
  * @p len bytes of @p word-byte words (1, 2, 4 or 8; other values count as 1) when each
  * word changed with probability @p change_fraction, independently (scattered changes,
  * as RL updates make them): the smallest of the expected sizes of the four kinds of
- * docs/delta.md "Chunk format" (gaps: c (E[varint of a geometric gap] + word) for c
+ * docs/delta-reference.md "Chunk format" (gaps: c (E[varint of a geometric gap] + word) for c
  * changed words). The encoder writes the smallest kind of each chunk, so its expected
  * size is at most this: the encoding's own bound for that changed fraction. Pure.
  */

@@ -7,7 +7,7 @@ died), every survivor::
     comm2 = reshard.elastic.shrink(comm, gone)                 # MPI_Comm_create_group / ncclCommShrink
     src2, dst2 = reshard.elastic.membership_layouts(src, dst, gone)
     plan2 = reshard.Plan(src2, dst2, rank=rank, world=world)   # same world, same ranks
-    plan2.delta_adopt(plan)   # delta plans: survivors keep their versions (docs/delta.md)
+    plan2.delta_adopt(plan)   # delta: survivors keep their versions (docs/delta-reference.md)
     plan2.execute(comm2, src=..., dst=...)
 
 Plans keep the original layout ranks (and their NVLink domains); a shrunken comm is a

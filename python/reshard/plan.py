@@ -118,7 +118,8 @@ class Plan(_lib.Handle):
                  new object (even one allocated again at the freed address) makes that
                  rank's execute dense (delta_invalidate), exact. Every comm: torch
                  gloo groups (Comm.from_torch), MPI, in-process and NCCL (device
-                 encode/apply kernels, docs/delta.md "On device memory"); the one call:
+                 encode/apply kernels, docs/delta-verification.md, "On device memory"); the
+                 one call:
                  Model.plan(comm, train, infer, delta=True)
     verify       delta plans verify by default (verify=None or True): every chunk
                  carries the sender's 64-bit hash of its new bytes (XXH3 on host
@@ -129,7 +130,7 @@ class Plan(_lib.Handle):
                  rewrites them dense. verify=False is the opt-out: it promises that
                  between executes every destination holds exactly what this plan's last
                  committed execute wrote (no reallocation even at the same address, no
-                 other writer, no in-place rewrite by the engine); docs/delta.md gives
+                 other writer, no in-place rewrite by the engine); docs/delta-verification.md gives
                  its cost. verify=True without delta: ValueError
     checksum     the older name of verify (True / False), kept for callers of it
     comm         optional: when planning fails, tell the peers through this comm

@@ -1,4 +1,4 @@
-/* The delta chunk encoding: dense, bitmap+values, runs+values (docs/delta.md). */
+/* The delta chunk encoding: dense, bitmap+values, runs+values (docs/delta-reference.md). */
 #include "exec/delta_codec.h"
 
 #include <math.h>

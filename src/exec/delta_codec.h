@@ -1,5 +1,5 @@
 /*
- * The delta chunk encoding (docs/delta.md): one chunk of a stream as the words whose
+ * The delta chunk encoding (docs/delta-reference.md): one chunk of a stream as the words whose
  * bits differ from the previous version, or dense. Pure functions on byte arrays.
  */
 #ifndef RS_EXEC_DELTA_CODEC_H

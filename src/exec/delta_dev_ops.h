@@ -1,7 +1,8 @@
 /*
  * The delta codec on a transport's device memory: the operations exec reaches through
- * reshard_comm_t.delta_dev for a comm whose buffers are device memory (docs/delta.md, "On
- * device memory"). Internal: filled in by the built-in NCCL transport (its kernels,
+ * reshard_comm_t.delta_dev for a comm whose buffers are device memory
+ * (docs/delta-verification.md, "On device memory"). Internal: filled in by the built-in
+ * NCCL transport (its kernels,
  * src/transport/nccl/delta_kernels.h); NULL for every other transport, whose buffers are
  * host memory and use the CPU codec (exec/delta_codec.h). Every operation runs on the
  * endpoint's stream in order with its pack, unpack and transfers.

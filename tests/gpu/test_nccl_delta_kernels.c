@@ -1,13 +1,13 @@
 /*
  * The NCCL transport's delta kernels (delta_kernels.h/.cu) against the CPU codec
- * (src/exec/delta_codec.c, the format's reference, written from docs/delta.md): random
+ * (src/exec/delta_codec.c, the format's reference, written from docs/delta-reference.md): random
  * chunks of odd and even lengths, words of 1, 2, 4 and 8 bytes, changed fractions from none
  * through single words, scattered, clustered (runs) to all; every kind must come out.
  * Each case checks every byte of the encoded chunk against rs_delta_encode, the snapshot
  * after the encode (the new bytes), and the apply of the CPU's encoding onto the old bytes
  * (the new bytes); then bodies that do not fit their header are refused by name. Each
  * case also hashes the new chunk on the device side (delta verification's hash) and
- * compares it with the definition in docs/delta.md, written here plainly.
+ * compares it with the definition in docs/delta-reference.md, written here plainly.
  *
  *   --emulate  the kernels' own code (delta_kernels.h) on the CPU through the emulation.
  *   --gpu      the launches on device memory: the CUDA kernels on a GPU (exit 77 without
@@ -137,7 +137,7 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     return st;
 }
 
-/* The chunk hash of delta verification as docs/delta.md defines it, plainly. */
+/* The chunk hash of delta verification as docs/delta-verification.md defines it, plainly. */
 static uint64_t ref_mix(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

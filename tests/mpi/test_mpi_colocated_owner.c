@@ -1,6 +1,6 @@
 /*
  * Colocated reads must prove that the pid in an owner's table is the owner's process
- * before any byte of it is trusted (docs/colocated.md, "Who is read").
+ * before any byte of it is trusted (docs/colocated-reference.md, "Who is read").
  *
  *   mpirun -np 2 unshare --pid --fork --mount-proc test_mpi_colocated_owner ns
  *   mpirun -np 2 test_mpi_colocated_owner forged|forged-shared

@@ -83,7 +83,7 @@ static void test_codec_roundtrip(void **state)
     }
 }
 
-/* The encoding as docs/delta.md "Chunk format" writes it, plainly, word by word: the
+/* The encoding as docs/delta-reference.md "Chunk format" writes it, plainly, word by word: the
  * oracle for the encoder's vectorized passes. Returns the encoded size. */
 static uint64_t ref_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t w,
                            uint8_t *out)
@@ -592,7 +592,7 @@ static void test_delta_torn_then_complete(void **state)
  * keeps, so a delta would never rewrite it) is caught: every rank fails, the receiver's
  * error names tensor, rank, sender and box, its weights are torn, and the next refit is
  * dense, complete and exact. Without checksum mode the same change goes unseen (the
- * assumption docs/delta.md states): the step succeeds with that one element stale. */
+ * assumption docs/delta-verification.md states): the step succeeds with that one element stale. */
 static void test_delta_verification_by_default_catches_changed_destination(void **state)
 {
     (void)state;

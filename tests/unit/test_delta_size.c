@@ -1,5 +1,5 @@
 /*
- * The delta encoding's size model (reshard_sim_delta_chunk_bytes, docs/delta.md "Chunk
+ * The delta encoding's size model (reshard_sim_delta_chunk_bytes, docs/delta-reference.md "Chunk
  * format") against the codec on random data: chunks whose words each changed with
  * probability p, independently; the encoded size, averaged over a few chunks, must be
  * within a few percent of the model (the model is the expectation of the smallest kind,

@@ -272,7 +272,7 @@ def rank_local_source(source: Any, rank: int, fsdp: bool = False) -> Tuple[Any, 
     with ``fsdp`` (an FSDP2 train spec), (FSDPModule, "") for FSDPModule or the FSDP2
     module itself; or (None, why) for anything else: vLLM's ModuleSource and other
     WeightSources yield full HF tensors, which this backend does not plan
-    (docs/vllm.md: refused, not planned as a fully replicated source)."""
+    (docs/vllm-reference.md: refused, not planned as a fully replicated source)."""
     if source is None:
         return None, ("trainer rank %d: no source (pass %s: this rank's own shards)"
                       % (rank, "its FSDP2 module" if fsdp else

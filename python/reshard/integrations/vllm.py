@@ -8,7 +8,7 @@ weight_version), the worker's failure path (abort_weight_update, then
 reset_weight_update_target) and factory.py's registries; the in-tree nccl_m2n
 trainer (m2n_trainer.py at vllm-project/vllm 4189be05) for how a trainer takes
 rank-local shards from its source (a source subclass that carries them, any other
-source refused by name). tests/python/standin models that revision; docs/vllm.md
+source refused by name). tests/python/standin models that revision; docs/vllm-reference.md
 says what ran.
 
 vLLM is imported only when a class of this module is first used:

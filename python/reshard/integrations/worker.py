@@ -55,8 +55,8 @@ class ReshardInitInfo:
     delta_checksum  with delta: verification of every refit (on by default): each
                   chunk carries the sender's hash of its new bytes, compared after apply
                   (a weight changed behind reshard's back fails the refit on every rank,
-                  naming it; the next one is whole); False is the opt-out (docs/delta.md
-                  says what it assumes and what it saves); gloo and nccl"""
+                  naming it; the next one is whole); False is the opt-out
+                  (docs/delta-verification.md: what it assumes and saves); gloo and nccl"""
 
     model: str
     train: str

@@ -1,6 +1,6 @@
 /*
- * The delta chunk encoding (docs/delta.md, the format of src/exec/delta_codec.c) on device
- * memory: the NCCL transport's encode and apply. The per-group and per-thread steps live
+ * The delta chunk encoding (docs/delta-reference.md, the format of src/exec/delta_codec.c) on
+ * device memory: the NCCL transport's encode and apply. The per-group and per-thread steps live
  * here as host/device functions, shared by the CUDA kernels (delta_kernels.cu) and the CPU
  * emulation the fake device and the tests run (delta_kernels.c), so the logic that runs on
  * the GPU is the logic the CPU tests check byte for byte against rs_delta_encode.
