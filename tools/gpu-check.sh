@@ -15,7 +15,10 @@
 #      stream-order test (a long kernel writing the source just before execute),
 #      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target), and
 #      the colocated refit over CUDA IPC: two processes on ONE GPU (mpirun -np 2, control
-#      plane over MPI; needs an MPI build, else SKIP with the reason);
+#      plane over MPI; needs an MPI build, else SKIP with the reason), and the real-DTensor
+#      step (bench/fsdp_refit.py --check-real: PyTorch's own fully_shard + ColwiseParallel /
+#      RowwiseParallel on a CPU gloo mesh, every local shard and placement compared with
+#      tests/python/standin/dtensor.py, then refit into vLLM tp=2, every element checked);
 #      with 2+ GPUs also the multi-rank refits (label multigpu), else they are listed as
 #      not run: two ranks of one NCCL communicator cannot share a GPU.
 # CPU-only tests are left out (CI runs them). Everything goes to $OUT/gpu-check.log, one line
@@ -38,7 +41,7 @@ set -u -o pipefail
 dry=0
 case ${1:-} in
 --dry-run | --fake) dry=1 && shift ;;
--h | --help) sed -n '2,34p' "$0" && exit 0 ;;
+-h | --help) sed -n '2,37p' "$0" && exit 0 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -262,6 +265,9 @@ if [ $dry -eq 0 ]; then
         done
     fi
     check torch_stream_order 120 "${pyenv[@]}" python3 "$root/tests/python/test_nccl_stream.py"
+    detail_re='^(real FSDP2|fsdp_refit:|reshard speed)'
+    check real_dtensor 240 "${pyenv[@]}" python3 "$root/bench/fsdp_refit.py" --check-real \
+        --model qwen3-0.6b --layers 2 --train tp=2,fsdp=2 --infer tp=2 --iters 2
     ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
@@ -294,6 +300,11 @@ else
     check torch_stream_order 120 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
         RESHARD_TEST_FAKE_NCCL=1 "PYTHONPATH=$root/python:$root/tests/python" \
         /usr/bin/python3 "$root/tests/python/test_nccl_stream.py"
+    # the real-DTensor step on the stand-in (torch 1.13 has no DTensor): the same program
+    detail_re='^(real FSDP2|fsdp_refit:|reshard speed)'
+    check real_dtensor 240 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
+        "PYTHONPATH=$root/python" /usr/bin/python3 "$root/bench/fsdp_refit.py" --check-real \
+        --model qwen3-0.6b --layers 1 --train tp=2,fsdp=2 --infer tp=2 --iters 1
     detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target

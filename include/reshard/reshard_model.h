@@ -295,7 +295,10 @@ reshard_status_t reshard_model_info(const reshard_model_t *model, reshard_model_
 typedef enum {
     RESHARD_TRAIN_DEFAULT = 0,         /**< RESHARD_TRAIN_MEGATRON_LM */
     RESHARD_TRAIN_MEGATRON_BRIDGE = 1, /**< spec "convention=megatron-bridge" */
-    RESHARD_TRAIN_MEGATRON_LM = 2      /**< spec "convention=megatron-lm" */
+    RESHARD_TRAIN_MEGATRON_LM = 2,     /**< spec "convention=megatron-lm" */
+    /** PyTorch FSDP2 (fully_shard) over the HF module: spec "fsdp=N" (or
+     *  "convention=fsdp"); see reshard_train_spec_t.fsdp. */
+    RESHARD_TRAIN_FSDP = 3
 } reshard_train_convention_t;
 
 /** The vLLM release whose parameter names the inference layout uses. Every
@@ -345,6 +348,18 @@ typedef struct {
     int32_t vpp;         /**< model chunks per pipeline stage; 0 or 1: none */
     int32_t first, last; /**< layers of the first / last stage; 0: not given */
     int32_t convention;  /**< reshard_train_convention_t; 0: the default (Megatron-LM) */
+    /** FSDP2 (convention RESHARD_TRAIN_FSDP, spec "fsdp=N[,dp=R][,tp=T]"): the HF
+     *  module's named_parameters(), each a DTensor on the mesh [dp_replicate=dp,
+     *  dp_shard=fsdp, tp] (rank = (r*fsdp + s)*tp + t, world dp*fsdp*tp; dp > 1 is
+     *  HSDP), FSDP2 sharding dim 0 of each parameter's local tensor over fsdp
+     *  like torch.chunk (chunk ceil(n/fsdp): trailing ranks short or empty; an
+     *  empty shard declares no buffer): _fsdp_param.py _chunk_with_empty. tp > 1
+     *  (dense families): transformers' base_model_tp_plan, q/k/v/gate/up and
+     *  lm_head colwise (Shard(0) over tp, then FSDP2 chunks that: _StridedShard),
+     *  o/down rowwise (Shard(1)), the rest replicated over tp. Routed experts
+     *  are transformers 4.x's per-expert parameters (experts.J.gate_proj.weight).
+     *  pp, cp, ep, etp, vpp, first and last are refused. 0: not FSDP. */
+    int32_t fsdp;
 } reshard_train_spec_t;
 
 /** vLLM sizes. @p engines independent engines (0 or 1: one), each holding the

@@ -270,6 +270,16 @@ typedef struct {
     int64_t words;
 } rs_emit_scope_t;
 
+/* --- FSDP2 training layout (fsdp.c) ---------------------------------------- */
+/** The rules of an FSDP2 train spec for @p m (family, dtype, tp): CONFIG or
+ *  UNSUPPORTED naming what is not modelled. */
+reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spec_t *s);
+/** The FSDP2 training layout (spec checked), as rs_train_emit. */
+reshard_status_t rs_fsdp_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                              const reshard_train_spec_t *spec, int32_t rank_offset,
+                              const rs_emit_scope_t *scope, reshard_layout_t **out,
+                              reshard_model_buffers_t **buffers);
+
 /** State while one side's layout is written: the current rank and its next
  *  buffer id. */
 typedef struct {

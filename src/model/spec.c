@@ -7,7 +7,7 @@
 #include "util/error.h"
 
 /* The supported names of the conventions and versions (reshard_model.h). */
-static const char *const conventions[] = {"megatron-lm", "megatron-bridge", "megatron-lm"};
+static const char *const conventions[] = {"megatron-lm", "megatron-bridge", "megatron-lm", "fsdp"};
 static const char *const vllm_versions[] = {"0.25", "0.24", "0.25"};
 
 const char *reshard_train_convention_name(reshard_train_convention_t c)
@@ -125,9 +125,13 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
         return st != RESHARD_OK
                    ? st
                    : named(side, key, val, conventions, RESHARD_TRAIN_MEGATRON_BRIDGE,
-                           RESHARD_TRAIN_MEGATRON_LM, RESHARD_TRAIN_MEGATRON_LM, &s->convention,
+                           RESHARD_TRAIN_FSDP, RESHARD_TRAIN_MEGATRON_LM, &s->convention,
                            "a modelled training convention (known: megatron-lm (the default), "
-                           "megatron-bridge)");
+                           "megatron-bridge, fsdp)");
+    }
+    if (!strcmp(key, "fsdp")) { /* FSDP2's shard size: selects the FSDP2 convention */
+        reshard_status_t st = mark(side, key, 1u << 10, seen);
+        return st != RESHARD_OK ? st : positive(side, key, val, &s->fsdp);
     }
     static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last"};
     int32_t *dst[] = {&s->tp,  &s->pp,  &s->dp,    &s->cp,  &s->ep,
@@ -139,7 +143,7 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
         }
     return rs_error(RESHARD_ERR_INVALID_ARG,
                     "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp, vpp, first, last, "
-                    "convention)",
+                    "convention; FSDP2: fsdp, dp, tp)",
                     side, key);
 }
 
@@ -188,6 +192,38 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
                     key);
 }
 
+/* An FSDP2 spec (fsdp= or convention=fsdp): the convention set, fsdp >= 1, and the
+ * Megatron-only keys refused by name. */
+static reshard_status_t fsdp_spec(const char *text, reshard_train_spec_t *s)
+{
+    if (s->fsdp > 0 && s->convention != RESHARD_TRAIN_DEFAULT &&
+        s->convention != RESHARD_TRAIN_FSDP)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "train spec \"%s\": fsdp= is FSDP2's shard size; convention=%s is a "
+                        "Megatron convention",
+                        quote(text).s, conventions[s->convention]);
+    if (s->fsdp == 0 && s->convention != RESHARD_TRAIN_FSDP)
+        return RESHARD_OK;
+    s->convention = RESHARD_TRAIN_FSDP;
+    if (s->fsdp == 0)
+        s->fsdp = 1;
+    const char *bad = s->pp > 1    ? "pp"
+                      : s->cp > 1  ? "cp"
+                      : s->ep > 1  ? "ep"
+                      : s->etp > 0 ? "etp"
+                      : s->vpp > 1 ? "vpp"
+                      : s->first   ? "first"
+                      : s->last    ? "last"
+                                   : NULL;
+    if (bad)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "train spec \"%s\": %s= is Megatron's; an FSDP2 trainer is fsdp=N (its "
+                        "shard size), dp=R (HSDP replicas) and tp=T",
+                        quote(text).s, bad);
+    s->etp = s->tp;
+    return RESHARD_OK;
+}
+
 reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t *out)
 {
     rs_error_clear();
@@ -195,6 +231,8 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_train_spec_parse: NULL out");
     reshard_train_spec_t s = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1};
     reshard_status_t st = parse_pairs("train", text, &s, train_set);
+    if (st == RESHARD_OK)
+        st = fsdp_spec(text, &s);
     if (s.etp == 0) /* the convention's default: tp (Megatron-LM) or 1 (Bridge with ep > 1) */
         s.etp = rs_etp(&s);
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
@@ -235,8 +273,12 @@ static int32_t product(const int32_t *v, int n)
 
 int32_t reshard_train_world(const reshard_train_spec_t *s)
 {
-    if (!s || (unsigned)s->convention > RESHARD_TRAIN_MEGATRON_LM)
+    if (!s || (unsigned)s->convention > RESHARD_TRAIN_FSDP)
         return -1;
+    if (s->convention == RESHARD_TRAIN_FSDP) {
+        int32_t v[3] = {s->tp, s->dp, s->fsdp};
+        return product(v, 3);
+    }
     int32_t v[4] = {s->tp, s->cp, s->dp, s->pp};
     return product(v, 4);
 }
@@ -256,6 +298,10 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, siz
     out[0] = '\0';
     if (!s)
         return out;
+    if (s->convention == RESHARD_TRAIN_FSDP) {
+        snprintf(out, size, "tp=%d,dp=%d,fsdp=%d", s->tp, s->dp, s->fsdp);
+        return out;
+    }
     int n = snprintf(out, size, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,etp=%d", s->tp, s->pp, s->dp, s->cp,
                      s->ep, rs_etp(s));
     if (n >= 0 && (size_t)n < size && rs_vpp(s) > 1)
@@ -378,6 +424,8 @@ void rs_train_effective(const reshard_model_t *m, reshard_train_spec_t *s)
 
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
+    if (s->convention == RESHARD_TRAIN_FSDP)
+        return rs_fsdp_check(m, s);
     RULE(reshard_train_world(s) > 0,
          "train: sizes must be >= 1, the world fit in int32 and the convention be "
          "megatron-lm or megatron-bridge");

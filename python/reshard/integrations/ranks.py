@@ -38,6 +38,17 @@ def sizes(train: str, infer: str) -> Sizes:
                  max(1, ispec.dp), max(1, ispec.engines))
 
 
+def train_convention(train: str) -> str:
+    """The training convention the spec ``train`` names ("megatron-lm",
+    "megatron-bridge", "fsdp": any fsdp= key), as the library parses it. Raises
+    ReshardError (INVALID_ARG) for a malformed spec."""
+    ts = _lib.TrainSpec()
+    _lib.check(_lib.lib.reshard_train_spec_parse(train.encode(), ctypes.byref(ts)),
+               "train spec %r" % train)
+    name = _lib.lib.reshard_train_convention_name(ts.convention)
+    return name.decode() if name else "megatron-lm"
+
+
 def worker_rank(s: Sizes, engine_index: int, parallel_config: Any) -> Tuple[int, List[str]]:
     """The refit rank of a vLLM worker, as vLLM's own weight-transfer backends number
     workers (nccl_common.worker_init_process_group: data_parallel_index *

@@ -19,8 +19,9 @@ from typing import Any, ClassVar, Dict, List, Tuple
 from .. import errors as reshard_err
 from ..errors import ReshardError
 from .binding import bind_live
+from .fsdp import FSDPModule
 from .megatron import MegatronChunks, as_chunks
-from .ranks import sizes
+from .ranks import sizes, train_convention
 from .rendezvous import agree, device_of, open_comm, open_store
 from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan
 
@@ -79,7 +80,8 @@ class ReshardTrainer:
         if not isinstance(init_info, ReshardTrainerInitInfo):
             raise TypeError("trainer_init(init_info, *, client, source): init_info must be "
                             "a ReshardTrainerInitInfo, got %r" % (type(init_info).__name__,))
-        local, refusal = rank_local_source(source, init_info.rank)
+        local, refusal = rank_local_source(source, init_info.rank,
+                                           _fsdp_spec(init_info.train))
         self = cls(client=client, source=local, is_sender=init_info.is_sender)
         s = sizes(init_info.train, init_info.infer)
         if len(self.clients) not in (1, s.engines) and self.is_sender:
@@ -103,7 +105,8 @@ class ReshardTrainer:
         problems: List[str] = [refusal] if refusal else []
         if not 0 <= rank < sizes(info.train, info.infer).train_world:
             problems.append("trainer rank %d outside the train spec %r" % (rank, info.train))
-        if not problems:
+        fsdp = isinstance(self.source, FSDPModule)
+        if not problems and not fsdp:
             problems += megatron_rank_problems(rank)
         store = open_store(info.rendezvous(), rank, world, info.timeout_s)
         if not problems:
@@ -112,6 +115,8 @@ class ReshardTrainer:
             except ReshardError as e:
                 problems.append("train rank %d: planning failed: %s" % (rank, e))
         if not problems:
+            if fsdp:  # the live DTensors against the spec's layout, by name
+                problems += self.source.problems(self.plan.src, rank)
             params, buffers = self.source.named()
             self.bound = bind_live(self.plan.src, rank, "train", params, buffers,
                                    device_of(info.transport), False)
@@ -254,15 +259,40 @@ def _close_quietly(clients: List[Any]) -> None:
             pass
 
 
-def rank_local_source(source: Any, rank: int) -> Tuple[Any, str]:
+def _fsdp_spec(train: Any) -> bool:
+    try:
+        return train_convention(str(train)) == "fsdp"
+    except ReshardError:
+        return False  # planning names the bad spec
+
+
+def rank_local_source(source: Any, rank: int, fsdp: bool = False) -> Tuple[Any, str]:
     """(MegatronChunks, "") for a source holding this rank's own shards by the
-    layout's names (MegatronSource, MegatronChunks, a module or a list of them), or
-    (None, why) for anything else: vLLM's ModuleSource and other WeightSources yield
-    full HF tensors, which this backend does not plan (docs/vllm-reference.md: refused, not
-    planned as a fully replicated source)."""
+    layout's names (MegatronSource, MegatronChunks, a module or a list of them);
+    with ``fsdp`` (an FSDP2 train spec), (FSDPModule, "") for FSDPModule or the FSDP2
+    module itself; or (None, why) for anything else: vLLM's ModuleSource and other
+    WeightSources yield full HF tensors, which this backend does not plan
+    (docs/vllm-reference.md: refused, not planned as a fully replicated source)."""
     if source is None:
-        return None, ("trainer rank %d: no source (pass MegatronSource(model_chunks): "
-                      "this rank's own shards)" % rank)
+        return None, ("trainer rank %d: no source (pass %s: this rank's own shards)"
+                      % (rank, "its FSDP2 module" if fsdp else
+                         "MegatronSource(model_chunks)"))
+    if fsdp:
+        if isinstance(source, FSDPModule):
+            return source, ""
+        if _is_module(source):
+            return FSDPModule(source), ""
+        # vLLM's ModuleSource over the FSDP2 module (base.py at 142e770e keeps it as
+        # _module): its full tensors are not used, the module's local shards are
+        inner = getattr(source, "_module", None)
+        if type(source).__name__ == "ModuleSource" and _is_module(inner):
+            return FSDPModule(inner), ""
+        return None, ("trainer rank %d: source %s is not a module: an FSDP2 train spec "
+                      "takes the rank's FSDP2 module (its parameters are DTensors)"
+                      % (rank, type(source).__name__))
+    if isinstance(source, FSDPModule):
+        return None, ("trainer rank %d: an FSDPModule source with a Megatron train spec: "
+                      "use fsdp=N in the train spec" % rank)
     chunks = getattr(source, "megatron_chunks", None)
     if isinstance(chunks, MegatronChunks):
         return chunks, ""

@@ -1,0 +1,352 @@
+"""FSDP2 trainers into vLLM layouts: the train spec fsdp=N (HSDP with dp=R, tensor
+parallelism with tp=T), the trainer's live DTensors checked against it and bound in
+place (reshard.integrations.fsdp), every element of every inference rank checked.
+
+The trainer ranks' modules come from tests/python/standin/dtensor.py (torch 1.13 has
+no DTensor; the stand-in follows PyTorch's attributes and FSDP2's torch.chunk rule,
+and is the oracle of what an FSDP2 rank holds); the inference side's oracle is
+examples/python/conventions.py (vLLM's rules). Neither uses the library."""
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import conventions  # noqa: E402
+import reshard  # noqa: E402
+from reshard.integrations.fsdp import FSDPModule, hf_name  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "standin"))
+import dtensor  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import fsdp_refit  # noqa: E402  (tp_style: transformers' tp plan)
+
+SENT = reshard.SENTINEL_BYTE
+TINY = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
+        "tie_word_embeddings": False}
+
+
+def tiny(tmp_path, **kw):
+    import json
+    path = os.path.join(str(tmp_path), "tiny.json")
+    with open(path, "w") as f:
+        json.dump(dict(TINY, **kw), f)
+    return path
+
+
+def sizes(train):
+    return fsdp_refit.sizes_of(train)
+
+
+def trainer_modules(w, train):
+    fsdp, replicas, tp = sizes(train)
+    full = {n: w[n] for n in w.shapes}
+    return [dtensor.fully_shard(full, {n: fsdp_refit.tp_style(n) for n in full}, r,
+                                fsdp=fsdp, replicas=replicas, tp=tp)
+            for r in range(fsdp * replicas * tp)]
+
+
+def refit_all(model_path, train, infer, modules, layers=0):
+    """Every rank in a thread of one in-process group: trainers bind their FSDP2
+    modules' local shards (checked first), workers receive into vLLM-shaped tensors;
+    returns (received per inference rank, oracle per inference rank)."""
+    refit = reshard.Model(model_path, layers=layers).refit(train, infer)
+    w = conventions.Weights(conventions.load_config(model_path, layers))
+    ntrain = refit.train_world
+    expect = [conventions.vllm_state_dict(w, infer, i, SENT) for i in range(refit.world - ntrain)]
+    got = [{n: torch.empty_like(x).view(torch.uint8).fill_(SENT).view(x.dtype)
+            for n, x in e.items()} for e in expect]
+    plan = reshard.Plan(refit.train, refit.infer, rank=reshard.ALL_RANKS, world=refit.world,
+                        timeout_s=20)
+    group = reshard.InprocGroup(refit.world)
+    errors = {}
+
+    def body(r):
+        try:
+            if r < ntrain:
+                src = FSDPModule(modules[r])
+                assert src.problems(refit.train, r) == []
+                plan.execute(group.comm(r), src=src.named()[0], dst=None)
+            else:
+                plan.execute(group.comm(r), src=None, dst=got[r - ntrain])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(refit.world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    group.close()
+    assert errors == {}, errors
+    return got, expect
+
+
+def assert_every_element(got, expect):
+    for i, (g, e) in enumerate(zip(got, expect)):
+        assert sorted(g) == sorted(e)
+        for n, x in e.items():
+            assert conventions.mismatches(g[n], x) == 0, (i, n)
+
+
+@pytest.mark.parametrize("train,infer", [
+    ("fsdp=4", "tp=2,dp=2"),        # even
+    ("fsdp=3", "tp=2"),             # uneven: torch.chunk sizes, short last shard
+    ("fsdp=2,dp=2", "tp=1,dp=2"),   # HSDP: two replicas the planner balances
+    ("tp=2,fsdp=2", "tp=2"),        # TP x FSDP2: _StridedShard on colwise weights
+    ("fsdp=7", "tp=4"),             # trailing ranks short and empty (k_norm: 16 rows)
+])
+def test_fsdp_sources_refit_every_element(tmp_path, train, infer):
+    path = tiny(tmp_path)
+    w = conventions.Weights(conventions.load_config(path))
+    got, expect = refit_all(path, train, infer, trainer_modules(w, train))
+    assert_every_element(got, expect)
+
+
+def test_hf_names_lose_wrapper_segments():
+    assert hf_name("_orig_mod.model.layers.0._checkpoint_wrapped_module.mlp.up_proj.weight") \
+        == "model.layers.0.mlp.up_proj.weight"
+    assert hf_name("module._fsdp_wrapped_module.lm_head.weight") == "lm_head.weight"
+    assert hf_name("model.norm.weight") == "model.norm.weight"
+
+
+def _one_rank(tmp_path, train="fsdp=4", rank=1):
+    path = tiny(tmp_path)
+    w = conventions.Weights(conventions.load_config(path))
+    refit = reshard.Model(path).refit(train, "tp=2")
+    return w, refit, trainer_modules(w, train)
+
+
+def _replace(module, name, p):
+    *path, leaf = name.split(".")
+    m = module
+    for part in path:
+        m = getattr(m, part)
+    delattr(m, leaf)
+    m.register_parameter(leaf, p)
+
+
+def test_partial_placement_is_refused_by_name(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.1.mlp.down_proj.weight"
+    p = dict(mods[1].named_parameters())[name]
+    _replace(mods[1], name, dtensor.DTensor(p.to_local(), p.device_mesh,
+                                            (dtensor.Partial(),), p.shape))
+    problems = FSDPModule(mods[1]).problems(refit.train, 1)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("train rank 1: parameter %r: placement" % name)
+    assert "Partial" in problems[0]
+
+
+def test_local_shape_that_placements_do_not_imply_is_refused(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    p = dict(mods[2].named_parameters())[name]
+    short = p.to_local()[:-1].clone()
+    _replace(mods[2], name, dtensor.DTensor(short, p.device_mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[2]).problems(refit.train, 2)
+    assert any(name in x and "imply" in x for x in problems), problems
+
+
+def test_live_placement_other_than_the_spec_is_refused(tmp_path):
+    """The module was sharded on dim 1 (or as fsdp=2): the spec's layout puts other
+    elements on this rank, named before anything moves."""
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.mlp.gate_proj.weight"
+    full = w[name]
+    p = dict(mods[0].named_parameters())[name]
+    local = dtensor.chunk_with_empty(full, 4, 1)[0].contiguous()
+    _replace(mods[0], name, dtensor.DTensor(local, p.device_mesh, (dtensor.Shard(1),),
+                                            full.shape))
+    problems = FSDPModule(mods[0]).problems(refit.train, 0)
+    assert any(name in x and "differs from the spec" in x for x in problems), problems
+
+
+def test_mesh_that_is_not_the_training_ranks_is_refused(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.norm.weight"
+    p = dict(mods[3].named_parameters())[name]
+    mesh = dtensor.DeviceMesh("cpu", [0, 1, 2, 5], rank=3)
+    _replace(mods[3], name, dtensor.DTensor(p.to_local(), mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[3]).problems(refit.train, 3)
+    assert any(name in x and "mesh" in x for x in problems), problems
+    # the process at another coordinate than its trainer rank
+    mesh = dtensor.DeviceMesh("cpu", [0, 1, 2, 3], rank=2)
+    _replace(mods[3], name, dtensor.DTensor(p.to_local(), mesh, p.placements, p.shape))
+    problems = FSDPModule(mods[3]).problems(refit.train, 3)
+    assert any(name in x and "coordinate" in x for x in problems), problems
+
+
+def test_unsharded_module_is_refused_with_what_to_do(tmp_path):
+    w, refit, mods = _one_rank(tmp_path)
+    name = "model.layers.0.mlp.up_proj.weight"
+    _replace(mods[1], name, torch.nn.Parameter(w[name].clone(), requires_grad=False))
+    problems = FSDPModule(mods[1]).problems(refit.train, 1)
+    assert any(name in x and "reshard()" in x for x in problems), problems
+
+
+def test_bench_processes_gloo(tmp_path):
+    """bench/fsdp_refit.py at a small size: FSDP2 sources in 4 processes into vLLM tp=2
+    x dp=2 in 4 more, over one gloo group; reshard and the gather + broadcast baseline
+    both checked element by element."""
+    path = tiny(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "fsdp_refit.py"),
+                        "--model", path, "--layers", "2", "--iters", "1"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the stand-in" in p.stdout.splitlines()[0]
+    assert p.stdout.strip().endswith("fsdp_refit: OK"), p.stdout
+    rows = {x.split("  ")[0]: x.split() for x in p.stdout.splitlines()
+            if x.startswith(("reshard (", "full_tensor"))}
+    n = sum(t.numel() for i in range(4) for t in conventions.vllm_state_dict(
+        conventions.Weights(conventions.load_config(path, 2)), "tp=2,dp=2", i, SENT).values())
+    for row in rows.values():
+        assert int(row[-2]) == n and int(row[-1]) == 0, rows
+
+
+def test_every_element_of_the_live_sharding_is_checked_against_the_layout():
+    """A layout of DTensor placements (TP x FSDP2 over [[0, 1], [2, 3]], uneven: 10
+    rows over tp=2 then fsdp=2): the stand-in's shards agree on every rank; the same
+    spec on the transposed mesh gives equal shapes but other elements, and is named."""
+    from reshard import Replicate, Shard, StridedShard
+    full = {"a.weight": torch.arange(60, dtype=torch.float32).reshape(10, 6),
+            "b.weight": torch.arange(32, dtype=torch.float32).reshape(8, 4),
+            "n.weight": torch.arange(5, dtype=torch.float32)}
+    styles = {"a.weight": dtensor.COLWISE, "b.weight": dtensor.ROWWISE}
+    t = reshard.Tensors()
+    for n, x in full.items():
+        t.add(n, x.shape, torch.float32)
+    mesh = [[0, 1], [2, 3]]
+
+    def layout(b_mesh):
+        return reshard.Layout.from_placements(t, {
+            "a.weight": (mesh, [StridedShard(0, 2), Shard(0)]),
+            "b.weight": (b_mesh, [Shard(0), Shard(1)]),
+            "n.weight": (mesh, [Shard(0), Replicate()])})
+    good, transposed = layout(mesh), layout([[0, 2], [1, 3]])
+    for r in range(4):
+        m = dtensor.fully_shard(full, styles, r, fsdp=2, tp=2)
+        assert FSDPModule(m).problems(good, r) == []
+        problems = FSDPModule(m).problems(transposed, r)
+        if r in (1, 2):  # ranks 0 and 3 sit on the diagonal: the same elements
+            assert len(problems) == 1 and "'b.weight'" in problems[0] and \
+                "other elements of the parameter" in problems[0], problems
+        else:
+            assert problems == [], problems
+
+
+MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 32,
+       "intermediate_size": 64, "moe_intermediate_size": 16, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "num_experts": 4,
+       "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
+       "vocab_size": 100, "tie_word_embeddings": False}
+
+
+def test_moe_fsdp_source_into_vllm_experts(tmp_path):
+    """qwen3_moe under FSDP2 (fsdp=3: 16 expert rows as 6, 6, 4) with transformers 4.x's
+    per-expert parameters into vLLM tp=2 with expert parallelism. Oracle (vLLM's
+    FusedMoE with EP, linear placement): EP rank r holds experts [r*E/2, (r+1)*E/2)
+    whole, w13_weight[k] = [gate; up] and w2_weight[k] = down of expert r*E/2 + k; the
+    router and the norms whole on both ranks."""
+    import json
+    path = os.path.join(str(tmp_path), "moe.json")
+    with open(path, "w") as f:
+        json.dump(MOE, f)
+    refit = reshard.Model(path).refit("fsdp=3", "tp=2,ep=on")
+    g = torch.Generator().manual_seed(5)
+    full = {}
+    for ti in refit.tensors:
+        if ".experts." in ti.name:  # HF 4.x: experts.J.<proj>.weight, one per expert
+            head, tail = ti.name.split(".experts.")
+            for j in range(ti.shape[0]):
+                full["%s.experts.%d.%s" % (head, j, tail)] = \
+                    torch.randn(ti.shape[1:], generator=g).to(torch.bfloat16)
+        else:
+            full[ti.name] = torch.randn(ti.shape, generator=g).to(reshard.torch_dtype(ti.dtype))
+    mods = [dtensor.fully_shard(full, {}, r, fsdp=3) for r in range(3)]
+    got = [refit.infer.new_buffers(3 + i, fill=SENT) for i in range(2)]
+    plan = reshard.Plan(refit.train, refit.infer, rank=reshard.ALL_RANKS, world=refit.world,
+                        timeout_s=20)
+    group = reshard.InprocGroup(refit.world)
+    errors = {}
+
+    def body(r):
+        try:
+            if r < 3:
+                src = FSDPModule(mods[r])
+                assert src.problems(refit.train, r) == []
+                plan.execute(group.comm(r), src=src.named()[0], dst=None)
+            else:
+                plan.execute(group.comm(r), src=None, dst=got[r - 3])
+        except Exception as e:  # noqa: BLE001
+            errors[r] = e
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(refit.world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    group.close()
+    assert errors == {}, errors
+    bits = lambda x: x.contiguous().view(torch.int16)  # noqa: E731
+    for i in range(2):
+        for layer in range(2):
+            pre = "model.layers.%d.mlp." % layer
+            w13 = got[i][pre + "experts.routed_experts.w13_weight"]
+            w2 = got[i][pre + "experts.routed_experts.w2_weight"]
+            assert w13.shape == (2, 32, 32) and w2.shape == (2, 32, 16)
+            for k in range(2):
+                e = i * 2 + k
+                want = torch.cat([full[pre + "experts.%d.gate_proj.weight" % e],
+                                  full[pre + "experts.%d.up_proj.weight" % e]])
+                assert torch.equal(bits(w13[k]), bits(want)), (i, layer, k)
+                assert torch.equal(bits(w2[k]), bits(full[pre + "experts.%d.down_proj.weight"
+                                                          % e])), (i, layer, k)
+            assert torch.equal(bits(got[i][pre + "gate.weight"]), bits(full[pre + "gate.weight"]))
+            for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+                name = "model.layers.%d.%s" % (layer, n)
+                assert torch.equal(bits(got[i][name]), bits(full[name])), (i, name)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("fsdp=4,pp=2", "pp= is Megatron's; an FSDP2 trainer is fsdp=N"),
+    ("fsdp=2,ep=2", "ep= is Megatron's"),
+    ("fsdp=2,etp=1", "etp= is Megatron's"),
+    ("fsdp=0", "fsdp=0 is not a positive integer"),
+    ("fsdp=2,convention=megatron-bridge", "fsdp= is FSDP2's shard size; convention="
+                                          "megatron-bridge is a Megatron convention"),
+    ("fsdp=2,fsdp=2", "key 'fsdp' given twice"),
+])
+def test_bad_fsdp_specs_are_named(tmp_path, spec, msg):
+    with pytest.raises(reshard.ReshardError, match=msg) as e:
+        reshard.Model(tiny(tmp_path)).refit(spec, "tp=2")
+    assert e.value.status == reshard.Status.INVALID_ARG
+
+
+def test_fsdp_spec_forms_and_world(tmp_path):
+    from reshard.integrations.ranks import sizes as spec_sizes, train_convention
+    assert train_convention("fsdp=4") == "fsdp"
+    assert train_convention("convention=fsdp,fsdp=2") == "fsdp"
+    assert train_convention("tp=2") == "megatron-lm"
+    assert spec_sizes("tp=2,fsdp=3,dp=2", "tp=2").train_world == 12
+    assert spec_sizes("convention=fsdp", "tp=2").train_world == 1
+
+
+def test_families_fsdp_does_not_model_are_refused(tmp_path):
+    import json
+    path = os.path.join(str(tmp_path), "moe.json")
+    with open(path, "w") as f:
+        json.dump(MOE, f)
+    with pytest.raises(reshard.ReshardError, match="tp=2 with the qwen3_moe family"):
+        reshard.Model(path).refit("tp=2,fsdp=2", "tp=2,ep=on")
+    with pytest.raises(reshard.ReshardError, match="the gpt_oss family's HF module is not "
+                       "modelled for FSDP2"):
+        reshard.Model("gpt-oss-20b", layers=1).refit("fsdp=2", "tp=2")
