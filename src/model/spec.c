@@ -137,7 +137,8 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
         if (st != RESHARD_OK)
             return st;
         if (!strcmp(val, "4") || !strcmp(val, "5")) {
-            s->transformers = val[0] == '4' ? RESHARD_TRANSFORMERS_4 : RESHARD_TRANSFORMERS_5;
+            /* the default's own name stored as 0: one spec, one text */
+            s->transformers = val[0] == '4' ? RESHARD_TRANSFORMERS_4 : 0;
             return RESHARD_OK;
         }
         return rs_error(RESHARD_ERR_INVALID_ARG,
