@@ -288,7 +288,7 @@ reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spe
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): an FSDP2 trainer holds bf16 parameters, not the FP8 "
                         "checkpoint form (--dtype fp8); for FP8 on the inference side use the "
-                        "quantized destination (infer_quant, --infer-quant)");
+                        "quantized destination (infer_quant; CLI --infer-dtype fp8 or mxfp8)");
     if (m->nmtp > 0)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): the HF modules have no MTP layers (mtp option)");
