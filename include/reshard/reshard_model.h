@@ -567,8 +567,20 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * for local expert K, shared_experts.linear_fc1/fc2 (+ gate_weight [1, H]);
  * final layernorm, output_layer. Vocab padded to a multiple of 128*tp
  * (Megatron-LM) or not padded, V/tp rows per rank (Megatron-Bridge).
+ * With spec->convention RESHARD_TRAIN_FSDP (spec "fsdp=N[,dp=R][,tp=T]") the
+ * layout is instead FSDP2's over the HF module (src/model/fsdp.c, docs/fsdp.md):
+ * buffers named as the HF module's named_parameters() ("model.layers.3.
+ * self_attn.q_proj.weight", qwen3_moe experts "mlp.experts.N.gate_proj.weight"
+ * (transformers=4) or "mlp.experts.gate_up_proj" [E, 2I, H] and
+ * "mlp.experts.down_proj" [E, H, I] (transformers=5)); rank (r*N + s)*T + t
+ * holds torch.chunk piece s (of N, on dim 0) of its TP piece t (of T: dim 0
+ * for q/k/v/gate/up and lm_head, dim 1 for o_proj/down_proj, whole otherwise;
+ * HF base_model_tp_plan); an empty piece has no buffer. Families: dense and
+ * qwen3_moe (tp=1); others UNSUPPORTED naming the family, as is the FP8
+ * checkpoint form (dtype fp8); qwen3_moe with tp > 1 is CONFIG.
  * @param buffers  optional; receives the buffer table
- * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
+ * Errors: CONFIG (see reshard_model_check), UNSUPPORTED (FSDP2: above),
+ * INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
                                             const reshard_tensors_t *tensors,
