@@ -296,10 +296,32 @@ typedef enum {
     RESHARD_TRAIN_DEFAULT = 0,         /**< RESHARD_TRAIN_MEGATRON_LM */
     RESHARD_TRAIN_MEGATRON_BRIDGE = 1, /**< spec "convention=megatron-bridge" */
     RESHARD_TRAIN_MEGATRON_LM = 2,     /**< spec "convention=megatron-lm" */
-    /** PyTorch FSDP2 (fully_shard) over the HF module: spec "fsdp=N" (or
-     *  "convention=fsdp"); see reshard_train_spec_t.fsdp. */
+    /** PyTorch FSDP2 (fully_shard) over the Hugging Face module: spec "fsdp=N"
+     *  (any fsdp= key selects it; "convention=fsdp" spelled out is accepted).
+     *  Parameters are the HF module's own named_parameters() (unfused), each a
+     *  DTensor on the mesh [dp_replicate=dp, dp_shard=fsdp, tp]; see
+     *  reshard_model_train_layout and docs/fsdp.md. */
     RESHARD_TRAIN_FSDP = 3
 } reshard_train_convention_t;
+
+/** The transformers release whose MoE parameter form an FSDP2 trainer holds
+ *  (reshard_train_spec_t.transformers; spec "transformers=4" or "=5"):
+ *    4  per-expert modules: "mlp.experts.N.{gate,up,down}_proj.weight"
+ *       [I, H] / [H, I], each its own parameter sharded on its own dim 0
+ *       (modeling_qwen3_moe.py at 16b6c53: Qwen3MoeSparseMoeBlock holds an
+ *       nn.ModuleList of Qwen3MoeMLP)
+ *    5  fused expert tensors: "mlp.experts.gate_up_proj" [E, 2I, H] (per
+ *       expert [gate rows; up rows]: forward does
+ *       linear(x, gate_up_proj[e]).chunk(2, dim=-1) -> gate, up) and
+ *       "mlp.experts.down_proj" [E, H, I], no ".weight" suffix
+ *       (transformers 5 Qwen3MoeExperts, @use_experts_implementation)
+ *  The default is 5, the current release line. Dense families are the same
+ *  in both. */
+typedef enum {
+    RESHARD_TRANSFORMERS_DEFAULT = 0, /**< RESHARD_TRANSFORMERS_5 */
+    RESHARD_TRANSFORMERS_4 = 4,       /**< spec "transformers=4" */
+    RESHARD_TRANSFORMERS_5 = 5        /**< spec "transformers=5" */
+} reshard_transformers_t;
 
 /** The vLLM release whose parameter names the inference layout uses. Every
  *  name that differs between releases is in one table (src/model/vllm.c,
@@ -317,7 +339,7 @@ typedef enum {
     RESHARD_VLLM_0_25 = 2     /**< spec "vllm=0.25" */
 } reshard_vllm_version_t;
 
-/** Name of a training convention ("megatron-bridge", "megatron-lm"; the
+/** Name of a training convention ("megatron-bridge", "megatron-lm", "fsdp"; the
  *  default's name for 0), or NULL for a value that is none. Any thread. */
 const char *reshard_train_convention_name(reshard_train_convention_t convention);
 /** Name of a vLLM version ("0.24", "0.25"; the default's for 0), or NULL for
@@ -348,18 +370,13 @@ typedef struct {
     int32_t vpp;         /**< model chunks per pipeline stage; 0 or 1: none */
     int32_t first, last; /**< layers of the first / last stage; 0: not given */
     int32_t convention;  /**< reshard_train_convention_t; 0: the default (Megatron-LM) */
-    /** FSDP2 (convention RESHARD_TRAIN_FSDP, spec "fsdp=N[,dp=R][,tp=T]"): the HF
-     *  module's named_parameters(), each a DTensor on the mesh [dp_replicate=dp,
-     *  dp_shard=fsdp, tp] (rank = (r*fsdp + s)*tp + t, world dp*fsdp*tp; dp > 1 is
-     *  HSDP), FSDP2 sharding dim 0 of each parameter's local tensor over fsdp
-     *  like torch.chunk (chunk ceil(n/fsdp): trailing ranks short or empty; an
-     *  empty shard declares no buffer): _fsdp_param.py _chunk_with_empty. tp > 1
-     *  (dense families): transformers' base_model_tp_plan, q/k/v/gate/up and
-     *  lm_head colwise (Shard(0) over tp, then FSDP2 chunks that: _StridedShard),
-     *  o/down rowwise (Shard(1)), the rest replicated over tp. Routed experts
-     *  are transformers 4.x's per-expert parameters (experts.J.gate_proj.weight).
-     *  pp, cp, ep, etp, vpp, first and last are refused. 0: not FSDP. */
+    /** RESHARD_TRAIN_FSDP: the dp_shard size N (FSDP2 Shard(0) over N ranks);
+     *  0 under the Megatron conventions. With it dp is the HSDP replica count
+     *  R and tp the tensor-parallel size T: world = R*N*T, rank =
+     *  (r*N + s)*T + t; pp, cp, ep stay 1 and etp, vpp, first, last unused. */
     int32_t fsdp;
+    /** RESHARD_TRAIN_FSDP: reshard_transformers_t (0: the default, 5). */
+    int32_t transformers;
 } reshard_train_spec_t;
 
 /** vLLM sizes. @p engines independent engines (0 or 1: one), each holding the
@@ -409,7 +426,7 @@ typedef struct {
 
 /**
  * Parse "tp=4,pp=8,ep=16,dp=4" (keys tp, pp, dp, cp, ep, etp, vpp, first,
- * last: sizes; convention: "megatron-lm" or "megatron-bridge"; missing keys
+ * last: sizes; convention: "megatron-lm", "megatron-bridge" or "fsdp"; missing keys
  * are 1 except etp, which is tp (Megatron-Bridge with ep > 1: 1), first/last,
  * which are not given (0), and
  * convention, the default (0; "megatron-lm" given by name also parses as 0);
@@ -418,6 +435,13 @@ typedef struct {
  *   value := size | "on" | "off" | name   size := [1-9][0-9]*, at most 2^24
  * Spaces and tabs around keys and values are ignored ("tp = 4, dp = 2");
  * a size has no sign and no leading zero ("+4", "04" and "4.0" are refused).
+ * FSDP2 (PyTorch fully_shard over the HF module): "fsdp=N" (Shard(0) over N
+ * ranks), "fsdp=N,dp=R" (HSDP: mesh [dp_replicate=R, dp_shard=N], rank =
+ * r*N + s), "tp=T,fsdp=N[,dp=R]" (mesh [dp_replicate, dp_shard, tp], rank =
+ * (r*N + s)*T + t), optionally "transformers=4|5" (reshard_transformers_t).
+ * Any fsdp= key (or convention=fsdp, then fsdp defaults to 1) selects
+ * RESHARD_TRAIN_FSDP; pp, cp, ep, etp, vpp, first and last with it are
+ * INVALID_ARG naming the key, as is fsdp= under a Megatron convention.
  * Errors: INVALID_ARG with a message naming the offending text (unknown key,
  * missing '=', not a size, duplicate key, empty item or spec, a world
  * that overflows int32). Local.
@@ -433,7 +457,7 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
  *  INVALID_ARG naming it and the supported ones. */
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out);
 
-/** Ranks of a training spec (tp*cp*dp*pp), or -1 for a NULL or invalid spec
+/** Ranks of a training spec (tp*cp*dp*pp; FSDP2: tp*dp*fsdp), or -1 for a NULL or invalid spec
  *  (a size below 1, e.g. tp=0) or a product that overflows int32. */
 int32_t reshard_train_world(const reshard_train_spec_t *spec);
 /** Ranks of an inference spec (engines*tp*dp), or -1 as reshard_train_world
@@ -442,7 +466,8 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
  *  ",first=3", ",last=2" when set and ",convention=megatron-bridge" when that
- *  is the convention; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
+ *  is the convention; FSDP2: "fsdp=4,dp=1,tp=1", then ",transformers=4" when
+ *  that is the release; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
  *  than one engine, ",vllm=0.24" when that is the version and
  *  ",redundant=N" with N > 0 (the EPLB map is not text): a default
  *  written out or left out gives the same text) into @p out
@@ -545,8 +570,20 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * for local expert K, shared_experts.linear_fc1/fc2 (+ gate_weight [1, H]);
  * final layernorm, output_layer. Vocab padded to a multiple of 128*tp
  * (Megatron-LM) or not padded, V/tp rows per rank (Megatron-Bridge).
+ * With spec->convention RESHARD_TRAIN_FSDP (spec "fsdp=N[,dp=R][,tp=T]") the
+ * layout is instead FSDP2's over the HF module (src/model/fsdp.c, docs/fsdp.md):
+ * buffers named as the HF module's named_parameters() ("model.layers.3.
+ * self_attn.q_proj.weight", qwen3_moe experts "mlp.experts.N.gate_proj.weight"
+ * (transformers=4) or "mlp.experts.gate_up_proj" [E, 2I, H] and
+ * "mlp.experts.down_proj" [E, H, I] (transformers=5)); rank (r*N + s)*T + t
+ * holds torch.chunk piece s (of N, on dim 0) of its TP piece t (of T: dim 0
+ * for q/k/v/gate/up and lm_head, dim 1 for o_proj/down_proj, whole otherwise;
+ * HF base_model_tp_plan); an empty piece has no buffer. Families: dense and
+ * qwen3_moe (tp=1); others UNSUPPORTED naming the family, as is the FP8
+ * checkpoint form (dtype fp8); qwen3_moe with tp > 1 is CONFIG.
  * @param buffers  optional; receives the buffer table
- * Errors: CONFIG (see reshard_model_check), INVALID_ARG, NOMEM. Local.
+ * Errors: CONFIG (see reshard_model_check), UNSUPPORTED (FSDP2: above),
+ * INVALID_ARG, NOMEM. Local.
  */
 reshard_status_t reshard_model_train_layout(const reshard_model_t *model,
                                             const reshard_tensors_t *tensors,

@@ -118,7 +118,10 @@ class ModelOptions(ctypes.Structure):
 class TrainSpec(ctypes.Structure):
     _fields_ = [("tp", c_i32), ("pp", c_i32), ("dp", c_i32), ("cp", c_i32), ("ep", c_i32),
                 ("etp", c_i32), ("vpp", c_i32), ("first", c_i32), ("last", c_i32),
-                ("convention", c_i32), ("fsdp", c_i32)]
+                ("convention", c_i32),
+                # FSDP2 (convention "fsdp"): the dp_shard size and the transformers
+                # release (reshard_model.h reshard_train_spec_t.fsdp, .transformers)
+                ("fsdp", c_i32), ("transformers", c_i32)]
 
 
 class InferSpec(ctypes.Structure):

@@ -1,251 +1,305 @@
-/* The FSDP2 training layout: the HF module's own named_parameters(), each sharded by
- * PyTorch's fully_shard (and, with tp, parallelize_module) as it holds them.
+/* The FSDP2 training layout: PyTorch fully_shard over the Hugging Face module.
  *
- * PyTorch facts (pytorch/pytorch 00131b6b):
- *   torch/distributed/fsdp/_fully_shard/_fsdp_param.py  FSDP2 chunks each parameter's
- *     local tensor on dim 0 with torch.chunk into dp_shard pieces, empty ones appended
- *     (_chunk_with_empty); the sharded parameter is the unpadded chunk of this rank; a
- *     parameter tensor parallelism sharded on dim 0 gets _StridedShard(0, split_factor
- *     = tp) on the data-parallel dim, i.e. FSDP2 chunks the TP shard. HSDP replicates
- *     over dp_replicate.
- *   torch/distributed/tensor/placement_types.py  Shard(dim) splits like torch.chunk:
- *     chunk c = ceil(n/k), rank i holds [min(i*c, n), min((i+1)*c, n)).
- *   torch/distributed/tensor/parallel/style.py  ColwiseParallel: nn.Linear weight
- *     (and bias) Shard(0); RowwiseParallel: weight Shard(1), bias replicated.
- * transformers facts: base_model_tp_plan of the dense families
- *   (configuration_llama.py, configuration_qwen3.py, configuration_qwen2.py): q_proj,
- *   k_proj, v_proj, gate_proj, up_proj "colwise", o_proj, down_proj "rowwise"; the
- *   causal-LM class's _tp_plan lm_head "colwise_rep"; embed_tokens and the norms are
- *   not in it (replicated over tp). The MoE families of transformers 4.x hold routed
- *   experts as per-expert modules (experts.J.gate_proj / up_proj / down_proj, mixtral
- *   experts.J.w1 / w3 / w2); DeepseekV3's e_score_correction_bias is a buffer
- *   (register_buffer: whole on every rank).
+ * Every parameter is the HF module's own (named_parameters(), unfused:
+ * q_proj/k_proj/v_proj, gate_proj/up_proj, down_proj, embed_tokens, norms,
+ * lm_head), a DTensor on the mesh [dp_replicate=dp, dp_shard=fsdp, tp]; side
+ * rank (r*N + s)*T + t holds replica r's FSDP shard s of TP shard t.
  *
- * Rank r of the side is (dp_replicate r / (fsdp*tp), dp_shard (r / tp) % fsdp,
- * tp r % tp). Every parameter is its own buffer, named as the HF module names it,
- * its local shard contiguous; an empty shard declares no buffer. */
+ * Placement semantics (PyTorch at v2.7.0, the release line of FSDP2's
+ * fully_shard API; the same code at main in 2026):
+ *  - torch/distributed/tensor/placement_types.py, Shard._split_tensor:
+ *    torch.chunk(tensor, num_chunks, dim) and, for ranks past the last
+ *    chunk, empty tensors (fill_empty_tensor_to_shards): chunk c =
+ *    ceil(n/k), rank i holds [i*c, min((i+1)*c, n)), trailing ranks short or
+ *    empty (n=5, k=4: 2,2,1,0).
+ *  - torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+ *    FSDPParam._init_sharded_param: the local tensor (the TP shard when the
+ *    parameter is already a DTensor on a tp mesh) is cut with
+ *    _chunk_with_empty(tensor, shard_world_size, dim=0), the same torch.chunk
+ *    rule; the placements become (_StridedShard(0, split_factor=T), Shard(0))
+ *    for a TP Shard(0) parameter and (Shard(0), Shard(1)) for a TP Shard(1)
+ *    one; with HSDP Replicate() over dp_replicate in front
+ *    (_init_sharded_param, "dp_replicate" dim of the 2-D mesh).
+ *    sharded_param is the unpadded view (sharded_param_data[:length]), so a
+ *    rank's to_local() holds its rows only.
+ *  - torch/distributed/tensor/_utils.py compute_local_shape_and_global_offset:
+ *    mesh dims left to right, each splitting the current local extent with the
+ *    torch.chunk rule (so _StridedShard(0, T) then Shard(0) = FSDP chunk s of
+ *    TP chunk t).
+ *
+ * An empty shard (0 rows: more ranks than rows, e.g. a [128] norm over 256
+ * ranks, or E experts over more than E ranks) has no buffer on that rank: its
+ * to_local() has no element, and a layout declares no 0-byte buffer. A
+ * sender skips those parameters when it binds (the buffer table has no
+ * entry for them on that rank).
+ *
+ * Tensor parallelism follows HF's base_model_tp_plan (transformers
+ * configuration_qwen3.py / configuration_llama.py / configuration_qwen2.py
+ * at 16b6c53 and later): q_proj, k_proj, v_proj, gate_proj, up_proj
+ * "colwise" (Shard(0); biases Shard(0)), o_proj and down_proj "rowwise"
+ * (Shard(1)); lm_head "colwise_rep" (ForCausalLM._tp_plan: Shard(0) of the
+ * vocabulary); embed_tokens, the norms (q_norm/k_norm are
+ * "replicated_with_grad_allreduce" in newer plans) and everything else not in
+ * the plan: Replicate over tp. MoE expert plans differ between releases and
+ * families ("local_colwise" per expert, "packed_colwise"/"moe_tp_experts" on
+ * the fused tensors, "rowwise" on gate_up_proj): tp > 1 with a MoE family is
+ * refused.
+ *
+ * MoE experts (reshard_transformers_t): transformers 4 holds one module per
+ * expert, "mlp.experts.N.{gate,up,down}_proj.weight" (modeling_qwen3_moe.py at
+ * 16b6c53 and 00d4b3d: Qwen3MoeSparseMoeBlock.experts = nn.ModuleList of
+ * Qwen3MoeMLP), each parameter sharded on its own dim 0; transformers 5 holds
+ * Qwen3MoeExperts' fused "mlp.experts.gate_up_proj" [E, 2I, H] (per expert
+ * [gate; up]: forward chunks linear(x, gate_up_proj[e]) in two, gate first)
+ * and "mlp.experts.down_proj" [E, H, I], sharded on the expert dim, and
+ * declares them before the router "mlp.gate.weight" (Qwen3MoeTopKRouter).
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/layout_internal.h"
 #include "model/model_internal.h"
 #include "util/error.h"
 
-typedef enum { REPLICATED, COLWISE, ROWWISE } tp_style_t;
+/* Coordinates of one FSDP2 rank: replica, FSDP shard, TP rank, and sizes. */
+typedef struct {
+    int32_t r, s, t;
+    int32_t N, T;
+} fs_coord_t;
 
-/* torch.chunk's piece @p i of @p k over an extent @p n: [*lo, *hi). */
-static void chunk(int64_t n, int64_t k, int64_t i, int64_t *lo, int64_t *hi)
+/* torch.chunk(n, k) piece @p i (with empty pieces past the last):
+ * [*a, *a + *len). */
+static void chunk(int64_t n, int64_t k, int64_t i, int64_t *a, int64_t *len)
 {
-    int64_t c = (n + k - 1) / k;
-    *lo = i * c < n ? i * c : n;
-    *hi = (i + 1) * c < n ? (i + 1) * c : n;
+    int64_t c = rs_cdiv(n, k), lo = i * c < n ? i * c : n, hi = (i + 1) * c < n ? (i + 1) * c : n;
+    *a = lo;
+    *len = hi - lo;
+}
+
+/* Elements [lo, hi) (row-major flat indices of tensor @p t, from dim @p d on,
+ * inside the block fixed by off[0..d-1]) contiguous in buffer @p buf from
+ * @p base: at most two partial blocks per dim and one box of whole ones. */
+static reshard_status_t flat_rec(rs_emit_t *e, int32_t t, const reshard_tensor_info_t *ti,
+                                 int32_t buf, int64_t *off, int d, int64_t lo, int64_t hi,
+                                 int64_t base)
+{
+    int n = ti->view_ndim;
+    if (lo >= hi)
+        return RESHARD_OK;
+    int64_t st[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], o[RESHARD_MAX_DIMS];
+    int64_t acc = 1;
+    for (int k = n - 1; k >= 0; k--) {
+        st[k] = acc;
+        acc *= ti->view_shape[k];
+    }
+    int64_t inner = st[d];
+    int64_t first = lo / inner, last = (hi - 1) / inner;
+    if (lo % inner == 0 && hi % inner == 0) { /* whole blocks of dim d */
+        for (int k = 0; k < n; k++) {
+            o[k] = k < d ? off[k] : 0;
+            ext[k] = k < d ? 1 : ti->view_shape[k];
+        }
+        o[d] = first;
+        ext[d] = hi / inner - first;
+        return rs_emit(e, t, buf, o, ext, base, st);
+    }
+    if (first == last) {
+        off[d] = first;
+        return flat_rec(e, t, ti, buf, off, d + 1, lo - first * inner, hi - first * inner, base);
+    }
+    if (lo % inner) {
+        off[d] = first;
+        TRY(flat_rec(e, t, ti, buf, off, d + 1, lo % inner, inner, base));
+        base += inner - lo % inner;
+        lo = (first + 1) * inner;
+    }
+    int64_t whole = hi / inner * inner;
+    TRY(flat_rec(e, t, ti, buf, off, d, lo, whole, base));
+    base += whole - lo;
+    if (hi > whole) {
+        off[d] = hi / inner;
+        TRY(flat_rec(e, t, ti, buf, off, d + 1, 0, hi - whole, base));
+    }
+    return RESHARD_OK;
+}
+
+/* Flat elements [lo, hi) of tensor @p t contiguous in @p buf from @p base. */
+static reshard_status_t flat(rs_emit_t *e, int32_t t, int32_t buf, int64_t base, int64_t lo,
+                             int64_t hi)
+{
+    reshard_tensor_info_t ti;
+    TRY(reshard_tensors_info(e->T, t, &ti));
+    int64_t off[RESHARD_MAX_DIMS] = {0};
+    return flat_rec(e, t, &ti, buf, off, 0, lo, hi, 0 + base);
+}
+
+/* How a parameter is split over tp (HF base_model_tp_plan). */
+typedef enum { TP_REPLICATE, TP_COLWISE, TP_ROWWISE } tp_style_t;
+
+/* One HF parameter: rows [0, n0) of @p width elements each (a vector: width
+ * 1), starting at flat element @p pbase of logical tensor @p t (a per-expert
+ * parameter is one expert's block of the stacked tensor). Its local shard on
+ * rank @p c in a buffer of its own named @p name, or none when empty. */
+static reshard_status_t param(rs_emit_t *e, const fs_coord_t *c, int32_t t, int64_t pbase,
+                              int64_t n0, int64_t width, bool vector, tp_style_t style,
+                              const char *name)
+{
+    int64_t ta = 0, tl = n0, ca = 0, cl = width, a, l;
+    if (style == TP_COLWISE) /* Shard(0) over tp, then FSDP chunks the local TP shard */
+        chunk(n0, c->T, c->t, &ta, &tl);
+    else if (style == TP_ROWWISE) /* Shard(1) over tp, FSDP Shard(0) over all rows */
+        chunk(width, c->T, c->t, &ca, &cl);
+    chunk(tl, c->N, c->s, &a, &l);
+    a += ta;
+    if (l == 0 || cl == 0) /* an empty local shard: no buffer */
+        return RESHARD_OK;
+    int32_t b = vector ? rs_emit_buffer(e, t, 1, l, 1, "%s", name)
+                       : rs_emit_buffer(e, t, 0, l, cl, "%s", name);
+    if (b < 0)
+        return (reshard_status_t)b;
+    if (style != TP_ROWWISE)
+        return flat(e, t, b, 0, pbase + a * width, pbase + (a + l) * width);
+    /* rows [a, a+l) of columns [ca, ca+cl) of a 2-d [n0, width] tensor */
+    int64_t off[2] = {a, ca}, ext[2] = {l, cl}, st[2] = {cl, 1};
+    return rs_emit(e, t, b, off, ext, 0, st);
+}
+
+/* A whole 2-d (or 1-d) logical tensor as one parameter. */
+static reshard_status_t whole(rs_emit_t *e, const fs_coord_t *c, int32_t t, tp_style_t style,
+                              const char *name)
+{
+    reshard_tensor_info_t ti;
+    TRY(reshard_tensors_info(e->T, t, &ti));
+    bool vector = ti.ndim == 1;
+    int64_t n0 = ti.shape[0], width = vector ? 1 : ti.shape[ti.ndim - 1];
+    return param(e, c, t, 0, n0, width, vector, style, name);
+}
+
+/* The routed experts of a MoE layer (names "<p>mlp.experts."). */
+static reshard_status_t experts(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
+                                const rs_layer_ids_t *l, const char *p)
+{
+    const reshard_model_t *m = e->m;
+    int64_t E = m->E, I = m->Im, H = m->H;
+    char n[160], n2[160];
+    if (rs_transformers(s) == RESHARD_TRANSFORMERS_5) {
+        /* gate_up_proj [E, 2I, H] and down_proj [E, H, I], Shard(0) on E */
+        int64_t e0, ne;
+        chunk(E, c->N, c->s, &e0, &ne);
+        if (ne == 0)
+            return RESHARD_OK;
+        return rs_emit_experts(e, l, e0, ne, 0, I, false,
+                               rs_nm(n, sizeof n, p, "mlp.experts.gate_up_proj"),
+                               rs_nm(n2, sizeof n2, p, "mlp.experts.down_proj"));
+    }
+    /* transformers 4: experts.N.{gate,up,down}_proj.weight, each sharded alone */
+    for (int64_t x = 0; x < E; x++) {
+        char q[128];
+        rs_name_join(q, sizeof q, p, "mlp.experts.", x, ".");
+        TRY(param(e, c, l->e_gate, x * I * H, I, H, false, TP_REPLICATE,
+                  rs_nm(n, sizeof n, q, "gate_proj.weight")));
+        TRY(param(e, c, l->e_up, x * I * H, I, H, false, TP_REPLICATE,
+                  rs_nm(n, sizeof n, q, "up_proj.weight")));
+        TRY(param(e, c, l->e_down, x * H * I, H, I, false, TP_REPLICATE,
+                  rs_nm(n, sizeof n, q, "down_proj.weight")));
+    }
+    return RESHARD_OK;
+}
+
+/* Decoder layer @p i in HF module order: self_attn (q, k, v, o, q_norm,
+ * k_norm), mlp, input_layernorm, post_attention_layernorm. */
+static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
+                              int32_t i)
+{
+    const reshard_model_t *m = e->m;
+    const rs_layer_ids_t *l = &e->ids->layer[i];
+    char p[96], n[160];
+    rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
+    const int32_t qkv[3] = {l->q, l->k, l->v}, bias[3] = {l->q_bias, l->k_bias, l->v_bias};
+    static const char *const wn[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                      "self_attn.v_proj.weight"};
+    static const char *const bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                      "self_attn.v_proj.bias"};
+    for (int k = 0; k < 3; k++) {
+        TRY(whole(e, c, qkv[k], TP_COLWISE, rs_nm(n, sizeof n, p, wn[k])));
+        if (bias[k] >= 0)
+            TRY(whole(e, c, bias[k], TP_COLWISE, rs_nm(n, sizeof n, p, bn[k])));
+    }
+    TRY(whole(e, c, l->o, TP_ROWWISE, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+    if (m->qk_norm) {
+        TRY(whole(e, c, l->q_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
+        TRY(whole(e, c, l->k_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "self_attn.k_norm.weight")));
+    }
+    if (l->gate >= 0) {
+        TRY(whole(e, c, l->gate, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.gate_proj.weight")));
+        TRY(whole(e, c, l->up, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.up_proj.weight")));
+        TRY(whole(e, c, l->down, TP_ROWWISE, rs_nm(n, sizeof n, p, "mlp.down_proj.weight")));
+    } else if (rs_transformers(s) == RESHARD_TRANSFORMERS_5) { /* experts, then the router */
+        TRY(experts(e, s, c, l, p));
+        TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.gate.weight")));
+    } else { /* the router "gate", then the experts list */
+        TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.gate.weight")));
+        TRY(experts(e, s, c, l, p));
+    }
+    TRY(whole(e, c, l->in_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
+    return whole(e, c, l->post_norm, TP_REPLICATE,
+                 rs_nm(n, sizeof n, p, "post_attention_layernorm.weight"));
+}
+
+/* Side rank @p r: (replica, shard, tp) = (r / (N*T), (r / T) % N, r % T). The
+ * parameters in named_parameters() order: embed_tokens, layers, norm,
+ * lm_head (absent when tied: named_parameters() lists a shared tensor once). */
+static reshard_status_t fsdp_rank(rs_emit_t *e, int32_t r, const void *spec_v)
+{
+    const reshard_train_spec_t *s = spec_v;
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    fs_coord_t c = {.r = r / (s->fsdp * s->tp),
+                    .s = (r / s->tp) % s->fsdp,
+                    .t = r % s->tp,
+                    .N = s->fsdp,
+                    .T = s->tp};
+    TRY(whole(e, &c, ids->embed, TP_REPLICATE, "model.embed_tokens.weight"));
+    for (int32_t i = 0; i < m->L; i++)
+        TRY(layer(e, s, &c, i));
+    TRY(whole(e, &c, ids->norm, TP_REPLICATE, "model.norm.weight"));
+    if (!m->tied)
+        TRY(whole(e, &c, ids->lm_head, TP_COLWISE, "lm_head.weight"));
+    return RESHARD_OK;
+}
+
+static const char *family_name(const reshard_model_t *m)
+{
+    reshard_model_info_t info;
+    return reshard_model_info(m, &info) == RESHARD_OK ? info.family : "?";
 }
 
 reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
     RULE(reshard_train_world(s) > 0,
-         "train: fsdp=%d, dp=%d, tp=%d: sizes must be >= 1 and the "
-         "world fit in int32",
-         s->fsdp, s->dp, s->tp);
-    static const char *const fam[] = {"dense",     "qwen3_moe", "deepseek_v3",
-                                      "qwen2_moe", "mixtral",   "nemotron_h",
-                                      "glm4_moe",  "gpt_oss",   "qwen3_next"};
-    const char *name = (unsigned)m->fam < sizeof fam / sizeof *fam ? fam[m->fam] : "?";
-    if (m->fam == RS_FAM_NEMOTRON_H || m->fam == RS_FAM_GPT_OSS || m->fam == RS_FAM_QWEN3_NEXT)
+         "train (fsdp): sizes fsdp, dp and tp must be >= 1, pp, cp and ep 1, and the world "
+         "(dp*fsdp*tp) fit in int32");
+    if (m->fam != RS_FAM_DENSE && m->fam != RS_FAM_QWEN3_MOE)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "train (fsdp): the %s family's HF module is not modelled for FSDP2 "
-                        "(supported: dense, qwen3_moe, qwen2_moe, mixtral, deepseek_v3, glm4_moe)",
-                        name);
-    if (m->dtype != RESHARD_BF16)
+                        "train (fsdp): the %s family is not modelled under the FSDP2 convention "
+                        "(modelled: dense (llama, mistral, qwen2, qwen3) and qwen3_moe)",
+                        family_name(m));
+    if (m->dtype == RESHARD_FP8_E4M3)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "train (fsdp): an FSDP2 trainer holds bf16 parameters; the model is "
-                        "loaded as %s (for FP8 inference weights load bf16 with infer_quant)",
-                        reshard_dtype_name(m->dtype));
-    if (m->nmtp)
+                        "train (fsdp): an FSDP2 trainer holds bf16 parameters, not the FP8 "
+                        "checkpoint form (--dtype fp8); for FP8 on the inference side use the "
+                        "quantized destination (infer_quant; CLI --infer-dtype fp8 or mxfp8)");
+    if (m->nmtp > 0)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "train (fsdp): the HF module has no multi-token-prediction layers "
-                        "(transformers drops them): load the model without mtp");
-    if (s->tp > 1) {
-        RULE(m->fam == RS_FAM_DENSE,
-             "train (fsdp): tp=%d with the %s family: transformers' tensor-parallel plan for "
-             "its experts is not modelled (tp > 1 is for the dense families)",
-             s->tp, name);
-        RULE(m->nh % s->tp == 0 && (m->kv % s->tp == 0),
-             "train (fsdp): tp=%d must divide the %d attention heads and the %d kv heads "
-             "(ColwiseParallel on q_proj, k_proj and v_proj splits them by rows)",
-             s->tp, m->nh, m->kv);
-    }
+                        "train (fsdp): the HF modules have no MTP layers (mtp option)");
+    if (m->fam == RS_FAM_QWEN3_MOE)
+        RULE(s->tp == 1,
+             "train (fsdp): tp=%d with the qwen3_moe family: HF's tensor-parallel plan for "
+             "the experts differs between transformers releases (local_colwise per expert, "
+             "packed_colwise / moe_tp_experts on the fused tensors) and is not modelled; use "
+             "tp=1",
+             s->tp);
     return RESHARD_OK;
-}
-
-/* The tensor-parallel style of catalogue tensor @p t (transformers' tp plan). */
-static tp_style_t style_of(const rs_model_ids_t *ids, int32_t t)
-{
-    if (t == ids->lm_head && ids->lm_head != ids->embed)
-        return COLWISE;
-    for (int32_t i = 0; i < ids->nlayers; i++) {
-        const rs_layer_ids_t *l = &ids->layer[i];
-        if (t == l->q || t == l->k || t == l->v || t == l->q_bias || t == l->k_bias ||
-            t == l->v_bias || t == l->gate || t == l->up)
-            return COLWISE;
-        if (t == l->o || t == l->down)
-            return ROWWISE;
-    }
-    return REPLICATED;
-}
-
-/* Rows [a, b) and columns [c0, c0 + nc) of catalogue tensor @p t (of expert @p j of a
- * stacked tensor, or -1) into buffer @p buf, contiguous: the view's leading dims
- * split the HF rows (q_proj viewed [kv, heads per group, head_dim, H]), so the rows
- * become boxes of whole runs at each level of that split. */
-static reshard_status_t rows_into(rs_emit_t *e, int32_t t, int32_t buf, int64_t j, int64_t a,
-                                  int64_t b, int64_t c0, int64_t nc)
-{
-    reshard_tensor_info_t ti;
-    TRY(reshard_tensors_info(e->T, t, &ti));
-    if (ti.view_ndim == 0) { /* no planning view: the shape */
-        ti.view_ndim = ti.ndim;
-        memcpy(ti.view_shape, ti.shape, sizeof ti.shape);
-    }
-    int trail = j >= 0 ? 1 : ti.ndim - 1; /* dims after the row dim */
-    int lead = j >= 0 ? 0 : ti.view_ndim - trail;
-    int64_t w[RESHARD_MAX_DIMS], acc = 1;
-    for (int d = lead - 1; d >= 0; d--) {
-        w[d] = acc;
-        acc *= ti.view_shape[d];
-    }
-    bool same_trail = j >= 0 || (trail == 0 || ti.view_shape[ti.view_ndim - 1] == ti.shape[1]);
-    if (j < 0 && (lead < 1 || acc != ti.shape[0] || !same_trail))
-        return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "train (fsdp): tensor %s: its planning view does not split its rows",
-                        ti.name);
-    const int64_t a0 = a;
-    while (a < b) {
-        int64_t off[RESHARD_MAX_DIMS], ext[RESHARD_MAX_DIMS], st[RESHARD_MAX_DIMS];
-        int n = 0;
-        int64_t run = 1;
-        if (j >= 0) { /* stacked experts [E, rows, cols]: one expert's rows */
-            off[n] = j, ext[n] = 1, st[n] = (b - a) * nc;
-            n++;
-            off[n] = a, ext[n] = b - a, st[n] = nc;
-            n++;
-            run = b - a;
-        } else {
-            int i = lead - 1; /* the coarsest level whose whole runs fit from a */
-            for (int d = 0; d < lead; d++)
-                if (a % w[d] == 0 && a + w[d] <= b) {
-                    i = d;
-                    break;
-                }
-            int64_t idx = (a / w[i]) % ti.view_shape[i];
-            int64_t cnt = (b - a) / w[i];
-            if (cnt > ti.view_shape[i] - idx)
-                cnt = ti.view_shape[i] - idx;
-            for (int d = 0; d < lead; d++) {
-                off[n] = d < i ? (a / w[d]) % ti.view_shape[d] : d == i ? idx : 0;
-                ext[n] = d < i ? 1 : d == i ? cnt : ti.view_shape[d];
-                st[n] = w[d] * nc;
-                n++;
-            }
-            run = cnt * w[i];
-        }
-        if (trail) {
-            off[n] = c0, ext[n] = nc, st[n] = 1;
-            n++;
-        }
-        (void)n;
-        TRY(rs_emit(e, t, buf, off, ext, (a - a0) * nc, st)); /* the run's place in the shard */
-        a += run;
-        if (j >= 0)
-            break;
-    }
-    return RESHARD_OK;
-}
-
-/* Buffer @p name: rows [a, b) x columns [c0, c0 + nc) of tensor @p t (expert @p j or
- * -1); nothing for an empty shard. */
-static reshard_status_t shard(rs_emit_t *e, int32_t t, int64_t j, int64_t a, int64_t b, int64_t c0,
-                              int64_t nc, const char *name)
-{
-    if (b <= a || nc <= 0)
-        return RESHARD_OK; /* FSDP2's empty chunk: a zero-size parameter, not declared */
-    reshard_tensor_info_t ti;
-    TRY(reshard_tensors_info(e->T, t, &ti));
-    int32_t buf = ti.ndim == 1 ? rs_emit_buffer(e, t, 0, 1, b - a, "%s", name)
-                               : rs_emit_buffer(e, t, 0, b - a, nc, "%s", name);
-    if (buf < 0)
-        return (reshard_status_t)buf;
-    return rows_into(e, t, buf, j, a, b, c0, nc);
-}
-
-/* Routed expert @p j's HF name: the stacked tensor's name with "J." after "experts.". */
-static void expert_name(char *out, size_t size, const char *stacked, int64_t j)
-{
-    const char *at = strstr(stacked, ".experts.");
-    if (!at) {
-        snprintf(out, size, "%s", stacked);
-        return;
-    }
-    size_t head = (size_t)(at - stacked) + strlen(".experts.");
-    snprintf(out, size, "%.*s%lld.%s", (int)head, stacked, (long long)j, stacked + head);
-}
-
-/* Every parameter of side rank @p r. */
-static reshard_status_t fsdp_rank(rs_emit_t *e, int32_t r, const void *spec_v)
-{
-    const reshard_train_spec_t *s = spec_v;
-    const rs_model_ids_t *ids = e->ids;
-    int64_t tp = s->tp, t = r % s->tp, sh = (r / s->tp) % s->fsdp, n = s->fsdp;
-    bool *scale = calloc((size_t)e->T->n + 1, sizeof *scale);
-    if (!scale)
-        return rs_error(RESHARD_ERR_NOMEM, "train (fsdp): out of memory");
-    for (int32_t k = 0; k < ids->n; k++)
-        if (ids->scale[k] >= 0)
-            scale[ids->scale[k]] = true;
-    reshard_status_t st = RESHARD_OK;
-    for (int32_t k = 0; k < ids->n && st == RESHARD_OK; k++) {
-        if (scale[k])
-            continue;
-        reshard_tensor_info_t ti;
-        st = reshard_tensors_info(e->T, k, &ti);
-        if (st != RESHARD_OK)
-            break;
-        int64_t rows = ti.ndim == 1 ? ti.shape[0] : ti.shape[ti.ndim - 2];
-        int64_t cols = ti.ndim == 1 ? 1 : ti.shape[ti.ndim - 1];
-        int64_t a, b;
-        if (ids->expert[k] && ti.ndim == 3) { /* per-expert modules, each sharded alone */
-            chunk(rows, n, sh, &a, &b);
-            char nm[320];
-            for (int64_t j = 0; j < ti.shape[0] && st == RESHARD_OK; j++) {
-                expert_name(nm, sizeof nm, ti.name, j);
-                st = shard(e, k, j, a, b, 0, cols, nm);
-            }
-            continue;
-        }
-        bool whole = false;
-        for (int32_t i = 0; i < ids->nlayers; i++)
-            whole = whole || k == ids->layer[i].router_bias; /* a module buffer */
-        if (whole) {
-            st = shard(e, k, -1, 0, rows, 0, cols, ti.name);
-            continue;
-        }
-        tp_style_t style = tp > 1 ? style_of(ids, k) : REPLICATED;
-        int64_t c0 = 0, nc = cols;
-        if (style == COLWISE) { /* the TP shard's rows, then FSDP2's chunk of them */
-            int64_t ta, tb;
-            chunk(rows, tp, t, &ta, &tb);
-            chunk(tb - ta, n, sh, &a, &b);
-            a += ta, b += ta;
-        } else {
-            if (style == ROWWISE)
-                chunk(cols, tp, t, &c0, &nc), nc -= c0;
-            chunk(rows, n, sh, &a, &b);
-        }
-        st = shard(e, k, -1, a, b, c0, nc, ti.name);
-    }
-    free(scale);
-    return st;
 }
 
 reshard_status_t rs_fsdp_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
@@ -253,7 +307,8 @@ reshard_status_t rs_fsdp_emit(const reshard_model_t *model, const reshard_tensor
                               const rs_emit_scope_t *scope, reshard_layout_t **out,
                               reshard_model_buffers_t **buffers)
 {
-    char text[96];
+    TRY(rs_fsdp_check(model, spec));
+    char text[192];
     uint64_t origin =
         rs_side_origin(model, true, reshard_train_spec_str(spec, text, sizeof text), rank_offset);
     return rs_emit_side(model, tensors, true, reshard_train_world(spec), rank_offset, fsdp_rank,

@@ -297,11 +297,11 @@ reshard_status_t rs_train_emit(const reshard_model_t *model, const reshard_tenso
                                const rs_emit_scope_t *scope, reshard_layout_t **out,
                                reshard_model_buffers_t **buffers)
 {
+    if (rs_fsdp(spec)) /* FSDP2 over the HF module (fsdp.c) */
+        return rs_fsdp_emit(model, tensors, spec, rank_offset, scope, out, buffers);
     reshard_status_t s = rs_check_train(model, spec);
     if (s != RESHARD_OK)
         return s;
-    if (spec->convention == RESHARD_TRAIN_FSDP) /* not Megatron: the HF module under FSDP2 */
-        return rs_fsdp_emit(model, tensors, spec, rank_offset, scope, out, buffers);
     reshard_train_spec_t eff = *spec; /* vpp as Megatron derives it */
     rs_train_effective(model, &eff);
     char text[192];

@@ -177,6 +177,20 @@ static inline int32_t rs_convention(const reshard_train_spec_t *s)
 {
     return s->convention == RESHARD_TRAIN_DEFAULT ? RESHARD_TRAIN_MEGATRON_LM : s->convention;
 }
+/** The spec follows FSDP2 over the HF module (fsdp.c). */
+static inline bool rs_fsdp(const reshard_train_spec_t *s)
+{
+    return s->convention == RESHARD_TRAIN_FSDP;
+}
+/** The transformers release of an FSDP2 spec with its default applied. */
+static inline int32_t rs_transformers(const reshard_train_spec_t *s)
+{
+    return s->transformers == RESHARD_TRANSFORMERS_4 ? RESHARD_TRANSFORMERS_4
+                                                     : RESHARD_TRANSFORMERS_5;
+}
+/** FSDP2's rules for @p m (fsdp.c): the families and forms modelled,
+ *  torch.chunk needs nothing to divide. */
+reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spec_t *s);
 /** Expert tensor-parallel size (0: the convention's default: tp under
  *  Megatron-LM, arguments.py 587-588; 1 with ep > 1 under Megatron-Bridge,
  *  transformer_config.py _set_moe_expert_tensor_parallel_default at 067f987)
@@ -270,16 +284,6 @@ typedef struct {
     int64_t words;
 } rs_emit_scope_t;
 
-/* --- FSDP2 training layout (fsdp.c) ---------------------------------------- */
-/** The rules of an FSDP2 train spec for @p m (family, dtype, tp): CONFIG or
- *  UNSUPPORTED naming what is not modelled. */
-reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spec_t *s);
-/** The FSDP2 training layout (spec checked), as rs_train_emit. */
-reshard_status_t rs_fsdp_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
-                              const reshard_train_spec_t *spec, int32_t rank_offset,
-                              const rs_emit_scope_t *scope, reshard_layout_t **out,
-                              reshard_model_buffers_t **buffers);
-
 /** State while one side's layout is written: the current rank and its next
  *  buffer id. */
 typedef struct {
@@ -323,6 +327,11 @@ reshard_status_t rs_train_emit(const reshard_model_t *model, const reshard_tenso
                                const reshard_train_spec_t *spec, int32_t rank_offset,
                                const rs_emit_scope_t *scope, reshard_layout_t **out,
                                reshard_model_buffers_t **buffers);
+/** The FSDP2 training layout (fsdp.c), as rs_train_emit. */
+reshard_status_t rs_fsdp_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
+                              const reshard_train_spec_t *spec, int32_t rank_offset,
+                              const rs_emit_scope_t *scope, reshard_layout_t **out,
+                              reshard_model_buffers_t **buffers);
 reshard_status_t rs_infer_emit(const reshard_model_t *model, const reshard_tensors_t *tensors,
                                const reshard_infer_spec_t *spec, int32_t rank_offset,
                                const rs_emit_scope_t *scope, reshard_layout_t **out,

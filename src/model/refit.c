@@ -189,7 +189,7 @@ static reshard_status_t gather(bl_t *b, const reshard_model_refit_t *r, const rs
                                int32_t *stage_of)
 {
     const reshard_train_spec_t *s = &r->train_spec;
-    int32_t S = s->tp * s->cp * s->dp;
+    int32_t S = r->train_world / s->pp; /* ranks of a pipeline stage */
     int64_t n = reshard_layout_count(r->train);
     reshard_fragment_t *f = malloc((size_t)(n ? n : 1) * sizeof *f);
     if (!f)
@@ -207,7 +207,11 @@ static reshard_status_t gather(bl_t *b, const reshard_model_refit_t *r, const rs
     int64_t kept = 0;
     for (int64_t i = 0; i < n; i++) {
         int32_t st = f[i].rank / S, li = f[i].rank % S;
-        int32_t width = ids->expert[f[i].tensor] ? rs_etp(s) * s->ep : s->tp;
+        /* the first replica: Megatron's first tp (expert: etp*ep) ranks of
+         * the stage; FSDP2's first dp_shard x tp ranks */
+        int32_t width = rs_fsdp(s)                 ? s->fsdp * s->tp
+                        : ids->expert[f[i].tensor] ? rs_etp(s) * s->ep
+                                                   : s->tp;
         if (st == stage_of[f[i].tensor] && li < width)
             f[kept++] = f[i];
     }
@@ -248,7 +252,7 @@ reshard_status_t reshard_model_baseline(const reshard_model_t *model,
         return s;
     /* inference ranks where the refit puts them: [O, O + I) */
     int32_t O = r->infer_offset > 0 ? r->infer_offset : r->train_world, I = r->infer_world, S;
-    S = r->train_spec.tp * r->train_spec.cp * r->train_spec.dp;
+    S = r->train_world / r->train_spec.pp;
     bl_t b = {.world = O + I, .dsize = domain_size, .st = stats};
     b.net_send = calloc((size_t)b.world, sizeof *b.net_send);
     b.net_recv = calloc((size_t)b.world, sizeof *b.net_recv);

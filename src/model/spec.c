@@ -64,7 +64,8 @@ static spec_quote_t quote(const char *text)
     return q;
 }
 
-static reshard_status_t parse_pairs(const char *side, const char *text, void *spec, spec_set_fn set)
+static reshard_status_t parse_pairs(const char *side, const char *text, void *spec, spec_set_fn set,
+                                    unsigned *seen_out)
 {
     if (!text || !*text)
         return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec is empty (expected e.g. \"tp=4,dp=2\")",
@@ -93,6 +94,8 @@ static reshard_status_t parse_pairs(const char *side, const char *text, void *sp
             return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec \"%s\": trailing comma", side,
                             quote(text).s);
     }
+    if (seen_out)
+        *seen_out = seen;
     return RESHARD_OK;
 }
 
@@ -129,21 +132,32 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
                            "a modelled training convention (known: megatron-lm (the default), "
                            "megatron-bridge, fsdp)");
     }
-    if (!strcmp(key, "fsdp")) { /* FSDP2's shard size: selects the FSDP2 convention */
-        reshard_status_t st = mark(side, key, 1u << 10, seen);
-        return st != RESHARD_OK ? st : positive(side, key, val, &s->fsdp);
+    if (!strcmp(key, "transformers")) { /* the HF modeling release an FSDP2 trainer runs */
+        reshard_status_t st = mark(side, key, 1u << 11, seen);
+        if (st != RESHARD_OK)
+            return st;
+        if (!strcmp(val, "4") || !strcmp(val, "5")) {
+            /* the default's own name stored as 0: one spec, one text */
+            s->transformers = val[0] == '4' ? RESHARD_TRANSFORMERS_4 : 0;
+            return RESHARD_OK;
+        }
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: transformers=%s is not a modelled transformers release (known: 4 "
+                        "= per-expert MoE parameters, 5 = fused expert tensors (the default))",
+                        side, val);
     }
-    static const char *const keys[] = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "first", "last"};
-    int32_t *dst[] = {&s->tp,  &s->pp,  &s->dp,    &s->cp,  &s->ep,
-                      &s->etp, &s->vpp, &s->first, &s->last};
+    static const char *const keys[] = {"tp",  "pp",    "dp",   "cp", "ep",  "etp",
+                                       "vpp", "first", "last", "",   "fsdp"};
+    int32_t *dst[] = {&s->tp,  &s->pp,    &s->dp,   &s->cp, &s->ep,  &s->etp,
+                      &s->vpp, &s->first, &s->last, NULL,   &s->fsdp};
     for (unsigned i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (!strcmp(key, keys[i])) {
+        if (dst[i] && !strcmp(key, keys[i])) {
             reshard_status_t st = mark(side, key, 1u << i, seen);
             return st != RESHARD_OK ? st : positive(side, key, val, dst[i]);
         }
     return rs_error(RESHARD_ERR_INVALID_ARG,
                     "%s spec: unknown key '%s' (known: tp, pp, dp, cp, ep, etp, vpp, first, last, "
-                    "convention; FSDP2: fsdp, dp, tp)",
+                    "convention; FSDP2: fsdp, dp, tp, transformers)",
                     side, key);
 }
 
@@ -192,35 +206,31 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
                     key);
 }
 
-/* An FSDP2 spec (fsdp= or convention=fsdp): the convention set, fsdp >= 1, and the
- * Megatron-only keys refused by name. */
-static reshard_status_t fsdp_spec(const char *text, reshard_train_spec_t *s)
+/* An FSDP2 spec (any fsdp= key, or convention=fsdp): mesh [dp_replicate=dp,
+ * dp_shard=fsdp, tp]; the Megatron keys are refused by name. */
+static reshard_status_t fsdp_spec(const char *text, unsigned seen, reshard_train_spec_t *s)
 {
-    if (s->fsdp > 0 && s->convention != RESHARD_TRAIN_DEFAULT &&
-        s->convention != RESHARD_TRAIN_FSDP)
+    /* train_set's key bits: tp 0, pp 1, dp 2, cp 3, ep 4, etp 5, vpp 6, first 7, last 8 */
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } megatron_only[] = {{"pp", 1},  {"cp", 3},    {"ep", 4},  {"etp", 5},
+                         {"vpp", 6}, {"first", 7}, {"last", 8}};
+    for (unsigned i = 0; i < sizeof megatron_only / sizeof *megatron_only; i++)
+        if (seen & (1u << megatron_only[i].bit))
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "train spec \"%s\": %s= is a Megatron size; an FSDP2 spec (fsdp=) "
+                            "takes fsdp, dp (HSDP replicas), tp and transformers only",
+                            quote(text).s, megatron_only[i].key);
+    if (s->convention != 0 && s->convention != RESHARD_TRAIN_FSDP)
         return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "train spec \"%s\": fsdp= is FSDP2's shard size; convention=%s is a "
-                        "Megatron convention",
-                        quote(text).s, conventions[s->convention]);
-    if (s->fsdp == 0 && s->convention != RESHARD_TRAIN_FSDP)
-        return RESHARD_OK;
+                        "train spec \"%s\": fsdp= needs convention=fsdp (or no convention), not "
+                        "convention=%s",
+                        quote(text).s, reshard_train_convention_name(s->convention));
     s->convention = RESHARD_TRAIN_FSDP;
     if (s->fsdp == 0)
         s->fsdp = 1;
-    const char *bad = s->pp > 1    ? "pp"
-                      : s->cp > 1  ? "cp"
-                      : s->ep > 1  ? "ep"
-                      : s->etp > 0 ? "etp"
-                      : s->vpp > 1 ? "vpp"
-                      : s->first   ? "first"
-                      : s->last    ? "last"
-                                   : NULL;
-    if (bad)
-        return rs_error(RESHARD_ERR_INVALID_ARG,
-                        "train spec \"%s\": %s= is Megatron's; an FSDP2 trainer is fsdp=N (its "
-                        "shard size), dp=R (HSDP replicas) and tp=T",
-                        quote(text).s, bad);
-    s->etp = s->tp;
+    s->etp = 1;
     return RESHARD_OK;
 }
 
@@ -230,9 +240,15 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_train_spec_parse: NULL out");
     reshard_train_spec_t s = {.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1};
-    reshard_status_t st = parse_pairs("train", text, &s, train_set);
-    if (st == RESHARD_OK)
-        st = fsdp_spec(text, &s);
+    unsigned seen = 0;
+    reshard_status_t st = parse_pairs("train", text, &s, train_set, &seen);
+    bool fsdp = (seen & (1u << 10)) || s.convention == RESHARD_TRAIN_FSDP;
+    if (st == RESHARD_OK && fsdp)
+        st = fsdp_spec(text, seen, &s);
+    else if (st == RESHARD_OK && (seen & (1u << 11)))
+        st = rs_error(RESHARD_ERR_INVALID_ARG,
+                      "train spec \"%s\": transformers= belongs to an FSDP2 spec (fsdp=N)",
+                      quote(text).s);
     if (s.etp == 0) /* the convention's default: tp (Megatron-LM) or 1 (Bridge with ep > 1) */
         s.etp = rs_etp(&s);
     if (st == RESHARD_OK && reshard_train_world(&s) < 0)
@@ -249,7 +265,7 @@ reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_infer_spec_parse: NULL out");
     reshard_infer_spec_t s = {.tp = 1, .dp = 1, .engines = 1};
-    reshard_status_t st = parse_pairs("infer", text, &s, infer_set);
+    reshard_status_t st = parse_pairs("infer", text, &s, infer_set, NULL);
     if (st == RESHARD_OK && reshard_infer_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": world size overflows",
                       quote(text).s);
@@ -275,10 +291,15 @@ int32_t reshard_train_world(const reshard_train_spec_t *s)
 {
     if (!s || (unsigned)s->convention > RESHARD_TRAIN_FSDP)
         return -1;
-    if (s->convention == RESHARD_TRAIN_FSDP) {
+    if (rs_fsdp(s)) { /* mesh [dp_replicate, dp_shard, tp] */
+        if (s->pp != 1 || s->cp != 1 || s->ep != 1 || s->transformers < 0 ||
+            s->transformers > RESHARD_TRANSFORMERS_5)
+            return -1;
         int32_t v[3] = {s->tp, s->dp, s->fsdp};
         return product(v, 3);
     }
+    if (s->fsdp > 1) /* an FSDP size under a Megatron convention */
+        return -1;
     int32_t v[4] = {s->tp, s->cp, s->dp, s->pp};
     return product(v, 4);
 }
@@ -298,8 +319,10 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *s, char *out, siz
     out[0] = '\0';
     if (!s)
         return out;
-    if (s->convention == RESHARD_TRAIN_FSDP) {
-        snprintf(out, size, "tp=%d,dp=%d,fsdp=%d", s->tp, s->dp, s->fsdp);
+    if (rs_fsdp(s)) { /* "fsdp=4,dp=1,tp=1", then ",transformers=4" when that is the release */
+        int n = snprintf(out, size, "fsdp=%d,dp=%d,tp=%d", s->fsdp, s->dp, s->tp);
+        if (n >= 0 && (size_t)n < size && s->transformers == RESHARD_TRANSFORMERS_4)
+            snprintf(out + n, size - (size_t)n, ",transformers=4");
         return out;
     }
     int n = snprintf(out, size, "tp=%d,pp=%d,dp=%d,cp=%d,ep=%d,etp=%d", s->tp, s->pp, s->dp, s->cp,
@@ -424,8 +447,8 @@ void rs_train_effective(const reshard_model_t *m, reshard_train_spec_t *s)
 
 reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_spec_t *s)
 {
-    if (s->convention == RESHARD_TRAIN_FSDP)
-        return rs_fsdp_check(m, s);
+    if (s && rs_fsdp(s))
+        return rs_fsdp_check(m, s); /* fsdp.c */
     RULE(reshard_train_world(s) > 0,
          "train: sizes must be >= 1, the world fit in int32 and the convention be "
          "megatron-lm or megatron-bridge");

@@ -251,27 +251,37 @@ MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hid
        "vocab_size": 100, "tie_word_embeddings": False}
 
 
-def test_moe_fsdp_source_into_vllm_experts(tmp_path):
-    """qwen3_moe under FSDP2 (fsdp=3: 16 expert rows as 6, 6, 4) with transformers 4.x's
-    per-expert parameters into vLLM tp=2 with expert parallelism. Oracle (vLLM's
-    FusedMoE with EP, linear placement): EP rank r holds experts [r*E/2, (r+1)*E/2)
-    whole, w13_weight[k] = [gate; up] and w2_weight[k] = down of expert r*E/2 + k; the
-    router and the norms whole on both ranks."""
+@pytest.mark.parametrize("form", ["4", "5"])
+def test_moe_fsdp_source_into_vllm_experts(tmp_path, form):
+    """qwen3_moe under FSDP2 (fsdp=3) into vLLM tp=2 with expert parallelism, in both
+    of transformers' forms: 4.x per-expert parameters (experts.J.gate_proj.weight, 16
+    rows as 6, 6, 4) and 5.x fused expert tensors (experts.gate_up_proj [E, 2I, H],
+    per expert [gate; up], and experts.down_proj [E, H, I]: 4 experts as 2, 2, 0).
+    Oracle (vLLM's FusedMoE with EP, linear placement): EP rank r holds experts
+    [r*E/2, (r+1)*E/2) whole, w13_weight[k] = [gate; up] and w2_weight[k] = down of
+    expert r*E/2 + k; the router and the norms whole on both ranks."""
     import json
     path = os.path.join(str(tmp_path), "moe.json")
     with open(path, "w") as f:
         json.dump(MOE, f)
-    refit = reshard.Model(path).refit("fsdp=3", "tp=2,ep=on")
+    refit = reshard.Model(path).refit("fsdp=3,transformers=%s" % form, "tp=2,ep=on")
     g = torch.Generator().manual_seed(5)
-    full = {}
+    full, gate, up, down = {}, {}, {}, {}
     for ti in refit.tensors:
-        if ".experts." in ti.name:  # HF 4.x: experts.J.<proj>.weight, one per expert
+        if ".experts." in ti.name:  # the stacked logical tensor [E, rows, cols]
+            x = torch.randn(ti.shape, generator=g).to(torch.bfloat16)
             head, tail = ti.name.split(".experts.")
-            for j in range(ti.shape[0]):
-                full["%s.experts.%d.%s" % (head, j, tail)] = \
-                    torch.randn(ti.shape[1:], generator=g).to(torch.bfloat16)
+            {"gate_proj.weight": gate, "up_proj.weight": up,
+             "down_proj.weight": down}[tail][head] = x
+            if form == "4":  # HF 4.x: experts.J.<proj>.weight, one per expert
+                for j in range(ti.shape[0]):
+                    full["%s.experts.%d.%s" % (head, j, tail)] = x[j].clone()
         else:
             full[ti.name] = torch.randn(ti.shape, generator=g).to(reshard.torch_dtype(ti.dtype))
+    if form == "5":  # HF 5.x Qwen3MoeExperts: gate_up_proj [E, 2I, H], down_proj [E, H, I]
+        for head in gate:
+            full[head + ".experts.gate_up_proj"] = torch.cat([gate[head], up[head]], dim=1)
+            full[head + ".experts.down_proj"] = down[head].clone()
     mods = [dtensor.fully_shard(full, {}, r, fsdp=3) for r in range(3)]
     got = [refit.infer.new_buffers(3 + i, fill=SENT) for i in range(2)]
     plan = reshard.Plan(refit.train, refit.infer, rank=reshard.ALL_RANKS, world=refit.world,
@@ -303,13 +313,12 @@ def test_moe_fsdp_source_into_vllm_experts(tmp_path):
             w13 = got[i][pre + "experts.routed_experts.w13_weight"]
             w2 = got[i][pre + "experts.routed_experts.w2_weight"]
             assert w13.shape == (2, 32, 32) and w2.shape == (2, 32, 16)
+            head = "model.layers.%d.mlp" % layer
             for k in range(2):
                 e = i * 2 + k
-                want = torch.cat([full[pre + "experts.%d.gate_proj.weight" % e],
-                                  full[pre + "experts.%d.up_proj.weight" % e]])
+                want = torch.cat([gate[head][e], up[head][e]])
                 assert torch.equal(bits(w13[k]), bits(want)), (i, layer, k)
-                assert torch.equal(bits(w2[k]), bits(full[pre + "experts.%d.down_proj.weight"
-                                                          % e])), (i, layer, k)
+                assert torch.equal(bits(w2[k]), bits(down[head][e])), (i, layer, k)
             assert torch.equal(bits(got[i][pre + "gate.weight"]), bits(full[pre + "gate.weight"]))
             for n in ("input_layernorm.weight", "post_attention_layernorm.weight"):
                 name = "model.layers.%d.%s" % (layer, n)
@@ -317,12 +326,13 @@ def test_moe_fsdp_source_into_vllm_experts(tmp_path):
 
 
 @pytest.mark.parametrize("spec,msg", [
-    ("fsdp=4,pp=2", "pp= is Megatron's; an FSDP2 trainer is fsdp=N"),
-    ("fsdp=2,ep=2", "ep= is Megatron's"),
-    ("fsdp=2,etp=1", "etp= is Megatron's"),
+    ("fsdp=4,pp=2", "pp= is a Megatron size; an FSDP2 spec"),
+    ("fsdp=2,ep=2", "ep= is a Megatron size"),
+    ("fsdp=2,etp=1", "etp= is a Megatron size"),
     ("fsdp=0", "fsdp=0 is not a positive integer"),
-    ("fsdp=2,convention=megatron-bridge", "fsdp= is FSDP2's shard size; convention="
-                                          "megatron-bridge is a Megatron convention"),
+    ("fsdp=2,convention=megatron-bridge", "fsdp= needs convention=fsdp .or no convention., "
+                                          "not convention=megatron-bridge"),
+    ("fsdp=2,transformers=6", "transformers=6"),
     ("fsdp=2,fsdp=2", "key 'fsdp' given twice"),
 ])
 def test_bad_fsdp_specs_are_named(tmp_path, spec, msg):
@@ -347,6 +357,6 @@ def test_families_fsdp_does_not_model_are_refused(tmp_path):
         json.dump(MOE, f)
     with pytest.raises(reshard.ReshardError, match="tp=2 with the qwen3_moe family"):
         reshard.Model(path).refit("tp=2,fsdp=2", "tp=2,ep=on")
-    with pytest.raises(reshard.ReshardError, match="the gpt_oss family's HF module is not "
-                       "modelled for FSDP2"):
+    with pytest.raises(reshard.ReshardError, match="the gpt_oss family is not modelled under "
+                       "the FSDP2 convention"):
         reshard.Model("gpt-oss-20b", layers=1).refit("fsdp=2", "tp=2")

@@ -1,0 +1,509 @@
+/*
+ * The FSDP2 training layout (convention "fsdp") against an oracle written
+ * here from PyTorch's rules and HF's parameter names alone, never from
+ * src/model/fsdp.c:
+ *   - torch.chunk(n, k): chunk c = ceil(n/k); piece i = [i*c, min((i+1)*c, n)),
+ *     trailing pieces short or empty (Shard._split_tensor, FSDP2's
+ *     _chunk_with_empty);
+ *   - mesh [dp_replicate=R, dp_shard=N, tp=T], rank = (r*N + s)*T + t;
+ *   - HF base_model_tp_plan: q/k/v/gate/up and lm_head Shard(0) over tp, then
+ *     FSDP chunks the local TP shard on dim 0 (_StridedShard(0, T), Shard(0));
+ *     o_proj/down_proj Shard(1) over tp, FSDP Shard(0) over all rows; the rest
+ *     Replicate over tp, Shard(0) over dp_shard;
+ *   - transformers 4 MoE: "mlp.experts.N.{gate,up,down}_proj.weight" each a
+ *     parameter; transformers 5: "mlp.experts.gate_up_proj" [E, 2I, H]
+ *     ([gate; up] per expert) and "mlp.experts.down_proj" [E, H, I].
+ * For every rank and every parameter: the buffer exists exactly when its
+ * shard is not empty, has the shard's bytes, and its element i is the logical
+ * tensor's element at the oracle's index, every element written once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "reshard/reshard_model.h"
+
+typedef struct {
+    int64_t H, I, Im, V, nh, kv, hd, E, L;
+    int tied, bias, moe, qk_norm;
+} cfg_t;
+
+static reshard_model_t *load(const cfg_t *c)
+{
+    char json[1024];
+    if (c->moe)
+        snprintf(json, sizeof json,
+                 "{\"model_type\": \"qwen3_moe\", \"hidden_size\": %lld, \"intermediate_size\": "
+                 "%lld, \"moe_intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
+                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, \"head_dim\": "
+                 "%lld, \"num_experts\": %lld, \"num_experts_per_tok\": 1, "
+                 "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"vocab_size\": %lld, "
+                 "\"tie_word_embeddings\": %s}",
+                 (long long)c->H, (long long)c->I, (long long)c->Im, (long long)c->L,
+                 (long long)c->nh, (long long)c->kv, (long long)c->hd, (long long)c->E,
+                 (long long)c->V, c->tied ? "true" : "false");
+    else
+        snprintf(json, sizeof json,
+                 "{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
+                 "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
+                 "\"num_key_value_heads\": %lld, \"head_dim\": %lld, \"vocab_size\": %lld, "
+                 "\"tie_word_embeddings\": %s}",
+                 c->bias ? "qwen2" : "qwen3", (long long)c->H, (long long)c->I, (long long)c->L,
+                 (long long)c->nh, (long long)c->kv, (long long)c->hd, (long long)c->V,
+                 c->tied ? "true" : "false");
+    reshard_model_t *m = NULL;
+    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    return m;
+}
+
+/* torch.chunk piece i of n over k */
+static void piece(int64_t n, int64_t k, int64_t i, int64_t *a, int64_t *len)
+{
+    int64_t c = (n + k - 1) / k, lo = i * c, hi = (i + 1) * c;
+    lo = lo < n ? lo : n;
+    hi = hi < n ? hi : n;
+    *a = lo;
+    *len = hi - lo;
+}
+
+enum { REP, COL, ROW };
+
+/* One expected parameter of a rank: its local block, and how a local
+ * element maps to the logical tensor (name, flat index). */
+typedef struct {
+    char name[160];
+    int style;
+    int64_t n0, n1; /* HF shape [n0, n1] (a vector: n1 = 1) */
+    /* per-expert (transformers 4): logical tensor name and expert block base */
+    char logical[160];
+    int64_t lbase;
+    int fused; /* 1: gate_up_proj [E, 2I, H]; 2: down_proj [E, H, I] (transformers 5) */
+} hf_param_t;
+
+typedef struct {
+    const cfg_t *c;
+    int32_t N, T, R, tfm;
+    reshard_tensors_t *ts;
+    reshard_layout_t *lay;
+    reshard_model_buffers_t *bufs;
+    int64_t checked, nbufs;
+} ctx_t;
+
+/* Check buffer @p name of rank @p rank against the expected elements
+ * @p want[i] = logical (tensor id, flat index), @p n of them. */
+typedef struct {
+    int32_t t;
+    int64_t flat;
+} elem_t;
+
+static int32_t find_buffer(const ctx_t *x, int32_t rank, const char *name, uint64_t *bytes)
+{
+    int64_t nb = reshard_model_buffers_count(x->bufs);
+    for (int64_t i = 0; i < nb; i++) {
+        reshard_model_buffer_t b;
+        assert_int_equal(reshard_model_buffers_get(x->bufs, i, &b), RESHARD_OK);
+        if (b.rank == rank && !strcmp(b.name, name)) {
+            *bytes = b.bytes;
+            return b.buffer;
+        }
+    }
+    return -1;
+}
+
+static void check_buffer(ctx_t *x, int32_t rank, const char *name, const elem_t *want, int64_t n)
+{
+    uint64_t bytes = 0;
+    int32_t buf = find_buffer(x, rank, name, &bytes);
+    if (n == 0) {
+        if (buf >= 0)
+            fail_msg("rank %d: %s has an empty shard but a buffer", rank, name);
+        return;
+    }
+    if (buf < 0)
+        fail_msg("rank %d: no buffer %s (%lld elements expected)", rank, name, (long long)n);
+    if (bytes != (uint64_t)n * 2)
+        fail_msg("rank %d: %s has %llu bytes, want %lld", rank, name, (unsigned long long)bytes,
+                 (long long)n * 2);
+    elem_t *got = calloc((size_t)n, sizeof *got);
+    for (int64_t i = 0; i < n; i++)
+        got[i].t = -1;
+    int64_t nf = reshard_layout_count(x->lay);
+    for (int64_t i = 0; i < nf; i++) {
+        reshard_fragment_t f;
+        assert_int_equal(reshard_layout_fragment(x->lay, i, &f), RESHARD_OK);
+        if (f.rank != rank || f.buffer != buf)
+            continue;
+        reshard_tensor_info_t ti;
+        assert_int_equal(reshard_tensors_info(x->ts, f.tensor, &ti), RESHARD_OK);
+        int nd = ti.view_ndim;
+        int64_t vst[RESHARD_MAX_DIMS], idx[RESHARD_MAX_DIMS] = {0}, acc = 1, cnt = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            vst[d] = acc;
+            acc *= ti.view_shape[d];
+            cnt *= f.box.extent[d];
+        }
+        for (int64_t k = 0; k < cnt; k++) {
+            int64_t at = f.base, flat = 0;
+            for (int d = 0; d < nd; d++) {
+                at += idx[d] * f.stride[d];
+                flat += (f.box.offset[d] + idx[d]) * vst[d];
+            }
+            if (at < 0 || at >= n)
+                fail_msg("rank %d %s: fragment element at %lld outside the buffer", rank, name,
+                         (long long)at);
+            if (got[at].t >= 0)
+                fail_msg("rank %d %s: element %lld written twice", rank, name, (long long)at);
+            got[at] = (elem_t){f.tensor, flat};
+            for (int d = nd - 1; d >= 0; d--) {
+                if (++idx[d] < f.box.extent[d])
+                    break;
+                idx[d] = 0;
+            }
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (got[i].t != want[i].t || got[i].flat != want[i].flat)
+            fail_msg("rank %d %s element %lld: layout (tensor %d, %lld), oracle (tensor %d, %lld)",
+                     rank, name, (long long)i, got[i].t, (long long)got[i].flat, want[i].t,
+                     (long long)want[i].flat);
+    x->checked += n;
+    x->nbufs++;
+    free(got);
+}
+
+static int32_t tid(const ctx_t *x, const char *name)
+{
+    int32_t t = reshard_tensors_find(x->ts, name);
+    if (t < 0)
+        fail_msg("no logical tensor %s", name);
+    return t;
+}
+
+/* A 2-d (or 1-d) HF parameter on rank (s, t). */
+static void check_param(ctx_t *x, int32_t rank, int32_t s, int32_t t, const hf_param_t *p)
+{
+    int64_t r0 = 0, rn = p->n0, c0 = 0, cn = p->n1;
+    if (p->style == COL)
+        piece(p->n0, x->T, t, &r0, &rn);
+    if (p->style == ROW)
+        piece(p->n1, x->T, t, &c0, &cn);
+    int64_t a, l;
+    piece(rn, x->N, s, &a, &l);
+    a += r0;
+    int64_t n = l * cn;
+    elem_t *want = calloc((size_t)(n ? n : 1), sizeof *want);
+    int32_t id = tid(x, p->logical[0] ? p->logical : p->name);
+    for (int64_t i = 0; i < l; i++)
+        for (int64_t j = 0; j < cn; j++)
+            want[i * cn + j] = (elem_t){id, p->lbase + (a + i) * p->n1 + c0 + j};
+    check_buffer(x, rank, p->name, want, cn ? n : 0);
+    free(want);
+}
+
+/* transformers 5's fused expert tensors on FSDP shard s: experts chunked. */
+static void check_fused(ctx_t *x, int32_t rank, int32_t s, const char *pfx)
+{
+    const cfg_t *c = x->c;
+    int64_t e0, ne, I = c->Im, H = c->H;
+    piece(c->E, x->N, s, &e0, &ne);
+    char nm[160], lg[160], lu[160], ld[160];
+    snprintf(lg, sizeof lg, "%smlp.experts.gate_proj.weight", pfx);
+    snprintf(lu, sizeof lu, "%smlp.experts.up_proj.weight", pfx);
+    snprintf(ld, sizeof ld, "%smlp.experts.down_proj.weight", pfx);
+    int64_t n = ne * 2 * I * H;
+    elem_t *want = calloc((size_t)(n ? n : 1), sizeof *want);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t r = 0; r < 2 * I; r++)
+            for (int64_t h = 0; h < H; h++)
+                want[(e * 2 * I + r) * H + h] =
+                    (elem_t){tid(x, r < I ? lg : lu), (e0 + e) * I * H + (r % I) * H + h};
+    snprintf(nm, sizeof nm, "%smlp.experts.gate_up_proj", pfx);
+    check_buffer(x, rank, nm, want, n);
+    n = ne * H * I;
+    for (int64_t k = 0; k < n; k++)
+        want[k] = (elem_t){tid(x, ld), e0 * H * I + k};
+    snprintf(nm, sizeof nm, "%smlp.experts.down_proj", pfx);
+    check_buffer(x, rank, nm, want, n);
+    free(want);
+}
+
+#define P(...) snprintf(p.name, sizeof p.name, __VA_ARGS__)
+
+static void check_rank(ctx_t *x, int32_t rank)
+{
+    const cfg_t *c = x->c;
+    int32_t t = rank % x->T, s = (rank / x->T) % x->N;
+    hf_param_t p;
+    memset(&p, 0, sizeof p);
+#define ONE(style_, n0_, n1_, ...)                                                                 \
+    do {                                                                                           \
+        memset(&p, 0, sizeof p);                                                                   \
+        P(__VA_ARGS__);                                                                            \
+        p.style = style_;                                                                          \
+        p.n0 = n0_;                                                                                \
+        p.n1 = n1_;                                                                                \
+        check_param(x, rank, s, t, &p);                                                            \
+    } while (0)
+    ONE(REP, c->V, c->H, "model.embed_tokens.weight");
+    for (int64_t L = 0; L < c->L; L++) {
+        char pf[64];
+        snprintf(pf, sizeof pf, "model.layers.%lld.", (long long)L);
+        ONE(COL, c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
+        ONE(COL, c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
+        ONE(COL, c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
+        if (c->bias) {
+            ONE(COL, c->nh * c->hd, 1, "%sself_attn.q_proj.bias", pf);
+            ONE(COL, c->kv * c->hd, 1, "%sself_attn.k_proj.bias", pf);
+            ONE(COL, c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
+        }
+        ONE(ROW, c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
+        if (c->qk_norm) {
+            ONE(REP, c->hd, 1, "%sself_attn.q_norm.weight", pf);
+            ONE(REP, c->hd, 1, "%sself_attn.k_norm.weight", pf);
+        }
+        if (!c->moe) {
+            ONE(COL, c->I, c->H, "%smlp.gate_proj.weight", pf);
+            ONE(COL, c->I, c->H, "%smlp.up_proj.weight", pf);
+            ONE(ROW, c->H, c->I, "%smlp.down_proj.weight", pf);
+        } else {
+            ONE(REP, c->E, c->H, "%smlp.gate.weight", pf);
+            if (x->tfm == 5) {
+                check_fused(x, rank, s, pf);
+            } else {
+                static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+                for (int64_t e = 0; e < c->E; e++)
+                    for (int k = 0; k < 3; k++) {
+                        memset(&p, 0, sizeof p);
+                        P("%smlp.experts.%lld.%s.weight", pf, (long long)e, proj[k]);
+                        snprintf(p.logical, sizeof p.logical, "%smlp.experts.%s.weight", pf,
+                                 proj[k]);
+                        p.style = REP;
+                        p.n0 = k < 2 ? c->Im : c->H;
+                        p.n1 = k < 2 ? c->H : c->Im;
+                        p.lbase = e * c->Im * c->H;
+                        check_param(x, rank, s, t, &p);
+                    }
+            }
+        }
+        ONE(REP, c->H, 1, "%sinput_layernorm.weight", pf);
+        ONE(REP, c->H, 1, "%spost_attention_layernorm.weight", pf);
+    }
+    ONE(REP, c->H, 1, "model.norm.weight");
+    if (!c->tied)
+        ONE(COL, c->V, c->H, "lm_head.weight");
+#undef ONE
+}
+
+/* Build the refit of @p c from @p train, check every rank against the
+ * oracle, and that each rank declares no buffer beyond the oracle's. */
+static void check_spec(const cfg_t *c, const char *train, const char *infer)
+{
+    reshard_model_t *m = load(c);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    assert_int_equal(reshard_train_spec_parse(train, &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse(infer, &is), RESHARD_OK);
+    assert_int_equal(ts.convention, RESHARD_TRAIN_FSDP);
+    reshard_model_refit_t r;
+    reshard_status_t st = reshard_model_refit_create(m, &ts, &is, &r);
+    if (st != RESHARD_OK)
+        fail_msg("%s -> %s: %s", train, infer, reshard_last_error());
+    ctx_t x = {.c = c,
+               .N = ts.fsdp,
+               .T = ts.tp,
+               .R = ts.dp,
+               .tfm = ts.transformers == RESHARD_TRANSFORMERS_4 ? 4 : 5,
+               .ts = r.tensors,
+               .lay = r.train,
+               .bufs = r.train_buffers};
+    assert_int_equal(r.train_world, ts.tp * ts.fsdp * ts.dp);
+    int64_t before = 0;
+    for (int32_t k = 0; k < r.train_world; k++)
+        check_rank(&x, k);
+    /* every element of every replica: R copies of the model (with tp, the
+     * parameters replicated over tp are T copies more) */
+    reshard_tensor_info_t ti;
+    for (int32_t k = 0; k < reshard_tensors_count(r.tensors); k++) {
+        assert_int_equal(reshard_tensors_info(r.tensors, k, &ti), RESHARD_OK);
+        before += ti.numel;
+    }
+    if (ts.tp == 1)
+        assert_int_equal(x.checked, before * ts.dp);
+    else
+        assert_true(x.checked > before * ts.dp);
+    /* no extra buffers: the table has as many entries as the oracle found */
+    assert_int_equal(reshard_model_buffers_count(r.train_buffers), x.nbufs);
+    reshard_model_refit_destroy(&r);
+    reshard_model_destroy(m);
+}
+
+/* qwen3 dense, uneven everywhere: k_norm [6] over 4 is 2,2,2,0 (an empty
+ * trailing shard), V=50 over 3 is 17,17,16, I=10 over 4 is 3,3,3,1 */
+static const cfg_t dense = {
+    .H = 24, .I = 10, .V = 50, .nh = 4, .kv = 2, .hd = 6, .L = 2, .qk_norm = 1};
+static const cfg_t qwen2 = {
+    .H = 24, .I = 10, .V = 50, .nh = 4, .kv = 2, .hd = 6, .L = 1, .tied = 1, .bias = 1};
+/* 3 experts over fsdp=4: 1,1,1,0 */
+static const cfg_t moe = {.H = 16,
+                          .I = 20,
+                          .Im = 6,
+                          .V = 37,
+                          .nh = 2,
+                          .kv = 1,
+                          .hd = 8,
+                          .E = 3,
+                          .L = 2,
+                          .moe = 1,
+                          .qk_norm = 1};
+
+static void test_fsdp_even_and_uneven(void **state)
+{
+    (void)state;
+    check_spec(&dense, "fsdp=4", "tp=2");
+    check_spec(&dense, "fsdp=3", "tp=1");
+    check_spec(&dense, "fsdp=7", "tp=2"); /* more ranks than k_norm rows: 1 x 6, 0 */
+    check_spec(&qwen2, "fsdp=3", "tp=2");
+}
+
+static void test_hsdp(void **state)
+{
+    (void)state;
+    check_spec(&dense, "fsdp=2,dp=2", "tp=2,dp=2");
+    check_spec(&dense, "dp=3,fsdp=2", "tp=2");
+}
+
+static void test_tp_fsdp(void **state)
+{
+    (void)state;
+    check_spec(&dense, "tp=2,fsdp=2", "tp=2");
+    check_spec(&dense, "tp=2,fsdp=3", "tp=2,dp=2");
+    check_spec(&dense, "tp=2,fsdp=2,dp=2", "tp=1");
+    check_spec(&qwen2, "tp=2,fsdp=3", "tp=2");
+}
+
+static void test_moe_forms(void **state)
+{
+    (void)state;
+    check_spec(&moe, "fsdp=4", "tp=2,ep=on");
+    check_spec(&moe, "fsdp=2,transformers=5", "tp=1");
+    check_spec(&moe, "fsdp=4,transformers=4", "tp=2");
+    check_spec(&moe, "fsdp=3,dp=2,transformers=4", "tp=1,dp=2,ep=on");
+}
+
+/* The spec's text round trip and the refusals, each naming what is wrong. */
+static void test_spec_text_and_refusals(void **state)
+{
+    (void)state;
+    reshard_train_spec_t s, s2;
+    char text[128];
+    static const char *const good[] = {"fsdp=4",
+                                       "fsdp=4,dp=2",
+                                       "tp=2,fsdp=2",
+                                       "tp=2,fsdp=3,dp=2",
+                                       "convention=fsdp,fsdp=2",
+                                       "fsdp=2,transformers=4",
+                                       "convention=fsdp"};
+    for (unsigned i = 0; i < sizeof good / sizeof *good; i++) {
+        assert_int_equal(reshard_train_spec_parse(good[i], &s), RESHARD_OK);
+        assert_int_equal(s.convention, RESHARD_TRAIN_FSDP);
+        reshard_train_spec_str(&s, text, sizeof text);
+        assert_int_equal(reshard_train_spec_parse(text, &s2), RESHARD_OK);
+        assert_memory_equal(&s, &s2, sizeof s);
+        assert_int_equal(reshard_train_world(&s), s.tp * s.dp * s.fsdp);
+    }
+    assert_int_equal(reshard_train_spec_parse("tp=2,fsdp=3,dp=2", &s), RESHARD_OK);
+    assert_string_equal(reshard_train_spec_str(&s, text, sizeof text), "fsdp=3,dp=2,tp=2");
+    assert_string_equal(reshard_train_convention_name(RESHARD_TRAIN_FSDP), "fsdp");
+    static const struct {
+        const char *spec, *why;
+    } bad[] = {{"fsdp=2,pp=2", "pp= is a Megatron size"},
+               {"pp=2,fsdp=2", "pp= is a Megatron size"},
+               {"fsdp=2,ep=2", "ep= is a Megatron size"},
+               {"fsdp=2,etp=1", "etp= is a Megatron size"},
+               {"fsdp=2,cp=2", "cp= is a Megatron size"},
+               {"fsdp=2,vpp=2", "vpp= is a Megatron size"},
+               {"fsdp=0", "fsdp=0 is not a positive integer"},
+               {"fsdp=2,convention=megatron-bridge", "fsdp= needs convention=fsdp"},
+               {"fsdp=2,transformers=6", "transformers=6 is not a modelled"},
+               {"tp=2,transformers=4", "transformers= belongs to an FSDP2 spec"}};
+    for (unsigned i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(reshard_train_spec_parse(bad[i].spec, &s), RESHARD_ERR_INVALID_ARG);
+        if (!strstr(reshard_last_error(), bad[i].why))
+            fail_msg("%s: \"%s\" does not say \"%s\"", bad[i].spec, reshard_last_error(),
+                     bad[i].why);
+    }
+}
+
+/* Families and forms not modelled are refused by name before anything is built. */
+static void test_refused_models(void **state)
+{
+    (void)state;
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_refit_t r;
+    reshard_model_t *m = NULL;
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    /* a MoE family under tp > 1: HF's expert TP plan is not modelled */
+    m = load(&moe);
+    assert_int_equal(reshard_train_spec_parse("tp=2,fsdp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "tp=2 with the qwen3_moe family"));
+    reshard_model_destroy(m);
+    /* an unmodelled family: UNSUPPORTED naming it and the convention */
+    assert_int_equal(
+        reshard_model_load_json(
+            "{\"model_type\": \"mixtral\", \"hidden_size\": 16, \"intermediate_size\": 8, "
+            "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+            "\"num_local_experts\": 2, \"num_experts_per_tok\": 1, \"vocab_size\": 32}",
+            NULL, &m),
+        RESHARD_OK);
+    assert_int_equal(reshard_train_spec_parse("fsdp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "mixtral family is not modelled under the FSDP2"));
+    reshard_model_destroy(m);
+    /* the FP8 checkpoint form: an FSDP2 trainer holds bf16 */
+    reshard_model_options_t o = {.dtype = RESHARD_FP8_E4M3};
+    assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "bf16"));
+    reshard_model_destroy(m);
+}
+
+/* The FP8 inference destination (infer_quant): the FSDP2 side stays bf16 and
+ * the plan is built (the vLLM side quantizes). */
+static void test_infer_quant(void **state)
+{
+    (void)state;
+    reshard_model_options_t o = {.layers = 1, .infer_quant = RESHARD_QUANT_FP8_BLOCK};
+    reshard_model_t *m = NULL;
+    assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
+    reshard_train_spec_t ts;
+    reshard_infer_spec_t is;
+    reshard_model_refit_t r;
+    assert_int_equal(reshard_train_spec_parse("fsdp=3", &ts), RESHARD_OK);
+    assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
+    reshard_status_t st = reshard_model_refit_create(m, &ts, &is, &r);
+    if (st != RESHARD_OK)
+        fail_msg("%s", reshard_last_error());
+    reshard_model_refit_destroy(&r);
+    reshard_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fsdp_even_and_uneven),
+        cmocka_unit_test(test_hsdp),
+        cmocka_unit_test(test_tp_fsdp),
+        cmocka_unit_test(test_moe_forms),
+        cmocka_unit_test(test_spec_text_and_refusals),
+        cmocka_unit_test(test_refused_models),
+        cmocka_unit_test(test_infer_quant),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
