@@ -12,16 +12,15 @@
  *      A rank left above the group's per-rank share (parts only it needs)
  *      relays stripes through the ranks of the domain with the fewest: they
  *      land in that rank's relay scratch and are forwarded from there.
- *   4. Send: each landing (delivery) is sent by the holder with the least
- *      bytes sent in the group; deliveries only one rank holds first, then
- *      biggest first.
+ *   4. Send: over all groups of the tensor at once, each holder set's
+ *      deliveries are shared among its ranks by water-filling on the bytes
+ *      each already sends of the tensor (to every domain), cut at the shares.
  *   5. Forward: the landing rank passes each delivery to every other
  *      fragment of its domain that needs it (stage 1).
- * Loads are counted per group and ties broken in an order rotated per group
- * (rs_group_rotation), so consecutive domains and tensors spread over the
- * replicas and ranks while each group is decided from its own fragments
- * alone: a rank's own plan computes only its groups and still makes the
- * global plan's choices.
+ * Landing loads are counted per group; send loads per tensor, over all of
+ * its groups, with ties broken in an order rotated per tensor: a rank's own
+ * plan computes every group of a tensor with replicas (rs_scope_build) and
+ * still makes the global plan's choices.
  * Every order is a total order on plan data, so every rank computes the same
  * pieces.
  */
@@ -572,7 +571,7 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
  * set's deliveries, laid end to end, are cut at the ranks' shares (along
  * their outermost dim of extent > 1). A set too small to share over all of
  * its ranks goes to as many as get RS_SEND_SHARE_MIN_BYTES each. */
-#define RS_SEND_SHARE_MIN_BYTES ((uint64_t)1 << 10)
+#define RS_SEND_SHARE_MIN_BYTES ((uint64_t)256)
 
 typedef struct {
     const int32_t *h;
@@ -667,13 +666,16 @@ static int share_set(rs_topo_t *t, int32_t tensor, const rs_dset_t *set, int64_t
     }
     m = k + 1;
     uint64_t level = (uint64_t)(((unsigned __int128)sum + total + (uint64_t)m - 1) / (uint64_t)m);
-    /* lay the deliveries end to end over the m ranks' shares */
+    /* lay the deliveries end to end over the m ranks' shares: rank c's
+     * share ends at end (cumulative), so cuts to the nearest row do not add
+     * up on the last rank */
     int32_t c = 0;
-    uint64_t room = level > cand[0].load ? level - cand[0].load : 0;
+    uint64_t pos = 0, end = level > cand[0].load ? level - cand[0].load : 0;
     for (int64_t q = 0; q < n; q++) {
         int64_t i = set[q].idx;
         for (;;) {
             rs_dlv_t *d = &t->d[i];
+            uint64_t room = end > pos ? end - pos : 0;
             bool whole = c == m - 1 || d->bytes <= room;
             int dim = 0;
             int64_t rows = 0;
@@ -692,13 +694,13 @@ static int share_set(rs_topo_t *t, int32_t tensor, const rs_dset_t *set, int64_t
                 d->sender = cand[c].rank;
                 d->from_frag = cand[c].frag;
                 t->send_load[d->sender] += d->bytes;
-                room = room > d->bytes ? room - d->bytes : 0;
-                if (whole && (c == m - 1 || room > 0))
+                pos += d->bytes;
+                if (whole && (c == m - 1 || end > pos))
                     break;
                 i = rest;
             }
             c++; /* this rank's share is full */
-            room = level > cand[c].load ? level - cand[c].load : 0;
+            end += level > cand[c].load ? level - cand[c].load : 0;
             if (i < 0)
                 break;
         }

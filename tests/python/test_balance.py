@@ -9,9 +9,11 @@ sizes 1, 4 and 8. For each, the global plan's busiest network sender
 have a smaller max send").
 
 Where the bound cannot be reached, the exact reason is checked instead:
-``held_only_by`` computes, independently of the planner, what every set of
+``subset_bound`` computes, independently of the planner, what every set of
 replicas must send on its own (the bytes only its ranks hold, divided among
-them) and asserts the plan is within 5% of that (a true lower bound too).
+them; a true lower bound too), and the plan may exceed the larger bound by at
+most one row per tensor (pieces are cut between senders at whole rows of
+their outermost dim: tiny tensors only, e.g. 49 rows of 192 B over 8 senders).
 """
 
 import itertools
@@ -147,10 +149,14 @@ def test_busiest_sender_within_bound(case, domain):
                                                                                      bound)
     if got <= TOL * bound:
         return
-    # the exact reason: some replica set must send more than the average on its own
+    # the exact reasons: some replica set must send more than the average on its
+    # own (a true bound of its own), and a piece is cut between senders only at a
+    # whole row of its outermost dim, so each tensor may put up to one row (of the
+    # tensor's last dims) more than its share on one sender
     sub = subset_bound((tensors, src, dst, S, D), domain)
     assert got >= sub, "%s: max send %d under the replica-set bound %d" % (cid, got, sub)
-    assert sub > TOL * bound and got <= TOL * sub, (
+    rows = sum(int(np.prod(shape[1:])) * np.dtype(dt).itemsize for _, shape, dt in tensors)
+    assert got <= TOL * max(bound, sub) or got <= max(bound, sub) + rows, (
         "%s domain %d: busiest sender %d B is %.2fx nic_send_bound_bytes %d B "
         "(replica-set bound %d B)" % (cid, domain, got, got / bound, bound, sub))
 
