@@ -5,8 +5,9 @@
  * and not the whole world. The scope is the planner's (plan/scope.h): the
  * tensors the rank holds as a source, whose groups it computes in every
  * domain (every fragment of them is kept), and those its domain's ranks hold
- * as destinations, whose group it computes in its own domain only (every
- * source fragment of them, and their destination fragments in the domain).
+ * as destinations, whose group it computes in its own domain (every group
+ * when the tensor has replicas, whose senders are chosen over all of its
+ * groups: every fragment of them is kept too).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -147,7 +148,9 @@ reshard_status_t reshard_model_refit_create_scoped(const reshard_model_t *model,
         s = mark_held(&c, false, lo, hi, scratch, RS_KEEP_NEAR, want_dst);
     for (size_t t = 0; s == RESHARD_OK && t < (size_t)c.nt; t++) {
         want_src[t] = held[t] || want_dst[t] ? RS_KEEP_ALL : 0;
-        want_dst[t] = held[t] ? RS_KEEP_ALL : want_dst[t];
+        /* a tensor with replicas has its senders chosen over every domain's
+         * group (plan/topo.c): every destination fragment of it */
+        want_dst[t] = held[t] || want_dst[t] ? RS_KEEP_ALL : 0;
     }
     free(scratch);
     free(held);

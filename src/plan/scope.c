@@ -15,23 +15,6 @@ void rs_scope_free(rs_scope_t *s)
     s->in = s->sole = s->any = NULL;
 }
 
-/* True when no other source fragment of the tensor (sf[0..n)) shares an
- * element with one of @p rank's. */
-static bool sole_holder(const reshard_layout_t *src, const int64_t *sf, int64_t n, int32_t rank)
-{
-    for (int64_t a = 0; a < n; a++) {
-        const reshard_fragment_t *A = &src->f[sf[a]];
-        if (A->rank != rank)
-            continue;
-        for (int64_t b = 0; b < n; b++) {
-            reshard_box_t x;
-            if (b != a && rs_box_intersect(&A->box, &src->f[sf[b]].box, &x))
-                return false;
-        }
-    }
-    return true;
-}
-
 /* Dim-0 interval of a fragment, for the sweep of disjoint_all. */
 typedef struct {
     int64_t lo, hi, frag;
@@ -114,7 +97,9 @@ static reshard_status_t sends_only(const reshard_plan_params_t *p, const reshard
             break;
         }
         s->sole[t] = (uint8_t)sole;
-        if (!sole && !sole_holder(src, si + ss[t], ss[t + 1] - ss[t], rank))
+        /* with replicas, senders are chosen over all of the tensor's groups
+         * (topo.c): every group is computed whole */
+        if (!sole)
             continue;
         memset(holds, 0, (size_t)s->ndomains);
         for (int64_t q = ss[t]; q < ss[t + 1]; q++)
@@ -181,6 +166,32 @@ reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_la
     for (int64_t i = 0; i < dst->n; i++)
         if (rs_domain_of(p, dst->f[i].rank) == mine)
             s->any[dst->f[i].tensor] = 1;
+    /* of those its domain needs and it does not hold, the ones with replicas:
+     * their senders are chosen over every group of the tensor (topo.c), so
+     * every group is computed */
+    if (st == RESHARD_OK) {
+        uint8_t *other = calloc(nt, 1);
+        int64_t *ss = NULL, *si = NULL;
+        for (int32_t t = 0; other && t < s->ntensors; t++)
+            other[t] = s->any[t] && !held[t];
+        if (other)
+            si = rs_layout_by_tensor(src, other, &ss);
+        if (!si)
+            st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
+        for (int32_t t = 0; st == RESHARD_OK && t < s->ntensors; t++) {
+            if (!other[t])
+                continue;
+            int sole = rs_frags_disjoint(src, si + ss[t], ss[t + 1] - ss[t]);
+            if (sole < 0)
+                st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory scoping its plan", rank);
+            else if (!sole)
+                for (int32_t d = 0; d < s->ndomains; d++)
+                    s->in[(int64_t)d * s->ntensors + t] = RS_SCOPE_ALL;
+        }
+        free(si);
+        free(ss);
+        free(other);
+    }
     free(held);
     return st;
 }

@@ -121,8 +121,9 @@ typedef struct {
  *  the network); the fragments of t in D are disjoint (each cell is a unit
  *  that lands on its one needer: nothing is striped or forwarded); no rank
  *  of D lands more than rs_group_relay_limit of the group's bytes (nothing
- *  is relayed); and no other source fragment of t shares an element with
- *  R's (R is the one holder, hence the sender, of each of its cells). */
+ *  is relayed); and no two source fragments of t share an element (every
+ *  cell has one holder, hence its sender: with replicas, senders are chosen
+ *  over all of a tensor's groups, and every group of it is computed). */
 reshard_status_t rs_scope_build(const reshard_plan_params_t *p, const reshard_layout_t *src,
                                 const reshard_layout_t *dst, rs_scope_t *s);
 void rs_scope_free(rs_scope_t *s);

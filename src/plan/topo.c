@@ -12,16 +12,15 @@
  *      A rank left above the group's per-rank share (parts only it needs)
  *      relays stripes through the ranks of the domain with the fewest: they
  *      land in that rank's relay scratch and are forwarded from there.
- *   4. Send: each landing (delivery) is sent by the holder with the least
- *      bytes sent in the group; deliveries only one rank holds first, then
- *      biggest first.
+ *   4. Send: over all groups of the tensor at once, each holder set's
+ *      deliveries are shared among its ranks by water-filling on the bytes
+ *      each already sends of the tensor (to every domain), cut at the shares.
  *   5. Forward: the landing rank passes each delivery to every other
  *      fragment of its domain that needs it (stage 1).
- * Loads are counted per group and ties broken in an order rotated per group
- * (rs_group_rotation), so consecutive domains and tensors spread over the
- * replicas and ranks while each group is decided from its own fragments
- * alone: a rank's own plan computes only its groups and still makes the
- * global plan's choices.
+ * Landing loads are counted per group; send loads per tensor, over all of
+ * its groups, with ties broken in an order rotated per tensor: a rank's own
+ * plan computes every group of a tensor with replicas (rs_scope_build) and
+ * still makes the global plan's choices.
  * Every order is a total order on plan data, so every rank computes the same
  * pieces.
  */
@@ -562,53 +561,184 @@ static int land_group(rs_topo_t *t, const rs_group_t *g, rs_land_scratch_t *s)
     return relay_group(t, g, d0, s->relay_parts);
 }
 
-/* Choose a sender per delivery [d0, d1) of one group: sole-holder deliveries
- * first (their load is fixed), then the rest biggest first to the holder with
- * the least bytes sent in the group. Ties go in an order rotated to start,
- * in domain D, m*D places on (m: the group's deliveries with the same
- * holders), so the same tensor's groups in consecutive domains continue
- * round-robin over its replicas. */
-static int choose_senders(rs_topo_t *t, const rs_group_t *g, int64_t d0, int64_t d1,
-                          rs_order_t *ord, rs_order_t *same, int64_t *cnt, int32_t *hr)
+/* Senders of one tensor, chosen over all its groups at once (every rank
+ * that computes a group of a tensor with replicas computes all of its
+ * groups: rs_scope_build), so the load of a replica counts what it sends to
+ * every domain. Deliveries are taken a holder set at a time (smallest sets
+ * first: a sole holder's load is fixed), and each set's bytes are shared
+ * among its ranks by water-filling on their loads: the least loaded ranks
+ * (ties in an order rotated per tensor) are raised to one level, and the
+ * set's deliveries, laid end to end, are cut at the ranks' shares (along
+ * their outermost dim of extent > 1). A set too small to share over all of
+ * its ranks goes to as many as get RS_SEND_SHARE_MIN_BYTES each. */
+#define RS_SEND_SHARE_MIN_BYTES ((uint64_t)256)
+
+typedef struct {
+    const int32_t *h;
+    int32_t nh;
+    int64_t idx;
+    uint64_t bytes;
+} rs_dset_t;
+
+static int cmp_dset(const void *pa, const void *pb)
+{
+    const rs_dset_t *a = pa, *b = pb;
+    if (a->nh != b->nh)
+        return a->nh < b->nh ? -1 : 1;
+    for (int32_t j = 0; j < a->nh; j++)
+        if (a->h[j] != b->h[j])
+            return a->h[j] < b->h[j] ? -1 : 1;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+/* A candidate sender of one holder set. */
+typedef struct {
+    uint64_t load;
+    int32_t order, rank, frag;
+} rs_cand_t;
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+    const rs_cand_t *a = pa, *b = pb;
+    if (a->load != b->load)
+        return a->load < b->load ? -1 : 1;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* Split delivery @p i after its first @p rows rows along dim @p dim: the
+ * rest becomes a new delivery (appended); returns its index, -1 when out of
+ * memory. */
+static int64_t split_dlv(rs_topo_t *t, int64_t i, int dim, int64_t rows)
+{
+    reshard_box_t rest = t->d[i].box;
+    rest.offset[dim] += rows;
+    rest.extent[dim] -= rows;
+    if (rs_grow(&t->d, &t->dcap, t->nd, sizeof *t->d) != 0)
+        return -1;
+    rs_dlv_t *d = &t->d[i], *r = &t->d[t->nd];
+    *r = *d;
+    r->box = rest;
+    d->box.extent[dim] = rows;
+    int32_t tensor = t->items.v[t->u[d->unit].first].tensor;
+    d->bytes = box_bytes(t->plan, tensor, &d->box);
+    r->bytes = box_bytes(t->plan, tensor, &r->box);
+    return t->nd++;
+}
+
+/* Share the deliveries set[0..n) (one holder set, biggest first) among its
+ * candidate ranks. */
+static int share_set(rs_topo_t *t, int32_t tensor, const rs_dset_t *set, int64_t n, rs_cand_t *cand)
 {
     const reshard_layout_t *src = t->plan->src;
-    int64_t n = d1 - d0;
-    for (int64_t i = d0; i < d1; i++) {
+    const int32_t *h = set[0].h;
+    int32_t nc = 0;
+    for (int32_t j = 0; j < set[0].nh; j++) { /* distinct ranks, first fragment each */
+        int32_t r = src->f[h[j]].rank, k = 0;
+        while (k < nc && cand[k].rank != r)
+            k++;
+        if (k == nc)
+            cand[nc++] = (rs_cand_t){0, 0, r, h[j]};
+    }
+    uint64_t total = 0;
+    for (int64_t q = 0; q < n; q++)
+        total += t->d[set[q].idx].bytes;
+    int32_t rot = rs_group_rotation(0, tensor, 1, nc);
+    for (int32_t k = 0; k < nc; k++) {
+        cand[k].load = t->send_load[cand[k].rank];
+        cand[k].order = (k - rot + nc) % nc;
+    }
+    if (nc > 1)
+        qsort(cand, (size_t)nc, sizeof *cand, cmp_cand);
+    /* how many share it, and the level they are raised to */
+    int32_t m = nc;
+    if ((uint64_t)m > total / RS_SEND_SHARE_MIN_BYTES)
+        m = total / RS_SEND_SHARE_MIN_BYTES > 0 ? (int32_t)(total / RS_SEND_SHARE_MIN_BYTES) : 1;
+    uint64_t sum = 0;
+    int32_t k = 0;
+    for (; k < m; k++) {
+        sum += cand[k].load;
+        /* the level with k+1 ranks; stop when the next rank is above it */
+        unsigned __int128 lvl = ((unsigned __int128)sum + total) / (uint64_t)(k + 1);
+        if (k + 1 == m || (unsigned __int128)cand[k + 1].load >= lvl)
+            break;
+    }
+    m = k + 1;
+    uint64_t level = (uint64_t)(((unsigned __int128)sum + total + (uint64_t)m - 1) / (uint64_t)m);
+    /* lay the deliveries end to end over the m ranks' shares: rank c's
+     * share ends at end (cumulative), so cuts to the nearest row do not add
+     * up on the last rank */
+    int32_t c = 0;
+    uint64_t pos = 0, end = level > cand[0].load ? level - cand[0].load : 0;
+    for (int64_t q = 0; q < n; q++) {
+        int64_t i = set[q].idx;
+        for (;;) {
+            rs_dlv_t *d = &t->d[i];
+            uint64_t room = end > pos ? end - pos : 0;
+            bool whole = c == m - 1 || d->bytes <= room;
+            int dim = 0;
+            int64_t rows = 0;
+            if (!whole) { /* cut at the share, to the nearest row; within half a row: whole */
+                while (dim + 1 < d->box.ndim && d->box.extent[dim] < 2)
+                    dim++;
+                uint64_t row = d->bytes / (uint64_t)d->box.extent[dim];
+                rows = row ? (int64_t)((room + row / 2) / row) : 0;
+                whole = rows >= d->box.extent[dim];
+            }
+            if (whole || rows > 0) {
+                int64_t rest = whole ? -1 : split_dlv(t, i, dim, rows);
+                if (!whole && rest < 0)
+                    return -1;
+                d = &t->d[i];
+                d->sender = cand[c].rank;
+                d->from_frag = cand[c].frag;
+                t->send_load[d->sender] += d->bytes;
+                pos += d->bytes;
+                if (whole && (c == m - 1 || end > pos))
+                    break;
+                i = rest;
+            }
+            c++; /* this rank's share is full */
+            end += level > cand[c].load ? level - cand[c].load : 0;
+            if (i < 0)
+                break;
+        }
+    }
+    return 0;
+}
+
+/* Choose a sender for every delivery [0, nd) of one tensor (see above). */
+static int choose_senders(rs_topo_t *t, int32_t tensor)
+{
+    int64_t n = t->nd;
+    int32_t maxh = 1;
+    rs_dset_t *set = malloc((size_t)(n ? n : 1) * sizeof *set);
+    int rc = set ? 0 : -1;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
         const rs_unit_t *u = &t->u[t->d[i].unit];
-        /* sole first: put them above every byte count */
-        ord[i - d0] = (rs_order_t){u->sole ? UINT64_MAX : t->d[i].bytes, i};
-        /* holder lists ascend by fragment: (count, first) names a replica set */
-        same[i - d0] = (rs_order_t){((uint64_t)u->nh << 32) | (uint32_t)t->hold[u->h], i - d0};
+        set[i] = (rs_dset_t){t->hold + u->h, u->nh, i, t->d[i].bytes};
+        if (u->nh > maxh)
+            maxh = u->nh;
     }
-    if (n > 1) {
-        qsort(ord, (size_t)n, sizeof *ord, cmp_order);
-        qsort(same, (size_t)n, sizeof *same, cmp_order);
-    }
-    for (int64_t a = 0; a < n;) {
+    rs_cand_t *cand = rc == 0 ? malloc((size_t)maxh * sizeof *cand) : NULL;
+    rc = cand ? rc : -1;
+    if (rc == 0 && n > 1)
+        qsort(set, (size_t)n, sizeof *set, cmp_dset);
+    for (int64_t a = 0; rc == 0 && a < n;) {
         int64_t b = a + 1;
-        while (b < n && same[b].key == same[a].key)
+        while (b < n && set[b].nh == set[a].nh &&
+               !memcmp(set[b].h, set[a].h, (size_t)set[a].nh * sizeof *set[a].h))
             b++;
-        for (int64_t q = a; q < b; q++)
-            cnt[same[q].idx] = b - a;
+        rc = share_set(t, tensor, set + a, b - a, cand);
         a = b;
     }
-    for (int64_t q = 0; q < n; q++) {
-        rs_dlv_t *d = &t->d[ord[q].idx];
-        const rs_unit_t *u = &t->u[d->unit];
-        const int32_t *h = t->hold + u->h;
-        for (int32_t j = 0; j < u->nh; j++)
-            hr[j] = src->f[h[j]].rank;
-        int64_t m = cnt[ord[q].idx - d0];
-        int32_t rot = rs_group_rotation(g->domain, g->tensor, m, u->nh);
-        int32_t best = rs_least_loaded(t->send_load, hr, u->nh, rot);
-        d->sender = hr[best];
-        d->from_frag = h[best];
-        t->send_load[d->sender] += d->bytes;
-    }
-    /* loads are per group: clear what this one added */
-    for (int64_t i = d0; i < d1; i++)
+    /* loads are per tensor: clear what this one added */
+    for (int64_t i = 0; i < t->nd; i++)
         t->send_load[t->d[i].sender] = 0;
-    return 0;
+    free(set);
+    free(cand);
+    return rc;
 }
 
 /* Land and send every group, one (domain, tensor) at a time. */
@@ -630,10 +760,8 @@ static int land_all(rs_topo_t *t)
         .parts = malloc((size_t)maxn * sizeof *s.parts),
         .relay_parts = malloc(RS_RELAY_MAX_STRIPES * sizeof *s.relay_parts),
     };
-    int32_t *hr = malloc((size_t)maxh * sizeof *hr);
-    rs_order_t *dord = NULL, *dsame = NULL;
-    int64_t *dcnt = NULL, dcap = 0;
-    int rc = s.ord && s.nord && s.rk && s.fr && s.parts && s.relay_parts && hr ? 0 : -1;
+    int rc = s.ord && s.nord && s.rk && s.fr && s.parts && s.relay_parts ? 0 : -1;
+    int32_t tensor = t->nu ? t->items.v[t->u[0].first].tensor : 0;
     for (int64_t u0 = 0; rc == 0 && u0 < t->nu;) {
         const rs_item_t *f = &t->items.v[t->u[u0].first];
         rs_group_t g = {.u0 = u0, .u1 = u0 + 1, .domain = f->domain, .tensor = f->tensor};
@@ -645,35 +773,21 @@ static int land_all(rs_topo_t *t)
         for (int64_t u = u0; u < g.u1; u++)
             g.total += t->u[u].bytes;
         g.thr = rs_group_stripe_bytes(g.total, g.R);
-        int64_t d0 = t->nd;
         rc = land_group(t, &g, &s);
-        if (rc == 0 && dcap < t->nd - d0) {
-            dcap = 2 * (t->nd - d0);
-            free(dord);
-            free(dsame);
-            free(dcnt);
-            dord = malloc((size_t)dcap * sizeof *dord);
-            dsame = malloc((size_t)dcap * sizeof *dsame);
-            dcnt = malloc((size_t)dcap * sizeof *dcnt);
-            rc = dord && dsame && dcnt ? 0 : -1;
-        }
-        if (rc == 0)
-            rc = choose_senders(t, &g, d0, t->nd, dord, dsame, dcnt, hr);
-        /* loads are per group: clear the domain's */
+        /* landing loads are per group: clear the domain's */
         for (int32_t i = 0; i < g.R; i++)
             t->recv_load[g.lo + i] = t->relay_used[g.lo + i] = 0;
         u0 = g.u1;
     }
+    /* senders: over every group of the tensor */
+    if (rc == 0)
+        rc = choose_senders(t, tensor);
     free(s.ord);
     free(s.rk);
     free(s.fr);
     free(s.nord);
     free(s.parts);
     free(s.relay_parts);
-    free(hr);
-    free(dord);
-    free(dsame);
-    free(dcnt);
     return rc;
 }
 
