@@ -360,3 +360,38 @@ def test_families_fsdp_does_not_model_are_refused(tmp_path):
     with pytest.raises(reshard.ReshardError, match="the gpt_oss family is not modelled under "
                        "the FSDP2 convention"):
         reshard.Model("gpt-oss-20b", layers=1).refit("fsdp=2", "tp=2")
+
+
+def test_experts_on_a_mesh_of_another_order_are_refused(tmp_path):
+    """Per-expert (and fused) parameters cannot be checked element by element against
+    a logical tensor of their own; a module whose experts are sharded on a permuted
+    mesh (the rest on the spec's) is refused on the ranks it moves, naming the shard
+    index, through the spec and through the other parameters."""
+    import json
+    path = os.path.join(str(tmp_path), "moe.json")
+    with open(path, "w") as f:
+        json.dump(MOE, f)
+    refit = reshard.Model(path).refit("fsdp=4,transformers=4", "tp=2,ep=on")
+    g = torch.Generator().manual_seed(3)
+    full = {}
+    for ti in refit.tensors:
+        if ".experts." in ti.name:
+            head, tail = ti.name.split(".experts.")
+            for j in range(ti.shape[0]):
+                full["%s.experts.%d.%s" % (head, j, tail)] = \
+                    torch.randn(ti.shape[1:], generator=g).to(torch.bfloat16)
+        else:
+            full[ti.name] = torch.randn(ti.shape, generator=g).to(reshard.torch_dtype(ti.dtype))
+    perm = [1, 0, 3, 2]  # the experts' mesh: rank r sits at shard perm[r]
+    for r in range(4):
+        m = dtensor.fully_shard(full, {}, r, fsdp=4)
+        mesh = dtensor.DeviceMesh("cpu", [perm.index(i) for i in range(4)], rank=r)
+        for n, p in list(m.named_parameters()):
+            if ".experts." in n:
+                local = dtensor.chunk_with_empty(full[n], 4, 0)[perm[r]].contiguous()
+                _replace(m, n, dtensor.DTensor(local, mesh, (dtensor.Shard(0),), full[n].shape))
+        src = FSDPModule(m)
+        assert src.problems(refit.train, r) != []
+        by_spec = src.problems(refit.train, r, train="fsdp=4,transformers=4")
+        assert any("experts.0.gate_proj.weight" in x and "gives it shard %d" % r in x
+                   for x in by_spec), by_spec

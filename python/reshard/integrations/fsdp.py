@@ -84,7 +84,8 @@ class FSDPModule:
         buffers = {hf_name(n): b for n, b in self.module.named_buffers()}
         return params, buffers
 
-    def problems(self, layout: Layout, rank: int, side: str = "train") -> List[str]:
+    def problems(self, layout: Layout, rank: int, side: str = "train",
+                 train: Optional[str] = None) -> List[str]:
         """What makes this rank's live module differ from ``layout`` at ``rank`` (the
         refit's train layout; rank = this trainer rank), each naming the rank and
         parameter: a ``Partial`` or unknown placement; a mesh holding ranks outside
@@ -99,6 +100,7 @@ class FSDPModule:
         declared = {p.name: p for p in layout.parameters(rank)}
         world = max(layout.ranks()) + 1 if layout.ranks() else 0
         frags = [f for f in layout.fragments() if f.rank == rank]
+        seen: Dict[int, Tuple[int, str]] = {}  # shard count -> (this rank's index, parameter)
         for name, p in self.live().items():
             where = "%s rank %d: parameter %r" % (side, rank, name)
             want = declared.get(name)
@@ -112,9 +114,61 @@ class FSDPModule:
                 continue
             mine = [f for f in frags if want is not None and f.buffer == want.buffer]
             problem = _dtensor_problem(layout, name, p, rank, world, want, mine, where)
+            if not problem and train:
+                problem = _shard_index_problem(p, rank, train, where)
+            if not problem:  # every parameter's FSDP shard index the same on this rank
+                for size, index in _shard_indices(p, rank):
+                    first = seen.setdefault(size, (index, name))
+                    if first[0] != index:
+                        problem = ("%s: its mesh puts this rank at shard %d of %d where "
+                                   "parameter %r's puts it at shard %d (meshes in different "
+                                   "orders)" % (where, index, size, first[1], first[0]))
+                        break
             if problem:
                 out.append(problem)
         return out
+
+
+def _shard_indices(p: Any, rank: int) -> List[Tuple[int, int]]:
+    """(mesh dim size, this rank's index) of the first mesh dim that shards dim 0 (FSDP2's
+    dp_shard: it comes before tp in the mesh), or nothing."""
+    mesh = _mesh_ranks(p.device_mesh)
+    at = np.argwhere(mesh == rank)
+    if len(at) == 0:
+        return []
+    out = []
+    for d, pl in enumerate(p.placements):
+        shard = getattr(pl, "is_shard", None)
+        if callable(shard) and shard(0) and mesh.shape[d] > 1:
+            out.append((int(mesh.shape[d]), int(at[0][d])))
+            break
+    return out
+
+
+def _shard_index_problem(p: Any, rank: int, train: str, where: str) -> Optional[str]:
+    """FSDP2's shard of this rank under the spec ``train`` is (rank // tp) % fsdp: the
+    live mesh must put this rank at that index of the mesh dim that shards dim 0 over
+    fsdp ranks (its first such dim). Covers the parameters the element check cannot
+    (fused or per-expert ones, sharded on a mesh of another order)."""
+    from .ranks import fsdp_sizes
+    fsdp, tp = fsdp_sizes(train)
+    if fsdp <= 1:
+        return None
+    mesh = _mesh_ranks(p.device_mesh)
+    at = np.argwhere(mesh == rank)
+    if len(at) == 0:
+        return None
+    for d, pl in enumerate(p.placements):
+        shard = getattr(pl, "is_shard", None)
+        if callable(shard) and shard(0) and mesh.shape[d] == fsdp:
+            want = (rank // tp) % fsdp
+            if int(at[0][d]) != want:
+                return ("%s: its mesh puts trainer rank %d at FSDP shard %d; the train spec "
+                        "%r gives it shard %d (a mesh in another order than the spec's "
+                        "[dp_replicate, dp_shard, tp])" % (where, rank, int(at[0][d]), train,
+                                                           want))
+            return None
+    return None
 
 
 def _dtensor_problem(layout: Layout, name: str, p: Any, rank: int, world: int,

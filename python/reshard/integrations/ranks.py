@@ -49,6 +49,14 @@ def train_convention(train: str) -> str:
     return name.decode() if name else "megatron-lm"
 
 
+def fsdp_sizes(train: str) -> Tuple[int, int]:
+    """(fsdp, tp) of an FSDP2 train spec (fsdp 0 for a Megatron one)."""
+    ts = _lib.TrainSpec()
+    _lib.check(_lib.lib.reshard_train_spec_parse(train.encode(), ctypes.byref(ts)),
+               "train spec %r" % train)
+    return int(ts.fsdp), max(1, int(ts.tp))
+
+
 def worker_rank(s: Sizes, engine_index: int, parallel_config: Any) -> Tuple[int, List[str]]:
     """The refit rank of a vLLM worker, as vLLM's own weight-transfer backends number
     workers (nccl_common.worker_init_process_group: data_parallel_index *

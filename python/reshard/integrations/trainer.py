@@ -116,7 +116,7 @@ class ReshardTrainer:
                 problems.append("train rank %d: planning failed: %s" % (rank, e))
         if not problems:
             if fsdp:  # the live DTensors against the spec's layout, by name
-                problems += self.source.problems(self.plan.src, rank)
+                problems += self.source.problems(self.plan.src, rank, train=info.train)
             params, buffers = self.source.named()
             self.bound = bind_live(self.plan.src, rank, "train", params, buffers,
                                    device_of(info.transport), False)
