@@ -5,6 +5,8 @@ parameters named as its framework names them."""
 import ctypes
 import numbers
 
+import numpy as np
+
 from . import _lib
 from .dtypes import to_dtype
 from .errors import ReshardError, Status, error
@@ -346,6 +348,15 @@ def _eplb_entries(eplb_map):
     None."""
     if eplb_map is None:
         return None
+    try:  # rectangular: a ragged nesting would be read as another engine's or layer's rows
+        shape = np.asarray(eplb_map.tolist() if hasattr(eplb_map, "tolist") else eplb_map,
+                           dtype=np.int64).shape
+    except (ValueError, TypeError) as e:
+        raise error(Status.CONFIG, "infer: EPLB map: not a rectangular array of expert ids "
+                    "(a flat list, [layers][P] rows, or [engines][layers][P]): %s" % e) from None
+    if len(shape) > 3:
+        raise error(Status.CONFIG, "infer: EPLB map: %d levels of nesting; at most 3 "
+                    "([engines][layers][P])" % len(shape))
     flat = []
 
     def walk(x):

@@ -139,3 +139,16 @@ def test_a_map_shared_by_engines_per_layer_is_refused(model):
     with pytest.raises(reshard.ReshardError, match="EPLB map engine 1, MoE layer 0: logical "
                        "expert 5 has no physical slot"):
         model.refit(TRAIN, ENGINES_INFER, redundant=REDUNDANT, eplb_map=bad)
+
+
+@pytest.mark.parametrize("bad", [
+    [[0, 1, 2, 3, 4, 5, 0, 1], [0, 1, 2, 3, 4, 5, 0]],            # a row short
+    [[[0, 1, 2, 3, 4, 5, 0, 1]], [0, 1, 2, 3, 4, 5, 0, 1]],       # ragged nesting
+    [[[[0, 1, 2, 3, 4, 5, 0, 1]]]],                               # a level too many
+])
+def test_eplb_maps_must_be_rectangular(model, bad):
+    """A ragged map would be read as one flat sequence (another layer's or engine's
+    rows): refused before any layout is built."""
+    with pytest.raises(reshard.ReshardError, match="EPLB map: (not a rectangular|4 levels)") as e:
+        model.refit(TRAIN, INFER, redundant=REDUNDANT, eplb_map=bad)
+    assert e.value.status == reshard.Status.CONFIG

@@ -395,3 +395,14 @@ def test_experts_on_a_mesh_of_another_order_are_refused(tmp_path):
         by_spec = src.problems(refit.train, r, train="fsdp=4,transformers=4")
         assert any("experts.0.gate_proj.weight" in x and "gives it shard %d" % r in x
                    for x in by_spec), by_spec
+
+
+def test_uneven_tp_split_under_fsdp_refits(tmp_path):
+    """lm_head of 301 rows splits 151/150 over tp=2, then FSDP2 chunks each over 6
+    (26 x 5 + 21 and 25 x 6): the live check accepts what FSDP2 holds (its strided
+    placement over unequal blocks is checked by shape and shard index) and every
+    element arrives."""
+    path = tiny(tmp_path, vocab_size=301)
+    w = conventions.Weights(conventions.load_config(path))
+    got, expect = refit_all(path, "tp=2,fsdp=6", "tp=2", trainer_modules(w, "tp=2,fsdp=6"))
+    assert_every_element(got, expect)
