@@ -1,4 +1,5 @@
-"""CheckpointEngineManager.update_weights's sequence (verl/checkpoint_engine/base.py
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+CheckpointEngineManager.update_weights's sequence (verl/checkpoint_engine/base.py
 at dongha-yoon/verl d6f2c522) between separately started processes, without Ray:
 each actor and rollout worker calls ``sync`` with its worker; the manager's
 single-controller steps become store round trips:

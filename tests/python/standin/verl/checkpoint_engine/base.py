@@ -1,4 +1,5 @@
-"""verl/checkpoint_engine/base.py at dongha-yoon/verl d6f2c522 (stand-in; see
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+verl/checkpoint_engine/base.py at dongha-yoon/verl d6f2c522 (stand-in; see
 verl/__init__.py): the registry, the CheckpointEngine ABC with its abstract methods
 and signatures, and the rollout-side CheckpointEngineWorker's engine construction and
 update_weights (without Ray's decorators). CheckpointEngineManager's per-sync

@@ -1,4 +1,5 @@
-"""verl.utils.import_utils.import_external_libs (stand-in): import each named module,
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+verl.utils.import_utils.import_external_libs (stand-in): import each named module,
 so that a third-party checkpoint engine registers itself on import."""
 
 import importlib

@@ -1,4 +1,5 @@
-"""verl/workers/engine_workers.py's actor side (stand-in): how the actor worker builds
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+verl/workers/engine_workers.py's actor side (stand-in): how the actor worker builds
 its checkpoint engine (custom_backend_module imported first, then
 ``CheckpointEngineRegistry.new(backend, is_master=backend_cls.is_master_rank(rank,
 **engine_kwargs), bucket_size=..., **engine_kwargs)``), its update_weights for a

@@ -1,4 +1,5 @@
-"""verl/workers/rollout/base.py's BaseRollout (stand-in): what a server adapter
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+verl/workers/rollout/base.py's BaseRollout (stand-in): what a server adapter
 implements."""
 
 from abc import ABC, abstractmethod

@@ -1,4 +1,5 @@
-"""verl's vLLM ServerAdapter (stand-in), with the vLLM worker's model in the same
+"""Revision followed: dongha-yoon/verl d6f2c522 (checked against verl-project/verl 1dda039b).
+verl's vLLM ServerAdapter (stand-in), with the vLLM worker's model in the same
 process instead of behind CUDA IPC. ``update_weights`` with wire format
 "rank_local_named_tensors" loads each yielded tensor into the worker's parameter of
 that name without TP slicing (dongha-yoon/verl d6f2c522, PR #8087's

@@ -1,4 +1,5 @@
-"""Stand-in of vllm/distributed/weight_transfer/factory.py (the trainer registry as
+"""Revision followed: new-TonyWang/vllm 142e770e57b802c8e2668e989c538aabb668b8c5.
+Stand-in of vllm/distributed/weight_transfer/factory.py (the trainer registry as
 the newest base describes it: dispatch on init_info.backend, no config): lazy registries by
 (name, module path, class name) or class, a second registration of a name refused,
 create_engine(config, vllm_config, device, model) selecting config.backend, and the
