@@ -312,3 +312,17 @@ def test_moe_kernel_read_from_the_live_layers(kernel):
         assert got == ["layers.0.experts.w13_weight: vLLM runs this MoE layer on its "
                        "FLASHINFER_CUTLASS kernel, whose w13 layout the refit does not "
                        "write (it writes Triton's [gate; up])"]
+
+
+@pytest.mark.parametrize("enabled,follow,refused", [
+    (True, False, "the engine runs with --enable-eplb: vLLM moves experts"),
+    (False, True, "the init info has eplb=True but the engine runs without --enable-eplb"),
+    (True, True, None)])
+def test_eplb_refused_unless_followed(enabled, follow, refused):
+    """vllm_engine_problems: --enable-eplb is refused unless the init info follows
+    the live maps (eplb=True), and eplb=True without --enable-eplb is refused too."""
+    from reshard.integrations.vllm import vllm_engine_problems
+    cfg = SimpleNamespace(parallel_config=SimpleNamespace(enable_eplb=enabled))
+    got = vllm_engine_problems(cfg, torch.nn.Module(), follow)
+    assert [p for p in got if "eplb" in p.lower()] == ([] if refused is None else got)
+    assert refused is None or refused in got[0]

@@ -23,7 +23,7 @@ from .fsdp import FSDPModule
 from .megatron import MegatronChunks, as_chunks
 from .ranks import sizes, train_convention
 from .rendezvous import agree, device_of, open_comm, open_store
-from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan
+from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan, fail_peers, follow_eplb
 
 
 @dataclass
@@ -117,12 +117,9 @@ class ReshardTrainer:
         if not problems:
             if fsdp:  # the live DTensors against the spec's layout, by name
                 problems += self.source.problems(self.plan.src, rank, train=info.train)
-            params, buffers = self.source.named()
-            self.bound = bind_live(self.plan.src, rank, "train", params, buffers,
-                                   device_of(info.transport), False)
-            problems += self.bound.problems
+            problems += self._bind()
         agree(store, rank, world, info.record(), problems, info.timeout_s)
-        self.store = store
+        self.store, self.eplb_maps = store, None
         self.comm = open_comm(info.transport, store, rank, world, info.timeout_s,
                               getattr(next(iter(self.bound.tensors.values()), None),
                                       "device", None))
@@ -240,7 +237,26 @@ class ReshardTrainer:
                 "train rank %d: refit %d: trainer rank 0 could not start the update on the "
                 "inference side (nothing was sent): %s" % (self.rank, self.version, failure))
 
+    def _bind(self) -> List[str]:
+        """Bind the plan's source to the rank's live shards (init, and each new plan of
+        a moved EPLB map): the problems found."""
+        params, buffers = self.source.named()
+        self.bound = bind_live(self.plan.src, self.rank, "train", params, buffers,
+                               device_of(self.info.transport), False)
+        return self.bound.problems
+
     def _send(self) -> None:
+        if self.info.eplb:  # the engines' maps of this refit (worker.follow_eplb)
+            try:
+                if follow_eplb(self, self.version):
+                    problems = self._bind()
+                    if problems:
+                        raise reshard_err.error(
+                            reshard_err.Status.BUFFER, "train rank %d: refit %d, EPLB map "
+                            "moved: %s" % (self.rank, self.version, "; ".join(problems)))
+            except ReshardError as e:
+                fail_peers(self.comm, e, self.info.timeout_s)
+                raise
         self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
 
     def shutdown(self) -> None:

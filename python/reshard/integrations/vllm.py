@@ -18,8 +18,10 @@ and MegatronChunks."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from . import eplb
 from .post_load import Refused, Rerun, Rule, staged_rules
 from .megatron import MegatronChunks
 from .trainer import ReshardTrainer, ReshardTrainerInitInfo
@@ -97,12 +99,13 @@ def vllm_post_load_rules(model: Any, declared: List[str], live: Dict[str, Any],
     return rules
 
 
-def vllm_engine_problems(vllm_config: Any, model: Any) -> List[str]:
+def vllm_engine_problems(vllm_config: Any, model: Any, follow_eplb: bool = False) -> List[str]:
     """What a vLLM engine runs that this backend does not write yet, each named (told
     on every rank at init, so nothing lands in the wrong place silently):
-    - EPLB (``parallel_config.enable_eplb``): vLLM rearranges experts at run time,
-      per engine; the plan's expert slots would go stale after the first
-      rearrangement (the live map is not followed yet);
+    - EPLB (``parallel_config.enable_eplb``) unless the init info follows it
+      (``follow_eplb``, ReshardInitInfo.eplb): vLLM rearranges experts at run time,
+      per engine, and a plan made with one map writes stale slots after the next
+      rearrangement; and the converse, eplb=True for an engine without EPLB;
     - LoRA (``vllm_config.lora_config``, or live parameters named
       ``...base_layer.<param>``): the wrapped layers' names are not the layout's;
     - an unquantized MoE kernel other than Triton, read from the live layers
@@ -118,17 +121,48 @@ def vllm_engine_problems(vllm_config: Any, model: Any) -> List[str]:
                        "w13 layout the refit does not write (it writes Triton's [gate; "
                        "up])" % (mod_name, name))
             break  # one layer names it: every MoE layer of an engine shares the choice
-    if getattr(getattr(vllm_config, "parallel_config", None), "enable_eplb", False):
+    enabled = bool(getattr(getattr(vllm_config, "parallel_config", None), "enable_eplb",
+                           False))
+    if enabled and not follow_eplb:
         out.append("the engine runs with --enable-eplb: vLLM moves experts between "
-                   "slots at run time and the refit does not follow its live "
-                   "physical_to_logical_map yet (refused rather than writing experts "
-                   "into the wrong slots)")
+                   "slots at run time; set eplb=True in the init info (every rank) so "
+                   "that each refit follows the engines' live maps (refused rather than "
+                   "writing experts into stale slots)")
+    elif follow_eplb and not enabled:
+        out.append("the init info has eplb=True but the engine runs without "
+                   "--enable-eplb (no live map to follow): leave eplb out")
     wrapped = [n for n, _ in model.named_parameters() if ".base_layer." in n]
     if getattr(vllm_config, "lora_config", None) is not None or wrapped:
         out.append("the engine runs with --enable-lora: its layers are wrapped (%s) and "
                    "the refit does not map base_layer names yet"
                    % (wrapped[0] if wrapped else "lora_config set"))
     return out
+
+
+def vllm_eplb_map(model: Any) -> Optional[List[List[int]]]:
+    """The engine's live EPLB map: one physical_to_logical row per MoE layer, in
+    layer order (None: no layer has EPLB state). vLLM keeps no physical_to_logical
+    row on its layers; each MoE layer holds its rows of EplbState's
+    logical_to_physical_map [E, max replicas] (-1 padded) and logical_replica_count
+    [E], views that EPLB's rearrangement updates in place: set by
+    FusedMoE.set_eplb_state(moe_layer_idx, expert_load_view, logical_to_physical_map,
+    logical_replica_count) as ``layer.eplb_state.<name>`` (vLLM 0.25: routed experts
+    under a runner, fused_moe/layer.py) or ``layer.<name>`` (0.24), called by the
+    model's MixtureOfExperts.set_eplb_state (models/interfaces.py). Raises
+    ReshardError (CONFIG naming the layer) for rows that are no map (eplb.py)."""
+    rows: Dict[int, List[int]] = {}
+    for name, m in model.named_modules():
+        state = getattr(m, "eplb_state", None)
+        holder = state if getattr(state, "logical_to_physical_map", None) is not None else m
+        l2p = getattr(holder, "logical_to_physical_map", None)
+        count = getattr(holder, "logical_replica_count", None)
+        found = re.search(r"(?:^|\.)layers\.(\d+)\.", name + ".")
+        if l2p is None or count is None or found is None or not hasattr(l2p, "tolist"):
+            continue
+        layer = int(found.group(1))
+        if layer not in rows:  # a runner and its routed experts may both hold it
+            rows[layer] = eplb.physical_to_logical(l2p, count, name)
+    return [rows[k] for k in sorted(rows)] if rows else None
 
 
 def follow_worker_sleep() -> None:
@@ -178,7 +212,10 @@ def _worker_class() -> type:
             return vllm_post_load_rules(self.model, declared, live, info, dtype)
 
         def engine_problems(self, info: ReshardInitInfo) -> List[str]:
-            return vllm_engine_problems(self.vllm_config, self.model)
+            return vllm_engine_problems(self.vllm_config, self.model, info.eplb)
+
+        def live_eplb_map(self) -> Optional[List[List[int]]]:
+            return vllm_eplb_map(self.model)
 
         @staticmethod
         def trainer_send_weights(*_: Any, **__: Any) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ReshardError, Status, error
 from ..model import Model
-from ..plan import Plan
+from ..plan import Plan, plan_fail
+from . import eplb
 from .binding import Bound, apply_post_load, bind_live, live_tensors
 from .post_load import Rule, staged_rules
 from .ranks import sizes, worker_rank
@@ -56,7 +57,12 @@ class ReshardInitInfo:
                   chunk carries the sender's hash of its new bytes, compared after apply
                   (a weight changed behind reshard's back fails the refit on every rank,
                   naming it; the next one is whole); False is the opt-out
-                  (docs/delta-verification.md: what it assumes and saves); gloo and nccl"""
+                  (docs/delta-verification.md: what it assumes and saves); gloo and nccl
+    eplb          follow the engines' live EPLB maps (vLLM --enable-eplb; infer spec
+                  ep=on, redundant=N as the engine's num_redundant_experts): at every
+                  refit each engine's first worker publishes the map its engine holds
+                  and every rank plans with the maps of that moment (eplb.py); with
+                  delta, a rank whose slots moved is sent whole once"""
 
     model: str
     train: str
@@ -78,6 +84,7 @@ class ReshardInitInfo:
     devices: Optional[List[int]] = None
     delta: bool = False
     delta_checksum: bool = True
+    eplb: bool = False
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init): every
@@ -89,7 +96,7 @@ class ReshardInitInfo:
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
                 "colocated": bool(self.colocated), "hosts": _int_list(self.hosts),
                 "devices": _int_list(self.devices), "delta": self.delta,
-                "delta_checksum": self.delta_checksum}
+                "delta_checksum": self.delta_checksum, "eplb": self.eplb}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -126,11 +133,13 @@ def parse(cls: Any, d: Dict[str, Any], who: str) -> Any:
                          % (cls.__name__, who, e, [f.name for f in fields(cls)])) from e
 
 
-def build_plan(info: ReshardInitInfo, rank: int, world: int):
+def build_plan(info: ReshardInitInfo, rank: int, world: int, eplb_map: Any = None):
     """(refit, plan) of ``rank``: its scoped refit and own plan (no comm: failures are
-    told through the init agreement instead)."""
+    told through the init agreement instead); ``eplb_map``: Model.refit's (None:
+    vLLM's initial map)."""
     model = Model(info.model, layers=info.layers, infer_dtype=info.infer_dtype)
-    refit = model.refit(info.train, info.infer, rank=rank, domain_size=info.domain_size)
+    refit = model.refit(info.train, info.infer, rank=rank, domain_size=info.domain_size,
+                        eplb_map=eplb_map)
     where = {}
     if info.colocated:  # one host unless told: every piece between ranks is a read
         where = dict(hosts=list(info.hosts) if info.hosts else [0] * world,
@@ -138,7 +147,7 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
     elif info.transport == "cuda-ipc":
         raise error(Status.CONFIG, "rank %d: transport \"cuda-ipc\" moves colocated reads "
                     "only: set colocated=True" % rank)
-    for f in ("delta", "delta_checksum"):
+    for f in ("delta", "delta_checksum", "eplb"):
         if not isinstance(getattr(info, f), bool):
             raise error(Status.CONFIG, "rank %d: %s must be True or False, got %r"
                         % (rank, f, getattr(info, f)))
@@ -148,6 +157,48 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int):
                 verify=info.delta_checksum if info.delta else None, **where)
     plan.refit = refit
     return refit, plan
+
+
+def follow_eplb(owner: Any, version: int, own: Any = None) -> bool:
+    """Every engine's EPLB map for refit ``version`` (eplb.collect; ``own``: this
+    worker's engine and its live rows, which must be the published ones); where they
+    differ from the maps
+    ``owner.plan`` was made with, ``owner.plan`` becomes the plan of these maps
+    (with delta it adopts the old plan's state: ranks whose destination slots did
+    not move keep their version). Returns whether the plan changed (the caller
+    binds it again). ``owner``: a WorkerCore or ReshardTrainer after init. Raises
+    ReshardError (TIMEOUT, CONFIG: eplb.collect; CONFIG for ``own`` differing from
+    its engine's published map, or a map the layout refuses)."""
+    s = sizes(owner.info.train, owner.info.infer)
+    who = owner._who() if hasattr(owner, "_who") else "train rank %d" % owner.rank
+    maps = eplb.collect(owner.store, version, s.engines, owner.info.timeout_s, who)
+    if own is not None:
+        differs = eplb.first_difference(own[1], maps[own[0]])
+        if differs:
+            raise error(Status.CONFIG, "%s: refit %d: the EPLB map this worker holds is not "
+                        "its engine's (its first worker published another: %s)"
+                        % (who, version, differs))
+    if maps == owner.eplb_maps:
+        return False
+    try:
+        _, plan = build_plan(owner.info, owner.rank, owner.world, eplb.one_engine(maps))
+    except ReshardError as e:
+        raise error(e.status, "%s: refit %d: planning with the engines' EPLB maps failed: "
+                    "%s" % (who, version, e.message)) from e
+    if owner.info.delta:
+        plan.delta_adopt(owner.plan)
+    owner.plan, owner.eplb_maps = plan, maps
+    return True
+
+
+def fail_peers(comm: Any, err: ReshardError, timeout_s: float) -> None:
+    """Tell the peers on ``comm`` that this rank cannot execute this refit (plan_fail:
+    their execute fails at once naming ``err``); a failure to tell is dropped (they
+    then fail on the timeout), ``err`` is what the caller raises."""
+    try:
+        plan_fail(comm, err, timeout_s)
+    except ReshardError:
+        pass
 
 
 class WorkerCore:
@@ -212,20 +263,60 @@ class WorkerCore:
             except ReshardError as e:
                 problems.append("infer rank %d: planning failed: %s" % (rank, e))
         if not problems:
-            params, buffers = live_tensors(self.model)
-            declared = [p.name for p in self.plan.dst.parameters(rank)]
-            rules = self.post_load_rules(declared, params, info)
-            self.bound = bind_live(self.plan.dst, rank, "infer", params, buffers,
-                                   device_of(info.transport), True, rules)
-            problems += self.bound.problems
+            problems += self._bind()
         agree(store, rank, s.world, info.record(), problems, info.timeout_s)
+        self.store, self.eplb_maps = store, None
         self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
                               self.device)
+
+    def _bind(self) -> List[str]:
+        """Bind the plan's destination to the live model (init, and each new plan of
+        a moved EPLB map): the problems found."""
+        params, buffers = live_tensors(self.model)
+        declared = [p.name for p in self.plan.dst.parameters(self.rank)]
+        rules = self.post_load_rules(declared, params, self.info)
+        self.bound = bind_live(self.plan.dst, self.rank, "infer", params, buffers,
+                               device_of(self.info.transport), True, rules)
+        return self.bound.problems
 
     def engine_problems(self, info: ReshardInitInfo) -> List[str]:
         """What this engine runs that the refit cannot write (override: the vLLM shell
         refuses EPLB, LoRA and MoE kernels by name); told on every rank at init."""
         return []
+
+    def live_eplb_map(self) -> Optional[List[List[int]]]:
+        """The engine's live EPLB map, one physical_to_logical row per MoE layer
+        (override: the vLLM shell reads its MoE layers); None: the engine has none."""
+        return None
+
+    def _follow_eplb(self, version: int) -> None:
+        """init info eplb: before refit ``version``, publish this engine's live map (its
+        first worker) and plan with every engine's (eplb.py). Raises ReshardError (the
+        peers are told first, so every rank fails at once; nothing was written)."""
+        s = sizes(self.info.train, self.info.infer)
+        engine = self.info.engine_index
+        local = (self.rank - s.train_world) % (s.tp * s.dp)
+        rows, why = None, ""
+        try:
+            rows = self.live_eplb_map()
+        except ReshardError as e:
+            why = e.message
+        if rows is None and not why:
+            why = ("the engine keeps no live EPLB map (start it with --enable-eplb, or "
+                   "leave eplb out of the init info)")
+        if local == 0:
+            eplb.publish(self.store, version, engine, rows, why)
+        try:
+            if why:
+                raise error(Status.CONFIG, "%s: refit %d: %s" % (self._who(), version, why))
+            if follow_eplb(self, version, (engine, rows)):
+                problems = self._bind()
+                if problems:
+                    raise error(Status.BUFFER, "%s: refit %d, EPLB map moved: %s"
+                                % (self._who(), version, "; ".join(problems)))
+        except ReshardError as e:
+            fail_peers(self.comm, e, self.info.timeout_s)
+            raise
 
     def _who(self) -> str:
         info = getattr(self, "info", None)
@@ -284,6 +375,8 @@ class WorkerCore:
                         % (self.rank, update.version, self.attempted))
         self.attempted = update.version
         t0 = time.perf_counter()
+        if self.info.eplb:
+            self._follow_eplb(update.version)
         # torn until the refit and the post-load rules have run; a delta plan knows
         # itself whether a failed execute wrote anything
         self.torn = not self.info.delta
