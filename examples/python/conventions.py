@@ -19,6 +19,19 @@ vLLM (infer spec tp, dp, engines): DP replicas and engines identical for a dense
 rank (with tp > kv heads, rank r holds kv head r // (tp / kv)); gate_up_proj =
 [gate; up]; o_proj and down_proj split on dim 1; vocabulary padded to a multiple
 of 64; with tied embeddings lm_head is embed_tokens (one parameter).
+
+Qwen3-MoE (every layer MoE: decoder_sparse_step 1, no mlp_only_layers), from
+FRAMEWORKS.md: Megatron keeps the pre-MLP norm as pre_mlp_layernorm.weight, the
+router as mlp.router.weight [E, H] (whole), and, on expert-grid rank (etp fastest,
+then ep, over the ranks of a stage; etp defaults to tp), experts [er*E/ep, ...) as
+mlp.experts.linear_fc1.weightK ([gate; up] rows of the etp rank) and
+linear_fc2.weightK (columns of it). vLLM keeps the router as mlp.gate.weight
+(whole) and, with ep=on, EP rank r of an engine (r = rank % (tp*dp)) physical expert
+slots [r*P/(tp*dp), ...) as rows of mlp.experts.routed_experts.w13_weight ([gate;
+up]) and w2_weight, slot p holding logical expert eplb_map[layer][p] (P = E +
+redundant; without a map, vLLM's initial one: p, then the redundant slot E+i holds
+i % E; without redundant slots and map, whole experts contiguous, remainder to the
+first ranks).
 """
 
 import json
@@ -45,15 +58,20 @@ def load_config(name_or_path, layers=0):
                 break
     with open(path) as f:
         c = json.load(f)
-    if c.get("model_type") not in ("llama", "mistral", "qwen3"):
-        raise ValueError("conventions: dense llama/mistral/qwen3 only, not %r" % c.get("model_type"))
+    if c.get("model_type") not in ("llama", "mistral", "qwen3", "qwen3_moe"):
+        raise ValueError("conventions: llama/mistral/qwen3/qwen3_moe only, not %r"
+                         % c.get("model_type"))
+    moe = c["model_type"] == "qwen3_moe"
+    if moe and (c.get("decoder_sparse_step", 1) != 1 or c.get("mlp_only_layers")):
+        raise ValueError("conventions: qwen3_moe with every layer MoE only")
     H, nh = c["hidden_size"], c["num_attention_heads"]
     return {
+        "E": c.get("num_experts", 0) if moe else 0, "Im": c.get("moe_intermediate_size", 0),
         "H": H, "I": c["intermediate_size"], "nh": nh,
         "kv": c.get("num_key_value_heads", nh), "hd": c.get("head_dim") or H // nh,
         "V": c["vocab_size"], "L": layers or c["num_hidden_layers"],
         "tied": bool(c.get("tie_word_embeddings", False)),
-        "qk_norm": c["model_type"] == "qwen3",
+        "qk_norm": c["model_type"] in ("qwen3", "qwen3_moe"),
     }
 
 
@@ -72,6 +90,14 @@ def hf_shapes(cfg):
             out[p + "self_attn.q_norm.weight"] = (hd,)
             out[p + "self_attn.k_norm.weight"] = (hd,)
         out[p + "post_attention_layernorm.weight"] = (H,)
+        if cfg["E"]:
+            out[p + "mlp.gate.weight"] = (cfg["E"], H)
+            for e in range(cfg["E"]):
+                x = p + "mlp.experts.%d." % e
+                out[x + "gate_proj.weight"] = (cfg["Im"], H)
+                out[x + "up_proj.weight"] = (cfg["Im"], H)
+                out[x + "down_proj.weight"] = (H, cfg["Im"])
+            continue
         out[p + "mlp.gate_proj.weight"] = (I, H)
         out[p + "mlp.up_proj.weight"] = (I, H)
         out[p + "mlp.down_proj.weight"] = (H, I)
@@ -169,14 +195,66 @@ def dense_pieces(w, hf, tp, t):
         "input_layernorm": w[hf + "input_layernorm.weight"],
         "o_proj": w[hf + "self_attn.o_proj.weight"][:, a:b],
         "post_attention_layernorm": w[hf + "post_attention_layernorm.weight"],
-        "gate_up": torch.cat([w[hf + "mlp.gate_proj.weight"][i0:i1],
-                              w[hf + "mlp.up_proj.weight"][i0:i1]]),
-        "down": w[hf + "mlp.down_proj.weight"][:, i0:i1],
     }
+    if not cfg["E"]:
+        out["gate_up"] = torch.cat([w[hf + "mlp.gate_proj.weight"][i0:i1],
+                                    w[hf + "mlp.up_proj.weight"][i0:i1]])
+        out["down"] = w[hf + "mlp.down_proj.weight"][:, i0:i1]
     if cfg["qk_norm"]:
         out["q_norm"] = w[hf + "self_attn.q_norm.weight"]
         out["k_norm"] = w[hf + "self_attn.k_norm.weight"]
     return out
+
+
+def expert(w, hf, e, parts=1, i=0):
+    """HF expert ``e`` of layer prefix ``hf``: ([gate; up] rows, down columns) of the
+    intermediate chunk i of ``parts``."""
+    x = hf + "mlp.experts.%d." % e
+    a, b = chunk(w.cfg["Im"], parts, i)
+    return (torch.cat([w[x + "gate_proj.weight"][a:b], w[x + "up_proj.weight"][a:b]]),
+            w[x + "down_proj.weight"][:, a:b])
+
+
+def megatron_experts(w, hf, p, s, rank):
+    """Megatron's MoE pieces of HF layer prefix ``hf`` on ``rank`` (names under ``p``)."""
+    tp, cp, dp = s.get("tp", 1), s.get("cp", 1), s.get("dp", 1)
+    ep, etp = s.get("ep", 1), s.get("etp", tp)
+    idx = rank % (tp * cp * dp)  # the expert grid of the stage: etp fastest, then ep
+    et, er = idx % etp, (idx // etp) % ep
+    E = w.cfg["E"]
+    out = {p + "pre_mlp_layernorm.weight": w[hf + "post_attention_layernorm.weight"],
+           p + "mlp.router.weight": w[hf + "mlp.gate.weight"]}
+    a, b = chunk(E, ep, er)
+    for k, e in enumerate(range(a, b)):
+        fc1, fc2 = expert(w, hf, e, etp, et)
+        out[p + "mlp.experts.linear_fc1.weight%d" % k] = fc1
+        out[p + "mlp.experts.linear_fc2.weight%d" % k] = fc2
+    return out
+
+
+def vllm_experts(w, hf, s, rank, eplb_map=None, layer=0):
+    """vLLM's MoE pieces of HF layer prefix ``hf`` (the ``layer``-th MoE layer) on
+    inference ``rank``; ``eplb_map``: physical_to_logical rows, one per MoE layer."""
+    E = w.cfg["E"]
+    eps = int(s.get("tp", 1)) * int(s.get("dp", 1))
+    r = rank % eps
+    red = int(s.get("redundant", 0))
+    if s.get("ep") != "on":
+        raise ValueError("conventions: vLLM MoE with ep=on only")
+    if red or eplb_map is not None:  # EPLB: P/eps slots each, from the map
+        P = E + red
+        row = eplb_map[layer] if eplb_map is not None else \
+            list(range(E)) + [i % E for i in range(red)]
+        slots = row[r * (P // eps):(r + 1) * (P // eps)]
+    else:  # whole experts, contiguous, remainder to the first ranks
+        base, rem = E // eps, E % eps
+        e0 = r * base + min(r, rem)
+        slots = list(range(e0, e0 + base + (r < rem)))
+    pieces = [expert(w, hf, e) for e in slots]
+    pre = hf + "mlp.experts.routed_experts."
+    return {hf + "mlp.gate.weight": w[hf + "mlp.gate.weight"],
+            pre + "w13_weight": torch.stack([a for a, _ in pieces]),
+            pre + "w2_weight": torch.stack([b for _, b in pieces])}
 
 
 def megatron_state_dict(w, train, rank, pad_fill=0):
@@ -201,6 +279,9 @@ def megatron_state_dict(w, train, rank, pad_fill=0):
         hf, p = "model.layers.%d." % (stage * per + local), "decoder.layers.%d." % local
         for piece, x in dense_pieces(w, hf, tp, t).items():
             out[p + MEGATRON_NAMES[piece]] = x
+        if cfg["E"]:
+            del out[p + MEGATRON_NAMES["post_attention_layernorm"]]
+            out.update(megatron_experts(w, hf, p, s, rank))
         q = w[hf + "self_attn.q_proj.weight"].reshape(kv, hpg * hd, H)
         k = w[hf + "self_attn.k_proj.weight"].reshape(kv, hd, H)
         v = w[hf + "self_attn.v_proj.weight"].reshape(kv, hd, H)
@@ -215,9 +296,10 @@ def megatron_state_dict(w, train, rank, pad_fill=0):
     return {n: x.contiguous() for n, x in out.items()}
 
 
-def vllm_state_dict(w, infer, rank, pad_fill):
+def vllm_state_dict(w, infer, rank, pad_fill, eplb_map=None):
     """vLLM named_parameters() of inference rank ``rank`` (0-based on the inference
-    side) for spec ``infer`` ("tp=2,dp=2"), bf16; padding rows hold byte pad_fill."""
+    side) for spec ``infer`` ("tp=2,dp=2"), bf16; padding rows hold byte pad_fill;
+    ``eplb_map``: the rank's engine's EPLB map (MoE, vllm_experts)."""
     cfg, s = w.cfg, parse_spec(infer)
     tp = int(s.get("tp", 1))
     t = rank % tp
@@ -229,6 +311,8 @@ def vllm_state_dict(w, infer, rank, pad_fill):
         p = "model.layers.%d." % n
         for piece, x in dense_pieces(w, p, tp, t).items():
             out[p + VLLM_NAMES[piece]] = x
+        if cfg["E"]:
+            out.update(vllm_experts(w, p, s, rank, eplb_map, n))
         a, b = chunk(nh * hd, tp, t)
         q = w[p + "self_attn.q_proj.weight"][a:b]
         if tp <= kv:

@@ -8,6 +8,8 @@ the workers hold is checked after every step.
         --train tp=2 --infer tp=1,dp=2 --steps 3
     /usr/bin/python3 examples/python/rl_loop.py --delta --lr 1e-6   # delta refits
     /usr/bin/python3 examples/python/rl_loop.py --fail-at 2 --fail-phase update  # a refit fails
+    /usr/bin/python3 examples/python/rl_loop.py --model tiny-moe.json --train tp=1,dp=2,ep=2 \
+        --infer tp=2,ep=on,redundant=2 --eplb   # a Qwen3-MoE config.json; EPLB moves
 
 This process starts train world + infer world processes of itself (--role), which
 meet in one torch.distributed gloo group over a FileStore. Trainer rank r holds what
@@ -34,7 +36,14 @@ weight version once every worker finished. --fail-at K --fail-phase start|update
 finish makes inference rank 0 fail refit K there: the workers run vLLM's failure
 path (abort_weight_update, reset_weight_update_target), every trainer rank raises,
 the reported version stays K-1, and refit K+1 is checked element by element as
-every other."""
+every other.
+
+--eplb (a Qwen3-MoE config, infer spec ep=on): each engine's workers hold vLLM's EPLB
+state on their MoE layers (the views FusedMoE.set_eplb_state leaves: rows of
+logical_to_physical_map and logical_replica_count) and, before every odd refit, their
+engine's balancer moves experts (a map of that refit, other per engine; every slot
+whose expert changed overwritten with the sentinel); the refit follows the live maps
+(init info eplb=True) and every slot is checked against the expert its map names."""
 
 from __future__ import annotations
 
@@ -128,7 +137,8 @@ def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
         clients = [StoreClient(ctrl, e, s.tp * s.dp, args.timeout * 2) for e in range(s.engines)]
     info = ReshardTrainerInitInfo(model=args.model, train=args.train, infer=args.infer,
                                   layers=args.layers, store_path=os.path.join(args.dir, "refit"),
-                                  timeout_s=args.timeout, rank=rank, delta=args.delta)
+                                  timeout_s=args.timeout, rank=rank, delta=args.delta,
+                                  eplb=args.eplb)
     t0 = time.perf_counter()
     engine = ReshardTrainer.trainer_init(info, client=clients, source=model)
     init_s = time.perf_counter() - t0
@@ -195,7 +205,10 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
                          pipeline_parallel_size=1)
     if args.fault == "rank" and i == 0:
         pc.data_parallel_index, pc.rank = (1, 0) if s.tp == 1 else (0, 1)
-    core = WorkerCore(model, pc, "cpu")
+    core = (_live_eplb_worker() if args.eplb else WorkerCore)(model, pc, "cpu")
+    engine = i // (s.tp * s.dp)
+    if args.eplb:
+        follow_balancer(core, model, w.cfg, args.infer, i, engine)
     oracle = SteppedWeights(w, adamw(args))
     report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0,
               "versions": [], "failures": []}
@@ -210,7 +223,9 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
         report["versions"].append(weight_version)
         while oracle.steps < int(weight_version):  # a failed refit's step is skipped
             oracle.advance()
-        expect = conventions.vllm_state_dict(oracle, args.infer, i, reshard.SENTINEL_BYTE)
+        expect = conventions.vllm_state_dict(
+            oracle, args.infer, i, reshard.SENTINEL_BYTE,
+            balancer_map(w.cfg, args.infer, engine, oracle.steps) if args.eplb else None)
         live = dict(model.named_parameters())
         assert sorted(live) == sorted(expect)
         for n, e in expect.items():
@@ -243,6 +258,81 @@ def worker(args: Any, rank: int, world: int) -> Dict[str, Any]:
     serve(ctrl, i // (s.tp * s.dp), local, core, on_finish=check, timeout_s=args.timeout * 8,
           driver_timeout_s=args.timeout, on_error=failed)
     return report
+
+
+def balancer_map(cfg: Dict[str, Any], infer: str, engine: int, refit: int) -> List[List[int]]:
+    """The EPLB map (physical_to_logical rows, one per MoE layer) engine ``engine``'s
+    balancer holds at refit ``refit`` (0: vLLM's initial map). It moves before every
+    odd refit (epoch m = (refit + 1) // 2): slot p < E holds expert
+    (p + m + layer + engine) % E, redundant slot E + j expert (3*m + j + layer) % E."""
+    E, red = cfg["E"], int(conventions_spec(infer).get("redundant", 0))
+    m = (refit + 1) // 2
+    if m == 0:
+        return [list(range(E)) + [j % E for j in range(red)] for _ in range(cfg["L"])]
+    return [[(p + m + layer + engine) % E for p in range(E)] +
+            [(3 * m + j + layer) % E for j in range(red)] for layer in range(cfg["L"])]
+
+
+def conventions_spec(infer: str) -> Dict[str, str]:
+    import conventions
+    return conventions.parse_spec(infer)
+
+
+def follow_balancer(core: Any, model: Any, cfg: Dict[str, Any], infer: str, i: int,
+                    engine: int) -> None:
+    """vLLM's EPLB state on ``model``'s MoE layers (one [L, E, R+1] logical_to_physical
+    tensor and [L, E] replica counts; each layer's experts module holds its views, as
+    FusedMoE.set_eplb_state leaves them), rearranged before every refit to
+    balancer_map's map of that refit; slots whose expert changed are overwritten
+    with the sentinel (vLLM moves the weights: the refit rewrites them anyway)."""
+    import torch
+    import reshard
+    E, L = cfg["E"], cfg["L"]
+    red = int(conventions_spec(infer).get("redundant", 0))
+    l2p = torch.full((L, E, red + 1), -1, dtype=torch.int64)
+    count = torch.zeros((L, E), dtype=torch.int64)
+    for k in range(L):
+        model.get_submodule("model.layers.%d.mlp.experts" % k).eplb_state = SimpleNamespace(
+            logical_to_physical_map=l2p[k], logical_replica_count=count[k])
+    held = [balancer_map(cfg, infer, engine, 0)]
+
+    def rearrange(rows: List[List[int]]) -> None:
+        s = conventions_spec(infer)
+        per = (E + red) // (int(s.get("tp", 1)) * int(s.get("dp", 1)))
+        first = (i % (int(s.get("tp", 1)) * int(s.get("dp", 1)))) * per
+        live = dict(model.named_parameters())
+        l2p.fill_(-1)
+        count.zero_()
+        for k, row in enumerate(rows):
+            for p, e in enumerate(row):
+                l2p[k, e, count[k, e]] = p
+                count[k, e] += 1
+            pre = "model.layers.%d.mlp.experts.routed_experts." % k
+            for j in range(per):
+                if held[0][k][first + j] != row[first + j]:
+                    for n in ("w13_weight", "w2_weight"):
+                        live[pre + n].data[j].view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+        held[0] = rows
+
+    rearrange(held[0])
+    start = core.start_weight_update
+
+    def start_after_balancing() -> None:  # the balancer ran while the engine served
+        rearrange(balancer_map(cfg, infer, engine, core.attempted + 1))
+        start()
+    core.start_weight_update = start_after_balancing
+
+
+def _live_eplb_worker() -> Any:
+    from reshard.integrations import WorkerCore
+    from reshard.integrations.vllm import vllm_eplb_map
+
+    class LiveEplbWorker(WorkerCore):
+        """WorkerCore reading the live map as the vLLM shell's worker does."""
+
+        def live_eplb_map(self) -> Any:
+            return vllm_eplb_map(self.model)
+    return LiveEplbWorker
 
 
 def inject_failure(core: Any, model: Any, refit: int, phase: str) -> None:
@@ -390,6 +480,9 @@ def main() -> int:
     ap.add_argument("--fail-phase", choices=["start", "update", "finish"], default="update",
                     help="... at this phase: every rank raises, vLLM's version stays, the "
                     "next refit is whole and exact")
+    ap.add_argument("--eplb", action="store_true",
+                    help="MoE with ep=on: each engine's EPLB map moves before every refit "
+                    "and the refit follows it (init info eplb=True)")
     ap.add_argument("--role", choices=["train", "infer"], help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)

@@ -86,6 +86,31 @@ def test_rl_loop_processes(tmp_path):
     assert len(steps) == 2 and all(" MB on the wire (" in x for x in steps), p.stdout
 
 
+def test_rl_loop_follows_vllms_eplb(tmp_path):
+    """--eplb, a Qwen3-MoE (6 experts, 2 redundant slots): Megatron EP2 -> two vLLM
+    engines of tp=2, ep=on, each with its own balancer moving experts before refits 1
+    and 3, delta refits; every element of every worker (each slot against the expert
+    its engine's map names) checked after each of 4 refits; the refits between moves
+    send less than whole."""
+    cfg = shrunk("qwen3-30b-a3b", hidden_size=64, intermediate_size=96, head_dim=16,
+                 moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, num_experts=6, vocab_size=300)
+    p, _ = run_example(["--model", write(tmp_path, "moe", cfg), "--layers", "2",
+                        "--train", "tp=1,dp=2,ep=2", "--infer",
+                        "tp=2,ep=on,redundant=2,engines=2", "--steps", "4", "--timeout",
+                        "20", "--delta", "--lr", "1e-6", "--eplb"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    w = conventions.Weights(conventions.load_config(write(tmp_path, "moe", cfg)))
+    n = 4 * sum(t.numel() for i in range(4) for t in conventions.vllm_state_dict(
+        w, "tp=2,ep=on,redundant=2", i, SENT).values())
+    assert p.stdout.strip().splitlines()[-1] == (
+        "4 of 4 inference rank(s) reported: %d elements checked over 4 step(s), 0 wrong: OK"
+        % n), p.stdout
+    wire = [float(x.split("(")[-1].split("%")[0]) for x in p.stdout.splitlines()
+            if x.startswith("step ")]
+    assert wire[0] == wire[2] == 100.0 and wire[1] < 100.0 and wire[3] < 100.0, p.stdout
+
+
 @pytest.mark.parametrize("phase", ["start", "update", "finish"])
 def test_rl_loop_failure_keeps_version_and_next_refit_exact(tmp_path, phase):
     """rl_loop.py, delta refits, 3 steps: inference rank 0 fails refit 2 at ``phase``
