@@ -172,40 +172,25 @@ def rank_main(a) -> None:
     comm = reshard.Comm.from_torch()
     plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=world, timeout_s=120)
 
-    def check(into):
-        got = wrong = 0
-        for n, x in expect.items():
-            wrong += conventions.mismatches(into[n], x)
-            got += x.numel()
-        return got, wrong
-
-    for _ in range(a.iters):
-        if dst:
-            for t in dst.values():
-                t.view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
-        dist.barrier()
-        t0 = time.perf_counter()
-        plan.execute(comm, src=src, dst=dst)
-        out["times"].append(time.perf_counter() - t0)
-        if dst:
-            c, bad = check(dst)
-            out["checked"] += c
-            out["wrong"] += bad
-    if a.baseline:
-        base_dst = {n: torch.empty_like(x) for n, x in expect.items()} if expect else None
+    def timed(refit_once, into, key):
+        """a.iters refits by ``refit_once`` into ``into`` (None on a sender), each
+        timed from a barrier and every element of ``into`` checked."""
         for _ in range(a.iters):
-            if base_dst:
-                for t in base_dst.values():
-                    t.view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
+            for t in (into or {}).values():
+                t.view(torch.uint8).fill_(reshard.SENTINEL_BYTE)
             dist.barrier()
             t0 = time.perf_counter()
-            gather_broadcast(a, w, src, base_dst, rank, ntrain, fsdp, replicas, tp,
-                             train_group, bcast_group)
-            out["base_times"].append(time.perf_counter() - t0)
-            if base_dst:
-                c, bad = check(base_dst)
-                out["base_checked"] += c
-                out["base_wrong"] += bad
+            refit_once(into)
+            out[key + "times"].append(time.perf_counter() - t0)
+            for n, x in (into or {}).items():
+                out[key + "wrong"] += conventions.mismatches(x, expect[n])
+                out[key + "checked"] += expect[n].numel()
+
+    timed(lambda into: plan.execute(comm, src=src, dst=into), dst, "")
+    if a.baseline:
+        base_dst = {n: torch.empty_like(x) for n, x in expect.items()} if expect else None
+        timed(lambda into: gather_broadcast(a, w, src, into, rank, ntrain, fsdp, replicas, tp,
+                                            train_group, bcast_group), base_dst, "base_")
     comm.close()
     print(json.dumps(out), flush=True)
     dist.destroy_process_group()

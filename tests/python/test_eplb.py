@@ -33,13 +33,13 @@ def model(tmp_path):
     return reshard.Model(str(p))
 
 
-def refit_threads(model, eplb_map, step):
+def refit_threads(model, eplb_map, step, infer=INFER, world=4):
     """One refit with ``eplb_map``: the trainers' random weights and what each vLLM
     rank received."""
     src, dst = {}, {}
 
     def rank_fn(comm):
-        plan = model.plan(comm, TRAIN, INFER, redundant=REDUNDANT, eplb_map=eplb_map)
+        plan = model.plan(comm, TRAIN, infer, redundant=REDUNDANT, eplb_map=eplb_map)
         side, i = plan.refit.role(comm.rank)
         if side == "train":
             g = torch.Generator().manual_seed(1000 * step + i)
@@ -53,7 +53,7 @@ def refit_threads(model, eplb_map, step):
             plan.execute(dst=bufs)
             dst[i] = bufs
 
-    reshard.run_threads(4, rank_fn)
+    reshard.run_threads(world, rank_fn)
     return src, dst
 
 
@@ -105,24 +105,7 @@ def test_each_engine_has_its_own_map(model):
     of every rank of both engines holds its own engine's expert."""
     maps = [[[0, 0, 1, 2, 3, 4, 5, 5], [4, 2, 1, 3, 0, 5, 2, 2]],   # engine 0
             [[5, 4, 3, 2, 1, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]]   # engine 1
-    src, dst = {}, {}
-
-    def rank_fn(comm):
-        plan = model.plan(comm, TRAIN, ENGINES_INFER, redundant=REDUNDANT, eplb_map=maps)
-        side, i = plan.refit.role(comm.rank)
-        if side == "train":
-            g = torch.Generator().manual_seed(7 + i)
-            bufs = plan.refit.train.new_buffers(comm.rank)
-            for t in bufs.values():
-                t.copy_(torch.randn(t.shape, generator=g).to(t.dtype))
-            src[i] = bufs
-            plan.execute(src=bufs)
-        else:
-            bufs = plan.refit.infer.new_buffers(comm.rank, fill=reshard.SENTINEL_BYTE)
-            plan.execute(dst=bufs)
-            dst[i] = bufs
-
-    reshard.run_threads(6, rank_fn)
+    src, dst = refit_threads(model, maps, 0, ENGINES_INFER, 6)
     for engine in range(2):
         check_slots(src, {i: dst[2 * engine + i] for i in range(2)}, maps[engine])
 
