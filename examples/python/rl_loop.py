@@ -381,31 +381,39 @@ def break_model(model: Any, fault: str) -> None:
                                                                   requires_grad=False))
 
 
-def launch(args: Any, argv: List[str]) -> int:
-    """Start every process of the refit, print what they report, return the status."""
-    from reshard.integrations.ranks import sizes
-    s = sizes(args.train, args.infer)
-    with tempfile.TemporaryDirectory(prefix="rl_loop.") as d:
-        procs = []
-        for r in range(s.world):
-            role = "train" if r < s.train_world else "infer"
-            procs.append(subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__)] + argv +
-                ["--role", role, "--rank", str(r), "--dir", d],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+def run_processes(script: str, argv: List[str], world: int, role_of: Any, timeout_s: float,
+                  prefix: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Start ``world`` processes of ``script`` (its ``argv`` plus --role role_of(r)
+    --rank r --dir D, D a fresh directory they share), wait at most ``timeout_s`` for
+    each; returns the JSON lines they printed and, for each that failed, its own error
+    line (OWN_LINE) or how it ended."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(script)] + argv +
+                                  ["--role", role_of(r), "--rank", str(r), "--dir", d],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(world)]
         reports, errors = [], []
         for r, p in enumerate(procs):
             try:
-                out, err = p.communicate(timeout=args.timeout * 20)
+                out, err = p.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
-            got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            reports += got
+            reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
             if p.returncode != 0:  # its own report, else how it ended
                 own = [x for x in err.splitlines() if OWN_LINE.match(x)]
                 errors.append("rank %d: %s" % (r, own[-1] if own else
                                                 "exit status %d" % p.returncode))
+    return reports, errors
+
+
+def launch(args: Any, argv: List[str]) -> int:
+    """Start every process of the refit, print what they report, return the status."""
+    from reshard.integrations.ranks import sizes
+    s = sizes(args.train, args.infer)
+    reports, errors = run_processes(__file__, argv, s.world,
+                                    lambda r: "train" if r < s.train_world else "infer",
+                                    args.timeout * 20, "rl_loop.")
     return summarize(args, s, reports, errors)
 
 

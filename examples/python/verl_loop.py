@@ -37,9 +37,7 @@ import asyncio
 import datetime
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from types import SimpleNamespace
 from typing import Any, Dict, List
@@ -51,7 +49,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from rl_loop import ADAMW, OWN_LINE, SteppedWeights, adamw_step  # noqa: E402
+from rl_loop import ADAMW, SteppedWeights, adamw_step, run_processes  # noqa: E402
 
 
 def verl_config(args: Any) -> Any:
@@ -175,24 +173,9 @@ def rollout(args: Any, rank: int) -> Dict[str, Any]:
 def launch(args: Any, argv: List[str]) -> int:
     from reshard.integrations.ranks import sizes
     s = sizes(args.train, args.infer)
-    with tempfile.TemporaryDirectory(prefix="verl_loop.") as d:
-        procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv +
-                                  ["--role", "actor" if r < s.train_world else "rollout",
-                                   "--rank", str(r), "--dir", d],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(s.world)]
-        reports, errors = [], []
-        for r, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=args.timeout * 20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-            reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            if p.returncode != 0:
-                own = [x for x in err.splitlines() if OWN_LINE.match(x)]
-                errors.append("rank %d: %s" % (r, own[-1] if own else
-                                                "exit status %d" % p.returncode))
+    reports, errors = run_processes(__file__, argv, s.world,
+                                    lambda r: "actor" if r < s.train_world else "rollout",
+                                    args.timeout * 20, "verl_loop.")
     for e in errors:
         print("verl_loop: %s" % e, file=sys.stderr)
     for r in reports:

@@ -580,6 +580,25 @@ reshard_status_t reshard_plan_create(const reshard_layout_t *src, const reshard_
 void reshard_plan_destroy(reshard_plan_t *plan);
 
 /**
+ * Name @p plan, so that its executions pair with the plans of the same name on the other
+ * ranks. Needed only where one rank holds several live plans made from the same inputs
+ * (equal fingerprints: a policy and a reference model of one architecture, two engines'
+ * plans of equal layouts) and the ranks do not create them in one order: every
+ * execution's preflight agreement carries the plan's identity beside its fingerprint,
+ * the name's hash where one was given, else the plan's ordinal among the live, unnamed
+ * plans of those inputs that the same thread of the rank created before it (the old plan
+ * of reshard_plan_delta_adopt no longer counts; plans made on other threads, one per
+ * engine or model, do not count: name such plans when they share a comm). Ranks that execute
+ * different such plans at once then fail preflight on every rank (MISMATCH, "execute different
+ * plans made from the same inputs") and nothing moves, where they would otherwise have paired one
+ * plan's sources with another's destinations. Every rank names its plan alike; call it before the
+ * plan's first execution (the name is read by each execution). Any rank, local. Errors: INVALID_ARG
+ * (NULL, an empty name or one of 64 bytes or more, or another live plan of the same inputs on this
+ * rank with that name).
+ */
+reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name);
+
+/**
  * Byte counters of a plan. Bytes throughout. For a RESHARD_ALL_RANKS plan,
  * over all ranks, with the lower bounds. For a rank's own plan, that rank's
  * counters, which summed over every rank give the global ones: bytes_total =

@@ -202,6 +202,7 @@ _SIGNATURES = {
     "reshard_layout_declared_buffer": (st, [c_vp, c_i32, c_i32, P(BufferInfo)]),
     "reshard_plan_create": (st, [c_vp, c_vp, P(PlanParams), P(c_vp)]),
     "reshard_plan_destroy": (None, [c_vp]),
+    "reshard_plan_set_name": (st, [c_vp, ctypes.c_char_p]),
     "reshard_plan_get_stats": (st, [c_vp, P(PlanStats)]),
     "reshard_plan_pair_bytes": (c_u64, [c_vp, c_i32, c_i32]),
     "reshard_inproc_group_create": (st, [c_i32, P(c_vp)]),

@@ -133,6 +133,14 @@ class Plan(_lib.Handle):
                  other writer, no in-place rewrite by the engine); docs/delta-verification.md gives
                  its cost. verify=True without delta: ValueError
     checksum     the older name of verify (True / False), kept for callers of it
+    name         which plan this is among a rank's live plans made from the same inputs
+                 (reshard_plan_set_name; str of 1 to 63 bytes, the same on every rank):
+                 plans of equal inputs (a policy and a reference model of one
+                 architecture, two engines' plans of equal layouts) pair across ranks by
+                 name, else by the order in which a thread of each rank created them;
+                 ranks executing different ones fail on every rank (MISMATCH), nothing
+                 moves. Name them where ranks may create them in another order, or where
+                 plans made on different threads share one comm
     comm         optional: when planning fails, tell the peers through this comm
                  (plan_fail: their execute fails at once, naming this rank), then
                  raise; this waits until the peers reach execute; execute's default
@@ -153,7 +161,8 @@ class Plan(_lib.Handle):
 
     def __init__(self, src, dst, rank, world, domain_size=None, staging_mb=None,
                  relay_mb=None, timeout_s=None, comm=None, summary=False, hosts=None,
-                 devices=None, colocated=False, delta=False, checksum=None, verify=None):
+                 devices=None, colocated=False, delta=False, checksum=None, verify=None,
+                 name=None):
         if not isinstance(src, Layout) or not isinstance(dst, Layout):
             raise TypeError("reshard: Plan(src, dst, ...) needs two reshard.Layout")
         world = _lib.as_int(world, "world", lo=1)
@@ -183,9 +192,9 @@ class Plan(_lib.Handle):
         if delta:
             p.field_mask |= _lib.PARAM_DELTA
             p.delta = 1
-        for name, v in (("verify", verify), ("checksum", checksum)):
+        for flag, v in (("verify", verify), ("checksum", checksum)):
             if v is not None and not isinstance(v, bool):
-                raise TypeError("reshard: %s must be True or False, got %r" % (name, v))
+                raise TypeError("reshard: %s must be True or False, got %r" % (flag, v))
         if verify is not None and checksum is not None and verify != checksum:
             raise ValueError("reshard: verify=%r and checksum=%r disagree (checksum is the "
                              "older name of verify)" % (verify, checksum))
@@ -213,6 +222,11 @@ class Plan(_lib.Handle):
             raise ReshardError(status, name, message)
         _lib.check(status)
         self._h = h.value
+        if name is not None:
+            if not isinstance(name, str):
+                raise TypeError("reshard: name must be a str, got %r" % (name,))
+            _lib.check(_lib.lib.reshard_plan_set_name(self._h, name.encode()))
+        self.name = name
 
     def stats(self):
         """Byte counters (reshard_plan_stats_t) as a dict: bytes_total, bytes_local,

@@ -207,6 +207,28 @@ static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, do
     snprintf(out + n, n < size ? size - n : 0, ")");
 }
 
+/* Every rank's plan was made from the same inputs, but ranks @p lo and @p hi execute
+ * different plans of them (plan/identity.c): the error, naming this rank's plan. */
+static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me, int32_t lo,
+                                          int32_t hi, int32_t ordinal)
+{
+    char mine[128];
+    if (ordinal < 0)
+        snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
+    else
+        snprintf(mine, sizeof mine,
+                 "its thread's live unnamed plan number %d of these inputs "
+                 "(from 0, in creation order)",
+                 (int)ordinal);
+    return rs_error(RESHARD_ERR_MISMATCH,
+                    "rank %d: ranks %d and %d execute different plans made from the same inputs; "
+                    "nothing was sent (plans of equal inputs pair by name, "
+                    "reshard_plan_set_name / Plan(name=...), else by the order a thread of "
+                    "each rank created them: these ranks created or executed them in another "
+                    "order; this rank executes %s)",
+                    me, lo, hi, mine);
+}
+
 /* The first problem of rank @p who (its message @p msg there, up to RS_AGREE_TEXT_MAX
  * bytes, "..." where cut) into @p out on every rank: every rank calls it when the
  * agreement named @p who. "" when that failed (bounded by @p timeout_s). */
@@ -228,7 +250,10 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
 {
     int32_t me = comm->rank;
     bool planned = plan != NULL;
-    uint64_t fingerprint = planned ? plan->fingerprint : 0;
+    /* the inputs, and which of the rank's plans of those inputs it is (plan/identity.c) */
+    int32_t ordinal = -1;
+    uint64_t fingerprint =
+        planned ? rs_hash_mix(plan->fingerprint, rs_identity(plan, comm->serial, &ordinal)) : 0;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     int64_t m[RESHARD_AGREE_WORDS];
@@ -250,6 +275,10 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     int32_t a, b;
     if (fp_differ(m, &a, &b)) {
         int32_t lo = a < b ? a : b, hi = a < b ? b : a;
+        bool inputs_differ = true;
+        uint64_t inputs = plan->fingerprint;
+        if (compare(comm, &inputs, 1, timeout_s, &inputs_differ) == RESHARD_OK && !inputs_differ)
+            return identity_mismatch(plan, me, lo, hi, ordinal);
         char what[512];
         mismatch_detail(comm, plan, timeout_s, what, sizeof what);
         return rs_error(RESHARD_ERR_MISMATCH,

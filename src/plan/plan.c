@@ -283,6 +283,8 @@ reshard_status_t rs_plan_create_keeping(const reshard_layout_t *src, const resha
         if (!plan->p.summary) /* a summary plan is not executed */
             st = rs_qplan_pack_scratch(plan);
     }
+    if (st == RESHARD_OK)
+        st = rs_identity_add(plan);
     if (st != RESHARD_OK) {
         reshard_plan_destroy(plan);
         return st;
@@ -295,6 +297,7 @@ void reshard_plan_destroy(reshard_plan_t *plan)
 {
     if (!plan)
         return;
+    rs_identity_remove(plan);
     rs_rank_plan_free(plan->mine);
     rs_scope_free(&plan->scope);
     rs_plan_own_free(plan);

@@ -125,7 +125,22 @@ struct reshard_plan {
     /** Delta plans (params.delta): per executing rank its version, snapshot and
      *  relay scratch (exec/delta.h); NULL otherwise. Mutated by executions. */
     struct rs_delta *delta;
+    /** Its name among a rank's plans of the same inputs (reshard_plan_set_name; "":
+     *  none; plan/identity.c keeps the rest of its identity). */
+    char id_name[64];
 };
+
+/** plan/identity.c: register a created @p plan (NOMEM), forget a destroyed one, retire
+ *  the old plan of reshard_plan_delta_adopt (it no longer counts in ordinals). */
+reshard_status_t rs_identity_add(const reshard_plan_t *plan);
+void rs_identity_remove(const reshard_plan_t *plan);
+void rs_identity_retire(const reshard_plan_t *plan);
+/** The identity @p plan's execution on the comm of serial @p comm agrees on: the hash of
+ *  its name (top bit set), or its ordinal among the rank's live, unnamed, not retired
+ *  plans of the same fingerprint that its creating thread made before it and that never
+ *  executed or last executed on that comm (plan/identity.c); that ordinal into
+ *  *@p ordinal (-1 for a named plan) when not NULL. Records @p comm as the plan's last. */
+uint64_t rs_identity(const reshard_plan_t *plan, uint64_t comm, int32_t *ordinal);
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not
  *  own its destination fragment (it lands in that rank's relay scratch), or

@@ -291,7 +291,9 @@ def case_two_comms(comm, workdir):
     def body(name, salt):
         try:
             c = reshard.Comm.from_torch(name=name)
-            plan = reshard.Plan(src, dst, rank=c.rank, world=c.size, timeout_s=TIMEOUT_S)
+            # plans of equal inputs made in threads: named, so they pair by name
+            plan = reshard.Plan(src, dst, rank=c.rank, world=c.size, timeout_s=TIMEOUT_S,
+                                name=name)
             checked = 0
             for step in range(5):
                 full = (np.arange(shape[0] * shape[1]) * 3 + salt + step).astype(
