@@ -366,8 +366,8 @@ static reshard_status_t engine_keys(const char *text, unsigned seen, reshard_inf
     if (!sgl) {
         if (s->ep_size > 0)
             return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "infer spec \"%s\": ep=%d: a numeric ep is SGLang's --ep-size "
-                            "(engine=sglang); vLLM's expert parallelism is ep=on or off",
+                            "infer spec \"%s\": ep=%d must be on or off under vLLM (a numeric "
+                            "ep is SGLang's --ep-size: give engine=sglang)",
                             quote(text).s, s->ep_size);
         return RESHARD_OK;
     }
