@@ -115,10 +115,12 @@ reshard_status_t rs_sglang_check(const reshard_model_t *m, const reshard_infer_s
          s->tp, (long long)m->I);
     /* vocab_parallel_embedding.py:273-318: padded to 64, divide() by the group */
     int64_t vpad = rs_roundup(m->V, 64);
-    RULE(vpad % atp == 0 && vpad % s->tp == 0,
-         "infer (sglang): tp=%d (attention TP %d) does not divide the vocabulary padded to 64 "
-         "(%lld)",
-         s->tp, atp, (long long)vpad);
+    int32_t head = s->dp_lm_head ? atp : s->tp; /* lm_head's group (none when tied) */
+    RULE(vpad % atp == 0 && (m->tied || vpad % head == 0),
+         "infer (sglang): the vocabulary padded to 64 (%lld) does not split over the %d ranks "
+         "of %s",
+         (long long)vpad, vpad % atp ? atp : head,
+         vpad % atp ? "embed_tokens' group" : "lm_head's group");
     bool moe = m->fam != RS_FAM_DENSE;
     if (!moe) {
         RULE(!s->ep && s->a2a == RESHARD_SGLANG_A2A_NONE,
