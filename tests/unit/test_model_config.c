@@ -435,6 +435,18 @@ static void test_sglang_specs(void **state)
         RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "give engines=2"));
     reshard_model_destroy(m);
+    /* DeepSeek's MTP layer is SGLang's separate draft model: refused */
+    m = load("deepseek-v3", 1, RESHARD_BF16);
+    direct =
+        (reshard_infer_spec_t){.tp = 8, .dp = 1, .engines = 1, .engine = RESHARD_ENGINE_SGLANG};
+    assert_int_equal(
+        reshard_model_check(m,
+                            &(reshard_train_spec_t){
+                                .tp = 8, .pp = 1, .dp = 1, .cp = 1, .ep = 8, .etp = 1, .vpp = 1},
+                            &direct, 0),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "separate draft model"));
+    reshard_model_destroy(m);
     expect_rule("mixtral-8x7b", RESHARD_BF16, "tp=2", "engine=sglang,tp=2", 0,
                 "the model's family is not modelled under engine=sglang");
     expect_rule("qwen3-next-80b-a3b-instruct", RESHARD_BF16, "tp=2", "engine=sglang,tp=2", 0,
