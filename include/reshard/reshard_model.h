@@ -133,6 +133,12 @@
  * physical-to-logical map (reshard_infer_spec_t.redundant, eplb_map), for
  * every MoE family, with expert parallelism (vLLM's EPLB needs it).
  *
+ * SGLang servers (reshard_infer_spec_t.engine = RESHARD_ENGINE_SGLANG, spec
+ * "engine=sglang"): dense (qwen3, qwen2, llama), qwen3_moe and deepseek_v3 in
+ * bf16 under TP, DP attention, expert parallelism (--ep-size, DeepEP) and
+ * DeepSeek's fused shared expert, as SGLang a17753e holds them
+ * (docs/sglang-layouts.md); other families and modes are refused by name.
+ *
  * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
  * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
  * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
@@ -523,7 +529,8 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *spec, char *out, 
 const char *reshard_infer_spec_str(const reshard_infer_spec_t *spec, char *out, size_t size);
 
 /**
- * Check that @p model can take both specs (the rules of Megatron and vLLM),
+ * Check that @p model can take both specs (the rules of Megatron and vLLM, or
+ * SGLang under engine=sglang: src/model/sglang.c, docs/sglang-layouts.md),
  * and, when @p world > 0, that world == train world + infer world.
  * Errors: CONFIG with a message naming the rule, e.g. "train: tp=3 does not
  * divide the 32 attention heads", "train: ep=7 does not divide the 128
