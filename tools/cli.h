@@ -55,6 +55,13 @@ int cli_infer_dtype(const char *infer_dtype, const char *fp8_scale, reshard_mode
     "                     e8m0 scales (mxfp8); embedding, output layer, norms, router stay bf16\n" \
     "  --fp8-scale fp32|ue8m0  fp8 block scales exact (fp32) or powers of two (ue8m0, DeepGEMM)\n"
 
+/** The SGLang keys of --infer (reshard_infer_spec_parse), for the usage texts. */
+#define CLI_INFER_SGLANG_HELP                                                                      \
+    "                     SGLang servers: engine=sglang,tp=N (--tp-size; + engines=K\n"            \
+    "                     servers, dp=D,dp_attention=on, ep=on|N (--ep-size), dp_lm_head=on,\n"    \
+    "                     moe_dense_tp=1, a2a=none|deepep, moe_runner=auto|triton,\n"              \
+    "                     shared_fusion=auto|off; docs/sglang-layouts.md)\n"
+
 /** Most maps one --eplb-map file may hold. */
 #define CLI_EPLB_MAX_MAPS 64
 

@@ -31,7 +31,7 @@ static void plan_usage(FILE *out)
         "                     convention=megatron-lm|megatron-bridge)\n"
         "  --infer SPEC       vLLM sizes, e.g. tp=8,engines=16 (+ dp= (vLLM's own data\n"
         "                     parallelism inside an engine), ep=on, vllm=0.24|0.25,\n"
-        "                     redundant=N: EPLB's redundant experts)\n"
+        "                     redundant=N: EPLB's redundant experts)\n" CLI_INFER_SGLANG_HELP
         "  --eplb-map FILE    EPLB physical-to-logical map, JSON: a list (every MoE\n"
         "                     layer) or a list of per-layer lists (the first of {\"maps\"})\n"
         "  --json             print one JSON object instead of the summary\n"

@@ -58,7 +58,8 @@ static void run_usage(FILE *out)
         "                     etp= (default tp), vpp=, first=, last=,\n"
         "                     convention=megatron-lm|megatron-bridge)\n"
         "  --infer SPEC       vLLM sizes, e.g. tp=4,dp=2 (+ engines=, ep=on,\n"
-        "                     vllm=0.24|0.25, redundant=N: EPLB's redundant experts)\n"
+        "                     vllm=0.24|0.25, redundant=N: EPLB's redundant "
+        "experts)\n" CLI_INFER_SGLANG_HELP
         "  --eplb-map FILE    EPLB physical-to-logical map(s), JSON: a list (every MoE\n"
         "                     layer), a list of per-layer lists, or {\"maps\": [...]}: refit\n"
         "                     i uses map i mod n, each change replanned (this rank's own\n"

@@ -133,6 +133,12 @@
  * physical-to-logical map (reshard_infer_spec_t.redundant, eplb_map), for
  * every MoE family, with expert parallelism (vLLM's EPLB needs it).
  *
+ * SGLang servers (reshard_infer_spec_t.engine = RESHARD_ENGINE_SGLANG, spec
+ * "engine=sglang"): dense (qwen3, qwen2, llama), qwen3_moe and deepseek_v3 in
+ * bf16 under TP, DP attention, expert parallelism (--ep-size, DeepEP) and
+ * DeepSeek's fused shared expert, as SGLang a17753e holds them
+ * (docs/sglang-layouts.md); other families and modes are refused by name.
+ *
  * Modelled engine versions and training conventions: vLLM 0.24 (up to it) and
  * 0.25 (and later; the default) by name (reshard_vllm_version_t); Megatron-LM
  * (the default) and Megatron-Bridge (reshard_train_convention_t). Inference
@@ -339,6 +345,19 @@ typedef enum {
     RESHARD_VLLM_0_25 = 2     /**< spec "vllm=0.25" */
 } reshard_vllm_version_t;
 
+/** The inference engine whose parameter layouts the inference side holds
+ *  (reshard_infer_spec_t.engine; spec "engine=vllm|sglang"). */
+typedef enum {
+    RESHARD_ENGINE_VLLM = 0,  /**< vLLM (the default) */
+    RESHARD_ENGINE_SGLANG = 1 /**< SGLang (docs/sglang-layouts.md) */
+} reshard_infer_engine_t;
+
+/** SGLang's MoE all-to-all backend (--moe-a2a-backend; spec "a2a=none|deepep"). */
+typedef enum {
+    RESHARD_SGLANG_A2A_NONE = 0,  /**< "none" (the default) */
+    RESHARD_SGLANG_A2A_DEEPEP = 1 /**< "deepep": ep = tp, shared experts whole */
+} reshard_sglang_a2a_t;
+
 /** Name of a training convention ("megatron-bridge", "megatron-lm", "fsdp"; the
  *  default's name for 0), or NULL for a value that is none. Any thread. */
 const char *reshard_train_convention_name(reshard_train_convention_t convention);
@@ -422,6 +441,24 @@ typedef struct {
      *  slot or expert. */
     const int32_t *eplb_map;
     int64_t eplb_map_len; /**< entries of eplb_map */
+    /** reshard_infer_engine_t (spec "engine=sglang"; 0: vLLM). Under SGLang
+     *  (docs/sglang-layouts.md) one server is tp ranks (--tp-size): world =
+     *  engines*tp; dp is --dp-size and needs dp_attention (SGLang's --dp-size
+     *  without DP attention runs independent replicas: engines=). */
+    int32_t engine;
+    int dp_attention;      /**< SGLang --enable-dp-attention (spec "dp_attention=on"):
+                                attention TP = tp/dp; dp must divide tp */
+    int32_t ep_size;       /**< SGLang --ep-size given as a number (spec "ep=N", N dividing
+                                tp; needs ep non-zero): moe_tp_size = tp/N; 0: ep=on means
+                                --ep-size = tp */
+    int dp_lm_head;        /**< SGLang --enable-dp-lm-head (spec "dp_lm_head=on"; needs
+                                dp_attention): lm_head split over the attention TP group */
+    int32_t moe_dense_tp;  /**< SGLang --moe-dense-tp-size (spec "moe_dense_tp=1"): 1 =
+                                DeepSeek's dense-layer MLPs whole on every rank; 0: unset */
+    int32_t a2a;           /**< reshard_sglang_a2a_t (spec "a2a=deepep"; needs ep = tp) */
+    int shared_fusion_off; /**< SGLang --disable-shared-experts-fusion (spec
+                                "shared_fusion=off"); 0: SGLang's own rule (DeepSeek-V3:
+                                the shared expert is w13/w2 row E without EP) */
 } reshard_infer_spec_t;
 
 /**
@@ -450,7 +487,17 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
 
 /** Parse "tp=8,dp=16,ep=on" (keys tp, dp, engines: sizes; ep: exactly "on"
  *  or "off"; vllm: a supported version name, "0.24" or "0.25"; redundant:
- *  EPLB's num_redundant_experts, a size; the map is set by the caller), in the
+ *  EPLB's num_redundant_experts, a size; the map is set by the caller;
+ *  engine: "vllm" (the default) or "sglang"). Under engine=sglang (SGLang's
+ *  server flags): tp = --tp-size (ranks per server), dp=D with dp_attention=on =
+ *  --dp-size D --enable-dp-attention (D divides tp; dp > 1 without it is refused:
+ *  SGLang's --dp-size alone runs independent replicas, give engines=), ep=on =
+ *  --ep-size tp, ep=N = --ep-size N, dp_lm_head=on = --enable-dp-lm-head,
+ *  moe_dense_tp=1 = --moe-dense-tp-size 1, a2a=none|deepep = --moe-a2a-backend,
+ *  moe_runner=auto|triton = --moe-runner-backend (other runners are refused by
+ *  name: their kernels hold w13 in another form), shared_fusion=auto|off
+ *  (off = --disable-shared-experts-fusion); vllm= and redundant= are refused
+ *  there, and the SGLang keys and a numeric ep under vLLM. In the
  *  grammar of reshard_train_spec_parse (value also := a version name for
  *  vllm; "0.25", the default's name, parses as 0).
  *  Errors as reshard_train_spec_parse; an unknown vllm version is
@@ -460,8 +507,8 @@ reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t
 /** Ranks of a training spec (tp*cp*dp*pp; FSDP2: tp*dp*fsdp), or -1 for a NULL or invalid spec
  *  (a size below 1, e.g. tp=0) or a product that overflows int32. */
 int32_t reshard_train_world(const reshard_train_spec_t *spec);
-/** Ranks of an inference spec (engines*tp*dp), or -1 as reshard_train_world
- *  (also for a negative engines or an unknown vllm version). */
+/** Ranks of an inference spec (engines*tp*dp; engine=sglang: engines*tp), or -1 as
+ * reshard_train_world (also for a negative engines or an unknown vllm version). */
 int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
 
 /** Format a spec back ("tp=4,pp=8,dp=4,cp=1,ep=16,etp=1", then ",vpp=2",
@@ -469,7 +516,10 @@ int32_t reshard_infer_world(const reshard_infer_spec_t *spec);
  *  is the convention; FSDP2: "fsdp=4,dp=1,tp=1", then ",transformers=4" when
  *  that is the release; infer: "tp=8,dp=16,ep=on", then ",engines=16" with more
  *  than one engine, ",vllm=0.24" when that is the version and
- *  ",redundant=N" with N > 0 (the EPLB map is not text): a default
+ *  ",redundant=N" with N > 0 (the EPLB map is not text); engine=sglang:
+ *  "engine=sglang,tp=4", then ",dp=2,dp_attention=on", ",ep=on" or ",ep=N",
+ *  ",engines=K", ",dp_lm_head=on", ",moe_dense_tp=1", ",a2a=deepep",
+ *  ",shared_fusion=off" when set: a default
  *  written out or left out gives the same text) into @p out
  *  of @p size bytes, truncated to fit and always terminated. Any rank, any
  *  thread. Returns @p out; with a NULL @p spec, @p out holds "" and is
@@ -479,7 +529,8 @@ const char *reshard_train_spec_str(const reshard_train_spec_t *spec, char *out, 
 const char *reshard_infer_spec_str(const reshard_infer_spec_t *spec, char *out, size_t size);
 
 /**
- * Check that @p model can take both specs (the rules of Megatron and vLLM),
+ * Check that @p model can take both specs (the rules of Megatron and vLLM, or
+ * SGLang under engine=sglang: src/model/sglang.c, docs/sglang-layouts.md),
  * and, when @p world > 0, that world == train world + infer world.
  * Errors: CONFIG with a message naming the rule, e.g. "train: tp=3 does not
  * divide the 32 attention heads", "train: ep=7 does not divide the 128

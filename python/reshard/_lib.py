@@ -127,7 +127,9 @@ class TrainSpec(ctypes.Structure):
 class InferSpec(ctypes.Structure):
     _fields_ = [("tp", c_i32), ("dp", c_i32), ("ep", ctypes.c_int), ("engines", c_i32),
                 ("vllm", c_i32), ("redundant", c_i32), ("eplb_map", P(c_i32)),
-                ("eplb_map_len", c_i64)]
+                ("eplb_map_len", c_i64), ("engine", c_i32), ("dp_attention", ctypes.c_int),
+                ("ep_size", c_i32), ("dp_lm_head", ctypes.c_int), ("moe_dense_tp", c_i32),
+                ("a2a", c_i32), ("shared_fusion_off", ctypes.c_int)]
 
 
 class ModelBuffer(ctypes.Structure):

@@ -299,7 +299,7 @@ def _coords_problem(rank, train, infer, infer_offset, coords):
     train_world = int(_lib.lib.reshard_train_world(ctypes.byref(ts)))
     offset = train_world if infer_offset is None else int(infer_offset)
     tp, dp = max(1, ispec.tp), max(1, ispec.dp)
-    infer_world = max(1, ispec.engines) * tp * dp
+    infer_world = int(_lib.lib.reshard_infer_world(ctypes.byref(ispec)))
     roles = {}
     if rank < train_world:
         local = rank % (ts.tp * ts.cp * ts.dp)
@@ -309,8 +309,13 @@ def _coords_problem(rank, train, infer, infer_offset, coords):
             "etp": local % ts.etp, "ep": local // ts.etp % ts.ep})
     if offset <= rank < offset + infer_world:
         r = rank - offset
-        roles["infer"] = ("vLLM", _INFER_COORDS,
-                          {"tp": r % tp, "dp": r // tp % dp, "engine": r // (tp * dp)})
+        if ispec.engine == 1:  # SGLang: a server is tp ranks; dp = the attention DP rank
+            roles["infer"] = ("SGLang", _INFER_COORDS, {
+                "tp": r % tp, "dp": r % tp // (tp // dp) if ispec.dp_attention else 0,
+                "engine": r // tp})
+        else:
+            roles["infer"] = ("vLLM", _INFER_COORDS,
+                              {"tp": r % tp, "dp": r // tp % dp, "engine": r // (tp * dp)})
     nested = bool(coords) and set(coords) <= {"train", "infer"}
     given = coords if nested else {("train" if "train" in roles else "infer"): coords}
     problems = []

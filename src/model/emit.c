@@ -465,12 +465,22 @@ reshard_status_t rs_emit_mlp(rs_emit_t *e, int32_t gate, int32_t up, int32_t dow
     return rs_emit_cols(e, down, b2, i0, n);
 }
 
+/* The shared expert's gate rows i0..i0+n, then its up rows, at @p base of
+ * buffer @p b ([2n, W]). */
+static reshard_status_t emit_shared_fc1(rs_emit_t *e, const rs_layer_ids_t *l, int32_t b,
+                                        int64_t base, int64_t i0, int64_t n, int64_t W)
+{
+    int64_t off[2] = {i0, 0}, ext[2] = {n, W}, st[2] = {W, 1};
+    TRY(rs_emit(e, l->s_gate, b, off, ext, base, st));
+    return rs_emit(e, l->s_up, b, off, ext, base + n * W, st);
+}
+
 /* The experts of one stacked (or per-expert) buffer pair: stack row k holds
  * logical expert @p logical[k] (NULL: e0 + k); runs of consecutive experts
  * are one fragment. */
 static reshard_status_t experts_into(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
                                      int64_t e0, int64_t ne, int64_t i0, int64_t n, bool per_expert,
-                                     const char *fc1_name, const char *fc2_name)
+                                     bool shared, const char *fc1_name, const char *fc2_name)
 {
     /* W: the experts' input width (H, or a latent size); gated: fc1 is
      * [gate; up], else up alone (nemotron_h's squared-ReLU experts) */
@@ -488,9 +498,13 @@ static reshard_status_t experts_into(rs_emit_t *e, const rs_layer_ids_t *l, cons
             int64_t rows = pass ? W : g * n, width = pass ? n : W;
             int32_t b = per_expert
                             ? rs_emit_buffer(e, like, 0, rows, width, "%s%lld", name, (long long)k)
-                            : rs_emit_buffer(e, like, per, rows, width, "%s", name);
+                            : rs_emit_buffer(e, like, per + shared, rows, width, "%s", name);
             if (b < 0)
                 return (reshard_status_t)b;
+            if (shared) /* stack row per: the shared expert's matrices, sliced alike */
+                TRY(pass ? rs_emit(e, l->s_down, b, (int64_t[2]){0, i0}, (int64_t[2]){W, n},
+                                   per * W * n, (int64_t[2]){n, 1})
+                         : emit_shared_fc1(e, l, b, per * g * n * W, i0, n, W));
             for (int64_t j = 0; j < per;) { /* stack rows j..j+run: experts ef..ef+run */
                 int64_t ef = logical ? logical[k * per + j] : e0 + k * per + j, run = 1;
                 while (j + run < per &&
@@ -516,14 +530,23 @@ reshard_status_t rs_emit_experts(rs_emit_t *e, const rs_layer_ids_t *l, int64_t 
                                  int64_t i0, int64_t n, bool per_expert, const char *fc1_name,
                                  const char *fc2_name)
 {
-    return experts_into(e, l, NULL, e0, ne, i0, n, per_expert, fc1_name, fc2_name);
+    return experts_into(e, l, NULL, e0, ne, i0, n, per_expert, false, fc1_name, fc2_name);
+}
+
+reshard_status_t rs_emit_experts_fused_shared(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0,
+                                              int64_t ne, int64_t i0, int64_t n,
+                                              const char *fc1_name, const char *fc2_name)
+{
+    if (l->s_gate < 0 || l->e_gate < 0)
+        return rs_error(RESHARD_ERR_INVALID_ARG, "rs_emit_experts_fused_shared: no shared expert");
+    return experts_into(e, l, NULL, e0, ne, i0, n, false, true, fc1_name, fc2_name);
 }
 
 reshard_status_t rs_emit_expert_slots(rs_emit_t *e, const rs_layer_ids_t *l, const int32_t *logical,
                                       int64_t ne, int64_t i0, int64_t n, const char *fc1_name,
                                       const char *fc2_name)
 {
-    return experts_into(e, l, logical, 0, ne, i0, n, false, fc1_name, fc2_name);
+    return experts_into(e, l, logical, 0, ne, i0, n, false, false, fc1_name, fc2_name);
 }
 
 reshard_status_t rs_emit_vocab(rs_emit_t *e, int32_t t, int64_t vpad, int32_t parts, int32_t part,

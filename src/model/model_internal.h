@@ -222,10 +222,10 @@ static inline bool rs_vllm_version_ok(int32_t v)
 /** With the hybrid '|' pattern: vpp = segments / pp, as Megatron derives it
  *  (spec checked by rs_check_train first). */
 void rs_train_effective(const reshard_model_t *m, reshard_train_spec_t *s);
-/** Ranks of one inference engine (tp*dp). */
+/** Ranks of one inference engine (tp*dp; an SGLang server: tp). */
 static inline int32_t rs_engine_world(const reshard_infer_spec_t *s)
 {
-    return s->tp * s->dp;
+    return s->engine == RESHARD_ENGINE_SGLANG ? s->tp : s->tp * s->dp;
 }
 /** vLLM's use_sequence_parallel_moe (config/parallel.py): with the default
  *  all2all backend (allgather_reducescatter), expert parallelism, tp > 1 and
@@ -482,6 +482,27 @@ reshard_status_t rs_gpt_oss_vllm_layer(rs_emit_t *e, const reshard_infer_spec_t 
 reshard_status_t rs_gpt_oss_megatron_expert_biases(rs_emit_t *e, const rs_layer_ids_t *l,
                                                    int64_t e0, int64_t ne, int64_t i0, int64_t n,
                                                    const char *prefix);
+/* --- SGLang (sglang.c) ---------------------------------------------------- */
+/** SGLang's rules that need no model (dp without DP attention, ep and dp
+ *  dividing tp, dp_lm_head without DP attention, a2a=deepep with ep < tp):
+ *  @p code (INVALID_ARG while parsing, CONFIG in a check) with the message. */
+reshard_status_t rs_sglang_spec_rules(const reshard_infer_spec_t *s, reshard_status_t code);
+/** SGLang's rules for @p m (families and modes modelled, the divisions its
+ *  layers assert): CONFIG naming the rule. */
+reshard_status_t rs_sglang_check(const reshard_model_t *m, const reshard_infer_spec_t *s);
+/** reshard_infer_spec_str of an engine=sglang spec. */
+const char *rs_sglang_spec_str(const reshard_infer_spec_t *s, char *out, size_t size);
+/** The parameters SGLang TP rank @p t of one server holds (spec checked). */
+reshard_status_t rs_sglang_rank_params(rs_emit_t *e, const reshard_infer_spec_t *s, int32_t t);
+/** vLLM fused_qkv_a_proj (SGLang fused_qkv_a_proj_with_mqa): replicated
+ *  [q_a_proj rows; kv_a_proj_with_mqa rows] x H (vllm.c). */
+reshard_status_t rs_vllm_qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name);
+/** As rs_emit_experts stacked, with one more stack row after the @p ne
+ *  routed experts: the shared expert (l->s_gate, s_up, s_down; its
+ *  intermediate rows i0..i0+n), as SGLang's fused shared experts hold it. */
+reshard_status_t rs_emit_experts_fused_shared(rs_emit_t *e, const rs_layer_ids_t *l, int64_t e0,
+                                              int64_t ne, int64_t i0, int64_t n,
+                                              const char *fc1_name, const char *fc2_name);
 /** vLLM qkv_proj of TP rank @p t (vllm.c). */
 reshard_status_t rs_vllm_qkv(rs_emit_t *e, const rs_layer_ids_t *l, int32_t tp, int32_t t,
                              const char *name);

@@ -161,6 +161,88 @@ static reshard_status_t train_set(void *spec, const char *side, const char *key,
                     side, key);
 }
 
+/* on/off of @p key into *out. */
+static reshard_status_t on_off(const char *side, const char *key, const char *val, int *out)
+{
+    if (strcmp(val, "on") && strcmp(val, "off"))
+        return rs_error(RESHARD_ERR_INVALID_ARG, "%s spec: %s=%s must be on or off", side, key,
+                        val);
+    *out = val[1] == 'n';
+    return RESHARD_OK;
+}
+
+/* The SGLang keys of an infer spec (seen bits 64..4096; the engine's own
+ * rules are checked once the whole text is read). Flags: SGLang server_args.py
+ * (docs/sglang-layouts.md). */
+static reshard_status_t sglang_set(reshard_infer_spec_t *s, const char *side, const char *key,
+                                   const char *val, unsigned *seen)
+{
+    static const char *const keys[] = {"engine", "dp_attention", "dp_lm_head",   "moe_dense_tp",
+                                       "a2a",    "moe_runner",   "shared_fusion"};
+    unsigned i = 0;
+    while (i < sizeof keys / sizeof *keys && strcmp(key, keys[i]))
+        i++;
+    if (i == sizeof keys / sizeof *keys)
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: unknown key '%s' (known: tp, dp, ep, engines, vllm, redundant; "
+                        "engine=sglang: engine, dp_attention, dp_lm_head, moe_dense_tp, a2a, "
+                        "moe_runner, shared_fusion)",
+                        side, key);
+    TRY(mark(side, key, 64u << i, seen));
+    switch (i) {
+    case 0:
+        if (!strcmp(val, "vllm") || !strcmp(val, "sglang")) {
+            s->engine = val[0] == 's' ? RESHARD_ENGINE_SGLANG : RESHARD_ENGINE_VLLM;
+            return RESHARD_OK;
+        }
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: engine=%s is not a modelled inference engine (known: vllm "
+                        "(the default), sglang)",
+                        side, val);
+    case 1:
+        return on_off(side, key, val, &s->dp_attention);
+    case 2:
+        return on_off(side, key, val, &s->dp_lm_head);
+    case 3:
+        if (strcmp(val, "1"))
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "%s spec: moe_dense_tp=%s: only 1 is modelled (SGLang's "
+                            "--moe-dense-tp-size 1 holds DeepSeek's dense MLPs whole; any other "
+                            "size splits them over the whole TP group, as when it is not given)",
+                            side, val);
+        s->moe_dense_tp = 1;
+        return RESHARD_OK;
+    case 4:
+        if (!strcmp(val, "none") || !strcmp(val, "deepep")) {
+            s->a2a = val[0] == 'd' ? RESHARD_SGLANG_A2A_DEEPEP : RESHARD_SGLANG_A2A_NONE;
+            return RESHARD_OK;
+        }
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: a2a=%s: SGLang's --moe-a2a-backend %s is not modelled "
+                        "(modelled: none, deepep)",
+                        side, val, val);
+    case 5:
+        if (!strcmp(val, "auto") || !strcmp(val, "triton"))
+            return RESHARD_OK; /* the one form modelled: the default, not stored */
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: moe_runner=%s: SGLang's --moe-runner-backend %s is not "
+                        "modelled: its kernels hold w13_weight in another form (flashinfer_trtllm "
+                        "reorders and pads it, flashinfer_cutlass and cutlass can load up before "
+                        "gate, triton_kernel transposes it); modelled: auto, triton (bf16 on "
+                        "Hopper: w13 = [gate; up])",
+                        side, val, val);
+    default:
+        if (!strcmp(val, "auto") || !strcmp(val, "off")) {
+            s->shared_fusion_off = val[0] == 'o';
+            return RESHARD_OK;
+        }
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "%s spec: shared_fusion=%s must be auto (SGLang's own rule) or off "
+                        "(--disable-shared-experts-fusion)",
+                        side, val);
+    }
+}
+
 static reshard_status_t infer_set(void *spec, const char *side, const char *key, const char *val,
                                   unsigned *seen)
 {
@@ -190,20 +272,23 @@ static reshard_status_t infer_set(void *spec, const char *side, const char *key,
         reshard_status_t st = mark(side, key, 4u, seen);
         if (st != RESHARD_OK)
             return st;
+        s->ep_size = 0;
         if (!strcmp(val, "on"))
             s->ep = 1;
         else if (!strcmp(val, "off"))
             s->ep = 0;
-        else
+        else if (val[0] >= '1' && val[0] <= '9') { /* SGLang --ep-size N (checked after) */
+            TRY(positive(side, key, val, &s->ep_size));
+            s->ep = 1;
+        } else
             return rs_error(RESHARD_ERR_INVALID_ARG,
                             "%s spec: ep=%s must be on or off (vLLM's expert parallelism spans "
-                            "all tp*dp ranks)",
+                            "all tp*dp ranks; under engine=sglang also a size N dividing tp: "
+                            "--ep-size N)",
                             side, val);
         return RESHARD_OK;
     }
-    return rs_error(RESHARD_ERR_INVALID_ARG,
-                    "%s spec: unknown key '%s' (known: tp, dp, ep, engines, vllm, redundant)", side,
-                    key);
+    return sglang_set(s, side, key, val, seen);
 }
 
 /* An FSDP2 spec (any fsdp= key, or convention=fsdp): mesh [dp_replicate=dp,
@@ -259,13 +344,50 @@ reshard_status_t reshard_train_spec_parse(const char *text, reshard_train_spec_t
     return st;
 }
 
+/* The keys of the other engine refused by name; under SGLang a numeric ep
+ * equal to tp read as ep=on and 1 as off (one spec, one text). */
+static reshard_status_t engine_keys(const char *text, unsigned seen, reshard_infer_spec_t *s)
+{
+    bool sgl = s->engine == RESHARD_ENGINE_SGLANG;
+    static const struct {
+        const char *key;
+        unsigned bit;
+        bool sglang; /* the key belongs to SGLang (else to vLLM) */
+    } own[] = {{"vllm", 16u, false},         {"redundant", 32u, false},
+               {"dp_attention", 128u, true}, {"dp_lm_head", 256u, true},
+               {"moe_dense_tp", 512u, true}, {"a2a", 1024u, true},
+               {"moe_runner", 2048u, true},  {"shared_fusion", 4096u, true}};
+    for (unsigned i = 0; i < sizeof own / sizeof *own; i++)
+        if ((seen & own[i].bit) && own[i].sglang != sgl)
+            return rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": %s= is %s (%s)",
+                            quote(text).s, own[i].key,
+                            own[i].sglang ? "an SGLang key" : "a vLLM key",
+                            own[i].sglang ? "give engine=sglang" : "not under engine=sglang");
+    if (!sgl) {
+        if (s->ep_size > 0)
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "infer spec \"%s\": ep=%d must be on or off under vLLM (a numeric "
+                            "ep is SGLang's --ep-size: give engine=sglang)",
+                            quote(text).s, s->ep_size);
+        return RESHARD_OK;
+    }
+    if (s->ep_size == 1)
+        s->ep = 0;
+    if (s->ep_size == 1 || s->ep_size == s->tp)
+        s->ep_size = 0;
+    return rs_sglang_spec_rules(s, RESHARD_ERR_INVALID_ARG);
+}
+
 reshard_status_t reshard_infer_spec_parse(const char *text, reshard_infer_spec_t *out)
 {
     rs_error_clear();
     if (!out)
         return rs_error(RESHARD_ERR_INVALID_ARG, "reshard_infer_spec_parse: NULL out");
     reshard_infer_spec_t s = {.tp = 1, .dp = 1, .engines = 1};
-    reshard_status_t st = parse_pairs("infer", text, &s, infer_set, NULL);
+    unsigned seen = 0;
+    reshard_status_t st = parse_pairs("infer", text, &s, infer_set, &seen);
+    if (st == RESHARD_OK)
+        st = engine_keys(text, seen, &s);
     if (st == RESHARD_OK && reshard_infer_world(&s) < 0)
         st = rs_error(RESHARD_ERR_INVALID_ARG, "infer spec \"%s\": world size overflows",
                       quote(text).s);
@@ -306,8 +428,13 @@ int32_t reshard_train_world(const reshard_train_spec_t *s)
 
 int32_t reshard_infer_world(const reshard_infer_spec_t *s)
 {
-    if (!s || s->engines < 0 || (unsigned)s->vllm > RESHARD_VLLM_0_25)
+    if (!s || s->engines < 0 || (unsigned)s->vllm > RESHARD_VLLM_0_25 ||
+        (unsigned)s->engine > RESHARD_ENGINE_SGLANG)
         return -1;
+    if (s->engine == RESHARD_ENGINE_SGLANG) { /* a server is tp ranks; dp lives inside it */
+        int32_t v[3] = {s->tp, s->dp, rs_engines(s)};
+        return product(v, 3) < 0 ? -1 : product((int32_t[2]){s->tp, rs_engines(s)}, 2);
+    }
     int32_t v[3] = {s->tp, s->dp, rs_engines(s)};
     return product(v, 3);
 }
@@ -345,6 +472,8 @@ const char *reshard_infer_spec_str(const reshard_infer_spec_t *s, char *out, siz
     out[0] = '\0';
     if (!s)
         return out;
+    if (s->engine == RESHARD_ENGINE_SGLANG)
+        return rs_sglang_spec_str(s, out, size);
     int n = snprintf(out, size, "tp=%d,dp=%d,ep=%s", s->tp, s->dp, s->ep ? "on" : "off");
     if (n >= 0 && (size_t)n < size && rs_engines(s) > 1)
         n += snprintf(out + n, size - (size_t)n, ",engines=%d", s->engines);
@@ -512,6 +641,16 @@ reshard_status_t rs_check_train(const reshard_model_t *m, const reshard_train_sp
 
 reshard_status_t rs_check_infer(const reshard_model_t *m, const reshard_infer_spec_t *s)
 {
+    RULE((unsigned)s->engine <= RESHARD_ENGINE_SGLANG,
+         "infer: engine %d is not a modelled inference engine (RESHARD_ENGINE_VLLM, "
+         "RESHARD_ENGINE_SGLANG)",
+         s->engine);
+    if (s->engine == RESHARD_ENGINE_SGLANG)
+        return rs_sglang_check(m, s); /* sglang.c */
+    RULE(!s->dp_attention && !s->dp_lm_head && !s->moe_dense_tp && !s->a2a &&
+             !s->shared_fusion_off && !s->ep_size,
+         "infer: dp_attention, dp_lm_head, moe_dense_tp, a2a, shared_fusion and a numeric ep "
+         "are SGLang settings: they need engine=sglang");
     RULE(s->engines >= 0, "infer: engines=%d must be >= 1", s->engines);
     RULE(rs_vllm_version_ok(s->vllm),
          "infer: vllm version %d is not a supported vLLM version (RESHARD_VLLM_0_24, "

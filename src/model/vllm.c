@@ -96,7 +96,7 @@ reshard_status_t rs_vllm_experts(rs_emit_t *e, const rs_layer_ids_t *l,
 }
 
 /* fused_qkv_a_proj: replicated [q_a rows; kv_a rows] of H. */
-static reshard_status_t qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name)
+reshard_status_t rs_vllm_qkv_a(rs_emit_t *e, const rs_layer_ids_t *l, const char *name)
 {
     const reshard_model_t *m = e->m;
     int64_t rows = m->q_lora + m->kv_lora + m->rope;
@@ -138,7 +138,7 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_infer_spec_t *s, int32
         }
     } else {
         if (m->q_lora) {
-            TRY(qkv_a(e, l, rs_nm(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
+            TRY(rs_vllm_qkv_a(e, l, rs_nm(n, sizeof n, p, "self_attn.fused_qkv_a_proj.weight")));
             TRY(rs_emit_own(e, l->q_a_norm,
                             rs_nm(n, sizeof n, p, "self_attn.q_a_layernorm.weight")));
             TRY(rs_emit_column(e, l->q_b, tp, t,
@@ -242,7 +242,10 @@ static reshard_status_t rank_params(rs_emit_t *e, const reshard_infer_spec_t *s,
  * the whole model alike. */
 static reshard_status_t infer_rank(rs_emit_t *e, int32_t r, const void *spec)
 {
-    return rank_params(e, spec, r % rs_engine_world(spec));
+    const reshard_infer_spec_t *s = spec;
+    int32_t local = r % rs_engine_world(s);
+    return s->engine == RESHARD_ENGINE_SGLANG ? rs_sglang_rank_params(e, s, local)
+                                              : rank_params(e, s, local);
 }
 
 reshard_status_t reshard_model_infer_layout(const reshard_model_t *model,

@@ -367,6 +367,100 @@ static void expect_rule(const char *model, reshard_dtype_t dt, const char *train
     reshard_model_destroy(m);
 }
 
+/* engine=sglang specs: the text round-trips, the SGLang keys and modes it
+ * does not model are refused by name, and the model rules name the family,
+ * MTP, FP8 and DP attention of a llama. */
+static void test_sglang_specs(void **state)
+{
+    (void)state;
+    static const char *const same[][2] = {
+        {"engine=sglang,tp=4", "engine=sglang,tp=4"},
+        {"tp=4,engine=sglang,dp=2,dp_attention=on", "engine=sglang,tp=4,dp=2,dp_attention=on"},
+        {"engine=sglang,ep=4,tp=4", "engine=sglang,tp=4,ep=on"},
+        {"engine=sglang,tp=8,ep=2,engines=3", "engine=sglang,tp=8,ep=2,engines=3"},
+        {"engine=sglang,tp=4,ep=1", "engine=sglang,tp=4"},
+        {"engine=sglang,tp=4,dp=4,dp_attention=on,dp_lm_head=on,moe_dense_tp=1,ep=on,a2a=deepep,"
+         "shared_fusion=off,moe_runner=triton",
+         "engine=sglang,tp=4,dp=4,dp_attention=on,ep=on,dp_lm_head=on,moe_dense_tp=1,a2a=deepep,"
+         "shared_fusion=off"},
+        {"engine=vllm,tp=2,dp=2", "tp=2,dp=2,ep=off"},
+    };
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
+        reshard_infer_spec_t i, j;
+        char a[160], b[160];
+        if (reshard_infer_spec_parse(same[k][0], &i) != RESHARD_OK)
+            fail_msg("%s: %s", same[k][0], reshard_last_error());
+        assert_string_equal(reshard_infer_spec_str(&i, a, sizeof a), same[k][1]);
+        assert_int_equal(reshard_infer_spec_parse(a, &j), RESHARD_OK);
+        assert_string_equal(reshard_infer_spec_str(&j, b, sizeof b), a);
+    }
+    reshard_infer_spec_t i;
+    assert_int_equal(reshard_infer_spec_parse("engine=sglang,tp=4,dp=2,dp_attention=on", &i),
+                     RESHARD_OK);
+    assert_int_equal(reshard_infer_world(&i), 4); /* a server is tp ranks */
+    assert_int_equal(reshard_infer_spec_parse("engine=sglang,tp=4,engines=3", &i), RESHARD_OK);
+    assert_int_equal(reshard_infer_world(&i), 12);
+    static const char *const bad[][2] = {
+        {"engine=sglang,tp=4,dp=2", "runs 2 independent replicas of the model; give engines=2"},
+        {"engine=sglang,tp=4,dp=3,dp_attention=on", "dp=3 does not divide tp=4"},
+        {"engine=sglang,tp=4,ep=3", "ep=3 does not divide tp=4"},
+        {"tp=4,ep=2", "a numeric ep is SGLang's --ep-size"},
+        {"tp=4,dp_attention=on", "dp_attention= is an SGLang key"},
+        {"engine=sglang,tp=4,vllm=0.24", "vllm= is a vLLM key"},
+        {"engine=sglang,tp=4,redundant=1", "redundant= is a vLLM key"},
+        {"engine=tgi,tp=4", "engine=tgi is not a modelled inference engine"},
+        {"engine=sglang,tp=4,a2a=mooncake", "--moe-a2a-backend mooncake is not modelled"},
+        {"engine=sglang,tp=4,moe_runner=flashinfer_trtllm",
+         "--moe-runner-backend flashinfer_trtllm is not modelled"},
+        {"engine=sglang,tp=4,moe_runner=flashinfer_cutlass",
+         "--moe-runner-backend flashinfer_cutlass is not modelled"},
+        {"engine=sglang,tp=4,a2a=deepep,ep=2", "a2a=deepep sets --ep-size to tp"},
+        {"engine=sglang,tp=4,dp_lm_head=on", "dp_lm_head=on needs dp_attention=on"},
+        {"engine=sglang,tp=4,moe_dense_tp=2", "moe_dense_tp=2: only 1 is modelled"},
+        {"engine=sglang,tp=4,shared_fusion=on", "shared_fusion=on must be auto"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        reshard_status_t s = reshard_infer_spec_parse(bad[k][0], &i);
+        if (s != RESHARD_ERR_INVALID_ARG || !strstr(reshard_last_error(), bad[k][1]))
+            fail_msg("%s: got %s \"%s\", wanted INVALID_ARG naming \"%s\"", bad[k][0],
+                     reshard_status_string(s), reshard_last_error(), bad[k][1]);
+    }
+    /* a spec built in C is held to the same rule (CONFIG) */
+    reshard_model_t *m = load("qwen3-0.6b", 0, RESHARD_BF16);
+    reshard_infer_spec_t direct = {.tp = 4, .dp = 2, .engines = 1, .engine = RESHARD_ENGINE_SGLANG};
+    assert_int_equal(
+        reshard_model_check(
+            m, &(reshard_train_spec_t){.tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .vpp = 1},
+            &direct, 0),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "give engines=2"));
+    reshard_model_destroy(m);
+    /* DeepSeek's MTP layer is SGLang's separate draft model: refused */
+    m = load("deepseek-v3", 1, RESHARD_BF16);
+    direct =
+        (reshard_infer_spec_t){.tp = 8, .dp = 1, .engines = 1, .engine = RESHARD_ENGINE_SGLANG};
+    assert_int_equal(
+        reshard_model_check(m,
+                            &(reshard_train_spec_t){
+                                .tp = 8, .pp = 1, .dp = 1, .cp = 1, .ep = 8, .etp = 1, .vpp = 1},
+                            &direct, 0),
+        RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "separate draft model"));
+    reshard_model_destroy(m);
+    expect_rule("mixtral-8x7b", RESHARD_BF16, "tp=2", "engine=sglang,tp=2", 0,
+                "the model's family is not modelled under engine=sglang");
+    expect_rule("qwen3-next-80b-a3b-instruct", RESHARD_BF16, "tp=2", "engine=sglang,tp=2", 0,
+                "the model's family is not modelled under engine=sglang");
+    expect_rule("llama-3.1-8b", RESHARD_BF16, "tp=2", "engine=sglang,tp=4,dp=2,dp_attention=on", 0,
+                "SGLang's llama.py and qwen2.py attention uses the whole TP group");
+    expect_rule("deepseek-v3", RESHARD_FP8_E4M3, "tp=8,ep=8,etp=1", "engine=sglang,tp=8", 0,
+                "only bf16 weights are modelled under engine=sglang");
+    expect_rule("qwen3-30b-a3b", RESHARD_BF16, "tp=2", "engine=sglang,tp=6,dp=2,dp_attention=on", 0,
+                "attention TP 3 (tp/dp) does not divide the 32 heads");
+    expect_rule("qwen3-0.6b", RESHARD_BF16, "tp=1", "engine=sglang,tp=4,engines=2", 8,
+                "world size 8 != train world 1 + infer world 8");
+}
+
 static void test_config_rules(void **state)
 {
     (void)state;
@@ -961,7 +1055,7 @@ int main(void)
         cmocka_unit_test(test_load_errors),         cmocka_unit_test(test_deepseek_v2_shapes),
         cmocka_unit_test(test_kv_head_rule),        cmocka_unit_test(test_buffer_table),
         cmocka_unit_test(test_parameter_names),     cmocka_unit_test(test_audit_shipped),
-        cmocka_unit_test(test_baseline_counts),
+        cmocka_unit_test(test_baseline_counts),     cmocka_unit_test(test_sglang_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

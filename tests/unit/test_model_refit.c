@@ -172,6 +172,11 @@ typedef struct {
     const int32_t *eplb;
     int64_t eplb_len, eplb_P;
     int32_t eplb_r; /* the rank inside its engine */
+    /* SGLang (engine=sglang): attention TP, MoE TP and MoE EP sizes and ranks
+     * of the rank inside its server, and the server's modes */
+    int sgl;
+    int32_t atp, at, mtp, mt, sep, ser;
+    int dp_lm_head, dense_whole, deepep, shared_fusion_off;
 } rk_t;
 
 static void at(where_t *w, const char *prefix, const char *name, int64_t e, int64_t r, int64_t col)
@@ -566,6 +571,89 @@ static int vllm_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, 
         *g = (geom_t){ne, H, ni};
         if (w)
             at(w, pre, ed, e, i, i0 + col);
+        return 1;
+    }
+    return 0;
+}
+
+/* The SGLang convention (sgl-project/sglang main 2026-06-22, mirrored at
+ * 1am9trash/sglang@a17753e; docs/sglang-layouts.md), written from its source:
+ * - attention (QKVParallelLinear, o_proj, MLA q_b/kv_b/q_proj) over the
+ *   attention TP group: tp/dp ranks under DP attention, rank t % (tp/dp)
+ *   (dp_attention.py compute_dp_attention_world_info); QKVParallelLinear and
+ *   the column/row splits are vLLM's rules (linear.py is adapted from vLLM's),
+ *   so the vLLM oracle answers them with tp = the attention TP;
+ * - embed_tokens over the attention TP group, lm_head over the whole TP group
+ *   (the attention group with --enable-dp-lm-head), padded to 64;
+ * - dense MLPs over the whole TP group (DeepSeek's whole with
+ *   --moe-dense-tp-size 1);
+ * - FusedMoE: moe_tp = tp/ep, EP rank t / moe_tp holds experts
+ *   [er*E/ep, (er+1)*E/ep), MoE TP rank t % moe_tp the rows
+ *   [mt*Im/moe_tp, ...) of each, w13 = [gate; up]; DeepSeek-V3 (256 routed, 1
+ *   shared, no EP, no DeepEP) holds its shared expert as one more expert after
+ *   the routed ones (determine_num_fused_shared_experts), else the shared
+ *   experts are an MLP over the TP group (whole under DeepEP).
+ * Returns 0 for an unknown parameter. */
+static int sglang_oracle(const rk_t *x, const char *param, int64_t el, int64_t i, int64_t col,
+                         geom_t *g, where_t *w)
+{
+    const tcfg_t *c = x->c;
+    int64_t H = c->H;
+    rk_t y = *x; /* the vLLM-rule oracle over the group that splits a parameter */
+    y.seq_moe = 0;
+    y.tp = x->atp;
+    y.t = x->at;
+    if (!strcmp(param, "model.embed_tokens.weight"))
+        return vllm_oracle(&y, param, el, i, col, g, w);
+    if (!strcmp(param, "lm_head.weight")) {
+        y.tp = x->dp_lm_head ? x->atp : x->tp;
+        y.t = x->dp_lm_head ? x->at : x->t;
+        return vllm_oracle(&y, param, el, i, col, g, w);
+    }
+    int layer, k = 0;
+    if (sscanf(param, "model.layers.%d.%n", &layer, &k) != 1 || !k)
+        return vllm_oracle(&y, param, el, i, col, g, w); /* model.norm.weight */
+    const char *rest = param + k;
+    char pre[64], hf[192];
+    snprintf(pre, sizeof pre, "model.layers.%d.", layer);
+    snprintf(hf, sizeof hf, "%s%s", pre, rest);
+    if (!strcmp(rest, "self_attn.fused_qkv_a_proj_with_mqa.weight")) {
+        *g = (geom_t){1, c->q_lora + c->kv_lora + c->rope, H};
+        if (w)
+            pair(w, pre, "self_attn.q_a_proj.weight", "self_attn.kv_a_proj_with_mqa.weight",
+                 c->q_lora, 0, 0, i, col);
+        return 1;
+    }
+    if (!strncmp(rest, "self_attn.", 10) || ends(rest, "norm.weight") ||
+        !strcmp(rest, "mlp.gate.weight") || !strcmp(rest, "mlp.gate.e_score_correction_bias"))
+        return vllm_oracle(&y, param, el, i, col, g, w);
+    int shared = !strncmp(rest, "mlp.shared_experts.", 19);
+    if (!strcmp(rest, "mlp.gate_up_proj.weight") || !strcmp(rest, "mlp.down_proj.weight") ||
+        shared) {
+        int whole = shared ? x->deepep : x->dense_whole && is_mla(c);
+        y.tp = whole ? 1 : x->tp;
+        y.t = whole ? 0 : x->t;
+        return vllm_oracle(&y, param, el, i, col, g, w);
+    }
+    int fused = is_mla(c) && c->E == 256 && c->nshared == 1 && !x->shared_fusion_off &&
+                !x->deepep && x->sep == 1;
+    int64_t nl = c->E / x->sep, ni = c->Im / x->mtp, i0 = x->mt * ni;
+    int sh = fused && el == nl; /* the fused shared expert: stack row nl */
+    char a[96], b[96], d[96];
+    snprintf(a, sizeof a, "mlp.%s.gate_proj.weight", sh ? "shared_experts" : "experts");
+    snprintf(b, sizeof b, "mlp.%s.up_proj.weight", sh ? "shared_experts" : "experts");
+    snprintf(d, sizeof d, "mlp.%s.down_proj.weight", sh ? "shared_experts" : "experts");
+    int64_t e = sh ? 0 : x->ser * nl + el;
+    if (!strcmp(rest, "mlp.experts.w13_weight")) {
+        *g = (geom_t){nl + fused, 2 * ni, H};
+        if (w)
+            pair(w, pre, a, b, ni, i0, e, i, col);
+        return 1;
+    }
+    if (!strcmp(rest, "mlp.experts.w2_weight")) {
+        *g = (geom_t){nl + fused, H, ni};
+        if (w)
+            at(w, pre, d, e, i, i0 + col);
         return 1;
     }
     return 0;
@@ -1041,8 +1129,25 @@ static void rank_ctx(const job_t *j, int train, rk_t *x)
         x->stage = j->rank / S;
         x->bridge = ts->convention == RESHARD_TRAIN_MEGATRON_BRIDGE;
     } else {
-        /* independent engines: each holds the whole model on tp*dp ranks */
-        int32_t eps = is->tp * is->dp, r = (j->rank - j->f->train_world) % eps;
+        /* independent engines: each holds the whole model on tp*dp ranks
+         * (an SGLang server on tp) */
+        int sgl = is->engine == RESHARD_ENGINE_SGLANG;
+        int32_t eps = sgl ? is->tp : is->tp * is->dp, r = (j->rank - j->f->train_world) % eps;
+        if (sgl) {
+            int32_t adp = is->dp_attention ? is->dp : 1;
+            int32_t sep = !is->ep ? 1 : is->ep_size > 0 ? is->ep_size : is->tp;
+            x->sgl = 1;
+            x->atp = is->tp / adp;
+            x->at = r % x->atp;
+            x->sep = sep;
+            x->mtp = is->tp / sep;
+            x->mt = r % x->mtp;
+            x->ser = r / x->mtp;
+            x->dp_lm_head = is->dp_lm_head;
+            x->dense_whole = is->moe_dense_tp == 1;
+            x->deepep = is->a2a == RESHARD_SGLANG_A2A_DEEPEP;
+            x->shared_fusion_off = is->shared_fusion_off;
+        }
         x->tp = is->tp;
         x->t = r % is->tp;
         x->dp = is->dp;
@@ -1082,8 +1187,11 @@ static void check_rank(job_t *j, int train, const reshard_model_buffers_t *t,
         assert_string_equal(bi.name, b.name);
         /* Megatron's router.expert_bias is a registered buffer (router.py) */
         assert_int_equal(b.module_buffer, train && ends(b.name, ".router.expert_bias"));
-        int64_t bad = check_buffer(&x, train ? megatron_oracle : vllm_oracle, &b, &bi,
-                                   bufs[b.buffer].ptr, &j->checked);
+        int64_t bad = check_buffer(&x,
+                                   train   ? megatron_oracle
+                                   : x.sgl ? sglang_oracle
+                                           : vllm_oracle,
+                                   &b, &bi, bufs[b.buffer].ptr, &j->checked);
         for (int q = 0; q < 64; q++) /* nothing written past the end */
             bad += ((uint8_t *)bufs[b.buffer].ptr)[b.bytes + (uint64_t)q] != SENTINEL;
         if (bad && !j->bad)
@@ -2168,6 +2276,71 @@ static void test_qwen3_next(void **state)
     free(json);
 }
 
+/* SGLang's layouts (engine=sglang), every element of every rank against
+ * the SGLang oracle: TP, DP attention, EP (on and numeric), DeepEP, the
+ * fused shared expert, --enable-dp-lm-head and --moe-dense-tp-size 1. */
+static void test_sglang_dense(void **state)
+{
+    (void)state;
+    /* qwen3, tied: attention TP 2 of tp=4 (kv heads 2: one each) */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2,pp=2,first=3",
+               "engine=sglang,tp=4,dp=2,dp_attention=on");
+    /* attention TP 1: every rank whole attention and embedding, MLP over tp=4 */
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=2", "engine=sglang,tp=4,dp=4,dp_attention=on");
+    refit_case(&qwen3_tied, RESHARD_BF16, "tp=1,dp=2", "engine=sglang,tp=8,engines=2");
+    tcfg_t untied = qwen3_tied;
+    untied.tied = 0;
+    untied.V = 256;
+    refit_case(&untied, RESHARD_BF16, "tp=2",
+               "engine=sglang,tp=4,dp=2,dp_attention=on,dp_lm_head=on");
+    refit_case(&untied, RESHARD_BF16, "tp=2", "engine=sglang,tp=4,dp=2,dp_attention=on");
+    /* llama and qwen2 (biases) under TP */
+    refit_case(&llama, RESHARD_BF16, "tp=2,pp=3", "engine=sglang,tp=2,engines=2");
+    refit_case(&qwen2, RESHARD_BF16, "tp=2", "engine=sglang,tp=4");
+}
+
+static void test_sglang_moe(void **state)
+{
+    (void)state;
+    tcfg_t q = qwen3_moe;
+    q.E = 8;
+    refit_case(&q, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "engine=sglang,tp=4");
+    refit_case(&q, RESHARD_BF16, "tp=2,dp=2,ep=2,etp=1", "engine=sglang,tp=4,ep=on");
+    /* --ep-size 2 of tp=4: moe_tp 2 */
+    refit_case(&q, RESHARD_BF16, "tp=2,dp=2,ep=4,etp=1", "engine=sglang,tp=4,ep=2");
+    refit_case(&q, RESHARD_BF16, "tp=2,dp=2,ep=2", "engine=sglang,tp=4,dp=2,dp_attention=on,ep=on");
+    refit_case(&q, RESHARD_BF16, "tp=1,dp=4,ep=4", "engine=sglang,tp=4,dp=4,dp_attention=on,ep=2");
+    refit_case(&q, RESHARD_BF16, "tp=2,ep=2,etp=1",
+               "engine=sglang,tp=2,ep=on,a2a=deepep,engines=2");
+}
+
+/* DeepSeek-V3 shape without MTP: MLA with q_lora, one dense layer, a shared expert. */
+static void test_sglang_mla(void **state)
+{
+    (void)state;
+    tcfg_t d = dsv3;
+    d.nmtp = 0;
+    d.E = 8;
+    refit_case(&d, RESHARD_BF16, "tp=2,pp=2,first=2", "engine=sglang,tp=4");
+    refit_case(&d, RESHARD_BF16, "tp=2,ep=2,etp=1",
+               "engine=sglang,tp=4,dp=2,dp_attention=on,ep=on");
+    refit_case(&d, RESHARD_BF16, "tp=1,dp=4,ep=4",
+               "engine=sglang,tp=4,dp=4,dp_attention=on,ep=2,moe_dense_tp=1");
+    refit_case(&d, RESHARD_BF16, "tp=2,ep=2,etp=1", "engine=sglang,tp=2,ep=on,a2a=deepep");
+    /* 256 routed experts and one shared: fused as expert 256 without EP */
+    tcfg_t f = d;
+    f.E = 256;
+    f.H = 32;
+    f.Im = 4;
+    f.L = 2;
+    refit_case(&f, RESHARD_BF16, "tp=2,ep=2,etp=1", "engine=sglang,tp=2,dp=2,dp_attention=on");
+    refit_case(&f, RESHARD_BF16, "tp=2,ep=2,etp=1", "engine=sglang,tp=4,shared_fusion=off");
+    refit_case(&f, RESHARD_BF16, "tp=2,ep=2,etp=1", "engine=sglang,tp=4,ep=2");
+    tcfg_t no_q_lora = d;
+    no_q_lora.q_lora = 0;
+    refit_case(&no_q_lora, RESHARD_BF16, "tp=4", "engine=sglang,tp=2,dp=2,dp_attention=on");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2190,6 +2363,9 @@ int main(void)
         cmocka_unit_test(test_glm4_moe),
         cmocka_unit_test(test_gpt_oss),
         cmocka_unit_test(test_qwen3_next),
+        cmocka_unit_test(test_sglang_dense),
+        cmocka_unit_test(test_sglang_moe),
+        cmocka_unit_test(test_sglang_mla),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
