@@ -578,9 +578,13 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * "mlp.experts.down_proj" [E, H, I] (transformers=5)); rank (r*N + s)*T + t
  * holds torch.chunk piece s (of N, on dim 0) of its TP piece t (of T: dim 0
  * for q/k/v/gate/up and lm_head, dim 1 for o_proj/down_proj, whole otherwise;
- * HF base_model_tp_plan); an empty piece has no buffer. Families: dense and
- * qwen3_moe (tp=1); others UNSUPPORTED naming the family, as is the FP8
- * checkpoint form (dtype fp8); qwen3_moe with tp > 1 is CONFIG.
+ * HF base_model_tp_plan); an empty piece has no buffer. Families: dense, and
+ * with tp=1 qwen3_moe, mixtral ("block_sparse_moe.experts.N.w1/w2/w3" under
+ * transformers=4, "mlp." under 5), qwen2_moe (+ shared_expert,
+ * shared_expert_gate), deepseek_v3 / kimi_k2 (MLA, shared_experts, the router
+ * buffer e_score_correction_bias whole on every rank) and glm4_moe; others
+ * UNSUPPORTED naming the family, as is the FP8 checkpoint form (dtype fp8); a
+ * MoE family with tp > 1 is CONFIG.
  * @param buffers  optional; receives the buffer table
  * Errors: CONFIG (see reshard_model_check), UNSUPPORTED (FSDP2: above),
  * INVALID_ARG, NOMEM. Local.
