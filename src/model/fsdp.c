@@ -45,27 +45,23 @@
  * the fused tensors, "rowwise" on gate_up_proj): tp > 1 with a MoE family is
  * refused.
  *
- * MoE experts (reshard_transformers_t; the facts per family and revision are
- * in docs/fsdp-reference.md). transformers 4 holds one module per expert,
- * "<blk>experts.N.{gate,up,down}_proj.weight" (mixtral: "block_sparse_moe.
- * experts.N.{w1,w2,w3}.weight", w1 gate, w3 up, w2 down), each parameter
- * sharded on its own dim 0 (modeling_qwen3_moe.py at 16b6c53 and 00d4b3d,
- * modeling_mixtral.py at 00d4b3d, modeling_qwen2_moe.py at 1c35131,
- * modeling_deepseek_v3.py at f5a9ec5: nn.ModuleList of MLPs). transformers 5
- * holds the fused "mlp.experts.gate_up_proj" [E, 2I, H] (per expert [gate;
- * up]: forward chunks linear(x, gate_up_proj[e]) in two, gate first;
- * conversion_mapping.py at 000c33f: MergeModulelist(dim=0) then
- * Concatenate(dim=1) of [gate_proj, up_proj] (mixtral [w1, w3]), and
- * "block_sparse_moe." renamed "mlp.") and "mlp.experts.down_proj" [E, H, I],
- * not transposed, sharded on the expert dim (Qwen3MoeExperts, MixtralExperts,
- * Qwen2MoeExperts, DeepseekV3Experts at 8b-is/transformers f736202 and
- * 6162a92; Glm4MoeNaiveMoe at 000c33f). The router "gate.weight" comes before
- * the experts (qwen3_moe 4, mixtral, qwen2_moe) or after them (qwen3_moe 5,
- * deepseek_v3 and glm4_moe, whose MoE module declares experts, gate,
- * shared_experts); qwen2_moe then has "mlp.shared_expert.*" and
- * "mlp.shared_expert_gate.weight" [1, H]. The router's e_score_correction_bias
- * is a registered buffer, not a parameter: fully_shard leaves it whole on
- * every rank.
+ * MoE experts (reshard_transformers_t; the facts per family, with lines, are in
+ * docs/fsdp-reference.md: transformers 4 read at tag v4.57.6, 5 at
+ * huggingface/transformers@a597f974, 5.16.0.dev0). transformers 4 holds one
+ * module per expert, "<blk>experts.N.{gate,up,down}_proj.weight" (mixtral:
+ * "block_sparse_moe.experts.N.{w1,w2,w3}.weight", w1 gate, w3 up, w2 down),
+ * each parameter sharded on its own dim 0. transformers 5 holds the fused
+ * "mlp.experts.gate_up_proj" [E, 2I, H] (per expert [gate; up]: forward chunks
+ * linear(x, gate_up_proj[e]) in two, gate first; conversion_mapping.py:
+ * MergeModulelist(dim=0) then Concatenate(dim=1) of [gate_proj, up_proj]
+ * (mixtral [w1, w3]), and "block_sparse_moe." renamed "mlp.") and
+ * "mlp.experts.down_proj" [E, H, I], not transposed, sharded on the expert dim.
+ * The router "gate.weight" comes before the experts (qwen3_moe 4, mixtral,
+ * qwen2_moe) or after them (qwen3_moe 5, deepseek_v3 and glm4_moe, whose MoE
+ * module declares experts, gate, shared_experts); qwen2_moe then has
+ * "mlp.shared_expert.*" and "mlp.shared_expert_gate.weight" [1, H]. The
+ * router's e_score_correction_bias is a registered buffer, not a parameter:
+ * fully_shard leaves it whole on every rank.
  */
 #include <stdio.h>
 #include <stdlib.h>
