@@ -309,12 +309,15 @@ typedef enum {
  *    4  per-expert modules: "mlp.experts.N.{gate,up,down}_proj.weight"
  *       [I, H] / [H, I], each its own parameter sharded on its own dim 0
  *       (modeling_qwen3_moe.py at 16b6c53: Qwen3MoeSparseMoeBlock holds an
- *       nn.ModuleList of Qwen3MoeMLP)
+ *       nn.ModuleList of Qwen3MoeMLP; mixtral "block_sparse_moe.experts.N.
+ *       {w1,w2,w3}.weight"; transformers up to v4.57.6)
  *    5  fused expert tensors: "mlp.experts.gate_up_proj" [E, 2I, H] (per
  *       expert [gate rows; up rows]: forward does
  *       linear(x, gate_up_proj[e]).chunk(2, dim=-1) -> gate, up) and
  *       "mlp.experts.down_proj" [E, H, I], no ".weight" suffix
- *       (transformers 5 Qwen3MoeExperts, @use_experts_implementation)
+ *       (transformers 5 Qwen3MoeExperts, @use_experts_implementation; the
+ *       same for mixtral, renamed from block_sparse_moe, qwen2_moe,
+ *       deepseek_v3, glm4_moe: docs/fsdp-reference.md, read at a597f974)
  *  The default is 5, the current release line. Dense families are the same
  *  in both. */
 typedef enum {
