@@ -39,7 +39,7 @@ typedef struct {
     int64_t H, I, Im, V, nh, kv, hd, E, L;
     int tied, bias, moe, qk_norm;
     int64_t Is, first_k, q_lora, kv_lora, nope, rope, vhd;
-    int rbias;
+    int rbias, kimi; /* kimi: model_type kimi_k2 (DeepseekV3ForCausalLM's modules) */
 } cfg_t;
 
 static reshard_model_t *load(const cfg_t *c)
@@ -52,9 +52,11 @@ static reshard_model_t *load(const cfg_t *c)
     J("{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
       "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, \"vocab_size\": %lld, "
       "\"tie_word_embeddings\": %s",
-      c->moe == DENSE && c->bias ? "qwen2" : type[c->moe], (long long)c->H,
-      (long long)(c->moe == MIXTRAL ? c->Im : c->I), (long long)c->L, (long long)c->nh,
-      (long long)c->V, c->tied ? "true" : "false");
+      c->moe == DENSE && c->bias ? "qwen2"
+      : c->kimi                  ? "kimi_k2"
+                                 : type[c->moe],
+      (long long)c->H, (long long)(c->moe == MIXTRAL ? c->Im : c->I), (long long)c->L,
+      (long long)c->nh, (long long)c->V, c->tied ? "true" : "false");
     if (c->moe != DSV3)
         J(", \"num_key_value_heads\": %lld, \"head_dim\": %lld", (long long)c->kv,
           (long long)c->hd);
@@ -609,6 +611,32 @@ static void test_deepseek_v3(void **state)
     check_spec(&dsv3_plain, "fsdp=4,transformers=4", "tp=2,ep=on");
 }
 
+/* kimi_k2 (Kimi-K2's config model_type; the deepseek_v3 modules) */
+static const cfg_t kimi = {.H = 16,
+                           .I = 20,
+                           .Im = 6,
+                           .Is = 1,
+                           .V = 37,
+                           .nh = 2,
+                           .E = 6,
+                           .L = 2,
+                           .first_k = 1,
+                           .q_lora = 12,
+                           .kv_lora = 8,
+                           .nope = 4,
+                           .rope = 2,
+                           .vhd = 4,
+                           .rbias = 1,
+                           .kimi = 1,
+                           .moe = DSV3};
+
+static void test_kimi_k2(void **state)
+{
+    (void)state;
+    check_spec(&kimi, "fsdp=4", "tp=2,ep=on");
+    check_spec(&kimi, "fsdp=4,transformers=4", "tp=2");
+}
+
 static void test_glm4_moe(void **state)
 {
     (void)state;
@@ -740,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_qwen2_moe),
         cmocka_unit_test(test_deepseek_v3),
+        cmocka_unit_test(test_kimi_k2),
         cmocka_unit_test(test_glm4_moe),
         cmocka_unit_test(test_spec_text_and_refusals),
         cmocka_unit_test(test_refused_models),
