@@ -315,12 +315,15 @@ typedef enum {
  *    4  per-expert modules: "mlp.experts.N.{gate,up,down}_proj.weight"
  *       [I, H] / [H, I], each its own parameter sharded on its own dim 0
  *       (modeling_qwen3_moe.py at 16b6c53: Qwen3MoeSparseMoeBlock holds an
- *       nn.ModuleList of Qwen3MoeMLP)
+ *       nn.ModuleList of Qwen3MoeMLP; mixtral "block_sparse_moe.experts.N.
+ *       {w1,w2,w3}.weight"; transformers up to v4.57.6)
  *    5  fused expert tensors: "mlp.experts.gate_up_proj" [E, 2I, H] (per
  *       expert [gate rows; up rows]: forward does
  *       linear(x, gate_up_proj[e]).chunk(2, dim=-1) -> gate, up) and
  *       "mlp.experts.down_proj" [E, H, I], no ".weight" suffix
- *       (transformers 5 Qwen3MoeExperts, @use_experts_implementation)
+ *       (transformers 5 Qwen3MoeExperts, @use_experts_implementation; the
+ *       same for mixtral, renamed from block_sparse_moe, qwen2_moe,
+ *       deepseek_v3, glm4_moe: docs/fsdp-reference.md, read at a597f974)
  *  The default is 5, the current release line. Dense families are the same
  *  in both. */
 typedef enum {
@@ -629,9 +632,13 @@ void reshard_model_buffers_destroy(reshard_model_buffers_t *buffers);
  * "mlp.experts.down_proj" [E, H, I] (transformers=5)); rank (r*N + s)*T + t
  * holds torch.chunk piece s (of N, on dim 0) of its TP piece t (of T: dim 0
  * for q/k/v/gate/up and lm_head, dim 1 for o_proj/down_proj, whole otherwise;
- * HF base_model_tp_plan); an empty piece has no buffer. Families: dense and
- * qwen3_moe (tp=1); others UNSUPPORTED naming the family, as is the FP8
- * checkpoint form (dtype fp8); qwen3_moe with tp > 1 is CONFIG.
+ * HF base_model_tp_plan); an empty piece has no buffer. Families: dense, and
+ * with tp=1 qwen3_moe, mixtral ("block_sparse_moe.experts.N.w1/w2/w3" under
+ * transformers=4, "mlp." under 5), qwen2_moe (+ shared_expert,
+ * shared_expert_gate), deepseek_v3 / kimi_k2 (MLA, shared_experts, the router
+ * buffer e_score_correction_bias whole on every rank) and glm4_moe; others
+ * UNSUPPORTED naming the family, as is the FP8 checkpoint form (dtype fp8); a
+ * MoE family with tp > 1 is CONFIG.
  * @param buffers  optional; receives the buffer table
  * Errors: CONFIG (see reshard_model_check), UNSUPPORTED (FSDP2: above),
  * INVALID_ARG, NOMEM. Local.

@@ -45,14 +45,23 @@
  * the fused tensors, "rowwise" on gate_up_proj): tp > 1 with a MoE family is
  * refused.
  *
- * MoE experts (reshard_transformers_t): transformers 4 holds one module per
- * expert, "mlp.experts.N.{gate,up,down}_proj.weight" (modeling_qwen3_moe.py at
- * 16b6c53 and 00d4b3d: Qwen3MoeSparseMoeBlock.experts = nn.ModuleList of
- * Qwen3MoeMLP), each parameter sharded on its own dim 0; transformers 5 holds
- * Qwen3MoeExperts' fused "mlp.experts.gate_up_proj" [E, 2I, H] (per expert
- * [gate; up]: forward chunks linear(x, gate_up_proj[e]) in two, gate first)
- * and "mlp.experts.down_proj" [E, H, I], sharded on the expert dim, and
- * declares them before the router "mlp.gate.weight" (Qwen3MoeTopKRouter).
+ * MoE experts (reshard_transformers_t; the facts per family, with lines, are in
+ * docs/fsdp-reference.md: transformers 4 read at tag v4.57.6, 5 at
+ * huggingface/transformers@a597f974, 5.16.0.dev0). transformers 4 holds one
+ * module per expert, "<blk>experts.N.{gate,up,down}_proj.weight" (mixtral:
+ * "block_sparse_moe.experts.N.{w1,w2,w3}.weight", w1 gate, w3 up, w2 down),
+ * each parameter sharded on its own dim 0. transformers 5 holds the fused
+ * "mlp.experts.gate_up_proj" [E, 2I, H] (per expert [gate; up]: forward chunks
+ * linear(x, gate_up_proj[e]) in two, gate first; conversion_mapping.py:
+ * MergeModulelist(dim=0) then Concatenate(dim=1) of [gate_proj, up_proj]
+ * (mixtral [w1, w3]), and "block_sparse_moe." renamed "mlp.") and
+ * "mlp.experts.down_proj" [E, H, I], not transposed, sharded on the expert dim.
+ * The router "gate.weight" comes before the experts (qwen3_moe 4, mixtral,
+ * qwen2_moe) or after them (qwen3_moe 5, deepseek_v3 and glm4_moe, whose MoE
+ * module declares experts, gate, shared_experts); qwen2_moe then has
+ * "mlp.shared_expert.*" and "mlp.shared_expert_gate.weight" [1, H]. The
+ * router's e_score_correction_bias is a registered buffer, not a parameter:
+ * fully_shard leaves it whole on every rank.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,39 +184,133 @@ static reshard_status_t whole(rs_emit_t *e, const fs_coord_t *c, int32_t t, tp_s
     return param(e, c, t, 0, n0, width, vector, style, name);
 }
 
-/* The routed experts of a MoE layer (names "<p>mlp.experts."). */
+/* The HF MoE block of a family at a transformers release (see the header's
+ * table): its module prefix, whether the experts are declared before the
+ * router "gate", and transformers 4's per-expert projections in declaration
+ * order with the logical tensor each is (0 gate, 1 up, 2 down). */
+typedef struct {
+    const char *blk;
+    bool experts_first;
+    const char *proj[3];
+    int role[3];
+} moe_form_t;
+
+static moe_form_t moe_form(const reshard_model_t *m, const reshard_train_spec_t *s)
+{
+    bool v5 = rs_transformers(s) == RESHARD_TRANSFORMERS_5;
+    moe_form_t f = {
+        "mlp.", false, {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}, {0, 1, 2}};
+    if (m->fam == RS_FAM_MIXTRAL && !v5) /* MixtralBlockSparseTop2MLP: w1, w2, w3 */
+        f = (moe_form_t){
+            "block_sparse_moe.", false, {"w1.weight", "w2.weight", "w3.weight"}, {0, 2, 1}};
+    else if (m->fam == RS_FAM_QWEN3_MOE)
+        f.experts_first = v5;
+    else if (m->fam == RS_FAM_DSV3 || m->fam == RS_FAM_GLM4_MOE)
+        f.experts_first = true;
+    return f;
+}
+
+/* The routed experts of a MoE layer (names "<p><blk>experts."). */
 static reshard_status_t experts(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
-                                const rs_layer_ids_t *l, const char *p)
+                                const rs_layer_ids_t *l, const char *p, const moe_form_t *f)
 {
     const reshard_model_t *m = e->m;
     int64_t E = m->E, I = m->Im, H = m->H;
-    char n[160], n2[160];
+    char q[128], n[160], n2[160];
     if (rs_transformers(s) == RESHARD_TRANSFORMERS_5) {
         /* gate_up_proj [E, 2I, H] and down_proj [E, H, I], Shard(0) on E */
         int64_t e0, ne;
         chunk(E, c->N, c->s, &e0, &ne);
         if (ne == 0)
             return RESHARD_OK;
+        rs_nm(q, sizeof q, p, f->blk);
         return rs_emit_experts(e, l, e0, ne, 0, I, false,
-                               rs_nm(n, sizeof n, p, "mlp.experts.gate_up_proj"),
-                               rs_nm(n2, sizeof n2, p, "mlp.experts.down_proj"));
+                               rs_nm(n, sizeof n, q, "experts.gate_up_proj"),
+                               rs_nm(n2, sizeof n2, q, "experts.down_proj"));
     }
-    /* transformers 4: experts.N.{gate,up,down}_proj.weight, each sharded alone */
+    /* transformers 4: <blk>experts.N.<proj>, each parameter sharded alone */
+    const int32_t ids[3] = {l->e_gate, l->e_up, l->e_down};
     for (int64_t x = 0; x < E; x++) {
-        char q[128];
-        rs_name_join(q, sizeof q, p, "mlp.experts.", x, ".");
-        TRY(param(e, c, l->e_gate, x * I * H, I, H, false, TP_REPLICATE,
-                  rs_nm(n, sizeof n, q, "gate_proj.weight")));
-        TRY(param(e, c, l->e_up, x * I * H, I, H, false, TP_REPLICATE,
-                  rs_nm(n, sizeof n, q, "up_proj.weight")));
-        TRY(param(e, c, l->e_down, x * H * I, H, I, false, TP_REPLICATE,
-                  rs_nm(n, sizeof n, q, "down_proj.weight")));
+        char b[96];
+        rs_nm(b, sizeof b, p, f->blk);
+        rs_name_join(q, sizeof q, b, "experts.", x, ".");
+        for (int k = 0; k < 3; k++) {
+            bool down = f->role[k] == 2;
+            TRY(param(e, c, ids[f->role[k]], x * I * H, down ? H : I, down ? I : H, false,
+                      TP_REPLICATE, rs_nm(n, sizeof n, q, f->proj[k])));
+        }
+    }
+    return RESHARD_OK;
+}
+
+/* The router "<blk>gate.weight" [E, H], sharded; its score-correction bias
+ * [E] fp32 is a registered buffer (DeepseekV3TopkRouter, Glm4MoeTopkRouter),
+ * which fully_shard does not shard: every rank holds it whole. */
+static reshard_status_t router(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
+                               const char *p, const moe_form_t *f)
+{
+    char q[96], n[160];
+    rs_nm(q, sizeof q, p, f->blk);
+    TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, q, "gate.weight")));
+    if (l->router_bias < 0)
+        return RESHARD_OK;
+    return rs_emit_own(e, l->router_bias, rs_nm(n, sizeof n, q, "gate.e_score_correction_bias"));
+}
+
+/* A MoE layer's block in HF module order: router and routed experts (the
+ * family's order), then the shared expert(s) ("mlp.shared_expert." for
+ * qwen2_moe, "mlp.shared_experts." for deepseek_v3 / glm4_moe: a plain
+ * gate/up/down MLP) and qwen2_moe's "mlp.shared_expert_gate.weight" [1, H]. */
+static reshard_status_t moe(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
+                            const rs_layer_ids_t *l, const char *p)
+{
+    const reshard_model_t *m = e->m;
+    moe_form_t f = moe_form(m, s);
+    if (!f.experts_first)
+        TRY(router(e, c, l, p, &f));
+    TRY(experts(e, s, c, l, p, &f));
+    if (f.experts_first)
+        TRY(router(e, c, l, p, &f));
+    if (l->s_gate < 0)
+        return RESHARD_OK;
+    char q[128], n[160];
+    rs_name_join(q, sizeof q, p, "mlp.", -1, m->shared);
+    const int32_t ids[3] = {l->s_gate, l->s_up, l->s_down};
+    static const char *const proj[3] = {".gate_proj.weight", ".up_proj.weight",
+                                        ".down_proj.weight"};
+    for (int k = 0; k < 3; k++)
+        TRY(whole(e, c, ids[k], TP_REPLICATE, rs_nm(n, sizeof n, q, proj[k])));
+    if (l->s_sigmoid < 0)
+        return RESHARD_OK;
+    return whole(e, c, l->s_sigmoid, TP_REPLICATE,
+                 rs_nm(n, sizeof n, p, "mlp.shared_expert_gate.weight"));
+}
+
+/* MLA (DeepseekV3Attention, module order): q_a_proj, q_a_layernorm, q_b_proj
+ * (q_proj without q_lora_rank), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+ * o_proj. Only with tp=1 (a MoE family): no TP style applies. */
+static reshard_status_t mla(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
+                            const char *p)
+{
+    const int32_t ids[7] = {l->q_a, l->q_a_norm, l->q_b, l->kv_a, l->kv_a_norm, l->kv_b, l->o};
+    static const char *const names[7] = {
+        "self_attn.q_a_proj.weight",       "self_attn.q_a_layernorm.weight",
+        "self_attn.q_b_proj.weight",       "self_attn.kv_a_proj_with_mqa.weight",
+        "self_attn.kv_a_layernorm.weight", "self_attn.kv_b_proj.weight",
+        "self_attn.o_proj.weight"};
+    char n[160];
+    for (int k = 0; k < 7; k++) {
+        int32_t t = k == 2 && l->q_b < 0 ? l->q : ids[k];
+        if (t < 0) /* no q_lora_rank: no q_a_proj, q_a_layernorm */
+            continue;
+        const char *nm = k == 2 && l->q_b < 0 ? "self_attn.q_proj.weight" : names[k];
+        TRY(whole(e, c, t, TP_REPLICATE, rs_nm(n, sizeof n, p, nm)));
     }
     return RESHARD_OK;
 }
 
 /* Decoder layer @p i in HF module order: self_attn (q, k, v, o, q_norm,
- * k_norm), mlp, input_layernorm, post_attention_layernorm. */
+ * k_norm; or MLA), mlp, input_layernorm, post_attention_layernorm. */
 static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
                               int32_t i)
 {
@@ -215,31 +318,33 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     const rs_layer_ids_t *l = &e->ids->layer[i];
     char p[96], n[160];
     rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
-    const int32_t qkv[3] = {l->q, l->k, l->v}, bias[3] = {l->q_bias, l->k_bias, l->v_bias};
-    static const char *const wn[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                      "self_attn.v_proj.weight"};
-    static const char *const bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                                      "self_attn.v_proj.bias"};
-    for (int k = 0; k < 3; k++) {
-        TRY(whole(e, c, qkv[k], TP_COLWISE, rs_nm(n, sizeof n, p, wn[k])));
-        if (bias[k] >= 0)
-            TRY(whole(e, c, bias[k], TP_COLWISE, rs_nm(n, sizeof n, p, bn[k])));
-    }
-    TRY(whole(e, c, l->o, TP_ROWWISE, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
-    if (m->qk_norm) {
-        TRY(whole(e, c, l->q_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
-        TRY(whole(e, c, l->k_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "self_attn.k_norm.weight")));
+    if (m->fam == RS_FAM_DSV3) {
+        TRY(mla(e, c, l, p));
+    } else {
+        const int32_t qkv[3] = {l->q, l->k, l->v}, bias[3] = {l->q_bias, l->k_bias, l->v_bias};
+        static const char *const wn[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                          "self_attn.v_proj.weight"};
+        static const char *const bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                          "self_attn.v_proj.bias"};
+        for (int k = 0; k < 3; k++) {
+            TRY(whole(e, c, qkv[k], TP_COLWISE, rs_nm(n, sizeof n, p, wn[k])));
+            if (bias[k] >= 0)
+                TRY(whole(e, c, bias[k], TP_COLWISE, rs_nm(n, sizeof n, p, bn[k])));
+        }
+        TRY(whole(e, c, l->o, TP_ROWWISE, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+        if (m->qk_norm) {
+            TRY(whole(e, c, l->q_norm, TP_REPLICATE,
+                      rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
+            TRY(whole(e, c, l->k_norm, TP_REPLICATE,
+                      rs_nm(n, sizeof n, p, "self_attn.k_norm.weight")));
+        }
     }
     if (l->gate >= 0) {
         TRY(whole(e, c, l->gate, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.gate_proj.weight")));
         TRY(whole(e, c, l->up, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.up_proj.weight")));
         TRY(whole(e, c, l->down, TP_ROWWISE, rs_nm(n, sizeof n, p, "mlp.down_proj.weight")));
-    } else if (rs_transformers(s) == RESHARD_TRANSFORMERS_5) { /* experts, then the router */
-        TRY(experts(e, s, c, l, p));
-        TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.gate.weight")));
-    } else { /* the router "gate", then the experts list */
-        TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.gate.weight")));
-        TRY(experts(e, s, c, l, p));
+    } else {
+        TRY(moe(e, s, c, l, p));
     }
     TRY(whole(e, c, l->in_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "input_layernorm.weight")));
     return whole(e, c, l->post_norm, TP_REPLICATE,
@@ -279,10 +384,12 @@ reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spe
     RULE(reshard_train_world(s) > 0,
          "train (fsdp): sizes fsdp, dp and tp must be >= 1, pp, cp and ep 1, and the world "
          "(dp*fsdp*tp) fit in int32");
-    if (m->fam != RS_FAM_DENSE && m->fam != RS_FAM_QWEN3_MOE)
+    if (m->fam != RS_FAM_DENSE && m->fam != RS_FAM_QWEN3_MOE && m->fam != RS_FAM_MIXTRAL &&
+        m->fam != RS_FAM_QWEN2_MOE && m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_GLM4_MOE)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): the %s family is not modelled under the FSDP2 convention "
-                        "(modelled: dense (llama, mistral, qwen2, qwen3) and qwen3_moe)",
+                        "(modelled: dense (llama, mistral, qwen2, qwen3), qwen3_moe, mixtral, "
+                        "qwen2_moe, deepseek_v3, kimi_k2 and glm4_moe)",
                         family_name(m));
     if (m->dtype == RESHARD_FP8_E4M3)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
@@ -292,13 +399,19 @@ reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spe
     if (m->nmtp > 0)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): the HF modules have no MTP layers (mtp option)");
-    if (m->fam == RS_FAM_QWEN3_MOE)
+    if (m->fam != RS_FAM_DENSE)
         RULE(s->tp == 1,
-             "train (fsdp): tp=%d with the qwen3_moe family: HF's tensor-parallel plan for "
-             "the experts differs between transformers releases (local_colwise per expert, "
-             "packed_colwise / moe_tp_experts on the fused tensors) and is not modelled; use "
-             "tp=1",
-             s->tp);
+             "train (fsdp): tp=%d with the %s family: HF's tensor-parallel plan for the experts "
+             "differs between transformers releases (local_colwise per expert, packed_colwise / "
+             "moe_tp_experts on the fused tensors) and is not modelled; use tp=1",
+             s->tp, family_name(m));
+    if (m->fam == RS_FAM_DSV3) /* DeepseekV3DecoderLayer: MoE iff layer >= first_k_dense_replace */
+        for (int32_t i = 1; i < m->L; i++)
+            RULE(m->moe[i] || !m->moe[i - 1],
+                 "train (fsdp): layer %d of this %s config is dense after a MoE layer "
+                 "(moe_layer_freq > 1): transformers' DeepseekV3 builds every layer from "
+                 "first_k_dense_replace on as MoE, so the HF module has other parameters",
+                 i, family_name(m));
     return RESHARD_OK;
 }
 

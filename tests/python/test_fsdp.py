@@ -325,6 +325,111 @@ def test_moe_fsdp_source_into_vllm_experts(tmp_path, form):
                 assert torch.equal(bits(got[i][name]), bits(full[name])), (i, name)
 
 
+# The other MoE families, tiny: mixtral (block_sparse_moe, w1/w2/w3), qwen2_moe (shared
+# expert and its [1, H] gate), deepseek_v3 (MLA, a dense first layer, shared experts,
+# noaux_tc: the router's e_score_correction_bias buffer), glm4_moe (q/k/v biases, the
+# bias buffer).
+_MOE_BASE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "vocab_size": 100, "tie_word_embeddings": False, "num_experts_per_tok": 1}
+FAMILIES = {
+    "mixtral": dict(_MOE_BASE, model_type="mixtral", intermediate_size=16,
+                    num_key_value_heads=2, head_dim=8, num_local_experts=3),
+    "qwen2_moe": dict(_MOE_BASE, model_type="qwen2_moe", intermediate_size=48,
+                      moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                      num_key_value_heads=2, head_dim=8, num_experts=3,
+                      decoder_sparse_step=1, mlp_only_layers=[]),
+    "deepseek_v3": dict(_MOE_BASE, model_type="deepseek_v3", intermediate_size=48,
+                        moe_intermediate_size=16, num_attention_heads=2, q_lora_rank=24,
+                        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                        v_head_dim=8, n_routed_experts=5, n_shared_experts=1,
+                        first_k_dense_replace=1, topk_method="noaux_tc"),
+    "glm4_moe": dict(_MOE_BASE, model_type="glm4_moe", intermediate_size=48,
+                     moe_intermediate_size=16, num_key_value_heads=2, head_dim=8,
+                     attention_bias=True, n_routed_experts=5, n_shared_experts=1,
+                     first_k_dense_replace=1),
+}
+# transformers 4's per-expert projections in declaration order
+# (MixtralBlockSparseTop2MLP: w1, w2, w3; the others' MLPs: gate, up, down)
+_PER_EXPERT = {"w1.weight": "gate", "w3.weight": "up", "w2.weight": "down",
+               "gate_proj.weight": "gate", "up_proj.weight": "up",
+               "down_proj.weight": "down"}
+
+
+def hf_module(logical, form):
+    """The HF module's (named_parameters, named_buffers) as full tensors, from the
+    checkpoint-named logical tensors, by transformers' rules (docs/fsdp-reference.md):
+    4.x one module per expert (experts.J.<proj>.weight); 5.x the fused
+    experts.gate_up_proj [E, 2I, H] = [gate; up] per expert (conversion_mapping.py:
+    MergeModulelist(dim=0), Concatenate(dim=1)) and experts.down_proj [E, H, I], with
+    mixtral's block_sparse_moe renamed mlp; e_score_correction_bias a buffer."""
+    params, buffers, experts = {}, {}, {}
+    for name, x in logical.items():
+        if name.endswith("e_score_correction_bias"):
+            buffers[name] = x
+        elif ".experts." in name:
+            head, tail = name.split(".experts.")
+            experts.setdefault(head, {})[_PER_EXPERT[tail]] = (tail, x)
+        else:
+            params[name.replace(".block_sparse_moe.", ".mlp.") if form == "5" else name] = x
+    for head, parts in experts.items():
+        if form == "4":
+            for tail, x in parts.values():
+                for j in range(x.shape[0]):
+                    params["%s.experts.%d.%s" % (head, j, tail)] = x[j].clone()
+        else:
+            head = head.replace(".block_sparse_moe", ".mlp")
+            params[head + ".experts.gate_up_proj"] = torch.cat(
+                [parts["gate"][1], parts["up"][1]], dim=1)
+            params[head + ".experts.down_proj"] = parts["down"][1].clone()
+    return params, buffers
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("train", ["fsdp=3,transformers=4", "fsdp=2,dp=2",
+                                   "fsdp=4,transformers=5"])
+def test_moe_families_live_shards_are_the_layouts(tmp_path, family, train):
+    """Every trainer rank's live module (the DTensor stand-in's torch.chunk shards of the
+    HF module built by hf_module, the router-bias buffer whole on every rank, as
+    fully_shard leaves buffers) passes the live check, binds by name (parameters and
+    buffers), and holds, byte for byte, what the refit's train layout says each of its
+    buffers holds (both filled from the same logical tensors: the global-index
+    pattern)."""
+    import json
+    from reshard.layout import Layout
+    from reshard.pattern import fill_pattern
+    path = os.path.join(str(tmp_path), family + ".json")
+    with open(path, "w") as f:
+        json.dump(FAMILIES[family], f)
+    refit = reshard.Model(path).refit(train, "tp=2,ep=on")
+    whole = Layout(refit.tensors)
+    infos = list(refit.tensors)
+    for i, ti in enumerate(infos):
+        whole.add_dtensor(ti.name, [0], [reshard.Replicate()], buffer=i, name=ti.name)
+    logical = whole.new_buffers(0)
+    fill_pattern(whole, 0, logical)
+    logical = {ti.name: logical[ti.name].reshape(ti.shape) for ti in infos}
+    form = "4" if "transformers=4" in train else "5"
+    params, buffers = hf_module(logical, form)
+    fsdp, replicas, _ = sizes(train)
+    for r in range(refit.train_world):
+        m = dtensor.fully_shard(params, {}, r, fsdp=fsdp, replicas=replicas)
+        for name, b in buffers.items():  # fully_shard does not shard buffers
+            *path_, leaf = name.split(".")
+            m.get_submodule(".".join(path_)).register_buffer(leaf, b.clone())
+        src = FSDPModule(m)
+        assert src.problems(refit.train, r) == [], (r, src.problems(refit.train, r))
+        p, b = src.named()
+        live = dict(p, **b)
+        want = refit.train.new_buffers(r)
+        fill_pattern(refit.train, r, want)
+        assert sorted(live) == sorted(want), (r, sorted(set(live) ^ set(want)))
+        for name, x in want.items():
+            got = live[name]
+            assert tuple(got.shape) == tuple(x.shape), (r, name)
+            assert torch.equal(got.contiguous().view(torch.uint8),
+                               x.contiguous().view(torch.uint8)), (r, name)
+
+
 @pytest.mark.parametrize("spec,msg", [
     ("fsdp=4,pp=2", "pp= is a Megatron size; an FSDP2 spec"),
     ("fsdp=2,ep=2", "ep= is a Megatron size"),

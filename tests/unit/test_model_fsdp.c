@@ -19,6 +19,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,36 +29,62 @@
 
 #include "reshard/reshard_model.h"
 
+/* A tiny config. moe: 0 dense (qwen2 with bias, else qwen3), else the MoE
+ * family below; Is: qwen2_moe's shared_expert_intermediate_size or the
+ * n_shared_experts of deepseek_v3 / glm4_moe; first_k: their
+ * first_k_dense_replace; q_lora..vhd: MLA; rbias: noaux_tc routing (the
+ * e_score_correction_bias buffer). */
+enum { DENSE, QWEN3_MOE, MIXTRAL, QWEN2_MOE, DSV3, GLM4_MOE };
 typedef struct {
     int64_t H, I, Im, V, nh, kv, hd, E, L;
     int tied, bias, moe, qk_norm;
+    int64_t Is, first_k, q_lora, kv_lora, nope, rope, vhd;
+    int rbias, kimi; /* kimi: model_type kimi_k2 (DeepseekV3ForCausalLM's modules) */
 } cfg_t;
 
 static reshard_model_t *load(const cfg_t *c)
 {
-    char json[1024];
-    if (c->moe)
-        snprintf(json, sizeof json,
-                 "{\"model_type\": \"qwen3_moe\", \"hidden_size\": %lld, \"intermediate_size\": "
-                 "%lld, \"moe_intermediate_size\": %lld, \"num_hidden_layers\": %lld, "
-                 "\"num_attention_heads\": %lld, \"num_key_value_heads\": %lld, \"head_dim\": "
-                 "%lld, \"num_experts\": %lld, \"num_experts_per_tok\": 1, "
-                 "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"vocab_size\": %lld, "
-                 "\"tie_word_embeddings\": %s}",
-                 (long long)c->H, (long long)c->I, (long long)c->Im, (long long)c->L,
-                 (long long)c->nh, (long long)c->kv, (long long)c->hd, (long long)c->E,
-                 (long long)c->V, c->tied ? "true" : "false");
-    else
-        snprintf(json, sizeof json,
-                 "{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
-                 "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, "
-                 "\"num_key_value_heads\": %lld, \"head_dim\": %lld, \"vocab_size\": %lld, "
-                 "\"tie_word_embeddings\": %s}",
-                 c->bias ? "qwen2" : "qwen3", (long long)c->H, (long long)c->I, (long long)c->L,
-                 (long long)c->nh, (long long)c->kv, (long long)c->hd, (long long)c->V,
-                 c->tied ? "true" : "false");
+    char json[1536];
+    int n = 0;
+#define J(...) n += snprintf(json + n, sizeof json - (size_t)n, __VA_ARGS__)
+    static const char *const type[] = {"qwen3",     "qwen3_moe",   "mixtral",
+                                       "qwen2_moe", "deepseek_v3", "glm4_moe"};
+    J("{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
+      "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, \"vocab_size\": %lld, "
+      "\"tie_word_embeddings\": %s",
+      c->moe == DENSE && c->bias ? "qwen2"
+      : c->kimi                  ? "kimi_k2"
+                                 : type[c->moe],
+      (long long)c->H, (long long)(c->moe == MIXTRAL ? c->Im : c->I), (long long)c->L,
+      (long long)c->nh, (long long)c->V, c->tied ? "true" : "false");
+    if (c->moe != DSV3)
+        J(", \"num_key_value_heads\": %lld, \"head_dim\": %lld", (long long)c->kv,
+          (long long)c->hd);
+    if (c->moe == QWEN3_MOE || c->moe == QWEN2_MOE)
+        J(", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, \"num_experts_per_tok\": 1, "
+          "\"decoder_sparse_step\": 1, \"mlp_only_layers\": []",
+          (long long)c->Im, (long long)c->E);
+    if (c->moe == QWEN2_MOE)
+        J(", \"shared_expert_intermediate_size\": %lld", (long long)c->Is);
+    if (c->moe == MIXTRAL)
+        J(", \"num_local_experts\": %lld, \"num_experts_per_tok\": 1", (long long)c->E);
+    if (c->moe == DSV3 || c->moe == GLM4_MOE)
+        J(", \"moe_intermediate_size\": %lld, \"n_routed_experts\": %lld, \"n_shared_experts\": "
+          "%lld, \"num_experts_per_tok\": 1, \"first_k_dense_replace\": %lld",
+          (long long)c->Im, (long long)c->E, (long long)c->Is, (long long)c->first_k);
+    if (c->moe == GLM4_MOE)
+        J(", \"attention_bias\": %s, \"use_qk_norm\": %s", c->bias ? "true" : "false",
+          c->qk_norm ? "true" : "false");
+    if (c->moe == DSV3)
+        J(", \"q_lora_rank\": %s%lld, \"kv_lora_rank\": %lld, \"qk_nope_head_dim\": %lld, "
+          "\"qk_rope_head_dim\": %lld, \"v_head_dim\": %lld%s",
+          "", (long long)c->q_lora, (long long)c->kv_lora, (long long)c->nope, (long long)c->rope,
+          (long long)c->vhd, c->rbias ? ", \"topk_method\": \"noaux_tc\"" : "");
+    J("}");
+#undef J
     reshard_model_t *m = NULL;
-    assert_int_equal(reshard_model_load_json(json, NULL, &m), RESHARD_OK);
+    if (reshard_model_load_json(json, NULL, &m) != RESHARD_OK)
+        fail_msg("%s: %s", json, reshard_last_error());
     return m;
 }
 
@@ -115,7 +142,8 @@ static int32_t find_buffer(const ctx_t *x, int32_t rank, const char *name, uint6
     return -1;
 }
 
-static void check_buffer(ctx_t *x, int32_t rank, const char *name, const elem_t *want, int64_t n)
+static void check_buffer(ctx_t *x, int32_t rank, const char *name, const elem_t *want, int64_t n,
+                         int64_t esize)
 {
     uint64_t bytes = 0;
     int32_t buf = find_buffer(x, rank, name, &bytes);
@@ -126,9 +154,9 @@ static void check_buffer(ctx_t *x, int32_t rank, const char *name, const elem_t 
     }
     if (buf < 0)
         fail_msg("rank %d: no buffer %s (%lld elements expected)", rank, name, (long long)n);
-    if (bytes != (uint64_t)n * 2)
+    if (bytes != (uint64_t)(n * esize))
         fail_msg("rank %d: %s has %llu bytes, want %lld", rank, name, (unsigned long long)bytes,
-                 (long long)n * 2);
+                 (long long)(n * esize));
     elem_t *got = calloc((size_t)n, sizeof *got);
     for (int64_t i = 0; i < n; i++)
         got[i].t = -1;
@@ -201,38 +229,128 @@ static void check_param(ctx_t *x, int32_t rank, int32_t s, int32_t t, const hf_p
     for (int64_t i = 0; i < l; i++)
         for (int64_t j = 0; j < cn; j++)
             want[i * cn + j] = (elem_t){id, p->lbase + (a + i) * p->n1 + c0 + j};
-    check_buffer(x, rank, p->name, want, cn ? n : 0);
+    check_buffer(x, rank, p->name, want, cn ? n : 0, 2);
     free(want);
 }
 
-/* transformers 5's fused expert tensors on FSDP shard s: experts chunked. */
-static void check_fused(ctx_t *x, int32_t rank, int32_t s, const char *pfx)
+/* The logical (checkpoint) names of a layer's routed experts: gate, up,
+ * down (mixtral: block_sparse_moe.experts.w1 / w3 / w2). */
+static void expert_logical(const cfg_t *c, const char *pfx, char lg[3][160])
+{
+    bool mx = c->moe == MIXTRAL;
+    static const char *const qw[3] = {"gate_proj", "up_proj", "down_proj"}, *const mw[3] = {
+                                                                                "w1", "w3", "w2"};
+    for (int k = 0; k < 3; k++)
+        snprintf(lg[k], 160, "%s%s.experts.%s.weight", pfx, mx ? "block_sparse_moe" : "mlp",
+                 mx ? mw[k] : qw[k]);
+}
+
+/* transformers 5's fused expert tensors on FSDP shard s: experts chunked;
+ * "<blk>experts.gate_up_proj" [E, 2I, H] is [gate rows; up rows] per expert
+ * (conversion_mapping.py: MergeModulelist(dim=0), Concatenate(dim=1) of
+ * [gate, up]) and "<blk>experts.down_proj" [E, H, I]. */
+static void check_fused(ctx_t *x, int32_t rank, int32_t s, const char *pfx, const char *blk)
 {
     const cfg_t *c = x->c;
     int64_t e0, ne, I = c->Im, H = c->H;
     piece(c->E, x->N, s, &e0, &ne);
-    char nm[160], lg[160], lu[160], ld[160];
-    snprintf(lg, sizeof lg, "%smlp.experts.gate_proj.weight", pfx);
-    snprintf(lu, sizeof lu, "%smlp.experts.up_proj.weight", pfx);
-    snprintf(ld, sizeof ld, "%smlp.experts.down_proj.weight", pfx);
+    char nm[192], lg[3][160];
+    expert_logical(c, pfx, lg);
     int64_t n = ne * 2 * I * H;
     elem_t *want = calloc((size_t)(n ? n : 1), sizeof *want);
     for (int64_t e = 0; e < ne; e++)
         for (int64_t r = 0; r < 2 * I; r++)
             for (int64_t h = 0; h < H; h++)
                 want[(e * 2 * I + r) * H + h] =
-                    (elem_t){tid(x, r < I ? lg : lu), (e0 + e) * I * H + (r % I) * H + h};
-    snprintf(nm, sizeof nm, "%smlp.experts.gate_up_proj", pfx);
-    check_buffer(x, rank, nm, want, n);
+                    (elem_t){tid(x, lg[r < I ? 0 : 1]), (e0 + e) * I * H + (r % I) * H + h};
+    snprintf(nm, sizeof nm, "%s%sexperts.gate_up_proj", pfx, blk);
+    check_buffer(x, rank, nm, want, n, 2);
     n = ne * H * I;
     for (int64_t k = 0; k < n; k++)
-        want[k] = (elem_t){tid(x, ld), e0 * H * I + k};
-    snprintf(nm, sizeof nm, "%smlp.experts.down_proj", pfx);
-    check_buffer(x, rank, nm, want, n);
+        want[k] = (elem_t){tid(x, lg[2]), e0 * H * I + k};
+    snprintf(nm, sizeof nm, "%s%sexperts.down_proj", pfx, blk);
+    check_buffer(x, rank, nm, want, n, 2);
     free(want);
 }
 
 #define P(...) snprintf(p.name, sizeof p.name, __VA_ARGS__)
+
+/* The MoE block of layer prefix @p pf on rank (s, t), from HF's modules:
+ * qwen3_moe / mixtral / qwen2_moe: the router "gate" before the experts
+ * (qwen3_moe under transformers 5 after them), deepseek_v3 / glm4_moe: the
+ * experts, the router, the shared experts; mixtral under transformers 4 in
+ * "block_sparse_moe." with experts.N.{w1,w2,w3}; qwen2_moe's shared_expert and
+ * shared_expert_gate [1, H]; the router's e_score_correction_bias (fp32) a
+ * buffer fully_shard leaves whole on every rank. */
+static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *pf)
+{
+    const cfg_t *c = x->c;
+    bool v5 = x->tfm == 5;
+    const char *blk = c->moe == MIXTRAL && !v5 ? "block_sparse_moe." : "mlp.";
+    const char *lblk = c->moe == MIXTRAL ? "block_sparse_moe." : "mlp.";
+    char lg[3][160];
+    expert_logical(c, pf, lg);
+    hf_param_t p;
+    memset(&p, 0, sizeof p);
+    P("%s%sgate.weight", pf, blk);
+    snprintf(p.logical, sizeof p.logical, "%s%sgate.weight", pf, lblk);
+    p.style = REP;
+    p.n0 = c->E;
+    p.n1 = c->H;
+    check_param(x, rank, s, t, &p);
+    if (c->rbias || c->moe == GLM4_MOE) { /* the buffer: every element on every rank */
+        char nm[192];
+        snprintf(nm, sizeof nm, "%smlp.gate.e_score_correction_bias", pf);
+        elem_t *want = calloc((size_t)c->E, sizeof *want);
+        for (int64_t e = 0; e < c->E; e++)
+            want[e] = (elem_t){tid(x, nm), e};
+        check_buffer(x, rank, nm, want, c->E, 4);
+        free(want);
+    }
+    if (v5) {
+        check_fused(x, rank, s, pf, blk);
+    } else {
+        bool mx = c->moe == MIXTRAL;
+        /* declaration order: gate_proj, up_proj, down_proj; mixtral w1, w2, w3 */
+        static const char *const qn[3] = {"gate_proj", "up_proj", "down_proj"}, *const mn[3] = {
+                                                                                    "w1", "w2",
+                                                                                    "w3"};
+        static const int qr[3] = {0, 1, 2}, mr[3] = {0, 2, 1};
+        for (int64_t e = 0; e < c->E; e++)
+            for (int k = 0; k < 3; k++) {
+                int role = mx ? mr[k] : qr[k];
+                memset(&p, 0, sizeof p);
+                P("%s%sexperts.%lld.%s.weight", pf, blk, (long long)e, mx ? mn[k] : qn[k]);
+                snprintf(p.logical, sizeof p.logical, "%s", lg[role]);
+                p.style = REP;
+                p.n0 = role < 2 ? c->Im : c->H;
+                p.n1 = role < 2 ? c->H : c->Im;
+                p.lbase = e * c->Im * c->H;
+                check_param(x, rank, s, t, &p);
+            }
+    }
+    if (c->moe == QWEN3_MOE || c->moe == MIXTRAL)
+        return;
+    int64_t Is = c->moe == QWEN2_MOE ? c->Is : c->Im * c->Is;
+    const char *sh = c->moe == QWEN2_MOE ? "shared_expert" : "shared_experts";
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int k = 0; k < 3; k++) {
+        memset(&p, 0, sizeof p);
+        P("%smlp.%s.%s.weight", pf, sh, proj[k]);
+        p.style = REP;
+        p.n0 = k < 2 ? Is : c->H;
+        p.n1 = k < 2 ? c->H : Is;
+        check_param(x, rank, s, t, &p);
+    }
+    if (c->moe == QWEN2_MOE) {
+        memset(&p, 0, sizeof p);
+        P("%smlp.shared_expert_gate.weight", pf);
+        p.style = REP;
+        p.n0 = 1;
+        p.n1 = c->H;
+        check_param(x, rank, s, t, &p);
+    }
+}
 
 static void check_rank(ctx_t *x, int32_t rank)
 {
@@ -253,42 +371,40 @@ static void check_rank(ctx_t *x, int32_t rank)
     for (int64_t L = 0; L < c->L; L++) {
         char pf[64];
         snprintf(pf, sizeof pf, "model.layers.%lld.", (long long)L);
-        ONE(COL, c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
-        ONE(COL, c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
-        ONE(COL, c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
-        if (c->bias) {
-            ONE(COL, c->nh * c->hd, 1, "%sself_attn.q_proj.bias", pf);
-            ONE(COL, c->kv * c->hd, 1, "%sself_attn.k_proj.bias", pf);
-            ONE(COL, c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
+        if (c->moe == DSV3) { /* DeepseekV3Attention (MLA) */
+            int64_t qk = c->nope + c->rope;
+            if (c->q_lora) {
+                ONE(REP, c->q_lora, c->H, "%sself_attn.q_a_proj.weight", pf);
+                ONE(REP, c->q_lora, 1, "%sself_attn.q_a_layernorm.weight", pf);
+                ONE(REP, c->nh * qk, c->q_lora, "%sself_attn.q_b_proj.weight", pf);
+            } else {
+                ONE(REP, c->nh * qk, c->H, "%sself_attn.q_proj.weight", pf);
+            }
+            ONE(REP, c->kv_lora + c->rope, c->H, "%sself_attn.kv_a_proj_with_mqa.weight", pf);
+            ONE(REP, c->kv_lora, 1, "%sself_attn.kv_a_layernorm.weight", pf);
+            ONE(REP, c->nh * (c->nope + c->vhd), c->kv_lora, "%sself_attn.kv_b_proj.weight", pf);
+            ONE(REP, c->H, c->nh * c->vhd, "%sself_attn.o_proj.weight", pf);
+        } else {
+            ONE(COL, c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
+            ONE(COL, c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
+            ONE(COL, c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
+            if (c->bias || c->moe == QWEN2_MOE) {
+                ONE(COL, c->nh * c->hd, 1, "%sself_attn.q_proj.bias", pf);
+                ONE(COL, c->kv * c->hd, 1, "%sself_attn.k_proj.bias", pf);
+                ONE(COL, c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
+            }
+            ONE(ROW, c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
+            if (c->qk_norm) {
+                ONE(REP, c->hd, 1, "%sself_attn.q_norm.weight", pf);
+                ONE(REP, c->hd, 1, "%sself_attn.k_norm.weight", pf);
+            }
         }
-        ONE(ROW, c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
-        if (c->qk_norm) {
-            ONE(REP, c->hd, 1, "%sself_attn.q_norm.weight", pf);
-            ONE(REP, c->hd, 1, "%sself_attn.k_norm.weight", pf);
-        }
-        if (!c->moe) {
+        if (!c->moe || L < c->first_k) {
             ONE(COL, c->I, c->H, "%smlp.gate_proj.weight", pf);
             ONE(COL, c->I, c->H, "%smlp.up_proj.weight", pf);
             ONE(ROW, c->H, c->I, "%smlp.down_proj.weight", pf);
         } else {
-            ONE(REP, c->E, c->H, "%smlp.gate.weight", pf);
-            if (x->tfm == 5) {
-                check_fused(x, rank, s, pf);
-            } else {
-                static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
-                for (int64_t e = 0; e < c->E; e++)
-                    for (int k = 0; k < 3; k++) {
-                        memset(&p, 0, sizeof p);
-                        P("%smlp.experts.%lld.%s.weight", pf, (long long)e, proj[k]);
-                        snprintf(p.logical, sizeof p.logical, "%smlp.experts.%s.weight", pf,
-                                 proj[k]);
-                        p.style = REP;
-                        p.n0 = k < 2 ? c->Im : c->H;
-                        p.n1 = k < 2 ? c->H : c->Im;
-                        p.lbase = e * c->Im * c->H;
-                        check_param(x, rank, s, t, &p);
-                    }
-            }
+            check_moe(x, rank, s, t, pf);
         }
         ONE(REP, c->H, 1, "%sinput_layernorm.weight", pf);
         ONE(REP, c->H, 1, "%spost_attention_layernorm.weight", pf);
@@ -332,8 +448,15 @@ static void check_spec(const cfg_t *c, const char *train, const char *infer)
         assert_int_equal(reshard_tensors_info(r.tensors, k, &ti), RESHARD_OK);
         before += ti.numel;
     }
+    /* the router-bias buffers are whole on every rank, not one copy per replica */
+    int64_t whole_extra = 0;
+    for (int32_t k = 0; k < reshard_tensors_count(r.tensors); k++) {
+        assert_int_equal(reshard_tensors_info(r.tensors, k, &ti), RESHARD_OK);
+        if (strstr(ti.name, "e_score_correction_bias"))
+            whole_extra += ti.numel * (r.train_world - ts.dp);
+    }
     if (ts.tp == 1)
-        assert_int_equal(x.checked, before * ts.dp);
+        assert_int_equal(x.checked, before * ts.dp + whole_extra);
     else
         assert_true(x.checked > before * ts.dp);
     /* no extra buffers: the table has as many entries as the oracle found */
@@ -395,6 +518,118 @@ static void test_moe_forms(void **state)
     check_spec(&moe, "fsdp=3,dp=2,transformers=4", "tp=1,dp=2,ep=on");
 }
 
+/* mixtral: 3 experts over fsdp=4 (1,1,1,0); Im=6 rows per expert over 4:
+ * 2,2,2,0 */
+static const cfg_t mixtral = {
+    .H = 16, .Im = 6, .V = 37, .nh = 2, .kv = 1, .hd = 8, .E = 3, .L = 2, .moe = MIXTRAL};
+/* qwen2_moe: q/k/v biases, a shared expert of 10 rows and its [1, H] gate
+ * (one row: only FSDP shard 0 holds it) */
+static const cfg_t qwen2_moe = {.H = 16,
+                                .I = 20,
+                                .Im = 6,
+                                .Is = 10,
+                                .V = 37,
+                                .nh = 2,
+                                .kv = 1,
+                                .hd = 8,
+                                .E = 5,
+                                .L = 2,
+                                .moe = QWEN2_MOE};
+/* deepseek_v3: MLA with q_lora_rank, layer 0 dense, 5 experts, one shared
+ * expert, noaux_tc (the e_score_correction_bias buffer) */
+static const cfg_t dsv3 = {.H = 16,
+                           .I = 20,
+                           .Im = 6,
+                           .Is = 1,
+                           .V = 37,
+                           .nh = 2,
+                           .E = 5,
+                           .L = 3,
+                           .first_k = 1,
+                           .q_lora = 12,
+                           .kv_lora = 8,
+                           .nope = 4,
+                           .rope = 2,
+                           .vhd = 4,
+                           .rbias = 1,
+                           .moe = DSV3};
+/* deepseek_v3 without q_lora_rank (q_proj) nor noaux_tc (no bias buffer) */
+static const cfg_t dsv3_plain = {.H = 16,
+                                 .I = 20,
+                                 .Im = 6,
+                                 .Is = 2,
+                                 .V = 37,
+                                 .nh = 2,
+                                 .E = 4,
+                                 .L = 2,
+                                 .first_k = 1,
+                                 .kv_lora = 8,
+                                 .nope = 4,
+                                 .rope = 2,
+                                 .vhd = 4,
+                                 .moe = DSV3};
+/* glm4_moe: q/k/v biases, layer 0 dense, 6 experts + 1 shared, the bias buffer */
+static const cfg_t glm4_moe = {.H = 16,
+                               .I = 20,
+                               .Im = 6,
+                               .Is = 1,
+                               .V = 37,
+                               .nh = 4,
+                               .kv = 2,
+                               .hd = 4,
+                               .E = 6,
+                               .L = 2,
+                               .first_k = 1,
+                               .bias = 1,
+                               .moe = GLM4_MOE};
+
+static void test_mixtral(void **state)
+{
+    (void)state;
+    check_spec(&mixtral, "fsdp=4", "tp=2,ep=on");
+    check_spec(&mixtral, "fsdp=4,transformers=4", "tp=2");
+    check_spec(&mixtral, "fsdp=2,dp=2,transformers=4", "tp=1,dp=2,ep=on");
+    check_spec(&mixtral, "fsdp=3,dp=2", "tp=2");
+}
+
+static void test_qwen2_moe(void **state)
+{
+    (void)state;
+    check_spec(&qwen2_moe, "fsdp=4", "tp=2,ep=on");
+    check_spec(&qwen2_moe, "fsdp=3,transformers=4", "tp=2");
+    check_spec(&qwen2_moe, "fsdp=2,dp=2,transformers=4", "tp=1,dp=2,ep=on");
+    check_spec(&qwen2_moe, "fsdp=7", "tp=1");
+}
+
+static void test_deepseek_v3(void **state)
+{
+    (void)state;
+    check_spec(&dsv3, "fsdp=4", "tp=2,ep=on");
+    check_spec(&dsv3, "fsdp=3,transformers=4", "tp=2");
+    check_spec(&dsv3, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
+    check_spec(&dsv3_plain, "fsdp=3", "tp=2");
+    check_spec(&dsv3_plain, "fsdp=4,transformers=4", "tp=2,ep=on");
+}
+
+/* kimi_k2 (Kimi-K2's config model_type; the deepseek_v3 modules), 6 experts */
+static void test_kimi_k2(void **state)
+{
+    (void)state;
+    cfg_t kimi = dsv3;
+    kimi.kimi = 1;
+    kimi.E = 6;
+    check_spec(&kimi, "fsdp=4", "tp=2,ep=on");
+    check_spec(&kimi, "fsdp=4,transformers=4", "tp=2");
+}
+
+static void test_glm4_moe(void **state)
+{
+    (void)state;
+    check_spec(&glm4_moe, "fsdp=4", "tp=2,ep=on");
+    check_spec(&glm4_moe, "fsdp=4,transformers=4", "tp=2");
+    check_spec(&glm4_moe, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
+}
+
 /* The spec's text round trip and the refusals, each naming what is wrong. */
 static void test_spec_text_and_refusals(void **state)
 {
@@ -454,17 +689,31 @@ static void test_refused_models(void **state)
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "tp=2 with the qwen3_moe family"));
     reshard_model_destroy(m);
-    /* an unmodelled family: UNSUPPORTED naming it and the convention */
+    /* every MoE family under tp > 1, named */
+    m = load(&dsv3);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "tp=2 with the deepseek_v3 family"));
+    reshard_model_destroy(m);
+    /* deepseek_v3 with moe_layer_freq 2: HF's module has every layer from
+     * first_k_dense_replace on as MoE */
     assert_int_equal(
         reshard_model_load_json(
-            "{\"model_type\": \"mixtral\", \"hidden_size\": 16, \"intermediate_size\": 8, "
-            "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
-            "\"num_local_experts\": 2, \"num_experts_per_tok\": 1, \"vocab_size\": 32}",
+            "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 16, \"intermediate_size\": 8, "
+            "\"moe_intermediate_size\": 4, \"num_hidden_layers\": 3, \"num_attention_heads\": 2, "
+            "\"kv_lora_rank\": 8, \"qk_nope_head_dim\": 4, \"qk_rope_head_dim\": 2, "
+            "\"v_head_dim\": 4, \"n_routed_experts\": 2, \"num_experts_per_tok\": 1, "
+            "\"moe_layer_freq\": 2, \"vocab_size\": 32}",
             NULL, &m),
         RESHARD_OK);
     assert_int_equal(reshard_train_spec_parse("fsdp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
+    assert_non_null(strstr(reshard_last_error(), "layer 1 of this deepseek_v3 config is dense"));
+    reshard_model_destroy(m);
+    /* an unmodelled family: UNSUPPORTED naming it and the convention */
+    reshard_model_options_t g = {.layers = 1};
+    assert_int_equal(reshard_model_load("gpt-oss-20b", &g, &m), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
-    assert_non_null(strstr(reshard_last_error(), "mixtral family is not modelled under the FSDP2"));
+    assert_non_null(strstr(reshard_last_error(), "gpt_oss family is not modelled under the FSDP2"));
     reshard_model_destroy(m);
     /* the FP8 checkpoint form: an FSDP2 trainer holds bf16 */
     reshard_model_options_t o = {.dtype = RESHARD_FP8_E4M3};
@@ -501,6 +750,11 @@ int main(void)
         cmocka_unit_test(test_hsdp),
         cmocka_unit_test(test_tp_fsdp),
         cmocka_unit_test(test_moe_forms),
+        cmocka_unit_test(test_mixtral),
+        cmocka_unit_test(test_qwen2_moe),
+        cmocka_unit_test(test_deepseek_v3),
+        cmocka_unit_test(test_kimi_k2),
+        cmocka_unit_test(test_glm4_moe),
         cmocka_unit_test(test_spec_text_and_refusals),
         cmocka_unit_test(test_refused_models),
         cmocka_unit_test(test_infer_quant),
