@@ -249,7 +249,7 @@ class VerlEngineCore:
                                                        source=source)
         else:
             i = self.rank - self.sizes.train_world
-            per = self.sizes.tp * self.sizes.dp
+            per = self.sizes.engine_world
             local = i % per
             fields["engine_index"] = i // per
             pc = SimpleNamespace(tensor_parallel_size=self.sizes.tp,

@@ -295,7 +295,7 @@ class WorkerCore:
         peers are told first, so every rank fails at once; nothing was written)."""
         s = sizes(self.info.train, self.info.infer)
         engine = self.info.engine_index
-        local = (self.rank - s.train_world) % (s.tp * s.dp)
+        local = (self.rank - s.train_world) % s.engine_world
         rows, why = None, ""
         try:
             rows = self.live_eplb_map()
