@@ -516,11 +516,13 @@ def from_torch(group=None, name: Optional[str] = None):
     have equal layouts); so a second live unnamed endpoint on the group is refused
     (INVALID_ARG), and so are an unnamed one made off the main thread and a name (or
     space) a live endpoint of the group holds. Endpoints whose names are absent on a
-    peer never exchange a message: their executions time out on every rank. Nothing
-    checks that a name means the same plan on every rank: two names swapped between
-    ranks (or an unnamed and a named endpoint swapped) pair the wrong plans, and plans
-    of equal layouts then refit the wrong values without an error. Give each endpoint
-    the same name, for the same model, on every rank. One endpoint serves one call at a time: when two threads call it at once, the
+    peer never exchange a message: their executions time out on every rank. Plans of
+    equal inputs pair by identity, checked at every execution (Plan(name=...), else
+    their creation order on one thread; a rank executing another one than its peers
+    fails on every rank, MISMATCH). Not checked: two endpoint names swapped between
+    ranks when each endpoint's plan comes from its own thread and the plans have equal
+    inputs: they refit the wrong values without an error. Give each endpoint (and its
+    plan) the same name, for the same model, on every rank. One endpoint serves one call at a time: when two threads call it at once, the
     call in flight fails on every rank, and so does every later execution on it (a rank
     may have kept another thread's plan than its peers): give each thread its own.
 
