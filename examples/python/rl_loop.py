@@ -291,31 +291,38 @@ def break_model(model: Any, fault: str) -> None:
                                                                   requires_grad=False))
 
 
+def spawn(script: str, argv: List[str], roles: List[str], timeout_s: float,
+          prefix: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Start one process of ``script`` per rank (``--role roles[r] --rank r --dir D``,
+    D a fresh directory), wait at most timeout_s for each; return (the JSON reports
+    they printed, one error line per process that failed: its own report, else how
+    it ended)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        procs = [subprocess.Popen([sys.executable, os.path.abspath(script)] + argv +
+                                  ["--role", role, "--rank", str(r), "--dir", d],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r, role in enumerate(roles)]
+        reports, errors = [], []
+        for r, p in enumerate(procs):
+            try:
+                out, err = p.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+            if p.returncode != 0:
+                own = [x for x in err.splitlines() if OWN_LINE.match(x)]
+                errors.append("rank %d: %s" % (r, own[-1] if own else
+                                                "exit status %d" % p.returncode))
+    return reports, errors
+
+
 def launch(args: Any, argv: List[str]) -> int:
     """Start every process of the refit, print what they report, return the status."""
     from reshard.integrations.ranks import sizes
     s = sizes(args.train, args.infer)
-    with tempfile.TemporaryDirectory(prefix="rl_loop.") as d:
-        procs = []
-        for r in range(s.world):
-            role = "train" if r < s.train_world else "infer"
-            procs.append(subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__)] + argv +
-                ["--role", role, "--rank", str(r), "--dir", d],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        reports, errors = [], []
-        for r, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=args.timeout * 20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-            got = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            reports += got
-            if p.returncode != 0:  # its own report, else how it ended
-                own = [x for x in err.splitlines() if OWN_LINE.match(x)]
-                errors.append("rank %d: %s" % (r, own[-1] if own else
-                                                "exit status %d" % p.returncode))
+    roles = ["train" if r < s.train_world else "infer" for r in range(s.world)]
+    reports, errors = spawn(__file__, argv, roles, args.timeout * 20, "rl_loop.")
     return summarize(args, s, reports, errors)
 
 

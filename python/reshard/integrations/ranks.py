@@ -20,10 +20,17 @@ class Sizes:
     tp: int
     dp: int
     engines: int
+    infer_world: int = 0  # the library's count (reshard_infer_world); 0: tp*dp*engines
 
     @property
     def world(self) -> int:
-        return self.train_world + self.engines * self.tp * self.dp
+        return self.train_world + (self.infer_world or self.engines * self.tp * self.dp)
+
+    @property
+    def per_engine(self) -> int:
+        """Ranks of one engine: tp * dp under vLLM; tp under SGLang, whose DP attention
+        lives inside a server's TP ranks."""
+        return (self.world - self.train_world) // self.engines
 
 
 def sizes(train: str, infer: str) -> Sizes:
@@ -35,7 +42,8 @@ def sizes(train: str, infer: str) -> Sizes:
     _lib.check(_lib.lib.reshard_infer_spec_parse(infer.encode(), ctypes.byref(ispec)),
                "infer spec %r" % infer)
     return Sizes(int(_lib.lib.reshard_train_world(ctypes.byref(ts))), max(1, ispec.tp),
-                 max(1, ispec.dp), max(1, ispec.engines))
+                 max(1, ispec.dp), max(1, ispec.engines),
+                 int(_lib.lib.reshard_infer_world(ctypes.byref(ispec))))
 
 
 def train_convention(train: str) -> str:

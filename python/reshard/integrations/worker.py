@@ -200,12 +200,13 @@ class WorkerCore:
         if isinstance(info, dict):
             info = self.parse_init_info(info)
         s = sizes(info.train, info.infer)
-        rank, problems = worker_rank(s, info.engine_index, self.parallel_config)
+        rank, problems = self.refit_rank(s, info)
         self.rank, self.world, self.info = rank, s.world, info
         problems = ["infer rank %d: %s" % (rank, p) for p in problems]
         problems += ["engine %d, infer rank %d: %s" % (info.engine_index, rank, p)
                      for p in self.engine_problems(info)]
         store = open_store(info.rendezvous(), rank, s.world, info.timeout_s)
+        self.store = store
         if not problems:
             try:
                 _, self.plan = build_plan(info, rank, s.world)
@@ -221,6 +222,12 @@ class WorkerCore:
         agree(store, rank, s.world, info.record(), problems, info.timeout_s)
         self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
                               self.device)
+
+    def refit_rank(self, s: Any, info: ReshardInitInfo):
+        """(this worker's refit rank, problems with its place) from the engine's
+        parallel state (override: vLLM's numbering here, ranks.worker_rank; the SGLang
+        shell numbers a server's TP ranks)."""
+        return worker_rank(s, info.engine_index, self.parallel_config)
 
     def engine_problems(self, info: ReshardInitInfo) -> List[str]:
         """What this engine runs that the refit cannot write (override: the vLLM shell
