@@ -256,7 +256,7 @@ def worker(args: Any, rank: int) -> Dict[str, Any]:
     runner.update_weights_from_tensor = update_or_die
     serve(ctrl, engine, tp_worker, timeout_s=args.timeout * 8, after=after)
     recv = receiver_of(model)
-    if recv is not None and recv.plan is None:  # init refused: the error it published
+    if recv is not None and recv.comm is None and recv.last_error:  # init refused
         raise RuntimeError(recv.last_error)
     return report
 
@@ -317,7 +317,7 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=1, help="keep the first K decoder layers")
     ap.add_argument("--train", default="tp=2", help="Megatron spec")
     ap.add_argument("--infer", default=INFER, help="inference spec of the SGLang servers")
-    ap.add_argument("--steps", type=int, default=3, help="optimizer steps, each then an update")
+    ap.add_argument("--steps", type=int, default=2, help="optimizer steps, each then an update")
     ap.add_argument("--no-delta", dest="delta", action="store_false", help="dense refits")
     ap.add_argument("--lr", type=float, default=ADAMW["lr"], help="AdamW learning rate")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds any wait may take")
