@@ -16,6 +16,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from contract import abstract_names, shape
+
 pytest.importorskip("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,14 +39,6 @@ def verl_api(monkeypatch):
     import reshard.integrations.verl as rv  # verl is loaded: registers on import
     return rv, base
 
-
-def shape(fn: Any) -> List[Tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-
-
-def abstract_names(cls: type) -> List[str]:
-    return sorted(n for n in dir(cls)
-                  if getattr(getattr(cls, n, None), "__isabstractmethod__", False))
 
 
 def is_async(fn: Any) -> bool:

@@ -52,6 +52,12 @@ INIT, UPDATE, SHUTDOWN = "reshard.init", "reshard.update", "reshard.shutdown"
 OUTCOME = "sglang/outcome/%s/%d"  # (refit version or "init", refit rank) -> JSON
 # SGLang's --moe-runner-backend values whose w13 is the FusedMoE layer's [gate; up]
 WRITABLE_MOE_RUNNERS = ("auto", "triton")
+# the ServerArgs fields server_problems reads (server_args.py at the followed revision)
+SERVER_FLAGS = ("dp_size", "enable_dp_attention", "ep_size", "enable_eplb",
+                "ep_num_redundant_experts", "enable_lora", "moe_runner_backend")
+# the parallel-state functions sglang_place calls (sglang.srt.distributed)
+PARALLEL_STATE = ("get_tensor_model_parallel_rank", "get_tensor_model_parallel_world_size",
+                  "get_pipeline_model_parallel_world_size")
 
 _RECEIVERS: Dict[int, "SGLangReceiver"] = {}  # id(model) -> this worker's receiver
 log = logging.getLogger(__name__)
