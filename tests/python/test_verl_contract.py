@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
 
