@@ -179,10 +179,12 @@ def trainer(args: Any, rank: int) -> Dict[str, Any]:
         report["versions"] += [srv.weight_version for srv in servers]
         ctrl.wait(["checked/%d/%d" % (k, i) for i in range(s.world - s.train_world)],
                   datetime.timedelta(seconds=args.timeout * 8))  # the workers' check
+    if not report["failed"]:
+        for c in clients or []:
+            c.shutdown()  # every worker closes its communicator
+        engine.shutdown()
     for srv in servers:
         srv.close()
-    if not report["failed"]:
-        engine.shutdown()
     return report
 
 

@@ -247,6 +247,8 @@ def load_weights(model: Any, named_tensors: List[Tuple[str, Any]]) -> None:
     kind, payload = _message(named_tensors)
     recv = _RECEIVERS.get(id(model))
     if kind == INIT:
+        if recv is not None:  # a new refit group (the trainer restarted): drop the old one
+            recv.shutdown()
         recv = _RECEIVERS[id(model)] = SGLangReceiver(model, sglang_place(), _device(model))
     elif recv is None:
         log.error("reshard: %s before %s on this worker", kind, INIT)
