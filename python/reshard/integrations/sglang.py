@@ -196,7 +196,7 @@ class SGLangReceiver(WorkerCore):
     def handle(self, kind: str, payload: Any) -> None:
         """One control message (INIT, UPDATE, SHUTDOWN); never raises: the outcome
         goes to the refit's store (and SGLang's log)."""
-        key = "init" if kind == INIT else str(int(payload))
+        key = {INIT: "init", SHUTDOWN: "shutdown"}.get(kind) or str(payload)
         try:
             if kind == INIT:
                 self.init_transfer_engine(self.parse_init_info(payload))
