@@ -21,8 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -219,36 +217,18 @@ def main() -> None:
     world = refit.world
     print("sglang_refit: %s, %d layers, Megatron %s -> SGLang %s, %d processes, gloo"
           % (a.model, a.layers, a.train, a.infer, world), flush=True)
+    from rank_runs import print_paths, run_ranks
     with tempfile.TemporaryDirectory() as d:
         args = [sys.executable, os.path.abspath(__file__), "--model", a.model, "--layers",
                 str(a.layers), "--train", a.train, "--infer", a.infer, "--iters", str(a.iters),
                 "--bucket-mb", str(a.bucket_mb), "--world", str(world),
                 "--store", os.path.join(d, "store")]
         args += [] if a.baseline else ["--no-baseline"]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen(args + ["--rank", str(r)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
-                 for r in range(world)]
-        reps, errs = [], []
-        for r, p in enumerate(procs):
-            o, e = p.communicate(timeout=900)
-            reps += [json.loads(x) for x in o.splitlines() if x.startswith("{")]
-            if p.returncode:
-                errs.append("rank %d: exit %d: %s" % (r, p.returncode, e.strip()[-2000:]))
-    if errs or len(reps) != world:
-        sys.exit("sglang_refit: FAILED\n" + "\n".join(errs))
-    ok = all(r["wrong"] == 0 and r["base_wrong"] == 0 for r in reps)
-    med = max(statistics.median(r["times"]) for r in reps)
-    print("%-40s %10s %14s %8s" % ("path", "median s", "elements", "wrong"))
-    print("%-40s %10.4f %14d %8d" % ("reshard (shard to shard)", med,
-                                      sum(r["checked"] for r in reps),
-                                      sum(r["wrong"] for r in reps)))
+        reps = run_ranks(args, world, "sglang_refit")
+    paths = [("reshard (shard to shard)", "")]
     if a.baseline:
-        base = max(statistics.median(r["base_times"]) for r in reps)
-        print("%-40s %10.4f %14d %8d" % ("slime: gather + HF + bucketed broadcast", base,
-                                          sum(r["base_checked"] for r in reps),
-                                          sum(r["base_wrong"] for r in reps)))
-        print("reshard speed-up: %.2fx" % (base / med))
+        paths.append(("slime: gather + HF + bucketed broadcast", "base_"))
+    ok = print_paths(reps, paths, 40)
     print("sglang_refit: %s" % ("OK" if ok else "WRONG ELEMENTS"))
     sys.exit(0 if ok else 1)
 

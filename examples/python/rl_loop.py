@@ -106,20 +106,29 @@ class SteppedWeights:
             adamw_step([m], opt)
 
 
-def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
+def megatron_rank(args: Any, rank: int) -> Tuple[Any, Any, Any]:
+    """Megatron-Core rank ``rank``'s shards (conventions.megatron_state_dict) as bf16
+    parameters of a GPT module, their fp32 masters and torch.optim.AdamW over them:
+    (masters by name, optimizer, module)."""
     import torch
-    import torch.distributed as dist
     import conventions
-    from control_plane import StoreClient
-    from modules import Wrapped, module_of
-    from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
-    from reshard.integrations.ranks import sizes
-
+    from modules import module_of
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
     state = conventions.megatron_state_dict(w, args.train, rank)
     masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
     opt = torch.optim.AdamW(list(masters.values()), **adamw(args))
-    gpt = module_of({n: t.clone() for n, t in state.items()})
+    return masters, opt, module_of({n: t.clone() for n, t in state.items()})
+
+
+def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    from control_plane import StoreClient
+    from modules import Wrapped
+    from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
+    from reshard.integrations.ranks import sizes
+
+    masters, opt, gpt = megatron_rank(args, rank)
     model = Wrapped(Wrapped(gpt))  # DDP(Float16Module(GPTModel)): names "module.module."
     s = sizes(args.train, args.infer)
     clients = None

@@ -47,7 +47,8 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from rl_loop import ADAMW, SteppedWeights, adamw_step, break_model, spawn  # noqa: E402
+from rl_loop import (ADAMW, SteppedWeights, adamw_step, break_model,  # noqa: E402
+                     megatron_rank, spawn)
 
 # The inference spec of one SGLang server of --tp-size 2. For dense models SGLang's
 # TP layout is vLLM's (see sglang_state_dict), so the vLLM spec "tp=2" plans it
@@ -125,19 +126,14 @@ def server_args(infer: str) -> Any:
 def trainer(args: Any, rank: int) -> Dict[str, Any]:
     import torch
     import torch.distributed as dist
-    import conventions
-    from modules import Wrapped, module_of
+    from modules import Wrapped
     from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
     from reshard.integrations.ranks import sizes
     from reshard.integrations.sglang import SGLangClient
     from sglang._server import StandinServer
     from sglang.srt.utils import MultiprocessingSerializer
 
-    w = conventions.Weights(conventions.load_config(args.model, args.layers))
-    state = conventions.megatron_state_dict(w, args.train, rank)
-    masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
-    opt = torch.optim.AdamW(list(masters.values()), **dict(ADAMW, lr=args.lr))
-    gpt = module_of({n: t.clone() for n, t in state.items()})
+    masters, opt, gpt = megatron_rank(args, rank)
     model = Wrapped(Wrapped(gpt))  # DDP(Float16Module(GPTModel))
     s = sizes(args.train, args.infer)
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)

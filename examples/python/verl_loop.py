@@ -51,7 +51,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from rl_loop import ADAMW, OWN_LINE, SteppedWeights, adamw_step  # noqa: E402
+from rl_loop import ADAMW, OWN_LINE, SteppedWeights, adamw_step, megatron_rank  # noqa: E402
 
 
 def verl_config(args: Any) -> Any:
@@ -80,15 +80,12 @@ def manager(args: Any) -> Any:
 def actor(args: Any, rank: int) -> Dict[str, Any]:
     import torch
     import conventions
-    from modules import Wrapped, module_of
+    from modules import Wrapped
     from reshard.integrations.ranks import sizes
     from verl.workers.engine_workers import ActorWorker, TrainingEngine
 
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
-    state = conventions.megatron_state_dict(w, args.train, rank)
-    masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
-    opt = torch.optim.AdamW(list(masters.values()), **dict(ADAMW, lr=args.lr))
-    gpt = module_of({n: t.clone() for n, t in state.items()})
+    masters, opt, gpt = megatron_rank(args, rank)
     if args.fault == "actor" and rank == 1:  # a shard the layout does not have
         gpt.register_parameter("stale_copy", torch.nn.Parameter(torch.zeros(3)))
     chunks = [Wrapped(Wrapped(gpt))]  # verl's Megatron engine.module: DDP(Float16Module)

@@ -205,3 +205,19 @@ def test_client_sets_version_only_when_every_worker_committed(tmp_path):
     assert c.weight_version == "1" and c.paused and srv.calls[-1] == "/update_weights_from_tensor"
     with pytest.raises(ReshardError, match=r"refit 3: rank\(s\) \[1, 2\] gave no outcome"):
         c.update_weights({"version": 3})
+
+
+def test_bench_refit_both_paths_exact(tmp_path):
+    """bench/sglang_refit.py at a small size: Megatron tp=2 -> two SGLang servers of
+    tp=2, reshard and slime's bucketed broadcast (2 KB buckets: several flushes), every
+    element of both verified."""
+    path = os.path.join(str(tmp_path), "tiny.json")
+    with open(path, "w") as f:
+        json.dump(TINY, f)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "sglang_refit.py"),
+                        "--model", path, "--layers", "2", "--infer", engines(INFER, 2),
+                        "--iters", "1", "--bucket-mb", "0.002"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().endswith("sglang_refit: OK"), p.stdout
+    assert "slime: gather + HF + bucketed broadcast" in p.stdout
