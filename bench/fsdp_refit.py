@@ -27,8 +27,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -313,6 +311,7 @@ def main() -> None:
         rank_main(a)
         return
     import reshard
+    from rank_runs import print_paths, run_ranks
     refit = reshard.Model(a.model, layers=a.layers).refit(a.train, a.infer)
     world = refit.world
     print("fsdp_refit: %s, %d layers, %s -> %s, %d processes, DTensors: %s"
@@ -327,30 +326,11 @@ def main() -> None:
         args += [] if a.baseline else ["--no-baseline"]
         args += [] if a.real else ["--standin"]
         args += ["--check-real"] if a.check_real else []
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen(args + ["--rank", str(r)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
-                 for r in range(world)]
-        reps, errs = [], []
-        for r, p in enumerate(procs):
-            o, e = p.communicate(timeout=900)
-            reps += [json.loads(x) for x in o.splitlines() if x.startswith("{")]
-            if p.returncode:
-                errs.append("rank %d: exit %d: %s" % (r, p.returncode, e.strip()[-2000:]))
-    if errs or len(reps) != world:
-        sys.exit("fsdp_refit: FAILED\n" + "\n".join(errs))
-    ok = all(r["wrong"] == 0 and r["base_wrong"] == 0 for r in reps)
-    med = max(statistics.median(r["times"]) for r in reps)
-    print("%-34s %10s %14s %8s" % ("path", "median s", "elements", "wrong"))
-    print("%-34s %10.4f %14d %8d" % ("reshard (shard to shard)", med,
-                                      sum(r["checked"] for r in reps),
-                                      sum(r["wrong"] for r in reps)))
+        reps = run_ranks(args, world, "fsdp_refit")
+    paths = [("reshard (shard to shard)", "")]
     if a.baseline:
-        base = max(statistics.median(r["base_times"]) for r in reps)
-        print("%-34s %10.4f %14d %8d" % ("full_tensor gather + broadcast", base,
-                                          sum(r["base_checked"] for r in reps),
-                                          sum(r["base_wrong"] for r in reps)))
-        print("reshard speed-up: %.2fx" % (base / med))
+        paths.append(("full_tensor gather + broadcast", "base_"))
+    ok = print_paths(reps, paths, 34)
     real = [r["real_vs_standin"] for r in reps if r["real_vs_standin"] is not None]
     if real:
         bad = sorted({n for b in real for n in b})

@@ -115,20 +115,29 @@ class SteppedWeights:
             adamw_step([m], opt)
 
 
-def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
+def megatron_rank(args: Any, rank: int) -> Tuple[Any, Any, Any]:
+    """Megatron-Core rank ``rank``'s shards (conventions.megatron_state_dict) as bf16
+    parameters of a GPT module, their fp32 masters and torch.optim.AdamW over them:
+    (masters by name, optimizer, module)."""
     import torch
-    import torch.distributed as dist
     import conventions
-    from control_plane import StoreClient
-    from modules import Wrapped, module_of
-    from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
-    from reshard.integrations.ranks import sizes
-
+    from modules import module_of
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
     state = conventions.megatron_state_dict(w, args.train, rank)
     masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
     opt = torch.optim.AdamW(list(masters.values()), **adamw(args))
-    gpt = module_of({n: t.clone() for n, t in state.items()})
+    return masters, opt, module_of({n: t.clone() for n, t in state.items()})
+
+
+def trainer(args: Any, rank: int, world: int) -> Dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    from control_plane import StoreClient
+    from modules import Wrapped
+    from reshard.integrations import ReshardTrainer, ReshardTrainerInitInfo
+    from reshard.integrations.ranks import sizes
+
+    masters, opt, gpt = megatron_rank(args, rank)
     model = Wrapped(Wrapped(gpt))  # DDP(Float16Module(GPTModel)): names "module.module."
     s = sizes(args.train, args.infer)
     clients = None
@@ -381,17 +390,17 @@ def break_model(model: Any, fault: str) -> None:
                                                                   requires_grad=False))
 
 
-def run_processes(script: str, argv: List[str], world: int, role_of: Any, timeout_s: float,
-                  prefix: str) -> Tuple[List[Dict[str, Any]], List[str]]:
-    """Start ``world`` processes of ``script`` (its ``argv`` plus --role role_of(r)
-    --rank r --dir D, D a fresh directory they share), wait at most ``timeout_s`` for
-    each; returns the JSON lines they printed and, for each that failed, its own error
-    line (OWN_LINE) or how it ended."""
+def spawn(script: str, argv: List[str], roles: List[str], timeout_s: float,
+          prefix: str) -> Tuple[List[Dict[str, Any]], List[str]]:
+    """Start one process of ``script`` per rank (``--role roles[r] --rank r --dir D``,
+    D a fresh directory), wait at most timeout_s for each; return (the JSON reports
+    they printed, one error line per process that failed: its own report, else how
+    it ended)."""
     with tempfile.TemporaryDirectory(prefix=prefix) as d:
         procs = [subprocess.Popen([sys.executable, os.path.abspath(script)] + argv +
-                                  ["--role", role_of(r), "--rank", str(r), "--dir", d],
+                                  ["--role", role, "--rank", str(r), "--dir", d],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for r in range(world)]
+                 for r, role in enumerate(roles)]
         reports, errors = [], []
         for r, p in enumerate(procs):
             try:
@@ -400,7 +409,7 @@ def run_processes(script: str, argv: List[str], world: int, role_of: Any, timeou
                 p.kill()
                 out, err = p.communicate()
             reports += [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-            if p.returncode != 0:  # its own report, else how it ended
+            if p.returncode != 0:
                 own = [x for x in err.splitlines() if OWN_LINE.match(x)]
                 errors.append("rank %d: %s" % (r, own[-1] if own else
                                                 "exit status %d" % p.returncode))
@@ -411,9 +420,8 @@ def launch(args: Any, argv: List[str]) -> int:
     """Start every process of the refit, print what they report, return the status."""
     from reshard.integrations.ranks import sizes
     s = sizes(args.train, args.infer)
-    reports, errors = run_processes(__file__, argv, s.world,
-                                    lambda r: "train" if r < s.train_world else "infer",
-                                    args.timeout * 20, "rl_loop.")
+    roles = ["train" if r < s.train_world else "infer" for r in range(s.world)]
+    reports, errors = spawn(__file__, argv, roles, args.timeout * 20, "rl_loop.")
     return summarize(args, s, reports, errors)
 
 

@@ -49,7 +49,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from rl_loop import ADAMW, SteppedWeights, adamw_step, run_processes  # noqa: E402
+from rl_loop import ADAMW, SteppedWeights, adamw_step, megatron_rank, spawn  # noqa: E402
 
 
 def verl_config(args: Any) -> Any:
@@ -78,15 +78,12 @@ def manager(args: Any) -> Any:
 def actor(args: Any, rank: int) -> Dict[str, Any]:
     import torch
     import conventions
-    from modules import Wrapped, module_of
+    from modules import Wrapped
     from reshard.integrations.ranks import sizes
     from verl.workers.engine_workers import ActorWorker, TrainingEngine
 
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
-    state = conventions.megatron_state_dict(w, args.train, rank)
-    masters = {n: torch.nn.Parameter(t.float()) for n, t in state.items()}
-    opt = torch.optim.AdamW(list(masters.values()), **dict(ADAMW, lr=args.lr))
-    gpt = module_of({n: t.clone() for n, t in state.items()})
+    masters, opt, gpt = megatron_rank(args, rank)
     if args.fault == "actor" and rank == 1:  # a shard the layout does not have
         gpt.register_parameter("stale_copy", torch.nn.Parameter(torch.zeros(3)))
     chunks = [Wrapped(Wrapped(gpt))]  # verl's Megatron engine.module: DDP(Float16Module)
@@ -173,9 +170,8 @@ def rollout(args: Any, rank: int) -> Dict[str, Any]:
 def launch(args: Any, argv: List[str]) -> int:
     from reshard.integrations.ranks import sizes
     s = sizes(args.train, args.infer)
-    reports, errors = run_processes(__file__, argv, s.world,
-                                    lambda r: "actor" if r < s.train_world else "rollout",
-                                    args.timeout * 20, "verl_loop.")
+    roles = ["actor" if r < s.train_world else "rollout" for r in range(s.world)]
+    reports, errors = spawn(__file__, argv, roles, args.timeout * 20, "verl_loop.")
     for e in errors:
         print("verl_loop: %s" % e, file=sys.stderr)
     for r in reports:

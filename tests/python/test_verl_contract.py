@@ -12,9 +12,11 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import pytest
+
+from contract import abstract_names, shape
 
 pytest.importorskip("torch")
 
@@ -37,14 +39,6 @@ def verl_api(monkeypatch):
     import reshard.integrations.verl as rv  # verl is loaded: registers on import
     return rv, base
 
-
-def shape(fn: Any) -> List[Tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-
-
-def abstract_names(cls: type) -> List[str]:
-    return sorted(n for n in dir(cls)
-                  if getattr(getattr(cls, n, None), "__isabstractmethod__", False))
 
 
 def is_async(fn: Any) -> bool:

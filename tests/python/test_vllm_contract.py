@@ -15,6 +15,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
+from contract import abstract_names, shape
+
 pytest.importorskip("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,15 +42,6 @@ def vllm_api(monkeypatch):
     from vllm.distributed.weight_transfer import base
     return rv, base
 
-
-def shape(fn: Any) -> List[Tuple[str, Any, Any]]:
-    """A callable's parameters as (name, kind, default), annotations left out."""
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-
-
-def abstract_names(cls: type) -> List[str]:
-    return sorted(n for n in dir(cls)
-                  if getattr(getattr(cls, n, None), "__isabstractmethod__", False))
 
 
 def contract_problems(shell: type, base: type, extra: Tuple[str, ...] = ()) -> List[str]:

@@ -7,7 +7,8 @@ Engine-independent (tested for real over torch.distributed gloo across processes
   ReshardInitInfo, ReshardTrainerInitInfo, ReshardUpdateInfo   the messages
 Engine shells, importing their engine lazily:
   reshard.integrations.vllm   register(), ReshardWeightTransferEngine, ReshardTrainerEngine
-See docs/vllm.md."""
+  reshard.integrations.sglang load_weights (SGLang's --custom-weight-loader), SGLangClient
+See docs/vllm.md, docs/sglang.md."""
 
 from .megatron import MegatronChunks, unwrap
 from .post_load import Refused, Rerun, Staged

@@ -13,23 +13,24 @@ from .. import _lib
 @dataclass(frozen=True)
 class Sizes:
     """The sizes the specs give: ``train_world`` trainer ranks [0, train_world), then
-    ``engines`` inference engines of ``engine_world`` ranks each (world = train_world
-    + engines * engine_world): tp x dp under vLLM, tp under SGLang (engine=sglang,
-    whose dp with dp_attention splits attention inside the tp ranks of a server)."""
+    ``engines`` inference engines of ``tp`` x ``dp`` ranks each (world = train_world
+    + engines * tp * dp)."""
 
     train_world: int
     tp: int
     dp: int
     engines: int
-    engine_world: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.engine_world:
-            object.__setattr__(self, "engine_world", self.tp * self.dp)
+    infer_world: int = 0  # the library's count (reshard_infer_world); 0: tp*dp*engines
 
     @property
     def world(self) -> int:
-        return self.train_world + self.engines * self.engine_world
+        return self.train_world + (self.infer_world or self.engines * self.tp * self.dp)
+
+    @property
+    def per_engine(self) -> int:
+        """Ranks of one engine: tp * dp under vLLM; tp under SGLang, whose DP attention
+        lives inside a server's TP ranks."""
+        return (self.world - self.train_world) // self.engines
 
 
 def sizes(train: str, infer: str) -> Sizes:
@@ -40,10 +41,9 @@ def sizes(train: str, infer: str) -> Sizes:
                "train spec %r" % train)
     _lib.check(_lib.lib.reshard_infer_spec_parse(infer.encode(), ctypes.byref(ispec)),
                "infer spec %r" % infer)
-    engines = max(1, ispec.engines)
     return Sizes(int(_lib.lib.reshard_train_world(ctypes.byref(ts))), max(1, ispec.tp),
-                 max(1, ispec.dp), engines,
-                 int(_lib.lib.reshard_infer_world(ctypes.byref(ispec))) // engines)
+                 max(1, ispec.dp), max(1, ispec.engines),
+                 int(_lib.lib.reshard_infer_world(ctypes.byref(ispec))))
 
 
 def train_convention(train: str) -> str:
@@ -93,5 +93,5 @@ def worker_rank(s: Sizes, engine_index: int, parallel_config: Any) -> Tuple[int,
     if not 0 <= dp_index < s.dp or not 0 <= local < s.tp:
         problems.append("vLLM data_parallel_index %d, rank %d outside dp=%d, tp=%d"
                         % (dp_index, local, s.dp, s.tp))
-    rank = s.train_world + engine_index * s.engine_world + dp_index * tp * pp + local
+    rank = s.train_world + engine_index * s.tp * s.dp + dp_index * tp * pp + local
     return rank, problems

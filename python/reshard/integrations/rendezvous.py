@@ -49,6 +49,24 @@ def open_store(rv: Rendezvous, rank: int, world: int, timeout_s: float) -> Any:
     return dist.PrefixStore(_PREFIX + rv.name + "/", store)
 
 
+def open_client_store(rv: Rendezvous, timeout_s: float) -> Any:
+    """The store of ``rv`` for a process that is no rank of the refit (an engine's
+    control-plane client reading the workers' outcomes): never the TCPStore's host,
+    not counted among the FileStore's users. Raises ReshardError (INVALID_ARG)
+    without a store to open."""
+    import torch.distributed as dist
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if rv.store_path:
+        store = dist.FileStore(rv.store_path, -1)
+        store.set_timeout(timeout)
+    elif rv.master_address and rv.master_port:
+        store = dist.TCPStore(rv.master_address, int(rv.master_port), None, False, timeout)
+    else:
+        raise error(Status.INVALID_ARG, "the rendezvous needs store_path or "
+                    "master_address and master_port")
+    return dist.PrefixStore(_PREFIX + rv.name + "/", store)
+
+
 def gloo_comm(store: Any, rank: int, world: int, timeout_s: float) -> Comm:
     """A reshard endpoint over a gloo group of the refit's ``world`` ranks made on
     ``store`` (collective: every rank calls it), not registered as torch's default
@@ -132,5 +150,5 @@ def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: L
                             "%r" % (rank, step, r, key, g["record"].get(key), value))
 
 
-__all__ = ["Rendezvous", "ReshardError", "agree", "device_of", "gloo_comm", "open_comm",
-           "open_store"]
+__all__ = ["Rendezvous", "ReshardError", "agree", "device_of", "gloo_comm",
+           "open_client_store", "open_comm", "open_store"]

@@ -249,7 +249,7 @@ class VerlEngineCore:
                                                        source=source)
         else:
             i = self.rank - self.sizes.train_world
-            per = self.sizes.engine_world
+            per = self.sizes.per_engine
             local = i % per
             fields["engine_index"] = i // per
             pc = SimpleNamespace(tensor_parallel_size=self.sizes.tp,

@@ -251,12 +251,13 @@ class WorkerCore:
         if isinstance(info, dict):
             info = self.parse_init_info(info)
         s = sizes(info.train, info.infer)
-        rank, problems = worker_rank(s, info.engine_index, self.parallel_config)
+        rank, problems = self.refit_rank(s, info)
         self.rank, self.world, self.info = rank, s.world, info
         problems = ["infer rank %d: %s" % (rank, p) for p in problems]
         problems += ["engine %d, infer rank %d: %s" % (info.engine_index, rank, p)
                      for p in self.engine_problems(info)]
         store = open_store(info.rendezvous(), rank, s.world, info.timeout_s)
+        self.store = store
         if not problems:
             try:
                 _, self.plan = build_plan(info, rank, s.world)
@@ -265,7 +266,7 @@ class WorkerCore:
         if not problems:
             problems += self._bind()
         agree(store, rank, s.world, info.record(), problems, info.timeout_s)
-        self.store, self.eplb_maps = store, None
+        self.eplb_maps = None
         self.comm = open_comm(info.transport, store, rank, s.world, info.timeout_s,
                               self.device)
 
@@ -278,6 +279,12 @@ class WorkerCore:
         self.bound = bind_live(self.plan.dst, self.rank, "infer", params, buffers,
                                device_of(self.info.transport), True, rules)
         return self.bound.problems
+
+    def refit_rank(self, s: Any, info: ReshardInitInfo):
+        """(this worker's refit rank, problems with its place) from the engine's
+        parallel state (override: vLLM's numbering here, ranks.worker_rank; the SGLang
+        shell numbers a server's TP ranks)."""
+        return worker_rank(s, info.engine_index, self.parallel_config)
 
     def engine_problems(self, info: ReshardInitInfo) -> List[str]:
         """What this engine runs that the refit cannot write (override: the vLLM shell
@@ -295,7 +302,7 @@ class WorkerCore:
         peers are told first, so every rank fails at once; nothing was written)."""
         s = sizes(self.info.train, self.info.infer)
         engine = self.info.engine_index
-        local = (self.rank - s.train_world) % s.engine_world
+        local = (self.rank - s.train_world) % s.per_engine
         rows, why = None, ""
         try:
             rows = self.live_eplb_map()
