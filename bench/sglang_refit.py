@@ -197,7 +197,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--train", default="tp=2", help="Megatron spec (tp only: the baseline "
                     "all-gathers over the trainer ranks)")
-    ap.add_argument("--infer", default="tp=2,engines=2", help="the SGLang servers' spec")
+    ap.add_argument("--infer", default="engine=sglang,tp=2,engines=2", help="the SGLang servers' spec")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--bucket-mb", type=float, default=512.0, help="slime's bucket size")
     ap.add_argument("--no-baseline", dest="baseline", action="store_false")

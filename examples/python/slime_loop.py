@@ -53,7 +53,7 @@ from rl_loop import (ADAMW, SteppedWeights, adamw_step, break_model,  # noqa: E4
 # The inference spec of one SGLang server of --tp-size 2. For dense models SGLang's
 # TP layout is vLLM's (see sglang_state_dict), so the vLLM spec "tp=2" plans it
 # exactly; "engine=sglang,tp=2" names SGLang's layouts once the library has them.
-INFER = "tp=2"
+INFER = "engine=sglang,tp=2"
 
 
 def sglang_state_dict(w: Any, tp: int, t: int, pad_fill: int) -> Dict[str, Any]:
