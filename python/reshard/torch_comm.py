@@ -411,8 +411,16 @@ class GlooTransport:
         # it left before taking this rank's (it failed too, and is not to blame)
         left = [p for p in missing if p in got]
         absent = [p for p in missing if p not in got]
-        blamed = sorted({c.suspect for c in got.values() if c.status != 0 and c.suspect >= 0}
-                        & set(absent)) or absent
+        # whom the peers that arrived failed on; else whom this rank failed on, unless that
+        # was a lost connection while other ranks are absent too (a peer that failed and
+        # left closes its connections: which absent rank failed first is not known here)
+        blamed = sorted({c.suspect for r, c in got.items()
+                         if r != self.rank and c.status != 0 and c.suspect >= 0} & set(absent))
+        own = got[self.rank].suspect
+        if not blamed and own in absent and (int(local) != int(Status.TRANSPORT)
+                                             or len(absent) == 1):
+            blamed = [own]
+        blamed = blamed or absent
         names = ", ".join(str(p) for p in blamed)
         rest = [p for p in absent if p not in blamed]
         tail = ""
