@@ -583,18 +583,18 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * Name @p plan, so that its executions pair with the plans of the same name on the other
  * ranks. Needed only where one rank holds several live plans made from the same inputs
  * (equal fingerprints: a policy and a reference model of one architecture, two engines'
- * plans of equal layouts) and the ranks do not create them in one order: every
- * execution's preflight agreement carries the plan's identity beside its fingerprint,
- * the name's hash where one was given, else the plan's ordinal among the live, unnamed
- * plans of those inputs that the same thread of the rank created before it (the old plan
- * of reshard_plan_delta_adopt no longer counts; plans made on other threads, one per
- * engine or model, do not count: name such plans when they share a comm). Ranks that execute
- * different such plans at once then fail preflight on every rank (MISMATCH, "execute different
- * plans made from the same inputs") and nothing moves, where they would otherwise have paired one
- * plan's sources with another's destinations. Every rank names its plan alike; call it before the
- * plan's first execution (the name is read by each execution). Any rank, local. Errors: INVALID_ARG
- * (NULL, an empty name or one of 64 bytes or more, or another live plan of the same inputs on this
- * rank with that name).
+ * plans of equal layouts) and the ranks do not make them in one order. Every execution's
+ * preflight agreement carries the plan's identity beside its fingerprint: the name's
+ * hash where one was given, else the plan's ordinal among the live, unnamed plans of
+ * those inputs that the same thread of the rank made before it. The old plan of
+ * reshard_plan_delta_adopt, a plan whose execution lost its peers (TIMEOUT, TRANSPORT)
+ * and a destroyed one no longer count; plans made on other threads (one per engine or
+ * model) do not count, and nothing tells two such plans apart when they share a comm:
+ * name them. Ranks that execute different such plans at once fail preflight on every
+ * rank (MISMATCH, "execute different plans made from the same inputs") and nothing
+ * moves, where they would otherwise have paired one plan's sources with another's
+ * destinations. Every rank names its plan alike, before the plan's first execution.
+ * Any rank, local. Errors: INVALID_ARG (NULL, an empty name or one of 64 bytes or more).
  */
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name);
 

@@ -272,6 +272,15 @@ class Plan(_lib.Handle):
         if bound is not None:  # the destination objects old's version is in
             self._bound[rank] = bound
 
+    def close(self):
+        """Free the plan now (reshard_plan_destroy) rather than when the object goes: a
+        plan replaced by another of the same inputs then no longer counts in their
+        identity, even where something (an exception's traceback) still holds this
+        object. A later execute raises ReshardError (INVALID_ARG). Idempotent."""
+        if self._h:
+            _lib.lib.reshard_plan_destroy(self._h)
+            self._h = None
+
     def delta_invalidate(self, rank=None):
         """reshard_plan_delta_invalidate: ``rank``'s (default the plan's rank) destination
         tensors no longer hold what the last committed execute wrote (an engine changed
@@ -309,6 +318,9 @@ class Plan(_lib.Handle):
         if comm is None:
             comm = self.comm
         comm_open(comm)
+        if not self._h:
+            self._fail(comm, [(Status.INVALID_ARG, "reshard_plan_execute: rank %d: the plan "
+                               "was closed (Plan.close)" % comm.rank)])
         if comm.rank != self.rank and self.rank != ALL_RANKS or comm.size != self.world:
             self._fail(comm, [(Status.INVALID_ARG, "reshard_plan_execute: comm is rank %d of %d, "
                                "the plan is for rank %d of %d"

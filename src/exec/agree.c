@@ -225,7 +225,8 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
                     "nothing was sent (plans of equal inputs pair by name, "
                     "reshard_plan_set_name / Plan(name=...), else by the order a thread of "
                     "each rank created them: these ranks created or executed them in another "
-                    "order; this rank executes %s)",
+                    "order, or kept an older such plan alive: close it, Plan.close(); this "
+                    "rank executes %s)",
                     me, lo, hi, mine);
 }
 
@@ -253,7 +254,7 @@ reshard_status_t rs_agree_preflight(reshard_comm_t *comm, reshard_status_t local
     /* the inputs, and which of the rank's plans of those inputs it is (plan/identity.c) */
     int32_t ordinal = -1;
     uint64_t fingerprint =
-        planned ? rs_hash_mix(plan->fingerprint, rs_identity(plan, comm->serial, &ordinal)) : 0;
+        planned ? rs_hash_mix(plan->fingerprint, rs_identity(plan, &ordinal)) : 0;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", reshard_last_error());
     int64_t m[RESHARD_AGREE_WORDS];

@@ -12,18 +12,13 @@ typedef struct {
     reshard_transport_ops_t ops;
 } rs_user_comm_t;
 
-static uint64_t comm_serials; /* the last endpoint serial given */
-
 reshard_status_t rs_comm_enter(reshard_comm_t *comm, const char *what)
 {
     int v = __atomic_load_n(&comm->use, __ATOMIC_ACQUIRE);
     for (int tries = 0; tries < 1000000 && !(v & (RS_COMM_BUSY | RS_COMM_CLOSING)); tries++)
         if (__atomic_compare_exchange_n(&comm->use, &v, RS_COMM_BUSY | (v & RS_COMM_TWO_THREADS),
-                                        false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            if (!comm->serial) /* taken: this thread alone writes it */
-                comm->serial = __atomic_add_fetch(&comm_serials, 1, __ATOMIC_RELAXED);
+                                        false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
             return RESHARD_OK; /* taken; a mark of an earlier contention cleared */
-        }
     /* refused: the call in flight fails at its outcome agreement, on every rank, and
      * every later execution on this comm fails too (RS_COMM_TWO_THREADS) */
     __atomic_fetch_or(&comm->use, RS_COMM_CONTENDED | RS_COMM_TWO_THREADS, __ATOMIC_ACQ_REL);

@@ -33,9 +33,6 @@ struct reshard_comm {
      *  later execution fails at its preflight, on every rank); read and written
      *  with __atomic builtins only (exec/comm.c). */
     int use;
-    /** A number no other endpoint of the process has (0 until its first call): which
-     *  comm a plan last executed on (plan/identity.c). */
-    uint64_t serial;
 };
 
 enum { RS_COMM_BUSY = 1, RS_COMM_CLOSING = 2, RS_COMM_CONTENDED = 4, RS_COMM_TWO_THREADS = 8 };

@@ -4,17 +4,17 @@
  * fingerprint cannot tell them apart (a policy and a reference model of one
  * architecture, two engines' plans of equal layouts), so every execution's preflight
  * agreement also carries the plan's identity: the hash of its name where one was given,
- * else its ordinal among the plans of the same inputs that count for it: live, unnamed,
- * not retired, made earlier by the same thread, and either never executed or last
- * executed on the comm this execution uses. Ranks that create such plans in one order
- * and execute them in one order agree; a rank that executes another of them than its
- * peers fails preflight on every rank (MISMATCH) instead of pairing the two.
+ * else its ordinal among the rank's live, unnamed plans of the same inputs that the same
+ * thread made before it (not retired). Ranks that create such plans in one order and
+ * execute them in one order agree; a rank that executes another of them than its peers
+ * fails preflight on every rank (MISMATCH) instead of pairing the two.
  *
- * What does not count, and why: plans of other threads (one per engine or model, each
- * with its own comm, have no order to agree on: a name pairs them where they share a
- * comm); plans last executed on another comm (an elastic refit goes on with new plans
- * on a new comm, and a caller may still hold the old ones, e.g. in an exception's
- * traceback); the old plan of reshard_plan_delta_adopt (retired).
+ * Plans of other threads (one per engine or model, each on its own comm) have no order
+ * to agree on and do not count: plans of equal inputs made on two threads that share a
+ * comm must be named (reshard_plan_set_name), which nothing here can check. Retired plans no longer
+ * count: the old plan of reshard_plan_delta_adopt, and a plan whose execution lost its peers
+ * (TIMEOUT, TRANSPORT: an elastic refit goes on with new plans, and a caller may still hold the old
+ * one, e.g. in an exception's traceback).
  *
  * The registry is process-wide (plans of several ranks in one process are told apart by
  * my_rank), one mutex; a plan enters it when created and leaves it when destroyed.
@@ -30,9 +30,8 @@
 
 typedef struct {
     const reshard_plan_t *plan;
-    uint64_t serial;    /* creation order */
-    pthread_t thread;   /* the creating thread */
-    uint64_t last_comm; /* the serial of the comm it last executed on; 0: none yet */
+    uint64_t serial; /* creation order */
+    uint64_t thread; /* the creating thread's number (thread_number) */
     bool retired;
 } rs_id_entry_t;
 
@@ -40,6 +39,31 @@ static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
 static rs_id_entry_t *id_live;
 static size_t id_n, id_cap;
 static uint64_t id_serial;
+
+static uint64_t id_threads;                /* the last thread number given */
+static _Thread_local uint64_t this_thread; /* this thread's number; 0: none yet */
+
+/* A number no other thread of the process has had (pthread_t values are reused once a
+ * thread ended, and its plans may outlive it). */
+static uint64_t thread_number(void)
+{
+    if (!this_thread)
+        this_thread = __atomic_add_fetch(&id_threads, 1, __ATOMIC_RELAXED);
+    return this_thread;
+}
+
+static bool grow(void **v, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return true;
+    size_t c = *cap ? 2 * *cap : 16;
+    void *p = realloc(*v, c * size);
+    if (!p)
+        return false;
+    *v = p;
+    *cap = c;
+    return true;
+}
 
 static rs_id_entry_t *entry_of(const reshard_plan_t *plan)
 {
@@ -65,17 +89,11 @@ static uint64_t name_hash(const char *name)
 reshard_status_t rs_identity_add(const reshard_plan_t *plan)
 {
     pthread_mutex_lock(&id_mu);
-    if (id_n == id_cap) {
-        size_t cap = id_cap ? 2 * id_cap : 16;
-        rs_id_entry_t *v = realloc(id_live, cap * sizeof *v);
-        if (!v) {
-            pthread_mutex_unlock(&id_mu);
-            return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
-        }
-        id_live = v;
-        id_cap = cap;
+    if (!grow((void **)&id_live, &id_cap, id_n, sizeof *id_live)) {
+        pthread_mutex_unlock(&id_mu);
+        return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, pthread_self(), 0, false};
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread_number(), false};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
 }
@@ -105,24 +123,22 @@ void rs_identity_retire(const reshard_plan_t *plan)
     pthread_mutex_unlock(&id_mu);
 }
 
-uint64_t rs_identity(const reshard_plan_t *plan, uint64_t comm, int32_t *ordinal)
+uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
 {
     pthread_mutex_lock(&id_mu);
     rs_id_entry_t *me = entry_of(plan);
+    bool named = plan->id_name[0] != '\0';
     int32_t k = 0;
-    for (size_t i = 0; me && !plan->id_name[0] && i < id_n; i++) {
+    for (size_t i = 0; me && !named && i < id_n; i++) {
         const rs_id_entry_t *o = &id_live[i];
-        if (o != me && same_inputs(o->plan, plan) && pthread_equal(o->thread, me->thread) &&
-            !o->plan->id_name[0] && !o->retired && o->serial < me->serial &&
-            (o->last_comm == 0 || o->last_comm == comm))
+        if (o != me && same_inputs(o->plan, plan) && o->thread == me->thread &&
+            !o->plan->id_name[0] && !o->retired && o->serial < me->serial)
             k++;
     }
-    if (me)
-        me->last_comm = comm;
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
-        *ordinal = plan->id_name[0] ? -1 : k;
-    return plan->id_name[0] ? name_hash(plan->id_name) : (uint64_t)k;
+        *ordinal = named ? -1 : k;
+    return named ? name_hash(plan->id_name) : (uint64_t)k;
 }
 
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
@@ -133,17 +149,6 @@ reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
                         "reshard_plan_set_name: a plan and a name of 1 to %zu bytes",
                         sizeof plan->id_name - 1);
     pthread_mutex_lock(&id_mu);
-    for (size_t i = 0; i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o->plan != plan && same_inputs(o->plan, plan) && !o->retired &&
-            !strcmp(o->plan->id_name, name)) {
-            pthread_mutex_unlock(&id_mu);
-            return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "reshard_plan_set_name: another live plan of the same inputs on "
-                            "this rank is named '%s' already (names tell such plans apart)",
-                            name);
-        }
-    }
     snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;

@@ -135,12 +135,11 @@ struct reshard_plan {
 reshard_status_t rs_identity_add(const reshard_plan_t *plan);
 void rs_identity_remove(const reshard_plan_t *plan);
 void rs_identity_retire(const reshard_plan_t *plan);
-/** The identity @p plan's execution on the comm of serial @p comm agrees on: the hash of
- *  its name (top bit set), or its ordinal among the rank's live, unnamed, not retired
- *  plans of the same fingerprint that its creating thread made before it and that never
- *  executed or last executed on that comm (plan/identity.c); that ordinal into
- *  *@p ordinal (-1 for a named plan) when not NULL. Records @p comm as the plan's last. */
-uint64_t rs_identity(const reshard_plan_t *plan, uint64_t comm, int32_t *ordinal);
+/** The identity @p plan's executions agree on: the hash of its name (top bit set), or its
+ *  ordinal among the rank's live, unnamed, not retired plans of the same fingerprint that
+ *  its creating thread made before it (that ordinal into *@p ordinal when not NULL, -1
+ *  for a named plan; plan/identity.c). */
+uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal);
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not
  *  own its destination fragment (it lands in that rank's relay scratch), or

@@ -14,6 +14,7 @@ frameworks' rules (as test_eplb.py): Megatron EP rank r (tp=1) holds experts
 r of an engine holds slots [r*P/(tp*dp), ...) as rows of w13_weight / w2_weight."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -45,9 +46,13 @@ BOTH = [[0, 3, 1, 4, 2, 5, 0, 1], [4, 5, 0, 1, 2, 3, 3, 4]]
 
 class LiveWorker(WorkerCore):
     """A vLLM-shaped worker: the model's MoE layers carry EPLB state, read as the vLLM
-    shell reads it."""
+    shell reads it (``fault``: what reading it raises instead)."""
+
+    fault = None
 
     def live_eplb_map(self):
+        if self.fault is not None:
+            raise self.fault
         return vllm_eplb_map(self.model)
 
 
@@ -139,11 +144,12 @@ def check_worker(path, model, i, maps, step):
     return n
 
 
-def run(tmp, infer, schedule, steps, delta=False, tamper=None, broken=None):
+def run(tmp, infer, schedule, steps, delta=False, tamper=None, broken=None, raising=None):
     """``steps`` refits; ``schedule(engine, step)``: the engine's map at that refit,
     set before it starts (``tamper(i, step, maps)``: what inference rank i's engine
     state holds instead; ``broken`` = (i, step): there layer 0's logical expert 0
-    has no replica, a state that is no map). After each refit each worker checks every slot. Returns
+    has no replica, a state that is no map; ``raising`` = (i, step): there reading the
+    live map raises a RuntimeError). After each refit each worker checks every slot. Returns
     (errors, workers, checks: (step, inference rank, slots checked))."""
     path = write_config(tmp)
     refit = reshard.Model(path).refit(TRAIN, infer)
@@ -164,6 +170,8 @@ def run(tmp, infer, schedule, steps, delta=False, tamper=None, broken=None):
             set_map(state, held)
             if broken == (i, seen[0]):
                 state.count[0, 0] = 0
+            w.fault = RuntimeError("the balancer's state is gone") \
+                if raising == (i, seen[0]) else None
             live = dict(model.named_parameters())
             for layer in range(L):  # a moved slot holds nothing of the refit's yet
                 pre = "model.layers.%d.mlp.experts.routed_experts." % layer
@@ -196,13 +204,26 @@ def schedule_one(engine, step):
 def test_slots_follow_the_live_map_every_refit(tmp_path, delta):
     """Four refits, the map moving before refits 2 and 4 (and kept before 3): after
     each, every slot of every worker holds its logical expert of that step."""
-    errors, workers, checks = run(tmp_path, "tp=2,ep=on,redundant=%d" % R, schedule_one, 4,
-                                  delta=delta)
+    plans = []
+    orig = LiveWorker.receive_weights
+
+    def receive(self, update):  # the plan each refit ran with
+        orig(self, update)
+        if self.rank == 2:
+            plans.append(self.plan)
+    LiveWorker.receive_weights = receive
+    try:
+        errors, workers, checks = run(tmp_path, "tp=2,ep=on,redundant=%d" % R, schedule_one,
+                                      4, delta=delta)
+    finally:
+        LiveWorker.receive_weights = orig
+    plans = [plans[0], plans[-1]]
     assert errors == {}, errors
     assert checks == [(s, i, L * P // 2) for s in range(1, 5) for i in range(2)]
     assert [w.weights_state()["state"] for w in workers] == ["committed"] * 2
     assert [w.version for w in workers] == [4, 4]
     assert workers[0].eplb_maps == [BOTH]
+    assert plans[0]._h is None and plans[1]._h is not None  # the replaced plan was freed
 
 
 def schedule_two(engine, step):
@@ -252,3 +273,20 @@ def test_a_map_that_is_no_map_is_named_on_every_rank(tmp_path):
             in str(e), e
     assert checks == [(1, 0, L * P // 2), (1, 1, L * P // 2)]
     assert [w.version for w in workers] == [1, 1]
+
+
+@pytest.mark.parametrize("who", [0, 1])
+def test_a_worker_that_cannot_read_its_map_is_named_on_every_rank(tmp_path, who):
+    """Reading the live map raises a plain RuntimeError at refit 2 on the engine's first
+    worker (its map is then never published) or on the second: every rank fails that
+    refit at once, naming it (CONFIG), instead of waiting out the timeout and blaming
+    a live rank; nothing reports it."""
+    t0 = time.monotonic()
+    errors, workers, checks = run(tmp_path, "tp=2,ep=on,redundant=%d" % R, schedule_one, 3,
+                                  raising=(who, 2))
+    assert sorted(errors) == [0, 1, 2, 3]
+    for e in errors.values():
+        assert e.status == reshard.Status.CONFIG, e
+        assert "the balancer's state is gone" in str(e), e
+    assert checks == [(1, 0, L * P // 2), (1, 1, L * P // 2)]
+    assert time.monotonic() - t0 < 25  # not the 30 s timeout

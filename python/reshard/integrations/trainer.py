@@ -254,9 +254,14 @@ class ReshardTrainer:
                         raise reshard_err.error(
                             reshard_err.Status.BUFFER, "train rank %d: refit %d, EPLB map "
                             "moved: %s" % (self.rank, self.version, "; ".join(problems)))
-            except ReshardError as e:
-                fail_peers(self.comm, e, self.info.timeout_s)
-                raise
+            except Exception as e:  # noqa: BLE001 - every failure here is told to the peers
+                err = e if isinstance(e, ReshardError) else reshard_err.error(
+                    reshard_err.Status.CONFIG, "train rank %d: refit %d: following the EPLB "
+                    "maps failed: %s: %s" % (self.rank, self.version, type(e).__name__, e))
+                fail_peers(self.comm, err, self.info.timeout_s)
+                if err is e:
+                    raise
+                raise err from e
         self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
 
     def shutdown(self) -> None:

@@ -187,6 +187,10 @@ def follow_eplb(owner: Any, version: int, own: Any = None) -> bool:
                     "%s" % (who, version, e.message)) from e
     if owner.info.delta:
         plan.delta_adopt(owner.plan)
+    # the old plan is freed now, not when the object goes (an exception's traceback may
+    # hold it): otherwise, the maps moving back, it would count among this rank's plans
+    # of those inputs and every rank's next refit fail MISMATCH (plan identity)
+    owner.plan.close()
     owner.plan, owner.eplb_maps = plan, maps
     return True
 
@@ -308,6 +312,8 @@ class WorkerCore:
             rows = self.live_eplb_map()
         except ReshardError as e:
             why = e.message
+        except Exception as e:  # noqa: BLE001 - any failure to read it is told, by name
+            why = "reading the engine's live EPLB map raised %s: %s" % (type(e).__name__, e)
         if rows is None and not why:
             why = ("the engine keeps no live EPLB map (start it with --enable-eplb, or "
                    "leave eplb out of the init info)")
@@ -321,9 +327,14 @@ class WorkerCore:
                 if problems:
                     raise error(Status.BUFFER, "%s: refit %d, EPLB map moved: %s"
                                 % (self._who(), version, "; ".join(problems)))
-        except ReshardError as e:
-            fail_peers(self.comm, e, self.info.timeout_s)
-            raise
+        except Exception as e:  # noqa: BLE001 - every failure here is told to the peers
+            err = e if isinstance(e, ReshardError) else error(
+                Status.CONFIG, "%s: refit %d: following the EPLB maps failed: %s: %s"
+                % (self._who(), version, type(e).__name__, e))
+            fail_peers(self.comm, err, self.info.timeout_s)
+            if err is e:
+                raise
+            raise err from e
 
     def _who(self) -> str:
         info = getattr(self, "info", None)
