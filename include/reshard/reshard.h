@@ -586,15 +586,18 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * plans of equal layouts) and the ranks do not make them in one order. Every execution's
  * preflight agreement carries the plan's identity beside its fingerprint: the name's
  * hash where one was given, else the plan's ordinal among the live, unnamed plans of
- * those inputs that the same thread of the rank made before it. The old plan of
- * reshard_plan_delta_adopt, a plan whose execution lost its peers (TIMEOUT, TRANSPORT)
- * and a destroyed one no longer count; plans made on other threads (one per engine or
- * model) do not count, and nothing tells two such plans apart when they share a comm:
- * name them. Ranks that execute different such plans at once fail preflight on every
- * rank (MISMATCH, "execute different plans made from the same inputs") and nothing
- * moves, where they would otherwise have paired one plan's sources with another's
- * destinations. Every rank names its plan alike, before the plan's first execution.
- * Any rank, local. Errors: INVALID_ARG (NULL, an empty name or one of 64 bytes or more).
+ * those inputs that the same thread of the rank made before it. A destroyed plan no
+ * longer counts, nor does a retired one: the old plan of reshard_plan_delta_adopt and a
+ * plan whose execution lost its peers (TIMEOUT, TRANSPORT); executed again, a retired
+ * plan carries an identity of the retired plans' own (its order among them), so it
+ * pairs with the same retired plan on its peers, never with a live one. Plans made on other threads
+ * (one per engine or model) do not count, and nothing tells two such plans apart when they share a
+ * comm: name them. Ranks that execute different such plans at once fail preflight on every rank
+ * (MISMATCH, "execute different plans made from the same inputs") and nothing moves, where they
+ * would otherwise have paired one plan's sources with another's destinations. Every rank names its
+ * plan alike, before the plan's first execution. Any rank, local. Errors: INVALID_ARG (NULL, an
+ * empty name or one of 64 bytes or more, a name another live, not retired plan of the same inputs
+ * on this rank holds).
  */
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name);
 

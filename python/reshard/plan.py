@@ -261,8 +261,9 @@ class Plan(_lib.Handle):
         destination state and snapshot from ``old``, the delta plan this rank executed
         last with the others; streams whose boxes ``old`` sent are then encoded against
         it, the rest go dense once. A new or restarted rank does not call it. ``old``
-        keeps nothing for that rank afterwards. Raises ReshardError (INVALID_ARG,
-        MISMATCH, RANK, NOMEM)."""
+        keeps nothing for that rank afterwards (executed again it is dense) and no
+        longer counts among the rank's plans of these inputs. Raises ReshardError
+        (INVALID_ARG, MISMATCH, RANK, NOMEM)."""
         if not isinstance(old, Plan):
             raise TypeError("reshard: delta_adopt needs a reshard.Plan, got %r" % (old,))
         if rank is None:

@@ -212,14 +212,19 @@ static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, do
 static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me, int32_t lo,
                                           int32_t hi, int32_t ordinal)
 {
-    char mine[128];
+    char mine[256];
+    const char *retired = rs_identity_retired(plan);
     if (ordinal < 0)
-        snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
+        snprintf(mine, sizeof mine, "the plan named '%s'%s", plan->id_name,
+                 retired ? ", retired" : "");
     else
         snprintf(mine, sizeof mine,
-                 "its thread's live unnamed plan number %d of these inputs "
+                 "its thread's %s unnamed plan number %d of these inputs "
                  "(from 0, in creation order)",
-                 (int)ordinal);
+                 retired ? "retired" : "live", (int)ordinal);
+    if (retired)
+        snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
+                 ": %s, so it pairs only with itself", retired);
     return rs_error(RESHARD_ERR_MISMATCH,
                     "rank %d: ranks %d and %d execute different plans made from the same inputs; "
                     "nothing was sent (plans of equal inputs pair by name, "

@@ -223,7 +223,7 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
     to->last.state = to->state;
     /* moved: the old plan's rank holds nothing any more (its next execution is dense);
      * the old plan no longer counts among the rank's plans of these inputs */
-    rs_identity_retire(from);
+    rs_identity_retire(from, "reshard_plan_delta_adopt moved its delta state to a new plan");
     rs_delta_release(old);
     free(old->stream_ok);
     memset(old, 0, sizeof *old);

@@ -1185,8 +1185,9 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     reshard_status_t st = execute(plan, comm, src_bufs, n_src, dst_bufs, n_dst, stats);
     if (st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) {
         comm->broken = true;
-        /* its peers are lost: the plans made next (elastic) no longer count it */
-        rs_identity_retire(plan);
+        /* its peers are lost: the plans made next (elastic) no longer count it, and it
+         * pairs only with itself if executed again (plan/identity.c) */
+        rs_identity_retire(plan, "an execution of it lost its peers (TIMEOUT or TRANSPORT)");
         if (reshard_last_error()[0] == '\0')
             rs_error(st, "rank %d: %s", comm->rank,
                      st == RESHARD_ERR_TIMEOUT ? "a peer did not answer within the plan's timeout"

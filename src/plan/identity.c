@@ -3,18 +3,24 @@
  * another when a rank holds several live plans made from the same inputs. The
  * fingerprint cannot tell them apart (a policy and a reference model of one
  * architecture, two engines' plans of equal layouts), so every execution's preflight
- * agreement also carries the plan's identity: the hash of its name where one was given,
- * else its ordinal among the rank's live, unnamed plans of the same inputs that the same
- * thread made before it (not retired). Ranks that create such plans in one order and
- * execute them in one order agree; a rank that executes another of them than its peers
- * fails preflight on every rank (MISMATCH) instead of pairing the two.
+ * agreement also carries the plan's identity: the hash of its name where one was given
+ * (no two live, not retired plans of the same inputs on a rank share a name), else its
+ * ordinal among the rank's live, unnamed, not retired plans of the same inputs that the
+ * same thread made before it. Ranks that create such plans in one order and execute them
+ * in one order agree; a rank that executes another of them than its peers fails
+ * preflight on every rank (MISMATCH) instead of pairing the two.
  *
  * Plans of other threads (one per engine or model, each on its own comm) have no order
  * to agree on and do not count: plans of equal inputs made on two threads that share a
- * comm must be named (reshard_plan_set_name), which nothing here can check. Retired plans no longer
- * count: the old plan of reshard_plan_delta_adopt, and a plan whose execution lost its peers
- * (TIMEOUT, TRANSPORT: an elastic refit goes on with new plans, and a caller may still hold the old
- * one, e.g. in an exception's traceback).
+ * comm must be named (reshard_plan_set_name), which nothing here can check.
+ *
+ * Retired plans: the old plan of reshard_plan_delta_adopt, and a plan whose execution
+ * lost its peers (TIMEOUT, TRANSPORT: an elastic refit goes on with new plans of the
+ * same inputs, and a caller may still hold the old one, e.g. in an exception's
+ * traceback). They no longer count among the live plans, and their own identity is
+ * drawn from another set (RETIRED_TAG, their order among the retired ones), so that a
+ * retired plan executed again (a retry after a transient timeout) pairs only with the
+ * same retired plan on its peers, never with the live plan that took its place.
  *
  * The registry is process-wide (plans of several ranks in one process are told apart by
  * my_rank), one mutex; a plan enters it when created and leaves it when destroyed.
@@ -30,15 +36,18 @@
 
 typedef struct {
     const reshard_plan_t *plan;
-    uint64_t serial; /* creation order */
-    uint64_t thread; /* the creating thread's number (thread_number) */
-    bool retired;
+    uint64_t serial;     /* creation order */
+    uint64_t thread;     /* the creating thread's number (thread_number) */
+    const char *retired; /* why it may no longer execute; NULL: it may */
 } rs_id_entry_t;
 
 static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
 static rs_id_entry_t *id_live;
 static size_t id_n, id_cap;
 static uint64_t id_serial;
+
+/* Set in a retired plan's identity (never in an ordinal; a name's hash has the top bit). */
+#define RETIRED_TAG 0x4000000000000000ull
 
 static uint64_t id_threads;                /* the last thread number given */
 static _Thread_local uint64_t this_thread; /* this thread's number; 0: none yet */
@@ -93,7 +102,7 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan)
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread_number(), false};
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread_number(), NULL};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
 }
@@ -114,31 +123,43 @@ void rs_identity_remove(const reshard_plan_t *plan)
     pthread_mutex_unlock(&id_mu);
 }
 
-void rs_identity_retire(const reshard_plan_t *plan)
+void rs_identity_retire(const reshard_plan_t *plan, const char *why)
 {
     pthread_mutex_lock(&id_mu);
     rs_id_entry_t *e = entry_of(plan);
-    if (e)
-        e->retired = true;
+    if (e && !e->retired)
+        e->retired = why;
     pthread_mutex_unlock(&id_mu);
+}
+
+const char *rs_identity_retired(const reshard_plan_t *plan)
+{
+    pthread_mutex_lock(&id_mu);
+    const rs_id_entry_t *e = entry_of(plan);
+    const char *why = e ? e->retired : NULL;
+    pthread_mutex_unlock(&id_mu);
+    return why;
 }
 
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
 {
     pthread_mutex_lock(&id_mu);
     rs_id_entry_t *me = entry_of(plan);
-    bool named = plan->id_name[0] != '\0';
+    const bool named = plan->id_name[0] != '\0', retired = me && me->retired;
     int32_t k = 0;
-    for (size_t i = 0; me && !named && i < id_n; i++) {
+    for (size_t i = 0; me && i < id_n; i++) {
         const rs_id_entry_t *o = &id_live[i];
-        if (o != me && same_inputs(o->plan, plan) && o->thread == me->thread &&
-            !o->plan->id_name[0] && !o->retired && o->serial < me->serial)
+        if (o != me && same_inputs(o->plan, plan) && !strcmp(o->plan->id_name, plan->id_name) &&
+            (named || o->thread == me->thread) && (o->retired != NULL) == retired &&
+            o->serial < me->serial)
             k++;
     }
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
         *ordinal = named ? -1 : k;
-    return named ? name_hash(plan->id_name) : (uint64_t)k;
+    const uint64_t base = named ? name_hash(plan->id_name) : 0;
+    /* a retired plan's identity is another set's than any live plan's */
+    return retired ? (base ^ RETIRED_TAG) + (uint64_t)k : base + (uint64_t)k;
 }
 
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
@@ -149,6 +170,19 @@ reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
                         "reshard_plan_set_name: a plan and a name of 1 to %zu bytes",
                         sizeof plan->id_name - 1);
     pthread_mutex_lock(&id_mu);
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->plan != plan && !o->retired && same_inputs(o->plan, plan) &&
+            !strcmp(o->plan->id_name, name)) {
+            pthread_mutex_unlock(&id_mu);
+            return rs_error(RESHARD_ERR_INVALID_ARG,
+                            "reshard_plan_set_name: another live plan of the same inputs on "
+                            "this rank is named '%s' already: a name tells plans of equal inputs "
+                            "apart, so two of them cannot share it (destroy the other first, "
+                            "Plan.close())",
+                            name);
+        }
+    }
     snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;

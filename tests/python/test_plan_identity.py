@@ -59,6 +59,8 @@ def run(order, names=(None, None), create=None):
                 out.append((k, "ok" if np.array_equal(d["w"], want) else "wrong"))
             else:
                 out.append((k, "ok"))
+        for plan in made.values():  # the errors kept in out keep the plans alive
+            plan.close()
         return out
     return reshard.run_threads(4, rank_fn)
 
@@ -152,6 +154,8 @@ def test_named_plans_of_two_threads_on_one_comm_pair_by_name():
             made[k].execute(comm, src=s, dst=d)
             want = full(salt)[:, (r - 2) * 24:(r - 1) * 24] if d else None
             out.append("ok" if not d or np.array_equal(d["w"], want) else "wrong")
+        for plan in made.values():
+            plan.close()
         return out
     got = reshard.run_threads(4, rank_fn)
     assert all(o == "ok" for out in got for o in out), got
@@ -178,3 +182,129 @@ def test_a_closed_plan_no_longer_counts():
     with pytest.raises(reshard.ReshardError, match="the plan was closed"):
         reshard.run_threads(4, lambda c: got[c.rank][0].execute(c, src={}, dst={})
                             if c.rank < 2 else reshard.plan_fail(c, reshard.Status.BUFFER))
+
+
+def test_a_plan_that_lost_its_peers_pairs_only_with_itself():
+    """Plans a and b (unnamed, one creation order). a's execution times out on every rank
+    (rank 3 arrives late), so a retires and b becomes the rank's first live plan of these
+    inputs. Then, on a new comm, ranks 0 and 2 run a then b, ranks 1 and 3 b then a:
+    every execution fails on every rank (MISMATCH: a retired plan pairs only with itself)
+    and nothing is written, where a and b, both counted first, used to pair and return
+    OK with the other plan's values (768 of 1536 elements wrong). Then a retry of a on
+    every rank, and b: exact."""
+    import threading
+    import time
+    src, dst = layouts()
+    group = reshard.InprocGroup(4)
+    bar = threading.Barrier(4)
+
+    def rank_fn(comm):
+        r = comm.rank
+        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
+        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
+        if r == 3:
+            time.sleep(3)  # a stall: the others give up on a
+        s, d = buffers(r, 0)
+        try:
+            a.execute(comm, src=s, dst=d)
+            first = "returned OK"
+        except reshard.ReshardError as e:
+            first = e
+        bar.wait()
+        c2 = group.comm(r)
+        out = [first]
+        for plan, salt in (((a, 0), (b, 1000)) if r in (0, 2) else ((b, 1000), (a, 0))):
+            s, d = buffers(r, salt)
+            try:
+                plan.execute(c2, src=s, dst=d)
+                out.append("returned OK")
+            except reshard.ReshardError as e:
+                out.append(e)
+                assert not d or not d["w"].any(), "rank %d: written though it failed" % r
+        for plan, salt in ((a, 0), (b, 1000)):
+            s, d = buffers(r, salt)
+            plan.execute(c2, src=s, dst=d)
+            want = full(salt)[:, (r - 2) * 24:(r - 1) * 24] if d else None
+            out.append("ok" if not d or np.array_equal(d["w"], want) else "wrong")
+        return out
+    got = reshard.run_threads(4, rank_fn)
+    group.close()
+    for r, (first, x, y, retry, last) in enumerate(got):
+        assert isinstance(first, reshard.ReshardError), (r, first)
+        for e in (x, y):
+            assert isinstance(e, reshard.ReshardError), (r, got)
+            assert e.status == reshard.Status.MISMATCH, e
+        mine = x if r in (0, 2) else y  # where this rank executed a
+        assert "retired" in mine.message and "lost its peers" in mine.message, mine
+        assert (retry, last) == ("ok", "ok"), (r, got)
+
+
+def test_a_name_held_by_a_live_plan_of_the_same_inputs_is_refused():
+    """Two live plans of equal inputs named alike on one rank could pair with each other
+    across ranks (a policy and a reference model both named after the architecture):
+    the second name is refused, INVALID_ARG; once the first is closed the name is free."""
+    src, dst = layouts()
+    first = reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    with pytest.raises(reshard.ReshardError, match="is named 'qwen3-0.6b' already"):
+        reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    other_rank = reshard.Plan(src, dst, rank=1, world=4, name="qwen3-0.6b")  # another rank
+    first.close()
+    again = reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    again.close()
+    other_rank.close()
+
+
+def test_the_old_plan_of_delta_adopt_pairs_only_with_itself():
+    """After delta_adopt the old plan no longer counts: on ranks 0 and 2 the old plan, on
+    1 and 3 the new one fails every rank (MISMATCH), nothing written; the old one on
+    every rank sends dense, exact; then the new one, exact."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        old = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
+        s, d = buffers(r, 0)
+        old.execute(comm, src=s, dst=d)
+        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
+        new.delta_adopt(old)
+        s, d2 = buffers(r, 1000)
+        try:
+            (old if r in (0, 2) else new).execute(comm, src=s, dst=d2)
+            out = ["returned OK"]
+        except reshard.ReshardError as e:
+            out = [e, not d2 or not d2["w"].any()]
+        s, d3 = buffers(r, 1000)
+        old.execute(comm, src=s, dst=d3)
+        new.execute(comm, src=s, dst=d)
+        want = full(1000)[:, (r - 2) * 24:(r - 1) * 24] if d else None
+        return out + [all(not x or np.array_equal(x["w"], want) for x in (d, d3))]
+    got = reshard.run_threads(4, rank_fn)
+    for r, (e, untouched, exact) in enumerate(got):
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH
+        assert untouched and exact, (r, got)
+
+
+def test_model_plan_takes_a_name_and_agrees_on_it():
+    """Model.plan(name=) names the plan (two plans of one refit on a rank pair by name
+    whatever the order), and ranks giving different names fail every rank at the
+    agreement (MISMATCH naming 'name')."""
+    model = reshard.Model("qwen3-0.6b", layers=1)
+    group = reshard.InprocGroup(2)
+
+    def rank_fn(comm):
+        p = model.plan(comm, "tp=1", "tp=1", name="policy", timeout_s=10)
+        with pytest.raises(reshard.ReshardError, match="named 'policy' already"):
+            model.plan(comm, "tp=1", "tp=1", name="policy", timeout_s=10)
+        p.close()
+        c2 = group.comm(comm.rank)
+        try:
+            model.plan(c2, "tp=1", "tp=1", name="policy" if comm.rank else "reference",
+                       timeout_s=10)
+        except reshard.ReshardError as e:
+            return e
+        return "returned OK"
+    got = reshard.run_threads(2, rank_fn)
+    group.close()
+    for e in got:
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH, e
+        assert "name" in e.message, e
