@@ -261,6 +261,10 @@ def rollout(args: Any, rank: int) -> Dict[str, Any]:
             asyncio.run(r.worker.server_adapter.release())
             asyncio.run(r.worker.server_adapter.resume(tags=["weights"]))
         ctrl.set("checked/%d/%d" % (global_steps, i), "1")
+    # every rollout worker checked the last sync before any closes (an SGLang server's
+    # shutdown ends every TP worker's receiver)
+    ctrl.wait(["checked/%d/%d" % (args.steps, j) for j in range(s.world - s.train_world)],
+              datetime.timedelta(seconds=args.timeout * 8))
     r.worker.checkpoint_engine.close()
     r.close()
     return report
