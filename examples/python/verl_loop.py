@@ -49,8 +49,8 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN, os.path.join(ROOT, "benc
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from rl_loop import (ADAMW, SteppedWeights, adamw, adamw_step, break_model,  # noqa: E402
-                     megatron_rank, spawn)
+from rl_loop import (ADAMW, SteppedWeights, adamw, adamw_step, megatron_rank,  # noqa: E402
+                     spawn)
 
 ACTORS = {"megatron": "Megatron", "fsdp": "FSDP2"}
 ROLLOUTS = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -220,8 +220,6 @@ def sglang_rollout(args: Any, i: int, config: Any) -> Any:
 
 
 def rollout(args: Any, rank: int) -> Dict[str, Any]:
-    import asyncio
-    import torch.distributed as dist
     import conventions
     from reshard.integrations.ranks import sizes
 
