@@ -13,7 +13,10 @@ static uint64_t align64(uint64_t x)
 uint64_t rs_delta_dev_scratch_bytes(uint64_t len, uint32_t word)
 {
     const uint64_t n = word ? len / word : len, groups = (n + RS_DK_GROUP - 1) / RS_DK_GROUP;
-    const uint64_t g = groups * sizeof(rs_dk_group_t), runs = (n / 2 + 1) * sizeof(uint64_t);
+    /* runs: as many as a header rs_delta_header accepts (8 body bytes each, len / 8), more
+     * than an encoder writes (n / 2 + 1) for 8-byte words: a corrupt header stays inside */
+    const uint64_t most_runs = n / 2 + 1 > len / 8 ? n / 2 + 1 : len / 8;
+    const uint64_t g = groups * sizeof(rs_dk_group_t), runs = most_runs * sizeof(uint64_t);
     return align64(sizeof(rs_dk_total_t)) + align64(sizeof(rs_dk_err_t)) +
            align64(RS_DK_SCAN * sizeof(rs_dk_part_t)) + align64(g > runs ? g : runs);
 }
