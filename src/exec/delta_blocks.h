@@ -1,7 +1,7 @@
 /*
  * The delta codec's block passes: the work of encode and apply per block of 64 words, in a
  * portable implementation (delta_blocks_portable.c) and a vector one for x86-64 CPUs with
- * AVX-512 F/BW/VBMI2 (delta_blocks_avx512.c), chosen at run time by rs_delta_encode and
+ * AVX-512 F/BW/VBMI/VBMI2 (delta_blocks_avx512.c), chosen at run time by rs_delta_encode and
  * rs_delta_apply (delta_codec.c). Each implementation instantiates the loops below with its
  * own per-block step, so the bookkeeping between blocks is written once.
  */
@@ -20,6 +20,7 @@ typedef struct {
     uint64_t next;      /**< the word after the last changed word so far (0: none yet) */
     uint64_t carry;     /**< 1 when the last word scanned changed */
     uint64_t copied;    /**< bytes of the chunk copied to the dense body, from its start */
+    uint8_t *gaps_end;  /**< the end of the gaps encoding when it was written whole, else NULL */
 } rs_delta_scan_t;
 
 /** One implementation of the block passes. Chunks are n words of w (1, 2, 4, 8) bytes;
@@ -27,11 +28,11 @@ typedef struct {
 typedef struct {
     const char *name; /**< "portable", "avx512" */
     /** Compare @p cur with @p prev word by word: the change bitmap to @p bm, the changed words
-     *  into @p prev, the counts to *@p s (zeroed by the caller). While every word so far but
-     *  1 in 16 changed (the chunk will likely be dense), whole blocks of @p cur are also copied
-     *  to @p dense (NULL: never) below byte @p room; s->copied says how far. */
+     *  into @p prev, the counts to *@p s (zeroed by the caller). Also written, to the body's
+     *  front @p front (NULL: nothing) below @p bm (@p room bytes), while the chunk looks like
+     *  it: the dense body (s->copied bytes of it) or the gaps encoding (s->gaps_end). */
     void (*scan)(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,
-                 uint8_t *dense, uint64_t room, rs_delta_scan_t *s);
+                 uint8_t *front, uint64_t room, rs_delta_scan_t *s);
     /** The words of @p cur that @p bm marks, in order, to @p v; nothing at or past @p end is
      *  written. Returns the end of what was written. */
     uint8_t *(*gather)(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w, uint8_t *v,
@@ -116,32 +117,104 @@ static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, ui
     s->carry = (m >> (nw - 1)) & 1;
 }
 
-/* The step of a scan over one whole block of 64 words: returns its change mask, writes its
- * changed words into @p prev, copies it to @p dense unless NULL. */
-typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
-                                       uint32_t w);
+/* Vectors a scan step may queue for its gaps records before they are written (drained). */
+#define RS_GAP_QUEUE 64
 
-/* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w. */
-static inline __attribute__((always_inline)) void
-rs_delta_scan_loop(rs_delta_scan_step step, const uint8_t *cur, uint8_t *prev, uint64_t n,
-                   uint32_t w, uint8_t *bm, uint8_t *dense, uint64_t room, rs_delta_scan_t *s)
+/* Where the gaps encoding (docs/delta-reference.md) is being written: its end, the word after
+ * the last changed word written, whether a scan step writes it; and the queue of vectors of
+ * changed words whose records are not yet written (where the step batches them). */
+typedef struct {
+    uint8_t *g;
+    uint64_t next;
+    bool on;
+    uint32_t nq;                     /* queued vectors */
+    const uint8_t *qp[RS_GAP_QUEUE]; /* a vector's words */
+    uint64_t qi[RS_GAP_QUEUE];       /* the chunk's word index of its first word */
+    uint64_t qm[RS_GAP_QUEUE];       /* its change mask */
+} rs_gap_writer_t;
+
+/* Bytes the records of a queued vector may take: 64 bytes of words, 1 byte of gap per word and
+ * the first gap's varint of up to 10 bytes. */
+#define RS_GAP_QUEUED_BYTES 138u
+
+/* Bytes a scan step may write past @p g when it writes a block's gaps: the block's records
+ * (64 words, a varint of up to 10 bytes for the first, 1 byte for the others) and the slack of
+ * whole-vector stores. */
+#define RS_GAP_SLACK(w) (64 * ((uint64_t)(w) + 1) + 256)
+
+/* Append to @p gw the gaps records of the words of the block at word @p i that @p m marks; the
+ * block's words are at @p cur (@p w bytes each). */
+static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, uint64_t i,
+                                 uint32_t w)
 {
-    uint64_t whole = n / 64 * 64;
+    uint8_t *g = gw->g;
+    for (; m; m &= m - 1) {
+        uint64_t k = (uint64_t)__builtin_ctzll(m), d = i + k - gw->next;
+        while (d >= 0x80) {
+            *g++ = (uint8_t)(d | 0x80);
+            d >>= 7;
+        }
+        *g++ = (uint8_t)d;
+        rs_copy_word(g, cur + k * w, w);
+        g += w;
+        gw->next = i + k + 1;
+    }
+    gw->g = g;
+}
+
+/* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
+ * change mask, writes its changed words into @p prev, copies the block to @p dense unless NULL,
+ * appends its gaps records to @p gw when gw->on, or queues vectors of them (at most 8). */
+typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
+                                       rs_gap_writer_t *gw, uint64_t i, uint32_t w);
+
+/* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
+typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
+
+/* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w. What the body's
+ * front gets is chosen by the first block: the dense copy when it has at least 15 changed words
+ * in 16, else the gaps encoding (scattered changes); either stops when the chunk stops looking
+ * like it. */
+static inline __attribute__((always_inline)) void
+rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
+                   uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
+                   uint64_t room, rs_delta_scan_t *s)
+{
+    uint64_t whole = n / 64 * 64, n0 = n < 64 ? n : 64;
+    bool dense = front && rs_pop64(rs_mask_words(cur, prev, w, n0)) * 16 >= n0 * 15;
+    rs_gap_writer_t gw;
+    gw.g = front;
+    gw.next = 0;
+    gw.on = front && !dense;
+    gw.nq = 0;
     for (uint64_t i = 0; i < whole; i += 64) {
-        uint8_t *d = dense && (i + 64) * w <= room ? dense + i * w : NULL;
-        uint64_t m = step(cur + i * w, prev + i * w, d, w);
+        uint8_t *d = dense && (i + 64) * w <= room ? front + i * w : NULL;
+        if (gw.nq > RS_GAP_QUEUE - 8)
+            drain(&gw);
+        gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES;
+        uint64_t m = step(cur + i * w, prev + i * w, d, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
         s->copied = d ? (i + 64) * w : s->copied;
-        dense = d && s->changed * 16 >= (i + 64) * 15 ? dense : NULL;
+        dense = d && s->changed * 16 >= (i + 64) * 15;
+        /* gaps beat the bitmap only below 1 changed word in 8 (a varint is >= 1 byte) */
+        gw.on = gw.on && s->changed * 10 <= i + 64;
     }
     if (whole < n) {
         uint64_t nw = n - whole, m = rs_mask_words(cur + whole * w, prev + whole * w, w, nw);
         memcpy(bm + whole / 8, &m, (nw + 7) / 8);
+        if (gw.on)
+            drain(&gw);
+        gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w);
+        if (gw.on)
+            rs_gaps_block(&gw, cur + whole * w, m, whole, w);
         if (m)
             memcpy(prev + whole * w, cur + whole * w, (size_t)(nw * w));
         rs_delta_count(s, m, whole, nw);
     }
+    if (gw.on)
+        drain(&gw);
+    s->gaps_end = gw.on ? gw.g : NULL;
 }
 
 /* The change mask of the block of @p nw words at word @p i of the bitmap @p bm. */
@@ -203,21 +276,22 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
 /* The passes of an implementation from its steps: each loop instantiated per word size, so
  * that the steps' switches on w fold away. */
 static inline __attribute__((always_inline)) void
-rs_delta_scan_with(rs_delta_scan_step step, const uint8_t *cur, uint8_t *prev, uint64_t n,
-                   uint32_t w, uint8_t *bm, uint8_t *dense, uint64_t room, rs_delta_scan_t *s)
+rs_delta_scan_with(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
+                   uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
+                   uint64_t room, rs_delta_scan_t *s)
 {
     switch (w) {
     case 2:
-        rs_delta_scan_loop(step, cur, prev, n, 2, bm, dense, room, s);
+        rs_delta_scan_loop(step, drain, cur, prev, n, 2, bm, front, room, s);
         break;
     case 4:
-        rs_delta_scan_loop(step, cur, prev, n, 4, bm, dense, room, s);
+        rs_delta_scan_loop(step, drain, cur, prev, n, 4, bm, front, room, s);
         break;
     case 8:
-        rs_delta_scan_loop(step, cur, prev, n, 8, bm, dense, room, s);
+        rs_delta_scan_loop(step, drain, cur, prev, n, 8, bm, front, room, s);
         break;
     default:
-        rs_delta_scan_loop(step, cur, prev, n, 1, bm, dense, room, s);
+        rs_delta_scan_loop(step, drain, cur, prev, n, 1, bm, front, room, s);
     }
 }
 
@@ -254,12 +328,12 @@ rs_delta_scatter_with(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
 }
 
 /* Defines `const rs_delta_blocks_t *fn(void)`, the implementation called @p label whose
- * steps are the file's static scan_step, gather_step and scatter_step. */
+ * steps are the file's static scan_step, scan_drain, gather_step and scatter_step. */
 #define RS_DELTA_BLOCKS_DEFINE(fn, label)                                                          \
     static void fn##_scan(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,  \
-                          uint8_t *dense, uint64_t room, rs_delta_scan_t *s)                       \
+                          uint8_t *front, uint64_t room, rs_delta_scan_t *s)                       \
     {                                                                                              \
-        rs_delta_scan_with(scan_step, cur, prev, n, w, bm, dense, room, s);                        \
+        rs_delta_scan_with(scan_step, scan_drain, cur, prev, n, w, bm, front, room, s);            \
     }                                                                                              \
     static uint8_t *fn##_gather(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w,     \
                                 uint8_t *v, const uint8_t *end)                                    \

@@ -1,12 +1,14 @@
 /*
- * The delta codec's block passes with AVX-512 (F, BW, VBMI2): a block of 64 words is w
+ * The delta codec's block passes with AVX-512 (F, BW, VBMI, VBMI2): a block of 64 words is w
  * vectors; compares give its change mask, masked stores update the snapshot, compress and
- * expand move the changed words. This file is compiled with those instructions enabled
- * (CMakeLists.txt) and runs only where rs_delta_encode's dispatch found them.
+ * expand move the changed words, byte permutes build bf16 gaps records. This file is compiled with
+ * those instructions enabled (CMakeLists.txt) and runs only where rs_delta_encode's dispatch found
+ * them.
  */
 #include "exec/delta_blocks.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI2__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) &&                    \
+    defined(__AVX512VBMI2__)
 #include <immintrin.h>
 
 /* Vector k (64 bytes) of a block's change mask @p m, for words of @p w bytes. */
@@ -15,7 +17,58 @@ static inline uint64_t part(uint64_t m, uint32_t w, uint32_t k)
     return w == 1 ? m : (m >> (k * 64 / w)) & (((uint64_t)1 << (64 / w)) - 1);
 }
 
-static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense, uint32_t w)
+/* The gaps records of the changed words (mask @p e) of the 32 bf16 words @p a, word @p i of
+ * the chunk first, appended to @p gw without a branch per word: positions and values
+ * compressed, a position's gap to the one before it (the first's from gw->next, its varint's
+ * leading bytes written first), gap bytes and values interleaved by byte permutes into 3-byte
+ * records, stored as whole vectors (128 bytes from gw->g, of which 3 per changed word count). */
+static inline void gaps32(rs_gap_writer_t *gw, __m512i a, uint32_t e, uint64_t i)
+{
+    const __m512i pos_of =
+        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i before =
+        _mm512_set_epi16(30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
+                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
+    /* output byte b of the records: record b / 3's gap (byte 2 (b / 3) of the gaps) or one of
+     * its value's bytes (byte 2 (b / 3) + b % 3 - 1 of the values, bit 6: the second source) */
+    static const uint8_t rec_idx[128] = {
+#define R(b) (uint8_t)((b) % 3 == 0 ? 2 * ((b) / 3) : 64 + 2 * ((b) / 3) + (b) % 3 - 1)
+#define R8(b) R(b), R(b + 1), R(b + 2), R(b + 3), R(b + 4), R(b + 5), R(b + 6), R(b + 7)
+        R8(0),  R8(8),  R8(16), R8(24), R8(32), R8(40),  R8(48),  R8(56),
+        R8(64), R8(72), R8(80), R8(88), R8(96), R8(104), R8(112), R8(120),
+#undef R8
+#undef R
+    };
+    uint64_t any = e != 0, first = i + (uint64_t)__builtin_ctz(e | 1u << 31);
+    uint64_t d = first - gw->next;
+    uint8_t *g = gw->g;
+    if (any && d >= 0x4000) { /* a gap of 3 or more varint bytes: all but the last here */
+        while (d >= 0x80) {
+            *g++ = (uint8_t)(d | 0x80);
+            d >>= 7;
+        }
+    }
+    *g = (uint8_t)(d | 0x80); /* a 2-byte varint's first byte; overwritten when not one */
+    uint64_t two = any & (d > 0x7f);
+    g += two;
+    d >>= 7 * two;
+    __m512i pos = _mm512_maskz_compress_epi16(e, pos_of);
+    __m512i val = _mm512_maskz_compress_epi16(e, a);
+    __m512i gap = _mm512_sub_epi16(_mm512_sub_epi16(pos, _mm512_permutexvar_epi16(before, pos)),
+                                   _mm512_set1_epi16(1));
+    gap = _mm512_mask_mov_epi16(gap, 1, _mm512_set1_epi16((short)d));
+    __m512i lo = _mm512_loadu_si512(rec_idx), hi = _mm512_loadu_si512(rec_idx + 64);
+    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, val));
+    uint64_t p = (uint64_t)__builtin_popcount(e);
+    if (p > 21) /* records past the first 64 bytes */
+        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, val));
+    gw->g = g + 3 * p;
+    gw->next = any ? i + 32 - (uint64_t)__builtin_clz(e | 1) : gw->next;
+}
+
+static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
+                                 rs_gap_writer_t *gw, uint64_t i, uint32_t w)
 {
     uint64_t m = 0;
     for (uint32_t k = 0; k < w; k++) {
@@ -25,6 +78,12 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
         case 2:
             e = _mm512_cmpneq_epi16_mask(a, b);
             _mm512_mask_storeu_epi16(prev + 64 * k, (__mmask32)e, a);
+            if (gw->on) { /* queued without a branch on e; written by scan_drain */
+                gw->qp[gw->nq] = cur + 64 * k;
+                gw->qi[gw->nq] = i + 32 * k;
+                gw->qm[gw->nq] = e;
+                gw->nq += e != 0;
+            }
             break;
         case 4:
             e = _mm512_cmpneq_epi32_mask(a, b);
@@ -42,7 +101,16 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
         if (dense)
             _mm512_storeu_si512(dense + 64 * k, a);
     }
+    if (gw->on && w != 2) /* other word sizes: record by record (the block is in L1) */
+        rs_gaps_block(gw, cur, m, i, w);
     return m;
+}
+
+static inline void scan_drain(rs_gap_writer_t *gw)
+{
+    for (uint32_t q = 0; q < gw->nq; q++)
+        gaps32(gw, _mm512_loadu_si512(gw->qp[q]), (uint32_t)gw->qm[q], gw->qi[q]);
+    gw->nq = 0;
 }
 
 static inline uint8_t *gather_step(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
@@ -99,6 +167,6 @@ RS_DELTA_BLOCKS_DEFINE(rs_delta_blocks_avx512, "avx512")
 #else
 const rs_delta_blocks_t *rs_delta_blocks_avx512(void)
 {
-    return NULL; /* built without AVX-512 F/BW/VBMI2 */
+    return NULL; /* built without AVX-512 F/BW/VBMI/VBMI2 */
 }
 #endif

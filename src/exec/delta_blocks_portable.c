@@ -121,14 +121,22 @@ static inline void copy_block(uint8_t *d, const uint8_t *s, uint32_t w)
     }
 }
 
-static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense, uint32_t w)
+static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
+                                 rs_gap_writer_t *gw, uint64_t i, uint32_t w)
 {
     uint64_t m = block_mask(cur, prev, w);
+    if (gw->on)
+        rs_gaps_block(gw, cur, m, i, w);
     if (m)
         copy_block(prev, cur, w);
     if (dense)
         copy_block(dense, cur, w);
     return m;
+}
+
+static inline void scan_drain(rs_gap_writer_t *gw)
+{
+    (void)gw; /* scan_step writes its records at once */
 }
 
 static inline uint8_t *gather_step(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)

@@ -39,8 +39,9 @@ static const rs_delta_blocks_t *fastest(void)
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     if (rs_delta_blocks_avx512() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi2") &&
-        __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("popcnt") &&
+        __builtin_cpu_supports("bmi"))
         return rs_delta_blocks_avx512();
 #endif
     return rs_delta_blocks_portable();
@@ -87,21 +88,9 @@ static uint64_t put_dense(uint8_t *out, const uint8_t *cur, uint64_t len, uint32
  * value (of @p w bytes, from @p cur), to @p g. */
 static void write_gaps(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w, uint8_t *g)
 {
-    uint64_t next = 0;
-    for (uint64_t i = 0; i < n; i += 64) {
-        uint64_t nw = n - i < 64 ? n - i : 64;
-        for (uint64_t m = rs_bitmap_block(bm, i, nw); m; m &= m - 1) {
-            uint64_t j = i + (uint64_t)__builtin_ctzll(m), d = j - next;
-            while (d >= 0x80) {
-                *g++ = (uint8_t)(d | 0x80);
-                d >>= 7;
-            }
-            *g++ = (uint8_t)d;
-            rs_copy_word(g, cur + j * w, w);
-            g += w;
-            next = j + 1;
-        }
-    }
+    rs_gap_writer_t gw = {.g = g, .on = true};
+    for (uint64_t i = 0; i < n; i += 64)
+        rs_gaps_block(&gw, cur + i * w, rs_bitmap_block(bm, i, n - i < 64 ? n - i : 64), i, w);
 }
 
 /* The @p runs runs of changed words that the bitmap @p bm of @p n words marks: (u32 first word,
@@ -148,7 +137,8 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
         return put_dense(out, cur, len, word, 0);
     }
     /* The scan: the change bitmap at the end of the body (nb <= len), the counts that size
-     * every kind; while the chunk looks dense, the dense body written in the same pass. */
+     * every kind; in the same pass, while the chunk looks dense, the dense body, while its
+     * changes are scattered, the gaps encoding (the usual winner: no second pass then). */
     const rs_delta_blocks_t *ops = blocks();
     uint8_t *bm = body + len - nb;
     rs_delta_scan_t s = {0};
@@ -173,6 +163,10 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     }
     if (kind == RS_DELTA_DENSE)
         return put_dense(out, cur, len, word, s.copied);
+    if (kind == RS_DELTA_GAPS && s.gaps_end) { /* written by the scan */
+        put_header(out, RS_DELTA_GAPS, word, (uint32_t)c, gaps);
+        return RS_DELTA_HEADER_BYTES + gaps;
+    }
     if (kind == RS_DELTA_BITMAP) { /* bitmap to the front, then the changed words */
         memmove(body, bm, nb);
         ops->gather(cur, body, n, word, body + nb, body + len);

@@ -48,7 +48,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
                          uint8_t *out, uint64_t *changed);
 
 /** The implementation of the codec's block passes in use (delta_blocks.h): "avx512" (x86-64
- *  with AVX-512 F/BW/VBMI2) or "portable". Chosen at first use: the fastest this CPU runs,
+ *  with AVX-512 F/BW/VBMI/VBMI2) or "portable". Chosen at first use: the fastest this CPU runs,
  *  or "portable" when the environment has RESHARD_DELTA_CODEC=portable. Every
  *  implementation writes the same bytes. */
 const char *rs_delta_codec_path(void);
