@@ -178,8 +178,9 @@ typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
 static inline __attribute__((always_inline)) void
 rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
                    uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
-                   uint64_t room, rs_delta_scan_t *s)
+                   uint64_t room, rs_delta_scan_t *out)
 {
+    rs_delta_scan_t t = *out, *s = &t; /* in registers */
     uint64_t whole = n / 64 * 64, n0 = n < 64 ? n : 64;
     bool dense = front && rs_pop64(rs_mask_words(cur, prev, w, n0)) * 16 >= n0 * 15;
     rs_gap_writer_t gw;
@@ -215,6 +216,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
     if (gw.on)
         drain(&gw);
     s->gaps_end = gw.on ? gw.g : NULL;
+    *out = t;
 }
 
 /* The change mask of the block of @p nw words at word @p i of the bitmap @p bm. */
