@@ -117,7 +117,7 @@ static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, ui
     s->carry = (m >> (nw - 1)) & 1;
 }
 
-/* Vectors a scan step may queue for its gaps records before they are written (drained). */
+/* Blocks a scan step may queue for their gaps records before they are written (drained). */
 #define RS_GAP_QUEUE 64
 
 /* Where the gaps encoding (docs/delta-reference.md) is being written: its end, the word after
@@ -127,15 +127,15 @@ typedef struct {
     uint8_t *g;
     uint64_t next;
     bool on;
-    uint32_t nq;                     /* queued vectors */
-    const uint8_t *qp[RS_GAP_QUEUE]; /* a vector's words */
+    uint32_t nq;                     /* queued blocks */
+    const uint8_t *qp[RS_GAP_QUEUE]; /* a block's words */
     uint64_t qi[RS_GAP_QUEUE];       /* the chunk's word index of its first word */
     uint64_t qm[RS_GAP_QUEUE];       /* its change mask */
 } rs_gap_writer_t;
 
-/* Bytes the records of a queued vector may take: 64 bytes of words, 1 byte of gap per word and
- * the first gap's varint of up to 10 bytes. */
-#define RS_GAP_QUEUED_BYTES 138u
+/* Bytes the records of a queued block may take: 64 words of @p w bytes, 1 byte of gap per word
+ * and the first gap's varint of up to 10 bytes. */
+#define RS_GAP_QUEUED_BYTES(w) (64 * ((uint64_t)(w) + 1) + 10)
 
 /* Bytes a scan step may write past @p g when it writes a block's gaps: the block's records
  * (64 words, a varint of up to 10 bytes for the first, 1 byte for the others) and the slack of
@@ -164,7 +164,8 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
 
 /* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
  * change mask, writes its changed words into @p prev, copies the block to @p dense unless NULL,
- * appends its gaps records to @p gw when gw->on, or queues vectors of them (at most 8). */
+ * appends its gaps records to @p gw when gw->on, or queues the block for them (at most 8
+ * queue entries a step). */
 typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
                                        rs_gap_writer_t *gw, uint64_t i, uint32_t w);
 
@@ -192,7 +193,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
         uint8_t *d = dense && (i + 64) * w <= room ? front + i * w : NULL;
         if (gw.nq > RS_GAP_QUEUE - 8)
             drain(&gw);
-        gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES;
+        gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
         uint64_t m = step(cur + i * w, prev + i * w, d, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);

@@ -17,54 +17,68 @@ static inline uint64_t part(uint64_t m, uint32_t w, uint32_t k)
     return w == 1 ? m : (m >> (k * 64 / w)) & (((uint64_t)1 << (64 / w)) - 1);
 }
 
-/* The gaps records of the changed words (mask @p e) of the 32 bf16 words @p a, word @p i of
- * the chunk first, appended to @p gw without a branch per word: positions and values
- * compressed, a position's gap to the one before it (the first's from gw->next, its varint's
- * leading bytes written first), gap bytes and values interleaved by byte permutes into 3-byte
- * records, stored as whole vectors (128 bytes from gw->g, of which 3 per changed word count). */
-static inline void gaps32(rs_gap_writer_t *gw, __m512i a, uint32_t e, uint64_t i)
+/* The gaps records of the changed words (mask @p m, not 0) of the block of 64 bf16 words at
+ * @p cur, word @p i of the chunk, appended to @p gw without a branch per word: the positions
+ * compressed to bytes, a position's gap to the one before it (the first's from gw->next, its
+ * varint's leading bytes written first), the values of each half compressed, gap bytes and
+ * values interleaved by byte permutes into 3-byte records, stored as whole vectors (up to 128
+ * bytes from each half's first record, of which 3 per changed word count). */
+static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, uint64_t i)
 {
-    const __m512i pos_of =
-        _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
-                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i before =
-        _mm512_set_epi16(30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12,
-                         11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 0);
-    /* output byte b of the records: record b / 3's gap (byte 2 (b / 3) of the gaps) or one of
-     * its value's bytes (byte 2 (b / 3) + b % 3 - 1 of the values, bit 6: the second source) */
+    static const uint8_t pos_of[64] = {
+#define P8(b) b, b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7
+        P8(0), P8(8), P8(16), P8(24), P8(32), P8(40), P8(48), P8(56),
+    };
+    static const uint8_t before[64] = {0,  P8(0), P8(8), P8(16), P8(24), P8(32), P8(40), P8(48),
+                                       56, 57,    58,    59,     60,     61,     62};
+#undef P8
+    /* output byte b of a half's records: record b / 3's gap (byte b / 3 of the gaps, plus the
+     * records of the half before) or one of its value's bytes (byte 2 (b / 3) + b % 3 - 1 of the
+     * values, bit 6: the second source) */
     static const uint8_t rec_idx[128] = {
-#define R(b) (uint8_t)((b) % 3 == 0 ? 2 * ((b) / 3) : 64 + 2 * ((b) / 3) + (b) % 3 - 1)
+#define R(b) (uint8_t)((b) % 3 == 0 ? (b) / 3 : 64 + 2 * ((b) / 3) + (b) % 3 - 1)
 #define R8(b) R(b), R(b + 1), R(b + 2), R(b + 3), R(b + 4), R(b + 5), R(b + 6), R(b + 7)
         R8(0),  R8(8),  R8(16), R8(24), R8(32), R8(40),  R8(48),  R8(56),
         R8(64), R8(72), R8(80), R8(88), R8(96), R8(104), R8(112), R8(120),
 #undef R8
 #undef R
     };
-    uint64_t any = e != 0, first = i + (uint64_t)__builtin_ctz(e | 1u << 31);
-    uint64_t d = first - gw->next;
+    const __mmask64 gap_lo = 0x9249249249249249ull, gap_hi = 0x4924924924924924ull;
+    uint64_t d = i + (uint64_t)__builtin_ctzll(m) - gw->next;
     uint8_t *g = gw->g;
-    if (any && d >= 0x4000) { /* a gap of 3 or more varint bytes: all but the last here */
+    if (d >= 0x4000) { /* a gap of 3 or more varint bytes: all but the last here */
         while (d >= 0x80) {
             *g++ = (uint8_t)(d | 0x80);
             d >>= 7;
         }
     }
     *g = (uint8_t)(d | 0x80); /* a 2-byte varint's first byte; overwritten when not one */
-    uint64_t two = any & (d > 0x7f);
+    uint64_t two = d > 0x7f;
     g += two;
     d >>= 7 * two;
-    __m512i pos = _mm512_maskz_compress_epi16(e, pos_of);
-    __m512i val = _mm512_maskz_compress_epi16(e, a);
-    __m512i gap = _mm512_sub_epi16(_mm512_sub_epi16(pos, _mm512_permutexvar_epi16(before, pos)),
-                                   _mm512_set1_epi16(1));
-    gap = _mm512_mask_mov_epi16(gap, 1, _mm512_set1_epi16((short)d));
+    __m512i pos = _mm512_maskz_compress_epi8(m, _mm512_loadu_si512(pos_of));
+    __m512i gap = _mm512_sub_epi8(
+        _mm512_sub_epi8(pos, _mm512_permutexvar_epi8(_mm512_loadu_si512(before), pos)),
+        _mm512_set1_epi8(1));
+    gap = _mm512_mask_set1_epi8(gap, 1, (char)d);
     __m512i lo = _mm512_loadu_si512(rec_idx), hi = _mm512_loadu_si512(rec_idx + 64);
-    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, val));
-    uint64_t p = (uint64_t)__builtin_popcount(e);
-    if (p > 21) /* records past the first 64 bytes */
-        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, val));
-    gw->g = g + 3 * p;
-    gw->next = any ? i + 32 - (uint64_t)__builtin_clz(e | 1) : gw->next;
+    uint64_t p0 = (uint64_t)__builtin_popcount((uint32_t)m),
+             p1 = (uint64_t)__builtin_popcount((uint32_t)(m >> 32));
+    __m512i v0 = _mm512_maskz_compress_epi16((__mmask32)m, _mm512_loadu_si512(cur));
+    __m512i v1 = _mm512_maskz_compress_epi16((__mmask32)(m >> 32), _mm512_loadu_si512(cur + 64));
+    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, v0));
+    if (p0 > 21) /* records past the first 64 bytes */
+        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, v0));
+    g += 3 * p0;
+    __m512i off = _mm512_set1_epi8((char)p0); /* the second half's gaps follow the first's */
+    lo = _mm512_mask_add_epi8(lo, gap_lo, lo, off);
+    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, v1));
+    if (p1 > 21) {
+        hi = _mm512_mask_add_epi8(hi, gap_hi, hi, off);
+        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, v1));
+    }
+    gw->g = g + 3 * p1;
+    gw->next = i + 64 - (uint64_t)__builtin_clzll(m);
 }
 
 static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
@@ -78,12 +92,6 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
         case 2:
             e = _mm512_cmpneq_epi16_mask(a, b);
             _mm512_mask_storeu_epi16(prev + 64 * k, (__mmask32)e, a);
-            if (gw->on) { /* queued without a branch on e; written by scan_drain */
-                gw->qp[gw->nq] = cur + 64 * k;
-                gw->qi[gw->nq] = i + 32 * k;
-                gw->qm[gw->nq] = e;
-                gw->nq += e != 0;
-            }
             break;
         case 4:
             e = _mm512_cmpneq_epi32_mask(a, b);
@@ -101,15 +109,21 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
         if (dense)
             _mm512_storeu_si512(dense + 64 * k, a);
     }
-    if (gw->on && w != 2) /* other word sizes: record by record (the block is in L1) */
+    if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
+        gw->qp[gw->nq] = cur;
+        gw->qi[gw->nq] = i;
+        gw->qm[gw->nq] = m;
+        gw->nq += m != 0;
+    } else if (gw->on) { /* other word sizes: record by record (the block is in L1) */
         rs_gaps_block(gw, cur, m, i, w);
+    }
     return m;
 }
 
 static inline void scan_drain(rs_gap_writer_t *gw)
 {
     for (uint32_t q = 0; q < gw->nq; q++)
-        gaps32(gw, _mm512_loadu_si512(gw->qp[q]), (uint32_t)gw->qm[q], gw->qi[q]);
+        gaps64(gw, gw->qp[q], gw->qm[q], gw->qi[q]);
     gw->nq = 0;
 }
 
