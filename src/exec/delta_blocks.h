@@ -172,10 +172,10 @@ typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, uint8_
 /* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
 typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
 
-/* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w. What the body's
- * front gets is chosen by the first block: the dense copy when it has at least 15 changed words
- * in 16, else the gaps encoding (scattered changes); either stops when the chunk stops looking
- * like it. */
+/* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w (a constant). What
+ * the body's front gets is chosen by the first block: the dense copy when it has at least 15
+ * changed words in 16, else the gaps encoding (scattered changes); either stops when the chunk
+ * stops looking like it. */
 static inline __attribute__((always_inline)) void
 rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
                    uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
@@ -233,7 +233,7 @@ static inline uint64_t rs_bitmap_block(const uint8_t *bm, uint64_t i, uint64_t n
 typedef uint8_t *(*rs_delta_gather_step)(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v);
 
 /* rs_delta_blocks_t.gather with @p step for whole blocks that have room for its writes, for one
- * word size @p w. */
+ * word size @p w (a constant). */
 static inline __attribute__((always_inline)) uint8_t *
 rs_delta_gather_loop(rs_delta_gather_step step, const uint8_t *cur, const uint8_t *bm, uint64_t n,
                      uint32_t w, uint8_t *v, const uint8_t *end)
@@ -254,7 +254,8 @@ rs_delta_gather_loop(rs_delta_gather_step step, const uint8_t *cur, const uint8_
  * @p m marks; reads exactly popcount(m) words. */
 typedef void (*rs_delta_scatter_step)(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v);
 
-/* rs_delta_blocks_t.scatter with @p step for whole blocks, for one word size @p w. */
+/* rs_delta_blocks_t.scatter with @p step for whole blocks, for one word size @p w (a constant).
+ */
 static inline __attribute__((always_inline)) bool
 rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t *bm, uint64_t n,
                       uint32_t w, const uint8_t *v, uint64_t nv)
@@ -276,59 +277,24 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
     return k == nv;
 }
 
-/* The passes of an implementation from its steps: each loop instantiated per word size, so
- * that the steps' switches on w fold away. */
-static inline __attribute__((always_inline)) void
-rs_delta_scan_with(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
-                   uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
-                   uint64_t room, rs_delta_scan_t *s)
-{
-    switch (w) {
-    case 2:
-        rs_delta_scan_loop(step, drain, cur, prev, n, 2, bm, front, room, s);
-        break;
-    case 4:
-        rs_delta_scan_loop(step, drain, cur, prev, n, 4, bm, front, room, s);
-        break;
-    case 8:
-        rs_delta_scan_loop(step, drain, cur, prev, n, 8, bm, front, room, s);
-        break;
-    default:
-        rs_delta_scan_loop(step, drain, cur, prev, n, 1, bm, front, room, s);
-    }
-}
-
-static inline __attribute__((always_inline)) uint8_t *
-rs_delta_gather_with(rs_delta_gather_step step, const uint8_t *cur, const uint8_t *bm, uint64_t n,
-                     uint32_t w, uint8_t *v, const uint8_t *end)
-{
-    switch (w) {
-    case 2:
-        return rs_delta_gather_loop(step, cur, bm, n, 2, v, end);
-    case 4:
-        return rs_delta_gather_loop(step, cur, bm, n, 4, v, end);
-    case 8:
-        return rs_delta_gather_loop(step, cur, bm, n, 8, v, end);
-    default:
-        return rs_delta_gather_loop(step, cur, bm, n, 1, v, end);
-    }
-}
-
-static inline __attribute__((always_inline)) bool
-rs_delta_scatter_with(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t *bm, uint64_t n,
-                      uint32_t w, const uint8_t *v, uint64_t nv)
-{
-    switch (w) {
-    case 2:
-        return rs_delta_scatter_loop(step, chunk, bm, n, 2, v, nv);
-    case 4:
-        return rs_delta_scatter_loop(step, chunk, bm, n, 4, v, nv);
-    case 8:
-        return rs_delta_scatter_loop(step, chunk, bm, n, 8, v, nv);
-    default:
-        return rs_delta_scatter_loop(step, chunk, bm, n, 1, v, nv);
-    }
-}
+/* The statement @p stmt with W the word size @p w (1, 2, 4 or 8) as a constant: each loop is
+ * instantiated per word size, so that the inlined steps' switches on it fold away. */
+#define RS_DELTA_BY_WORD(w, stmt)                                                                  \
+    do {                                                                                           \
+        if ((w) == 2) {                                                                            \
+            const uint32_t W = 2;                                                                  \
+            stmt;                                                                                  \
+        } else if ((w) == 4) {                                                                     \
+            const uint32_t W = 4;                                                                  \
+            stmt;                                                                                  \
+        } else if ((w) == 8) {                                                                     \
+            const uint32_t W = 8;                                                                  \
+            stmt;                                                                                  \
+        } else {                                                                                   \
+            const uint32_t W = 1;                                                                  \
+            stmt;                                                                                  \
+        }                                                                                          \
+    } while (0)
 
 /* Defines `const rs_delta_blocks_t *fn(void)`, the implementation called @p label whose
  * steps are the file's static scan_step, scan_drain, gather_step and scatter_step. */
@@ -336,17 +302,21 @@ rs_delta_scatter_with(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
     static void fn##_scan(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,  \
                           uint8_t *front, uint64_t room, rs_delta_scan_t *s)                       \
     {                                                                                              \
-        rs_delta_scan_with(scan_step, scan_drain, cur, prev, n, w, bm, front, room, s);            \
+        RS_DELTA_BY_WORD(                                                                          \
+            w, rs_delta_scan_loop(scan_step, scan_drain, cur, prev, n, W, bm, front, room, s));    \
     }                                                                                              \
     static uint8_t *fn##_gather(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w,     \
                                 uint8_t *v, const uint8_t *end)                                    \
     {                                                                                              \
-        return rs_delta_gather_with(gather_step, cur, bm, n, w, v, end);                           \
+        RS_DELTA_BY_WORD(w, v = rs_delta_gather_loop(gather_step, cur, bm, n, W, v, end));         \
+        return v;                                                                                  \
     }                                                                                              \
     static bool fn##_scatter(uint8_t *chunk, const uint8_t *bm, uint64_t n, uint32_t w,            \
                              const uint8_t *v, uint64_t nv)                                        \
     {                                                                                              \
-        return rs_delta_scatter_with(scatter_step, chunk, bm, n, w, v, nv);                        \
+        bool ok = false;                                                                           \
+        RS_DELTA_BY_WORD(w, ok = rs_delta_scatter_loop(scatter_step, chunk, bm, n, W, v, nv));     \
+        return ok;                                                                                 \
     }                                                                                              \
     const rs_delta_blocks_t *fn(void)                                                              \
     {                                                                                              \

@@ -103,22 +103,10 @@ static inline uint64_t block_mask(const uint8_t *a, const uint8_t *b, uint32_t w
 #endif
 }
 
-/* The @p w * 64 bytes of a block (fixed sizes: inline moves). */
+/* The 64 @p w bytes of a block (w is a constant here: an inline move). */
 static inline void copy_block(uint8_t *d, const uint8_t *s, uint32_t w)
 {
-    switch (w) {
-    case 2:
-        memcpy(d, s, 128);
-        return;
-    case 4:
-        memcpy(d, s, 256);
-        return;
-    case 8:
-        memcpy(d, s, 512);
-        return;
-    default:
-        memcpy(d, s, 64);
-    }
+    memcpy(d, s, (size_t)64 * w);
 }
 
 static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
