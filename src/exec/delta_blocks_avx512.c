@@ -81,6 +81,24 @@ static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, u
     gw->next = i + 64 - (uint64_t)__builtin_clzll(m);
 }
 
+/* The words of @p a that @p e marks (words of @p w bytes) to @p d. */
+static inline void store_words(uint8_t *d, uint64_t e, __m512i a, uint32_t w)
+{
+    switch (w) {
+    case 2:
+        _mm512_mask_storeu_epi16(d, (__mmask32)e, a);
+        break;
+    case 4:
+        _mm512_mask_storeu_epi32(d, (__mmask16)e, a);
+        break;
+    case 8:
+        _mm512_mask_storeu_epi64(d, (__mmask8)e, a);
+        break;
+    default:
+        _mm512_mask_storeu_epi8(d, (__mmask64)e, a);
+    }
+}
+
 static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
                                  rs_gap_writer_t *gw, uint64_t i, uint32_t w)
 {
@@ -91,23 +109,23 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
         switch (w) {
         case 2:
             e = _mm512_cmpneq_epi16_mask(a, b);
-            _mm512_mask_storeu_epi16(prev + 64 * k, (__mmask32)e, a);
             break;
         case 4:
             e = _mm512_cmpneq_epi32_mask(a, b);
-            _mm512_mask_storeu_epi32(prev + 64 * k, (__mmask16)e, a);
             break;
         case 8:
             e = _mm512_cmpneq_epi64_mask(a, b);
-            _mm512_mask_storeu_epi64(prev + 64 * k, (__mmask8)e, a);
             break;
         default:
             e = _mm512_cmpneq_epi8_mask(a, b);
-            _mm512_mask_storeu_epi8(prev + 64 * k, (__mmask64)e, a);
         }
         m |= e << (k * 64 / w);
-        if (dense)
+        if (dense) { /* nearly every word changed: whole stores (an unchanged word is equal) */
+            _mm512_storeu_si512(prev + 64 * k, a);
             _mm512_storeu_si512(dense + 64 * k, a);
+        } else { /* only the changed words: unchanged lines stay clean */
+            store_words(prev + 64 * k, e, a, w);
+        }
     }
     if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
         gw->qp[gw->nq] = cur;
