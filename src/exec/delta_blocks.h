@@ -163,11 +163,14 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
 }
 
 /* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
- * change mask, writes its changed words into @p prev, copies the block to @p dense unless NULL,
- * appends its gaps records to @p gw when gw->on, or queues the block for them (at most 8
- * queue entries a step). */
-typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
-                                       rs_gap_writer_t *gw, uint64_t i, uint32_t w);
+ * change mask, writes its changed words into @p prev, appends its gaps records to @p gw when
+ * gw->on, or queues the block for them (at most 8 queue entries a step). */
+typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw,
+                                       uint64_t i, uint32_t w);
+
+/* Words of a chunk copied to the dense body at a time while the scan finds it dense (the
+ * segment just compared is still in cache). */
+#define RS_DENSE_SEGMENT 2048u
 
 /* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
 typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
@@ -190,14 +193,17 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
     gw.on = front && !dense;
     gw.nq = 0;
     for (uint64_t i = 0; i < whole; i += 64) {
-        uint8_t *d = dense && (i + 64) * w <= room ? front + i * w : NULL;
+        bool d = dense && (i + 64) * w <= room;
         if (gw.nq > RS_GAP_QUEUE - 8)
             drain(&gw);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
-        uint64_t m = step(cur + i * w, prev + i * w, d, &gw, i, w);
+        uint64_t m = step(cur + i * w, prev + i * w, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
-        s->copied = d ? (i + 64) * w : s->copied;
+        if (d && (i + 64) % RS_DENSE_SEGMENT == 0) { /* while the segment is in cache */
+            memcpy(front + s->copied, cur + s->copied, (size_t)((i + 64) * w - s->copied));
+            s->copied = (i + 64) * w;
+        }
         dense = d && s->changed * 16 >= (i + 64) * 15;
         /* gaps beat the bitmap only below 1 changed word in 8 (a varint is >= 1 byte) */
         gw.on = gw.on && s->changed * 10 <= i + 64;

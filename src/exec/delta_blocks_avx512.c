@@ -99,8 +99,8 @@ static inline void store_words(uint8_t *d, uint64_t e, __m512i a, uint32_t w)
     }
 }
 
-static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
-                                 rs_gap_writer_t *gw, uint64_t i, uint32_t w)
+static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw, uint64_t i,
+                                 uint32_t w)
 {
     uint64_t m = 0;
     for (uint32_t k = 0; k < w; k++) {
@@ -120,12 +120,7 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *den
             e = _mm512_cmpneq_epi8_mask(a, b);
         }
         m |= e << (k * 64 / w);
-        if (dense) { /* nearly every word changed: whole stores (an unchanged word is equal) */
-            _mm512_storeu_si512(prev + 64 * k, a);
-            _mm512_storeu_si512(dense + 64 * k, a);
-        } else { /* only the changed words: unchanged lines stay clean */
-            store_words(prev + 64 * k, e, a, w);
-        }
+        store_words(prev + 64 * k, e, a, w); /* unchanged lines stay clean */
     }
     if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
         gw->qp[gw->nq] = cur;

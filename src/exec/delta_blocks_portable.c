@@ -109,16 +109,14 @@ static inline void copy_block(uint8_t *d, const uint8_t *s, uint32_t w)
     memcpy(d, s, (size_t)64 * w);
 }
 
-static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, uint8_t *dense,
-                                 rs_gap_writer_t *gw, uint64_t i, uint32_t w)
+static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw, uint64_t i,
+                                 uint32_t w)
 {
     uint64_t m = block_mask(cur, prev, w);
     if (gw->on)
         rs_gaps_block(gw, cur, m, i, w);
     if (m)
         copy_block(prev, cur, w);
-    if (dense)
-        copy_block(dense, cur, w);
     return m;
 }
 
