@@ -15,6 +15,7 @@
  * call, so memcpy, encode and apply all start from memory. x86 only; elsewhere skipped.
  *
  * usage: bench_delta [chunk_KiB (default 1024)] [repeats (default 7)]
+ * (RESHARD_DELTA_CODEC=portable in the environment measures the portable codec path)
  * Exit status 1 when an applied chunk or the snapshot differs from the new bytes.
  */
 #include <stdio.h>
@@ -86,7 +87,8 @@ int main(int argc, char **argv)
     bufs_t bs = {{prev, cur, snap, dst, enc}, {len, len, len, len, len + RS_DELTA_HEADER_BYTES}};
     const double fracs[] = {0.0, 0.001, 0.01, 0.05, 0.2, 1.0};
     const char *kinds[] = {"dense", "bitmap", "runs", "gaps"};
-    printf("bench_delta: %zu KiB chunks of bf16, median of %d\n", len >> 10, reps);
+    printf("bench_delta: %zu KiB chunks of bf16, median of %d, codec path %s\n", len >> 10, reps,
+           rs_delta_codec_path());
     printf("  %-7s %-5s %9s %7s %10s %10s %10s %8s %8s\n", "changed", "from", "enc/dense", "kind",
            "memcpy", "encode", "apply", "enc/cpy", "app/cpy");
     int rc = 0;
