@@ -3,24 +3,25 @@
  * another when a rank holds several live plans made from the same inputs. The
  * fingerprint cannot tell them apart (a policy and a reference model of one
  * architecture, two engines' plans of equal layouts), so every execution's preflight
- * agreement also carries the plan's identity: the hash of its name where one was given
- * (no two live, not retired plans of the same inputs on a rank share a name), else its
- * ordinal among the rank's live, unnamed, not retired plans of the same inputs that the
- * same thread made before it. Ranks that create such plans in one order and execute them
- * in one order agree; a rank that executes another of them than its peers fails
- * preflight on every rank (MISMATCH) instead of pairing the two.
+ * agreement also carries the plan's identity:
+ *  - a named plan (reshard_plan_set_name): the hash of its name. No two live, not retired
+ *    plans of the same inputs on a rank share a name;
+ *  - an unnamed plan: its number, fixed when it is made: how many unnamed, not retired
+ *    plans of the same inputs its thread then held (0 for the first; a plan made after
+ *    the earlier ones were closed is 0 again). Fixed at creation, it does not move when an
+ *    earlier plan is closed or retired afterwards on some ranks only.
+ *  - a retired plan (the old plan of reshard_plan_delta_adopt, a plan whose execution
+ *    lost its peers: TIMEOUT, TRANSPORT; it no longer counts for the numbers and names of
+ *    plans made after it): its identity is of another set (RETIRED_TAG; named: its order
+ *    among the retired plans of its name), so that, executed again (a retry), it pairs
+ *    only with the same retired plan on its peers, never with a plan that took its place.
+ * Ranks that make such plans in one order and execute them in one order agree; a rank
+ * that executes another of them than its peers fails preflight on every rank (MISMATCH)
+ * instead of pairing the two.
  *
- * Plans of other threads (one per engine or model, each on its own comm) have no order
- * to agree on and do not count: plans of equal inputs made on two threads that share a
- * comm must be named (reshard_plan_set_name), which nothing here can check.
- *
- * Retired plans: the old plan of reshard_plan_delta_adopt, and a plan whose execution
- * lost its peers (TIMEOUT, TRANSPORT: an elastic refit goes on with new plans of the
- * same inputs, and a caller may still hold the old one, e.g. in an exception's
- * traceback). They no longer count among the live plans, and their own identity is
- * drawn from another set (RETIRED_TAG, their order among the retired ones), so that a
- * retired plan executed again (a retry after a transient timeout) pairs only with the
- * same retired plan on its peers, never with the live plan that took its place.
+ * Plans of other threads (one per engine or model, each on its own comm) are numbered
+ * apart: plans of equal inputs made on two threads that share a comm must be named,
+ * which nothing here can check.
  *
  * The registry is process-wide (plans of several ranks in one process are told apart by
  * my_rank), one mutex; a plan enters it when created and leaves it when destroyed.
@@ -38,7 +39,8 @@ typedef struct {
     const reshard_plan_t *plan;
     uint64_t serial;     /* creation order */
     uint64_t thread;     /* the creating thread's number (thread_number) */
-    const char *retired; /* why it may no longer execute; NULL: it may */
+    int32_t index;       /* unnamed: its number, fixed when it was made (rs_identity_add) */
+    const char *retired; /* why it was retired; NULL: it was not */
 } rs_id_entry_t;
 
 static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -102,7 +104,16 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan)
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread_number(), NULL};
+    /* its number: how many unnamed, not retired plans of its inputs its thread holds now */
+    const uint64_t thread = thread_number();
+    int32_t index = 0;
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->thread == thread && same_inputs(o->plan, plan) && !o->plan->id_name[0] &&
+            !o->retired)
+            index++;
+    }
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, index, NULL};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
 }
@@ -132,6 +143,17 @@ void rs_identity_retire(const reshard_plan_t *plan, const char *why)
     pthread_mutex_unlock(&id_mu);
 }
 
+void rs_identity_replace(const reshard_plan_t *plan, const reshard_plan_t *from, const char *why)
+{
+    pthread_mutex_lock(&id_mu);
+    rs_id_entry_t *me = entry_of(plan), *old = entry_of(from);
+    if (me && old && same_inputs(plan, from))
+        me->index = old->index; /* it takes the old plan's place among its thread's plans */
+    if (old && !old->retired)
+        old->retired = why;
+    pthread_mutex_unlock(&id_mu);
+}
+
 const char *rs_identity_retired(const reshard_plan_t *plan)
 {
     pthread_mutex_lock(&id_mu);
@@ -144,21 +166,23 @@ const char *rs_identity_retired(const reshard_plan_t *plan)
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
 {
     pthread_mutex_lock(&id_mu);
-    rs_id_entry_t *me = entry_of(plan);
+    const rs_id_entry_t *me = entry_of(plan);
     const bool named = plan->id_name[0] != '\0', retired = me && me->retired;
-    int32_t k = 0;
-    for (size_t i = 0; me && i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o != me && same_inputs(o->plan, plan) && !strcmp(o->plan->id_name, plan->id_name) &&
-            (named || o->thread == me->thread) && (o->retired != NULL) == retired &&
-            o->serial < me->serial)
-            k++;
+    int32_t k = me ? me->index : 0;
+    if (named) { /* retired: its order among the retired plans of its name */
+        k = 0;
+        for (size_t i = 0; me && retired && i < id_n; i++) {
+            const rs_id_entry_t *o = &id_live[i];
+            if (o != me && o->retired && same_inputs(o->plan, plan) &&
+                !strcmp(o->plan->id_name, plan->id_name) && o->serial < me->serial)
+                k++;
+        }
     }
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
         *ordinal = named ? -1 : k;
     const uint64_t base = named ? name_hash(plan->id_name) : 0;
-    /* a retired plan's identity is another set's than any live plan's */
+    /* a retired plan's identity is of another set than any plan that is not */
     return retired ? (base ^ RETIRED_TAG) + (uint64_t)k : base + (uint64_t)k;
 }
 
