@@ -159,6 +159,7 @@ class VerlEngineCore:
         self.trainer: Optional[ReshardTrainer] = None
         self.core: Optional[WorkerCore] = None
         self.synced_steps: Optional[int] = None  # global_steps of the last refit landed
+        self.attempted_steps: Optional[int] = None  # of the last one begun (_version)
         self.last_sync_s = 0.0
         self._live_ids: Optional[Dict[str, Tuple[int, int]]] = None
 
@@ -318,6 +319,24 @@ class VerlEngineCore:
             client.check("init")
         self.client, self.leader = client, t == 0
 
+    def _version(self, global_steps: Optional[int]) -> int:
+        """The refit version of a sync: ``global_steps`` (None: the one after the last
+        attempted, 0 first), which must exceed the last one attempted, as the vLLM
+        worker's rule and the SGLang loader's require. Every actor and rollout worker
+        applies it to the same sequence, so a repeated or older one (a failed step
+        retried included) is refused on every rank at once, before anything moves or
+        changes state (INVALID_ARG), rather than by the rollouts alone while the actors
+        wait out a timeout that ends their communicator."""
+        last = self.attempted_steps
+        version = (last + 1 if last is not None else 0) if global_steps is None \
+            else int(global_steps)
+        if last is not None and version <= last:
+            raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d after %d "
+                        "(versions increase, a failed one included; nothing was sent)"
+                        % (self.rank, version, last))
+        self.attempted_steps = version
+        return version
+
     def _receive_sglang(self, global_steps: int) -> None:
         """One sync into the SGLang server's live parameters: refit round
         global_steps + 1 (the loader counts rounds from 1; verl's first sync is 0),
@@ -338,10 +357,11 @@ class VerlEngineCore:
             raise error(Status.INVALID_ARG, "reshard rank %s: send_weights on a %s worker "
                         "before init_process_group as a source" % (self.rank, self.role))
         await _close(weights)
+        version = self._version(global_steps)
         t0 = time.perf_counter()
         self.trainer.send_weights()
         self.last_sync_s = time.perf_counter() - t0
-        self.synced_steps = global_steps
+        self.synced_steps = version
         out = {"reshard/sync_s": self.last_sync_s}
         if self.kwargs.get("delta"):
             d = self.trainer.plan.delta_info()
@@ -358,11 +378,7 @@ class VerlEngineCore:
         TIMEOUT naming a dead peer, ...) and yields nothing. ``global_steps`` is the
         version: it must increase (a repeated or older one is refused)."""
         if self.client is not None:
-            version = (self.synced_steps + 1 if self.synced_steps is not None else 0) \
-                if global_steps is None else int(global_steps)
-            if self.synced_steps is not None and version <= self.synced_steps:
-                raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d after %d "
-                            "(versions increase)" % (self.rank, version, self.synced_steps))
+            version = self._version(global_steps)
             t0 = time.perf_counter()
             self._receive_sglang(version)
             self.last_sync_s = time.perf_counter() - t0
@@ -373,7 +389,7 @@ class VerlEngineCore:
             raise error(Status.INVALID_ARG, "reshard rank %s: receive_weights on a %s "
                         "worker before init_process_group as a destination"
                         % (self.rank, self.role))
-        version = core.attempted + 1 if global_steps is None else int(global_steps)
+        version = self._version(global_steps)
         self._follow_reallocation()
         t0 = time.perf_counter()
         core.start_weight_update()
