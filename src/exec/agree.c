@@ -218,8 +218,8 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
         snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
     else
         snprintf(mine, sizeof mine,
-                 "its thread's unnamed plan number %d of these inputs (from 0: how many "
-                 "such plans, not retired, the thread held when it made this one)",
+                 "its thread's unnamed plan number %d of these inputs (the smallest "
+                 "number no other unnamed, not retired plan of them held when it was made)",
                  (int)ordinal);
     if (retired)
         snprintf(mine + strlen(mine), sizeof mine - strlen(mine),

@@ -6,17 +6,20 @@
  * agreement also carries the plan's identity:
  *  - a named plan (reshard_plan_set_name): the hash of its name. No two live, not retired
  *    plans of the same inputs on a rank share a name;
- *  - an unnamed plan: its number, fixed when it is made: how many unnamed, not retired
- *    plans of the same inputs its thread then held (0 for the first; a plan made after
- *    the earlier ones were closed is 0 again). Fixed at creation, it does not move when an
- *    earlier plan is closed or retired afterwards on some ranks only.
+ *  - an unnamed plan: its number, fixed when it is made: the smallest number that no
+ *    unnamed, not retired plan of the same inputs its thread then holds (0 for the first,
+ *    0 again once the earlier ones were closed). Two live plans never share a number,
+ *    and a number never moves when another plan is closed or retired afterwards, on
+ *    some ranks only or on all;
  *  - a retired plan (the old plan of reshard_plan_delta_adopt, a plan whose execution
- *    lost its peers: TIMEOUT, TRANSPORT; it no longer counts for the numbers and names of
- *    plans made after it): its identity is of another set (RETIRED_TAG; named: its order
- *    among the retired plans of its name), so that, executed again (a retry), it pairs
- *    only with the same retired plan on its peers, never with a plan that took its place.
- * Ranks that make such plans in one order and execute them in one order agree; a rank
- * that executes another of them than its peers fails preflight on every rank (MISMATCH)
+ *    lost its peers: TIMEOUT, TRANSPORT; it no longer takes a number or a name from plans
+ *    made after it): an identity of another set (RETIRED_TAG; unnamed: its order among
+ *    every plan of its inputs its thread ever made; named: its order among the retired
+ *    plans of its name), so that, executed again (a retry), it pairs only with the same
+ *    retired plan on its peers. The new plan of reshard_plan_delta_adopt takes the old
+ *    plan's name, or its number, as the plan that takes its place.
+ * Ranks that make, close and execute such plans in one order agree; a rank that
+ * executes another of them than its peers fails preflight on every rank (MISMATCH)
  * instead of pairing the two.
  *
  * Plans of other threads (one per engine or model, each on its own comm) are numbered
@@ -40,13 +43,23 @@ typedef struct {
     uint64_t serial;     /* creation order */
     uint64_t thread;     /* the creating thread's number (thread_number) */
     int32_t index;       /* unnamed: its number, fixed when it was made (rs_identity_add) */
+    int32_t ever;        /* its order among every plan of its inputs its thread made */
     const char *retired; /* why it was retired; NULL: it was not */
 } rs_id_entry_t;
+
+/* How many plans of one (thread, inputs, rank) were ever made: never forgotten, so that
+ * no two retired plans of a thread carry one identity. */
+typedef struct {
+    uint64_t thread, fingerprint;
+    int32_t rank, made;
+} rs_id_count_t;
 
 static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
 static rs_id_entry_t *id_live;
 static size_t id_n, id_cap;
 static uint64_t id_serial;
+static rs_id_count_t *id_counts;
+static size_t id_ncounts, id_counts_cap;
 
 /* Set in a retired plan's identity (never in an ordinal; a name's hash has the top bit). */
 #define RETIRED_TAG 0x4000000000000000ull
@@ -97,23 +110,49 @@ static uint64_t name_hash(const char *name)
     return h | (uint64_t)1 << 63; /* never an ordinal */
 }
 
+/* The count of @p thread's plans of @p plan's inputs (created at 0); NULL: out of memory. */
+static rs_id_count_t *count_of(const reshard_plan_t *plan, uint64_t thread)
+{
+    for (size_t i = 0; i < id_ncounts; i++) {
+        rs_id_count_t *c = &id_counts[i];
+        if (c->thread == thread && c->fingerprint == plan->fingerprint &&
+            c->rank == plan->p.my_rank)
+            return c;
+    }
+    if (!grow((void **)&id_counts, &id_counts_cap, id_ncounts, sizeof *id_counts))
+        return NULL;
+    id_counts[id_ncounts] = (rs_id_count_t){thread, plan->fingerprint, plan->p.my_rank, 0};
+    return &id_counts[id_ncounts++];
+}
+
+/* Whether an unnamed, not retired plan of @p plan's inputs that @p thread made holds
+ * number @p k. */
+static bool number_taken(const reshard_plan_t *plan, uint64_t thread, int32_t k)
+{
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->index == k && o->thread == thread && same_inputs(o->plan, plan) &&
+            !o->plan->id_name[0] && !o->retired)
+            return true;
+    }
+    return false;
+}
+
 reshard_status_t rs_identity_add(const reshard_plan_t *plan)
 {
     pthread_mutex_lock(&id_mu);
-    if (!grow((void **)&id_live, &id_cap, id_n, sizeof *id_live)) {
+    const uint64_t thread = thread_number();
+    rs_id_count_t *c = count_of(plan, thread);
+    if (!c || !grow((void **)&id_live, &id_cap, id_n, sizeof *id_live)) {
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    /* its number: how many unnamed, not retired plans of its inputs its thread holds now */
-    const uint64_t thread = thread_number();
+    /* its number: the smallest that no unnamed, not retired plan of its inputs its thread
+     * holds now (never one a live plan holds) */
     int32_t index = 0;
-    for (size_t i = 0; i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o->thread == thread && same_inputs(o->plan, plan) && !o->plan->id_name[0] &&
-            !o->retired)
-            index++;
-    }
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, index, NULL};
+    while (number_taken(plan, thread, index))
+        index++;
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, index, c->made++, NULL};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
 }
@@ -143,14 +182,18 @@ void rs_identity_retire(const reshard_plan_t *plan, const char *why)
     pthread_mutex_unlock(&id_mu);
 }
 
-void rs_identity_replace(const reshard_plan_t *plan, const reshard_plan_t *from, const char *why)
+void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why)
 {
     pthread_mutex_lock(&id_mu);
     rs_id_entry_t *me = entry_of(plan), *old = entry_of(from);
-    if (me && old && same_inputs(plan, from))
-        me->index = old->index; /* it takes the old plan's place among its thread's plans */
     if (old && !old->retired)
         old->retired = why;
+    if (me && old && same_inputs(plan, from) && !plan->id_name[0]) {
+        if (from->id_name[0]) /* it takes the old plan's name, which the retirement freed */
+            snprintf(plan->id_name, sizeof plan->id_name, "%s", from->id_name);
+        else /* it takes the old plan's number among its thread's plans */
+            me->index = old->index;
+    }
     pthread_mutex_unlock(&id_mu);
 }
 
@@ -168,7 +211,7 @@ uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
     pthread_mutex_lock(&id_mu);
     const rs_id_entry_t *me = entry_of(plan);
     const bool named = plan->id_name[0] != '\0', retired = me && me->retired;
-    int32_t k = me ? me->index : 0;
+    int32_t k = me ? (retired ? me->ever : me->index) : 0;
     if (named) { /* retired: its order among the retired plans of its name */
         k = 0;
         for (size_t i = 0; me && retired && i < id_n; i++) {

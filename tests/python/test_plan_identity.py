@@ -329,3 +329,79 @@ def test_model_plan_takes_a_name_and_agrees_on_it():
     for e in got:
         assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH, e
         assert "name" in e.message, e
+
+
+@pytest.mark.parametrize("pattern", ["replan both", "close the first", "adopt"])
+def test_two_live_plans_never_share_a_number(pattern):
+    """Every rank runs the same sequence, leaving two live unnamed plans x and y of equal
+    inputs; then ranks 0 and 2 execute x then y, ranks 1 and 3 y then x: every execution
+    fails on every rank (MISMATCH), nothing written. A number was a count of the live
+    plans, reused once an earlier plan stopped counting, so x and y both held it and
+    paired, OK with 768 of 1536 elements wrong (tester round 8, R8-1):
+    - "replan both": pol = Plan(); ref = Plan(); pol = Plan(); ref = Plan();
+    - "close the first": a, b; a closed; c (x = b, y = c);
+    - "adopt": a, b; a closed; b2 adopts b (delta); c (x = b2, y = c)."""
+    src, dst = layouts()
+    delta = pattern == "adopt"
+
+    def make(r):
+        return reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=delta)
+
+    def rank_fn(comm):
+        r = comm.rank
+        if pattern == "replan both":
+            pol = make(r)
+            ref = make(r)
+            pol = make(r)
+            ref = make(r)
+            x, y = pol, ref
+        else:
+            a, b = make(r), make(r)
+            a.close()
+            if pattern == "adopt":
+                b2 = make(r)
+                b2.delta_adopt(b)
+                b.close()
+                b = b2
+            x, y = b, make(r)
+        out = []
+        for plan, salt in (((x, 0), (y, 1000)) if r in (0, 2) else ((y, 1000), (x, 0))):
+            s, d = buffers(r, salt)
+            try:
+                plan.execute(comm, src=s, dst=d)
+                out.append("returned OK")
+            except reshard.ReshardError as e:
+                out.append((e.status, not d or not d["w"].any()))
+        return out
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
+
+
+def test_delta_adopt_carries_the_name():
+    """A named plan replaced through delta_adopt: the new plan (made unnamed, since the
+    old one still holds the name) takes the old one's name, so it never pairs with an
+    unnamed plan of the same inputs (tester round 8, R8-2: it took number 0 and paired
+    with the unnamed reference plan)."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        pol = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True, name="pol",
+                           verify=False)
+        ref = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True,
+                           verify=False)
+        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True,
+                           verify=False)
+        new.delta_adopt(pol)
+        pol.close()
+        out = []
+        for plan, salt in (((new, 0), (ref, 1000)) if r in (0, 2) else ((ref, 1000), (new, 0))):
+            s, d = buffers(r, salt)
+            try:
+                plan.execute(comm, src=s, dst=d)
+                out.append("returned OK")
+            except reshard.ReshardError as e:
+                out.append((e.status, not d or not d["w"].any()))
+        return out
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got

@@ -330,6 +330,9 @@ class VerlEngineCore:
         last = self.attempted_steps
         version = (last + 1 if last is not None else 0) if global_steps is None \
             else int(global_steps)
+        if version < 0:
+            raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d (verl counts "
+                        "from 0; nothing was sent)" % (self.rank, version))
         if last is not None and version <= last:
             raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d after %d "
                         "(versions increase, a failed one included; nothing was sent)"
