@@ -218,8 +218,8 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
         snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
     else
         snprintf(mine, sizeof mine,
-                 "its thread's unnamed plan number %d of these inputs (the smallest "
-                 "number no other unnamed, not retired plan of them held when it was made)",
+                 "its thread's unnamed plan number %d of these inputs (from 0: its order "
+                 "among every plan of them the thread made, closed or not)",
                  (int)ordinal);
     if (retired)
         snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
@@ -229,9 +229,9 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
                     "nothing was sent (plans of equal inputs pair by name, "
                     "reshard_plan_set_name / Plan(name=...), else by the order a thread of "
                     "each rank created them: these ranks created or executed them in another "
-                    "order, or one of them retired it and the others did not; name them, "
-                    "and close plans not executed again, Plan.close(); this rank executes "
-                    "%s)",
+                    "order, or made a different number of them (a process started afresh "
+                    "beside survivors), or one retired it and the others did not: name the "
+                    "plans; this rank executes %s)",
                     me, lo, hi, mine);
 }
 

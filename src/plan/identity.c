@@ -6,21 +6,22 @@
  * agreement also carries the plan's identity:
  *  - a named plan (reshard_plan_set_name): the hash of its name. No two live, not retired
  *    plans of the same inputs on a rank share a name;
- *  - an unnamed plan: its number, fixed when it is made: the smallest number that no
- *    unnamed, not retired plan of the same inputs its thread then holds (0 for the first,
- *    0 again once the earlier ones were closed). Two live plans never share a number,
- *    and a number never moves when another plan is closed or retired afterwards, on
- *    some ranks only or on all;
+ *  - an unnamed plan: its number, its order among every plan of the same inputs its
+ *    thread ever made (closed, collected or retired alike). The number depends only on
+ *    what the thread did, never on which earlier plans are still alive: a close, a
+ *    garbage collection or a retirement that happens at another moment on another rank
+ *    cannot give two plans one number. The price: ranks must make the same number of
+ *    plans of those inputs; a rank that made fewer (a process started afresh beside
+ *    survivors, elastic rejoin) fails MISMATCH on every rank: name plans there;
  *  - a retired plan (the old plan of reshard_plan_delta_adopt, a plan whose execution
- *    lost its peers: TIMEOUT, TRANSPORT; it no longer takes a number or a name from plans
- *    made after it): an identity of another set (RETIRED_TAG; unnamed: its order among
- *    every plan of its inputs its thread ever made; named: its order among the retired
- *    plans of its name), so that, executed again (a retry), it pairs only with the same
+ *    lost its peers: TIMEOUT, TRANSPORT): an identity of another set (RETIRED_TAG plus
+ *    its number, or plus its name's generation: how many plans of its inputs had the
+ *    name before it), so that, executed again (a retry), it pairs only with the same
  *    retired plan on its peers. The new plan of reshard_plan_delta_adopt takes the old
- *    plan's name, or its number, as the plan that takes its place.
- * Ranks that make, close and execute such plans in one order agree; a rank that
- * executes another of them than its peers fails preflight on every rank (MISMATCH)
- * instead of pairing the two.
+ *    plan's name where no other plan took it since.
+ * Ranks that make such plans in one order and execute them in one order agree; a rank
+ * that executes another of them than its peers fails preflight on every rank
+ * (MISMATCH) instead of pairing the two.
  *
  * Plans of other threads (one per engine or model, each on its own comm) are numbered
  * apart: plans of equal inputs made on two threads that share a comm must be named,
@@ -42,13 +43,16 @@ typedef struct {
     const reshard_plan_t *plan;
     uint64_t serial;     /* creation order */
     uint64_t thread;     /* the creating thread's number (thread_number) */
-    int32_t index;       /* unnamed: its number, fixed when it was made (rs_identity_add) */
-    int32_t ever;        /* its order among every plan of its inputs its thread made */
+    int32_t number;      /* unnamed: its order among every plan of its inputs its thread made */
+    int32_t name_gen;    /* named: how many plans of its inputs had its name before it */
     const char *retired; /* why it was retired; NULL: it was not */
 } rs_id_entry_t;
 
-/* How many plans of one (thread, inputs, rank) were ever made: never forgotten, so that
- * no two retired plans of a thread carry one identity. */
+/* How many plans of one (thread, inputs, rank) were ever made, or (name hash in place of
+ * the thread: a name's hash has the top bit, a thread number never) how many were given
+ * one name: never forgotten, so that a number depends only on what the thread did, never
+ * on which earlier plans are still alive (closed, collected or retired at other times on
+ * other ranks). */
 typedef struct {
     uint64_t thread, fingerprint;
     int32_t rank, made;
@@ -125,19 +129,6 @@ static rs_id_count_t *count_of(const reshard_plan_t *plan, uint64_t thread)
     return &id_counts[id_ncounts++];
 }
 
-/* Whether an unnamed, not retired plan of @p plan's inputs that @p thread made holds
- * number @p k. */
-static bool number_taken(const reshard_plan_t *plan, uint64_t thread, int32_t k)
-{
-    for (size_t i = 0; i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o->index == k && o->thread == thread && same_inputs(o->plan, plan) &&
-            !o->plan->id_name[0] && !o->retired)
-            return true;
-    }
-    return false;
-}
-
 reshard_status_t rs_identity_add(const reshard_plan_t *plan)
 {
     pthread_mutex_lock(&id_mu);
@@ -147,14 +138,33 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan)
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    /* its number: the smallest that no unnamed, not retired plan of its inputs its thread
-     * holds now (never one a live plan holds) */
-    int32_t index = 0;
-    while (number_taken(plan, thread, index))
-        index++;
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, index, c->made++, NULL};
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, c->made++, 0, NULL};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
+}
+
+/* Whether a live, not retired plan of @p plan's inputs other than it is named @p name. */
+static bool name_taken(const reshard_plan_t *plan, const char *name)
+{
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->plan != plan && !o->retired && same_inputs(o->plan, plan) &&
+            !strcmp(o->plan->id_name, name))
+            return true;
+    }
+    return false;
+}
+
+/* Name @p plan (entry @p me) @p name, its generation counted; false: out of memory. */
+static bool give_name(reshard_plan_t *plan, rs_id_entry_t *me, const char *name)
+{
+    rs_id_count_t *c = count_of(plan, name_hash(name));
+    if (!c)
+        return false;
+    snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
+    if (me)
+        me->name_gen = c->made++;
+    return true;
 }
 
 void rs_identity_remove(const reshard_plan_t *plan)
@@ -188,12 +198,10 @@ void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const
     rs_id_entry_t *me = entry_of(plan), *old = entry_of(from);
     if (old && !old->retired)
         old->retired = why;
-    if (me && old && same_inputs(plan, from) && !plan->id_name[0]) {
-        if (from->id_name[0]) /* it takes the old plan's name, which the retirement freed */
-            snprintf(plan->id_name, sizeof plan->id_name, "%s", from->id_name);
-        else /* it takes the old plan's number among its thread's plans */
-            me->index = old->index;
-    }
+    /* it takes the old plan's name where the retirement freed it (none took it since) */
+    if (me && same_inputs(plan, from) && !plan->id_name[0] && from->id_name[0] &&
+        !name_taken(plan, from->id_name))
+        give_name(plan, me, from->id_name);
     pthread_mutex_unlock(&id_mu);
 }
 
@@ -211,22 +219,14 @@ uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
     pthread_mutex_lock(&id_mu);
     const rs_id_entry_t *me = entry_of(plan);
     const bool named = plan->id_name[0] != '\0', retired = me && me->retired;
-    int32_t k = me ? (retired ? me->ever : me->index) : 0;
-    if (named) { /* retired: its order among the retired plans of its name */
-        k = 0;
-        for (size_t i = 0; me && retired && i < id_n; i++) {
-            const rs_id_entry_t *o = &id_live[i];
-            if (o != me && o->retired && same_inputs(o->plan, plan) &&
-                !strcmp(o->plan->id_name, plan->id_name) && o->serial < me->serial)
-                k++;
-        }
-    }
+    const int32_t k = !me ? 0 : named ? me->name_gen : me->number;
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
         *ordinal = named ? -1 : k;
-    const uint64_t base = named ? name_hash(plan->id_name) : 0;
-    /* a retired plan's identity is of another set than any plan that is not */
-    return retired ? (base ^ RETIRED_TAG) + (uint64_t)k : base + (uint64_t)k;
+    if (named) /* live: the name alone; retired: of another set, one per plan of the name */
+        return retired ? (name_hash(plan->id_name) ^ RETIRED_TAG) + (uint64_t)k
+                       : name_hash(plan->id_name);
+    return retired ? RETIRED_TAG + (uint64_t)k : (uint64_t)k;
 }
 
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
@@ -237,20 +237,18 @@ reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
                         "reshard_plan_set_name: a plan and a name of 1 to %zu bytes",
                         sizeof plan->id_name - 1);
     pthread_mutex_lock(&id_mu);
-    for (size_t i = 0; i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o->plan != plan && !o->retired && same_inputs(o->plan, plan) &&
-            !strcmp(o->plan->id_name, name)) {
-            pthread_mutex_unlock(&id_mu);
-            return rs_error(RESHARD_ERR_INVALID_ARG,
-                            "reshard_plan_set_name: another live plan of the same inputs on "
-                            "this rank is named '%s' already: a name tells plans of equal inputs "
-                            "apart, so two of them cannot share it (destroy the other first, "
-                            "Plan.close())",
-                            name);
-        }
+    if (name_taken(plan, name)) {
+        pthread_mutex_unlock(&id_mu);
+        return rs_error(RESHARD_ERR_INVALID_ARG,
+                        "reshard_plan_set_name: another live plan of the same inputs on this "
+                        "rank is named '%s' already: a name tells plans of equal inputs apart, "
+                        "so two of them cannot share it (destroy the other first, "
+                        "Plan.close())",
+                        name);
     }
-    snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
+    const bool ok = give_name(plan, entry_of(plan), name);
     pthread_mutex_unlock(&id_mu);
-    return RESHARD_OK;
+    return ok ? RESHARD_OK
+              : rs_error(RESHARD_ERR_NOMEM, "reshard_plan_set_name: out of memory for the "
+                                            "plan registry");
 }

@@ -138,14 +138,14 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan);
 void rs_identity_remove(const reshard_plan_t *plan);
 void rs_identity_retire(const reshard_plan_t *plan, const char *why);
 /** Retire @p from (reshard_plan_delta_adopt: @p plan took its state), and where both
- *  have the same inputs and @p plan has no name, give @p plan @p from's name, or else its
- *  number, as the plan that takes its place. */
+ *  have the same inputs and @p plan has no name, give @p plan @p from's name unless
+ *  another plan took it since. */
 void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why);
 const char *rs_identity_retired(const reshard_plan_t *plan);
 /** The identity @p plan's executions agree on: the hash of its name (top bit set), or its
- *  number, fixed when it was made (the smallest no unnamed, not retired plan of the same
- *  inputs its thread then held); a retired plan's from a set of its own (that number
- *  into *@p ordinal when not NULL, -1 for a named plan; plan/identity.c). */
+ *  number: its order among every plan of the same inputs its creating thread ever made;
+ *  a retired plan's from a set of its own (that number into *@p ordinal when not NULL,
+ *  -1 for a named plan; plan/identity.c). */
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal);
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

@@ -161,28 +161,71 @@ def test_named_plans_of_two_threads_on_one_comm_pair_by_name():
     assert all(o == "ok" for out in got for o in out), got
 
 
-def test_a_closed_plan_no_longer_counts():
-    """A plan kept alive (here: by the test) but closed (Plan.close) before the next plan
-    of the same inputs is made does not shift that plan's number: refits with the new
-    plan pair with a rank that never had the old one; executing the closed plan is
-    refused."""
+def test_plans_are_numbered_by_every_plan_their_thread_made():
+    """Ranks 0 and 1 made (and closed) one more plan of these inputs than ranks 2 and 3:
+    an unnamed plan's number counts every plan of its inputs its thread made, closed or
+    not (so that a close or a garbage collection at another moment on another rank
+    cannot give two plans one number: tester round 9, R9-2), so the new plan is number 1
+    on ranks 0, 1 and number 0 on 2, 3: every rank fails (MISMATCH, saying that ranks
+    made a different number of them), nothing is written. Named, the same plans pair
+    whatever each rank made before: exact. Executing the closed plan is refused."""
     src, dst = layouts()
 
-    def rank_fn(comm):
+    def rank_fn(comm, name):
         r = comm.rank
         old = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10) if r < 2 else None
         if old is not None:
             old.close()
-        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)
+        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, name=name)
         s, d = buffers(r, 0)
-        new.execute(comm, src=s, dst=d)
+        try:
+            new.execute(comm, src=s, dst=d)
+        except reshard.ReshardError as e:
+            new.close()
+            return (old, e, not d or not d["w"].any())
         want = full(0)[:, (r - 2) * 24:(r - 1) * 24] if d else None
-        return (old, "ok" if not d or np.array_equal(d["w"], want) else "wrong")
-    got = reshard.run_threads(4, rank_fn)
-    assert [o for _, o in got] == ["ok"] * 4, got
+        new.close()
+        return (old, "ok" if not d or np.array_equal(d["w"], want) else "wrong", None)
+    got = reshard.run_threads(4, lambda c: rank_fn(c, None))
+    for _, e, untouched in got:
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH, e
+        assert "made a different number of them" in e.message, e
+        assert untouched
+    named = reshard.run_threads(4, lambda c: rank_fn(c, "policy"))
+    assert [o for _, o, _ in named] == ["ok"] * 4, named
     with pytest.raises(reshard.ReshardError, match="the plan was closed"):
         reshard.run_threads(4, lambda c: got[c.rank][0].execute(c, src={}, dst={})
                             if c.rank < 2 else reshard.plan_fail(c, reshard.Status.BUFFER))
+
+
+def test_a_plan_closed_at_another_moment_on_some_ranks_changes_no_number():
+    """Every rank makes a, b, c, d; ranks 0 and 2 close a before c is made, ranks 1 and 3
+    after: c and d executed in swapped order fail on every rank (MISMATCH), nothing
+    written. With the smallest free number, c and d swapped numbers between the two
+    halves and paired, OK with 768 of 1536 elements wrong (tester round 9, R9-2)."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        make = lambda: reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)  # noqa: E731
+        a, b = make(), make()
+        if r in (0, 2):
+            a.close()
+        c = make()
+        if r in (1, 3):
+            a.close()
+        d = make()
+        out = []
+        for plan, salt in (((c, 0), (d, 1000)) if r in (0, 2) else ((d, 1000), (c, 0))):
+            s, dd = buffers(r, salt)
+            try:
+                plan.execute(comm, src=s, dst=dd)
+                out.append("returned OK")
+            except reshard.ReshardError as e:
+                out.append((e.status, not dd or not dd["w"].any()))
+        return out
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
 
 
 def _swap_after_a_timeout(stalled):
