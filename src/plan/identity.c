@@ -6,26 +6,24 @@
  * agreement also carries the plan's identity:
  *  - a named plan (reshard_plan_set_name): the hash of its name. No two live, not retired
  *    plans of the same inputs on a rank share a name;
- *  - an unnamed plan: its number, its order among every plan of the same inputs its
- *    thread ever made (closed, collected or retired alike). The number depends only on
- *    what the thread did, never on which earlier plans are still alive: a close, a
- *    garbage collection or a retirement that happens at another moment on another rank
- *    cannot give two plans one number. The price: ranks must make the same number of
- *    plans of those inputs; a rank that made fewer (a process started afresh beside
- *    survivors, elastic rejoin) fails MISMATCH on every rank: name plans there;
+ *  - an unnamed plan: none (0), and it executes only while it is the rank's only live,
+ *    not retired, unnamed plan of its inputs (rs_identity_twins; exec refuses it
+ *    otherwise, on every rank). Every rule that told several unnamed plans apart by the
+ *    order a rank made them (a count, the smallest free number, the order among every
+ *    plan made) either paired two plans when a close, a garbage collection or a timeout
+ *    happened at another moment on another rank, or failed a rank that made a different
+ *    number of them (a process started afresh beside survivors); with one unnamed plan
+ *    per rank there is nothing to order;
  *  - a retired plan (the old plan of reshard_plan_delta_adopt, a plan whose execution
- *    lost its peers: TIMEOUT, TRANSPORT): an identity of another set (RETIRED_TAG plus
- *    its number, or plus its name's generation: how many plans of its inputs had the
- *    name before it), so that, executed again (a retry), it pairs only with the same
- *    retired plan on its peers. The new plan of reshard_plan_delta_adopt takes the old
- *    plan's name where no other plan took it since.
- * Ranks that make such plans in one order and execute them in one order agree; a rank
- * that executes another of them than its peers fails preflight on every rank
+ *    lost its peers: TIMEOUT, TRANSPORT): it no longer counts for the rules above, and its
+ *    identity is of another set (RETIRED_TAG plus its order among every plan of its
+ *    inputs its thread made, or plus how many plans of its inputs had its name before
+ *    it), so that, executed again (a retry), it pairs only with the same retired plan on
+ *    its peers. The new plan of reshard_plan_delta_adopt takes the old plan's name where
+ *    no other plan took it since;
+ *  - a RESHARD_ALL_RANKS plan's identity is of another set than a rank's own plans.
+ * A rank that executes another plan than its peers fails preflight on every rank
  * (MISMATCH) instead of pairing the two.
- *
- * Plans of other threads (one per engine or model, each on its own comm) are numbered
- * apart: plans of equal inputs made on two threads that share a comm must be named,
- * which nothing here can check.
  *
  * The registry is process-wide (plans of several ranks in one process are told apart by
  * my_rank), one mutex; a plan enters it when created and leaves it when destroyed.
@@ -43,7 +41,7 @@ typedef struct {
     const reshard_plan_t *plan;
     uint64_t serial;     /* creation order */
     uint64_t thread;     /* the creating thread's number (thread_number) */
-    int32_t number;      /* unnamed: its order among every plan of its inputs its thread made */
+    int32_t number;      /* its order among every plan of its inputs its thread made */
     int32_t name_gen;    /* named: how many plans of its inputs had its name before it */
     const char *retired; /* why it was retired; NULL: it was not */
 } rs_id_entry_t;
@@ -67,6 +65,8 @@ static size_t id_ncounts, id_counts_cap;
 
 /* Set in a retired plan's identity (never in an ordinal; a name's hash has the top bit). */
 #define RETIRED_TAG 0x4000000000000000ull
+/* Set in a RESHARD_ALL_RANKS plan's identity (never in a number or a retired tag's sum). */
+#define ALL_RANKS_TAG 0x2000000000000000ull
 
 static uint64_t id_threads;                /* the last thread number given */
 static _Thread_local uint64_t this_thread; /* this thread's number; 0: none yet */
@@ -214,6 +214,19 @@ const char *rs_identity_retired(const reshard_plan_t *plan)
     return why;
 }
 
+int32_t rs_identity_twins(const reshard_plan_t *plan)
+{
+    pthread_mutex_lock(&id_mu);
+    const rs_id_entry_t *me = entry_of(plan);
+    int32_t n = 0;
+    for (size_t i = 0; me && !me->retired && !plan->id_name[0] && i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        n += o != me && !o->retired && !o->plan->id_name[0] && same_inputs(o->plan, plan);
+    }
+    pthread_mutex_unlock(&id_mu);
+    return n;
+}
+
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
 {
     pthread_mutex_lock(&id_mu);
@@ -222,11 +235,16 @@ uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
     const int32_t k = !me ? 0 : named ? me->name_gen : me->number;
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
-        *ordinal = named ? -1 : k;
+        *ordinal = named ? -1 : retired ? k : 0;
+    uint64_t id;
     if (named) /* live: the name alone; retired: of another set, one per plan of the name */
-        return retired ? (name_hash(plan->id_name) ^ RETIRED_TAG) + (uint64_t)k
-                       : name_hash(plan->id_name);
-    return retired ? RETIRED_TAG + (uint64_t)k : (uint64_t)k;
+        id = retired ? (name_hash(plan->id_name) ^ RETIRED_TAG) + (uint64_t)k
+                     : name_hash(plan->id_name);
+    else /* live: the rank's only live unnamed plan of these inputs (rs_identity_twins) */
+        id = retired ? RETIRED_TAG + (uint64_t)k : 0;
+    /* a RESHARD_ALL_RANKS plan is named apart from a rank's own plans of the same
+     * fingerprint (which leaves the rank out): its identity is of another set too */
+    return plan->p.my_rank == RESHARD_ALL_RANKS ? id ^ ALL_RANKS_TAG : id;
 }
 
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
