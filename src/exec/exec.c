@@ -7,11 +7,13 @@
  * are in flight and packing overlaps the transfer; forwarding of what landed
  * in round k overlaps the arrival of rounds k+1, k+2, ...
  *
- * A forward stream of a dense plan moves everything that is ready in a round: its pieces
- * that are dense on both ends go straight between the user buffers as messages of their
- * own, unbounded by the chunk; the rest is packed into the stream's slot, at most a chunk
- * a round. A landing rank receives from several senders at once, so a forward bounded by
- * one chunk a round would fall behind the landings and trail the network phase.
+ * A dense plan's round moves a stream's bytes as several messages: each run of a piece
+ * dense on both ends (and worth a message) goes straight between the user buffers, the
+ * rest is packed into the stream's slot (at most a chunk a round), so a chunk that spans
+ * pieces is not copied twice. A forward stream moves everything that is ready in a round,
+ * unbounded by the chunk where it goes straight: a landing rank receives from several
+ * senders at once, and a forward bounded by one chunk a round would fall behind the
+ * landings and trail the network phase.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,21 +214,26 @@ static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_
     return piece_ptr(x, xs, cur);
 }
 
-/* Do the forward streams of @p plan move several messages a round (see the top)? Not
- * under delta rounds (one encoded chunk a stream) nor quantized destinations. */
-static bool fwd_messages(const reshard_plan_t *plan)
+/* Do the rounds of @p plan move several messages a stream (see the top)? Not under delta
+ * rounds (one encoded chunk a stream) nor quantized destinations. */
+static bool round_messages(const reshard_plan_t *plan)
 {
     return !plan->delta && !plan->quant;
 }
 
-/* Does forward piece @p p move straight between the user buffers, as messages of its own?
- * When its data is dense on both ends (a relay scratch always is) and worth a message. Both
- * ends decide alike, from the global plan. */
-static bool fwd_direct(const reshard_plan_t *plan, const rs_piece_t *p)
+/* Does piece @p p move straight between the user buffers, as messages of its own? When its
+ * data is dense where it is read and where it is written (a relay scratch always is: what
+ * a landing writes and its forward reads) and worth a message. Both ends decide alike,
+ * from the plan's layouts (see piece_place). */
+static bool piece_direct(const reshard_plan_t *plan, const rs_piece_t *p)
 {
-    if (p->bytes < RS_DIRECT_MIN_BYTES || !rs_box_dense(&p->box, &plan->dst->f[p->to_frag]))
+    if (p->bytes < RS_DIRECT_MIN_BYTES)
         return false;
-    return rs_piece_is_relay(plan->dst, p) || rs_box_dense(&p->box, &plan->dst->f[p->from_frag]);
+    bool fwd = p->stage == RS_STAGE_FORWARD, relay = rs_piece_is_relay(plan->dst, p);
+    const reshard_fragment_t *from =
+        fwd ? &plan->dst->f[p->from_frag] : &plan->src->f[p->from_frag];
+    bool read = (fwd && relay) || rs_box_dense(&p->box, from);
+    return read && ((!fwd && relay) || rs_box_dense(&p->box, &plan->dst->f[p->to_frag]));
 }
 
 /* Move @p cur over @p len stream bytes. */
@@ -359,7 +366,7 @@ static uint64_t forward_round(const reshard_plan_t *plan, const rs_stream_t *s, 
         uint64_t have = *ci < pi ? rs_piece_stream_bytes(p) : part;
         if (have <= *coff)
             break;
-        bool direct = fwd_direct(plan, p);
+        bool direct = piece_direct(plan, p);
         uint64_t rest = have - *coff, take = direct || rest < budget ? rest : budget;
         budget -= direct ? 0 : take;
         len += take;
@@ -402,7 +409,7 @@ static int forward_schedule(const reshard_plan_t *plan, const rs_landed_t *l, in
     }
     uint64_t pos = 0, avail = 0, coff = 0;
     int64_t pi = 0, g = 0, ci = 0; /* pieces [0, pi) are ready; the cursor is (ci, coff) */
-    const bool multi = fwd_messages(plan);
+    const bool multi = round_messages(plan);
     for (; pos < s->bytes; g++) {
         while (pi < s->n && ready[pi] <= g)
             avail += rs_piece_stream_bytes(&plan->pieces[s->idx[pi++]]);
@@ -490,15 +497,15 @@ static void count_sent(rs_exec_t *x, int32_t peer, uint64_t payload)
     *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += payload;
 }
 
-/* The next message of a forward round (see the top) at @p cur with @p left stream bytes of
+/* The next message of a round (see the top) at @p cur with @p left stream bytes of
  * the round to go: its stream bytes, and whether it moves straight between the user buffers
  * (a direct piece's data; its padding is not sent) or through the slot (a run of other
  * pieces). */
-static uint64_t fwd_message(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t cur,
-                            uint64_t left, bool *direct)
+static uint64_t next_message(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t cur,
+                             uint64_t left, bool *direct)
 {
     const rs_piece_t *p = &x->plan->pieces[s->idx[cur.piece]];
-    *direct = fwd_direct(x->plan, p);
+    *direct = piece_direct(x->plan, p);
     if (*direct) {
         uint64_t rest = rs_piece_stream_bytes(p) - cur.off;
         return rest < left ? rest : left;
@@ -506,7 +513,7 @@ static uint64_t fwd_message(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_
     uint64_t run = 0;
     while (run < left) {
         p = &x->plan->pieces[s->idx[cur.piece]];
-        if (fwd_direct(x->plan, p))
+        if (piece_direct(x->plan, p))
             break;
         uint64_t rest = rs_piece_stream_bytes(p) - cur.off;
         uint64_t take = rest < left - run ? rest : left - run;
@@ -517,18 +524,18 @@ static uint64_t fwd_message(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_
 }
 
 /* The data bytes (not padding) of the @p len stream bytes of a direct message at @p cur. */
-static uint64_t fwd_data(const rs_exec_t *x, const rs_stream_t *s, const rs_cursor_t *cur,
-                         uint64_t len)
+static uint64_t message_data(const rs_exec_t *x, const rs_stream_t *s, const rs_cursor_t *cur,
+                             uint64_t len)
 {
     const rs_piece_t *p = &x->plan->pieces[s->idx[cur->piece]];
     uint64_t end = cur->off + len < p->bytes ? cur->off + len : p->bytes;
     return end > cur->off ? end - cur->off : 0;
 }
 
-/* Post forward stream @p xs's @p len bytes of round @p k as its messages (fwd_message),
+/* Post stream @p xs's @p len bytes of a round as its messages (next_message),
  * packing what goes through the slot at @p stage_buf. */
-static reshard_status_t post_fwd_messages(rs_exec_t *x, rs_xstream_t *xs, int slot,
-                                          uint8_t *stage_buf, uint64_t len)
+static reshard_status_t post_messages(rs_exec_t *x, rs_xstream_t *xs, int slot, uint8_t *stage_buf,
+                                      uint64_t len)
 {
     const reshard_transport_ops_t *ops = x->comm->ops;
     rs_cursor_t *cur = xs->send ? &xs->cur : &xs->pcur;
@@ -536,9 +543,9 @@ static reshard_status_t post_fwd_messages(rs_exec_t *x, rs_xstream_t *xs, int sl
     uint64_t staged = 0;
     while (len > 0 && st == RESHARD_OK) {
         bool direct;
-        uint64_t n = fwd_message(x, xs->s, *cur, len, &direct);
+        uint64_t n = next_message(x, xs->s, *cur, len, &direct);
         uint8_t *buf = direct ? piece_ptr(x, xs, cur) : stage_buf + staged;
-        uint64_t bytes = direct ? fwd_data(x, xs->s, cur, n) : n, payload = direct ? bytes : 0;
+        uint64_t bytes = direct ? message_data(x, xs->s, cur, n) : n, payload = direct ? bytes : 0;
         if (xs->send && !direct && x->failed == RESHARD_OK) {
             const rs_cursor_t at = *cur;
             reshard_status_t ls = move_chunk(x, xs->s, cur, buf, n, true, &payload);
@@ -563,15 +570,15 @@ static reshard_status_t post_fwd_messages(rs_exec_t *x, rs_xstream_t *xs, int sl
     return st;
 }
 
-/* Unpack what forward stream @p xs received in its messages of a round (@p len bytes). */
-static void finish_fwd_messages(rs_exec_t *x, rs_xstream_t *xs, uint8_t *stage_buf, uint64_t len)
+/* Unpack what stream @p xs received in its messages of a round (@p len bytes). */
+static void finish_messages(rs_exec_t *x, rs_xstream_t *xs, uint8_t *stage_buf, uint64_t len)
 {
     uint64_t staged = 0;
     while (len > 0) {
         bool direct;
-        uint64_t n = fwd_message(x, xs->s, xs->cur, len, &direct), payload = 0;
+        uint64_t n = next_message(x, xs->s, xs->cur, len, &direct), payload = 0;
         if (direct) {
-            payload = fwd_data(x, xs->s, &xs->cur, n);
+            payload = message_data(x, xs->s, &xs->cur, n);
             advance(x, xs->s, &xs->cur, n);
         } else if (x->failed == RESHARD_OK) {
             const rs_cursor_t at = xs->cur;
@@ -605,8 +612,8 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
         uint64_t len = round_len(xs, k);
         if (!len)
             continue;
-        if (xs->len && fwd_messages(x->plan)) {
-            st = post_fwd_messages(x, xs, slot, base + xs->slot_off, len);
+        if (round_messages(x->plan)) {
+            st = post_messages(x, xs, slot, base + xs->slot_off, len);
             continue;
         }
         uint8_t *direct = direct_ptr(x, xs, xs->send ? &xs->cur : &xs->pcur, len);
@@ -663,8 +670,8 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
         uint64_t len = round_len(xs, k);
         if (xs->send || !len)
             continue;
-        if (xs->len && fwd_messages(x->plan)) {
-            finish_fwd_messages(x, xs, base + xs->slot_off, len);
+        if (round_messages(x->plan)) {
+            finish_messages(x, xs, base + xs->slot_off, len);
             continue;
         }
         uint64_t payload = 0;
