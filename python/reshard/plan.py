@@ -137,9 +137,9 @@ class Plan(_lib.Handle):
                  (reshard_plan_set_name; str of 1 to 63 bytes, the same on every rank):
                  plans of equal inputs (a policy and a reference model of one
                  architecture, two engines' plans of equal layouts) pair across ranks by
-                 name, else by their order among every plan of those inputs one thread
-                 of the rank made (a rank that made fewer, e.g. a process started afresh
-                 beside survivors, must name them);
+                 name, else by their number, fixed when each is made: the smallest no
+                 unnamed live one of one thread of the rank then held (close() the ones
+                 you will not execute again);
                  ranks executing different ones fail on every rank (MISMATCH), nothing
                  moves. Name them where ranks may create them in another order, or where
                  plans made on different threads share one comm

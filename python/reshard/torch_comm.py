@@ -526,7 +526,7 @@ def from_torch(group=None, name: Optional[str] = None):
     space) a live endpoint of the group holds. Endpoints whose names are absent on a
     peer never exchange a message: their executions time out on every rank. Plans of
     equal inputs pair by identity, checked at every execution (Plan(name=...), else
-    their order among every plan of those inputs one thread made; a rank
+    their number, fixed at creation, unique among the unnamed plans one thread holds; a rank
     executing another one than its peers fails on every rank, MISMATCH). Unnamed plans
     of equal inputs made on two threads that share one endpoint are not told apart: name
     them. Not checked: two endpoint names swapped between

@@ -217,17 +217,21 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
     if (ordinal < 0)
         snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
     else
-        snprintf(mine, sizeof mine, "its only live unnamed plan of these inputs");
+        snprintf(mine, sizeof mine,
+                 "its thread's unnamed plan number %d of these inputs (the smallest "
+                 "number no other unnamed, not retired plan of them held when it was made)",
+                 (int)ordinal);
     if (retired)
         snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
                  ", retired (%s: it pairs only with the same retired plan)", retired);
     return rs_error(RESHARD_ERR_MISMATCH,
                     "rank %d: ranks %d and %d execute different plans made from the same inputs; "
                     "nothing was sent (plans of equal inputs pair by name, "
-                    "reshard_plan_set_name / Plan(name=...); an unnamed plan pairs with the "
-                    "peers' only live unnamed plan of these inputs, and a retired one with "
-                    "the same retired plan: these ranks named them differently, or one "
-                    "retired a plan the others did not; this rank executes %s)",
+                    "reshard_plan_set_name / Plan(name=...), else by the order a thread of "
+                    "each rank created them: these ranks created or executed them in another "
+                    "order, or one of them retired it and the others did not; name them, "
+                    "and close plans not executed again, Plan.close(); this rank executes "
+                    "%s)",
                     me, lo, hi, mine);
 }
 

@@ -1224,16 +1224,6 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                       "execution; destroy it and give each thread its own comm (a name= of its "
                       "own on a torch group)",
                       rank);
-    const int32_t twins = st == RESHARD_OK ? rs_identity_twins(plan) : 0;
-    if (twins)
-        st = rs_error(RESHARD_ERR_INVALID_ARG,
-                      "rank %d: this rank holds %d other live unnamed plan%s made from the same "
-                      "inputs as this one, and nothing tells which of them a peer executes "
-                      "(a policy and a reference model of one architecture, a plan kept from "
-                      "an earlier step or thread): name each (reshard_plan_set_name, "
-                      "Plan(name=...), the same name on every rank) or destroy the ones not "
-                      "executed again (Plan.close())",
-                      rank, twins, twins > 1 ? "s" : "");
     if (st == RESHARD_OK && plan->quant) {
         st = rs_qbufs_setup(plan, comm, src_bufs, n_src, dst_bufs, n_dst, &qb);
         src_bufs = qb.src;

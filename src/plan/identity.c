@@ -6,24 +6,30 @@
  * agreement also carries the plan's identity:
  *  - a named plan (reshard_plan_set_name): the hash of its name. No two live, not retired
  *    plans of the same inputs on a rank share a name;
- *  - an unnamed plan: none (0), and it executes only while it is the rank's only live,
- *    not retired, unnamed plan of its inputs (rs_identity_twins; exec refuses it
- *    otherwise, on every rank). Every rule that told several unnamed plans apart by the
- *    order a rank made them (a count, the smallest free number, the order among every
- *    plan made) either paired two plans when a close, a garbage collection or a timeout
- *    happened at another moment on another rank, or failed a rank that made a different
- *    number of them (a process started afresh beside survivors); with one unnamed plan
- *    per rank there is nothing to order;
+ *  - an unnamed plan: its number, fixed when it is made: the smallest number that no
+ *    unnamed, not retired plan of the same inputs its thread then holds (0 for the first,
+ *    0 again once the earlier ones were closed). Two live plans never share a number,
+ *    and a number never moves when another plan is closed or retired afterwards, on
+ *    some ranks only or on all;
  *  - a retired plan (the old plan of reshard_plan_delta_adopt, a plan whose execution
- *    lost its peers: TIMEOUT, TRANSPORT): it no longer counts for the rules above, and its
- *    identity is of another set (RETIRED_TAG plus its order among every plan of its
- *    inputs its thread made, or plus how many plans of its inputs had its name before
- *    it), so that, executed again (a retry), it pairs only with the same retired plan on
- *    its peers. The new plan of reshard_plan_delta_adopt takes the old plan's name where
- *    no other plan took it since;
+ *    lost its peers: TIMEOUT, TRANSPORT; it no longer takes a number or a name from plans
+ *    made after it): an identity of another set (RETIRED_TAG; unnamed: its order among
+ *    every plan of its inputs its thread ever made; named: how many plans of its inputs
+ *    were ever given its name before it), so that, executed again (a retry), it pairs only with
+ *    the same retired plan on its peers. The new plan of reshard_plan_delta_adopt takes
+ *    the old plan's name, or its number, where no other plan took it since;
  *  - a RESHARD_ALL_RANKS plan's identity is of another set than a rank's own plans.
- * A rank that executes another plan than its peers fails preflight on every rank
- * (MISMATCH) instead of pairing the two.
+ * Known limit: the smallest free number depends on which plans a rank still holds when
+ * it makes a new one, so ranks that close (or garbage-collect) one of several live
+ * unnamed plans of equal inputs at different moments relative to making the next can
+ * number two plans alike; name such plans.
+ * Ranks that make, close and execute such plans in one order agree; a rank that
+ * executes another of them than its peers fails preflight on every rank (MISMATCH)
+ * instead of pairing the two.
+ *
+ * Plans of other threads (one per engine or model, each on its own comm) are numbered
+ * apart: plans of equal inputs made on two threads that share a comm must be named,
+ * which nothing here can check.
  *
  * The registry is process-wide (plans of several ranks in one process are told apart by
  * my_rank), one mutex; a plan enters it when created and leaves it when destroyed.
@@ -41,16 +47,14 @@ typedef struct {
     const reshard_plan_t *plan;
     uint64_t serial;     /* creation order */
     uint64_t thread;     /* the creating thread's number (thread_number) */
-    int32_t number;      /* its order among every plan of its inputs its thread made */
+    int32_t index;       /* unnamed: its number, fixed when it was made (rs_identity_add) */
+    int32_t ever;        /* its order among every plan of its inputs its thread made */
     int32_t name_gen;    /* named: how many plans of its inputs had its name before it */
     const char *retired; /* why it was retired; NULL: it was not */
 } rs_id_entry_t;
 
-/* How many plans of one (thread, inputs, rank) were ever made, or (name hash in place of
- * the thread: a name's hash has the top bit, a thread number never) how many were given
- * one name: never forgotten, so that a number depends only on what the thread did, never
- * on which earlier plans are still alive (closed, collected or retired at other times on
- * other ranks). */
+/* How many plans of one (thread, inputs, rank) were ever made: never forgotten, so that
+ * no two retired plans of a thread carry one identity. */
 typedef struct {
     uint64_t thread, fingerprint;
     int32_t rank, made;
@@ -129,6 +133,19 @@ static rs_id_count_t *count_of(const reshard_plan_t *plan, uint64_t thread)
     return &id_counts[id_ncounts++];
 }
 
+/* Whether an unnamed, not retired plan of @p plan's inputs that @p thread made holds
+ * number @p k. */
+static bool number_taken(const reshard_plan_t *plan, uint64_t thread, int32_t k)
+{
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->index == k && o->thread == thread && same_inputs(o->plan, plan) &&
+            !o->plan->id_name[0] && !o->retired)
+            return true;
+    }
+    return false;
+}
+
 reshard_status_t rs_identity_add(const reshard_plan_t *plan)
 {
     pthread_mutex_lock(&id_mu);
@@ -138,33 +155,14 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan)
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
-    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, c->made++, 0, NULL};
+    /* its number: the smallest that no unnamed, not retired plan of its inputs its thread
+     * holds now (never one a live plan holds) */
+    int32_t index = 0;
+    while (number_taken(plan, thread, index))
+        index++;
+    id_live[id_n++] = (rs_id_entry_t){plan, ++id_serial, thread, index, c->made++, 0, NULL};
     pthread_mutex_unlock(&id_mu);
     return RESHARD_OK;
-}
-
-/* Whether a live, not retired plan of @p plan's inputs other than it is named @p name. */
-static bool name_taken(const reshard_plan_t *plan, const char *name)
-{
-    for (size_t i = 0; i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        if (o->plan != plan && !o->retired && same_inputs(o->plan, plan) &&
-            !strcmp(o->plan->id_name, name))
-            return true;
-    }
-    return false;
-}
-
-/* Name @p plan (entry @p me) @p name, its generation counted; false: out of memory. */
-static bool give_name(reshard_plan_t *plan, rs_id_entry_t *me, const char *name)
-{
-    rs_id_count_t *c = count_of(plan, name_hash(name));
-    if (!c)
-        return false;
-    snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
-    if (me)
-        me->name_gen = c->made++;
-    return true;
 }
 
 void rs_identity_remove(const reshard_plan_t *plan)
@@ -192,16 +190,47 @@ void rs_identity_retire(const reshard_plan_t *plan, const char *why)
     pthread_mutex_unlock(&id_mu);
 }
 
+/* Whether a live, not retired plan of @p plan's inputs other than it is named @p name. */
+static bool name_taken(const reshard_plan_t *plan, const char *name)
+{
+    for (size_t i = 0; i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o->plan != plan && !o->retired && same_inputs(o->plan, plan) &&
+            !strcmp(o->plan->id_name, name))
+            return true;
+    }
+    return false;
+}
+
+/* Name @p plan (entry @p me) @p name, its generation counted (how many plans of its inputs
+ * had the name before: a count never forgotten, kept under the name's hash in place of a
+ * thread number, which a hash with its top bit never is); false: out of memory. */
+static bool give_name(reshard_plan_t *plan, rs_id_entry_t *me, const char *name)
+{
+    rs_id_count_t *c = count_of(plan, name_hash(name));
+    if (!c)
+        return false;
+    snprintf(plan->id_name, sizeof plan->id_name, "%s", name);
+    if (me)
+        me->name_gen = c->made++;
+    return true;
+}
+
 void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why)
 {
     pthread_mutex_lock(&id_mu);
     rs_id_entry_t *me = entry_of(plan), *old = entry_of(from);
     if (old && !old->retired)
         old->retired = why;
-    /* it takes the old plan's name where the retirement freed it (none took it since) */
-    if (me && same_inputs(plan, from) && !plan->id_name[0] && from->id_name[0] &&
-        !name_taken(plan, from->id_name))
-        give_name(plan, me, from->id_name);
+    /* it takes the old plan's name, or number, where no other plan took it since */
+    if (me && old && same_inputs(plan, from) && !plan->id_name[0]) {
+        if (from->id_name[0]) {
+            if (!name_taken(plan, from->id_name))
+                give_name(plan, me, from->id_name);
+        } else if (!number_taken(plan, me->thread, old->index) && old->thread == me->thread) {
+            me->index = old->index;
+        }
+    }
     pthread_mutex_unlock(&id_mu);
 }
 
@@ -214,36 +243,23 @@ const char *rs_identity_retired(const reshard_plan_t *plan)
     return why;
 }
 
-int32_t rs_identity_twins(const reshard_plan_t *plan)
-{
-    pthread_mutex_lock(&id_mu);
-    const rs_id_entry_t *me = entry_of(plan);
-    int32_t n = 0;
-    for (size_t i = 0; me && !me->retired && !plan->id_name[0] && i < id_n; i++) {
-        const rs_id_entry_t *o = &id_live[i];
-        n += o != me && !o->retired && !o->plan->id_name[0] && same_inputs(o->plan, plan);
-    }
-    pthread_mutex_unlock(&id_mu);
-    return n;
-}
-
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
 {
     pthread_mutex_lock(&id_mu);
     const rs_id_entry_t *me = entry_of(plan);
     const bool named = plan->id_name[0] != '\0', retired = me && me->retired;
-    const int32_t k = !me ? 0 : named ? me->name_gen : me->number;
+    const int32_t k = !me ? 0 : named ? me->name_gen : retired ? me->ever : me->index;
     pthread_mutex_unlock(&id_mu);
     if (ordinal)
-        *ordinal = named ? -1 : retired ? k : 0;
+        *ordinal = named ? -1 : k;
     uint64_t id;
     if (named) /* live: the name alone; retired: of another set, one per plan of the name */
         id = retired ? (name_hash(plan->id_name) ^ RETIRED_TAG) + (uint64_t)k
                      : name_hash(plan->id_name);
-    else /* live: the rank's only live unnamed plan of these inputs (rs_identity_twins) */
-        id = retired ? RETIRED_TAG + (uint64_t)k : 0;
-    /* a RESHARD_ALL_RANKS plan is named apart from a rank's own plans of the same
-     * fingerprint (which leaves the rank out): its identity is of another set too */
+    else /* a retired plan's identity is of another set than any plan that is not */
+        id = retired ? RETIRED_TAG + (uint64_t)k : (uint64_t)k;
+    /* a RESHARD_ALL_RANKS plan is numbered and named apart from a rank's own plans of the
+     * same fingerprint (which leaves the rank out): its identity is of another set too */
     return plan->p.my_rank == RESHARD_ALL_RANKS ? id ^ ALL_RANKS_TAG : id;
 }
 
@@ -267,6 +283,6 @@ reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)
     const bool ok = give_name(plan, entry_of(plan), name);
     pthread_mutex_unlock(&id_mu);
     return ok ? RESHARD_OK
-              : rs_error(RESHARD_ERR_NOMEM, "reshard_plan_set_name: out of memory for the "
-                                            "plan registry");
+              : rs_error(RESHARD_ERR_NOMEM,
+                         "reshard_plan_set_name: out of memory for the plan registry");
 }

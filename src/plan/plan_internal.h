@@ -138,17 +138,14 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan);
 void rs_identity_remove(const reshard_plan_t *plan);
 void rs_identity_retire(const reshard_plan_t *plan, const char *why);
 /** Retire @p from (reshard_plan_delta_adopt: @p plan took its state), and where both
- *  have the same inputs and @p plan has no name, give @p plan @p from's name unless
- *  another plan took it since. */
+ *  have the same inputs and @p plan has no name, give @p plan @p from's name, or else its
+ *  number, as the plan that takes its place. */
 void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why);
 const char *rs_identity_retired(const reshard_plan_t *plan);
-/** How many other live, not retired, unnamed plans of @p plan's inputs its rank holds (0
- *  for a named or retired plan): an unnamed plan executes only while this is 0. */
-int32_t rs_identity_twins(const reshard_plan_t *plan);
-/** The identity @p plan's executions agree on: the hash of its name (top bit set), or 0
- *  for an unnamed plan; a retired plan's and a RESHARD_ALL_RANKS plan's from sets of
- *  their own (*@p ordinal when not NULL: -1 for a named plan, a retired unnamed plan's
- *  order among the plans its thread made, else 0; plan/identity.c). */
+/** The identity @p plan's executions agree on: the hash of its name (top bit set), or its
+ *  number, fixed when it was made (the smallest no unnamed, not retired plan of the same
+ *  inputs its thread then held); a retired plan's from a set of its own (that number
+ *  into *@p ordinal when not NULL, -1 for a named plan; plan/identity.c). */
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal);
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

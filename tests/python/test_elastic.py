@@ -30,13 +30,9 @@ def layouts():
 FULL = (np.arange(48, dtype=np.float32) * 3 + 1).reshape(SHAPE)
 
 
-def refit(src, dst, comm, rank, name=None):
-    """Plan, execute, return this rank's destination array (or None). A rank that comes
-    back has made fewer plans of the full membership than the survivors: those plans
-    pair by ``name`` (an unnamed plan's number counts every plan of its inputs its
-    thread made; docs/python-reference.md)."""
-    plan = reshard.Plan(src, dst, rank=rank, world=WORLD, staging_mb=1, timeout_s=TIMEOUT,
-                        name=name)
+def refit(src, dst, comm, rank):
+    """Plan, execute, return this rank's destination array (or None)."""
+    plan = reshard.Plan(src, dst, rank=rank, world=WORLD, staging_mb=1, timeout_s=TIMEOUT)
     shard = local_shard(FULL, SRC_MESH, SRC_PL, rank)
     s = {"w": np.ascontiguousarray(shard)} if shard is not None else None
     d = {p.name: np.full(p.shape, -1, np.float32) for p in dst.parameters(rank)}
@@ -63,7 +59,7 @@ def test_lost_rank_survivors_refit_then_rejoin():
                 recovered.wait()  # stops answering until the others are done
             else:
                 with pytest.raises(reshard.ReshardError) as e:
-                    refit(src, dst, comms[r], r, name="full")
+                    refit(src, dst, comms[r], r)
                 assert e.value.status == reshard.Status.TIMEOUT
                 gone = reshard.elastic.agree_gone(comms[r], TIMEOUT / 6)
                 comm2 = reshard.elastic.shrink(comms[r], gone, survivors=survivors)
@@ -73,7 +69,7 @@ def test_lost_rank_survivors_refit_then_rejoin():
                 comm2.close()
                 recovered.wait()
             back = reshard.elastic.view(rejoin.comm(r), WORLD, list(range(WORLD)))
-            out[("rejoin", r)] = refit(src, dst, back, r, name="full")
+            out[("rejoin", r)] = refit(src, dst, back, r)
             back.close()
         except BaseException as e:  # reported on the main thread
             out[("error", r)] = e
