@@ -33,6 +33,20 @@ def buffers(r, salt):
     return {}, {"w": np.zeros((64, 24), np.float32)}
 
 
+def swapped(comm, r, x, y):
+    """Ranks 0 and 2 execute plan x (values of salt 0) then y (salt 1000), ranks 1 and 3
+    y then x; per execution "returned OK" or (status, nothing written)."""
+    out = []
+    for plan, salt in (((x, 0), (y, 1000)) if r in (0, 2) else ((y, 1000), (x, 0))):
+        s, d = buffers(r, salt)
+        try:
+            plan.execute(comm, src=s, dst=d)
+            out.append("returned OK")
+        except reshard.ReshardError as e:
+            out.append((e.status, not d or not d["w"].any()))
+    return out
+
+
 def run(order, names=(None, None), create=None):
     """Every rank creates plans "a" (salt 0) and "b" (salt 1000) (in ``create(r)``'s
     order), then executes them in ``order(r)``; returns per rank the list of
@@ -364,15 +378,7 @@ def test_two_live_plans_never_share_a_number(pattern):
                 b.close()
                 b = b2
             x, y = b, make(r)
-        out = []
-        for plan, salt in (((x, 0), (y, 1000)) if r in (0, 2) else ((y, 1000), (x, 0))):
-            s, d = buffers(r, salt)
-            try:
-                plan.execute(comm, src=s, dst=d)
-                out.append("returned OK")
-            except reshard.ReshardError as e:
-                out.append((e.status, not d or not d["w"].any()))
-        return out
+        return swapped(comm, r, x, y)
     got = reshard.run_threads(4, rank_fn)
     assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
 
@@ -394,15 +400,7 @@ def test_delta_adopt_carries_the_name():
                            verify=False)
         new.delta_adopt(pol)
         pol.close()
-        out = []
-        for plan, salt in (((new, 0), (ref, 1000)) if r in (0, 2) else ((ref, 1000), (new, 0))):
-            s, d = buffers(r, salt)
-            try:
-                plan.execute(comm, src=s, dst=d)
-                out.append("returned OK")
-            except reshard.ReshardError as e:
-                out.append((e.status, not d or not d["w"].any()))
-        return out
+        return swapped(comm, r, new, ref)
     got = reshard.run_threads(4, rank_fn)
     assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
 
@@ -418,15 +416,7 @@ def test_a_plan_for_every_rank_never_pairs_with_a_ranks_own_plan():
         r = comm.rank
         x = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=4, timeout_s=10)
         y = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)
-        out = []
-        for plan, salt in (((x, 0), (y, 1000)) if r in (0, 2) else ((y, 1000), (x, 0))):
-            s, d = buffers(r, salt)
-            try:
-                plan.execute(comm, src=s, dst=d)
-                out.append("returned OK")
-            except reshard.ReshardError as e:
-                out.append((e.status, not d or not d["w"].any()))
-        return out
+        return swapped(comm, r, x, y)
     got = reshard.run_threads(4, rank_fn)
     assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
 
@@ -460,15 +450,7 @@ def test_adopting_a_retired_plan_takes_nothing_a_live_plan_holds(named):
         n = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
         n.delta_adopt(a)
         c2 = group.comm(r)
-        out = []
-        for plan, salt in (((n, 0), (b, 1000)) if r in (0, 2) else ((b, 1000), (n, 0))):
-            s, d = buffers(r, salt)
-            try:
-                plan.execute(c2, src=s, dst=d)
-                out.append("returned OK")
-            except reshard.ReshardError as e:
-                out.append((e.status, not d or not d["w"].any()))
-        return out
+        return swapped(c2, r, n, b)
     got = reshard.run_threads(4, rank_fn)
     group.close()
     assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
