@@ -120,6 +120,7 @@ def actor(args: Any, rank: int) -> Dict[str, Any]:
     ctrl, mgr = manager(args)
     s = sizes(args.train, args.infer)
     syncs: List[Any] = []
+    refused: List[str] = []
     for global_steps in range(args.steps + 1):  # 0: ray_trainer.fit's initial sync
         t0 = time.perf_counter()
         if global_steps:
@@ -133,8 +134,23 @@ def actor(args: Any, rank: int) -> Dict[str, Any]:
                       metrics.get("reshard/wire_bytes", 0), metrics.get("reshard/stream_bytes", 0)))
         ctrl.wait(["checked/%d/%d" % (global_steps, i) for i in range(s.world - s.train_world)],
                   datetime.timedelta(seconds=args.timeout * 8))
+        if args.fault == "repeat" and global_steps == 1:
+            refused.append(repeated_sync(mgr, worker, "actor", rank))
     worker.checkpoint_engine.close()
-    return {"role": "actor", "rank": rank, "syncs": syncs, "gathered": engine.gathered}
+    return {"role": "actor", "rank": rank, "syncs": syncs, "gathered": engine.gathered,
+            "refused": refused}
+
+
+def repeated_sync(mgr: Any, worker: Any, side: str, index: int) -> str:
+    """--fault repeat: verl's manager runs global_steps 1 again; every worker must refuse
+    it at once (INVALID_ARG, nothing sent) instead of the rollouts alone refusing while
+    the actors wait out a timeout that ends their communicator. Returns the outcome."""
+    from reshard import ReshardError, Status
+    try:
+        mgr.sync(worker, side, index, global_steps=1)
+    except ReshardError as e:
+        return "refused" if e.status == Status.INVALID_ARG else "failed: %s" % e
+    return "synced"  # wrong: a repeated step was taken
 
 
 def vllm_rollout(args: Any, i: int, config: Any) -> Any:
@@ -234,7 +250,8 @@ def rollout(args: Any, rank: int) -> Dict[str, Any]:
     ctrl, mgr = manager(args)  # after verl's worker imported custom_backend_module
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
     oracle = SteppedWeights(w, dict(ADAMW, lr=args.lr))
-    report = {"role": "rollout", "rank": rank, "checked": 0, "wrong": 0, "syncs": 0}
+    report = {"role": "rollout", "rank": rank, "checked": 0, "wrong": 0, "syncs": 0,
+              "refused": []}
     for global_steps in range(args.steps + 1):
         mgr.sync(r.worker, "rollout", i, global_steps=global_steps)
         while oracle.steps < global_steps:
@@ -259,6 +276,8 @@ def rollout(args: Any, rank: int) -> Dict[str, Any]:
             asyncio.run(r.worker.server_adapter.release())
             asyncio.run(r.worker.server_adapter.resume(tags=["weights"]))
         ctrl.set("checked/%d/%d" % (global_steps, i), "1")
+        if args.fault == "repeat" and global_steps == 1:  # then step 2 is checked as usual
+            report["refused"].append(repeated_sync(mgr, r.worker, "rollout", i))
     # every rollout worker checked the last sync before any closes (an SGLang server's
     # shutdown ends every TP worker's receiver)
     ctrl.wait(["checked/%d/%d" % (args.steps, j) for j in range(s.world - s.train_world)],
@@ -301,7 +320,11 @@ def launch(args: Any, argv: List[str]) -> int:
     ok = not errors and len(rollouts) == s.world - s.train_world and \
         len(actors) == s.train_world and checked > 0 and wrong == 0 and \
         all(r["gathered"] == 0 for r in actors) and \
-        all(r["syncs"] == args.steps + 1 for r in rollouts)
+        all(r["syncs"] == args.steps + 1 for r in rollouts) and \
+        all(r["refused"] == (["refused"] if args.fault == "repeat" else []) for r in reports)
+    if args.fault == "repeat":
+        print("a repeated global_steps 1: %s" % ", ".join(
+            "rank %d %s" % (r["rank"], "/".join(r["refused"]) or "not run") for r in reports))
     print("%d of %d rollout rank(s) reported: %d elements checked over %d sync(s), %d wrong: %s"
           % (len(rollouts), s.world - s.train_world, checked, args.steps + 1, wrong,
              "OK" if ok else "FAILED"))
@@ -324,10 +347,12 @@ def main() -> int:
     ap.add_argument("--no-sleep", dest="sleep", action="store_false",
                     help="rollouts do not sleep and wake between syncs")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds any wait may take")
-    ap.add_argument("--fault", choices=["actor", "rollout", "live"],
+    ap.add_argument("--fault", choices=["actor", "rollout", "live", "repeat"],
                     help="actor rank 1 holds a parameter the layout lacks, rollout rank 0 "
                     "was configured with another infer spec, or (SGLang) rollout rank 0's "
-                    "live model holds a parameter of another shape: every rank refuses")
+                    "live model holds a parameter of another shape: every rank refuses; "
+                    "repeat: verl runs global_steps 1 twice, every rank refuses the second "
+                    "(nothing sent) and the next step syncs")
     ap.add_argument("--role", choices=["actor", "rollout"], help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)

@@ -70,6 +70,18 @@ def test_actor_shard_outside_the_layout_refused_on_every_rank(tmp_path):
     assert "0 elements checked" in p.stdout
 
 
+def test_a_repeated_global_steps_is_refused_on_every_rank(tmp_path):
+    """verl runs global_steps 1 twice (delta): every actor and rollout worker refuses the
+    second at once (INVALID_ARG, nothing sent, the weights kept committed), where the
+    rollouts alone refused it and the actors waited out a timeout that ended every later
+    sync (tester round 7, R7-2); step 2 then syncs and every element is exact."""
+    p = run(tmp_path, "--layers", "1", "--steps", "2", "--delta", "--fault", "repeat")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "a repeated global_steps 1: " + ", ".join(
+        "rank %d refused" % r for r in range(4)) in p.stdout, p.stdout
+    assert "over 3 sync(s), 0 wrong: OK" in p.stdout
+
+
 def test_verl_loop_fsdp2_actor_to_vllm(tmp_path):
     """An FSDP2 actor (fsdp=2: DTensor shards, torch.chunk rows) into vLLM tp=2, through
     verl's actor worker (engine.module: the FSDP2 module)."""
