@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
@@ -48,7 +47,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
         sys.path.insert(0, _p)
 
 from rl_loop import (ADAMW, SteppedWeights, adamw_step, break_model,  # noqa: E402
-                     megatron_rank, spawn)
+                     megatron_rank, report_rank, spawn)
 
 # The inference spec of one SGLang server of --tp-size 2. For dense models SGLang's
 # TP layout is vLLM's (see sglang_state_dict), so the vLLM spec "tp=2" plans it
@@ -351,14 +350,8 @@ def main() -> int:
                 print("slime_loop: %s" % e)
             return 0 if len(errors) == s.world and not reports else 1
         return summarize(args, s, reports, errors)
-    try:
-        rep = (trainer if args.role == "train" else worker)(args, args.rank)
-    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
-        print("%s rank %d: %s: %s" % (args.role, args.rank, type(e).__name__, e),
-              file=sys.stderr, flush=True)
-        os._exit(1)
-    print(json.dumps(rep))
-    sys.stdout.flush()
+    report_rank(args.role, args.rank,
+                lambda: (trainer if args.role == "train" else worker)(args, args.rank))
     os._exit(0)  # at once: a gloo group of a killed peer may block interpreter exit
 
 

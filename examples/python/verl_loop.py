@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import os
 import sys
 import time
@@ -50,7 +49,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN, os.path.join(ROOT, "benc
         sys.path.insert(0, _p)
 
 from rl_loop import (ADAMW, SteppedWeights, adamw, adamw_step, megatron_rank,  # noqa: E402
-                     spawn)
+                     report_rank, spawn)
 
 ACTORS = {"megatron": "Megatron", "fsdp": "FSDP2"}
 ROLLOUTS = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -364,15 +363,8 @@ def main() -> int:
                  "receives into its own tensors)")
     if args.role is None:
         return launch(args, sys.argv[1:])
-    try:
-        rep = (actor if args.role == "actor" else rollout)(args, args.rank)
-    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
-        side = "train" if args.role == "actor" else "infer"
-        print("%s rank %d: %s: %s" % (side, args.rank, type(e).__name__, e),
-              file=sys.stderr, flush=True)
-        os._exit(1)
-    print(json.dumps(rep))
-    sys.stdout.flush()
+    report_rank("train" if args.role == "actor" else "infer", args.rank,
+                lambda: (actor if args.role == "actor" else rollout)(args, args.rank))
     os._exit(0)  # at once: an SGLang scheduler thread or a gloo group may hold exit
 
 
