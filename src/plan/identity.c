@@ -41,6 +41,7 @@
 
 #include "layout/layout_internal.h" /* rs_hash_mix */
 #include "plan/plan_internal.h"
+#include "plan/plan_util.h" /* rs_grow */
 #include "util/error.h"
 
 typedef struct {
@@ -62,10 +63,12 @@ typedef struct {
 
 static pthread_mutex_t id_mu = PTHREAD_MUTEX_INITIALIZER;
 static rs_id_entry_t *id_live;
-static size_t id_n, id_cap;
+static size_t id_n;
+static int64_t id_cap;
 static uint64_t id_serial;
 static rs_id_count_t *id_counts;
-static size_t id_ncounts, id_counts_cap;
+static size_t id_ncounts;
+static int64_t id_counts_cap;
 
 /* Set in a retired plan's identity (never in an ordinal; a name's hash has the top bit). */
 #define RETIRED_TAG 0x4000000000000000ull
@@ -82,19 +85,6 @@ static uint64_t thread_number(void)
     if (!this_thread)
         this_thread = __atomic_add_fetch(&id_threads, 1, __ATOMIC_RELAXED);
     return this_thread;
-}
-
-static bool grow(void **v, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? 2 * *cap : 16;
-    void *p = realloc(*v, c * size);
-    if (!p)
-        return false;
-    *v = p;
-    *cap = c;
-    return true;
 }
 
 static rs_id_entry_t *entry_of(const reshard_plan_t *plan)
@@ -127,7 +117,7 @@ static rs_id_count_t *count_of(const reshard_plan_t *plan, uint64_t thread)
             c->rank == plan->p.my_rank)
             return c;
     }
-    if (!grow((void **)&id_counts, &id_counts_cap, id_ncounts, sizeof *id_counts))
+    if (rs_grow(&id_counts, &id_counts_cap, (int64_t)id_ncounts, sizeof *id_counts) != 0)
         return NULL;
     id_counts[id_ncounts] = (rs_id_count_t){thread, plan->fingerprint, plan->p.my_rank, 0};
     return &id_counts[id_ncounts++];
@@ -151,7 +141,7 @@ reshard_status_t rs_identity_add(const reshard_plan_t *plan)
     pthread_mutex_lock(&id_mu);
     const uint64_t thread = thread_number();
     rs_id_count_t *c = count_of(plan, thread);
-    if (!c || !grow((void **)&id_live, &id_cap, id_n, sizeof *id_live)) {
+    if (!c || rs_grow(&id_live, &id_cap, (int64_t)id_n, sizeof *id_live) != 0) {
         pthread_mutex_unlock(&id_mu);
         return rs_error(RESHARD_ERR_NOMEM, "planning: out of memory for the plan registry");
     }
