@@ -29,6 +29,7 @@
 #include "exec/quant_steps.h"
 #include "exec/zero_fill.h"
 #include "plan/plan_util.h"
+#include "plan/rounds.h"
 #include "util/error.h"
 
 /* Where a stream stands: next piece and the bytes of it already moved. */
@@ -174,8 +175,9 @@ static reshard_status_t move_chunk(const rs_exec_t *x, const rs_stream_t *s, rs_
     return move_chunk_at(x, s, cur, stage_buf, len, sending, sending, payload);
 }
 
-/* One stream of this rank in the round loop. Stage-0 streams move chunk k in
- * round k; a forward stream (stage 1) moves len[k] bytes in round k, where
+/* One stream of this rank in the round loop. Stage-0 streams move round k of
+ * their schedule (plan/rounds.h: chunk k, tapering at the end in a dense
+ * plan); a forward stream (stage 1) moves len[k] bytes in round k, where
  * the schedule only lets bytes through once the landing rank has unpacked
  * them (see forward_schedules). Both ends of a stream compute the same
  * schedule from the global plan, so their messages always match. */
@@ -184,7 +186,8 @@ typedef struct {
     bool send;
     uint64_t slot_off; /* fixed place in each slot */
     rs_cursor_t cur;
-    uint64_t *len; /* forward streams: bytes per round; NULL for stage 0 */
+    uint64_t *len;     /* forward streams: bytes per round; NULL for stage 0 */
+    rs_rounds_t sched; /* stage 0: the schedule of its rounds */
     int64_t rounds;
     bool direct[2];   /* the chunk of the slot moves straight from/to the user buffer */
     rs_cursor_t pcur; /* receives: where the next posted chunk starts */
@@ -258,16 +261,16 @@ static uint64_t round_len(const rs_xstream_t *x, int64_t round)
         return 0;
     if (x->len)
         return x->len[round];
-    uint64_t start = (uint64_t)round * x->s->chunk;
-    return x->s->bytes - start < x->s->chunk ? x->s->bytes - start : x->s->chunk;
+    return rs_rounds_len(&x->sched, rs_rounds_start(&x->sched, round));
 }
 
 /* A stage-0 piece received by a landing rank, the round that unpacks its last byte, and its
- * place in its stream (offset, chunk). */
+ * place in its stream (offset, the stream's schedule). */
 typedef struct {
     int32_t rank, frag;
     int64_t piece, done;
-    uint64_t off, chunk;
+    uint64_t off;
+    rs_rounds_t sched;
 } rs_landed_t;
 
 static int cmp_landed(const void *pa, const void *pb)
@@ -286,23 +289,30 @@ static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, 
     int64_t n = 0, cap = 0;
     rs_landed_t *v = NULL;
     uint64_t off = 0;
+    rs_rounds_t sched = {0};
     for (int64_t i = 0; i < plan->npieces; i++) {
         const rs_piece_t *p = &plan->pieces[i];
         if (p->stage != RS_STAGE_DIRECT)
             break; /* pieces are sorted by stage first */
         if (i == 0 || p->sender != plan->pieces[i - 1].sender ||
-            p->receiver != plan->pieces[i - 1].receiver)
-            off = 0;
+            p->receiver != plan->pieces[i - 1].receiver) {
+            off = 0; /* a new stream: its bytes, up to the next pair */
+            uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
+            sched = (rs_rounds_t){0, a < b ? a : b, rs_plan_tapers(plan)};
+            for (int64_t j = i;
+                 j < plan->npieces && plan->pieces[j].stage == RS_STAGE_DIRECT &&
+                 plan->pieces[j].sender == p->sender && plan->pieces[j].receiver == p->receiver;
+                 j++)
+                sched.bytes += rs_piece_stream_bytes(&plan->pieces[j]);
+        }
         if (p->sender == p->receiver || !want[p->receiver])
             continue;
-        uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
-        uint64_t chunk = a < b ? a : b;
         if (rs_grow(&v, &cap, n, sizeof *v) != 0) {
             free(v);
             return NULL;
         }
-        v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, (int64_t)((off + p->bytes - 1) / chunk),
-                               off,         chunk};
+        v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, rs_rounds_of(&sched, off + p->bytes - 1),
+                               off,         sched};
         off += rs_piece_stream_bytes(p);
     }
     if (n > 1)
@@ -348,10 +358,13 @@ static int64_t forward_ready(const reshard_plan_t *plan, const rs_landed_t *l, i
  * forward_ready): the prefix that landing @p same unpacked by round g - 2. */
 static uint64_t forward_prefix(const rs_piece_t *q, const rs_landed_t *same, int64_t g)
 {
-    if (!same || g < 1 || (uint64_t)(g - 1) * same->chunk <= same->off)
+    if (!same || g < 1)
         return 0;
-    uint64_t y = (uint64_t)(g - 1) * same->chunk - same->off; /* a multiple of 8 */
-    return y < q->bytes ? y : 0;                              /* all of it: forward_ready's round */
+    uint64_t unpacked = rs_rounds_start(&same->sched, g - 1); /* by round g - 2 */
+    if (unpacked <= same->off)
+        return 0;
+    uint64_t y = unpacked - same->off; /* a multiple of 8 */
+    return y < q->bytes ? y : 0;       /* all of it: forward_ready's round */
 }
 
 /* Stream bytes a forward round of a dense plan moves (see the top) from the cursor
@@ -458,7 +471,8 @@ static reshard_status_t build_xstreams(rs_exec_t *x, rs_xstream_t **out, int32_t
                 xs->send = dir == 1;
                 xs->slot_off = off;
                 off += ss[i].bytes < ss[i].chunk ? ss[i].bytes : ss[i].chunk;
-                xs->rounds = (int64_t)((ss[i].bytes + ss[i].chunk - 1) / ss[i].chunk);
+                xs->sched = (rs_rounds_t){ss[i].bytes, ss[i].chunk, rs_plan_tapers(plan)};
+                xs->rounds = rs_rounds_count(&xs->sched);
                 if (s == RS_STAGE_FORWARD) {
                     want[dir ? rp->rank : ss[i].peer] = true;
                     fwd = true;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/rounds.h"
 #include "plan/tally.h"
 #include "reshard/reshard_sim.h"
 #include "util/error.h"
@@ -158,8 +159,8 @@ static void add_stream(const reshard_plan_t *plan, int32_t sender, int32_t recei
     if (sender == receiver || bytes == 0)
         return;
     uint64_t a = plan->chunk_cap[sender], b = plan->chunk_cap[receiver];
-    uint64_t chunk = a < b ? a : b;
-    int64_t rounds = chunk ? (int64_t)((bytes + chunk - 1) / chunk) : 1;
+    rs_rounds_t sched = {bytes, a < b ? a : b, rs_plan_tapers(plan)};
+    int64_t rounds = sched.chunk ? rs_rounds_count(&sched) : 1;
     bool same = rs_domain_of(&plan->p, sender) == rs_domain_of(&plan->p, receiver);
     rs_link_t *l = same ? nvl : net;
     if (rounds > l->rounds[sender])

@@ -16,6 +16,7 @@
 #include "inproc_refit.h"
 #include "plan_check.h"
 #include "plan/plan_internal.h"
+#include "plan/rounds.h"
 
 typedef struct {
     reshard_tensors_t *ts;
@@ -202,10 +203,89 @@ static void test_forward_messages(void **state)
     assert_int_equal(s.bytes_nvlink, 3 * T);
     check_exec(&f, &p, &s);
     p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
-    for (uint64_t staging = 4096; staging <= 65536; staging *= 4) {
+    /* up to 4 MiB: a chunk holds a whole stream, whose rounds then taper (plan/rounds.h),
+     * so the forwards of landings' prefixes follow rounds of shrinking size */
+    for (uint64_t staging = 4096; staging <= 4 << 20; staging *= 4) {
         p.staging_bytes = staging;
         check_exec(&f, &p, &s);
     }
+    fx_free(&f);
+}
+
+/* The round schedule itself (plan/rounds.h), over stream sizes around its cut points:
+ * rounds cover the stream in order, each a multiple of 8 and at most a chunk; without a
+ * taper chunk k moves in round k; with one, whole chunks while two or more are left,
+ * then each round half of what is left until at most twice the floor (a sixteenth of a
+ * chunk, at least 64 KiB) is left, then the rest. */
+static void test_round_schedule(void **state)
+{
+    (void)state;
+    const uint64_t chunks[] = {4096, 65536, 299592, 1 << 20, 16 << 20};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++)
+        for (uint64_t mult = 1; mult <= 70; mult++)
+            for (int taper = 0; taper < 2; taper++) {
+                const uint64_t chunk = chunks[c],
+                               bytes = (mult * chunk / 4 & ~(uint64_t)7) + 8 * mult;
+                const uint64_t floor = chunk / 16 > 65536 ? chunk / 16 : 65536;
+                rs_rounds_t s = {bytes, chunk, taper};
+                uint64_t at = 0;
+                int64_t k = 0;
+                for (; at < bytes; k++) {
+                    assert_int_equal(rs_rounds_start(&s, k), at);
+                    uint64_t len = rs_rounds_len(&s, at), left = bytes - at;
+                    assert_true(len > 0 && len <= chunk && len <= left && len % 8 == 0);
+                    if (!taper || left >= 2 * chunk)
+                        assert_int_equal(len, left < chunk ? left : chunk);
+                    else if (left > 2 * floor)
+                        assert_int_equal(len, left / 2 / 8 * 8);
+                    else
+                        assert_int_equal(len, left < chunk ? left : chunk);
+                    assert_int_equal(rs_rounds_of(&s, at), k);
+                    assert_int_equal(rs_rounds_of(&s, at + len - 1), k);
+                    at += len;
+                }
+                assert_int_equal(rs_rounds_count(&s), k);
+                assert_int_equal(rs_rounds_start(&s, k + 3), bytes);
+                if (!taper)
+                    assert_int_equal(k, (int64_t)((bytes + chunk - 1) / chunk));
+            }
+}
+
+/* Rounds that taper (plan/rounds.h): rank 0 holds A [64, 65536] bf16 and B [256, 8192]
+ * fp32 (8 MiB each); domain 1 (ranks 4..7) holds them as TP2 x DP2 replicas, A split on
+ * dim 0 (each half dense on both ends), B on dim 1 (each half strided: packed). Each
+ * tensor crosses into the domain once (16 MiB: its bound), 4 MiB landing on each rank,
+ * forwarded to the rank of the other replica. Under 4 MiB of staging each stream moves
+ * whole chunks, then rounds that halve what is left down to 64 KiB: the forwards of
+ * dense landings follow them prefix by prefix (direct messages) and packed ones chunk by
+ * chunk; every byte is checked. */
+static void test_tapered_rounds(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_make(&f);
+    int32_t a = add_tensor(&f, "a", RESHARD_BF16, 2, (int64_t[]){64, 65536});
+    int32_t b = add_tensor(&f, "b", RESHARD_FP32, 2, (int64_t[]){256, 8192});
+    const reshard_placement_t SH1 = {RESHARD_SHARD, 1, 0};
+    int32_t r0 = 0;
+    reshard_mesh_t m = {.ndim = 1, .shape = {1}, .ranks = &r0};
+    assert_int_equal(reshard_layout_add_dtensor(f.src, a, &m, &REP, 0, 0), RESHARD_OK);
+    assert_int_equal(reshard_layout_add_dtensor(f.src, b, &m, &REP, 1, 0), RESHARD_OK);
+    dtensor2(f.dst, a, 4, 2, 2, REP, SH0, 0);
+    dtensor2(f.dst, b, 4, 2, 2, REP, SH1, 1);
+    reshard_plan_params_t p = params(8, 4);
+    p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
+    p.staging_bytes = 4 << 20;
+    reshard_plan_stats_t s = plan_stats(&f, &p);
+    const uint64_t M = 8 << 20;
+    assert_int_equal(s.bytes_total, 2 * 2 * M); /* two replicas of both */
+    assert_int_equal(s.bytes_network, 2 * M);
+    assert_int_equal(s.bytes_lower_bound, 2 * M);
+    assert_int_equal(s.bytes_nvlink, 2 * M);
+    assert_int_equal(s.max_nic_recv_bytes, M / 2);
+    check_exec(&f, &p, &s);
+    p.staging_bytes = 1 << 20; /* chunks of 64 KiB or less: no taper */
+    check_exec(&f, &p, &s);
     fx_free(&f);
 }
 
@@ -425,6 +505,8 @@ int main(void)
         cmocka_unit_test(test_forward_messages),
         cmocka_unit_test(test_domain_straddles_replicas),
         cmocka_unit_test(test_uneven_last_domain),
+        cmocka_unit_test(test_round_schedule),
+        cmocka_unit_test(test_tapered_rounds),
         cmocka_unit_test(test_tied_in_one_rank),
         cmocka_unit_test(test_partial_overlap),
         cmocka_unit_test(test_in_domain_holder),
