@@ -65,6 +65,14 @@
  * "mlp.shared_expert.*" and "mlp.shared_expert_gate.weight" [1, H]. The
  * router's e_score_correction_bias is a registered buffer, not a parameter:
  * fully_shard leaves it whole on every rank.
+ *
+ * gpt_oss, qwen3_next and nemotron_h (oss_mlp, gdn, nemotron_rank below;
+ * docs/fsdp-reference.md): gpt_oss's experts are fused and transposed at both
+ * releases (gate_up_proj [E, H, 2I], gate/up interleaved); qwen3_next has
+ * qwen3_moe's expert forms, the Gated DeltaNet, and its gated norm staged as
+ * weight - 1; nemotron_h exists from transformers 5 on, "model." names, fused
+ * up/down experts. tp > 1 is modelled for qwen3_next only (gpt_oss's plans are
+ * expert parallelism, nemotron_h has none).
  */
 #include <stdio.h>
 #include <stdlib.h>
