@@ -65,6 +65,14 @@
  * "mlp.shared_expert.*" and "mlp.shared_expert_gate.weight" [1, H]. The
  * router's e_score_correction_bias is a registered buffer, not a parameter:
  * fully_shard leaves it whole on every rank.
+ *
+ * gpt_oss, qwen3_next and nemotron_h (oss_mlp, gdn, nemotron_rank below;
+ * docs/fsdp-reference.md): gpt_oss's experts are fused and transposed at both
+ * releases (gate_up_proj [E, H, 2I], gate/up interleaved); qwen3_next has
+ * qwen3_moe's expert forms, the Gated DeltaNet, and its gated norm staged as
+ * weight - 1; nemotron_h exists from transformers 5 on, "model." names, fused
+ * up/down experts. tp > 1 is modelled for qwen3_next only (gpt_oss's plans are
+ * expert parallelism, nemotron_h has none).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,12 +194,32 @@ static reshard_status_t param(rs_emit_t *e, const fs_coord_t *c, int32_t t, int6
     return rs_emit(e, t, b, off, ext, 0, st);
 }
 
-/* A whole 2-d (or 1-d) logical tensor as one parameter. */
+/* A whole logical tensor as one parameter: 2-d (or 1-d) split as @p style
+ * says; one of more dims (conv1d.weight [C, 1, K], nemotron_h's stacked
+ * experts [E, I, H]) is replicated over tp and chunked on dim 0, declared in
+ * its own shape [rows, d1, ...] (what to_local() holds). */
 static reshard_status_t whole(rs_emit_t *e, const fs_coord_t *c, int32_t t, tp_style_t style,
                               const char *name)
 {
     reshard_tensor_info_t ti;
     TRY(reshard_tensors_info(e->T, t, &ti));
+    if (ti.ndim > 2) {
+        int64_t a, l, row = 1, shape[RESHARD_MAX_DIMS];
+        for (int d = 1; d < ti.ndim; d++)
+            row *= shape[d] = ti.shape[d];
+        chunk(ti.shape[0], c->N, c->s, &a, &l);
+        if (l == 0 || style != TP_REPLICATE)
+            return l == 0 ? RESHARD_OK
+                          : rs_error(RESHARD_ERR_UNSUPPORTED,
+                                     "train (fsdp): %s: a %d-d parameter split over tp is not "
+                                     "modelled",
+                                     name, ti.ndim);
+        shape[0] = l;
+        int32_t b = rs_emit_buffer_shaped(e, t, ti.ndim, shape, "%s", name);
+        if (b < 0)
+            return (reshard_status_t)b;
+        return flat(e, t, b, 0, a * row, (a + l) * row);
+    }
     bool vector = ti.ndim == 1;
     int64_t n0 = ti.shape[0], width = vector ? 1 : ti.shape[ti.ndim - 1];
     return param(e, c, t, 0, n0, width, vector, style, name);
@@ -215,7 +243,7 @@ static reshard_status_t whole(rs_emit_t *e, const fs_coord_t *c, int32_t t, tp_s
  * shared_experts colwise/rowwise for deepseek_v3 and glm4_moe, qwen2_moe as in
  * 4, MLA replicated. Dense families: attention and mlp in both. */
 typedef struct {
-    bool attn, router, experts, shared, mlp;
+    bool attn, router, experts, shared, mlp, gdn;
 } tp_plan_t;
 
 static tp_plan_t tp_plan(const reshard_model_t *m, const reshard_train_spec_t *s)
@@ -232,6 +260,13 @@ static tp_plan_t tp_plan(const reshard_model_t *m, const reshard_train_spec_t *s
         return (tp_plan_t){.experts = true, .shared = true, .mlp = true};
     case RS_FAM_GLM4_MOE:
         return (tp_plan_t){.attn = true, .experts = true, .shared = v5, .mlp = true};
+    case RS_FAM_QWEN3_NEXT:
+        /* configuration_qwen3_next.py, 4: 166-179 (its "mlp.shared_experts.*"
+         * entries name no module of Qwen3Next, whose shared expert is
+         * "mlp.shared_expert"), 5: 61-79 (shared_expert colwise/rowwise,
+         * linear_attn.in_proj_qkvz, in_proj_ba and out_proj
+         * "colwise_gather_output": Shard(-2), rows) */
+        return (tp_plan_t){.attn = true, .experts = true, .shared = v5, .mlp = true, .gdn = v5};
     default:
         return (tp_plan_t){.attn = true, .mlp = true};
     }
@@ -322,6 +357,81 @@ static reshard_status_t router(rs_emit_t *e, const fs_coord_t *c, const rs_layer
     return rs_emit_own(e, l->router_bias, rs_nm(n, sizeof n, q, "gate.e_score_correction_bias"));
 }
 
+/* gpt_oss's GptOssMLP (modeling_gpt_oss.py, the same at v4.57.6 and
+ * a597f974): "mlp.router.{weight,bias}" (GptOssTopKRouter), then the own
+ * parameters of GptOssExperts (4: 67-78, 5: 69-78), not per expert at either
+ * release and transposed against nn.Linear:
+ *   gate_up_proj      [E, H, 2I]: gate at even, up at odd columns (forward:
+ *                     gate_up[..., ::2], gate_up[..., 1::2]; 5:
+ *                     use_experts_implementation(is_concatenated=False,
+ *                     is_transposed=True, has_bias=True))
+ *   gate_up_proj_bias [E, 2I], interleaved alike
+ *   down_proj         [E, I, H] (x @ down_proj: the logical [E, H, I] transposed)
+ *   down_proj_bias    [E, H]
+ * FSDP2 shard s holds experts [e0, e0+ne) of each (torch.chunk on dim 0). */
+static reshard_status_t oss_mlp(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
+                                const char *p)
+{
+    int64_t I = e->m->Im, H = e->m->H, e0, ne;
+    char n[160];
+    TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.router.weight")));
+    TRY(whole(e, c, l->router_b, TP_REPLICATE, rs_nm(n, sizeof n, p, "mlp.router.bias")));
+    chunk(e->m->E, c->N, c->s, &e0, &ne);
+    if (ne == 0)
+        return RESHARD_OK;
+    int64_t gu[3] = {ne, H, 2 * I}, gb[2] = {ne, 2 * I}, dn[3] = {ne, I, H}, db[2] = {ne, H};
+    /* logical gate/up [E, I, H]: (x, i, h) at ((x - e0) * H + h) * 2I + 2i (+1: up) */
+    int64_t off[3] = {e0, 0, 0}, ext[3] = {ne, I, H}, st[3] = {H * 2 * I, 2, 2 * I};
+    int32_t b = rs_emit_buffer_shaped(e, l->e_gate, 3, gu, "%s",
+                                      rs_nm(n, sizeof n, p, "mlp.experts.gate_up_proj"));
+    if (b < 0)
+        return (reshard_status_t)b;
+    TRY(rs_emit(e, l->e_gate, b, off, ext, 0, st));
+    TRY(rs_emit(e, l->e_up, b, off, ext, 1, st));
+    int64_t bo[2] = {e0, 0}, be[2] = {ne, I}, bs[2] = {2 * I, 2};
+    if ((b = rs_emit_buffer_shaped(e, l->e_gate_b, 2, gb, "%s",
+                                   rs_nm(n, sizeof n, p, "mlp.experts.gate_up_proj_bias"))) < 0)
+        return (reshard_status_t)b;
+    TRY(rs_emit(e, l->e_gate_b, b, bo, be, 0, bs));
+    TRY(rs_emit(e, l->e_up_b, b, bo, be, 1, bs));
+    /* logical down [E, H, I]: (x, h, i) at ((x - e0) * I + i) * H + h */
+    int64_t dx[3] = {ne, H, I}, ds[3] = {I * H, 1, H};
+    if ((b = rs_emit_buffer_shaped(e, l->e_down, 3, dn, "%s",
+                                   rs_nm(n, sizeof n, p, "mlp.experts.down_proj"))) < 0)
+        return (reshard_status_t)b;
+    TRY(rs_emit(e, l->e_down, b, off, dx, 0, ds));
+    if ((b = rs_emit_buffer_shaped(e, l->e_down_b, 2, db, "%s",
+                                   rs_nm(n, sizeof n, p, "mlp.experts.down_proj_bias"))) < 0)
+        return (reshard_status_t)b;
+    return rs_emit_dim0(e, l->e_down_b, b, 0, e0, ne);
+}
+
+/* qwen3_next's Qwen3NextGatedDeltaNet (modeling_qwen3_next.py 4: 564-617, 5:
+ * 512-554) in named_parameters() order: its own dt_bias [nv] and A_log [nv],
+ * then conv1d.weight [conv_dim, 1, K] (no bias), in_proj_qkvz.weight,
+ * in_proj_ba.weight (rows grouped by key head as in the logical tensors:
+ * qwen3_next.c), norm.weight [vd], out_proj.weight. Split over tp when
+ * @p split (5's "colwise_gather_output": rows of in_proj_qkvz, in_proj_ba and
+ * out_proj). The gated norm (Qwen3NextRMSNormGated) holds the plain weight;
+ * the logical tensor holds it - 1 (Megatron's zero-centered out_norm; vLLM's
+ * buffer "linear_attn.norm.weight_minus_1"), so the rank's buffer is that
+ * staged value under the same name: the sender fills it with weight - 1
+ * before each refit (exact for weights in [0.5, 2], Sterbenz). */
+static reshard_status_t gdn(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
+                            const char *p, bool split)
+{
+    char n[160];
+    tp_style_t col = when(split, TP_COLWISE);
+    TRY(whole(e, c, l->m_dt_bias, TP_REPLICATE, rs_nm(n, sizeof n, p, "linear_attn.dt_bias")));
+    TRY(whole(e, c, l->m_A_log, TP_REPLICATE, rs_nm(n, sizeof n, p, "linear_attn.A_log")));
+    TRY(whole(e, c, l->m_conv_w, TP_REPLICATE, rs_nm(n, sizeof n, p, "linear_attn.conv1d.weight")));
+    TRY(whole(e, c, l->gdn_qkvz, col, rs_nm(n, sizeof n, p, "linear_attn.in_proj_qkvz.weight")));
+    TRY(whole(e, c, l->gdn_ba, col, rs_nm(n, sizeof n, p, "linear_attn.in_proj_ba.weight")));
+    TRY(whole(e, c, l->m_norm, TP_REPLICATE,
+              rs_nm(n, sizeof n, p, "linear_attn.norm.weight_minus_1")));
+    return whole(e, c, l->m_out, col, rs_nm(n, sizeof n, p, "linear_attn.out_proj.weight"));
+}
+
 /* A MoE layer's block in HF module order: router and routed experts (the
  * family's order), then the shared expert(s) ("mlp.shared_expert." for
  * qwen2_moe, "mlp.shared_experts." for deepseek_v3 / glm4_moe: a plain
@@ -330,6 +440,8 @@ static reshard_status_t moe(rs_emit_t *e, const reshard_train_spec_t *s, const f
                             const rs_layer_ids_t *l, const char *p)
 {
     const reshard_model_t *m = e->m;
+    if (m->fam == RS_FAM_GPT_OSS)
+        return oss_mlp(e, c, l, p);
     moe_form_t f = moe_form(m, s);
     tp_plan_t tp = tp_plan(m, s);
     if (!f.experts_first)
@@ -389,7 +501,11 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
     rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
     if (m->fam == RS_FAM_DSV3) {
         TRY(mla(e, c, l, p));
+    } else if (l->gdn_qkvz >= 0) {
+        TRY(gdn(e, c, l, p, tp.gdn));
     } else {
+        if (l->sinks >= 0) /* GptOssAttention's own parameter: before its modules' */
+            TRY(whole(e, c, l->sinks, TP_REPLICATE, rs_nm(n, sizeof n, p, "self_attn.sinks")));
         const int32_t qkv[3] = {l->q, l->k, l->v}, bias[3] = {l->q_bias, l->k_bias, l->v_bias};
         static const char *const wn[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                           "self_attn.v_proj.weight"};
@@ -401,6 +517,9 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
                 TRY(whole(e, c, bias[k], col, rs_nm(n, sizeof n, p, bn[k])));
         }
         TRY(whole(e, c, l->o, row, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+        if (l->o_bias >= 0) /* gpt_oss; rowwise: a bias is replicated */
+            TRY(whole(e, c, l->o_bias, TP_REPLICATE,
+                      rs_nm(n, sizeof n, p, "self_attn.o_proj.bias")));
         if (m->qk_norm) {
             TRY(whole(e, c, l->q_norm, TP_REPLICATE,
                       rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
@@ -422,6 +541,77 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
                  rs_nm(n, sizeof n, p, "post_attention_layernorm.weight"));
 }
 
+/* "<p><sfx[k]>" for k < @p n, each the next tensor of @p ids, replicated over
+ * tp (nemotron_h has no tp plan); ids < 0 are absent. */
+static reshard_status_t params_of(rs_emit_t *e, const fs_coord_t *c, const char *p,
+                                  const int32_t *ids, const char *const *sfx, int n)
+{
+    char nm[160];
+    for (int k = 0; k < n; k++)
+        if (ids[k] >= 0)
+            TRY(whole(e, c, ids[k], TP_REPLICATE, rs_nm(nm, sizeof nm, p, sfx[k])));
+    return RESHARD_OK;
+}
+
+/* nemotron_h under transformers 5 (modeling_nemotron_h.py at a597f974; the
+ * model is in no 4.x release): NemotronHForCausalLM.model (base_model_prefix
+ * "model"; conversion_mapping.py 1144-1160 renames the checkpoint's
+ * "backbone." to "model." and "embedding." to "embeddings.", and merges
+ * "mixer.experts.N.{up,down}_proj.weight" into 3-d "mixer.experts.up_proj"
+ * [E, I, Hin] and "mixer.experts.down_proj" [E, Hin, I], not transposed:
+ * NemotronHExperts 610-631). Per block (NemotronHBlock 889-912) "norm.weight",
+ * then the mixer in named_parameters() order: Mamba-2 (NemotronHMamba2Mixer
+ * 356-414) its own dt_bias, A_log, D [Hm], then conv1d.{weight,bias},
+ * in_proj.weight, norm.weight [I], out_proj.weight; attention q/k/v/o_proj;
+ * MLP up_proj, down_proj; MoE (NemotronHMoE 671-697) experts, gate.weight
+ * (its e_score_correction_bias an fp32 nn.Buffer, whole on every rank),
+ * shared_experts.{up,down}_proj, fc1/fc2_latent_proj. Then "model.norm_f". */
+static reshard_status_t nemotron_rank(rs_emit_t *e, const fs_coord_t *c)
+{
+    const reshard_model_t *m = e->m;
+    const rs_model_ids_t *ids = e->ids;
+    static const char *const mamba[] = {
+        "mixer.dt_bias",     "mixer.A_log",          "mixer.D",           "mixer.conv1d.weight",
+        "mixer.conv1d.bias", "mixer.in_proj.weight", "mixer.norm.weight", "mixer.out_proj.weight"};
+    static const char *const attn[] = {"mixer.q_proj.weight", "mixer.k_proj.weight",
+                                       "mixer.v_proj.weight", "mixer.o_proj.weight"};
+    static const char *const mlp[] = {"mixer.up_proj.weight", "mixer.down_proj.weight"};
+    static const char *const moe_a[] = {"mixer.experts.up_proj", "mixer.experts.down_proj",
+                                        "mixer.gate.weight"};
+    static const char *const moe_b[] = {
+        "mixer.shared_experts.up_proj.weight", "mixer.shared_experts.down_proj.weight",
+        "mixer.fc1_latent_proj.weight", "mixer.fc2_latent_proj.weight"};
+    char p[64], n[160];
+    TRY(whole(e, c, ids->embed, TP_REPLICATE, "model.embeddings.weight"));
+    for (int32_t i = 0; i < m->L; i++) {
+        const rs_layer_ids_t *l = &ids->layer[i];
+        rs_name_join(p, sizeof p, "", "model.layers.", i, ".");
+        TRY(whole(e, c, l->in_norm, TP_REPLICATE, rs_nm(n, sizeof n, p, "norm.weight")));
+        switch (m->hy.kind[i]) {
+        case 'M': {
+            const int32_t t[] = {l->m_dt_bias, l->m_A_log, l->m_D,    l->m_conv_w,
+                                 l->m_conv_b,  l->m_in,    l->m_norm, l->m_out};
+            TRY(params_of(e, c, p, t, mamba, 8));
+            break;
+        }
+        case '*':
+            TRY(params_of(e, c, p, (const int32_t[]){l->q, l->k, l->v, l->o}, attn, 4));
+            break;
+        case '-':
+            TRY(params_of(e, c, p, (const int32_t[]){l->up, l->down}, mlp, 2));
+            break;
+        default:
+            TRY(params_of(e, c, p, (const int32_t[]){l->e_up, l->e_down, l->router}, moe_a, 3));
+            TRY(rs_emit_own(e, l->router_bias,
+                            rs_nm(n, sizeof n, p, "mixer.gate.e_score_correction_bias")));
+            TRY(params_of(e, c, p, (const int32_t[]){l->s_up, l->s_down, l->lat1, l->lat2}, moe_b,
+                          4));
+        }
+    }
+    TRY(whole(e, c, ids->norm, TP_REPLICATE, "model.norm_f.weight"));
+    return m->tied ? RESHARD_OK : whole(e, c, ids->lm_head, TP_REPLICATE, "lm_head.weight");
+}
+
 /* Side rank @p r: (replica, shard, tp) = (r / (N*T), (r / T) % N, r % T). The
  * parameters in named_parameters() order: embed_tokens, layers, norm,
  * lm_head (absent when tied: named_parameters() lists a shared tensor once). */
@@ -435,6 +625,8 @@ static reshard_status_t fsdp_rank(rs_emit_t *e, int32_t r, const void *spec_v)
                     .t = r % s->tp,
                     .N = s->fsdp,
                     .T = s->tp};
+    if (m->fam == RS_FAM_NEMOTRON_H)
+        return nemotron_rank(e, &c);
     TRY(whole(e, &c, ids->embed, TP_REPLICATE, "model.embed_tokens.weight"));
     for (int32_t i = 0; i < m->L; i++)
         TRY(layer(e, s, &c, i));
@@ -455,13 +647,33 @@ reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spe
     RULE(reshard_train_world(s) > 0,
          "train (fsdp): sizes fsdp, dp and tp must be >= 1, pp, cp and ep 1, and the world "
          "(dp*fsdp*tp) fit in int32");
-    if (m->fam != RS_FAM_DENSE && m->fam != RS_FAM_QWEN3_MOE && m->fam != RS_FAM_MIXTRAL &&
-        m->fam != RS_FAM_QWEN2_MOE && m->fam != RS_FAM_DSV3 && m->fam != RS_FAM_GLM4_MOE)
+    /* tensor parallelism where the family's HF plan is one reshard models */
+    if (s->tp > 1 && m->fam == RS_FAM_GPT_OSS)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
-                        "train (fsdp): the %s family is not modelled under the FSDP2 convention "
-                        "(modelled: dense (llama, mistral, qwen2, qwen3), qwen3_moe, mixtral, "
-                        "qwen2_moe, deepseek_v3, kimi_k2 and glm4_moe)",
-                        family_name(m));
+                        "train (fsdp): tp=%d with the gpt_oss family is not modelled: its HF plan "
+                        "is expert parallelism (v4.57.6 base_model_tp_plan: "
+                        "mlp.experts.gate_up_proj \"grouped_gemm\", mlp.router \"ep_router\"; "
+                        "a597f974: no base_model_tp_plan, only base_model_ep_plan); use tp=1",
+                        s->tp);
+    if (m->fam == RS_FAM_NEMOTRON_H) {
+        if (s->tp > 1)
+            return rs_error(RESHARD_ERR_UNSUPPORTED,
+                            "train (fsdp): tp=%d with the nemotron_h family is not modelled: "
+                            "transformers' NemotronH has no base_model_tp_plan (a597f974); use "
+                            "tp=1",
+                            s->tp);
+        if (rs_transformers(s) == RESHARD_TRANSFORMERS_4)
+            return rs_error(RESHARD_ERR_UNSUPPORTED,
+                            "train (fsdp): transformers=4 with the nemotron_h family: "
+                            "transformers 4.x (v4.57.6) has no nemotron_h model (the hub's "
+                            "trust_remote_code module, \"backbone.\" names and per-expert "
+                            "modules, is not modelled); use transformers=5");
+        for (int32_t i = 0; i < m->L; i++)
+            RULE(m->hy.kind[i] != 'E' || m->Is > 0,
+                 "train (fsdp): layer %d of this nemotron_h config is MoE without a shared "
+                 "expert: transformers' NemotronHMoE always has mixer.shared_experts",
+                 i);
+    }
     if (m->dtype == RESHARD_FP8_E4M3)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): an FSDP2 trainer holds bf16 parameters, not the FP8 "

@@ -581,3 +581,149 @@ def test_plain_tp_piece_sharded_otherwise_is_refused(tmp_path):
     problems = FSDPModule(m).problems(refit.train, 0, train=train)
     assert len(problems) == 1 and name in problems[0] and "other elements" in problems[0], \
         problems
+
+
+# gpt_oss, qwen3_next and nemotron_h (docs/fsdp-reference.md), tiny: the HF module built
+# from the logical tensors by transformers' own rules (modeling_<family>.py at v4.57.6
+# and a597f974), never from the library's layout.
+HYBRID = {
+    "gpt_oss": dict(_MOE_BASE, model_type="gpt_oss", intermediate_size=8,
+                    num_key_value_heads=2, head_dim=8, num_local_experts=4,
+                    attention_bias=True),
+    "qwen3_next": dict(_MOE_BASE, model_type="qwen3_next", num_hidden_layers=4,
+                       intermediate_size=48, moe_intermediate_size=16,
+                       shared_expert_intermediate_size=24, num_key_value_heads=2, head_dim=8,
+                       num_experts=3, decoder_sparse_step=1, mlp_only_layers=[],
+                       linear_num_key_heads=2, linear_num_value_heads=4,
+                       linear_key_head_dim=4, linear_value_head_dim=6,
+                       linear_conv_kernel_dim=4, full_attention_interval=2),
+    "nemotron_h": dict(_MOE_BASE, model_type="nemotron_h", num_hidden_layers=4,
+                       hybrid_override_pattern="ME*-", intermediate_size=48,
+                       num_key_value_heads=2, head_dim=8, mamba_num_heads=4, mamba_head_dim=8,
+                       n_groups=2, ssm_state_size=8, conv_kernel=4, n_routed_experts=3,
+                       moe_intermediate_size=16, n_shared_experts=1,
+                       moe_shared_expert_intermediate_size=24, moe_latent_size=16),
+}
+_QN_SHARED = {"mlp.shared_expert.gate_proj": "colwise", "mlp.shared_expert.up_proj": "colwise",
+              "mlp.shared_expert.down_proj": "rowwise"}
+HF_TP_PLANS[("qwen3_next", "4")] = dict(_ATTN, **_PER_EXPERT_TP, **_SHARED, **_MLP)
+HF_TP_PLANS[("qwen3_next", "5")] = dict(
+    _ATTN, **{"self_attn.q_norm": "replicated_with_grad_allreduce",
+              "self_attn.k_norm": "replicated_with_grad_allreduce"},
+    **_FUSED, **_QN_SHARED, **_MLP,
+    **{"linear_attn.in_proj_qkvz": "colwise_gather_output",
+       "linear_attn.in_proj_ba": "colwise_gather_output",
+       "linear_attn.out_proj": "colwise_gather_output"})
+
+
+def hf_hybrid(family, logical, form):
+    """(named_parameters, named_buffers) of the HF module. gpt_oss (GptOssExperts):
+    gate_up_proj [E, H, 2I] with gate at the even and up at the odd columns, used as
+    x @ gate_up_proj[e]; gate_up_proj_bias [E, 2I] alike; down_proj [E, I, H];
+    down_proj_bias [E, H]. qwen3_next: qwen2_moe's expert forms (hf_module); its gated
+    norm linear_attn.norm.weight holds the plain weight, the logical tensor + 1.
+    nemotron_h (5 only): "backbone." is "model.", the experts' stacked
+    mixer.experts.{up,down}_proj without ".weight" (conversion_mapping.py), the
+    router's e_score_correction_bias a buffer."""
+    if family == "qwen3_next":
+        params, buffers = hf_module(logical, form)
+        for n in list(params):
+            if n.endswith(".linear_attn.norm.weight"):
+                params[n] = params[n] + 1
+        return params, buffers
+    params, buffers = {}, {}
+    for name, x in logical.items():
+        if family == "nemotron_h":
+            name = "model." + name[len("backbone."):] if name.startswith("backbone.") else name
+            name = name.replace(".experts.up_proj.weight", ".experts.up_proj").replace(
+                ".experts.down_proj.weight", ".experts.down_proj")
+            (buffers if name.endswith("e_score_correction_bias") else params)[name] = x
+            continue
+        if ".mlp.experts." not in name:
+            params[name] = x
+            continue
+        head, tail = name.split(".mlp.experts.")
+        pre = head + ".mlp.experts."
+        if tail == "gate_proj.weight":
+            gate, up = x, logical[pre + "up_proj.weight"]
+            gu = torch.empty(gate.shape[0], gate.shape[2], 2 * gate.shape[1], dtype=x.dtype)
+            gu[..., 0::2] = gate.transpose(1, 2)
+            gu[..., 1::2] = up.transpose(1, 2)
+            params[pre + "gate_up_proj"] = gu
+            gb = torch.empty(gate.shape[0], 2 * gate.shape[1], dtype=x.dtype)
+            gb[:, 0::2] = logical[pre + "gate_proj.bias"]
+            gb[:, 1::2] = logical[pre + "up_proj.bias"]
+            params[pre + "gate_up_proj_bias"] = gb
+        elif tail == "down_proj.weight":
+            params[pre + "down_proj"] = x.transpose(1, 2).contiguous()
+        elif tail == "down_proj.bias":
+            params[pre + "down_proj_bias"] = x.clone()
+    return params, buffers
+
+
+def _from_logical(layout, rank, logical):
+    """Rank ``rank``'s buffers of ``layout`` filled from the logical tensors by its
+    fragments (element offset+i at base + sum(i * strides))."""
+    bufs = layout.new_buffers(rank)
+    names = {p.buffer: p.name for p in layout.parameters(rank)}
+    infos = {ti.id: ti for ti in layout.tensors}
+    for f in layout.fragments():
+        if f.rank != rank:
+            continue
+        ti = infos[f.tensor]
+        src = logical[ti.name].reshape(tuple(ti.view_shape or ti.shape))
+        box = src[tuple(slice(o, o + e) for o, e in zip(f.offset, f.extent))]
+        dst = bufs[names[f.buffer]].reshape(-1)
+        dst.as_strided(f.extent, f.strides, dst.storage_offset() + f.base).copy_(box)
+    return bufs
+
+
+@pytest.mark.parametrize("family,train", [
+    ("gpt_oss", "fsdp=3"), ("gpt_oss", "fsdp=2,dp=2,transformers=4"),
+    ("qwen3_next", "fsdp=3"), ("qwen3_next", "fsdp=2,dp=2,transformers=4"),
+    ("qwen3_next", "tp=2,fsdp=2"), ("qwen3_next", "tp=2,fsdp=3,transformers=4"),
+    ("nemotron_h", "fsdp=3"), ("nemotron_h", "fsdp=2,dp=2")])
+def test_hybrid_families_live_shards_are_the_layouts(tmp_path, family, train):
+    """Every trainer rank's live module (the stand-in's shards of hf_hybrid's module,
+    split over tp by the family's plan) passes the live check, binds by name (the
+    staged linear_attn.norm.weight_minus_1 of qwen3_next included: named() sends
+    weight - 1) and holds, byte for byte, the logical tensors' elements the layout
+    puts in each of its buffers."""
+    import json
+    from reshard.layout import Layout
+    from reshard.pattern import fill_pattern
+    path = os.path.join(str(tmp_path), family + ".json")
+    with open(path, "w") as f:
+        json.dump(HYBRID[family], f)
+    refit = reshard.Model(path).refit(train, "tp=2,ep=on")
+    whole = Layout(refit.tensors)
+    infos = list(refit.tensors)
+    for i, ti in enumerate(infos):
+        whole.add_dtensor(ti.name, [0], [reshard.Replicate()], buffer=i, name=ti.name)
+    logical = whole.new_buffers(0)
+    fill_pattern(whole, 0, logical)
+    logical = {ti.name: logical[ti.name].reshape(ti.shape) for ti in infos}
+    for n, x in logical.items():  # weight - 1 of a weight in [0.5, 1.5): exact both ways
+        if n.endswith(".linear_attn.norm.weight"):
+            logical[n] = ((torch.arange(x.numel()) % 8) / 8 - 0.5).to(x.dtype)
+    form = "4" if "transformers=4" in train else "5"
+    params, buffers = hf_hybrid(family, logical, form)
+    fsdp, replicas, tp = sizes(train)
+    styles = {n: hf_tp_style(family, form, n) for n in params} if tp > 1 else {}
+    for r in range(refit.train_world):
+        m = dtensor.fully_shard(params, styles, r, fsdp=fsdp, replicas=replicas, tp=tp)
+        for name, b in buffers.items():
+            *path_, leaf = name.split(".")
+            m.get_submodule(".".join(path_)).register_buffer(leaf, b.clone())
+        src = FSDPModule(m)
+        assert src.problems(refit.train, r, train=train) == [], \
+            (r, src.problems(refit.train, r, train=train))
+        p, b = src.named()
+        live = dict(p, **b)
+        want = _from_logical(refit.train, r, logical)
+        assert sorted(live) == sorted(want), (r, sorted(set(live) ^ set(want)))
+        for name, x in want.items():
+            got = live[name]
+            assert tuple(got.shape) == tuple(x.shape), (r, name, tuple(got.shape), x.shape)
+            assert torch.equal(got.contiguous().view(torch.uint8),
+                               x.contiguous().view(torch.uint8)), (r, name)

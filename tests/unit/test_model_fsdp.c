@@ -39,12 +39,21 @@
  * n_shared_experts of deepseek_v3 / glm4_moe; first_k: their
  * first_k_dense_replace; q_lora..vhd: MLA; rbias: noaux_tc routing (the
  * e_score_correction_bias buffer). */
-enum { DENSE, QWEN3_MOE, MIXTRAL, QWEN2_MOE, DSV3, GLM4_MOE };
+enum { DENSE, QWEN3_MOE, MIXTRAL, QWEN2_MOE, DSV3, GLM4_MOE, GPT_OSS, QWEN3_NEXT, NEMOTRON_H };
 typedef struct {
     int64_t H, I, Im, V, nh, kv, hd, E, L;
     int tied, bias, moe, qk_norm;
     int64_t Is, first_k, q_lora, kv_lora, nope, rope, vhd;
     int rbias, kimi; /* kimi: model_type kimi_k2 (DeepseekV3ForCausalLM's modules) */
+    /* qwen3_next's Gated DeltaNet: linear_num_key_heads, linear_num_value_heads,
+     * their head dims, linear_conv_kernel_dim, full_attention_interval (Is: its
+     * shared_expert_intermediate_size) */
+    int64_t nk, nv, kd, vd, conv, interval;
+    /* nemotron_h: hybrid_override_pattern, mamba heads and head dim, n_groups,
+     * ssm_state_size, moe_latent_size (0: none); Is its
+     * moe_shared_expert_intermediate_size, conv the conv_kernel */
+    const char *pattern;
+    int64_t mh, mhd, G, N, latent;
 } cfg_t;
 
 static reshard_model_t *load(const cfg_t *c)
@@ -53,24 +62,45 @@ static reshard_model_t *load(const cfg_t *c)
     int n = 0;
 #define J(...) n += snprintf(json + n, sizeof json - (size_t)n, __VA_ARGS__)
     static const char *const type[] = {"qwen3",     "qwen3_moe",   "mixtral",
-                                       "qwen2_moe", "deepseek_v3", "glm4_moe"};
+                                       "qwen2_moe", "deepseek_v3", "glm4_moe",
+                                       "gpt_oss",   "qwen3_next",  "nemotron_h"};
     J("{\"model_type\": \"%s\", \"hidden_size\": %lld, \"intermediate_size\": %lld, "
       "\"num_hidden_layers\": %lld, \"num_attention_heads\": %lld, \"vocab_size\": %lld, "
       "\"tie_word_embeddings\": %s",
       c->moe == DENSE && c->bias ? "qwen2"
       : c->kimi                  ? "kimi_k2"
                                  : type[c->moe],
-      (long long)c->H, (long long)(c->moe == MIXTRAL ? c->Im : c->I), (long long)c->L,
-      (long long)c->nh, (long long)c->V, c->tied ? "true" : "false");
+      (long long)c->H, (long long)(c->moe == MIXTRAL || c->moe == GPT_OSS ? c->Im : c->I),
+      (long long)c->L, (long long)c->nh, (long long)c->V, c->tied ? "true" : "false");
     if (c->moe != DSV3)
         J(", \"num_key_value_heads\": %lld, \"head_dim\": %lld", (long long)c->kv,
           (long long)c->hd);
-    if (c->moe == QWEN3_MOE || c->moe == QWEN2_MOE)
+    if (c->moe == QWEN3_MOE || c->moe == QWEN2_MOE || c->moe == QWEN3_NEXT)
         J(", \"moe_intermediate_size\": %lld, \"num_experts\": %lld, \"num_experts_per_tok\": 1, "
           "\"decoder_sparse_step\": 1, \"mlp_only_layers\": []",
           (long long)c->Im, (long long)c->E);
-    if (c->moe == QWEN2_MOE)
+    if (c->moe == QWEN2_MOE || c->moe == QWEN3_NEXT)
         J(", \"shared_expert_intermediate_size\": %lld", (long long)c->Is);
+    if (c->moe == QWEN3_NEXT)
+        J(", \"linear_num_key_heads\": %lld, \"linear_num_value_heads\": %lld, "
+          "\"linear_key_head_dim\": %lld, \"linear_value_head_dim\": %lld, "
+          "\"linear_conv_kernel_dim\": %lld, \"full_attention_interval\": %lld",
+          (long long)c->nk, (long long)c->nv, (long long)c->kd, (long long)c->vd,
+          (long long)c->conv, (long long)c->interval);
+    if (c->moe == GPT_OSS)
+        J(", \"num_local_experts\": %lld, \"num_experts_per_tok\": 1, \"attention_bias\": true",
+          (long long)c->E);
+    if (c->moe == NEMOTRON_H)
+        J(", \"hybrid_override_pattern\": \"%s\", \"mamba_num_heads\": %lld, "
+          "\"mamba_head_dim\": %lld, \"n_groups\": %lld, \"ssm_state_size\": %lld, "
+          "\"conv_kernel\": %lld, \"n_routed_experts\": %lld, \"num_experts_per_tok\": 1, "
+          "\"moe_intermediate_size\": %lld, \"n_shared_experts\": 1, "
+          "\"moe_shared_expert_intermediate_size\": %lld%s",
+          c->pattern, (long long)c->mh, (long long)c->mhd, (long long)c->G, (long long)c->N,
+          (long long)c->conv, (long long)c->E, (long long)c->Im, (long long)c->Is,
+          c->latent ? "" : ", \"moe_latent_size\": null");
+    if (c->moe == NEMOTRON_H && c->latent)
+        J(", \"moe_latent_size\": %lld", (long long)c->latent);
     if (c->moe == MIXTRAL)
         J(", \"num_local_experts\": %lld, \"num_experts_per_tok\": 1", (long long)c->E);
     if (c->moe == DSV3 || c->moe == GLM4_MOE)
@@ -171,12 +201,32 @@ static const plan_entry_t qwen3_moe5[] = {ATTN,
 static const plan_entry_t dsv3_5[] = {FUSED, SHARED, MLP, {0, 0}};
 static const plan_entry_t glm4_moe5[] = {ATTN, FUSED, SHARED, MLP, {0, 0}};
 
+/* qwen3_next: configuration_qwen3_next.py, v4.57.6 166-179 (its
+ * "shared_experts" entries: Qwen3Next's module is "shared_expert"), a597f974
+ * 61-79. gpt_oss and nemotron_h are tested at tp=1 only (tp refused): none. */
+static const plan_entry_t qwen3_next4[] = {ATTN, PER_EXPERT, SHARED, MLP, {0, 0}};
+static const plan_entry_t qwen3_next5[] = {ATTN,
+                                           {"self_attn.q_norm", "replicated_with_grad_allreduce"},
+                                           {"self_attn.k_norm", "replicated_with_grad_allreduce"},
+                                           FUSED,
+                                           {"mlp.shared_expert.gate_proj", "colwise"},
+                                           {"mlp.shared_expert.up_proj", "colwise"},
+                                           {"mlp.shared_expert.down_proj", "rowwise"},
+                                           MLP,
+                                           {"linear_attn.in_proj_qkvz", "colwise_gather_output"},
+                                           {"linear_attn.in_proj_ba", "colwise_gather_output"},
+                                           {"linear_attn.out_proj", "colwise_gather_output"},
+                                           {0, 0}};
+static const plan_entry_t no_plan[] = {{0, 0}};
+
 static const plan_entry_t *plan_of(int moe, int tfm)
 {
-    static const plan_entry_t *const v4[] = {dense_plan,  qwen3_moe4, mixtral4,
-                                             qwen2_moe45, dsv3_4,     qwen3_moe4 /* glm4_moe */};
-    static const plan_entry_t *const v5[] = {dense_plan,  qwen3_moe5, mixtral5,
-                                             qwen2_moe45, dsv3_5,     glm4_moe5};
+    static const plan_entry_t *const v4[] = {dense_plan,  qwen3_moe4,  mixtral4,
+                                             qwen2_moe45, dsv3_4,      qwen3_moe4 /* glm4_moe */,
+                                             no_plan,     qwen3_next4, no_plan};
+    static const plan_entry_t *const v5[] = {dense_plan,  qwen3_moe5,  mixtral5,
+                                             qwen2_moe45, dsv3_5,      glm4_moe5,
+                                             no_plan,     qwen3_next5, no_plan};
     return tfm == 4 ? v4[moe] : v5[moe];
 }
 
@@ -237,10 +287,10 @@ static int hf_style(int moe, int tfm, const char *name)
 /* One expected parameter of a rank: its local block, and how a local
  * element maps to the logical tensor (name, flat index). */
 typedef struct {
-    char name[160];
+    char name[192];
     int64_t n0, n1; /* HF shape [n0, n1] (a vector: n1 = 1) */
     /* per-expert (transformers 4): logical tensor name and expert block base */
-    char logical[160];
+    char logical[192];
     int64_t lbase;
 } hf_param_t;
 
@@ -418,6 +468,69 @@ static void check_fused(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char
 
 #define P(...) snprintf(p.name, sizeof p.name, __VA_ARGS__)
 
+/* An element list for a buffer of @p n elements. */
+static elem_t *elems(int64_t n)
+{
+    return calloc((size_t)(n ? n : 1), sizeof(elem_t));
+}
+
+/* gpt_oss's GptOssMLP (transformers modeling_gpt_oss.py, v4.57.6 and a597f974):
+ * "mlp.router.weight" [E, H] and "mlp.router.bias" [E] (GptOssTopKRouter), then
+ * GptOssExperts' own 3-d parameters, sharded on the expert dim (torch.chunk):
+ * gate_up_proj [E, H, 2I] used as x @ gate_up_proj[e] with gate the even and up
+ * the odd output columns (gate_up[..., ::2], gate_up[..., 1::2]),
+ * gate_up_proj_bias [E, 2I] alike, down_proj [E, I, H] (y @ down_proj[e]),
+ * down_proj_bias [E, H]. The checkpoint's logical tensors are nn.Linear's:
+ * gate/up [E, I, H], down [E, H, I], biases [E, I] / [E, H]. */
+static void check_gpt_oss_mlp(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *pf)
+{
+    const cfg_t *c = x->c;
+    int64_t E = c->E, I = c->Im, H = c->H, e0, ne;
+    hf_param_t p;
+    memset(&p, 0, sizeof p);
+    P("%smlp.router.weight", pf);
+    p.n0 = E;
+    p.n1 = H;
+    check_param(x, rank, s, t, &p);
+    memset(&p, 0, sizeof p);
+    P("%smlp.router.bias", pf);
+    p.n0 = E;
+    p.n1 = 1;
+    check_param(x, rank, s, t, &p);
+    piece(E, x->N, s, &e0, &ne);
+    char nm[192], lg[5][160];
+    static const char *const role[5] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                        "gate_proj.bias", "up_proj.bias"};
+    for (int k = 0; k < 5; k++)
+        snprintf(lg[k], 160, "%smlp.experts.%s", pf, role[k]);
+    elem_t *w = elems(ne * H * 2 * I);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < 2 * I; j++)
+                w[(e * H + h) * 2 * I + j] =
+                    (elem_t){tid(x, lg[j % 2]), ((e0 + e) * I + j / 2) * H + h};
+    snprintf(nm, sizeof nm, "%smlp.experts.gate_up_proj", pf);
+    check_buffer(x, rank, nm, w, ne * H * 2 * I, 2);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t j = 0; j < 2 * I; j++)
+            w[e * 2 * I + j] = (elem_t){tid(x, lg[3 + j % 2]), (e0 + e) * I + j / 2};
+    snprintf(nm, sizeof nm, "%smlp.experts.gate_up_proj_bias", pf);
+    check_buffer(x, rank, nm, w, ne * 2 * I, 2);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t i = 0; i < I; i++)
+            for (int64_t h = 0; h < H; h++)
+                w[(e * I + i) * H + h] = (elem_t){tid(x, lg[2]), ((e0 + e) * H + h) * I + i};
+    snprintf(nm, sizeof nm, "%smlp.experts.down_proj", pf);
+    check_buffer(x, rank, nm, w, ne * I * H, 2);
+    snprintf(nm, sizeof nm, "%smlp.experts.down_proj.bias", pf);
+    int32_t db = tid(x, nm);
+    for (int64_t k = 0; k < ne * H; k++)
+        w[k] = (elem_t){db, e0 * H + k};
+    snprintf(nm, sizeof nm, "%smlp.experts.down_proj_bias", pf);
+    check_buffer(x, rank, nm, w, ne * H, 2);
+    free(w);
+}
+
 /* The MoE block of layer prefix @p pf on rank (s, t), from HF's modules:
  * qwen3_moe / mixtral / qwen2_moe: the router "gate" before the experts
  * (qwen3_moe under transformers 5 after them), deepseek_v3 / glm4_moe: the
@@ -429,6 +542,10 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
 {
     const cfg_t *c = x->c;
     bool v5 = x->tfm == 5;
+    if (c->moe == GPT_OSS) {
+        check_gpt_oss_mlp(x, rank, s, t, pf);
+        return;
+    }
     const char *blk = c->moe == MIXTRAL && !v5 ? "block_sparse_moe." : "mlp.";
     const char *lblk = c->moe == MIXTRAL ? "block_sparse_moe." : "mlp.";
     char lg[3][160];
@@ -472,8 +589,9 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
     }
     if (c->moe == QWEN3_MOE || c->moe == MIXTRAL)
         return;
-    int64_t Is = c->moe == QWEN2_MOE ? c->Is : c->Im * c->Is;
-    const char *sh = c->moe == QWEN2_MOE ? "shared_expert" : "shared_experts";
+    bool one = c->moe == QWEN2_MOE || c->moe == QWEN3_NEXT; /* Qwen2Moe-style shared_expert */
+    int64_t Is = one ? c->Is : c->Im * c->Is;
+    const char *sh = one ? "shared_expert" : "shared_experts";
     static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
     for (int k = 0; k < 3; k++) {
         memset(&p, 0, sizeof p);
@@ -482,7 +600,7 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
         p.n1 = k < 2 ? c->H : Is;
         check_param(x, rank, s, t, &p);
     }
-    if (c->moe == QWEN2_MOE) {
+    if (one) {
         memset(&p, 0, sizeof p);
         P("%smlp.shared_expert_gate.weight", pf);
         p.n0 = 1;
@@ -491,9 +609,139 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
     }
 }
 
+/* A parameter of its own shape, its logical tensor another name (NULL: the
+ * same): rows n0 of n1 elements. */
+static void check_named(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *name,
+                        const char *logical, int64_t n0, int64_t n1)
+{
+    hf_param_t p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "%s", name);
+    if (logical)
+        snprintf(p.logical, sizeof p.logical, "%s", logical);
+    p.n0 = n0;
+    p.n1 = n1;
+    check_param(x, rank, s, t, &p);
+}
+
+/* nemotron_h under transformers 5 (modeling_nemotron_h.py at a597f974): the
+ * checkpoint's "backbone." names are "model." (conversion_mapping.py
+ * WeightRenaming("backbone.", "model.")); per block "norm.weight" and the
+ * mixer: Mamba-2 dt_bias, A_log, D [Hm], conv1d.weight [I+2GN, 1, K], conv1d.bias,
+ * in_proj.weight [2I+2GN+Hm, H], norm.weight [I], out_proj.weight [H, I];
+ * attention q/k/v/o_proj; MLP up_proj, down_proj; MoE experts.up_proj [E, Im,
+ * Hin] and experts.down_proj [E, Hin, Im] (the per-expert checkpoint tensors
+ * stacked, MergeModulelist(dim=0)), gate.weight, the fp32 buffer
+ * gate.e_score_correction_bias (whole on every rank), shared_experts.*,
+ * fc1/fc2_latent_proj. Everything Shard(0) over dp_shard. */
+static void check_nemotron(ctx_t *x, int32_t rank)
+{
+    const cfg_t *c = x->c;
+    int32_t s = (rank / x->T) % x->N, t = rank % x->T;
+    int64_t H = c->H, I = c->mh * c->mhd, GN = c->G * c->N, Hm = c->mh;
+    int64_t Hin = c->latent ? c->latent : H;
+    char nm[192], lg[192];
+#define NEM(n0_, n1_, sfx)                                                                         \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "model.layers.%lld.%s", (long long)L, sfx);                        \
+        snprintf(lg, sizeof lg, "backbone.layers.%lld.%s", (long long)L, sfx);                     \
+        check_named(x, rank, s, t, nm, lg, n0_, n1_);                                              \
+    } while (0)
+    check_named(x, rank, s, t, "model.embeddings.weight", "backbone.embeddings.weight", c->V, H);
+    for (int64_t L = 0; L < c->L; L++) {
+        NEM(H, 1, "norm.weight");
+        switch (c->pattern[L]) {
+        case 'M':
+            NEM(Hm, 1, "mixer.dt_bias");
+            NEM(Hm, 1, "mixer.A_log");
+            NEM(Hm, 1, "mixer.D");
+            NEM(I + 2 * GN, c->conv, "mixer.conv1d.weight");
+            NEM(I + 2 * GN, 1, "mixer.conv1d.bias");
+            NEM(2 * I + 2 * GN + Hm, H, "mixer.in_proj.weight");
+            NEM(I, 1, "mixer.norm.weight");
+            NEM(H, I, "mixer.out_proj.weight");
+            break;
+        case '*':
+            NEM(c->nh * c->hd, H, "mixer.q_proj.weight");
+            NEM(c->kv * c->hd, H, "mixer.k_proj.weight");
+            NEM(c->kv * c->hd, H, "mixer.v_proj.weight");
+            NEM(H, c->nh * c->hd, "mixer.o_proj.weight");
+            break;
+        case '-':
+            NEM(c->I, H, "mixer.up_proj.weight");
+            NEM(H, c->I, "mixer.down_proj.weight");
+            break;
+        default: {
+            /* the stacked experts: dim 0 is the expert, each a row of Im*Hin */
+            snprintf(nm, sizeof nm, "model.layers.%lld.mixer.experts.up_proj", (long long)L);
+            snprintf(lg, sizeof lg, "backbone.layers.%lld.mixer.experts.up_proj.weight",
+                     (long long)L);
+            check_named(x, rank, s, t, nm, lg, c->E, c->Im * Hin);
+            snprintf(nm, sizeof nm, "model.layers.%lld.mixer.experts.down_proj", (long long)L);
+            snprintf(lg, sizeof lg, "backbone.layers.%lld.mixer.experts.down_proj.weight",
+                     (long long)L);
+            check_named(x, rank, s, t, nm, lg, c->E, Hin * c->Im);
+            NEM(c->E, H, "mixer.gate.weight");
+            snprintf(nm, sizeof nm, "model.layers.%lld.mixer.gate.e_score_correction_bias",
+                     (long long)L);
+            snprintf(lg, sizeof lg, "backbone.layers.%lld.mixer.gate.e_score_correction_bias",
+                     (long long)L);
+            elem_t *w = elems(c->E);
+            for (int64_t e = 0; e < c->E; e++)
+                w[e] = (elem_t){tid(x, lg), e};
+            check_buffer(x, rank, nm, w, c->E, 4);
+            free(w);
+            NEM(c->Is, H, "mixer.shared_experts.up_proj.weight");
+            NEM(H, c->Is, "mixer.shared_experts.down_proj.weight");
+            if (c->latent) {
+                NEM(c->latent, H, "mixer.fc1_latent_proj.weight");
+                NEM(H, c->latent, "mixer.fc2_latent_proj.weight");
+            }
+        }
+        }
+    }
+#undef NEM
+    check_named(x, rank, s, t, "model.norm_f.weight", "backbone.norm_f.weight", H, 1);
+    if (!c->tied)
+        check_named(x, rank, s, t, "lm_head.weight", NULL, c->V, H);
+}
+
+/* qwen3_next's Gated DeltaNet "linear_attn." (Qwen3NextGatedDeltaNet):
+ * dt_bias, A_log [nv], conv1d.weight [2*nk*kd + nv*vd, 1, K], in_proj_qkvz
+ * [nk*(2kd + 2(nv/nk)vd), H], in_proj_ba [2nv, H], norm.weight [vd], out_proj
+ * [H, nv*vd]. The gated norm holds the plain weight, the checkpoint's logical
+ * tensor (Megatron's zero-centered out_norm, vLLM's "weight_minus_1" staging)
+ * weight - 1: the rank's buffer is that staged value,
+ * "linear_attn.norm.weight_minus_1". */
+static void check_gdn(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *pf)
+{
+    const cfg_t *c = x->c;
+    int64_t r = c->nv / c->nk;
+    char nm[192], lg[192];
+#define GDN(n0_, n1_, sfx)                                                                         \
+    do {                                                                                           \
+        snprintf(nm, sizeof nm, "%slinear_attn.%s", pf, sfx);                                      \
+        check_named(x, rank, s, t, nm, NULL, n0_, n1_);                                            \
+    } while (0)
+    GDN(c->nv, 1, "dt_bias");
+    GDN(c->nv, 1, "A_log");
+    GDN(2 * c->nk * c->kd + c->nv * c->vd, c->conv, "conv1d.weight");
+    GDN(c->nk * (2 * c->kd + 2 * r * c->vd), c->H, "in_proj_qkvz.weight");
+    GDN(2 * c->nv, c->H, "in_proj_ba.weight");
+    GDN(c->H, c->nv * c->vd, "out_proj.weight");
+#undef GDN
+    snprintf(nm, sizeof nm, "%slinear_attn.norm.weight_minus_1", pf);
+    snprintf(lg, sizeof lg, "%slinear_attn.norm.weight", pf);
+    check_named(x, rank, s, t, nm, lg, c->vd, 1);
+}
+
 static void check_rank(ctx_t *x, int32_t rank)
 {
     const cfg_t *c = x->c;
+    if (c->moe == NEMOTRON_H) {
+        check_nemotron(x, rank);
+        return;
+    }
     int32_t t = rank % x->T, s = (rank / x->T) % x->N;
     hf_param_t p;
     memset(&p, 0, sizeof p);
@@ -522,8 +770,14 @@ static void check_rank(ctx_t *x, int32_t rank)
             ONE(c->kv_lora, 1, "%sself_attn.kv_a_layernorm.weight", pf);
             ONE(c->nh * (c->nope + c->vhd), c->kv_lora, "%sself_attn.kv_b_proj.weight", pf);
             ONE(c->H, c->nh * c->vhd, "%sself_attn.o_proj.weight", pf);
+        } else if (c->moe == QWEN3_NEXT && (L + 1) % c->interval) {
+            check_gdn(x, rank, s, t, pf);
         } else {
-            ONE(c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
+            /* Qwen3NextAttention: q_proj [q_h; gate_h] per head, 2*hd rows each */
+            ONE(c->nh * c->hd * (c->moe == QWEN3_NEXT ? 2 : 1), c->H, "%sself_attn.q_proj.weight",
+                pf);
+            if (c->moe == GPT_OSS) /* GptOssAttention's own parameter */
+                ONE(c->nh, 1, "%sself_attn.sinks", pf);
             ONE(c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
             ONE(c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
             if (c->bias || c->moe == QWEN2_MOE) {
@@ -532,6 +786,8 @@ static void check_rank(ctx_t *x, int32_t rank)
                 ONE(c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
             }
             ONE(c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
+            if (c->moe == GPT_OSS) /* rowwise: the bias replicated */
+                ONE(c->H, 1, "%sself_attn.o_proj.bias", pf);
             if (c->qk_norm) {
                 ONE(c->hd, 1, "%sself_attn.q_norm.weight", pf);
                 ONE(c->hd, 1, "%sself_attn.k_norm.weight", pf);
@@ -785,6 +1041,98 @@ static void test_moe_tp(void **state)
             check_spec(fams[f], specs[k][0], specs[k][1]);
 }
 
+/* gpt_oss: 4 experts over fsdp=3 (2,2,0: an empty trailing shard), sinks [4]
+ * over 3 (2,2,0), q/k/v/o biases, router bias; vLLM with and without EP */
+static const cfg_t gpt_oss = {.H = 16,
+                              .Im = 6,
+                              .V = 37,
+                              .nh = 4,
+                              .kv = 2,
+                              .hd = 4,
+                              .E = 4,
+                              .L = 2,
+                              .bias = 1,
+                              .moe = GPT_OSS};
+
+static void test_gpt_oss(void **state)
+{
+    (void)state;
+    check_spec(&gpt_oss, "fsdp=3", "tp=2");
+    check_spec(&gpt_oss, "fsdp=4,transformers=4", "tp=2,ep=on");
+    check_spec(&gpt_oss, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
+    check_spec(&gpt_oss, "fsdp=5", "tp=2,dp=3");
+}
+
+/* qwen3_next: Gated DeltaNet layers 0 and 2 (in_proj_qkvz 64 rows, over
+ * fsdp=3 22,22,20; conv1d [40, 1, 4]; norm [6]), gated attention in 1 and 3,
+ * 4 experts with a shared expert of 10 rows and its [1, H] gate */
+static const cfg_t qwen3_next = {.H = 16,
+                                 .I = 20,
+                                 .Im = 6,
+                                 .Is = 10,
+                                 .V = 37,
+                                 .nh = 2,
+                                 .kv = 1,
+                                 .hd = 8,
+                                 .E = 4,
+                                 .L = 4,
+                                 .qk_norm = 1,
+                                 .nk = 2,
+                                 .nv = 4,
+                                 .kd = 4,
+                                 .vd = 6,
+                                 .conv = 4,
+                                 .interval = 2,
+                                 .moe = QWEN3_NEXT};
+
+static void test_qwen3_next(void **state)
+{
+    (void)state;
+    check_spec(&qwen3_next, "fsdp=3", "tp=2");
+    check_spec(&qwen3_next, "fsdp=4,transformers=4", "tp=2,ep=on");
+    check_spec(&qwen3_next, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
+    check_spec(&qwen3_next, "fsdp=7,transformers=4", "tp=2");
+    /* tp x fsdp: 4's plan (attention, per-expert experts, dense mlp), 5's
+     * (also shared_expert and the linear attention's colwise_gather_output) */
+    check_spec(&qwen3_next, "tp=2,fsdp=2", "tp=2");
+    check_spec(&qwen3_next, "tp=3,fsdp=2,dp=2", "tp=2,ep=on");
+    check_spec(&qwen3_next, "tp=2,fsdp=3,transformers=4", "tp=2");
+    check_spec(&qwen3_next, "tp=4,fsdp=2,transformers=4", "tp=1");
+}
+
+/* nemotron_h: Mamba-2 (2 groups), MoE with latent projections, attention, MLP */
+static const cfg_t nemotron = {.H = 16,
+                               .I = 20,
+                               .Im = 6,
+                               .Is = 10,
+                               .V = 37,
+                               .nh = 2,
+                               .kv = 1,
+                               .hd = 8,
+                               .E = 4,
+                               .L = 5,
+                               .pattern = "ME*-E",
+                               .mh = 4,
+                               .mhd = 4,
+                               .G = 2,
+                               .N = 4,
+                               .conv = 4,
+                               .latent = 8,
+                               .moe = NEMOTRON_H};
+
+static void test_nemotron_h(void **state)
+{
+    (void)state;
+    check_spec(&nemotron, "fsdp=3", "tp=2");
+    check_spec(&nemotron, "fsdp=4", "tp=2,ep=on");
+    check_spec(&nemotron, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
+    cfg_t plain = nemotron; /* no latent: the experts work in H */
+    plain.latent = 0;
+    plain.pattern = "EM";
+    plain.L = 2;
+    check_spec(&plain, "fsdp=5", "tp=2");
+}
+
 /* The spec's text round trip and the refusals, each naming what is wrong. */
 static void test_spec_text_and_refusals(void **state)
 {
@@ -873,12 +1221,23 @@ static void test_refused_models(void **state)
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
     assert_non_null(strstr(reshard_last_error(), "layer 1 of this deepseek_v3 config is dense"));
     reshard_model_destroy(m);
-    /* an unmodelled family: UNSUPPORTED naming it and the convention */
+    /* tp where the family's HF plan is not modelled: UNSUPPORTED naming it */
     reshard_model_options_t g = {.layers = 1};
     assert_int_equal(reshard_model_load("gpt-oss-20b", &g, &m), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_OK);
+    reshard_model_refit_destroy(&r);
+    assert_int_equal(reshard_train_spec_parse("tp=2,fsdp=2", &ts), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
-    assert_non_null(strstr(reshard_last_error(), "gpt_oss family is not modelled under the FSDP2"));
+    assert_non_null(strstr(reshard_last_error(), "tp=2 with the gpt_oss family is not modelled"));
     reshard_model_destroy(m);
+    assert_int_equal(reshard_model_load("nemotron-3-nano-30b-a3b", &g, &m), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "tp=2 with the nemotron_h family"));
+    assert_int_equal(reshard_train_spec_parse("fsdp=2,transformers=4", &ts), RESHARD_OK);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reshard_last_error(), "transformers=4 with the nemotron_h family"));
+    reshard_model_destroy(m);
+    assert_int_equal(reshard_train_spec_parse("fsdp=2", &ts), RESHARD_OK);
     /* the FP8 checkpoint form: an FSDP2 trainer holds bf16 */
     reshard_model_options_t o = {.dtype = RESHARD_FP8_E4M3};
     assert_int_equal(reshard_model_load("qwen3-0.6b", &o, &m), RESHARD_OK);
@@ -920,6 +1279,9 @@ int main(void)
         cmocka_unit_test(test_kimi_k2),
         cmocka_unit_test(test_glm4_moe),
         cmocka_unit_test(test_moe_tp),
+        cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_qwen3_next),
+        cmocka_unit_test(test_nemotron_h),
         cmocka_unit_test(test_spec_text_and_refusals),
         cmocka_unit_test(test_refused_models),
         cmocka_unit_test(test_infer_quant),

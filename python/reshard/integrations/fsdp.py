@@ -29,6 +29,19 @@ from ..tensors import Tensors
 # Module segments wrappers insert into parameter names (anywhere in the path).
 WRAPPER_SEGMENTS = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
 
+# HF parameters whose refit buffer holds a value computed from them: qwen3_next's gated
+# norm (Qwen3NextRMSNormGated, "linear_attn.norm.weight") holds the plain weight, the
+# checkpoint's logical tensor weight - 1 (Megatron's zero-centered out_norm; vLLM's
+# staging "linear_attn.norm.weight_minus_1"), so the train layout declares
+# "<name>_minus_1" and the sender sends weight - 1, computed at each refit (a copy of
+# the head-dim vector; exact for weights in [0.5, 2]).
+MINUS_1 = ".linear_attn.norm.weight"
+
+
+def layout_name(name: str) -> str:
+    """The train layout's buffer name of HF parameter ``name`` (MINUS_1: staged)."""
+    return name + "_minus_1" if name.endswith(MINUS_1) else name
+
 
 def is_dtensor(t: Any) -> bool:
     """A torch DTensor (or anything with its attributes: device_mesh, placements,
@@ -74,12 +87,16 @@ class FSDPModule:
         (to_local(), bound in place; an empty one, FSDP2's chunk of a trailing rank, is
         left out as the layout declares none), plain tensors as they are (a module that
         holds them unsharded fails the binding's shape check, and problems() names
-        why)."""
+        why); a staged parameter (MINUS_1) as its layout name and computed value, a
+        fresh tensor at each call (the sender calls named() at every refit)."""
         params = {}
         for n, p in self.live().items():
             local = p.to_local() if is_dtensor(p) else p
             if is_dtensor(p) and local.numel() == 0:
                 continue  # FSDP2's empty chunk (trailing ranks): the layout declares none
+            if layout_name(n) != n:  # staged: weight - 1, this refit's value
+                params[layout_name(n)] = local.detach() - 1
+                continue
             params[n] = local
         buffers = {hf_name(n): b for n, b in self.module.named_buffers()}
         return params, buffers
@@ -103,7 +120,7 @@ class FSDPModule:
         seen: Dict[int, Tuple[int, str]] = {}  # shard count -> (this rank's index, parameter)
         for name, p in self.live().items():
             where = "%s rank %d: parameter %r" % (side, rank, name)
-            want = declared.get(name)
+            want = declared.get(layout_name(name))
             if not is_dtensor(p):
                 if want is not None and tuple(p.shape) != want.shape:
                     out.append("%s is a plain tensor of shape %s where the layout holds the "
@@ -299,7 +316,10 @@ def _same_elements(layout: Layout, name: str, live: Layout, rank: int, frags: Li
         return None
     info = layout.tensors.info(tid)
     view = tuple(info.view_shape or info.shape)
-    live = _tp_piece(live, view, rank, tp) or live
+    # a piece of a tensor with a finer view (qwen3_next's in_proj_qkvz [nk, per, H]):
+    # placed in the tensor's own shape (the pattern is of the flat global index)
+    live = (_tp_piece(live, view, rank, tp) or _tp_piece(live, tuple(info.shape), rank, tp)
+            or live)
     spec_t = Tensors()
     spec_t.add(name, view, live.tensors.info(0).dtype)
     spec = Layout(spec_t)
@@ -321,4 +341,4 @@ def _same_elements(layout: Layout, name: str, live: Layout, rank: int, frags: Li
     return None
 
 
-__all__ = ["FSDPModule", "hf_name", "is_dtensor", "WRAPPER_SEGMENTS"]
+__all__ = ["FSDPModule", "hf_name", "is_dtensor", "layout_name", "WRAPPER_SEGMENTS"]
