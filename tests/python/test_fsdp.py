@@ -727,3 +727,27 @@ def test_hybrid_families_live_shards_are_the_layouts(tmp_path, family, train):
             assert tuple(got.shape) == tuple(x.shape), (r, name, tuple(got.shape), x.shape)
             assert torch.equal(got.contiguous().view(torch.uint8),
                                x.contiguous().view(torch.uint8)), (r, name)
+
+
+def test_staged_norm_weight_without_an_exact_minus_1_is_refused():
+    """qwen3_next's gated norm goes out as weight - 1 and the engine adds 1 back (bf16, 8
+    significant bits): exact for weights in [0.5, 2] (Sterbenz) and wherever w - 1 is a
+    bf16 value, by hand: 3.0 - 1 = 2.0 comes back as 3.0. bf16(0.1) = 0.10009765625 -
+    1 = -0.89990234375 is 230.375 steps of 2^-8 in [0.5, 1): it rounds and comes back
+    other than it was; 258 - 1 = 257 is odd where bf16 steps by 2. The sender refuses
+    such a weight by parameter name and element before anything moves, instead of
+    refitting another weight."""
+    from reshard.integrations.fsdp import staged_minus_1
+    name = "model.layers.0.linear_attn.norm.weight"
+    ok = torch.tensor([0.5, 1.0, 1.5, 2.0, 3.0, 0.0, -1.0, float("nan")], dtype=torch.bfloat16)
+    got = staged_minus_1(name, ok)
+    want = torch.tensor([-0.5, 0.0, 0.5, 1.0, 2.0, -1.0, -2.0, float("nan")],
+                        dtype=torch.bfloat16)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    for value, shown in ((0.1, "0.1000976"), (258.0, "258.0")):
+        bad = ok.clone()
+        bad[2] = value
+        with pytest.raises(ValueError) as e:
+            staged_minus_1(name, bad)
+        msg = str(e.value)
+        assert name in msg and "[2]" in msg and shown in msg, msg

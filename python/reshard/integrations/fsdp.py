@@ -43,6 +43,27 @@ def layout_name(name: str) -> str:
     return name + "_minus_1" if name.endswith(MINUS_1) else name
 
 
+def staged_minus_1(name: str, weight: Any) -> Any:
+    """``weight - 1`` in its dtype for a MINUS_1 parameter, when the engine's ``staged +
+    1`` gives ``weight`` back element for element (NaN as NaN): always for weights in
+    [0.5, 2] (Sterbenz), not in general (bf16 2.0078125 - 1 rounds). Otherwise a
+    ValueError naming the parameter, its worst element and the rule: no refit of such a
+    weight is exact through the staged buffer, and none is sent."""
+    import torch  # the sender's side: torch is there
+
+    staged = weight - 1
+    back = staged + 1
+    same = torch.isclose(back, weight, rtol=0, atol=0, equal_nan=True)
+    if not bool(same.all()):
+        bad = (~same).nonzero()[0].tolist()
+        raise ValueError(
+            "parameter %r: element %s = %r has no exact weight - 1 in %s (the engine adds 1 "
+            "back to its staged buffer and would hold %r): the staged refit is exact for "
+            "weights in [0.5, 2]" % (name, bad, float(weight[tuple(bad)]), weight.dtype,
+                                     float(back[tuple(bad)])))
+    return staged
+
+
 def is_dtensor(t: Any) -> bool:
     """A torch DTensor (or anything with its attributes: device_mesh, placements,
     to_local)."""
@@ -95,7 +116,7 @@ class FSDPModule:
             if is_dtensor(p) and local.numel() == 0:
                 continue  # FSDP2's empty chunk (trailing ranks): the layout declares none
             if layout_name(n) != n:  # staged: weight - 1, this refit's value
-                params[layout_name(n)] = local.detach() - 1
+                params[layout_name(n)] = staged_minus_1(n, local.detach())
                 continue
             params[n] = local
         buffers = {hf_name(n): b for n, b in self.module.named_buffers()}
@@ -341,4 +362,5 @@ def _same_elements(layout: Layout, name: str, live: Layout, rank: int, frags: Li
     return None
 
 
-__all__ = ["FSDPModule", "hf_name", "is_dtensor", "layout_name", "WRAPPER_SEGMENTS"]
+__all__ = ["FSDPModule", "hf_name", "is_dtensor", "layout_name", "staged_minus_1",
+           "WRAPPER_SEGMENTS"]

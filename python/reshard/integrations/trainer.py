@@ -245,6 +245,18 @@ class ReshardTrainer:
                                device_of(self.info.transport), False)
         return self.bound.problems
 
+    def _tell_peers(self, e: Exception, status: reshard_err.Status, what: str) -> None:
+        """Raise ``e`` (a failure before this refit moved anything) after telling the
+        peers (fail_peers), as a ReshardError of ``status`` naming ``what`` and this rank
+        where it is not one already."""
+        err = e if isinstance(e, ReshardError) else reshard_err.error(
+            status, "train rank %d: refit %d: %s: %s: %s" % (self.rank, self.version, what,
+                                                            type(e).__name__, e))
+        fail_peers(self.comm, err, self.info.timeout_s)
+        if err is e:
+            raise e
+        raise err from e
+
     def _send(self) -> None:
         if self.info.eplb:  # the engines' maps of this refit (worker.follow_eplb)
             try:
@@ -255,14 +267,12 @@ class ReshardTrainer:
                             reshard_err.Status.BUFFER, "train rank %d: refit %d, EPLB map "
                             "moved: %s" % (self.rank, self.version, "; ".join(problems)))
             except Exception as e:  # noqa: BLE001 - every failure here is told to the peers
-                err = e if isinstance(e, ReshardError) else reshard_err.error(
-                    reshard_err.Status.CONFIG, "train rank %d: refit %d: following the EPLB "
-                    "maps failed: %s: %s" % (self.rank, self.version, type(e).__name__, e))
-                fail_peers(self.comm, err, self.info.timeout_s)
-                if err is e:
-                    raise
-                raise err from e
-        self.plan.execute(self.comm, src=self.bound.current(*self.source.named()), dst=None)
+                self._tell_peers(e, reshard_err.Status.CONFIG, "following the EPLB maps failed")
+        try:
+            src = self.bound.current(*self.source.named())
+        except Exception as e:  # noqa: BLE001 - a weight the refit cannot send exactly
+            self._tell_peers(e, reshard_err.Status.BUFFER, "reading the live weights failed")
+        self.plan.execute(self.comm, src=src, dst=None)
 
     def shutdown(self) -> None:
         if self.comm is not None:
