@@ -583,11 +583,15 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * Name @p plan, so that its executions pair with the plans of the same name on the other
  * ranks. Needed only where one rank holds several live plans made from the same inputs
  * (equal fingerprints: a policy and a reference model of one architecture, two engines'
- * plans of equal layouts) and the ranks do not make them in one order. Every execution's
+ * plans of equal layouts). Every execution's
  * preflight agreement carries the plan's identity beside its fingerprint: the name's
  * hash where one was given, else the plan's number, fixed when it was made: the smallest
  * number that no unnamed, not retired plan of those inputs the same thread of the rank
- * then held (two live plans never share one; it never moves afterwards). Retired plans:
+ * then held (two live plans never share one; it never moves afterwards). That number
+ * depends on when each rank closed (or freed) earlier plans, so an unnamed plan is
+ * executed only while the thread that made it holds no other live, unnamed, not
+ * retired plan of the same inputs: else reshard_plan_execute refuses on every rank
+ * (INVALID_ARG "other live unnamed plan(s) of the same inputs"), nothing moves. Retired plans:
  * the old plan of reshard_plan_delta_adopt (the new plan takes its name, or else its
  * number) and a plan whose execution lost its peers (TIMEOUT, TRANSPORT); they no longer
  * take numbers or names from plans made after them, and executed again a retired plan
@@ -734,7 +738,9 @@ typedef struct {
  * naming the rank, the buffer's id and name, and both sizes).
  * Then the first agreement, before any byte moves, over all ranks: every
  * rank's plan exists (a rank whose plan failed calls reshard_plan_fail:
- * every rank returns that rank's status, naming it), every plan has the same
+ * every rank returns that rank's status, naming it), every unnamed plan is the only
+ * live unnamed plan of its inputs its thread made (reshard_plan_set_name: INVALID_ARG
+ * on every rank, naming the rank), every plan has the same
  * fingerprint (MISMATCH on every rank, naming a rank that planned from
  * different inputs), every rank's buffers passed (BUFFER on every rank). In
  * each case every rank returns at once and no destination byte anywhere is

@@ -1238,6 +1238,8 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                       "execution; destroy it and give each thread its own comm (a name= of its "
                       "own on a torch group)",
                       rank);
+    if (st == RESHARD_OK)
+        st = rs_identity_check_alone(plan, rank);
     if (st == RESHARD_OK && plan->quant) {
         st = rs_qbufs_setup(plan, comm, src_bufs, n_src, dst_bufs, n_dst, &qb);
         src_bufs = qb.src;

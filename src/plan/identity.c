@@ -19,10 +19,12 @@
  *    the same retired plan on its peers. The new plan of reshard_plan_delta_adopt takes
  *    the old plan's name, or its number, where no other plan took it since;
  *  - a RESHARD_ALL_RANKS plan's identity is of another set than a rank's own plans.
- * Known limit: the smallest free number depends on which plans a rank still holds when
- * it makes a new one, so ranks that close (or garbage-collect) one of several live
- * unnamed plans of equal inputs at different moments relative to making the next can
- * number two plans alike; name such plans.
+ * The smallest free number depends on which plans a rank still holds when it makes a
+ * new one, so ranks that close (or garbage-collect) one of several live unnamed plans of
+ * equal inputs at different moments relative to making the next could number two plans
+ * alike: an unnamed plan is executed only while its thread holds no other live, unnamed,
+ * not retired plan of its inputs (rs_identity_check_alone; the preflight then fails every
+ * rank), so numbers pair only plans that are alone of their inputs on every rank.
  * Ranks that make, close and execute such plans in one order agree; a rank that
  * executes another of them than its peers fails preflight on every rank (MISMATCH)
  * instead of pairing the two.
@@ -251,6 +253,33 @@ uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal)
     /* a RESHARD_ALL_RANKS plan is numbered and named apart from a rank's own plans of the
      * same fingerprint (which leaves the rank out): its identity is of another set too */
     return plan->p.my_rank == RESHARD_ALL_RANKS ? id ^ ALL_RANKS_TAG : id;
+}
+
+reshard_status_t rs_identity_check_alone(const reshard_plan_t *plan, int32_t rank)
+{
+    pthread_mutex_lock(&id_mu);
+    const rs_id_entry_t *me = entry_of(plan);
+    int32_t others = 0, other = -1;
+    for (size_t i = 0; me && !me->retired && !plan->id_name[0] && i < id_n; i++) {
+        const rs_id_entry_t *o = &id_live[i];
+        if (o != me && o->thread == me->thread && same_inputs(o->plan, plan) &&
+            !o->plan->id_name[0] && !o->retired) {
+            others++;
+            other = o->index;
+        }
+    }
+    const int32_t index = me ? me->index : 0;
+    pthread_mutex_unlock(&id_mu);
+    if (!others)
+        return RESHARD_OK;
+    return rs_error(RESHARD_ERR_INVALID_ARG,
+                    "rank %d: this unnamed plan (number %d) is executed while the thread that made "
+                    "it holds %d other live unnamed plan(s) of the same inputs (number %d%s): "
+                    "their numbers depend on when each rank closed or freed earlier plans, so "
+                    "no rank can trust them to pair; nothing was sent. Name each plan "
+                    "(reshard_plan_set_name, Plan(name=...)) or close the ones not executed "
+                    "again (reshard_plan_destroy, Plan.close())",
+                    rank, (int)index, (int)others, (int)other, others > 1 ? ", ..." : "");
 }
 
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name)

@@ -142,6 +142,11 @@ void rs_identity_retire(const reshard_plan_t *plan, const char *why);
  *  number, as the plan that takes its place. */
 void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why);
 const char *rs_identity_retired(const reshard_plan_t *plan);
+/** INVALID_ARG (naming @p rank) when @p plan is unnamed and not retired and the thread that
+ *  made it holds another live, unnamed, not retired plan of the same inputs: numbers depend
+ *  on when each rank closed earlier plans, so two such plans cannot be told apart safely
+ *  (reshard_plan_execute refuses, on every rank through the preflight). */
+reshard_status_t rs_identity_check_alone(const reshard_plan_t *plan, int32_t rank);
 /** The identity @p plan's executions agree on: the hash of its name (top bit set), or its
  *  number, fixed when it was made (the smallest no unnamed, not retired plan of the same
  *  inputs its thread then held); a retired plan's from a set of its own (that number

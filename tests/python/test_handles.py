@@ -5,6 +5,7 @@ thread executes on it waits for that execution; Plan() and the pattern helpers c
 every number instead of coercing it."""
 
 import copy
+import itertools
 import pickle
 import threading
 import time
@@ -64,6 +65,9 @@ def _wait_busy(comm):
     assert comm._calls == 1
 
 
+_REFITS = itertools.count()
+
+
 class _Refit:
     """Rank 0 sends "w" to rank 1 on one in-process group; start() runs rank 1 (0.5 s
     late) and rank 0 on threads and returns once rank 0 executes (it waits for rank 1
@@ -71,8 +75,10 @@ class _Refit:
 
     def __init__(self):
         _, self.src, self.dst = layouts()
+        # named: plans of earlier tests may still be live (an unnamed plan executed
+        # beside another live one of its inputs is refused)
         self.plan = reshard.Plan(self.src, self.dst, rank=reshard.ALL_RANKS, world=2,
-                                 timeout_s=10)
+                                 timeout_s=10, name="refit %d" % next(_REFITS))
         self.group = reshard.InprocGroup(2)
         self.c0, self.c1 = self.group.comm(0), self.group.comm(1)
         self.s0 = self.src.new_buffers(0, library="numpy")

@@ -3,7 +3,9 @@ holds two live plans made from the same layouts (a policy and a reference model 
 architecture) with different values; a rank that executes the other plan than its
 peers must fail preflight on every rank (MISMATCH), nothing written, where the plans'
 equal fingerprints used to pair one plan's sources with the other's destinations and
-return OK. The oracle: destination rank 2 + j holds columns [24j, 24j + 24) of the
+return OK. Unnamed plans pair by number only while a thread holds one live plan of
+those inputs: two held at once are refused on every rank (their numbers depend on when
+each rank closed earlier ones). The oracle: destination rank 2 + j holds columns [24j, 24j + 24) of the
 sending plan's full matrix (Shard(0) over ranks 0, 1 to Shard(1) over ranks 2, 3)."""
 
 import numpy as np
@@ -79,18 +81,86 @@ def run(order, names=(None, None), create=None):
     return reshard.run_threads(4, rank_fn)
 
 
-def test_plans_of_equal_inputs_executed_in_another_order_fail_every_rank():
-    """Ranks 0 and 2 execute a then b, ranks 1 and 3 b then a: both executions fail on
-    every rank (MISMATCH naming the different plans), nothing is written; then all in
-    one order: exact."""
-    got = run(lambda r: "ab" if r in (0, 2) else "ba")
+ALONE = "other live unnamed plan(s) of the same inputs"
+
+
+def refused_everywhere(got, swapped=False):
+    """Every execution of ``run``'s result failed on every rank, INVALID_ARG naming the
+    rule (the rank that holds two live unnamed plans, or a peer naming it); with
+    ``swapped`` (ranks execute plans of other numbers), MISMATCH naming the plans may come
+    first."""
     for r, out in enumerate(got):
+        assert out, (r, got)
         for k, e in out:
             assert isinstance(e, reshard.ReshardError), (r, k, e)
-            assert e.status == reshard.Status.MISMATCH, e
-            assert "execute different plans made from the same inputs" in e.message, e
-    ok = run(lambda r: "abba")
+            if swapped and e.status == reshard.Status.MISMATCH:
+                assert "execute different plans made from the same inputs" in e.message, e
+                continue
+            assert e.status == reshard.Status.INVALID_ARG, e
+            assert ALONE in e.message, e
+
+
+def test_two_live_unnamed_plans_of_equal_inputs_are_refused_on_every_rank():
+    """Ranks 0 and 2 execute a then b, ranks 1 and 3 b then a: unnamed plans held at once
+    have numbers that depend on when each rank closed earlier plans (tester round 9,
+    R9-2), so both executions are refused on every rank before anything moves (nothing
+    written), and so are executions in one order; named, in one order: exact."""
+    refused_everywhere(run(lambda r: "ab" if r in (0, 2) else "ba"), swapped=True)
+    refused_everywhere(run(lambda r: "abba"))
+    ok = run(lambda r: "abba", names=("policy", "reference"))
     assert all(o == "ok" for out in ok for _, o in out), ok
+
+
+@pytest.mark.parametrize("late", ["close", "gc"])
+def test_a_plan_closed_at_another_moment_on_some_ranks_is_refused_not_paired(late):
+    """Tester round 9, R9-2: every rank makes unnamed plans A, B, C and D of equal inputs
+    in one order; ranks 0 and 2 close A before C is made, ranks 1 and 3 after (a finally
+    that runs later, or A held by a saved traceback until it is dropped: ``gc``). The
+    smallest free number then gave C and D swapped numbers on the two halves, and C
+    executed on ranks 0 and 2 beside D on ranks 1 and 3 returned OK with 768 of 1536
+    elements wrong. Now each execution fails on every rank (B, C and D are live
+    together), nothing written."""
+    src, dst = layouts()
+    import threading
+    bar = threading.Barrier(4)
+
+    def rank_fn(comm):
+        r = comm.rank
+        mk = (lambda: reshard.Plan(src, dst, rank=r, world=4, timeout_s=10))
+        a, b = mk(), mk()
+        keep = None
+        if r in (0, 2):
+            a.close()
+        elif late == "gc":
+            def use(plan):
+                raise RuntimeError("an error while A was in use")
+            try:
+                use(a)
+            except RuntimeError as e:
+                keep = e  # its traceback holds use's frame, which holds A
+            del a
+        c = mk()
+        if r in (1, 3):
+            if late == "gc":
+                del keep
+            else:
+                a.close()
+        d = mk()
+        bar.wait()
+        out = []
+        for k, plan, salt in ((("c", c, 7), ("d", d, 1000)) if r in (0, 2) else
+                              (("d", d, 1000), ("c", c, 7))):
+            s, dd = buffers(r, salt)
+            try:
+                plan.execute(comm, src=s, dst=dd)
+                out.append((k, "returned OK"))
+            except reshard.ReshardError as e:
+                assert not dd or not dd["w"].any(), "rank %d: written though it failed" % r
+                out.append((k, e))
+        for plan in (b, c, d):
+            plan.close()
+        return out
+    refused_everywhere(reshard.run_threads(4, rank_fn), swapped=True)
 
 
 def test_named_plans_pair_by_name_whatever_the_creation_order():
@@ -115,17 +185,17 @@ def test_a_name_must_be_1_to_63_bytes():
         reshard.Plan(src, dst, rank=0, world=4, name="x" * 64)
 
 
-def test_plans_that_ran_on_another_comm_still_pair_by_creation_order():
-    """Both plans ran on one comm in one order; on a new comm ranks 0 and 2 run a, 1
-    and 3 run b first: every rank fails (the plans' order does not depend on the comm
-    they last ran on), where both used to count as the first and pair."""
+def test_plans_that_ran_on_another_comm_still_pair_by_name():
+    """Both plans (named) ran on one comm in one order; on a new comm ranks 0 and 2 run a,
+    1 and 3 run b first: every rank fails MISMATCH (a plan's identity does not depend on
+    the comm it last ran on), nothing written."""
     src, dst = layouts()
     group = reshard.InprocGroup(4)
 
     def rank_fn(comm):
         r = comm.rank
-        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)
-        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)
+        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, name="a")
+        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, name="b")
         for plan, salt in ((a, 0), (b, 1000)):
             s, d = buffers(r, salt)
             plan.execute(comm, src=s, dst=d)
@@ -135,7 +205,11 @@ def test_plans_that_ran_on_another_comm_still_pair_by_creation_order():
         try:
             first[0].execute(c2, src=s, dst=d)
         except reshard.ReshardError as e:
+            assert not d or not d["w"].any()
             return e
+        finally:
+            a.close()
+            b.close()
         return "returned OK"
     got = reshard.run_threads(4, rank_fn)
     group.close()
@@ -200,7 +274,8 @@ def test_a_closed_plan_no_longer_counts():
 
 
 def _swap_after_a_timeout(stalled):
-    """Plans a and b (unnamed, one creation order on every rank). The ranks in
+    """Plans a and b (named, one creation order on every rank; unnamed, two plans of
+    equal inputs held at once are refused outright). The ranks in
     ``stalled`` execute a, which times out there (rank 3 arrives late; the others never
     execute it: their framework failed first), so a is retired on those ranks only. Then,
     on a new comm, ranks 0 and 2 run a then b, ranks 1 and 3 b then a; then every rank a,
@@ -213,8 +288,8 @@ def _swap_after_a_timeout(stalled):
 
     def rank_fn(comm):
         r = comm.rank
-        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
-        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
+        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1, name="a")
+        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1, name="b")
         first = None
         if r in stalled:
             if r == 3:
@@ -245,6 +320,8 @@ def _swap_after_a_timeout(stalled):
                 continue
             want = full(salt)[:, (r - 2) * 24:(r - 1) * 24] if d else None
             out.append("ok" if not d or np.array_equal(d["w"], want) else "wrong")
+        a.close()  # the errors kept in out keep the plans alive: free their names
+        b.close()
         return out
     got = reshard.run_threads(4, rank_fn)
     group.close()

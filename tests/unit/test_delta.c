@@ -976,6 +976,11 @@ static void *writers_main(void *arg)
     note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan[0]));
     p.delta = j->b_delta;
     note(j, me, reshard_plan_create(j->src, j->dst, &p, &plan[1]));
+    /* two live plans of equal inputs (both delta): each is named, as they must be */
+    if (plan[0] && plan[1] && j->b_delta) {
+        note(j, me, reshard_plan_set_name(plan[0], "A"));
+        note(j, me, reshard_plan_set_name(plan[1], "B"));
+    }
     uint64_t sb = me < 2 ? reshard_layout_buffer_bytes(j->src, me, 0) : 0;
     uint64_t db = me >= 2 ? reshard_layout_buffer_bytes(j->dst, me, 0) : 0;
     uint16_t *src = calloc(1, sb + 2), *dst = calloc(1, db + 2);
