@@ -63,14 +63,11 @@ static inline uint64_t rs_pop64(uint64_t x)
 #endif
 }
 
-/* Bytes of @p x as a LEB128 varint (7 bits a byte, low first, top bit: more). */
+/* Bytes of @p x as a LEB128 varint (7 bits a byte, low first, top bit: more): its bit width
+ * (1 for 0) in 7-bit groups, without a branch. */
 static inline uint64_t rs_varint_len(uint64_t x)
 {
-    uint64_t n = 1 + (uint64_t)(x > 0x7f) + (uint64_t)(x > 0x3fff) + (uint64_t)(x > 0x1fffff) +
-                 (uint64_t)(x > 0xfffffff);
-    for (x >>= 35; x; x >>= 7) /* past 2^35: chunks of 32 GiB and more */
-        n++;
-    return n;
+    return (64 - (uint64_t)__builtin_clzll(x | 1) + 6) / 7;
 }
 
 /* One word of @p w bytes (fixed-size copies: plain moves, no call). */
@@ -102,18 +99,21 @@ static inline uint64_t rs_mask_words(const uint8_t *a, const uint8_t *b, uint32_
     return m;
 }
 
-/* Add the block of @p nw words starting at word @p i, change mask @p m, to *@p s. Without
- * a branch on m: half the blocks of a chunk with 1% changed words have a change. */
+/* Add the block of @p nw words starting at word @p i, change mask @p m, to *@p s, without a
+ * branch: half the blocks of a chunk with 1% changed words have a change, and a branch on m
+ * would be mispredicted as often (masks, not conditionals, which the compiler makes a branch of).
+ */
 static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, uint64_t nw)
 {
-    uint64_t p = rs_pop64(m), any = m != 0;
+    uint64_t p = rs_pop64(m), any = -(uint64_t)(m != 0); /* all ones when the block changed */
     uint64_t first = i + (uint64_t)__builtin_ctzll(m | (uint64_t)1 << 63);
     uint64_t last = i + 63 - (uint64_t)__builtin_clzll(m | 1);
     s->changed += p;
     s->runs += rs_pop64(m & ~((m << 1) | s->carry));
-    /* the first change's gap from the previous block; inside a block every gap is < 64 */
-    s->gap_bytes += any ? rs_varint_len(first - s->next) + p - 1 : 0;
-    s->next = any ? last + 1 : s->next;
+    /* the first change's gap from the previous block (inside a block every gap is < 64); no
+     * change: the varint of 0, 1 byte, + 0 - 1 adds nothing */
+    s->gap_bytes += rs_varint_len((first - s->next) & any) + p - 1;
+    s->next ^= (s->next ^ (last + 1)) & any;
     s->carry = (m >> (nw - 1)) & 1;
 }
 
