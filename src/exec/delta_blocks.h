@@ -121,12 +121,14 @@ static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, ui
 #define RS_GAP_QUEUE 64
 
 /* Where the gaps encoding (docs/delta-reference.md) is being written: its end, the word after
- * the last changed word written, whether a scan step writes it; and the queue of vectors of
+ * the last changed word written, whether a scan step writes it; the dense body a scan step
+ * writes its block into (NULL: none); and the queue of vectors of
  * changed words whose records are not yet written (where the step batches them). */
 typedef struct {
     uint8_t *g;
     uint64_t next;
     bool on;
+    uint8_t *dense;
     uint32_t nq;                     /* queued blocks */
     const uint8_t *qp[RS_GAP_QUEUE]; /* a block's words */
     uint64_t qi[RS_GAP_QUEUE];       /* the chunk's word index of its first word */
@@ -163,14 +165,11 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
 }
 
 /* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
- * change mask, writes its changed words into @p prev, appends its gaps records to @p gw when
+ * change mask, writes its changed words into @p prev, the whole block to gw->dense + i w when
+ * gw->dense (in the same pass: the chunk is read once), appends its gaps records to @p gw when
  * gw->on, or queues the block for them (at most 8 queue entries a step). */
 typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw,
                                        uint64_t i, uint32_t w);
-
-/* Words of a chunk copied to the dense body at a time while the scan finds it dense (the
- * segment just compared is still in cache). */
-#define RS_DENSE_SEGMENT 2048u
 
 /* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
 typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
@@ -191,19 +190,18 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
     gw.g = front;
     gw.next = 0;
     gw.on = front && !dense;
+    gw.dense = NULL;
     gw.nq = 0;
     for (uint64_t i = 0; i < whole; i += 64) {
         bool d = dense && (i + 64) * w <= room;
         if (gw.nq > RS_GAP_QUEUE - 8)
             drain(&gw);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
+        gw.dense = d ? front : NULL;
         uint64_t m = step(cur + i * w, prev + i * w, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
-        if (d && (i + 64) % RS_DENSE_SEGMENT == 0) { /* while the segment is in cache */
-            memcpy(front + s->copied, cur + s->copied, (size_t)((i + 64) * w - s->copied));
-            s->copied = (i + 64) * w;
-        }
+        s->copied = d ? (i + 64) * w : s->copied;
         dense = d && s->changed * 16 >= (i + 64) * 15;
         /* gaps beat the bitmap only below 1 changed word in 8 (a varint is >= 1 byte) */
         gw.on = gw.on && s->changed * 10 <= i + 64;

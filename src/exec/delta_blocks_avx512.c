@@ -121,6 +121,8 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
         }
         m |= e << (k * 64 / w);
         store_words(prev + 64 * k, e, a, w); /* unchanged lines stay clean */
+        if (gw->dense)
+            _mm512_storeu_si512(gw->dense + i * w + 64 * k, a);
     }
     if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
         gw->qp[gw->nq] = cur;

@@ -113,6 +113,8 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
                                  uint32_t w)
 {
     uint64_t m = block_mask(cur, prev, w);
+    if (gw->dense)
+        copy_block(gw->dense + i * w, cur, w);
     if (gw->on)
         rs_gaps_block(gw, cur, m, i, w);
     if (m)
