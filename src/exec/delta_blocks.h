@@ -14,13 +14,16 @@
 
 /** What a scan of a chunk found, as the kind choice needs it (all counts in words). */
 typedef struct {
-    uint64_t changed;   /**< changed words */
-    uint64_t runs;      /**< maximal runs of changed words */
-    uint64_t gap_bytes; /**< bytes of the gaps encoding's varints (its values excluded) */
-    uint64_t next;      /**< the word after the last changed word so far (0: none yet) */
-    uint64_t carry;     /**< 1 when the last word scanned changed */
-    uint64_t copied;    /**< bytes of the chunk copied to the dense body, from its start */
-    uint8_t *gaps_end;  /**< the end of the gaps encoding when it was written whole, else NULL */
+    uint64_t changed;     /**< changed words */
+    uint64_t runs;        /**< maximal runs of changed words */
+    uint64_t gap_bytes;   /**< bytes of the gaps encoding's varints (its values excluded) */
+    uint64_t next;        /**< the word after the last changed word so far (0: none yet) */
+    uint64_t carry;       /**< 1 when the last word scanned changed */
+    uint64_t copied;      /**< bytes of the chunk copied to the dense body, from its start */
+    uint8_t *gaps_end;    /**< the end of the gaps encoding when it was written whole, else NULL */
+    uint64_t vals_from;   /**< the bitmap kind's values of the words from this one (a multiple of
+                               64) on were written by the scan; n: none */
+    uint64_t vals_before; /**< changed words before vals_from */
 } rs_delta_scan_t;
 
 /** One implementation of the block passes. Chunks are n words of w (1, 2, 4, 8) bytes;
@@ -30,7 +33,9 @@ typedef struct {
     /** Compare @p cur with @p prev word by word: the change bitmap to @p bm, the changed words
      *  into @p prev, the counts to *@p s (zeroed by the caller). Also written, to the body's
      *  front @p front (NULL: nothing) below @p bm (@p room bytes), while the chunk looks like
-     *  it: the dense body (s->copied bytes of it) or the gaps encoding (s->gaps_end). */
+     *  it: the dense body (s->copied bytes of it) or the gaps encoding (s->gaps_end); once
+     *  neither, the bitmap kind's values of the words from s->vals_from on, at their place after
+     *  a bitmap at @p front (ceil(n / 8) + s->vals_before w bytes from it). */
     void (*scan)(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,
                  uint8_t *front, uint64_t room, rs_delta_scan_t *s);
     /** The words of @p cur that @p bm marks, in order, to @p v; nothing at or past @p end is
@@ -174,14 +179,20 @@ typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap
 /* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
 typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
 
+/* The step of a gather over one whole block: the words of @p cur that @p m marks to @p v;
+ * returns the end of what it wrote (it may write up to 64 w bytes from @p v). */
+typedef uint8_t *(*rs_delta_gather_step)(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v);
+
 /* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w (a constant). What
  * the body's front gets is chosen by the first block: the dense copy when it has at least 15
  * changed words in 16, else the gaps encoding (scattered changes); either stops when the chunk
- * stops looking like it. */
+ * stops looking like it. When neither is written (from the start if the chunk was never dense),
+ * the bitmap kind's values are, by @p gstep from the block just compared (in L1), until they
+ * would reach @p bm. */
 static inline __attribute__((always_inline)) void
-rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
-                   uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
-                   uint64_t room, rs_delta_scan_t *out)
+rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_gather_step gstep,
+                   const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,
+                   uint8_t *front, uint64_t room, rs_delta_scan_t *out)
 {
     rs_delta_scan_t t = *out, *s = &t; /* in registers */
     uint64_t whole = n / 64 * 64, n0 = n < 64 ? n : 64;
@@ -192,8 +203,21 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
     gw.on = front && !dense;
     gw.dense = NULL;
     gw.nq = 0;
+    uint8_t *v = NULL;         /* where the next bitmap value goes (NULL: not written) */
+    bool v_ok = front != NULL; /* values may still start */
+    s->vals_from = n;
     for (uint64_t i = 0; i < whole; i += 64) {
         bool d = dense && (i + 64) * w <= room;
+        if (v_ok && !d && !gw.on && s->copied == 0) { /* start after the counts so far */
+            v = front + (n + 7) / 8 + s->changed * w;
+            s->vals_from = i;
+            s->vals_before = s->changed;
+            v_ok = false;
+        }
+        if (v && (uint64_t)(bm - v) < 64 * (uint64_t)w) { /* near the bitmap: gathered later */
+            v = NULL;
+            s->vals_from = n;
+        }
         if (gw.nq > RS_GAP_QUEUE - 8)
             drain(&gw);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
@@ -202,6 +226,8 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
         s->copied = d ? (i + 64) * w : s->copied;
+        if (v)
+            v = gstep(cur + i * w, m, w, v);
         dense = d && s->changed * 16 >= (i + 64) * 15;
         /* gaps beat the bitmap only below 1 changed word in 8 (a varint is >= 1 byte) */
         gw.on = gw.on && s->changed * 10 <= i + 64;
@@ -217,6 +243,11 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
         if (m)
             memcpy(prev + whole * w, cur + whole * w, (size_t)(nw * w));
         rs_delta_count(s, m, whole, nw);
+        if (v && (uint64_t)(bm - v) < nw * w)
+            s->vals_from = n;
+        else if (v)
+            for (; m; m &= m - 1, v += w)
+                rs_copy_word(v, cur + (whole + (uint64_t)__builtin_ctzll(m)) * w, w);
     }
     if (gw.on)
         drain(&gw);
@@ -231,10 +262,6 @@ static inline uint64_t rs_bitmap_block(const uint8_t *bm, uint64_t i, uint64_t n
     memcpy(&m, bm + i / 8, nw == 64 ? 8 : (size_t)(nw + 7) / 8);
     return nw == 64 ? m : m & (((uint64_t)1 << nw) - 1);
 }
-
-/* The step of a gather over one whole block: the words of @p cur that @p m marks to @p v;
- * returns the end of what it wrote (it may write up to 64 w bytes from @p v). */
-typedef uint8_t *(*rs_delta_gather_step)(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v);
 
 /* rs_delta_blocks_t.gather with @p step for whole blocks that have room for its writes, for one
  * word size @p w (a constant). */
@@ -306,8 +333,8 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
     static void fn##_scan(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,  \
                           uint8_t *front, uint64_t room, rs_delta_scan_t *s)                       \
     {                                                                                              \
-        RS_DELTA_BY_WORD(                                                                          \
-            w, rs_delta_scan_loop(scan_step, scan_drain, cur, prev, n, W, bm, front, room, s));    \
+        RS_DELTA_BY_WORD(w, rs_delta_scan_loop(scan_step, scan_drain, gather_step, cur, prev, n,   \
+                                               W, bm, front, room, s));                            \
     }                                                                                              \
     static uint8_t *fn##_gather(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w,     \
                                 uint8_t *v, const uint8_t *end)                                    \

@@ -169,7 +169,9 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     }
     if (kind == RS_DELTA_BITMAP) { /* bitmap to the front, then the changed words */
         memmove(body, bm, nb);
-        ops->gather(cur, body, n, word, body + nb, body + len);
+        /* those the scan did not write: of the words before s.vals_from */
+        const uint8_t *end = s.vals_from < n ? body + nb + s.vals_before * word : body + len;
+        ops->gather(cur, body, s.vals_from, word, body + nb, end);
         put_header(out, RS_DELTA_BITMAP, word, 0, bitmap);
         return RS_DELTA_HEADER_BYTES + bitmap;
     }
