@@ -176,6 +176,11 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
 typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw,
                                        uint64_t i, uint32_t w);
 
+/* Bytes ahead of the block it compares that a scan prefetches: the hardware's prefetch alone
+ * leaves a scan that writes gaps records or values waiting on the last level cache (bench_delta,
+ * in cache: 0.45 -> 0.49 x memcpy at 5% changed, 0.53 -> 0.58 at 1%; 1024 bytes about as good). */
+#define RS_SCAN_AHEAD 2048u
+
 /* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
 typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
 
@@ -222,6 +227,10 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
             drain(&gw);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
         gw.dense = d ? front : NULL;
+        for (uint32_t k = 0; k < w; k++) { /* the block RS_SCAN_AHEAD bytes on, both versions */
+            __builtin_prefetch(cur + i * w + RS_SCAN_AHEAD + 64 * k);
+            __builtin_prefetch(prev + i * w + RS_SCAN_AHEAD + 64 * k);
+        }
         uint64_t m = step(cur + i * w, prev + i * w, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
