@@ -60,7 +60,9 @@ static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, u
     __m512i gap = _mm512_sub_epi8(
         _mm512_sub_epi8(pos, _mm512_permutexvar_epi8(_mm512_loadu_si512(before), pos)),
         _mm512_set1_epi8(1));
-    gap = _mm512_mask_set1_epi8(gap, 1, (char)d);
+    /* the first gap into byte 0: a move from a general register and a masked byte move (one
+     * shuffle-port uop; a masked broadcast takes two) */
+    gap = _mm512_mask_mov_epi8(gap, 1, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)d)));
     __m512i lo = _mm512_loadu_si512(rec_idx), hi = _mm512_loadu_si512(rec_idx + 64);
     uint64_t p0 = (uint64_t)__builtin_popcount((uint32_t)m),
              p1 = (uint64_t)__builtin_popcount((uint32_t)(m >> 32));
