@@ -29,7 +29,7 @@ typedef struct {
 /** One implementation of the block passes. Chunks are n words of w (1, 2, 4, 8) bytes;
  *  a change bitmap has bit i % 8 of byte i / 8 set when word i changed (ceil(n / 8) bytes). */
 typedef struct {
-    const char *name; /**< "portable", "avx512" */
+    const char *name; /**< "portable", "avx2", "avx512" */
     /** Compare @p cur with @p prev word by word: the change bitmap to @p bm, the changed words
      *  into @p prev, the counts to *@p s (zeroed by the caller). Also written, to the body's
      *  front @p front (NULL: nothing) below @p bm (@p room bytes), while the chunk looks like
@@ -49,8 +49,9 @@ typedef struct {
                     uint64_t nv);
 } rs_delta_blocks_t;
 
-/** The portable implementation; the AVX-512 one, or NULL when this build has none. */
+/** The portable implementation; the AVX2 and AVX-512 ones, or NULL when this build has none. */
 const rs_delta_blocks_t *rs_delta_blocks_portable(void);
+const rs_delta_blocks_t *rs_delta_blocks_avx2(void);
 const rs_delta_blocks_t *rs_delta_blocks_avx512(void);
 
 /* ---- shared by the implementations: inline, compiled with each file's target ---------- */
@@ -315,6 +316,27 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
         k += p;
     }
     return k == nv;
+}
+
+/* Steps word by word, for implementations without vector compress and expand (portable, avx2):
+ * rs_delta_scan_drain for a scan step that writes its gaps records at once, the gather and
+ * scatter steps. */
+static inline void rs_delta_drain_none(rs_gap_writer_t *gw)
+{
+    (void)gw;
+}
+
+static inline uint8_t *rs_delta_gather_words(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
+{
+    for (; m; m &= m - 1, v += w)
+        rs_copy_word(v, cur + (uint64_t)__builtin_ctzll(m) * w, w);
+    return v;
+}
+
+static inline void rs_delta_scatter_words(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v)
+{
+    for (; m; m &= m - 1, v += w)
+        rs_copy_word(chunk + (uint64_t)__builtin_ctzll(m) * w, v, w);
 }
 
 /* The statement @p stmt with W the word size @p w (1, 2, 4 or 8) as a constant: each loop is

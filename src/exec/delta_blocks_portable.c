@@ -122,22 +122,8 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
     return m;
 }
 
-static inline void scan_drain(rs_gap_writer_t *gw)
-{
-    (void)gw; /* scan_step writes its records at once */
-}
-
-static inline uint8_t *gather_step(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
-{
-    for (; m; m &= m - 1, v += w)
-        rs_copy_word(v, cur + (uint64_t)__builtin_ctzll(m) * w, w);
-    return v;
-}
-
-static inline void scatter_step(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v)
-{
-    for (; m; m &= m - 1, v += w)
-        rs_copy_word(chunk + (uint64_t)__builtin_ctzll(m) * w, v, w);
-}
+#define scan_drain rs_delta_drain_none
+#define gather_step rs_delta_gather_words
+#define scatter_step rs_delta_scatter_words
 
 RS_DELTA_BLOCKS_DEFINE(rs_delta_blocks_portable, "portable")

@@ -33,18 +33,31 @@ static void put_header(uint8_t *out, uint32_t kind, uint32_t word, uint32_t nrun
 
 static _Atomic(const rs_delta_blocks_t *) chosen;
 
+/* The implementation called @p name if this build and CPU have it, else NULL. */
+static const rs_delta_blocks_t *by_name(const char *name)
+{
+    if (strcmp(name, "portable") == 0)
+        return rs_delta_blocks_portable();
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    bool base = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
+    if (strcmp(name, "avx512") == 0 && base && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512vbmi2"))
+        return rs_delta_blocks_avx512();
+    if (strcmp(name, "avx2") == 0 && base && __builtin_cpu_supports("avx2"))
+        return rs_delta_blocks_avx2();
+#endif
+    return NULL;
+}
+
 /* The fastest implementation this CPU runs. */
 static const rs_delta_blocks_t *fastest(void)
 {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (rs_delta_blocks_avx512() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
-        __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("popcnt") &&
-        __builtin_cpu_supports("bmi"))
-        return rs_delta_blocks_avx512();
-#endif
-    return rs_delta_blocks_portable();
+    const rs_delta_blocks_t *b = by_name("avx512");
+    if (!b)
+        b = by_name("avx2");
+    return b ? b : rs_delta_blocks_portable();
 }
 
 static const rs_delta_blocks_t *blocks(void)
@@ -52,7 +65,9 @@ static const rs_delta_blocks_t *blocks(void)
     const rs_delta_blocks_t *b = atomic_load_explicit(&chosen, memory_order_acquire);
     if (!b) {
         const char *env = getenv("RESHARD_DELTA_CODEC");
-        b = env && strcmp(env, "portable") == 0 ? rs_delta_blocks_portable() : fastest();
+        b = env ? by_name(env) : NULL; /* one this CPU lacks: the fastest */
+        if (!b)
+            b = fastest();
         atomic_store_explicit(&chosen, b, memory_order_release);
     }
     return b;
@@ -65,10 +80,8 @@ const char *rs_delta_codec_path(void)
 
 bool rs_delta_codec_use(const char *name)
 {
-    const rs_delta_blocks_t *b = fastest();
-    if (name && strcmp(name, "portable") == 0)
-        b = rs_delta_blocks_portable();
-    else if (name && strcmp(name, b->name) != 0)
+    const rs_delta_blocks_t *b = name ? by_name(name) : fastest();
+    if (!b)
         return false;
     atomic_store_explicit(&chosen, b, memory_order_release);
     return true;

@@ -162,7 +162,8 @@ static uint64_t ref_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len
  * are not whole 64-word blocks, changes scattered, in runs, in a burst (a quarter of the chunk)
  * amid scattered ones, and a first block all changed before scattered ones (the scan starts
  * writing the dense body or the gaps by the first block, and stops when the chunk turns out
- * otherwise, then writes the bitmap kind's values from there); at the first and last word. Apply gives the new bytes back. */
+ * otherwise, then writes the bitmap kind's values from there); at the first and last word. Apply
+ * gives the new bytes back. */
 static void bytes_match_the_format(void)
 {
     const uint32_t words[] = {1, 2, 4, 8};
@@ -250,9 +251,9 @@ static void bitmap_errors(void)
 static void test_codec_bytes_match_the_format(void **state)
 {
     (void)state;
-    const char *paths[] = {"portable", "avx512"};
+    const char *paths[] = {"portable", "avx2", "avx512"};
     int ran = 0;
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 3; p++) {
         if (!rs_delta_codec_use(paths[p]))
             continue;
         assert_string_equal(rs_delta_codec_path(), paths[p]);
