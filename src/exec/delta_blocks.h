@@ -49,6 +49,11 @@ typedef struct {
                     uint64_t nv);
 } rs_delta_blocks_t;
 
+/** Byte shuffles (pshufb controls) for 8 words of 2 bytes whose change mask is the index:
+ *  gather16 packs the marked words to the front, expand16 puts the first ones back at the marked
+ *  places (0x80: a zero byte). Built by delta_codec.c before the AVX2 implementation is used. */
+extern uint8_t rs_delta_lut_gather16[256][16], rs_delta_lut_expand16[256][16];
+
 /** The portable implementation; the AVX2 and AVX-512 ones, or NULL when this build has none. */
 const rs_delta_blocks_t *rs_delta_blocks_portable(void);
 const rs_delta_blocks_t *rs_delta_blocks_avx2(void);
@@ -292,7 +297,7 @@ rs_delta_gather_loop(rs_delta_gather_step step, const uint8_t *cur, const uint8_
 }
 
 /* The step of a scatter over one whole block: the words at @p v to the words of @p chunk that
- * @p m marks; reads exactly popcount(m) words. */
+ * @p m marks; reads popcount(m) words and up to 16 bytes past them. */
 typedef void (*rs_delta_scatter_step)(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v);
 
 /* rs_delta_blocks_t.scatter with @p step for whole blocks, for one word size @p w (a constant).
@@ -308,7 +313,7 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
         uint64_t nw = n - i < 64 ? n - i : 64, m = rs_bitmap_block(bm, i, nw), p = rs_pop64(m);
         if (k + p > nv)
             return false;
-        if (nw == 64)
+        if (nw == 64 && (nv - k - p) * w >= 16) /* a step may read 16 bytes past its values */
             step(chunk + i * w, m, w, v + k * w);
         else
             for (const uint8_t *s = v + k * w; m; m &= m - 1, s += w)

@@ -75,9 +75,39 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
     return m;
 }
 
+/* 2-byte words, 8 at a time by the byte shuffles of delta_blocks.h; other sizes word by word. */
+static inline uint8_t *gather_step(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
+{
+    if (w != 2)
+        return rs_delta_gather_words(cur, m, w, v);
+    for (uint32_t g = 0; g < 8; g++, m >>= 8) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(cur + 16 * g));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)rs_delta_lut_gather16[m & 0xff]);
+        _mm_storeu_si128((__m128i *)(void *)v, _mm_shuffle_epi8(x, c));
+        v += 2 * rs_pop64(m & 0xff);
+    }
+    return v;
+}
+
+static inline void scatter_step(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v)
+{
+    if (w != 2) {
+        rs_delta_scatter_words(chunk, m, w, v);
+        return;
+    }
+    const __m128i bit = _mm_setr_epi8(1, 1, 2, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, -128, -128);
+    for (uint32_t g = 0; g < 8; g++, m >>= 8) {
+        uint8_t *d = chunk + 16 * g;
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)rs_delta_lut_expand16[m & 0xff]);
+        __m128i x = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(const void *)v), c);
+        __m128i sel = _mm_cmpeq_epi8(_mm_and_si128(_mm_set1_epi8((char)(m & 0xff)), bit), bit);
+        __m128i old = _mm_loadu_si128((const __m128i *)(const void *)d);
+        _mm_storeu_si128((__m128i *)(void *)d, _mm_blendv_epi8(old, x, sel));
+        v += 2 * rs_pop64(m & 0xff);
+    }
+}
+
 #define scan_drain rs_delta_drain_none
-#define gather_step rs_delta_gather_words
-#define scatter_step rs_delta_scatter_words
 
 RS_DELTA_BLOCKS_DEFINE(rs_delta_blocks_avx2, "avx2")
 #else

@@ -4,6 +4,7 @@
 #include "exec/delta_codec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,6 +34,29 @@ static void put_header(uint8_t *out, uint32_t kind, uint32_t word, uint32_t nrun
 
 static _Atomic(const rs_delta_blocks_t *) chosen;
 
+uint8_t rs_delta_lut_gather16[256][16], rs_delta_lut_expand16[256][16];
+
+/* Fill the byte shuffles of delta_blocks.h for 2-byte words (built once, before the first use of
+ * the implementation that reads them). */
+static void luts_init(void)
+{
+    for (int b = 0; b < 256; b++) {
+        int r = 0;
+        memset(rs_delta_lut_gather16[b], 0x80, 16);
+        for (int j = 0; j < 8; j++) {
+            uint8_t *e = &rs_delta_lut_expand16[b][2 * j];
+            e[0] = e[1] = 0x80;
+            if (!(b >> j & 1))
+                continue;
+            rs_delta_lut_gather16[b][2 * r] = (uint8_t)(2 * j);
+            rs_delta_lut_gather16[b][2 * r + 1] = (uint8_t)(2 * j + 1);
+            e[0] = (uint8_t)(2 * r);
+            e[1] = (uint8_t)(2 * r + 1);
+            r++;
+        }
+    }
+}
+
 /* The implementation called @p name if this build and CPU have it, else NULL. */
 static const rs_delta_blocks_t *by_name(const char *name)
 {
@@ -45,8 +69,12 @@ static const rs_delta_blocks_t *by_name(const char *name)
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
         __builtin_cpu_supports("avx512vbmi2"))
         return rs_delta_blocks_avx512();
-    if (strcmp(name, "avx2") == 0 && base && __builtin_cpu_supports("avx2"))
+    static pthread_once_t luts_once = PTHREAD_ONCE_INIT;
+    if (strcmp(name, "avx2") == 0 && base && __builtin_cpu_supports("avx2") &&
+        rs_delta_blocks_avx2()) {
+        pthread_once(&luts_once, luts_init);
         return rs_delta_blocks_avx2();
+    }
 #endif
     return NULL;
 }
