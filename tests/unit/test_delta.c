@@ -162,7 +162,9 @@ static uint64_t ref_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len
  * are not whole 64-word blocks, changes scattered, in runs, in a burst (a quarter of the chunk)
  * amid scattered ones, and a first block all changed before scattered ones (the scan starts
  * writing the dense body or the gaps by the first block, and stops when the chunk turns out
- * otherwise, then writes the bitmap kind's values from there); at the first and last word. Apply
+ * otherwise, then writes the bitmap kind's values from there), and 64 words changed in the middle
+ * amid scattered ones (gaps records of a block past 21 and 42 changed words); at the first and
+ * last word. Apply
  * gives the new bytes back. */
 static void bytes_match_the_format(void)
 {
@@ -175,7 +177,7 @@ static void bytes_match_the_format(void)
     for (int wi = 0; wi < 4; wi++)
         for (int li = 0; li < 6; li++)
             for (int fi = 0; fi < 7; fi++)
-                for (int shape = 0; shape < 4; shape++) {
+                for (int shape = 0; shape < 5; shape++) {
                     uint32_t w = words[wi];
                     uint64_t len = lens[li] / w * w, n = len / w;
                     uint8_t *prev = malloc(len), *cur = malloc(len), *snap = malloc(len);
@@ -187,7 +189,8 @@ static void bytes_match_the_format(void)
                     for (uint64_t i = 0; i < n; i++) {
                         bool hit = (double)(mix(&s) % 1000000) < fracs[fi] * 1e6 ||
                                    (shape == 2 && i >= n / 4 && i < n / 2) ||
-                                   (shape == 3 && i < 64);
+                                   (shape == 3 && i < 64) ||
+                                   (shape == 4 && i >= n / 2 && i < n / 2 + 64);
                         uint64_t span = shape == 1 ? 1 + mix(&s) % 9 : 1; /* runs of words */
                         for (uint64_t k = i; hit && k < i + span && k < n; k++)
                             cur[k * w + mix(&s) % w] ^= (uint8_t)(1 + mix(&s) % 255);
