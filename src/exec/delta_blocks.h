@@ -175,10 +175,22 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
     gw->g = g;
 }
 
+/* Queue the block of words at @p cur, word @p i of the chunk, change mask @p m, for its gaps
+ * records in @p gw, without a branch on m (a block without a change is written to the queue and
+ * not counted): at 1% changed half the blocks change, and a branch on it is mispredicted as often.
+ */
+static inline void rs_gaps_enqueue(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, uint64_t i)
+{
+    gw->qp[gw->nq] = cur;
+    gw->qi[gw->nq] = i;
+    gw->qm[gw->nq] = m;
+    gw->nq += m != 0;
+}
+
 /* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
  * change mask, writes its changed words into @p prev, the whole block to gw->dense + i w when
- * gw->dense (in the same pass: the chunk is read once), appends its gaps records to @p gw when
- * gw->on, or queues the block for them (at most 8 queue entries a step). */
+ * gw->dense (in the same pass: the chunk is read once), queues the block for its gaps records
+ * (rs_gaps_enqueue) when gw->on. */
 typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw,
                                        uint64_t i, uint32_t w);
 
@@ -187,8 +199,9 @@ typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap
  * in cache: 0.45 -> 0.49 x memcpy at 5% changed, 0.53 -> 0.58 at 1%; 1024 bytes about as good). */
 #define RS_SCAN_AHEAD 2048u
 
-/* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
-typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
+/* Write the records of the blocks of @p w-byte words queued in @p gw, in order, and empty the
+ * queue. */
+typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw, uint32_t w);
 
 /* The step of a gather over one whole block: the words of @p cur that @p m marks to @p v;
  * returns the end of what it wrote (it may write up to 64 w bytes from @p v). */
@@ -230,7 +243,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
             s->vals_from = n;
         }
         if (gw.nq > RS_GAP_QUEUE - 8)
-            drain(&gw);
+            drain(&gw, w);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
         gw.dense = d ? front : NULL;
         for (uint32_t k = 0; k < w; k++) { /* the block RS_SCAN_AHEAD bytes on, both versions */
@@ -251,7 +264,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
         uint64_t nw = n - whole, m = rs_mask_words(cur + whole * w, prev + whole * w, w, nw);
         memcpy(bm + whole / 8, &m, (nw + 7) / 8);
         if (gw.on)
-            drain(&gw);
+            drain(&gw, w);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w);
         if (gw.on)
             rs_gaps_block(&gw, cur + whole * w, m, whole, w);
@@ -265,7 +278,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
                 rs_copy_word(v, cur + (whole + (uint64_t)__builtin_ctzll(m)) * w, w);
     }
     if (gw.on)
-        drain(&gw);
+        drain(&gw, w);
     s->gaps_end = gw.on ? gw.g : NULL;
     *out = t;
 }
@@ -324,11 +337,13 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
 }
 
 /* Steps word by word, for implementations without vector compress and expand (portable, avx2):
- * rs_delta_scan_drain for a scan step that writes its gaps records at once, the gather and
+ * rs_delta_scan_drain writing the queued blocks' gaps records record by record, the gather and
  * scatter steps. */
-static inline void rs_delta_drain_none(rs_gap_writer_t *gw)
+static inline void rs_delta_drain_words(rs_gap_writer_t *gw, uint32_t w)
 {
-    (void)gw;
+    for (uint32_t q = 0; q < gw->nq; q++)
+        rs_gaps_block(gw, gw->qp[q], gw->qm[q], gw->qi[q], w);
+    gw->nq = 0;
 }
 
 static inline uint8_t *rs_delta_gather_words(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)

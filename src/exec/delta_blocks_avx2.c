@@ -70,8 +70,8 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
         for (uint32_t k = 0; k < 2 * w; k++)
             _mm256_storeu_si256((__m256i *)(void *)(gw->dense + i * w + 32 * k), a[k]);
     uint64_t m = ~eq;
-    if (gw->on)
-        rs_gaps_block(gw, cur, m, i, w);
+    if (gw->on) /* written by scan_drain */
+        rs_gaps_enqueue(gw, cur, m, i);
     return m;
 }
 
@@ -107,7 +107,7 @@ static inline void scatter_step(uint8_t *chunk, uint64_t m, uint32_t w, const ui
     }
 }
 
-#define scan_drain rs_delta_drain_none
+#define scan_drain rs_delta_drain_words
 
 RS_DELTA_BLOCKS_DEFINE(rs_delta_blocks_avx2, "avx2")
 #else

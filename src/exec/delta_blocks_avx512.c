@@ -126,19 +126,17 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
         if (gw->dense)
             _mm512_storeu_si512(gw->dense + i * w + 64 * k, a);
     }
-    if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
-        gw->qp[gw->nq] = cur;
-        gw->qi[gw->nq] = i;
-        gw->qm[gw->nq] = m;
-        gw->nq += m != 0;
-    } else if (gw->on) { /* other word sizes: record by record (the block is in L1) */
-        rs_gaps_block(gw, cur, m, i, w);
-    }
+    if (gw->on) /* written by scan_drain */
+        rs_gaps_enqueue(gw, cur, m, i);
     return m;
 }
 
-static inline void scan_drain(rs_gap_writer_t *gw)
+static inline void scan_drain(rs_gap_writer_t *gw, uint32_t w)
 {
+    if (w != 2) { /* other word sizes: record by record */
+        rs_delta_drain_words(gw, w);
+        return;
+    }
     for (uint32_t q = 0; q < gw->nq; q++)
         gaps64(gw, gw->qp[q], gw->qm[q], gw->qi[q]);
     gw->nq = 0;

@@ -115,14 +115,15 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
     uint64_t m = block_mask(cur, prev, w);
     if (gw->dense)
         copy_block(gw->dense + i * w, cur, w);
-    if (gw->on)
-        rs_gaps_block(gw, cur, m, i, w);
-    if (m)
+    if (m) { /* a branch on m here anyway (the snapshot's copy): the records at once */
         copy_block(prev, cur, w);
+        if (gw->on)
+            rs_gaps_block(gw, cur, m, i, w);
+    }
     return m;
 }
 
-#define scan_drain rs_delta_drain_none
+#define scan_drain rs_delta_drain_words
 #define gather_step rs_delta_gather_words
 #define scatter_step rs_delta_scatter_words
 
