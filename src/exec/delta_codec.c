@@ -36,6 +36,7 @@ static _Atomic(const rs_delta_blocks_t *) chosen;
 
 uint8_t rs_delta_lut_gather16[256][16], rs_delta_lut_expand16[256][16];
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 /* Fill the byte shuffles of delta_blocks.h for 2-byte words (built once, before the first use of
  * the implementation that reads them). */
 static void luts_init(void)
@@ -56,6 +57,7 @@ static void luts_init(void)
         }
     }
 }
+#endif
 
 /* The implementation called @p name if this build and CPU have it, else NULL. */
 static const rs_delta_blocks_t *by_name(const char *name)
