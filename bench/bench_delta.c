@@ -15,7 +15,7 @@
  * call, so memcpy, encode and apply all start from memory. x86 only; elsewhere skipped.
  *
  * usage: bench_delta [chunk_KiB (default 1024)] [repeats (default 7)]
- * (RESHARD_DELTA_CODEC=portable in the environment measures the portable codec path)
+ * (RESHARD_DELTA_CODEC=portable or =avx2 in the environment measures that codec path)
  * Exit status 1 when an applied chunk or the snapshot differs from the new bytes.
  */
 #include <stdio.h>

@@ -14,23 +14,28 @@
 
 /** What a scan of a chunk found, as the kind choice needs it (all counts in words). */
 typedef struct {
-    uint64_t changed;   /**< changed words */
-    uint64_t runs;      /**< maximal runs of changed words */
-    uint64_t gap_bytes; /**< bytes of the gaps encoding's varints (its values excluded) */
-    uint64_t next;      /**< the word after the last changed word so far (0: none yet) */
-    uint64_t carry;     /**< 1 when the last word scanned changed */
-    uint64_t copied;    /**< bytes of the chunk copied to the dense body, from its start */
-    uint8_t *gaps_end;  /**< the end of the gaps encoding when it was written whole, else NULL */
+    uint64_t changed;     /**< changed words */
+    uint64_t runs;        /**< maximal runs of changed words */
+    uint64_t gap_bytes;   /**< bytes of the gaps encoding's varints (its values excluded) */
+    uint64_t next;        /**< the word after the last changed word so far (0: none yet) */
+    uint64_t carry;       /**< 1 when the last word scanned changed */
+    uint64_t copied;      /**< bytes of the chunk copied to the dense body, from its start */
+    uint8_t *gaps_end;    /**< the end of the gaps encoding when it was written whole, else NULL */
+    uint64_t vals_from;   /**< the bitmap kind's values of the words from this one (a multiple of
+                               64) on were written by the scan; n: none */
+    uint64_t vals_before; /**< changed words before vals_from */
 } rs_delta_scan_t;
 
 /** One implementation of the block passes. Chunks are n words of w (1, 2, 4, 8) bytes;
  *  a change bitmap has bit i % 8 of byte i / 8 set when word i changed (ceil(n / 8) bytes). */
 typedef struct {
-    const char *name; /**< "portable", "avx512" */
+    const char *name; /**< "portable", "avx2", "avx512" */
     /** Compare @p cur with @p prev word by word: the change bitmap to @p bm, the changed words
      *  into @p prev, the counts to *@p s (zeroed by the caller). Also written, to the body's
      *  front @p front (NULL: nothing) below @p bm (@p room bytes), while the chunk looks like
-     *  it: the dense body (s->copied bytes of it) or the gaps encoding (s->gaps_end). */
+     *  it: the dense body (s->copied bytes of it) or the gaps encoding (s->gaps_end); once
+     *  neither, the bitmap kind's values of the words from s->vals_from on, at their place after
+     *  a bitmap at @p front (ceil(n / 8) + s->vals_before w bytes from it). */
     void (*scan)(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,
                  uint8_t *front, uint64_t room, rs_delta_scan_t *s);
     /** The words of @p cur that @p bm marks, in order, to @p v; nothing at or past @p end is
@@ -44,8 +49,14 @@ typedef struct {
                     uint64_t nv);
 } rs_delta_blocks_t;
 
-/** The portable implementation; the AVX-512 one, or NULL when this build has none. */
+/** Byte shuffles (pshufb controls) for 8 words of 2 bytes whose change mask is the index:
+ *  gather16 packs the marked words to the front, expand16 puts the first ones back at the marked
+ *  places (0x80: a zero byte). Built by delta_codec.c before the AVX2 implementation is used. */
+extern uint8_t rs_delta_lut_gather16[256][16], rs_delta_lut_expand16[256][16];
+
+/** The portable implementation; the AVX2 and AVX-512 ones, or NULL when this build has none. */
 const rs_delta_blocks_t *rs_delta_blocks_portable(void);
+const rs_delta_blocks_t *rs_delta_blocks_avx2(void);
 const rs_delta_blocks_t *rs_delta_blocks_avx512(void);
 
 /* ---- shared by the implementations: inline, compiled with each file's target ---------- */
@@ -63,14 +74,11 @@ static inline uint64_t rs_pop64(uint64_t x)
 #endif
 }
 
-/* Bytes of @p x as a LEB128 varint (7 bits a byte, low first, top bit: more). */
+/* Bytes of @p x as a LEB128 varint (7 bits a byte, low first, top bit: more): its bit width
+ * (1 for 0) in 7-bit groups, without a branch. */
 static inline uint64_t rs_varint_len(uint64_t x)
 {
-    uint64_t n = 1 + (uint64_t)(x > 0x7f) + (uint64_t)(x > 0x3fff) + (uint64_t)(x > 0x1fffff) +
-                 (uint64_t)(x > 0xfffffff);
-    for (x >>= 35; x; x >>= 7) /* past 2^35: chunks of 32 GiB and more */
-        n++;
-    return n;
+    return (64 - (uint64_t)__builtin_clzll(x | 1) + 6) / 7;
 }
 
 /* One word of @p w bytes (fixed-size copies: plain moves, no call). */
@@ -102,18 +110,21 @@ static inline uint64_t rs_mask_words(const uint8_t *a, const uint8_t *b, uint32_
     return m;
 }
 
-/* Add the block of @p nw words starting at word @p i, change mask @p m, to *@p s. Without
- * a branch on m: half the blocks of a chunk with 1% changed words have a change. */
+/* Add the block of @p nw words starting at word @p i, change mask @p m, to *@p s, without a
+ * branch: half the blocks of a chunk with 1% changed words have a change, and a branch on m
+ * would be mispredicted as often (masks, not conditionals, which the compiler makes a branch of).
+ */
 static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, uint64_t nw)
 {
-    uint64_t p = rs_pop64(m), any = m != 0;
+    uint64_t p = rs_pop64(m), any = -(uint64_t)(m != 0); /* all ones when the block changed */
     uint64_t first = i + (uint64_t)__builtin_ctzll(m | (uint64_t)1 << 63);
     uint64_t last = i + 63 - (uint64_t)__builtin_clzll(m | 1);
     s->changed += p;
     s->runs += rs_pop64(m & ~((m << 1) | s->carry));
-    /* the first change's gap from the previous block; inside a block every gap is < 64 */
-    s->gap_bytes += any ? rs_varint_len(first - s->next) + p - 1 : 0;
-    s->next = any ? last + 1 : s->next;
+    /* the first change's gap from the previous block (inside a block every gap is < 64); no
+     * change: the varint of 0, 1 byte, + 0 - 1 adds nothing */
+    s->gap_bytes += rs_varint_len((first - s->next) & any) + p - 1;
+    s->next ^= (s->next ^ (last + 1)) & any;
     s->carry = (m >> (nw - 1)) & 1;
 }
 
@@ -121,12 +132,14 @@ static inline void rs_delta_count(rs_delta_scan_t *s, uint64_t m, uint64_t i, ui
 #define RS_GAP_QUEUE 64
 
 /* Where the gaps encoding (docs/delta-reference.md) is being written: its end, the word after
- * the last changed word written, whether a scan step writes it; and the queue of vectors of
+ * the last changed word written, whether a scan step writes it; the dense body a scan step
+ * writes its block into (NULL: none); and the queue of vectors of
  * changed words whose records are not yet written (where the step batches them). */
 typedef struct {
     uint8_t *g;
     uint64_t next;
     bool on;
+    uint8_t *dense;
     uint32_t nq;                     /* queued blocks */
     const uint8_t *qp[RS_GAP_QUEUE]; /* a block's words */
     uint64_t qi[RS_GAP_QUEUE];       /* the chunk's word index of its first word */
@@ -162,27 +175,48 @@ static inline void rs_gaps_block(rs_gap_writer_t *gw, const uint8_t *cur, uint64
     gw->g = g;
 }
 
+/* Queue the block of words at @p cur, word @p i of the chunk, change mask @p m, for its gaps
+ * records in @p gw, without a branch on m (a block without a change is written to the queue and
+ * not counted): at 1% changed half the blocks change, and a branch on it is mispredicted as often.
+ */
+static inline void rs_gaps_enqueue(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, uint64_t i)
+{
+    gw->qp[gw->nq] = cur;
+    gw->qi[gw->nq] = i;
+    gw->qm[gw->nq] = m;
+    gw->nq += m != 0;
+}
+
 /* The step of a scan over one whole block of 64 words, word @p i of the chunk: returns its
- * change mask, writes its changed words into @p prev, appends its gaps records to @p gw when
- * gw->on, or queues the block for them (at most 8 queue entries a step). */
+ * change mask, writes its changed words into @p prev, the whole block to gw->dense + i w when
+ * gw->dense (in the same pass: the chunk is read once), queues the block for its gaps records
+ * (rs_gaps_enqueue) when gw->on. */
 typedef uint64_t (*rs_delta_scan_step)(const uint8_t *cur, uint8_t *prev, rs_gap_writer_t *gw,
                                        uint64_t i, uint32_t w);
 
-/* Words of a chunk copied to the dense body at a time while the scan finds it dense (the
- * segment just compared is still in cache). */
-#define RS_DENSE_SEGMENT 2048u
+/* Bytes ahead of the block it compares that a scan prefetches: the hardware's prefetch alone
+ * leaves a scan that writes gaps records or values waiting on the last level cache (bench_delta,
+ * in cache: 0.45 -> 0.49 x memcpy at 5% changed, 0.53 -> 0.58 at 1%; 1024 bytes about as good). */
+#define RS_SCAN_AHEAD 2048u
 
-/* Write the records of the vectors queued in @p gw, in order, and empty the queue. */
-typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw);
+/* Write the records of the blocks of @p w-byte words queued in @p gw, in order, and empty the
+ * queue. */
+typedef void (*rs_delta_scan_drain)(rs_gap_writer_t *gw, uint32_t w);
+
+/* The step of a gather over one whole block: the words of @p cur that @p m marks to @p v;
+ * returns the end of what it wrote (it may write up to 64 w bytes from @p v). */
+typedef uint8_t *(*rs_delta_gather_step)(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v);
 
 /* rs_delta_blocks_t.scan with @p step for whole blocks, for one word size @p w (a constant). What
  * the body's front gets is chosen by the first block: the dense copy when it has at least 15
  * changed words in 16, else the gaps encoding (scattered changes); either stops when the chunk
- * stops looking like it. */
+ * stops looking like it. When neither is written (from the start if the chunk was never dense),
+ * the bitmap kind's values are, by @p gstep from the block just compared (in L1), until they
+ * would reach @p bm. */
 static inline __attribute__((always_inline)) void
-rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uint8_t *cur,
-                   uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm, uint8_t *front,
-                   uint64_t room, rs_delta_scan_t *out)
+rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_gather_step gstep,
+                   const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,
+                   uint8_t *front, uint64_t room, rs_delta_scan_t *out)
 {
     rs_delta_scan_t t = *out, *s = &t; /* in registers */
     uint64_t whole = n / 64 * 64, n0 = n < 64 ? n : 64;
@@ -191,19 +225,37 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
     gw.g = front;
     gw.next = 0;
     gw.on = front && !dense;
+    gw.dense = NULL;
     gw.nq = 0;
+    uint8_t *v = NULL;         /* where the next bitmap value goes (NULL: not written) */
+    bool v_ok = front != NULL; /* values may still start */
+    s->vals_from = n;
     for (uint64_t i = 0; i < whole; i += 64) {
         bool d = dense && (i + 64) * w <= room;
+        if (v_ok && !d && !gw.on && s->copied == 0) { /* start after the counts so far */
+            v = front + (n + 7) / 8 + s->changed * w;
+            s->vals_from = i;
+            s->vals_before = s->changed;
+            v_ok = false;
+        }
+        if (v && (uint64_t)(bm - v) < 64 * (uint64_t)w) { /* near the bitmap: gathered later */
+            v = NULL;
+            s->vals_from = n;
+        }
         if (gw.nq > RS_GAP_QUEUE - 8)
-            drain(&gw);
+            drain(&gw, w);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
+        gw.dense = d ? front : NULL;
+        for (uint32_t k = 0; k < w; k++) { /* the block RS_SCAN_AHEAD bytes on, both versions */
+            __builtin_prefetch(cur + i * w + RS_SCAN_AHEAD + 64 * k);
+            __builtin_prefetch(prev + i * w + RS_SCAN_AHEAD + 64 * k);
+        }
         uint64_t m = step(cur + i * w, prev + i * w, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
-        if (d && (i + 64) % RS_DENSE_SEGMENT == 0) { /* while the segment is in cache */
-            memcpy(front + s->copied, cur + s->copied, (size_t)((i + 64) * w - s->copied));
-            s->copied = (i + 64) * w;
-        }
+        s->copied = d ? (i + 64) * w : s->copied;
+        if (v)
+            v = gstep(cur + i * w, m, w, v);
         dense = d && s->changed * 16 >= (i + 64) * 15;
         /* gaps beat the bitmap only below 1 changed word in 8 (a varint is >= 1 byte) */
         gw.on = gw.on && s->changed * 10 <= i + 64;
@@ -212,16 +264,21 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, const uin
         uint64_t nw = n - whole, m = rs_mask_words(cur + whole * w, prev + whole * w, w, nw);
         memcpy(bm + whole / 8, &m, (nw + 7) / 8);
         if (gw.on)
-            drain(&gw);
+            drain(&gw, w);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w);
         if (gw.on)
             rs_gaps_block(&gw, cur + whole * w, m, whole, w);
         if (m)
             memcpy(prev + whole * w, cur + whole * w, (size_t)(nw * w));
         rs_delta_count(s, m, whole, nw);
+        if (v && (uint64_t)(bm - v) < nw * w)
+            s->vals_from = n;
+        else if (v)
+            for (; m; m &= m - 1, v += w)
+                rs_copy_word(v, cur + (whole + (uint64_t)__builtin_ctzll(m)) * w, w);
     }
     if (gw.on)
-        drain(&gw);
+        drain(&gw, w);
     s->gaps_end = gw.on ? gw.g : NULL;
     *out = t;
 }
@@ -233,10 +290,6 @@ static inline uint64_t rs_bitmap_block(const uint8_t *bm, uint64_t i, uint64_t n
     memcpy(&m, bm + i / 8, nw == 64 ? 8 : (size_t)(nw + 7) / 8);
     return nw == 64 ? m : m & (((uint64_t)1 << nw) - 1);
 }
-
-/* The step of a gather over one whole block: the words of @p cur that @p m marks to @p v;
- * returns the end of what it wrote (it may write up to 64 w bytes from @p v). */
-typedef uint8_t *(*rs_delta_gather_step)(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v);
 
 /* rs_delta_blocks_t.gather with @p step for whole blocks that have room for its writes, for one
  * word size @p w (a constant). */
@@ -257,7 +310,7 @@ rs_delta_gather_loop(rs_delta_gather_step step, const uint8_t *cur, const uint8_
 }
 
 /* The step of a scatter over one whole block: the words at @p v to the words of @p chunk that
- * @p m marks; reads exactly popcount(m) words. */
+ * @p m marks; reads popcount(m) words and up to 16 bytes past them. */
 typedef void (*rs_delta_scatter_step)(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v);
 
 /* rs_delta_blocks_t.scatter with @p step for whole blocks, for one word size @p w (a constant).
@@ -273,7 +326,7 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
         uint64_t nw = n - i < 64 ? n - i : 64, m = rs_bitmap_block(bm, i, nw), p = rs_pop64(m);
         if (k + p > nv)
             return false;
-        if (nw == 64)
+        if (nw == 64 && (nv - k - p) * w >= 16) /* a step may read 16 bytes past its values */
             step(chunk + i * w, m, w, v + k * w);
         else
             for (const uint8_t *s = v + k * w; m; m &= m - 1, s += w)
@@ -281,6 +334,29 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
         k += p;
     }
     return k == nv;
+}
+
+/* Steps word by word, for implementations without vector compress and expand (portable, avx2):
+ * rs_delta_scan_drain writing the queued blocks' gaps records record by record, the gather and
+ * scatter steps. */
+static inline void rs_delta_drain_words(rs_gap_writer_t *gw, uint32_t w)
+{
+    for (uint32_t q = 0; q < gw->nq; q++)
+        rs_gaps_block(gw, gw->qp[q], gw->qm[q], gw->qi[q], w);
+    gw->nq = 0;
+}
+
+static inline uint8_t *rs_delta_gather_words(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
+{
+    for (; m; m &= m - 1, v += w)
+        rs_copy_word(v, cur + (uint64_t)__builtin_ctzll(m) * w, w);
+    return v;
+}
+
+static inline void rs_delta_scatter_words(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v)
+{
+    for (; m; m &= m - 1, v += w)
+        rs_copy_word(chunk + (uint64_t)__builtin_ctzll(m) * w, v, w);
 }
 
 /* The statement @p stmt with W the word size @p w (1, 2, 4 or 8) as a constant: each loop is
@@ -308,8 +384,8 @@ rs_delta_scatter_loop(rs_delta_scatter_step step, uint8_t *chunk, const uint8_t 
     static void fn##_scan(const uint8_t *cur, uint8_t *prev, uint64_t n, uint32_t w, uint8_t *bm,  \
                           uint8_t *front, uint64_t room, rs_delta_scan_t *s)                       \
     {                                                                                              \
-        RS_DELTA_BY_WORD(                                                                          \
-            w, rs_delta_scan_loop(scan_step, scan_drain, cur, prev, n, W, bm, front, room, s));    \
+        RS_DELTA_BY_WORD(w, rs_delta_scan_loop(scan_step, scan_drain, gather_step, cur, prev, n,   \
+                                               W, bm, front, room, s));                            \
     }                                                                                              \
     static uint8_t *fn##_gather(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32_t w,     \
                                 uint8_t *v, const uint8_t *end)                                    \

@@ -20,9 +20,11 @@ static inline uint64_t part(uint64_t m, uint32_t w, uint32_t k)
 /* The gaps records of the changed words (mask @p m, not 0) of the block of 64 bf16 words at
  * @p cur, word @p i of the chunk, appended to @p gw without a branch per word: the positions
  * compressed to bytes, a position's gap to the one before it (the first's from gw->next, its
- * varint's leading bytes written first), the values of each half compressed, gap bytes and
- * values interleaved by byte permutes into 3-byte records, stored as whole vectors (up to 128
- * bytes from each half's first record, of which 3 per changed word count). */
+ * varint's leading bytes written first); then per 64 bytes of records (21 1/3 of them), one byte
+ * permute puts each record's gap byte and, at its value bytes, its position in place, a second
+ * fetches the value bytes from the block's two vectors by those positions, and a masked blend keeps
+ * the gap bytes: two shuffle-port permutes per 64 bytes, stored as whole vectors (of which 3 bytes
+ * per changed word count). */
 static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, uint64_t i)
 {
     static const uint8_t pos_of[64] = {
@@ -32,18 +34,23 @@ static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, u
     static const uint8_t before[64] = {0,  P8(0), P8(8), P8(16), P8(24), P8(32), P8(40), P8(48),
                                        56, 57,    58,    59,     60,     61,     62};
 #undef P8
-    /* output byte b of a half's records: record b / 3's gap (byte b / 3 of the gaps, plus the
-     * records of the half before) or one of its value's bytes (byte 2 (b / 3) + b % 3 - 1 of the
-     * values, bit 6: the second source) */
-    static const uint8_t rec_idx[128] = {
-#define R(b) (uint8_t)((b) % 3 == 0 ? (b) / 3 : 64 + 2 * ((b) / 3) + (b) % 3 - 1)
-#define R8(b) R(b), R(b + 1), R(b + 2), R(b + 3), R(b + 4), R(b + 5), R(b + 6), R(b + 7)
-        R8(0),  R8(8),  R8(16), R8(24), R8(32), R8(40),  R8(48),  R8(56),
-        R8(64), R8(72), R8(80), R8(88), R8(96), R8(104), R8(112), R8(120),
-#undef R8
+    /* byte b of the records: record b / 3's gap (b % 3 == 0: the second source, the gaps) or
+     * position (the first source); its value's byte (b % 3 - 1) is 2 position + src_hi[b] */
+#define R(b) (uint8_t)((b) % 3 == 0 ? 64 + (b) / 3 : (b) / 3)
+#define H(b) (uint8_t)((b) % 3 == 2)
+#define X8(F, b) F(b), F(b + 1), F(b + 2), F(b + 3), F(b + 4), F(b + 5), F(b + 6), F(b + 7)
+#define X64(F, b)                                                                                  \
+    X8(F, b), X8(F, b + 8), X8(F, b + 16), X8(F, b + 24), X8(F, b + 32), X8(F, b + 40),            \
+        X8(F, b + 48), X8(F, b + 56)
+    static const uint8_t src[192] = {X64(R, 0), X64(R, 64), X64(R, 128)};
+    static const uint8_t src_hi[192] = {X64(H, 0), X64(H, 64), X64(H, 128)};
+#undef X64
+#undef X8
+#undef H
 #undef R
-    };
-    const __mmask64 gap_lo = 0x9249249249249249ull, gap_hi = 0x4924924924924924ull;
+    /* the gap bytes of each 64 bytes of records: b % 3 == 0 for b from 0, 64, 128 */
+    static const uint64_t gap_at[3] = {0x9249249249249249ull, 0x4924924924924924ull,
+                                       0x2492492492492492ull};
     uint64_t d = i + (uint64_t)__builtin_ctzll(m) - gw->next;
     uint8_t *g = gw->g;
     if (d >= 0x4000) { /* a gap of 3 or more varint bytes: all but the last here */
@@ -60,24 +67,19 @@ static inline void gaps64(rs_gap_writer_t *gw, const uint8_t *cur, uint64_t m, u
     __m512i gap = _mm512_sub_epi8(
         _mm512_sub_epi8(pos, _mm512_permutexvar_epi8(_mm512_loadu_si512(before), pos)),
         _mm512_set1_epi8(1));
-    gap = _mm512_mask_set1_epi8(gap, 1, (char)d);
-    __m512i lo = _mm512_loadu_si512(rec_idx), hi = _mm512_loadu_si512(rec_idx + 64);
-    uint64_t p0 = (uint64_t)__builtin_popcount((uint32_t)m),
-             p1 = (uint64_t)__builtin_popcount((uint32_t)(m >> 32));
-    __m512i v0 = _mm512_maskz_compress_epi16((__mmask32)m, _mm512_loadu_si512(cur));
-    __m512i v1 = _mm512_maskz_compress_epi16((__mmask32)(m >> 32), _mm512_loadu_si512(cur + 64));
-    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, v0));
-    if (p0 > 21) /* records past the first 64 bytes */
-        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, v0));
-    g += 3 * p0;
-    __m512i off = _mm512_set1_epi8((char)p0); /* the second half's gaps follow the first's */
-    lo = _mm512_mask_add_epi8(lo, gap_lo, lo, off);
-    _mm512_storeu_si512(g, _mm512_permutex2var_epi8(gap, lo, v1));
-    if (p1 > 21) {
-        hi = _mm512_mask_add_epi8(hi, gap_hi, hi, off);
-        _mm512_storeu_si512(g + 64, _mm512_permutex2var_epi8(gap, hi, v1));
+    /* the first gap into byte 0: a move from a general register and a masked byte move (one
+     * shuffle-port uop; a masked broadcast takes two) */
+    gap = _mm512_mask_mov_epi8(gap, 1, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)d)));
+    __m512i c0 = _mm512_loadu_si512(cur), c1 = _mm512_loadu_si512(cur + 64);
+    uint64_t p = rs_pop64(m);
+    for (uint32_t t = 0; t < 3 && 64 * t < 3 * p; t++) {
+        __m512i both = _mm512_permutex2var_epi8(pos, _mm512_loadu_si512(src + 64 * t), gap);
+        __m512i at =
+            _mm512_add_epi8(_mm512_add_epi8(both, both), _mm512_loadu_si512(src_hi + 64 * t));
+        __m512i val = _mm512_permutex2var_epi8(c0, at, c1);
+        _mm512_storeu_si512(g + 64 * t, _mm512_mask_blend_epi8(gap_at[t], val, both));
     }
-    gw->g = g + 3 * p1;
+    gw->g = g + 3 * p;
     gw->next = i + 64 - (uint64_t)__builtin_clzll(m);
 }
 
@@ -121,20 +123,20 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
         }
         m |= e << (k * 64 / w);
         store_words(prev + 64 * k, e, a, w); /* unchanged lines stay clean */
+        if (gw->dense)
+            _mm512_storeu_si512(gw->dense + i * w + 64 * k, a);
     }
-    if (gw->on && w == 2) { /* queued without a branch on m; written by scan_drain */
-        gw->qp[gw->nq] = cur;
-        gw->qi[gw->nq] = i;
-        gw->qm[gw->nq] = m;
-        gw->nq += m != 0;
-    } else if (gw->on) { /* other word sizes: record by record (the block is in L1) */
-        rs_gaps_block(gw, cur, m, i, w);
-    }
+    if (gw->on) /* written by scan_drain */
+        rs_gaps_enqueue(gw, cur, m, i);
     return m;
 }
 
-static inline void scan_drain(rs_gap_writer_t *gw)
+static inline void scan_drain(rs_gap_writer_t *gw, uint32_t w)
 {
+    if (w != 2) { /* other word sizes: record by record */
+        rs_delta_drain_words(gw, w);
+        return;
+    }
     for (uint32_t q = 0; q < gw->nq; q++)
         gaps64(gw, gw->qp[q], gw->qm[q], gw->qi[q]);
     gw->nq = 0;

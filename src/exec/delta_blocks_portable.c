@@ -113,29 +113,18 @@ static inline uint64_t scan_step(const uint8_t *cur, uint8_t *prev, rs_gap_write
                                  uint32_t w)
 {
     uint64_t m = block_mask(cur, prev, w);
-    if (gw->on)
-        rs_gaps_block(gw, cur, m, i, w);
-    if (m)
+    if (gw->dense)
+        copy_block(gw->dense + i * w, cur, w);
+    if (m) { /* a branch on m here anyway (the snapshot's copy): the records at once */
         copy_block(prev, cur, w);
+        if (gw->on)
+            rs_gaps_block(gw, cur, m, i, w);
+    }
     return m;
 }
 
-static inline void scan_drain(rs_gap_writer_t *gw)
-{
-    (void)gw; /* scan_step writes its records at once */
-}
-
-static inline uint8_t *gather_step(const uint8_t *cur, uint64_t m, uint32_t w, uint8_t *v)
-{
-    for (; m; m &= m - 1, v += w)
-        rs_copy_word(v, cur + (uint64_t)__builtin_ctzll(m) * w, w);
-    return v;
-}
-
-static inline void scatter_step(uint8_t *chunk, uint64_t m, uint32_t w, const uint8_t *v)
-{
-    for (; m; m &= m - 1, v += w)
-        rs_copy_word(chunk + (uint64_t)__builtin_ctzll(m) * w, v, w);
-}
+#define scan_drain rs_delta_drain_words
+#define gather_step rs_delta_gather_words
+#define scatter_step rs_delta_scatter_words
 
 RS_DELTA_BLOCKS_DEFINE(rs_delta_blocks_portable, "portable")

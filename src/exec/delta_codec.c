@@ -4,6 +4,7 @@
 #include "exec/delta_codec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,18 +34,60 @@ static void put_header(uint8_t *out, uint32_t kind, uint32_t word, uint32_t nrun
 
 static _Atomic(const rs_delta_blocks_t *) chosen;
 
+uint8_t rs_delta_lut_gather16[256][16], rs_delta_lut_expand16[256][16];
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* Fill the byte shuffles of delta_blocks.h for 2-byte words (built once, before the first use of
+ * the implementation that reads them). */
+static void luts_init(void)
+{
+    for (int b = 0; b < 256; b++) {
+        int r = 0;
+        memset(rs_delta_lut_gather16[b], 0x80, 16);
+        for (int j = 0; j < 8; j++) {
+            uint8_t *e = &rs_delta_lut_expand16[b][2 * j];
+            e[0] = e[1] = 0x80;
+            if (!(b >> j & 1))
+                continue;
+            rs_delta_lut_gather16[b][2 * r] = (uint8_t)(2 * j);
+            rs_delta_lut_gather16[b][2 * r + 1] = (uint8_t)(2 * j + 1);
+            e[0] = (uint8_t)(2 * r);
+            e[1] = (uint8_t)(2 * r + 1);
+            r++;
+        }
+    }
+}
+#endif
+
+/* The implementation called @p name if this build and CPU have it, else NULL. */
+static const rs_delta_blocks_t *by_name(const char *name)
+{
+    if (strcmp(name, "portable") == 0)
+        return rs_delta_blocks_portable();
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    bool base = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi");
+    if (strcmp(name, "avx512") == 0 && base && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
+        __builtin_cpu_supports("avx512vbmi2"))
+        return rs_delta_blocks_avx512();
+    static pthread_once_t luts_once = PTHREAD_ONCE_INIT;
+    if (strcmp(name, "avx2") == 0 && base && __builtin_cpu_supports("avx2") &&
+        rs_delta_blocks_avx2()) {
+        pthread_once(&luts_once, luts_init);
+        return rs_delta_blocks_avx2();
+    }
+#endif
+    return NULL;
+}
+
 /* The fastest implementation this CPU runs. */
 static const rs_delta_blocks_t *fastest(void)
 {
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    if (rs_delta_blocks_avx512() && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi") &&
-        __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("popcnt") &&
-        __builtin_cpu_supports("bmi"))
-        return rs_delta_blocks_avx512();
-#endif
-    return rs_delta_blocks_portable();
+    const rs_delta_blocks_t *b = by_name("avx512");
+    if (!b)
+        b = by_name("avx2");
+    return b ? b : rs_delta_blocks_portable();
 }
 
 static const rs_delta_blocks_t *blocks(void)
@@ -52,7 +95,9 @@ static const rs_delta_blocks_t *blocks(void)
     const rs_delta_blocks_t *b = atomic_load_explicit(&chosen, memory_order_acquire);
     if (!b) {
         const char *env = getenv("RESHARD_DELTA_CODEC");
-        b = env && strcmp(env, "portable") == 0 ? rs_delta_blocks_portable() : fastest();
+        b = env ? by_name(env) : NULL; /* one this CPU lacks: the fastest */
+        if (!b)
+            b = fastest();
         atomic_store_explicit(&chosen, b, memory_order_release);
     }
     return b;
@@ -65,10 +110,8 @@ const char *rs_delta_codec_path(void)
 
 bool rs_delta_codec_use(const char *name)
 {
-    const rs_delta_blocks_t *b = fastest();
-    if (name && strcmp(name, "portable") == 0)
-        b = rs_delta_blocks_portable();
-    else if (name && strcmp(name, b->name) != 0)
+    const rs_delta_blocks_t *b = name ? by_name(name) : fastest();
+    if (!b)
         return false;
     atomic_store_explicit(&chosen, b, memory_order_release);
     return true;
@@ -169,7 +212,9 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     }
     if (kind == RS_DELTA_BITMAP) { /* bitmap to the front, then the changed words */
         memmove(body, bm, nb);
-        ops->gather(cur, body, n, word, body + nb, body + len);
+        /* those the scan did not write: of the words before s.vals_from */
+        const uint8_t *end = s.vals_from < n ? body + nb + s.vals_before * word : body + len;
+        ops->gather(cur, body, s.vals_from, word, body + nb, end);
         put_header(out, RS_DELTA_BITMAP, word, 0, bitmap);
         return RS_DELTA_HEADER_BYTES + bitmap;
     }
