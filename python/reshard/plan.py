@@ -1,6 +1,8 @@
 """Plans (reshard_plan_t): computed once from two layouts, executed every step."""
 
+import contextlib
 import ctypes
+import threading
 import weakref
 
 from . import _lib
@@ -215,6 +217,11 @@ class Plan(_lib.Handle):
         # delta: per rank, the weak references to the destination owners (_owners) of the
         # last execute that returned OK; another object bound is sent dense (execute)
         self._bound = {}
+        # executions in flight (threads may share an ALL_RANKS plan), and whether close or
+        # delta_adopt holds the plan: they wait for the executions, which wait for them
+        self._cv = threading.Condition()
+        self._running = 0
+        self._held = False
         self._h = None
         h = _lib.c_vp()
         status = _lib.lib.reshard_plan_create(src._h, dst._h, ctypes.byref(p), ctypes.byref(h))
@@ -269,8 +276,12 @@ class Plan(_lib.Handle):
             raise TypeError("reshard: delta_adopt needs a reshard.Plan, got %r" % (old,))
         if rank is None:
             rank = self.rank
-        _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
-                                                     _lib.as_int(rank, "rank")))
+        if old is self:
+            raise error(Status.INVALID_ARG, "reshard_plan_delta_adopt: a plan cannot adopt "
+                        "itself")
+        with self._quiet(), old._quiet():  # neither executing meanwhile
+            _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
+                                                         _lib.as_int(rank, "rank")))
         bound = getattr(old, "_bound", {}).pop(rank, None)
         if bound is not None:  # the destination objects old's version is in
             self._bound[rank] = bound
@@ -279,10 +290,28 @@ class Plan(_lib.Handle):
         """Free the plan now (reshard_plan_destroy) rather than when the object goes: a
         plan replaced by another of the same inputs then no longer counts in their
         identity, even where something (an exception's traceback) still holds this
-        object. A later execute raises ReshardError (INVALID_ARG). Idempotent."""
-        if self._h:
-            _lib.lib.reshard_plan_destroy(self._h)
-            self._h = None
+        object. A later execute raises ReshardError (INVALID_ARG). Idempotent. Called while
+        another thread executes the plan, it waits for that execution to return (as
+        Comm.close does); executions that start later are refused."""
+        with self._quiet():
+            if self._h:
+                _lib.lib.reshard_plan_destroy(self._h)
+                self._h = None
+
+    @contextlib.contextmanager
+    def _quiet(self):
+        """Hold the plan with no execution in flight (close, delta_adopt): waits for the
+        executions running, and executions that start meanwhile wait for the release."""
+        with self._cv:
+            while self._running or self._held:
+                self._cv.wait()
+            self._held = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._held = False
+                self._cv.notify_all()
 
     def delta_invalidate(self, rank=None):
         """reshard_plan_delta_invalidate: ``rank``'s (default the plan's rank) destination
@@ -318,6 +347,18 @@ class Plan(_lib.Handle):
         A binding error takes precedence over MISMATCH: a rank planned from other
         layouts usually fails binding by name first, and then every rank reports its
         status (BUFFER), not MISMATCH; MISMATCH comes when every binding passed."""
+        with self._cv:  # counted in flight: close and delta_adopt wait for it
+            while self._held:
+                self._cv.wait()
+            self._running += 1
+        try:
+            return self._execute(comm, src, dst)
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+
+    def _execute(self, comm, src, dst):
         if comm is None:
             comm = self.comm
         comm_open(comm)

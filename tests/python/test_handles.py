@@ -163,6 +163,28 @@ def test_close_waits_for_an_execution():
     x.join()
 
 
+def test_plan_close_waits_for_its_execution():
+    """Plan.close from another thread while the plan executes (tester round 11, F1: the
+    process crashed, the plan freed under the execution) waits for that execution, which
+    returns OK with every element; a later execute is refused on every rank."""
+    x = _Refit()
+    t0 = time.monotonic()
+    x.start()
+    x.plan.close()  # while rank 0 waits for rank 1, which starts 0.5 s after t0
+    assert time.monotonic() - t0 >= 0.5  # so close() waited for the execution
+    x.join(close=False)
+    x.errs = []
+    x.d1 = x.dst.new_buffers(1, library="numpy", fill=0)
+    threads = [threading.Thread(target=x._rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(x.errs) == 2 and all("the plan was closed" in str(e) for e in x.errs), x.errs
+    assert not x.d1["w"].any()
+    x.group.close()
+
+
 BAD_PLAN_ARGS = [
     ({"rank": 2**32 + 1}, ValueError, "rank = 4294967297 is outside"),
     ({"world": 2**32 + 4}, ValueError, "world = 4294967300 is outside"),
