@@ -457,17 +457,20 @@ def hf_tp_style(family, form, name):
     return dtensor.REPLICATED
 
 
-def _moe_live_shards_are_the_layouts(tmp_path, family, train, tp_form=None):
-    """Every trainer rank's live module (the stand-in's shards of the HF module built by
-    hf_module, split over tp by the family's plan, the router-bias buffer whole on
-    every rank) passes the live check, binds by name and holds, byte for byte, what
-    the refit's train layout says each of its buffers holds."""
+def _live_shards_are_the_layouts(tmp_path, family, train, config, build, restage=None):
+    """Every trainer rank's live module (the stand-in's shards of the HF module that
+    ``build(logical, form)`` makes from the logical tensors, split over tp by the
+    family's plan, its buffers whole on every rank) passes the live check, binds by
+    name and holds, byte for byte, what the refit's train layout says each of its
+    buffers holds: the global-index pattern, or with ``restage`` (which sets some
+    logical tensors' values first) the logical tensors' elements the layout puts there
+    (_from_logical). ``config``: the family's HF config. Returns the tp styles used."""
     import json
     from reshard.layout import Layout
     from reshard.pattern import fill_pattern
     path = os.path.join(str(tmp_path), family + ".json")
     with open(path, "w") as f:
-        json.dump(FAMILIES[family], f)
+        json.dump(config, f)
     refit = reshard.Model(path).refit(train, "tp=2,ep=on")
     whole = Layout(refit.tensors)
     infos = list(refit.tensors)
@@ -476,8 +479,10 @@ def _moe_live_shards_are_the_layouts(tmp_path, family, train, tp_form=None):
     logical = whole.new_buffers(0)
     fill_pattern(whole, 0, logical)
     logical = {ti.name: logical[ti.name].reshape(ti.shape) for ti in infos}
+    if restage:
+        restage(logical)
     form = "4" if "transformers=4" in train else "5"
-    params, buffers = hf_module(logical, form)
+    params, buffers = build(logical, form)
     fsdp, replicas, tp = sizes(train)
     styles = {n: hf_tp_style(family, form, n) for n in params} if tp > 1 else {}
     for r in range(refit.train_world):
@@ -490,15 +495,24 @@ def _moe_live_shards_are_the_layouts(tmp_path, family, train, tp_form=None):
             (r, src.problems(refit.train, r, train=train))
         p, b = src.named()
         live = dict(p, **b)
-        want = refit.train.new_buffers(r)
-        fill_pattern(refit.train, r, want)
+        if restage:
+            want = _from_logical(refit.train, r, logical)
+        else:
+            want = refit.train.new_buffers(r)
+            fill_pattern(refit.train, r, want)
         assert sorted(live) == sorted(want), (r, sorted(set(live) ^ set(want)))
         for name, x in want.items():
             got = live[name]
-            assert tuple(got.shape) == tuple(x.shape), (r, name)
+            assert tuple(got.shape) == tuple(x.shape), (r, name, tuple(got.shape), x.shape)
             assert torch.equal(got.contiguous().view(torch.uint8),
                                x.contiguous().view(torch.uint8)), (r, name)
     return styles
+
+
+def _moe_live_shards_are_the_layouts(tmp_path, family, train):
+    """_live_shards_are_the_layouts for a MoE family: hf_module, the router-bias buffer
+    whole on every rank; the global-index pattern both sides."""
+    return _live_shards_are_the_layouts(tmp_path, family, train, FAMILIES[family], hf_module)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -689,44 +703,14 @@ def test_hybrid_families_live_shards_are_the_layouts(tmp_path, family, train):
     staged linear_attn.norm.weight_minus_1 of qwen3_next included: named() sends
     weight - 1) and holds, byte for byte, the logical tensors' elements the layout
     puts in each of its buffers."""
-    import json
-    from reshard.layout import Layout
-    from reshard.pattern import fill_pattern
-    path = os.path.join(str(tmp_path), family + ".json")
-    with open(path, "w") as f:
-        json.dump(HYBRID[family], f)
-    refit = reshard.Model(path).refit(train, "tp=2,ep=on")
-    whole = Layout(refit.tensors)
-    infos = list(refit.tensors)
-    for i, ti in enumerate(infos):
-        whole.add_dtensor(ti.name, [0], [reshard.Replicate()], buffer=i, name=ti.name)
-    logical = whole.new_buffers(0)
-    fill_pattern(whole, 0, logical)
-    logical = {ti.name: logical[ti.name].reshape(ti.shape) for ti in infos}
-    for n, x in logical.items():  # weight - 1 of a weight in [0.5, 1.5): exact both ways
-        if n.endswith(".linear_attn.norm.weight"):
-            logical[n] = ((torch.arange(x.numel()) % 8) / 8 - 0.5).to(x.dtype)
-    form = "4" if "transformers=4" in train else "5"
-    params, buffers = hf_hybrid(family, logical, form)
-    fsdp, replicas, tp = sizes(train)
-    styles = {n: hf_tp_style(family, form, n) for n in params} if tp > 1 else {}
-    for r in range(refit.train_world):
-        m = dtensor.fully_shard(params, styles, r, fsdp=fsdp, replicas=replicas, tp=tp)
-        for name, b in buffers.items():
-            *path_, leaf = name.split(".")
-            m.get_submodule(".".join(path_)).register_buffer(leaf, b.clone())
-        src = FSDPModule(m)
-        assert src.problems(refit.train, r, train=train) == [], \
-            (r, src.problems(refit.train, r, train=train))
-        p, b = src.named()
-        live = dict(p, **b)
-        want = _from_logical(refit.train, r, logical)
-        assert sorted(live) == sorted(want), (r, sorted(set(live) ^ set(want)))
-        for name, x in want.items():
-            got = live[name]
-            assert tuple(got.shape) == tuple(x.shape), (r, name, tuple(got.shape), x.shape)
-            assert torch.equal(got.contiguous().view(torch.uint8),
-                               x.contiguous().view(torch.uint8)), (r, name)
+    def restage(logical):  # weight - 1 of a weight in [0.5, 1.5): exact both ways
+        for n, x in logical.items():
+            if n.endswith(".linear_attn.norm.weight"):
+                logical[n] = ((torch.arange(x.numel()) % 8) / 8 - 0.5).to(x.dtype)
+
+    _live_shards_are_the_layouts(tmp_path, family, train, HYBRID[family],
+                                 lambda logical, form: hf_hybrid(family, logical, form),
+                                 restage)
 
 
 def test_staged_norm_weight_without_an_exact_minus_1_is_refused():

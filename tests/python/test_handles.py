@@ -100,6 +100,18 @@ class _Refit:
             t.start()
         _wait_busy(self.c0)
 
+    def again(self):
+        """Both ranks execute once more at once (rank 1 0.5 s late), into zeroed
+        destinations; returns their errors."""
+        self.errs = []
+        self.d1 = self.dst.new_buffers(1, library="numpy", fill=0)
+        threads = [threading.Thread(target=self._rank, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return self.errs
+
     def join(self, contended=False, close=True):
         """Both ranks OK and rank 1 verified; or, when another thread called rank 0's
         comm meanwhile (``contended``), both ranks failed (the refit is refused on every
@@ -137,13 +149,7 @@ def test_a_comm_two_threads_called_at_once_refuses_every_later_execution():
         x.plan.execute(x.c0, src=x.src.new_buffers(0, library="numpy", fill=0), dst={})
     x.join(contended=True, close=False)
     for step in range(2):
-        x.errs = []
-        x.d1 = x.dst.new_buffers(1, library="numpy", fill=0)
-        threads = [threading.Thread(target=x._rank, args=(r,)) for r in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        x.again()
         assert len(x.errs) == 2, (step, x.errs)
         mine = [e for e in x.errs if "rank 0: two threads called this comm at once" in str(e)]
         assert len(mine) == 2, x.errs  # rank 0's own error, and rank 1 naming rank 0's
@@ -173,13 +179,7 @@ def test_plan_close_waits_for_its_execution():
     x.plan.close()  # while rank 0 waits for rank 1, which starts 0.5 s after t0
     assert time.monotonic() - t0 >= 0.5  # so close() waited for the execution
     x.join(close=False)
-    x.errs = []
-    x.d1 = x.dst.new_buffers(1, library="numpy", fill=0)
-    threads = [threading.Thread(target=x._rank, args=(r,)) for r in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    x.again()
     assert len(x.errs) == 2 and all("the plan was closed" in str(e) for e in x.errs), x.errs
     assert not x.d1["w"].any()
     x.group.close()
