@@ -279,7 +279,8 @@ class Plan(_lib.Handle):
         if old is self:
             raise error(Status.INVALID_ARG, "reshard_plan_delta_adopt: a plan cannot adopt "
                         "itself")
-        with self._quiet(), old._quiet():  # neither executing meanwhile
+        first, second = sorted((self, old), key=id)  # one order: no deadlock crosswise
+        with first._quiet(), second._quiet():  # neither executing meanwhile
             _lib.check(_lib.lib.reshard_plan_delta_adopt(self._h, old._h,
                                                          _lib.as_int(rank, "rank")))
         bound = getattr(old, "_bound", {}).pop(rank, None)

@@ -217,13 +217,6 @@ static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_
     return piece_ptr(x, xs, cur);
 }
 
-/* Do the rounds of @p plan move several messages a stream (see the top)? Not under delta
- * rounds (one encoded chunk a stream) nor quantized destinations. */
-static bool round_messages(const reshard_plan_t *plan)
-{
-    return !plan->delta && !plan->quant;
-}
-
 /* Does piece @p p move straight between the user buffers, as messages of its own? When its
  * data is dense where it is read and where it is written (a relay scratch always is: what
  * a landing writes and its forward reads) and worth a message. Both ends decide alike,
@@ -298,7 +291,7 @@ static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, 
             p->receiver != plan->pieces[i - 1].receiver) {
             off = 0; /* a new stream: its bytes, up to the next pair */
             uint64_t a = plan->chunk_cap[p->sender], b = plan->chunk_cap[p->receiver];
-            sched = (rs_rounds_t){0, a < b ? a : b, rs_plan_tapers(plan)};
+            sched = (rs_rounds_t){0, a < b ? a : b, rs_plan_dense_rounds(plan)};
             for (int64_t j = i;
                  j < plan->npieces && plan->pieces[j].stage == RS_STAGE_DIRECT &&
                  plan->pieces[j].sender == p->sender && plan->pieces[j].receiver == p->receiver;
@@ -422,7 +415,7 @@ static int forward_schedule(const reshard_plan_t *plan, const rs_landed_t *l, in
     }
     uint64_t pos = 0, avail = 0, coff = 0;
     int64_t pi = 0, g = 0, ci = 0; /* pieces [0, pi) are ready; the cursor is (ci, coff) */
-    const bool multi = round_messages(plan);
+    const bool multi = rs_plan_dense_rounds(plan);
     for (; pos < s->bytes; g++) {
         while (pi < s->n && ready[pi] <= g)
             avail += rs_piece_stream_bytes(&plan->pieces[s->idx[pi++]]);
@@ -471,7 +464,7 @@ static reshard_status_t build_xstreams(rs_exec_t *x, rs_xstream_t **out, int32_t
                 xs->send = dir == 1;
                 xs->slot_off = off;
                 off += ss[i].bytes < ss[i].chunk ? ss[i].bytes : ss[i].chunk;
-                xs->sched = (rs_rounds_t){ss[i].bytes, ss[i].chunk, rs_plan_tapers(plan)};
+                xs->sched = (rs_rounds_t){ss[i].bytes, ss[i].chunk, rs_plan_dense_rounds(plan)};
                 xs->rounds = rs_rounds_count(&xs->sched);
                 if (s == RS_STAGE_FORWARD) {
                     want[dir ? rp->rank : ss[i].peer] = true;
@@ -626,7 +619,7 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
         uint64_t len = round_len(xs, k);
         if (!len)
             continue;
-        if (round_messages(x->plan)) {
+        if (rs_plan_dense_rounds(x->plan)) {
             st = post_messages(x, xs, slot, base + xs->slot_off, len);
             continue;
         }
@@ -684,7 +677,7 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
         uint64_t len = round_len(xs, k);
         if (xs->send || !len)
             continue;
-        if (round_messages(x->plan)) {
+        if (rs_plan_dense_rounds(x->plan)) {
             finish_messages(x, xs, base + xs->slot_off, len);
             continue;
         }

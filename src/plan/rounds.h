@@ -14,7 +14,7 @@
 
 /** A stream's stage-0 rounds: @p bytes on the wire (a multiple of 8), at most
  *  @p chunk a round (a multiple of 8, > 0). Without @p taper, chunk k moves
- *  in round k. With it (dense plans), the rounds stay a chunk each while two
+ *  in round k. With it (rs_plan_dense_rounds), the rounds stay a chunk each while two
  *  chunks or more are left; from there each round moves half of what is
  *  left (a multiple of 8), down to max(chunk / 16, RS_TAPER_MIN_BYTES), then
  *  the rest: a landing is forwarded two rounds after it is unpacked
@@ -37,10 +37,11 @@ int64_t rs_rounds_of(const rs_rounds_t *s, uint64_t y);
 /** The number of rounds (0 for an empty stream). */
 int64_t rs_rounds_count(const rs_rounds_t *s);
 
-/** Does @p plan taper its stage-0 streams? Dense plans only: a delta plan's
- *  rounds carry one encoded chunk a stream and a quantized plan's one scaled
- *  chunk, each over chunk-sized state. */
-static inline bool rs_plan_tapers(const reshard_plan_t *plan)
+/** Does @p plan move its streams' own bytes in its rounds (a dense plan)? Then a round
+ *  posts a stream's bytes as several messages (exec/exec.c) and its stage-0 streams
+ *  taper. Not a delta plan (one encoded chunk a stream, over chunk-sized state) nor
+ *  quantized destinations (one scaled chunk a stream). */
+static inline bool rs_plan_dense_rounds(const reshard_plan_t *plan)
 {
     return !plan->delta && !plan->quant;
 }

@@ -159,7 +159,7 @@ static void add_stream(const reshard_plan_t *plan, int32_t sender, int32_t recei
     if (sender == receiver || bytes == 0)
         return;
     uint64_t a = plan->chunk_cap[sender], b = plan->chunk_cap[receiver];
-    rs_rounds_t sched = {bytes, a < b ? a : b, rs_plan_tapers(plan)};
+    rs_rounds_t sched = {bytes, a < b ? a : b, rs_plan_dense_rounds(plan)};
     int64_t rounds = sched.chunk ? rs_rounds_count(&sched) : 1;
     bool same = rs_domain_of(&plan->p, sender) == rs_domain_of(&plan->p, receiver);
     rs_link_t *l = same ? nvl : net;
