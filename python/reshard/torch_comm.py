@@ -100,13 +100,20 @@ _CONTRIB_BYTES = struct.calcsize(_FORMAT)
 
 _TIMEOUT, _LOST = "timeout", "lost"
 GRACE_S = 0.5  # how long the agreement still waits for ranks some rank failed on
-_CONFIRMED, _GAVE_UP = 1, 2  # the confirmation round's one byte
+FROZEN_S = 1.0  # a gap this long between two looks at the clock: this rank was stopped
+_CONFIRMED, _GAVE_UP = 1, 2  # the confirmation round's message: [what, the rank given up on]
 
 
 def _torch():
     import torch
     import torch.distributed as dist
     return torch, dist
+
+
+def _grace(timeout_s: float) -> float:
+    """How long an agreement still waits once only ranks some rank failed on are
+    missing (GRACE_S, a quarter of a shorter timeout's)."""
+    return min(GRACE_S, 0.25 * timeout_s)
 
 
 def _first_line(e: BaseException) -> str:
@@ -169,6 +176,11 @@ class GlooTransport:
         self.suspect: Optional[int] = None  # the peer this execution failed on
         self.lost = set()
         self.broken = False
+        self.broken_why = ""  # what broke it, for the failures of later operations
+        # peer -> (receive, buffer, send) of the last agreement's confirmation round, when
+        # that peer was the only one not to confirm by the time this rank decided (it
+        # cannot have given up: see _confirm); settled in the next agreement
+        self.deferred: Dict[int, tuple] = {}
         self.epoch = 0  # agreements taken part in (the same count on every rank)
         self.ops = self._table()
 
@@ -203,8 +215,10 @@ class GlooTransport:
 
     def post(self, send: bool, slot: int, peer: int, addr: int, nbytes: int) -> int:
         if self.broken:
-            return self._err(Status.TRANSPORT, "rank %d: this torch comm failed in an earlier "
-                             "execution; make a new one" % self.rank)
+            if self.lost and self.suspect is None:
+                self.suspect = min(self.lost)  # the agreement follows it to the culprit
+            return self._err(Status.TRANSPORT, "rank %d: this torch comm is broken (%s); make "
+                             "a new one" % (self.rank, self.broken_why or "an earlier failure"))
         t = self._view(addr, nbytes)
         try:
             if send:
@@ -212,7 +226,8 @@ class GlooTransport:
             else:
                 work = _Waiter(self.group.recv([t], peer, self.tag0 + TAG_SLOT0 + slot))
         except RuntimeError as e:
-            self.suspect, self.broken = peer, True
+            self.suspect = peer
+            self._break("a %s to rank %d failed" % ("send" if send else "receive", peer))
             self.lost.add(peer)
             return self._err(Status.TRANSPORT, "rank %d: %s to rank %d failed: %s (dead peer?)"
                              % (self.rank, "send" if send else "receive", peer, e))
@@ -226,7 +241,7 @@ class GlooTransport:
             work, peer, _ = pending[0]
             failed = work.wait(deadline - time.monotonic())
             if failed is not None:
-                self.broken = True
+                self._break("a round wait on rank %d failed" % peer)
                 self.kept.extend(pending)
                 self.slots[slot] = []
                 peers = sorted({p for _, p, _ in pending})
@@ -254,12 +269,21 @@ class GlooTransport:
         expected to arrive, then from those some rank failed on.
         A peer may still be inside a round wait of up to timeout_s when this one
         arrives, so a missing contribution is waited for up to twice timeout_s, and
-        only GRACE_S once every rank still missing is one some rank failed on."""
+        only the grace once every rank still missing is one some rank failed on (or one
+        whose confirmation of the previous agreement is still owed)."""
         torch = self._torch
         local_msg = _lib.last_error()
+        grace = _grace(timeout_s)
+        late = self._settle(0.0)  # confirmations of the previous agreement owed to this rank
+        if late and local == 0:  # a peer gave up on it after this rank decided: fail this one
+            local = self._err(Status.TIMEOUT, "rank %d: rank %d gave up on the previous "
+                              "agreement after this rank had decided it (stalled past its "
+                              "deadline): the comm is broken, every rank fails this execution"
+                              % (self.rank, late[0]))
+            local_msg, self.suspect = _lib.last_error(), late[0]
         in_flight = bool(self.slots[0] or self.slots[1])
         if in_flight:
-            self.broken = True
+            self._break("transfers were left in flight by a failed execution")
             self.kept.extend(self.slots[0] + self.slots[1])
             self.slots = [[], []]
         head = [int(local), int(local != 0 and self.suspect is None),  # own failure
@@ -271,7 +295,8 @@ class GlooTransport:
         self.epoch += 1
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
-        suspects, missing = set(self.lost), set()
+        arrived: Dict[int, float] = {}
+        suspects, missing = set(self.lost) | set(self.deferred), set()
         sends, recvs = {}, {}
         for p in peers:
             w = self._send(mine, p, tag)
@@ -290,11 +315,12 @@ class GlooTransport:
         deadline = time.monotonic() + 2 * timeout_s
         cut = False
         nap = 0.0005
+        last = time.monotonic()
         while pending:
             # every contribution as it arrives (whichever rank first), so that the ranks
             # some rank failed on (which may never come) are known as soon as anyone says
-            # so; once only those are missing, they get GRACE_S more
-            arrived = False
+            # so; once only those are missing, they get the grace more
+            arrived_now = False
             for p in sorted(pending):
                 if p not in recvs:
                     pending.discard(p)
@@ -304,42 +330,80 @@ class GlooTransport:
                 if w is not None and w[0] == _TIMEOUT:
                     continue  # not yet
                 pending.discard(p)
-                arrived = True
+                arrived_now = True
                 if w is not None:  # its connection failed
                     missing.add(p)
                     continue
                 got[p] = c = self._parse(bufs[p])
+                arrived[p] = time.monotonic()
                 if c.status != 0 and c.suspect >= 0:
                     suspects.add(c.suspect)
+            now = time.monotonic()
+            if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
+                deadline = max(deadline, now + grace)
+            last = now
             if pending and pending <= suspects and not cut:
-                deadline, cut = min(deadline, time.monotonic() + GRACE_S), True
-            if pending and time.monotonic() > deadline:
+                deadline, cut = min(deadline, now + grace), True
+            if pending and now > deadline:
                 missing |= pending  # given up on, past the deadline
                 pending = set()
-            if pending and not arrived:
+            if pending and not arrived_now:
                 time.sleep(nap)
                 nap = min(nap * 2, 0.01)
-            elif arrived:
+            elif arrived_now:
                 nap = 0.0005
         pending |= missing
         for p, w in sends.items():
-            if p not in pending and w.wait(max(deadline - time.monotonic(), GRACE_S)):
+            if p not in pending and w.wait(max(deadline - time.monotonic(), grace)):
                 pending.add(p)  # it has our contribution or never will: state unknown
         self.suspect = None
         confirm_tag = self.tag0 + TAG_CONFIRM + ((self.epoch - 1) & 1)
         if pending:
-            self.broken = True
+            self._break("rank(s) %s did not complete an agreement"
+                        % ", ".join(str(p) for p in sorted(pending)))
             self.kept.extend([mine] + list(bufs.values()))
             self.lost.update(pending)
-            self._confirm_round(confirm_tag, peers, _GAVE_UP)  # the others fail too
+            blamed = self._blamed(sorted(pending), got, local)
+            self._confirm_round(confirm_tag, peers, _GAVE_UP, blamed[0])  # the others fail too
             return self._missing(sorted(pending), got, local, local_msg, timeout_s)
+        # every peer's contribution came after its confirmation of the previous agreement
+        self._settle(grace, final=True)
         if any(c.in_flight for c in got.values()):
-            self.broken = True
+            self._break("transfers were left in flight by a failed execution")
         if min_words:
             for i in range(_lib.AGREE_WORDS):
                 min_words[i] = min(c.words[i] for c in got.values())
         outcome = self._outcome(got, local, local_msg)
-        return self._confirm(confirm_tag, peers, outcome, timeout_s)
+        return self._confirm(confirm_tag, peers, outcome, timeout_s, max(arrived.values(),
+                                                                          default=last))
+
+    def _break(self, why: str) -> None:
+        """This comm can no longer be trusted to pair messages: every later operation
+        fails at once, saying ``why`` (the first reason)."""
+        if not self.broken:
+            self.broken, self.broken_why = True, why
+
+    def _settle(self, wait_s: float, final: bool = False) -> List[int]:
+        """Take the confirmations of the previous agreement that were still owed to this
+        rank (see _confirm), waiting up to ``wait_s`` for each; return the peers whose
+        confirmation says they gave up. ``final``: the peers' contributions to this
+        agreement arrived, so their confirmations were sent before them: one not here
+        now (or a send of ours not taken) breaks the comm."""
+        gave_up = []
+        for p, (recv, buf, send) in sorted(self.deferred.items()):
+            r = recv.wait(wait_s) if recv is not None else None  # None: it came before
+            s = send.wait(wait_s)
+            if not final and any(x is not None and x[0] == _TIMEOUT for x in (r, s)):
+                continue  # still owed: the peer is a suspect of this agreement
+            del self.deferred[p]
+            if r is None and int(buf[0]) == _GAVE_UP:
+                gave_up.append(p)
+            if r is not None or int(buf[0]) != _CONFIRMED or s is not None:
+                self._break("rank %d %s an agreement that this rank decided" % (
+                    p, "gave up on" if p in gave_up else "did not confirm"))
+                self.kept.extend([buf])
+                self.lost.add(p)
+        return gave_up
 
     def _send(self, tensor, peer: int, tag: int) -> Optional[_Waiter]:
         """Post one message of an agreement; None when gloo refused it (a closed
@@ -356,45 +420,84 @@ class GlooTransport:
         except RuntimeError:
             return None
 
-    def _confirm_round(self, tag: int, peers, what: int) -> Dict[int, Optional[_Waiter]]:
-        """Send this rank's one byte of the confirmation round to every peer."""
-        msg = self._torch.tensor([what], dtype=self._torch.uint8)
+    def _confirm_round(self, tag: int, peers, what: int,
+                       suspect: int = -1) -> Dict[int, Optional[_Waiter]]:
+        """Send this rank's message of the confirmation round to every peer: _CONFIRMED,
+        or _GAVE_UP and the rank it gave up waiting for."""
+        msg = self._torch.tensor([what, suspect], dtype=self._torch.int32)
         self.kept.append(msg)  # a peer that stopped never takes it
         return {p: self._send(msg, p, tag) for p in peers}
 
-    def _confirm(self, tag: int, peers, outcome: int, timeout_s: float) -> int:
+    def _confirm(self, tag: int, peers, outcome: int, timeout_s: float, arrived: float) -> int:
         """The confirmation round of an agreement this rank decided (every contribution
         arrived, every send of its own completed): the decision stands unless some rank
-        gave up on the decision round. Such a rank entered the agreement before this one
-        had every contribution, and gives up by its deadline (twice the timeout from its
-        start), so its notice arrives by twice the timeout from now plus the grace. Every
-        peer's confirmation arriving ends the round at once; a missing one (a peer stopped
-        after deciding) with no notice leaves the decision standing and the comm broken.
-        Without this round a rank whose receive for one peer was posted and for another
-        not yet (it stopped in between) lets the first decide OK and the second fail."""
+        gave up on the decision round. Such a rank gives up by its deadline, twice the
+        timeout from its start, which came before its contribution ``arrived`` here; so
+        its notice arrives by then plus the grace. Every peer's confirmation arriving ends
+        the round at once, and so does every peer's but one's plus the grace: that one
+        cannot give up (every other rank's contribution reached it, since each of them,
+        and this rank, decided only once its own sends completed; its own sends
+        completed too), so it only confirms late (stalled or slow): its confirmation is
+        taken in the next agreement (self.deferred), where it is a suspect until it
+        arrives; so is this rank's confirmation that a peer which confirmed has not taken
+        yet (it stopped right after sending its own). Several missing with no notice
+        leave the decision standing and the comm broken. Without this round a rank whose receive for one peer was posted and for
+        another not yet (it stopped in between) lets the first decide OK and the second
+        fail."""
         torch = self._torch
+        grace = _grace(timeout_s)
         sends = self._confirm_round(tag, peers, _CONFIRMED)
-        bufs = {p: torch.zeros(1, dtype=torch.uint8) for p in peers}
+        bufs = {p: torch.zeros(2, dtype=torch.int32) for p in peers}
         recvs = {p: self._recv(bufs[p], p, tag) for p in peers}
-        deadline = time.monotonic() + 2 * timeout_s + GRACE_S
+        deadline = arrived + 2 * timeout_s + grace
         pending = {p for p in peers if recvs[p] is not None}
         missing = set(peers) - pending
-        while pending and time.monotonic() < deadline:
+        alone_by, last = None, time.monotonic()
+        while pending:
             for p in sorted(pending):
-                if recvs[p].wait(0.002) is not None:
+                w = recvs[p].wait(0.002)
+                if w is not None and w[0] == _TIMEOUT:
                     continue
                 pending.discard(p)
-                if int(bufs[p][0]) == _GAVE_UP:
-                    self.broken = True
+                if w is not None:  # its connection failed
+                    missing.add(p)
+                elif int(bufs[p][0]) == _GAVE_UP:
+                    self._break("rank %d gave up on an agreement" % p)
                     self.kept.extend(bufs.values())
                     self.lost.update(pending | missing)
+                    on = int(bufs[p][1])
+                    if 0 <= on < self.size and on != p:
+                        return self._err(Status.TIMEOUT, "rank %d: rank %d stalled or died "
+                                         "(rank %d gave up waiting for it in the agreement): "
+                                         "every rank fails this execution" % (self.rank, on, p))
                     return self._err(Status.TIMEOUT, "rank %d: rank %d gave up waiting for the "
                                      "agreement (a peer stalled or died): every rank fails "
                                      "this execution" % (self.rank, p))
+            now = time.monotonic()
+            if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
+                deadline = max(deadline, now + grace)
+                alone_by = None
+            last = now
+            if len(pending) == 1 and not missing and sends[min(pending)] is not None:
+                alone_by = now + grace if alone_by is None else alone_by
+                if now > alone_by:
+                    (p,) = pending
+                    self.deferred[p] = (recvs[p], bufs[p], sends[p])
+                    pending = set()
+            elif now > deadline:
+                break
         missing |= pending
-        if missing or any(w is None or w.wait(GRACE_S) is not None for w in sends.values()):
-            self.broken = True  # a peer stopped after deciding: the decision stands
-            self.kept.extend(bufs.values())
+        for p, w in sorted(sends.items()):
+            if p in self.deferred or p in missing:
+                continue
+            if w is None:
+                missing.add(p)
+            elif w.wait(grace) is not None:  # it confirmed, but has not taken ours yet
+                self.deferred[p] = (None, bufs[p], w)
+        if missing:
+            self._break("rank(s) %s did not confirm an agreement that this rank decided"
+                        % ", ".join(str(p) for p in sorted(missing)))
+            self.kept.extend(bufs.values())  # a peer stopped after deciding: it stands
             self.lost.update(missing)
         return outcome
 
@@ -404,13 +507,14 @@ class GlooTransport:
         return _Contribution(head[0], head[1], head[2], head[3], head[4:],
                              raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
 
-    def _missing(self, missing, got, local, local_msg, timeout_s) -> int:
-        """The error when ranks ``missing`` did not reach the agreement: it names them,
-        with the evidence of a rank that failed on one of them."""
+    def _blamed(self, missing, got, local) -> List[int]:
+        """Of the ranks ``missing`` from an agreement, those to name as stalled or dead
+        (never empty)."""
         # a rank whose contribution arrived reached the end; it is missing only because
         # it left before taking this rank's (it failed too, and is not to blame)
-        left = [p for p in missing if p in got]
         absent = [p for p in missing if p not in got]
+        if not absent:
+            return list(missing)
         # whom the peers that arrived failed on; else whom this rank failed on, unless that
         # was a lost connection while other ranks are absent too (a peer that failed and
         # left closes its connections: which absent rank failed first is not known here)
@@ -420,7 +524,14 @@ class GlooTransport:
         if not blamed and own in absent and (int(local) != int(Status.TRANSPORT)
                                              or len(absent) == 1):
             blamed = [own]
-        blamed = blamed or absent
+        return blamed or absent
+
+    def _missing(self, missing, got, local, local_msg, timeout_s) -> int:
+        """The error when ranks ``missing`` did not reach the agreement: it names them,
+        with the evidence of a rank that failed on one of them."""
+        left = [p for p in missing if p in got]
+        absent = [p for p in missing if p not in got]
+        blamed = self._blamed(missing, got, local)
         names = ", ".join(str(p) for p in blamed)
         rest = [p for p in absent if p not in blamed]
         tail = ""
@@ -481,7 +592,7 @@ class GlooTransport:
             try:
                 return fn(*args)
             except BaseException as e:  # noqa: BLE001 - an exception must not cross C
-                self.broken = True
+                self._break("%s raised %s" % (what, type(e).__name__))
                 return self._err(Status.TRANSPORT, "rank %d: %s raised %s: %s"
                                  % (self.rank, what, type(e).__name__, e))
         return call
@@ -539,10 +650,14 @@ def from_torch(group=None, name: Optional[str] = None):
 
     gloo: CPU tensors (torch CPU tensors, numpy arrays), moved by the group's
     point-to-point operations under reshard's tags (TAG_BASE ..), waited for with the
-    plan's timeout. A peer that stalls or dies fails the execution on every rank
-    within about twice the timeout (the round wait, then the agreement), naming that
-    rank; the comm is then broken: make a new one (the group itself remains usable
-    for other work only with peers that are still alive).
+    plan's timeout. A peer that stalls or dies fails the execution on every other rank
+    within twice the timeout of its stop, naming that rank: stopped inside a round, the
+    round wait's timeout plus at most two graces (GRACE_S, or a quarter of a shorter
+    timeout); never arriving at an agreement, twice the timeout from the others'
+    arrival there. The comm is then broken: make a new one (the group itself remains
+    usable for other work only with peers that are still alive). A peer that confirms
+    an agreement late (slow, not stopped) does not break it: its confirmation is taken
+    in the next agreement.
 
     nccl: CUDA tensors, on a reshard NCCL communicator of the group's ranks, created
     collectively here: group rank 0 makes the unique id and broadcasts it over the

@@ -265,6 +265,33 @@ def case_stop_confirming(comm, workdir):
                        planned=stop if comm.rank == 2 else None)[:2]
 
 
+def case_stop_confirming_first(comm, workdir):
+    """Rank 2 decided the first agreement of its refit (before any data moves), then
+    sends its confirmation to rank 0 only and stops: ranks 1 and 3 never get it."""
+    stop = lambda: _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM)  # noqa: E731
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2",
+                       planned=stop if comm.rank == 2 else None)[:2]
+
+
+def case_slow_confirming(comm, workdir):
+    """Rank 2 confirms the first agreement of its refit to rank 0, then pauses for half
+    the timeout before confirming it to ranks 1 and 3 (longer than they wait for the
+    last confirmation before taking it in the next agreement); two refits on the comm."""
+    real = reshard.torch_comm.GlooTransport._send
+    paused = []
+
+    def send(self, tensor, peer, t):
+        if t == reshard.torch_comm.TAG_CONFIRM and peer == 1 and not paused:
+            paused.append(time.sleep(0.5 * TIMEOUT_S))
+        return real(self, tensor, peer, t)
+
+    def planned():
+        if comm.rank == 2:
+            reshard.torch_comm.GlooTransport._send = send
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2", iters=2,
+                       planned=planned)[:2]
+
+
 def case_absent(comm, workdir):
     """Rank 1 never reaches execute (it stalls after planning)."""
     if comm.rank == 1:
