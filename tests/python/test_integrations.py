@@ -29,6 +29,7 @@ import reshard  # noqa: E402
 from modules import Wrapped, module_of  # noqa: E402
 from reshard.integrations import (MegatronChunks, ReshardTrainer,  # noqa: E402
                                   ReshardTrainerInitInfo, WorkerCore)
+from reshard import ReshardError, Status  # noqa: E402
 from reshard.integrations.ranks import sizes  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -362,6 +363,62 @@ def test_two_engines_each_through_its_client(tmp_path):
     assert errors == {}
     assert [w.rank for w in workers] == [2, 3] and [w.info.engine_index for w in workers] == [0, 1]
     assert_all(models, expect)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_one_trainer_thread_serves_two_engine_groups(tmp_path, named):
+    """Each trainer rank's one thread serves two engine groups of equal specs (two
+    rendezvous, one model): with plan_name ("a", "b") both groups' refits are exact,
+    twice each, interleaved; unnamed, the two plans of equal inputs that thread holds
+    are refused on every trainer rank (INVALID_ARG), nothing written."""
+    train, infer = "tp=2", "tp=2"
+    path, sources, expect, models_a = dense_case(tmp_path, train, infer)
+    models_b = dense_case(tmp_path, train, infer)[3]
+    s = sizes(train, infer)
+    errors = {}
+    groups = []
+    for g, models in (("a", models_a), ("b", models_b)):
+        workers = [WorkerCore(m, parallel(infer, i)) for i, m in enumerate(models)]
+        groups.append((g, workers, DirectClient(workers, errors, "engine %s" % g),
+                       os.path.join(str(tmp_path), "store.%s.%d" % (g, time.monotonic_ns()))))
+
+    def body(r):
+        try:
+            engs = []
+            for g, _, client, store in groups:
+                ti = ReshardTrainerInitInfo(model=path, train=train, infer=infer,
+                                            store_path=store, timeout_s=10.0, rank=r,
+                                            plan_name=g if named else None)
+                engs.append(ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
+                                                        source=sources[r]))
+            for _ in range(2):
+                for eng in engs:
+                    eng.send_weights()
+            for eng in engs:
+                eng.shutdown()
+        except Exception as e:  # noqa: BLE001 - recorded per rank
+            errors.setdefault(r, e)
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    for _, workers, client, _ in groups:
+        client.join()
+        for w in workers:
+            w.shutdown()
+    if named:
+        assert errors == {}
+        assert_all(models_a, expect)
+        assert_all(models_b, expect)
+        return
+    for r in range(s.train_world):
+        assert isinstance(errors.get(r), ReshardError), errors
+        assert errors[r].status == Status.INVALID_ARG, errors[r]
+        assert "other live unnamed plan(s) of the same inputs" in errors[r].message, errors[r]
+    for m in models_a + models_b:  # nothing written
+        for n, x in m.named_parameters():
+            assert (x.detach().contiguous().view(torch.uint8) == SENT).all(), n
 
 
 def test_plugin_entry_registers_both_sides(standin_vllm):

@@ -23,7 +23,8 @@ from .fsdp import FSDPModule
 from .megatron import MegatronChunks, as_chunks
 from .ranks import sizes, train_convention
 from .rendezvous import agree, device_of, open_comm, open_store
-from .worker import ReshardInitInfo, ReshardUpdateInfo, build_plan, fail_peers, follow_eplb
+from .worker import (ReshardInitInfo, ReshardUpdateInfo, build_plan, close_plan, fail_peers,
+                     follow_eplb)
 
 
 @dataclass
@@ -109,6 +110,7 @@ class ReshardTrainer:
         if not problems and not fsdp:
             problems += megatron_rank_problems(rank)
         store = open_store(info.rendezvous(), rank, world, info.timeout_s)
+        close_plan(self)
         if not problems:
             try:
                 _, self.plan = build_plan(info, rank, world)

@@ -64,7 +64,8 @@ _BUILT: Dict[str, type] = {}
 # fields as they are; anything else is refused by name at construction
 INFO_KWARGS = ("model", "train", "infer", "layers", "domain_size", "infer_dtype",
                "store_path", "master_address", "master_port", "timeout_s", "staging_mb",
-               "moe_backend", "transport", "delta", "delta_checksum", "rendezvous_name")
+               "moe_backend", "transport", "delta", "delta_checksum", "rendezvous_name",
+               "plan_name")
 
 
 class NoControlPlane:

@@ -62,7 +62,12 @@ class ReshardInitInfo:
                   ep=on, redundant=N as the engine's num_redundant_experts): at every
                   refit each engine's first worker publishes the map its engine holds
                   and every rank plans with the maps of that moment (eplb.py); with
-                  delta, a rank whose slots moved is sent whole once"""
+                  delta, a rank whose slots moved is sent whole once
+    plan_name     the refit plan's name (Plan(name=)), the same on every rank of the
+                  refit and distinct per refit a process serves: needed where one
+                  thread of a process holds plans of equal inputs at once (a trainer
+                  rank serving two engine groups of equal specs from one thread; unnamed,
+                  those are refused on every rank); None: unnamed"""
 
     model: str
     train: str
@@ -85,6 +90,7 @@ class ReshardInitInfo:
     delta: bool = False
     delta_checksum: bool = True
     eplb: bool = False
+    plan_name: Optional[str] = None
 
     def record(self) -> Dict[str, Any]:
         """The fields every rank of the refit must have alike (checked at init): every
@@ -96,7 +102,8 @@ class ReshardInitInfo:
                 "infer_dtype": self.infer_dtype, "transport": self.transport,
                 "colocated": bool(self.colocated), "hosts": _int_list(self.hosts),
                 "devices": _int_list(self.devices), "delta": self.delta,
-                "delta_checksum": self.delta_checksum, "eplb": self.eplb}
+                "delta_checksum": self.delta_checksum, "eplb": self.eplb,
+                "plan_name": self.plan_name}
 
     def rendezvous(self) -> Rendezvous:
         return Rendezvous(self.store_path, self.master_address, self.master_port,
@@ -154,9 +161,21 @@ def build_plan(info: ReshardInitInfo, rank: int, world: int, eplb_map: Any = Non
     plan = Plan(refit.train, refit.infer, rank=rank, world=world,
                 domain_size=info.domain_size or None, staging_mb=info.staging_mb,
                 timeout_s=info.timeout_s, delta=info.delta,
-                verify=info.delta_checksum if info.delta else None, **where)
+                verify=info.delta_checksum if info.delta else None, name=info.plan_name,
+                **where)
     plan.refit = refit
     return refit, plan
+
+
+def close_plan(owner: Any) -> None:
+    """Close ``owner.plan`` (a WorkerCore or ReshardTrainer initialised again) before
+    the next is made: left to the garbage collector, it would still count among the
+    rank's plans of those inputs when the next is made on some ranks only (plan
+    identity: every refit MISMATCH), or hold the next one's name."""
+    plan = getattr(owner, "plan", None)
+    if plan is not None:
+        owner.plan = None
+        plan.close()
 
 
 def follow_eplb(owner: Any, version: int, own: Any = None) -> bool:
@@ -262,6 +281,7 @@ class WorkerCore:
                      for p in self.engine_problems(info)]
         store = open_store(info.rendezvous(), rank, s.world, info.timeout_s)
         self.store = store
+        close_plan(self)
         if not problems:
             try:
                 _, self.plan = build_plan(info, rank, s.world)
