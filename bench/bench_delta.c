@@ -4,7 +4,10 @@
  *
  * A chunk of bf16 words (default 1 MiB, a typical stream chunk) of which a fraction F
  * changed, at random positions. encode: compare with the previous version, write the
- * chosen encoding (what a sender does per chunk, plus its snapshot update); apply: write
+ * chosen encoding (what a sender does per chunk, plus its snapshot update; as the sender
+ * runs it, rs_delta_encode_keep: a dense chunk's body is not copied but sent from the
+ * snapshot, which then holds it; set RESHARD_BENCH_DELTA_COPY=1 to time rs_delta_encode,
+ * which copies it); apply: write
  * the changed words into the previous version (what a receiver does). Each repeat times
  * memcpy of the chunk, encode and apply back to back; a ratio is the median over repeats
  * of memcpy's time / the operation's time (so a busy machine slows both sides of a ratio
@@ -87,8 +90,11 @@ int main(int argc, char **argv)
     bufs_t bs = {{prev, cur, snap, dst, enc}, {len, len, len, len, len + RS_DELTA_HEADER_BYTES}};
     const double fracs[] = {0.0, 0.001, 0.01, 0.05, 0.2, 1.0};
     const char *kinds[] = {"dense", "bitmap", "runs", "gaps"};
-    printf("bench_delta: %zu KiB chunks of bf16, median of %d, codec path %s\n", len >> 10, reps,
-           rs_delta_codec_path());
+    const char *copy_env = getenv("RESHARD_BENCH_DELTA_COPY");
+    const bool copy_body = copy_env && strcmp(copy_env, "1") == 0;
+    printf("bench_delta: %zu KiB chunks of bf16, median of %d, codec path %s, dense body %s\n",
+           len >> 10, reps, rs_delta_codec_path(),
+           copy_body ? "copied (rs_delta_encode)" : "left in the snapshot (rs_delta_encode_keep)");
     printf("  %-7s %-5s %9s %7s %10s %10s %10s %8s %8s\n", "changed", "from", "enc/dense", "kind",
            "memcpy", "encode", "apply", "enc/cpy", "app/cpy");
     int rc = 0;
@@ -112,8 +118,11 @@ int main(int argc, char **argv)
                 memcpy(snap, prev, len);
                 flush(&bs, dram);
                 double t2 = now();
-                n = rs_delta_encode(cur, snap, len, 2, enc, NULL); /* and updates the snapshot */
+                bool kept = false; /* and updates the snapshot */
+                n = rs_delta_encode_keep(cur, snap, len, 2, enc, NULL, copy_body ? NULL : &kept);
                 double t3 = now();
+                if (kept) /* the body as the receiver gets it */
+                    memcpy(enc + RS_DELTA_HEADER_BYTES, snap, len);
                 memcpy(dst, prev, len);
                 flush(&bs, dram);
                 rs_delta_header_t h;

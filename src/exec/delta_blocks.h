@@ -24,6 +24,8 @@ typedef struct {
     uint64_t vals_from;   /**< the bitmap kind's values of the words from this one (a multiple of
                                64) on were written by the scan; n: none */
     uint64_t vals_before; /**< changed words before vals_from */
+    bool no_dense_body;   /**< in: the dense body is not written (the caller sends the chunk's
+                               new bytes from prev, which holds them afterwards) */
 } rs_delta_scan_t;
 
 /** One implementation of the block passes. Chunks are n words of w (1, 2, 4, 8) bytes;
@@ -231,10 +233,12 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
     bool v_ok = front != NULL; /* values may still start */
     s->vals_from = n;
     for (uint64_t i = 0; i < whole; i += 64) {
-        bool d = dense && (i + 64) * w <= room;
+        /* (while the dense body is written, it must fit below the bitmap) */
+        bool d = dense && (s->no_dense_body || (i + 64) * w <= room);
         if (v_ok && !d && !gw.on && s->copied == 0) { /* start after the counts so far */
-            v = front + (n + 7) / 8 + s->changed * w;
-            s->vals_from = i;
+            uint64_t at = (n + 7) / 8 + s->changed * w;
+            v = at + 64 * (uint64_t)w <= room ? front + at : NULL; /* NULL: gathered later */
+            s->vals_from = v ? i : n;
             s->vals_before = s->changed;
             v_ok = false;
         }
@@ -245,7 +249,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
         if (gw.nq > RS_GAP_QUEUE - 8)
             drain(&gw, w);
         gw.on = gw.on && (uint64_t)(bm - gw.g) >= RS_GAP_SLACK(w) + gw.nq * RS_GAP_QUEUED_BYTES(w);
-        gw.dense = d ? front : NULL;
+        gw.dense = d && !s->no_dense_body ? front : NULL;
         for (uint32_t k = 0; k < w; k++) { /* the block RS_SCAN_AHEAD bytes on, both versions */
             __builtin_prefetch(cur + i * w + RS_SCAN_AHEAD + 64 * k);
             __builtin_prefetch(prev + i * w + RS_SCAN_AHEAD + 64 * k);
@@ -253,7 +257,7 @@ rs_delta_scan_loop(rs_delta_scan_step step, rs_delta_scan_drain drain, rs_delta_
         uint64_t m = step(cur + i * w, prev + i * w, &gw, i, w);
         memcpy(bm + i / 8, &m, 8); /* little-endian: bit i of byte i / 8 */
         rs_delta_count(s, m, i, 64);
-        s->copied = d ? (i + 64) * w : s->copied;
+        s->copied = gw.dense ? (i + 64) * w : s->copied;
         if (v)
             v = gstep(cur + i * w, m, w, v);
         dense = d && s->changed * 16 >= (i + 64) * 15;

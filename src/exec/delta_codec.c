@@ -172,7 +172,15 @@ static void write_runs(const uint8_t *cur, const uint8_t *bm, uint64_t n, uint32
 uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed)
 {
+    return rs_delta_encode_keep(cur, prev, len, word, out, changed, NULL);
+}
+
+uint64_t rs_delta_encode_keep(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
+                              uint8_t *out, uint64_t *changed, bool *body_in_prev)
+{
     uint64_t n = len / word, nb = (n + 7) / 8;
+    if (body_in_prev)
+        *body_in_prev = false;
     uint8_t *body = out + RS_DELTA_HEADER_BYTES;
     if (!prev) {
         if (changed)
@@ -184,7 +192,7 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
      * changes are scattered, the gaps encoding (the usual winner: no second pass then). */
     const rs_delta_blocks_t *ops = blocks();
     uint8_t *bm = body + len - nb;
-    rs_delta_scan_t s = {0};
+    rs_delta_scan_t s = {.no_dense_body = body_in_prev != NULL};
     ops->scan(cur, prev, n, word, bm, body, len - nb, &s);
     uint64_t c = s.changed;
     if (changed)
@@ -203,6 +211,11 @@ uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32
     if (n <= UINT32_MAX && gaps < best) {
         kind = RS_DELTA_GAPS;
         best = gaps;
+    }
+    if (kind == RS_DELTA_DENSE && body_in_prev) { /* prev holds the body now */
+        put_header(out, RS_DELTA_DENSE, word, 0, len);
+        *body_in_prev = true;
+        return RS_DELTA_HEADER_BYTES + len;
     }
     if (kind == RS_DELTA_DENSE)
         return put_dense(out, cur, len, word, s.copied);

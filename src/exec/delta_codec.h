@@ -47,6 +47,17 @@ uint32_t rs_delta_word(uint64_t len, uint32_t elem_size);
 uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed);
 
+/**
+ * rs_delta_encode, except that a dense result (@p prev given) is not copied: only its header
+ * in @p out is the encoding's (the rest of @p out's room served as scratch), *@p body_in_prev
+ * is set, and the body is the @p len bytes at @p prev after the call (which hold @p cur's). The
+ * returned size and every other kind are as rs_delta_encode's; *@p body_in_prev is false for them.
+ * A sender sends a dense chunk's body from its snapshot this way: the chunk is read twice and
+ * written once, not twice.
+ */
+uint64_t rs_delta_encode_keep(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
+                              uint8_t *out, uint64_t *changed, bool *body_in_prev);
+
 /** The implementation of the codec's block passes in use (delta_blocks.h): "avx512" (x86-64
  *  with AVX-512 F/BW/VBMI/VBMI2), "avx2" (x86-64 with AVX2) or "portable". Chosen at first use:
  *  the fastest this CPU runs, or the one RESHARD_DELTA_CODEC in the environment names

@@ -885,14 +885,17 @@ typedef struct {
  * transport's delta operations (exec/delta_dev_ops.h) on device memory. */
 
 /* Encode chunk @p cur against @p prev (NULL: dense) into @p enc; its header to @p hdr
- * (host), its size to *@p size. */
+ * (host), its size to *@p size. *@p body_in_prev: the chunk is dense and its body was not
+ * copied to @p enc: it is the @p len bytes at @p prev (host memory only). */
 static reshard_status_t delta_encode(rs_exec_t *x, const uint8_t *cur, uint8_t *prev, uint64_t len,
                                      uint32_t word, uint8_t *enc, uint8_t *hdr, uint64_t *size,
-                                     uint64_t *changed)
+                                     uint64_t *changed, bool *body_in_prev)
 {
     const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
-    if (!dev) {
-        *size = rs_delta_encode(cur, prev, len, word, enc, changed);
+    *body_in_prev = false;
+    if (!dev) { /* host memory: a dense body is sent from the snapshot, not copied */
+        *size =
+            rs_delta_encode_keep(cur, prev, len, word, enc, changed, prev ? body_in_prev : NULL);
         memcpy(hdr, enc, RS_DELTA_HEADER_BYTES);
         return RESHARD_OK;
     }
@@ -959,6 +962,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     rs_held_t *held = calloc((size_t)n + 1, sizeof *held);
     uint64_t *pos = calloc((size_t)n + 1, sizeof *pos), *snap_off = calloc((size_t)n + 1, 8);
     uint64_t *enc_len = calloc((size_t)n + 1, sizeof *enc_len);
+    uint8_t **body_at = calloc((size_t)n + 1, sizeof *body_at); /* a dense body's place */
     bool *use_delta = calloc((size_t)n + 1, sizeof *use_delta);
     /* The header message of each stream's chunk: the header, then (checksum mode) the
      * hash of the chunk's new bytes, little-endian. */
@@ -966,7 +970,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     const uint64_t hash_bytes = ck ? RS_DELTA_HASH_BYTES : 0; /* counted as wire bytes */
     const uint64_t msg_bytes = RS_DELTA_HEADER_BYTES + hash_bytes;
     uint8_t *hmsg = calloc((size_t)n + 1, RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
-    if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !use_delta || !hmsg))
+    if (st == RESHARD_OK &&
+        (!held || !pos || !snap_off || !enc_len || !body_at || !use_delta || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
     for (int32_t i = 0; i < n; i++)
         if (v[i].send) {
@@ -1027,6 +1032,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
             uint32_t word = rs_delta_word(len, p->elem_size);
             uint64_t payload = 0, changed = 0;
+            bool in_snap = false;
+            body_at[i] = NULL;
             if (x->failed == RESHARD_OK) {
                 const rs_cursor_t at = xs->cur;
                 reshard_status_t ls =
@@ -1038,11 +1045,12 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             }
             if (x->failed != RESHARD_OK) {
                 advance(x, xs->s, &xs->cur, len);
-                st = delta_encode(x, dense, NULL, len, word, enc, msg, &enc_len[i], NULL);
+                st = delta_encode(x, dense, NULL, len, word, enc, msg, &enc_len[i], NULL, &in_snap);
             } else {
                 uint8_t *snap = dr->snap + snap_off[i] + pos[i];
                 st = delta_encode(x, dense, use_delta[i] ? snap : NULL, len, word, enc, msg,
-                                  &enc_len[i], &changed);
+                                  &enc_len[i], &changed, &in_snap);
+                body_at[i] = in_snap ? snap : NULL;    /* sent from there in this round */
                 if (st == RESHARD_OK && !use_delta[i]) /* a delta encode updated it itself */
                     st = delta_copy(x, snap, dense, len);
                 li->stream_bytes += len;
@@ -1117,8 +1125,9 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
             if (!len)
                 continue;
+            uint8_t *body = xs->send && body_at[i] ? body_at[i] : enc + RS_DELTA_HEADER_BYTES;
             if (enc_len[i] > RS_DELTA_HEADER_BYTES)
-                st = xs->send ? ops->post_send(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
+                st = xs->send ? ops->post_send(x->comm, 1, xs->s->peer, body,
                                                enc_len[i] - RS_DELTA_HEADER_BYTES)
                               : ops->post_recv(x->comm, 1, xs->s->peer, enc + RS_DELTA_HEADER_BYTES,
                                                enc_len[i] - RS_DELTA_HEADER_BYTES);
@@ -1186,6 +1195,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     free(pos);
     free(snap_off);
     free(enc_len);
+    free(body_at);
     free(use_delta);
     free(hmsg);
     return st;

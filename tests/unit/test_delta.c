@@ -206,9 +206,19 @@ static void bytes_match_the_format(void)
                     assert_int_equal(a, b);
                     assert_memory_equal(got, want, a);
                     assert_memory_equal(snap, cur, len);
-                    rs_delta_header_t h;
-                    assert_int_equal(rs_delta_header(got, len, &h, "test"), RESHARD_OK);
-                    assert_int_equal(rs_delta_apply(got, &h, prev, len, "test"), RESHARD_OK);
+                    /* the sender's form: a dense body is left in the snapshot, not copied */
+                    bool kept = true;
+                    memcpy(snap, prev, len);
+                    memset(got, 0xa5, len + RS_DELTA_HEADER_BYTES); /* no stale bytes */
+                    assert_int_equal(rs_delta_encode_keep(cur, snap, len, w, got, NULL, &kept), b);
+                    assert_int_equal(kept, want[0] == RS_DELTA_DENSE);
+                    assert_memory_equal(got, want, kept ? RS_DELTA_HEADER_BYTES : b);
+                    if (kept) /* the body is the snapshot's bytes */
+                        assert_memory_equal(snap, want + RS_DELTA_HEADER_BYTES, len);
+                    assert_memory_equal(snap, cur, len);
+                    rs_delta_header_t h; /* (want: the bytes both forms send) */
+                    assert_int_equal(rs_delta_header(want, len, &h, "test"), RESHARD_OK);
+                    assert_int_equal(rs_delta_apply(want, &h, prev, len, "test"), RESHARD_OK);
                     assert_memory_equal(prev, cur, len);
                     free(prev), free(cur), free(snap), free(got), free(want);
                 }
