@@ -100,7 +100,8 @@ _CONTRIB_BYTES = struct.calcsize(_FORMAT)
 
 _TIMEOUT, _LOST = "timeout", "lost"
 GRACE_S = 0.5  # how long the agreement still waits for ranks some rank failed on
-FROZEN_S = 1.0  # a gap this long between two looks at the clock: this rank was stopped
+FROZEN_S = 0.25  # a gap this long between two looks at the clock: this rank was stopped
+LAST_LOOK_S = 0.05  # before giving up on a message: what already arrived is taken first
 _CONFIRMED, _GAVE_UP = 1, 2  # the confirmation round's message: [what, the rank given up on]
 
 
@@ -344,7 +345,7 @@ class GlooTransport:
             last = now
             if pending and pending <= suspects and not cut:
                 deadline, cut = min(deadline, now + grace), True
-            if pending and now > deadline:
+            if pending and now > deadline and not self._arrived(pending, recvs):
                 missing |= pending  # given up on, past the deadline
                 pending = set()
             if pending and not arrived_now:
@@ -376,6 +377,18 @@ class GlooTransport:
         outcome = self._outcome(got, local, local_msg)
         return self._confirm(confirm_tag, peers, outcome, timeout_s, max(arrived.values(),
                                                                           default=last))
+
+    @staticmethod
+    def _arrived(pending, recvs) -> bool:
+        """Whether a message of ``pending`` completes within LAST_LOOK_S (one already in
+        this rank's socket, whose helper thread had not run yet: after a stop, or on a
+        loaded host), before the deadline is taken as final."""
+        end = time.monotonic() + LAST_LOOK_S
+        while time.monotonic() < end:
+            if any(p in recvs and recvs[p].wait(0) is None for p in pending):
+                return True
+            time.sleep(0.002)
+        return False
 
     def _break(self, why: str) -> None:
         """This comm can no longer be trusted to pair messages: every later operation
@@ -484,7 +497,7 @@ class GlooTransport:
                     (p,) = pending
                     self.deferred[p] = (recvs[p], bufs[p], sends[p])
                     pending = set()
-            elif now > deadline:
+            elif now > deadline and not self._arrived(pending, recvs):
                 break
         missing |= pending
         for p, w in sorted(sends.items()):
