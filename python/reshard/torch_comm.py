@@ -270,8 +270,7 @@ class GlooTransport:
         expected to arrive, then from those some rank failed on.
         A peer may still be inside a round wait of up to timeout_s when this one
         arrives, so a missing contribution is waited for up to twice timeout_s, and
-        only the grace once every rank still missing is one some rank failed on (or one
-        whose confirmation of the previous agreement is still owed)."""
+        only the grace once every rank still missing is one some rank failed on."""
         torch = self._torch
         local_msg = _lib.last_error()
         grace = _grace(timeout_s)
@@ -297,7 +296,8 @@ class GlooTransport:
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
         arrived: Dict[int, float] = {}
-        suspects, missing = set(self.lost) | set(self.deferred), set()
+        # (a peer whose confirmation is still owed is slow, not failed: it gets the wait)
+        suspects, missing = set(self.lost), set()
         sends, recvs = {}, {}
         for p in peers:
             w = self._send(mine, p, tag)
@@ -407,7 +407,7 @@ class GlooTransport:
             r = recv.wait(wait_s) if recv is not None else None  # None: it came before
             s = send.wait(wait_s)
             if not final and any(x is not None and x[0] == _TIMEOUT for x in (r, s)):
-                continue  # still owed: the peer is a suspect of this agreement
+                continue  # still owed: settled once its contribution here arrived
             del self.deferred[p]
             if r is None and int(buf[0]) == _GAVE_UP:
                 gave_up.append(p)
@@ -451,12 +451,13 @@ class GlooTransport:
         cannot give up (every other rank's contribution reached it, since each of them,
         and this rank, decided only once its own sends completed; its own sends
         completed too), so it only confirms late (stalled or slow): its confirmation is
-        taken in the next agreement (self.deferred), where it is a suspect until it
-        arrives; so is this rank's confirmation that a peer which confirmed has not taken
-        yet (it stopped right after sending its own). Several missing with no notice
-        leave the decision standing and the comm broken. Without this round a rank whose receive for one peer was posted and for
-        another not yet (it stopped in between) lets the first decide OK and the second
-        fail."""
+        taken in the next agreement (self.deferred), once its contribution there arrived
+        (a slow peer gets that agreement's full wait). So is this rank's confirmation
+        that a peer which confirmed has not taken yet (it stopped right after sending
+        its own). Several missing with no notice leave the decision standing and the
+        comm broken. Without this round a rank whose receive for one peer was posted and
+        for another not yet (it stopped in between) lets the first decide OK and the
+        second fail."""
         torch = self._torch
         grace = _grace(timeout_s)
         sends = self._confirm_round(tag, peers, _CONFIRMED)

@@ -146,9 +146,11 @@ def test_stop_in_the_first_confirmation_fails_every_rank_within_twice_the_timeou
 
 
 def test_a_late_confirmation_is_taken_in_the_next_agreement(tmp_path):
-    """Rank 2 confirms the first agreement of its refit to ranks 1 and 3 half a timeout
-    late: they decide without it, take it in the next agreement, and two refits on the
-    comm are exact on every inference rank (the comm is not broken)."""
+    """Rank 2 confirms both agreements of its first refit to ranks 1 and 3 three quarters
+    of a timeout late (paused, not stalled): they decide without it and take it in the
+    next agreement, which waits for a slow peer as long as for any (not the grace of a
+    failed one); both refits on the comm are exact on every inference rank (the comm is
+    not broken)."""
     reports = run_group("slow_confirming", tmp_path, timeout_s=2.0)
     for r in range(WORLD):
         rep = reports[r]["slow_confirming"]

@@ -274,15 +274,18 @@ def case_stop_confirming_first(comm, workdir):
 
 
 def case_slow_confirming(comm, workdir):
-    """Rank 2 confirms the first agreement of its refit to rank 0, then pauses for half
-    the timeout before confirming it to ranks 1 and 3 (longer than they wait for the
-    last confirmation before taking it in the next agreement); two refits on the comm."""
+    """Rank 2 confirms each agreement of its first refit (the first, before the data; the
+    last, after it) to rank 0, then pauses for 0.75 x the timeout before confirming it to
+    ranks 1 and 3 (longer than they wait for the last confirmation before taking it in
+    the next agreement, shorter than the timeout); two refits on the comm."""
     real = reshard.torch_comm.GlooTransport._send
-    paused = []
+    paused = set()
+    tags = (reshard.torch_comm.TAG_CONFIRM, reshard.torch_comm.TAG_CONFIRM + 1)
 
     def send(self, tensor, peer, t):
-        if t == reshard.torch_comm.TAG_CONFIRM and peer == 1 and not paused:
-            paused.append(time.sleep(0.5 * TIMEOUT_S))
+        if t in tags and peer == 1 and t not in paused:
+            paused.add(t)
+            time.sleep(0.75 * TIMEOUT_S)
         return real(self, tensor, peer, t)
 
     def planned():
