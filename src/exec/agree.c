@@ -224,12 +224,12 @@ static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me
     if (retired)
         snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
                  ", retired (%s: it pairs only with the same retired plan)", retired);
-    else if (ordinal > 0)
+    else if (ordinal >= 0)
         snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
-                 "; made while an earlier unnamed plan of these inputs was live on its "
-                 "thread: if that one was freed at another moment on other ranks (garbage "
-                 "collection), the numbers differ for good: close this plan and replan once "
-                 "the old one is closed everywhere, or name them");
+                 "%s; if an earlier unnamed plan of these inputs was freed at another moment "
+                 "on some ranks (garbage collection), the numbers differ for good: close the "
+                 "plans and replan once the old one is closed everywhere, or name them",
+                 ordinal > 0 ? ", made while an earlier one was live" : "");
     return rs_error(RESHARD_ERR_MISMATCH,
                     "rank %d: ranks %d and %d execute different plans made from the same inputs; "
                     "nothing was sent (plans of equal inputs pair by name, "

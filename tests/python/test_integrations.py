@@ -421,6 +421,48 @@ def test_one_trainer_thread_serves_two_engine_groups(tmp_path, named):
             assert (x.detach().contiguous().view(torch.uint8) == SENT).all(), n
 
 
+def test_workers_initialised_again_take_the_new_trainers_refits(tmp_path):
+    """The engine's workers live on while the trainer starts over: a trainer session
+    (refit 1) shuts down, a new one inits the same workers on a new rendezvous and
+    numbers its refits from 1 again; both of its refits land on every worker (before:
+    refused as an older version, and the trainer blamed live workers as stalled), every
+    element checked after each session."""
+    path, sources, expect, models = dense_case(tmp_path)
+    s = sizes("tp=2", "tp=2")
+    workers = [WorkerCore(m, parallel("tp=2", i)) for i, m in enumerate(models)]
+    errors = {}
+    client = DirectClient(workers, errors, "engine 0")
+    stores = [os.path.join(str(tmp_path), "store.%d.%d" % (k, time.monotonic_ns()))
+              for k in range(2)]
+    landed = []
+
+    def body(r):
+        try:
+            for k, refits in enumerate((1, 2)):
+                ti = ReshardTrainerInitInfo(model=path, train="tp=2", infer="tp=2",
+                                            store_path=stores[k], timeout_s=10.0, rank=r)
+                eng = ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
+                                                  source=sources[r])
+                for _ in range(refits):
+                    eng.send_weights()
+                landed.append((k, r, eng.version))
+                eng.shutdown()
+        except Exception as e:  # noqa: BLE001 - recorded per rank
+            errors.setdefault(r, e)
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    client.join()
+    assert errors == {}
+    assert sorted(landed) == [(0, 0, 1), (0, 1, 1), (1, 0, 2), (1, 1, 2)]
+    assert [w.weights_state()["version"] for w in workers] == [2, 2]
+    for w in workers:
+        w.shutdown()
+    assert_all(models, expect)
+
+
 def test_plugin_entry_registers_both_sides(standin_vllm):
     """The vllm.general_plugins entry point (plugin()) registers the worker and the
     trainer engine, lazily: the registry loads reshard.integrations.vllm's classes."""

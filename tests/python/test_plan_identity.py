@@ -163,6 +163,58 @@ def test_a_plan_closed_at_another_moment_on_some_ranks_is_refused_not_paired(lat
     refused_everywhere(reshard.run_threads(4, rank_fn), swapped=True)
 
 
+def test_a_plan_made_before_the_old_one_was_collected_says_how_to_recover():
+    """Tester round 11, F3: every rank makes X, executes it and drops it; ranks 1 and 3
+    still hold X (a saved traceback) when they make Y. Y is alone at its execution on
+    every rank but numbered 1 there and 0 on ranks 0 and 2: MISMATCH on every rank,
+    nothing written, each message saying that garbage collection can do this for good
+    and what to do; done (Y closed, replanned as Z once X is gone): exact."""
+    src, dst = layouts()
+    import threading
+    bar = threading.Barrier(4)
+
+    def rank_fn(comm):
+        r = comm.rank
+        mk = (lambda: reshard.Plan(src, dst, rank=r, world=4, timeout_s=10))
+        x = mk()
+        s, d = buffers(r, 5)
+        x.execute(comm, src=s, dst=d)
+        keep = None
+        if r in (1, 3):
+            def use(plan):
+                raise RuntimeError("an error while X was in use")
+            try:
+                use(x)
+            except RuntimeError as e:
+                keep = e  # its traceback holds use's frame, which holds X
+        del x
+        y = mk()
+        del keep
+        bar.wait()
+        s, d = buffers(r, 7)
+        try:
+            y.execute(comm, src=s, dst=d)
+            first = "returned OK"
+        except reshard.ReshardError as e:
+            assert not d or not d["w"].any(), "rank %d: written though it failed" % r
+            first = e
+        y.close()
+        z = mk()
+        s, d = buffers(r, 9)
+        z.execute(comm, src=s, dst=d)
+        z.close()
+        return first, d
+    for r, (first, d) in enumerate(reshard.run_threads(4, rank_fn)):
+        assert isinstance(first, reshard.ReshardError), (r, first)
+        assert first.status == reshard.Status.MISMATCH, first
+        assert "freed at another moment on some ranks (garbage collection)" in first.message
+        assert "close the plans and replan once the old one is closed everywhere" in \
+            first.message
+        if r >= 2:
+            j = r - 2
+            assert np.array_equal(d["w"], full(9)[:, 24 * j:24 * (j + 1)]), r
+
+
 def test_named_plans_pair_by_name_whatever_the_creation_order():
     """Ranks created a, b in different orders (as threads do): unnamed, their executions
     in one order fail (the ordinals differ); named, they pair by name and are exact."""

@@ -116,8 +116,11 @@ def agree(store: Any, rank: int, world: int, record: Dict[str, Any], problems: L
     rank and its first problems), when records differ (MISMATCH, naming the rank and
     the field), or when a rank did not publish in time (TIMEOUT, naming the ranks)."""
     if store.add("%s/claim/%d" % (step, rank), 1) > 1:
-        problems = problems + ["rank %d is claimed by two processes (check this worker's "
-                               "rank mapping: engine_index, data_parallel_index, rank)" % rank]
+        problems = problems + ["rank %d is claimed twice on this rendezvous: by two "
+                               "processes (check this worker's rank mapping: engine_index, "
+                               "data_parallel_index, rank), or by a second init on the same "
+                               "rendezvous (each init needs its own: a new rendezvous_name, "
+                               "store_path or master_port)" % rank]
     mine = json.dumps({"record": record, "problems": problems}, sort_keys=True)
     store.set("%s/%d" % (step, rank), mine)
     keys = ["%s/%d" % (step, r) for r in range(world)]

@@ -277,9 +277,12 @@ class ReshardTrainer:
         self.plan.execute(self.comm, src=src, dst=None)
 
     def shutdown(self) -> None:
+        """Close the comm and the plan (a later trainer_init of this process makes its
+        own; left open, it would count among this thread's plans of those inputs)."""
         if self.comm is not None:
             self.comm.close()
             self.comm = None
+        close_plan(self)
 
 
 def _close_quietly(clients: List[Any]) -> None:

@@ -276,6 +276,7 @@ class WorkerCore:
         s = sizes(info.train, info.infer)
         rank, problems = self.refit_rank(s, info)
         self.rank, self.world, self.info = rank, s.world, info
+        self.attempted = 0  # a new session: its trainer numbers refits from 1 again
         problems = ["infer rank %d: %s" % (rank, p) for p in problems]
         problems += ["engine %d, infer rank %d: %s" % (info.engine_index, rank, p)
                      for p in self.engine_problems(info)]
@@ -409,8 +410,8 @@ class WorkerCore:
         update = update_info
         if update.version <= self.attempted:
             raise error(Status.INVALID_ARG, "infer rank %d: refit version %d, after refit %d "
-                        "(versions increase; a repeated or older round is refused)"
-                        % (self.rank, update.version, self.attempted))
+                        "(versions increase within an init; a repeated or older round is "
+                        "refused)" % (self.rank, update.version, self.attempted))
         self.attempted = update.version
         t0 = time.perf_counter()
         if self.info.eplb:
