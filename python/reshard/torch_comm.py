@@ -101,7 +101,9 @@ _CONTRIB_BYTES = struct.calcsize(_FORMAT)
 _TIMEOUT, _LOST = "timeout", "lost"
 GRACE_S = 0.5  # how long the agreement still waits for ranks some rank failed on
 FROZEN_S = 0.25  # a gap this long between two looks at the clock: this rank was stopped
-LAST_LOOK_S = 0.05  # before giving up on a message: what already arrived is taken first
+# giving up on a message past the deadline when the last look at it is older than STALE_S
+# (this rank was descheduled): LAST_LOOK_S more for what already arrived
+STALE_S, LAST_LOOK_S = 0.05, 0.05
 _CONFIRMED, _GAVE_UP = 1, 2  # the confirmation round's message: [what, the rank given up on]
 
 
@@ -298,11 +300,13 @@ class GlooTransport:
         arrived: Dict[int, float] = {}
         # (a peer whose confirmation is still owed is slow, not failed: it gets the wait)
         suspects, missing = set(self.lost), set()
+        closed = set()  # peers whose connection failed here (dead, or left after failing)
         sends, recvs = {}, {}
         for p in peers:
             w = self._send(mine, p, tag)
             if w is None:  # gloo closed the connection (a timeout, a dead peer)
                 suspects.add(p)
+                closed.add(p)
             else:
                 sends[p] = w
         bufs = {p: torch.empty(_CONTRIB_BYTES, dtype=torch.uint8) for p in peers}
@@ -310,6 +314,7 @@ class GlooTransport:
             w = self._recv(bufs[p], p, tag)
             if w is None:
                 suspects.add(p)
+                closed.add(p)
             else:
                 recvs[p] = w
         pending = set(peers)
@@ -334,6 +339,7 @@ class GlooTransport:
                 arrived_now = True
                 if w is not None:  # its connection failed
                     missing.add(p)
+                    closed.add(p)
                     continue
                 got[p] = c = self._parse(bufs[p])
                 arrived[p] = time.monotonic()
@@ -342,10 +348,10 @@ class GlooTransport:
             now = time.monotonic()
             if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
                 deadline = max(deadline, now + grace)
-            last = now
+            stale, last = now - last > STALE_S, now
             if pending and pending <= suspects and not cut:
                 deadline, cut = min(deadline, now + grace), True
-            if pending and now > deadline and not self._arrived(pending, recvs):
+            if pending and now > deadline and not (stale and self._arrived(pending, recvs)):
                 missing |= pending  # given up on, past the deadline
                 pending = set()
             if pending and not arrived_now:
@@ -366,7 +372,7 @@ class GlooTransport:
             self.lost.update(pending)
             blamed = self._blamed(sorted(pending), got, local)
             self._confirm_round(confirm_tag, peers, _GAVE_UP, blamed[0])  # the others fail too
-            return self._missing(sorted(pending), got, local, local_msg, timeout_s)
+            return self._missing(sorted(pending), got, local, local_msg, timeout_s, closed)
         # every peer's contribution came after its confirmation of the previous agreement
         self._settle(grace, final=True)
         if any(c.in_flight for c in got.values()):
@@ -491,14 +497,14 @@ class GlooTransport:
             if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
                 deadline = max(deadline, now + grace)
                 alone_by = None
-            last = now
+            stale, last = now - last > STALE_S, now
             if len(pending) == 1 and not missing and sends[min(pending)] is not None:
                 alone_by = now + grace if alone_by is None else alone_by
                 if now > alone_by:
                     (p,) = pending
                     self.deferred[p] = (recvs[p], bufs[p], sends[p])
                     pending = set()
-            elif now > deadline and not self._arrived(pending, recvs):
+            elif now > deadline and not (stale and self._arrived(pending, recvs)):
                 break
         missing |= pending
         for p, w in sorted(sends.items()):
@@ -540,12 +546,22 @@ class GlooTransport:
             blamed = [own]
         return blamed or absent
 
-    def _missing(self, missing, got, local, local_msg, timeout_s) -> int:
+    def _missing(self, missing, got, local, local_msg, timeout_s, closed=()) -> int:
         """The error when ranks ``missing`` did not reach the agreement: it names them,
-        with the evidence of a rank that failed on one of them."""
+        with the evidence of a rank that failed on one of them. Several gone without a
+        word, every one's connection closed (``closed``): one died, and ranks that failed
+        because of it may have exited since; which came first is not known here."""
         left = [p for p in missing if p in got]
         absent = [p for p in missing if p not in got]
         blamed = self._blamed(missing, got, local)
+        told = {c.suspect for r, c in got.items() if r != self.rank and c.status != 0}
+        if len(absent) > 1 and set(absent) <= set(closed) and not told & set(absent):
+            also = "; this rank: " + local_msg if local and local_msg else ""
+            return self._err(Status.TRANSPORT, "rank %d: rank(s) %s closed their connections "
+                             "before the end of the execution: one of them died, and those "
+                             "that failed because of it may have exited since (which one "
+                             "came first is not known here)%s"
+                             % (self.rank, ", ".join(str(p) for p in absent), also))
         names = ", ".join(str(p) for p in blamed)
         rest = [p for p in absent if p not in blamed]
         tail = ""
