@@ -180,9 +180,10 @@ class GlooTransport:
         self.lost = set()
         self.broken = False
         self.broken_why = ""  # what broke it, for the failures of later operations
-        # peer -> (receive, buffer, send) of the last agreement's confirmation round, when
-        # that peer was the only one not to confirm by the time this rank decided (it
-        # cannot have given up: see _confirm); settled in the next agreement
+        # peer -> (receive, buffer, send, since) of the last agreement's confirmation
+        # round, when that peer was the only one not to confirm by the time this rank
+        # decided (it cannot have given up: see _confirm), since when it was the only one;
+        # settled in the next agreement, which waits for it until since + 2 x timeout_s
         self.deferred: Dict[int, tuple] = {}
         self.epoch = 0  # agreements taken part in (the same count on every rank)
         self.ops = self._table()
@@ -298,7 +299,8 @@ class GlooTransport:
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
         arrived: Dict[int, float] = {}
-        # (a peer whose confirmation is still owed is slow, not failed: it gets the wait)
+        # (a peer whose confirmation is still owed is slow, not failed: it gets the wait,
+        # from when it became late)
         suspects, missing = set(self.lost), set()
         closed = set()  # peers whose connection failed here (dead, or left after failing)
         sends, recvs = {}, {}
@@ -351,6 +353,9 @@ class GlooTransport:
             stale, last = now - last > STALE_S, now
             if pending and pending <= suspects and not cut:
                 deadline, cut = min(deadline, now + grace), True
+            if pending and pending <= set(self.deferred):  # owed since the last agreement
+                deadline = min(deadline, max(self.deferred[p][3] for p in pending)
+                               + 2 * timeout_s)
             if pending and now > deadline and not (stale and self._arrived(pending, recvs)):
                 missing |= pending  # given up on, past the deadline
                 pending = set()
@@ -409,7 +414,7 @@ class GlooTransport:
         agreement arrived, so their confirmations were sent before them: one not here
         now (or a send of ours not taken) breaks the comm."""
         gave_up = []
-        for p, (recv, buf, send) in sorted(self.deferred.items()):
+        for p, (recv, buf, send, _) in sorted(self.deferred.items()):
             r = recv.wait(wait_s) if recv is not None else None  # None: it came before
             s = send.wait(wait_s)
             if not final and any(x is not None and x[0] == _TIMEOUT for x in (r, s)):
@@ -458,7 +463,7 @@ class GlooTransport:
         and this rank, decided only once its own sends completed; its own sends
         completed too), so it only confirms late (stalled or slow): its confirmation is
         taken in the next agreement (self.deferred), once its contribution there arrived
-        (a slow peer gets that agreement's full wait). So is this rank's confirmation
+        (waited for as any, until twice the timeout after it became late). So is this rank's confirmation
         that a peer which confirmed has not taken yet (it stopped right after sending
         its own). Several missing with no notice leave the decision standing and the
         comm broken. Without this round a rank whose receive for one peer was posted and
@@ -502,7 +507,7 @@ class GlooTransport:
                 alone_by = now + grace if alone_by is None else alone_by
                 if now > alone_by:
                     (p,) = pending
-                    self.deferred[p] = (recvs[p], bufs[p], sends[p])
+                    self.deferred[p] = (recvs[p], bufs[p], sends[p], alone_by - grace)
                     pending = set()
             elif now > deadline and not (stale and self._arrived(pending, recvs)):
                 break
@@ -513,7 +518,7 @@ class GlooTransport:
             if w is None:
                 missing.add(p)
             elif w.wait(grace) is not None:  # it confirmed, but has not taken ours yet
-                self.deferred[p] = (None, bufs[p], w)
+                self.deferred[p] = (None, bufs[p], w, time.monotonic() - grace)
         if missing:
             self._break("rank(s) %s did not confirm an agreement that this rank decided"
                         % ", ".join(str(p) for p in sorted(missing)))

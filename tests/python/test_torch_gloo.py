@@ -145,6 +145,22 @@ def test_stop_in_the_first_confirmation_fails_every_rank_within_twice_the_timeou
         assert rep["elapsed"] < 2 * timeout_s, rep
 
 
+def test_stop_in_the_last_confirmation_fails_the_next_refit_within_twice_the_timeout(tmp_path):
+    """Rank 2 decides the last agreement of its first refit and stops while confirming it
+    (to rank 0 only). The first refit stands, OK and exact, on ranks 0, 1 and 3; the
+    second fails on each naming rank 2 within twice the timeout of the stop (before: the
+    owed confirmation's grace came on top, 2 x timeout_s + 0.5 s)."""
+    timeout_s = 2.0
+    reports = run_group("stop_confirming_last", tmp_path, timeout_s=timeout_s, expect_exit=2)
+    stopped = float((tmp_path / "stopped_at").read_text())
+    assert sorted(reports) == [0, 1, 3]
+    for r, by_case in reports.items():
+        rep = by_case["stop_confirming_last"]
+        assert rep["status"] == "TIMEOUT", rep
+        assert "rank(s) 2 " in rep["message"], rep
+        assert rep["ended"] - stopped < 2 * timeout_s + 0.2, (rep["ended"] - stopped, rep)
+
+
 def test_a_late_confirmation_is_taken_in_the_next_agreement(tmp_path):
     """Rank 2 confirms both agreements of its first refit to ranks 1 and 3 three quarters
     of a timeout late (paused, not stalled): they decide without it and take it in the

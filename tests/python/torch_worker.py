@@ -243,6 +243,8 @@ def _stop_in_agreement(method, tag):
 
     def stop(self, tensor, peer, t):
         if t == tag and peer == 1:
+            with open(os.path.join(WORKDIR, "stopped_at"), "w") as f:
+                f.write(repr(time.time()))
             time.sleep(20 * TIMEOUT_S)
             os._exit(3)
         return real(self, tensor, peer, t)
@@ -270,6 +272,14 @@ def case_stop_confirming_first(comm, workdir):
     sends its confirmation to rank 0 only and stops: ranks 1 and 3 never get it."""
     stop = lambda: _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM)  # noqa: E731
     return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2",
+                       planned=stop if comm.rank == 2 else None)[:2]
+
+
+def case_stop_confirming_last(comm, workdir):
+    """Rank 2 decides the last agreement of its first refit, confirms it to rank 0 only
+    and stops; the others (who take its confirmation as owed) start the second refit."""
+    stop = lambda: _stop_in_agreement("_send", reshard.torch_comm.TAG_CONFIRM + 1)  # noqa: E731
+    return model_refit(comm, config(workdir, "tiny", TINY), "tp=2", "tp=2", iters=2,
                        planned=stop if comm.rank == 2 else None)[:2]
 
 
@@ -383,11 +393,13 @@ def case_bench(comm, workdir):
 
 
 TIMEOUT_S = 30.0
+WORKDIR = "."
 
 
 def main():
-    global TIMEOUT_S
+    global TIMEOUT_S, WORKDIR
     case, rank, world, store, workdir = sys.argv[1:6]
+    WORKDIR = workdir
     if len(sys.argv) > 6:
         TIMEOUT_S = float(sys.argv[6])
     rank, world = int(rank), int(world)
@@ -405,6 +417,7 @@ def main():
         except AssertionError as e:
             out.update(ok=False, status="ASSERT", message=str(e))
         out["elapsed"] = time.monotonic() - t0
+        out["ended"] = time.time()  # beside a stop's time (_stop_in_agreement's file)
         print(json.dumps(out), flush=True)
     comm.close()
     os._exit(0)  # gloo's connections to a dead or stalled peer must not hold the exit
