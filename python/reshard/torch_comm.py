@@ -155,6 +155,46 @@ class _Waiter:
         return (_TIMEOUT if "Timed out" in self.error else _LOST), self.error
 
 
+class _Deadline:
+    """The deadline of one of an agreement's waits, as this rank lives it: a stop of
+    this rank (a gap over FROZEN_S between two ticks) moves it to at least a grace
+    after the stop, so that what came meanwhile is taken first; and once past it,
+    pending messages are given up on only after a last look (LAST_LOOK_S) when the
+    previous tick is older than STALE_S (this rank was descheduled)."""
+
+    __slots__ = ("at", "grace", "last", "stale")
+
+    def __init__(self, at: float, grace: float):
+        self.at, self.grace = at, grace
+        self.last, self.stale = time.monotonic(), False
+
+    def tick(self) -> Tuple[float, bool]:
+        """(now, whether this rank was stopped since the last tick)."""
+        now = time.monotonic()
+        frozen = now - self.last > FROZEN_S
+        if frozen:
+            self.at = max(self.at, now + self.grace)
+        self.stale, self.last = now - self.last > STALE_S, now
+        return now, frozen
+
+    def passed(self, now: float, pending, recvs) -> bool:
+        """Whether the messages of ``pending`` (peer -> _Waiter in ``recvs``) are given
+        up on at ``now``."""
+        return now > self.at and not (self.stale and _arrived(pending, recvs))
+
+
+def _arrived(pending, recvs) -> bool:
+    """Whether a message of ``pending`` completes within LAST_LOOK_S (one already in
+    this rank's socket, whose helper thread had not run yet: after a stop, or on a
+    loaded host), before the deadline is taken as final."""
+    end = time.monotonic() + LAST_LOOK_S
+    while time.monotonic() < end:
+        if any(p in recvs and recvs[p].wait(0) is None for p in pending):
+            return True
+        time.sleep(0.002)
+    return False
+
+
 class _Contribution:
     __slots__ = ("status", "own", "suspect", "in_flight", "words", "msg")
 
@@ -298,7 +338,7 @@ class GlooTransport:
         self.epoch += 1
         peers = [p for p in range(self.size) if p != self.rank]
         got = {self.rank: self._parse(mine)}
-        arrived: Dict[int, float] = {}
+        arrived = None  # when the last peer's contribution came
         # (a peer whose confirmation is still owed is slow, not failed: it gets the wait,
         # from when it became late)
         suspects, missing = set(self.lost), set()
@@ -320,10 +360,9 @@ class GlooTransport:
             else:
                 recvs[p] = w
         pending = set(peers)
-        deadline = time.monotonic() + 2 * timeout_s
+        deadline = _Deadline(time.monotonic() + 2 * timeout_s, grace)
         cut = False
         nap = 0.0005
-        last = time.monotonic()
         while pending:
             # every contribution as it arrives (whichever rank first), so that the ranks
             # some rank failed on (which may never come) are known as soon as anyone says
@@ -344,19 +383,16 @@ class GlooTransport:
                     closed.add(p)
                     continue
                 got[p] = c = self._parse(bufs[p])
-                arrived[p] = time.monotonic()
+                arrived = time.monotonic()
                 if c.status != 0 and c.suspect >= 0:
                     suspects.add(c.suspect)
-            now = time.monotonic()
-            if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
-                deadline = max(deadline, now + grace)
-            stale, last = now - last > STALE_S, now
+            now, _ = deadline.tick()
             if pending and pending <= suspects and not cut:
-                deadline, cut = min(deadline, now + grace), True
+                deadline.at, cut = min(deadline.at, now + grace), True
             if pending and pending <= set(self.deferred):  # owed since the last agreement
-                deadline = min(deadline, max(self.deferred[p][3] for p in pending)
-                               + 2 * timeout_s)
-            if pending and now > deadline and not (stale and self._arrived(pending, recvs)):
+                deadline.at = min(deadline.at, max(self.deferred[p][3] for p in pending)
+                                  + 2 * timeout_s)
+            if pending and deadline.passed(now, pending, recvs):
                 missing |= pending  # given up on, past the deadline
                 pending = set()
             if pending and not arrived_now:
@@ -366,7 +402,7 @@ class GlooTransport:
                 nap = 0.0005
         pending |= missing
         for p, w in sends.items():
-            if p not in pending and w.wait(max(deadline - time.monotonic(), grace)):
+            if p not in pending and w.wait(max(deadline.at - time.monotonic(), grace)):
                 pending.add(p)  # it has our contribution or never will: state unknown
         self.suspect = None
         confirm_tag = self.tag0 + TAG_CONFIRM + ((self.epoch - 1) & 1)
@@ -386,20 +422,8 @@ class GlooTransport:
             for i in range(_lib.AGREE_WORDS):
                 min_words[i] = min(c.words[i] for c in got.values())
         outcome = self._outcome(got, local, local_msg)
-        return self._confirm(confirm_tag, peers, outcome, timeout_s, max(arrived.values(),
-                                                                          default=last))
-
-    @staticmethod
-    def _arrived(pending, recvs) -> bool:
-        """Whether a message of ``pending`` completes within LAST_LOOK_S (one already in
-        this rank's socket, whose helper thread had not run yet: after a stop, or on a
-        loaded host), before the deadline is taken as final."""
-        end = time.monotonic() + LAST_LOOK_S
-        while time.monotonic() < end:
-            if any(p in recvs and recvs[p].wait(0) is None for p in pending):
-                return True
-            time.sleep(0.002)
-        return False
+        return self._confirm(confirm_tag, peers, outcome, timeout_s,
+                             time.monotonic() if arrived is None else arrived)
 
     def _break(self, why: str) -> None:
         """This comm can no longer be trusted to pair messages: every later operation
@@ -463,21 +487,21 @@ class GlooTransport:
         and this rank, decided only once its own sends completed; its own sends
         completed too), so it only confirms late (stalled or slow): its confirmation is
         taken in the next agreement (self.deferred), once its contribution there arrived
-        (waited for as any, until twice the timeout after it became late). So is this rank's confirmation
-        that a peer which confirmed has not taken yet (it stopped right after sending
-        its own). Several missing with no notice leave the decision standing and the
-        comm broken. Without this round a rank whose receive for one peer was posted and
-        for another not yet (it stopped in between) lets the first decide OK and the
-        second fail."""
+        (waited for as any, until twice the timeout after it became late). So is this
+        rank's confirmation that a peer which confirmed has not taken yet (it stopped
+        right after sending its own). Several missing with no notice leave the decision
+        standing and the comm broken. Without this round a rank whose receive for one peer
+        was posted and for another not yet (it stopped in between) lets the first decide
+        OK and the second fail."""
         torch = self._torch
         grace = _grace(timeout_s)
         sends = self._confirm_round(tag, peers, _CONFIRMED)
         bufs = {p: torch.zeros(2, dtype=torch.int32) for p in peers}
         recvs = {p: self._recv(bufs[p], p, tag) for p in peers}
-        deadline = arrived + 2 * timeout_s + grace
         pending = {p for p in peers if recvs[p] is not None}
         missing = set(peers) - pending
-        alone_by, last = None, time.monotonic()
+        deadline = _Deadline(arrived + 2 * timeout_s + grace, grace)
+        alone_by = None
         while pending:
             for p in sorted(pending):
                 w = recvs[p].wait(0.002)
@@ -498,18 +522,16 @@ class GlooTransport:
                     return self._err(Status.TIMEOUT, "rank %d: rank %d gave up waiting for the "
                                      "agreement (a peer stalled or died): every rank fails "
                                      "this execution" % (self.rank, p))
-            now = time.monotonic()
-            if now - last > FROZEN_S:  # this rank was stopped: what came meanwhile first
-                deadline = max(deadline, now + grace)
+            now, frozen = deadline.tick()
+            if frozen:  # the lone late one gets its grace after the stop, too
                 alone_by = None
-            stale, last = now - last > STALE_S, now
             if len(pending) == 1 and not missing and sends[min(pending)] is not None:
                 alone_by = now + grace if alone_by is None else alone_by
                 if now > alone_by:
                     (p,) = pending
                     self.deferred[p] = (recvs[p], bufs[p], sends[p], alone_by - grace)
                     pending = set()
-            elif now > deadline and not (stale and self._arrived(pending, recvs)):
+            elif deadline.passed(now, pending, recvs):
                 break
         missing |= pending
         for p, w in sorted(sends.items()):

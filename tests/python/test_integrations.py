@@ -192,6 +192,21 @@ def parallel(infer, i):
                            pipeline_parallel_size=1)
 
 
+def on_trainer_threads(world, body, errors):
+    """``body(r)`` for each trainer rank r < ``world``, one thread each, joined; what a
+    rank raises goes to ``errors[r]`` (the dict its engine clients record into too)."""
+    def run(r):
+        try:
+            body(r)
+        except Exception as e:  # noqa: BLE001 - recorded per rank
+            errors.setdefault(r, e)
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+
+
 def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_cls=None,
                   timeout_s=10.0, clients_out=None, **info):
     """Trainer ranks in threads (trainer_cls.trainer_init, send_weights ``steps``
@@ -208,21 +223,14 @@ def refit_threads(tmp, model, train, infer, sources, workers, steps=1, trainer_c
     path = os.path.join(str(tmp), "store.%d" % time.monotonic_ns())
 
     def body(r):
-        try:
-            ti = ReshardTrainerInitInfo(model=model, train=train, infer=infer, store_path=path,
-                                        timeout_s=timeout_s, rank=r, **info)
-            eng = trainer_cls.trainer_init(ti, client=client if r == 0 else None,
-                                           source=sources[r])
-            for _ in range(steps):
-                eng.send_weights()
-            eng.shutdown()
-        except Exception as e:  # noqa: BLE001 - recorded per rank
-            errors.setdefault(r, e)
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
+        ti = ReshardTrainerInitInfo(model=model, train=train, infer=infer, store_path=path,
+                                    timeout_s=timeout_s, rank=r, **info)
+        eng = trainer_cls.trainer_init(ti, client=client if r == 0 else None,
+                                       source=sources[r])
+        for _ in range(steps):
+            eng.send_weights()
+        eng.shutdown()
+    on_trainer_threads(s.train_world, body, errors)
     for c in clients:
         c.join()
     for w in workers:
@@ -383,26 +391,19 @@ def test_one_trainer_thread_serves_two_engine_groups(tmp_path, named):
                        os.path.join(str(tmp_path), "store.%s.%d" % (g, time.monotonic_ns()))))
 
     def body(r):
-        try:
-            engs = []
-            for g, _, client, store in groups:
-                ti = ReshardTrainerInitInfo(model=path, train=train, infer=infer,
-                                            store_path=store, timeout_s=10.0, rank=r,
-                                            plan_name=g if named else None)
-                engs.append(ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
-                                                        source=sources[r]))
-            for _ in range(2):
-                for eng in engs:
-                    eng.send_weights()
+        engs = []
+        for g, _, client, store in groups:
+            ti = ReshardTrainerInitInfo(model=path, train=train, infer=infer,
+                                        store_path=store, timeout_s=10.0, rank=r,
+                                        plan_name=g if named else None)
+            engs.append(ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
+                                                    source=sources[r]))
+        for _ in range(2):
             for eng in engs:
-                eng.shutdown()
-        except Exception as e:  # noqa: BLE001 - recorded per rank
-            errors.setdefault(r, e)
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
+                eng.send_weights()
+        for eng in engs:
+            eng.shutdown()
+    on_trainer_threads(s.train_world, body, errors)
     for _, workers, client, _ in groups:
         client.join()
         for w in workers:
@@ -437,23 +438,16 @@ def test_workers_initialised_again_take_the_new_trainers_refits(tmp_path):
     landed = []
 
     def body(r):
-        try:
-            for k, refits in enumerate((1, 2)):
-                ti = ReshardTrainerInitInfo(model=path, train="tp=2", infer="tp=2",
-                                            store_path=stores[k], timeout_s=10.0, rank=r)
-                eng = ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
-                                                  source=sources[r])
-                for _ in range(refits):
-                    eng.send_weights()
-                landed.append((k, r, eng.version))
-                eng.shutdown()
-        except Exception as e:  # noqa: BLE001 - recorded per rank
-            errors.setdefault(r, e)
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(s.train_world)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(120)
+        for k, refits in enumerate((1, 2)):
+            ti = ReshardTrainerInitInfo(model=path, train="tp=2", infer="tp=2",
+                                        store_path=stores[k], timeout_s=10.0, rank=r)
+            eng = ReshardTrainer.trainer_init(ti, client=client if r == 0 else None,
+                                              source=sources[r])
+            for _ in range(refits):
+                eng.send_weights()
+            landed.append((k, r, eng.version))
+            eng.shutdown()
+    on_trainer_threads(s.train_world, body, errors)
     client.join()
     assert errors == {}
     assert sorted(landed) == [(0, 0, 1), (0, 1, 1), (1, 0, 2), (1, 1, 2)]

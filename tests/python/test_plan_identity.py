@@ -35,6 +35,17 @@ def buffers(r, salt):
     return {}, {"w": np.zeros((64, 24), np.float32)}
 
 
+def held_by_a_traceback(plan):
+    """An exception whose saved traceback holds ``plan`` (a frame that used it): the plan
+    outlives the caller's own reference until the exception is dropped."""
+    def use(p):
+        raise RuntimeError("an error while the plan was in use")
+    try:
+        use(plan)
+    except RuntimeError as e:
+        return e
+
+
 def swapped(comm, r, x, y):
     """Ranks 0 and 2 execute plan x (values of salt 0) then y (salt 1000), ranks 1 and 3
     y then x; per execution "returned OK" or (status, nothing written)."""
@@ -132,12 +143,7 @@ def test_a_plan_closed_at_another_moment_on_some_ranks_is_refused_not_paired(lat
         if r in (0, 2):
             a.close()
         elif late == "gc":
-            def use(plan):
-                raise RuntimeError("an error while A was in use")
-            try:
-                use(a)
-            except RuntimeError as e:
-                keep = e  # its traceback holds use's frame, which holds A
+            keep = held_by_a_traceback(a)
             del a
         c = mk()
         if r in (1, 3):
@@ -181,12 +187,7 @@ def test_a_plan_made_before_the_old_one_was_collected_says_how_to_recover():
         x.execute(comm, src=s, dst=d)
         keep = None
         if r in (1, 3):
-            def use(plan):
-                raise RuntimeError("an error while X was in use")
-            try:
-                use(x)
-            except RuntimeError as e:
-                keep = e  # its traceback holds use's frame, which holds X
+            keep = held_by_a_traceback(x)
         del x
         y = mk()
         del keep
