@@ -73,7 +73,7 @@ static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *pre
         return rs_nccl_launch_failed(c, "delta encode kernel launch", e);
     st = dev_copy(c, header, out, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
     if (st == RESHARD_OK && changed)
-        st = dev_copy(c, changed, &j.total->c, sizeof *changed, RS_DD_D2H);
+        st = dev_copy(c, changed, &j.total->s.c, sizeof *changed, RS_DD_D2H);
     return st;
 }
 
