@@ -178,8 +178,9 @@ extern "C" cudaError_t rs_delta_encode_launch(const rs_dk_job_t *j, const uint8_
     rs_dk_enc_tile_kernel<<<tiles, RS_DK_THREADS, 0, s>>>(*j, cur, prev);
     rs_dk_scan_kernel<<<1, RS_DK_SCAN, 0, s>>>(*j, out);
     rs_dk_enc_body_kernel<<<tiles, RS_DK_THREADS, 0, s>>>(*j, cur, prev, out);
-    const unsigned int runs_grid = grid_of(j->n / 2 + 1); /* the most runs; most exit at once */
-    rs_dk_run_len_kernel < <<runs_grid<1024 ? runs_grid : 1024, RS_DK_THREADS, 0, s>>>(*j, out);
+    unsigned int runs_grid = grid_of(j->n / 2 + 1); /* the most runs; most exit at once */
+    runs_grid = runs_grid < 1024 ? runs_grid : 1024;
+    rs_dk_run_len_kernel<<<runs_grid, RS_DK_THREADS, 0, s>>>(*j, out);
     return cudaGetLastError();
 }
 
