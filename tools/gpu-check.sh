@@ -13,7 +13,10 @@
 #      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
 #      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
 #      stream-order test (a long kernel writing the source just before execute),
-#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target), and
+#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target),
+#      bench_gpu_delta --check at DELTA_MIB (delta encode and apply against cudaMemcpy D2D at
+#      0, 1, 5 and 100% changed, every case byte for byte against the CPU codec; target
+#      >= 0.5 x D2D at <= 5% changed), and
 #      the colocated refit over CUDA IPC: two processes on ONE GPU (mpirun -np 2, control
 #      plane over MPI; needs an MPI build, else SKIP with the reason), and the real-DTensor
 #      step (bench/fsdp_refit.py --check-real: PyTorch's own fully_shard + ColwiseParallel /
@@ -34,14 +37,15 @@
 #
 # usage: tools/gpu-check.sh [--dry-run|--fake] [build-dir (default build-gpu)]
 # env:   OUT (default <build-dir>/gpu-check-out), JOBS (default nproc), CUDA_ARCH (default 90),
-#        BENCH_MIB (default 1024), BUDGET_S (default 540: the checks' total wall time),
+#        BENCH_MIB (default 1024), DELTA_MIB (default 256),
+#        BUDGET_S (default 540: the checks' total wall time),
 #        NCCL_LIB / NCCL_INCLUDE (libnccl.so.2 and the directory of nccl.h; default: searched)
 set -u -o pipefail
 
 dry=0
 case ${1:-} in
 --dry-run | --fake) dry=1 && shift ;;
--h | --help) sed -n '2,37p' "$0" && exit 0 ;;
+-h | --help) sed -n '2,42p' "$0" && exit 0 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -194,9 +198,10 @@ fi
 
 # ---- 2. configure and build -----------------------------------------------------------------
 gpu_targets="test_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
-gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack reshard_shared"
+gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack bench_gpu_delta reshard_shared"
 fake_targets="test_nccl_delta_kernels fake_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
-fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack reshard_fakegpu_shared"
+fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack fake_bench_gpu_delta"
+fake_targets="$fake_targets reshard_fakegpu_shared"
 ipc_target=$([ $dry -eq 1 ] && echo fake_gpu_ipc_refit || echo test_gpu_ipc_refit)
 targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
 s=$(date +%s)
@@ -271,6 +276,8 @@ if [ $dry -eq 0 ]; then
     ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
+    detail_re='^# (verify|target)'
+    check bench_gpu_delta 180 "$build/bench_gpu_delta" --mib "${DELTA_MIB:-256}" --iters 10 --check
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
         check multigpu 300 ctest --test-dir "$build" -L '^multigpu$' --no-tests=error \
             --output-on-failure --timeout 150
@@ -308,6 +315,9 @@ else
     detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target
+    detail_re='^# verify'
+    check bench_gpu_delta 240 "$build/tests/gpu/fake_bench_gpu_delta" --mib 4 --iters 1 --check \
+        --no-target
     ipc_check "$root/tests/mpi/configs/tiny-moe.json"
     result SKIP multigpu 0 "dry run: multi-rank NCCL refits need 2+ GPUs"
 fi
@@ -315,6 +325,6 @@ fi
 say ""
 say "== summary ($(($(date +%s) - t0)) s; log $log)"
 cat "$sum"
-grep -hE "^# (target|verify)|verified: |^copy |^stalled|^unmatched|cases, |quantize: " \
+grep -hE "^# (target|verify)|verified: |^copy |^stalled|^unmatched|cases, |quantize: |^word " \
     "$OUT"/logs/*.log 2>/dev/null | sed 's/^/  /' >>"$log"
 [ $failed -eq 0 ]

@@ -295,6 +295,22 @@ static int bad_bodies(void)
     in[16] = 0x80 | 0x7f; /* a varint running past the body */
     st = dev_apply(in, 16 + body, chunk, len);
     ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body");
+    /* two entries where the header counts one: refused, and nothing written */
+    uint8_t two[16 + 6] = {RS_DELTA_GAPS, 2,    0, 0,    1,   0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 3,
+                           0xaa,          0xbb, 0, 0xcc, 0xdd};
+    memset(chunk, 0, sizeof chunk);
+    st = dev_apply(two, sizeof two, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body") &&
+          chunk[6] == 0 && chunk[8] == 0;
+    /* the same counted as two: word 3 and word 4 */
+    two[4] = 2;
+    st = dev_apply(two, sizeof two, chunk, len);
+    ok &= st == RESHARD_OK && chunk[6] == 0xaa && chunk[7] == 0xbb && chunk[8] == 0xcc;
+    /* a gap summing past the chunk (the second entry: 127 + 1 + 5 > 128 words) */
+    uint8_t far[16 + 6] = {RS_DELTA_GAPS, 2, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,
+                           127,           1, 1, 5, 2, 2};
+    st = dev_apply(far, sizeof far, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body");
     if (!ok)
         fprintf(stderr, "bad bodies: not refused as expected (last: %s)\n", reshard_last_error());
     return ok;
@@ -327,6 +343,18 @@ int main(int argc, char **argv)
                 const uint32_t w = rs_delta_word(len, elems[e]);
                 fails += !run_case(id++, len, w, m, ps[m % 5]);
             }
+    /* large: many tiles; gaps bodies of more segments than the resolve block has threads
+     * (several per thread) and, at 40 MiB, of segments longer than the smallest */
+    const struct {
+        uint64_t len;
+        uint32_t word;
+        int mode;
+        double p;
+    } big[] = {{(4u << 20) + 12, 4, 2, 0.02}, {(4u << 20) + 6, 2, 2, 0.003},
+               {(1u << 20) + 1, 1, 2, 0.02},  {(4u << 20) + 8, 8, 3, 0},
+               {(4u << 20) + 4, 4, 4, 0},     {(40u << 20) + 4, 4, 2, 0.03}};
+    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++)
+        fails += !run_case(id++, big[b].len, big[b].word, big[b].mode, big[b].p);
     for (int c = 0; c < cases; c++) {
         const uint64_t len = (uint64_t)rnd(1, 1) == 1 && rnd(0, 3) ? (uint64_t)rnd(1, 20000)
                                                                    : (uint64_t)rnd(60000, 300000);
