@@ -51,6 +51,15 @@ static void to_host(void *h, const void *d, size_t n)
         memcpy(h, d, n);
 }
 
+/* Scratch of @p n bytes at @p d filled with junk, as an earlier job leaves it. */
+static void junk_scratch(void *d, size_t n)
+{
+    uint8_t *j = malloc(n);
+    memset(j, 0xa5, n);
+    to_dev(d, j, n);
+    free(j);
+}
+
 static int sync_ok(const char *what)
 {
     if (use_gpu && cudaStreamSynchronize(stream) != cudaSuccess) {
@@ -67,6 +76,7 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, word);
     uint8_t *dc = kernel_test_alloc(use_gpu, len), *dp = kernel_test_alloc(use_gpu, len);
     uint8_t *dout = kernel_test_alloc(use_gpu, len + 16), *ds = kernel_test_alloc(use_gpu, sb);
+    junk_scratch(ds, sb);
     to_dev(dc, cur, len);
     if (prev)
         to_dev(dp, prev, len);
@@ -109,6 +119,7 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
     uint8_t *din = kernel_test_alloc(use_gpu, size), *dc = kernel_test_alloc(use_gpu, len);
     uint8_t *ds = kernel_test_alloc(use_gpu, sb);
+    junk_scratch(ds, sb);
     to_dev(din, in, size);
     to_dev(dc, chunk, len);
     rs_dk_job_t j;
