@@ -136,12 +136,22 @@ def broadcast_baseline(a, cfg, src, dst, rank, ntrain, train_group, bcast_group,
     flush()
 
 
-def rank_main(a) -> None:
+def sglang_expected(a, w, i):
+    """What infer rank ``i`` holds: SGLang's layout (slime_loop.sglang_state_dict)."""
+    import conventions
+    import reshard
+    from slime_loop import sglang_state_dict
+    tp_infer = int(conventions.parse_spec(a.infer).get("tp", 1))
+    return sglang_state_dict(w, tp_infer, i % tp_infer, reshard.SENTINEL_BYTE)
+
+
+def rank_main(a, expected=sglang_expected) -> None:
+    """One rank of both paths (``expected(a, w, i)``: what infer rank i must hold, its
+    padding rows the sentinel byte); prints its JSON report."""
     import torch
     import torch.distributed as dist
     import conventions
     import reshard
-    from slime_loop import sglang_state_dict
 
     rank, world = a.rank, a.world
     dist.init_process_group("gloo", init_method="file://" + a.store, rank=rank,
@@ -152,7 +162,6 @@ def rank_main(a) -> None:
     w = conventions.Weights(cfg)
     train_group = dist.new_group(list(range(ntrain)))
     bcast_group = dist.new_group([0] + list(range(ntrain, world)))
-    tp_infer = int(conventions.parse_spec(a.infer).get("tp", 1))
     full_megatron = conventions.megatron_state_dict(w, "tp=1", 0)
     order = [(n, tuple(x.shape)) for n, x in full_megatron.items()]
     del full_megatron
@@ -160,8 +169,7 @@ def rank_main(a) -> None:
     if rank < ntrain:
         src = conventions.megatron_state_dict(w, a.train, rank)
     else:
-        i = rank - ntrain
-        expect = sglang_state_dict(w, tp_infer, i % tp_infer, reshard.SENTINEL_BYTE)
+        expect = expected(a, w, rank - ntrain)
         dst = {n: torch.empty_like(x) for n, x in expect.items()}
     comm = reshard.Comm.from_torch()
     plan = reshard.Plan(refit.train, refit.infer, rank=rank, world=world, timeout_s=300)
@@ -191,45 +199,55 @@ def rank_main(a) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(name: str = "sglang_refit", doc: str = __doc__, rollouts=None,
+         baseline: str = "slime: gather + HF + bucketed broadcast") -> None:
+    """The benchmark's command line (also verl_refit.py's): ``rollouts`` maps a
+    --rollout choice to (its label, default infer spec, expected(a, w, i)); the first
+    is the default."""
+    rollouts = rollouts or {"sglang": ("SGLang", "engine=sglang,tp=2,engines=2",
+                                       sglang_expected)}
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--model", default="qwen3-0.6b")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--train", default="tp=2", help="Megatron spec (tp only: the baseline "
                     "all-gathers over the trainer ranks)")
-    ap.add_argument("--infer", default="engine=sglang,tp=2,engines=2", help="the SGLang servers' spec")
+    ap.add_argument("--rollout", choices=list(rollouts), default=list(rollouts)[0])
+    ap.add_argument("--infer", help="the rollouts' spec (default: %s)"
+                    % {k: v[1] for k, v in rollouts.items()})
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--bucket-mb", type=float, default=512.0, help="slime's bucket size")
+    ap.add_argument("--bucket-mb", type=float, default=512.0, help="the baseline's bucket size")
     ap.add_argument("--no-baseline", dest="baseline", action="store_false")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    label, infer, expected = rollouts[a.rollout]
+    a.infer = a.infer or infer
     if a.rank is not None:
-        rank_main(a)
+        rank_main(a, expected)
         return
     import reshard
     from conventions import parse_spec
     if set(parse_spec(a.train)) - {"tp"}:
-        sys.exit("sglang_refit: --train takes tp=N only (the baseline gathers over every "
-                 "trainer rank)")
+        sys.exit("%s: --train takes tp=N only (the baseline gathers over every "
+                 "trainer rank)" % name)
     refit = reshard.Model(a.model, layers=a.layers).refit(a.train, a.infer)
     world = refit.world
-    print("sglang_refit: %s, %d layers, Megatron %s -> SGLang %s, %d processes, gloo"
-          % (a.model, a.layers, a.train, a.infer, world), flush=True)
+    print("%s: %s, %d layers, Megatron %s -> %s %s, %d processes, gloo"
+          % (name, a.model, a.layers, a.train, label, a.infer, world), flush=True)
     from rank_runs import print_paths, run_ranks
     with tempfile.TemporaryDirectory() as d:
-        args = [sys.executable, os.path.abspath(__file__), "--model", a.model, "--layers",
-                str(a.layers), "--train", a.train, "--infer", a.infer, "--iters", str(a.iters),
-                "--bucket-mb", str(a.bucket_mb), "--world", str(world),
-                "--store", os.path.join(d, "store")]
+        args = [sys.executable, os.path.abspath(sys.argv[0]), "--model", a.model, "--layers",
+                str(a.layers), "--train", a.train, "--rollout", a.rollout, "--infer", a.infer,
+                "--iters", str(a.iters), "--bucket-mb", str(a.bucket_mb), "--world",
+                str(world), "--store", os.path.join(d, "store")]
         args += [] if a.baseline else ["--no-baseline"]
-        reps = run_ranks(args, world, "sglang_refit")
+        reps = run_ranks(args, world, name)
     paths = [("reshard (shard to shard)", "")]
     if a.baseline:
-        paths.append(("slime: gather + HF + bucketed broadcast", "base_"))
+        paths.append((baseline, "base_"))
     ok = print_paths(reps, paths, 40)
-    print("sglang_refit: %s" % ("OK" if ok else "WRONG ELEMENTS"))
+    print("%s: %s" % (name, "OK" if ok else "WRONG ELEMENTS"))
     sys.exit(0 if ok else 1)
 
 

@@ -13,9 +13,12 @@
 
 typedef struct {
     const char *cases, *only, *model, *train, *infer, *system, *dtype, *infer_dtype, *fp8_scale;
-    long layers, domain_size;
-    double nic_gbps, link_gbps, staging_mb, change_fraction, encode_gbps, apply_gbps;
-    int json, mtp, delta;
+    long layers, domain_size, codec_ranks;
+    double nic_gbps, link_gbps, staging_mb, change_fraction, encode_gbps, apply_gbps, copy_gbps,
+        hash_gbps;
+    int json, mtp, delta, no_verify, measure_codec;
+    reshard_sim_delta_params_t dp; /* --delta: the rates in use (codec_rates) */
+    const char *rates_from;        /* where they come from, for the header */
 } sim_args_t;
 
 static void sim_usage(FILE *out)
@@ -39,8 +42,16 @@ static void sim_usage(FILE *out)
             "  --delta            also predict a delta refit (pred.delta, every destination at\n"
             "                     the senders' version)\n"
             "  --change-fraction F  fraction of the words that changed (default 0.01)\n"
-            "  --encode-gbps G, --apply-gbps G  one rank's codec rate, GB/s of stream bytes\n"
-            "                     (default 4 and 20: bench_delta, 1%% changed)\n"
+            "  --measure-codec    measure this machine's CPU rates of a delta round (memcpy,\n"
+            "                     encode, apply, hash at the change fraction, from DRAM) and\n"
+            "                     predict with them (about a second)\n"
+            "  --codec-ranks N    with --measure-codec: N ranks measure at once on this\n"
+            "                     machine (default 1: each rank has cores of its own; the\n"
+            "                     emulated cluster runs all its ranks here)\n"
+            "  --encode-gbps G, --apply-gbps G, --copy-gbps G, --hash-gbps G  one rank's\n"
+            "                     rate, GB/s of stream bytes (override the measured or the\n"
+            "                     default rates: 3, 10, 5 and 8, a 2-core x86-64 at 1%%)\n"
+            "  --no-verify        a delta plan without verification (no hash)\n"
             "model options (as reshard run): --layers K, --dtype bf16|fp8, --mtp,\n"
             "  --infer-dtype bf16|fp8|mxfp8, --fp8-scale fp32|ue8m0\n"
             "Published figures are the vendors' measurements on their own clusters; the\n"
@@ -63,26 +74,32 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     const char *data = reshard_data_dir();
     snprintf(cases, sizeof cases, "%s/cases/refit-cases.json", data ? data : ".");
     a->cases = cases;
-    const cli_opt_t opts[] = {{"--case", CLI_STRING, &a->only, 0, 0},
-                              {"--cases", CLI_STRING, &a->cases, 0, 0},
-                              {"--model", CLI_STRING, &a->model, 0, 0},
-                              {"--train", CLI_STRING, &a->train, 0, 0},
-                              {"--infer", CLI_STRING, &a->infer, 0, 0},
-                              {"--system", CLI_STRING, &a->system, 0, 0},
-                              {"--json", CLI_FLAG, &a->json, 0, 0},
-                              {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
-                              {"--dtype", CLI_STRING, &a->dtype, 0, 0},
-                              {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
-                              {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
-                              {"--layers", CLI_INT, &a->layers, 1, 0},
-                              {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
-                              {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
-                              {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
-                              {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
-                              {"--delta", CLI_FLAG, &a->delta, 0, 0},
-                              {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
-                              {"--encode-gbps", CLI_NUMBER, &a->encode_gbps, 1e-6, 1e9},
-                              {"--apply-gbps", CLI_NUMBER, &a->apply_gbps, 1e-6, 1e9}};
+    const cli_opt_t opts[] = {
+        {"--case", CLI_STRING, &a->only, 0, 0},
+        {"--cases", CLI_STRING, &a->cases, 0, 0},
+        {"--model", CLI_STRING, &a->model, 0, 0},
+        {"--train", CLI_STRING, &a->train, 0, 0},
+        {"--infer", CLI_STRING, &a->infer, 0, 0},
+        {"--system", CLI_STRING, &a->system, 0, 0},
+        {"--json", CLI_FLAG, &a->json, 0, 0},
+        {"--mtp", CLI_FLAG, &a->mtp, 0, 0},
+        {"--dtype", CLI_STRING, &a->dtype, 0, 0},
+        {"--infer-dtype", CLI_STRING, &a->infer_dtype, 0, 0},
+        {"--fp8-scale", CLI_STRING, &a->fp8_scale, 0, 0},
+        {"--layers", CLI_INT, &a->layers, 1, 0},
+        {"--domain-size", CLI_INT, &a->domain_size, 1, 0},
+        {"--nic-gbps", CLI_NUMBER, &a->nic_gbps, 1e-6, 1e9},
+        {"--link-gbps", CLI_NUMBER, &a->link_gbps, 1e-6, 1e9},
+        {"--staging-mb", CLI_NUMBER, &a->staging_mb, STAGING_MB_MIN, 1 << 20},
+        {"--delta", CLI_FLAG, &a->delta, 0, 0},
+        {"--change-fraction", CLI_NUMBER, &a->change_fraction, 0, 1},
+        {"--encode-gbps", CLI_NUMBER, &a->encode_gbps, 1e-6, 1e9},
+        {"--apply-gbps", CLI_NUMBER, &a->apply_gbps, 1e-6, 1e9},
+        {"--copy-gbps", CLI_NUMBER, &a->copy_gbps, 1e-6, 1e9},
+        {"--hash-gbps", CLI_NUMBER, &a->hash_gbps, 1e-6, 1e9},
+        {"--no-verify", CLI_FLAG, &a->no_verify, 0, 0},
+        {"--measure-codec", CLI_FLAG, &a->measure_codec, 0, 0},
+        {"--codec-ranks", CLI_INT, &a->codec_ranks, 1, RESHARD_SIM_MEASURE_MAX_RANKS}};
     char err[512];
     int rc = cli_parse(argc, argv, opts, sizeof opts / sizeof *opts, err, sizeof err);
     if (rc == 1)
@@ -95,8 +112,15 @@ static int parse_args(int argc, char **argv, sim_args_t *a)
     char qerr[256];
     if (cli_infer_dtype(a->infer_dtype, a->fp8_scale, &probe, qerr, sizeof qerr))
         return sim_bad(qerr, NULL);
-    if (!a->delta && (a->change_fraction >= 0 || a->encode_gbps > 0 || a->apply_gbps > 0))
-        return sim_bad("--change-fraction, --encode-gbps and --apply-gbps are for --delta", NULL);
+    if (!a->delta && (a->change_fraction >= 0 || a->encode_gbps > 0 || a->apply_gbps > 0 ||
+                      a->copy_gbps > 0 || a->hash_gbps > 0 || a->no_verify || a->measure_codec))
+        return sim_bad("--change-fraction, --measure-codec, --no-verify and the --*-gbps rates of "
+                       "a delta round are for --delta",
+                       NULL);
+    if (a->codec_ranks && !a->measure_codec)
+        return sim_bad("--codec-ranks is for --measure-codec", NULL);
+    if (!a->codec_ranks)
+        a->codec_ranks = 1;
     if (a->change_fraction < 0)
         a->change_fraction = 0.01;
     bool custom = a->model || a->train || a->infer || a->system;
@@ -206,10 +230,7 @@ static void predict(sim_row_t *row, const char *model_name, const reshard_train_
         snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
         return;
     }
-    reshard_sim_delta_params_t dp = {.change_fraction = a->change_fraction,
-                                     .encode_bytes_per_s = a->encode_gbps * 1e9,
-                                     .apply_bytes_per_s = a->apply_gbps * 1e9};
-    st = a->delta ? reshard_sim_model_delta(m, ts, is, &sys, &dp, &row->r, &row->delta)
+    st = a->delta ? reshard_sim_model_delta(m, ts, is, &sys, &a->dp, &row->r, &row->delta)
                   : reshard_sim_model(m, ts, is, &sys, &row->r);
     if (st != RESHARD_OK)
         snprintf(row->reason, sizeof row->reason, "%s", reshard_last_error());
@@ -285,12 +306,17 @@ static void print_header(const sim_args_t *a)
            "Each case is modelled as it ran: inference data parallelism as independent engines "
            "(each a whole\nmodel), the training convention of the source; 'as run' = nothing "
            "modelled differently, 'approx'\n= the differences listed below the table.\n\n");
-    if (a->delta)
+    if (a->delta) {
+        char hash[32] = "none (--no-verify)";
+        if (!a->dp.no_verify)
+            snprintf(hash, sizeof hash, "%.2f", a->dp.hash_bytes_per_s / 1e9);
         printf("pred.delta: a delta refit at %g of the words changed (the encoding's size model, "
-               "headers then bodies\nper round, encode %g and apply %g GB/s per rank, not "
-               "overlapped); wire/dense: its bytes per dense byte.\n\n",
-               a->change_fraction, a->encode_gbps > 0 ? a->encode_gbps : 4.0,
-               a->apply_gbps > 0 ? a->apply_gbps : 20.0);
+               "headers then bodies\nper round; per rank, GB/s of stream bytes, %s: copy %.2f, "
+               "encode %.2f, apply %.2f, hash %s;\nnot overlapped with the transfers); wire/dns: "
+               "its bytes per dense byte.\n\n",
+               a->change_fraction, a->rates_from, a->dp.copy_bytes_per_s / 1e9,
+               a->dp.encode_bytes_per_s / 1e9, a->dp.apply_bytes_per_s / 1e9, hash);
+    }
     printf("%-27s %-6s %-16s | %9s %9s %9s | %9s %9s %9s %7s", "case", "system", "model",
            "pub.base", "pub.resh", "pub.p2p", "pred.base", "pred.resh", "bound", "pred/lb");
     if (a->delta)
@@ -435,6 +461,15 @@ static json_t *row_json(const sim_row_t *r, const sim_args_t *a)
         json_object_set_new(d, "network_s", json_real(r->delta.network_s));
         json_object_set_new(d, "nvlink_s", json_real(r->delta.nvlink_s));
         json_object_set_new(d, "codec_s", json_real(r->delta.codec_s));
+        json_t *rates = json_object();
+        json_object_set_new(rates, "from", json_string(a->rates_from));
+        json_object_set_new(rates, "copy_gbps", json_real(a->dp.copy_bytes_per_s / 1e9));
+        json_object_set_new(rates, "encode_gbps", json_real(a->dp.encode_bytes_per_s / 1e9));
+        json_object_set_new(rates, "apply_gbps", json_real(a->dp.apply_bytes_per_s / 1e9));
+        json_object_set_new(rates, "hash_gbps",
+                            a->dp.no_verify ? json_null()
+                                            : json_real(a->dp.hash_bytes_per_s / 1e9));
+        json_object_set_new(d, "rates", rates);
         json_object_set_new(d, "bound_s", json_real(r->delta.bound_s));
         json_object_set_new(
             d, "speedup_vs_dense",
@@ -444,12 +479,55 @@ static json_t *row_json(const sim_row_t *r, const sim_args_t *a)
     return o;
 }
 
+/* The rates of a delta round (--delta): measured here (--measure-codec) or the defaults,
+ * each --*-gbps given overriding. Returns 0, or 1 with the error printed. */
+static int codec_rates(sim_args_t *a)
+{
+    reshard_sim_delta_params_t *dp = &a->dp;
+    memset(dp, 0, sizeof *dp);
+    dp->change_fraction = a->change_fraction;
+    dp->word = 2;
+    a->rates_from = "defaults";
+    if (a->measure_codec) {
+        if (reshard_sim_delta_measure(a->change_fraction, 2, 1u << 20, (int32_t)a->codec_ranks,
+                                      dp) != RESHARD_OK) {
+            fprintf(stderr, "reshard sim: %s\n", reshard_last_error());
+            return 1;
+        }
+        static char from[96];
+        snprintf(from, sizeof from,
+                 "measured here (bf16, 1 MiB chunks, from DRAM, %ld rank%s at once)",
+                 a->codec_ranks, a->codec_ranks > 1 ? "s" : "");
+        a->rates_from = from;
+    } else {
+        dp->encode_bytes_per_s = RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S;
+        dp->apply_bytes_per_s = RESHARD_SIM_DELTA_APPLY_BYTES_PER_S;
+        dp->copy_bytes_per_s = RESHARD_SIM_DELTA_COPY_BYTES_PER_S;
+        dp->hash_bytes_per_s = RESHARD_SIM_DELTA_HASH_BYTES_PER_S;
+    }
+    const struct {
+        double gbps, *rate;
+    } given[] = {{a->encode_gbps, &dp->encode_bytes_per_s},
+                 {a->apply_gbps, &dp->apply_bytes_per_s},
+                 {a->copy_gbps, &dp->copy_bytes_per_s},
+                 {a->hash_gbps, &dp->hash_bytes_per_s}};
+    for (size_t i = 0; i < sizeof given / sizeof *given; i++)
+        if (given[i].gbps > 0) {
+            *given[i].rate = given[i].gbps * 1e9;
+            a->rates_from = a->measure_codec ? "measured here, some given" : "given";
+        }
+    dp->no_verify = a->no_verify;
+    return 0;
+}
+
 int cmd_sim(int argc, char **argv)
 {
     sim_args_t a;
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc == 1 ? 0 : rc;
+    if (a.delta && codec_rates(&a))
+        return 1;
     sim_row_t *rows = NULL;
     size_t n = 0;
     json_t *root = NULL;

@@ -39,13 +39,17 @@
 # env:   OUT (default <build-dir>/gpu-check-out), JOBS (default nproc), CUDA_ARCH (default 90),
 #        BENCH_MIB (default 1024), DELTA_MIB (default 256),
 #        BUDGET_S (default 540: the checks' total wall time),
-#        NCCL_LIB / NCCL_INCLUDE (libnccl.so.2 and the directory of nccl.h; default: searched)
+#        NCCL_LIB / NCCL_INCLUDE (libnccl.so.2 and the directory of nccl.h; default: searched),
+#        FORCE_GPU_DEPS=1 (build against .gpu-deps even where the machine has the libraries)
+# On a lent GPU machine (no jansson, xxhash, cmocka, pkg-config; no registry): run
+# tools/gpu-deps.sh here first and carry .gpu-deps: run(command="tools/gpu-check.sh",
+# carry=[".gpu-deps"]). Without them the configure step fails there (seen 2026-12-05).
 set -u -o pipefail
 
 dry=0
 case ${1:-} in
 --dry-run | --fake) dry=1 && shift ;;
--h | --help) sed -n '2,42p' "$0" && exit 0 ;;
+-h | --help) sed -n '2,46p' "$0" && exit 0 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -197,6 +201,25 @@ if [ $failed -ne 0 ]; then
 fi
 
 # ---- 2. configure and build -----------------------------------------------------------------
+# The build's libraries where the machine lacks them (a lent GPU machine has no jansson,
+# xxhash, cmocka or pkg-config, and no registry): those tools/gpu-deps.sh gathered into
+# .gpu-deps/root on a Debian machine and the run carried; FORCE_GPU_DEPS=1 uses them anyway.
+deps=$root/.gpu-deps/root
+deps_lib=$deps/usr/lib/x86_64-linux-gnu
+pkg_cmake=()
+have_libs() { command -v pkg-config >/dev/null && pkg-config --exists jansson libxxhash cmocka; }
+if [ "${FORCE_GPU_DEPS:-0}" = 1 ] || ! have_libs; then
+    if [ -x "$deps/usr/bin/pkgconf" ]; then
+        export LD_LIBRARY_PATH=$deps_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        export PKG_CONFIG_LIBDIR=$deps_lib/pkgconfig:$deps/usr/share/pkgconfig
+        export PKG_CONFIG_SYSROOT_DIR=$deps
+        pkg_cmake=(-DPKG_CONFIG_EXECUTABLE="$deps/usr/bin/pkgconf")
+        say "libraries: jansson, xxhash, cmocka and pkgconf from $deps (tools/gpu-deps.sh)"
+    else
+        say "libraries: jansson, xxhash, cmocka or pkg-config missing, and no $deps: run"
+        say "  tools/gpu-deps.sh on a Debian machine and carry .gpu-deps (configure will fail)"
+    fi
+fi
 gpu_targets="test_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
 gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack bench_gpu_delta reshard_shared"
 fake_targets="test_nccl_delta_kernels fake_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
@@ -210,7 +233,7 @@ say "== configure + build ($targets)"
 # shellcheck disable=SC2086 # $targets: a list of targets
 if cmake -S "$root" -B "$build" -DRESHARD_WITH_NCCL=ON -DCMAKE_BUILD_TYPE=Release \
     -DRESHARD_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DRESHARD_NCCL_LIBRARY="$nccl_lib" \
-    -DRESHARD_NCCL_INCLUDE_DIR="$nccl_inc" >>"$log" 2>&1 &&
+    -DRESHARD_NCCL_INCLUDE_DIR="$nccl_inc" "${pkg_cmake[@]}" >>"$log" 2>&1 &&
     cmake --build "$build" -j "${JOBS:-$(nproc)}" --target $targets >>"$log" 2>&1; then
     result PASS build "$(($(date +%s) - s))" "$(grep -o 'reshard: CUDA.*' "$log" | tail -1)"
 else

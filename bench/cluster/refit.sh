@@ -307,6 +307,9 @@ fi
 
 # ---- the prediction -------------------------------------------------------------
 nic_gbps=$(awk -v m="$nic_mbit" 'BEGIN { printf "%g", m / 1000 }')
+# a delta refit's CPU work at the rates of this machine with every rank working at once,
+# as the emulated ranks share its cores
+[[ " ${sim_args[*]} " != *" --delta "* ]] || sim_args+=(--measure-codec --codec-ranks "$world")
 "$reshard" sim "${sim_args[@]}" --system emulated --domain-size "$domain_size" \
   --nic-gbps "$nic_gbps" --json >"$tmp/sim.json" || die "reshard sim failed (message above)"
 

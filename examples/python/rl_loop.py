@@ -416,6 +416,20 @@ def spawn(script: str, argv: List[str], roles: List[str], timeout_s: float,
     return reports, errors
 
 
+def report_rank(side: str, rank: int, body: Any) -> None:
+    """One rank's process of spawn(): run ``body()`` and print its report as the JSON
+    line spawn() reads; on an exception print this rank's one line (``side rank N:
+    Type: message``, what OWN_LINE matches) and leave at once (a control-plane call may
+    still wait on a dead peer)."""
+    try:
+        rep = body()
+    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
+        print("%s rank %d: %s: %s" % (side, rank, type(e).__name__, e),
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    print(json.dumps(rep), flush=True)
+
+
 def launch(args: Any, argv: List[str]) -> int:
     """Start every process of the refit, print what they report, return the status."""
     from reshard.integrations.ranks import sizes
@@ -515,13 +529,8 @@ def main() -> int:
                  % (args.fail_at, args.steps - 1))
     if args.role is None:
         return launch(args, sys.argv[1:])
-    try:
-        rep = (trainer if args.role == "train" else worker)(args, args.rank, world)
-    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
-        print("%s rank %d: %s: %s" % (args.role, args.rank, type(e).__name__, e),
-              file=sys.stderr, flush=True)
-        os._exit(1)  # at once: a control-plane call may still wait on a dead peer
-    print(json.dumps(rep))
+    report_rank(args.role, args.rank,
+                lambda: (trainer if args.role == "train" else worker)(args, args.rank, world))
     return 0
 
 

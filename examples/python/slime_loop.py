@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -48,7 +47,7 @@ for _p in (os.path.join(ROOT, "python"), HERE, STANDIN):
         sys.path.insert(0, _p)
 
 from rl_loop import (ADAMW, SteppedWeights, adamw_step, break_model,  # noqa: E402
-                     megatron_rank, spawn)
+                     megatron_rank, report_rank, spawn)
 
 # The inference spec of one SGLang server of --tp-size 2. For dense models SGLang's
 # TP layout is vLLM's (see sglang_state_dict), so the vLLM spec "tp=2" plans it
@@ -123,6 +122,34 @@ def server_args(infer: str) -> Any:
                       custom_weight_loader=[LOADER])
 
 
+def sglang_tp_worker(args: Any, i: int, fault: Any = None) -> Tuple[Any, Any, int, int]:
+    """Infer rank ``i``'s SGLang TP worker (the stand-in's ModelRunner with reshard's
+    loader, in its TpModelWorker): its model holds SGLang's parameters for its TP rank
+    (sglang_state_dict) filled with the sentinel byte; ``fault`` breaks the model
+    (rl_loop.break_model) or the server's flags ("eplb"). (model, TpModelWorker,
+    server index, TP rank)."""
+    import torch
+    import conventions
+    import reshard
+    from modules import module_of
+    from reshard.integrations.ranks import sizes
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    s = sizes(args.train, args.infer)
+    engine, t = divmod(i, s.per_engine)
+    w = conventions.Weights(conventions.load_config(args.model, args.layers))
+    fill = reshard.SENTINEL_BYTE
+    shapes = sglang_state_dict(w, s.per_engine, t, fill)
+    model = module_of({n: torch.empty_like(x).view(torch.uint8).fill_(fill).view(x.dtype)
+                       for n, x in shapes.items()})
+    sargs = server_args(args.infer)
+    if fault == "eplb":
+        sargs.enable_eplb = True
+    elif fault:
+        break_model(model, fault)
+    return model, TpModelWorker(ModelRunner(model, sargs, tp_rank=t)), engine, t
+
+
 def trainer(args: Any, rank: int) -> Dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -185,33 +212,19 @@ def trainer(args: Any, rank: int) -> Dict[str, Any]:
 
 
 def worker(args: Any, rank: int) -> Dict[str, Any]:
-    import torch
     import torch.distributed as dist
     import conventions
     import reshard
-    from modules import module_of
     from reshard.integrations.ranks import sizes
     from reshard.integrations.sglang import UPDATE, receiver_of
     from sglang._server import serve
-    from sglang.srt.managers.tp_worker import TpModelWorker
-    from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.utils import MultiprocessingSerializer
 
     s = sizes(args.train, args.infer)
     i = rank - s.train_world
-    engine, t = divmod(i, s.per_engine)
+    model, tp_worker, engine, t = sglang_tp_worker(args, i, args.fault if i == 0 else None)
     w = conventions.Weights(conventions.load_config(args.model, args.layers))
     fill = reshard.SENTINEL_BYTE
-    shapes = sglang_state_dict(w, s.per_engine, t, fill)
-    model = module_of({n: torch.empty_like(x).view(torch.uint8).fill_(fill).view(x.dtype)
-                       for n, x in shapes.items()})
-    sargs = server_args(args.infer)
-    if args.fault and i == 0:
-        if args.fault == "eplb":
-            sargs.enable_eplb = True
-        else:
-            break_model(model, args.fault)
-    tp_worker = TpModelWorker(ModelRunner(model, sargs, tp_rank=t))
     oracle = SteppedWeights(w, dict(ADAMW, lr=args.lr))
     ctrl = dist.FileStore(os.path.join(args.dir, "control"), -1)
     report = {"role": "infer", "rank": rank, "checked": 0, "wrong": 0, "steps": 0,
@@ -337,14 +350,8 @@ def main() -> int:
                 print("slime_loop: %s" % e)
             return 0 if len(errors) == s.world and not reports else 1
         return summarize(args, s, reports, errors)
-    try:
-        rep = (trainer if args.role == "train" else worker)(args, args.rank)
-    except Exception as e:  # noqa: BLE001 - reported as this rank's one line
-        print("%s rank %d: %s: %s" % (args.role, args.rank, type(e).__name__, e),
-              file=sys.stderr, flush=True)
-        os._exit(1)
-    print(json.dumps(rep))
-    sys.stdout.flush()
+    report_rank(args.role, args.rank,
+                lambda: (trainer if args.role == "train" else worker)(args, args.rank))
     os._exit(0)  # at once: a gloo group of a killed peer may block interpreter exit
 
 

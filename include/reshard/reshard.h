@@ -585,16 +585,22 @@ void reshard_plan_destroy(reshard_plan_t *plan);
  * (equal fingerprints: a policy and a reference model of one architecture, two engines'
  * plans of equal layouts) and the ranks do not make them in one order. Every execution's
  * preflight agreement carries the plan's identity beside its fingerprint: the name's
- * hash where one was given, else the plan's ordinal among the live, unnamed plans of
- * those inputs that the same thread of the rank made before it. The old plan of
- * reshard_plan_delta_adopt, a plan whose execution lost its peers (TIMEOUT, TRANSPORT)
- * and a destroyed one no longer count; plans made on other threads (one per engine or
- * model) do not count, and nothing tells two such plans apart when they share a comm:
- * name them. Ranks that execute different such plans at once fail preflight on every
- * rank (MISMATCH, "execute different plans made from the same inputs") and nothing
- * moves, where they would otherwise have paired one plan's sources with another's
- * destinations. Every rank names its plan alike, before the plan's first execution.
- * Any rank, local. Errors: INVALID_ARG (NULL, an empty name or one of 64 bytes or more).
+ * hash where one was given, else the plan's number, fixed when it was made: the smallest
+ * number that no unnamed, not retired plan of those inputs the same thread of the rank
+ * then held (two live plans never share one; it never moves afterwards). Retired plans:
+ * the old plan of reshard_plan_delta_adopt (the new plan takes its name, or else its
+ * number) and a plan whose execution lost its peers (TIMEOUT, TRANSPORT); they no longer
+ * take numbers or names from plans made after them, and executed again a retired plan
+ * carries an identity of the retired plans' own, so it pairs with the same retired plan
+ * on its peers, never with a plan that is not (one retired on some ranks only pairs with
+ * nothing: destroy it). Plans made on other threads (one per engine or model) are
+ * numbered apart, and nothing tells two such plans apart when they share a comm: name
+ * them. Ranks that execute different such plans at once fail preflight on every rank
+ * (MISMATCH, "execute different plans made from the same inputs") and nothing moves,
+ * where they would otherwise have paired one plan's sources with another's destinations.
+ * Every rank names its plan alike, right after making it. Any rank, local. Errors:
+ * INVALID_ARG (NULL, an empty name or one of 64 bytes or more, a name another live, not
+ * retired plan of the same inputs on this rank holds).
  */
 reshard_status_t reshard_plan_set_name(reshard_plan_t *plan, const char *name);
 

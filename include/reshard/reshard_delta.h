@@ -123,7 +123,8 @@ reshard_status_t reshard_plan_delta_invalidate(reshard_plan_t *plan, int32_t ran
  *  - the destination address ranges @p from's rank last wrote count as @p plan's;
  *  - its relay scratch is not kept (a relaying rank receives dense once);
  *  - @p from's state for @p rank is emptied (version 0, no snapshot): executing @p from
- *    again sends and receives dense.
+ *    again sends and receives dense. @p from is retired (reshard_plan_set_name): it no
+ *    longer counts among the rank's plans of these inputs, and pairs only with itself.
  * A snapshot from an execution that failed is never valid, so after a rank was lost
  * mid-execution the next refit is dense everywhere (and its torn destinations stay torn
  * until it commits).

@@ -325,7 +325,8 @@ typedef enum {
  *       same for mixtral, renamed from block_sparse_moe, qwen2_moe,
  *       deepseek_v3, glm4_moe: docs/fsdp-reference.md, read at a597f974)
  *  The default is 5, the current release line. Dense families are the same
- *  in both. */
+ *  in both. With tp > 1 the release also picks each MoE family's
+ *  base_model_tp_plan (v4.57.6 or a597f974; docs/fsdp-reference.md). */
 typedef enum {
     RESHARD_TRANSFORMERS_DEFAULT = 0, /**< RESHARD_TRANSFORMERS_5 */
     RESHARD_TRANSFORMERS_4 = 4,       /**< spec "transformers=4" */

@@ -121,7 +121,8 @@ typedef struct {
                                       for other ranks of its domain), beside staging */
     /* reshard_sim_delta_plan only (0 otherwise): */
     double delta_wire_ratio; /**< wire bytes per stream byte (the encoding's size model) */
-    double codec_s;          /**< encode + apply of the busiest rank (in copy_s too) */
+    double codec_s;          /**< the CPU work of the busiest rank (copies, encode, apply,
+                                  hash; in copy_s too) */
 } reshard_sim_t;
 
 /**
@@ -141,12 +142,43 @@ typedef struct {
     double encode_bytes_per_s; /**< one rank's encode, stream bytes per second (default
                                     RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S) */
     double apply_bytes_per_s;  /**< one rank's apply (default ..._APPLY_BYTES_PER_S) */
+    double copy_bytes_per_s;   /**< one rank's copies of stream bytes: the sender's pack,
+                                    the receiver's read of the previous bytes and its write
+                                    back (default ..._COPY_BYTES_PER_S) */
+    double hash_bytes_per_s;   /**< one rank's verification hash (default
+                                    ..._HASH_BYTES_PER_S) */
+    int32_t no_verify;         /**< nonzero: a plan without verification (delta_checksum
+                                    0); zero: verified, the default of delta plans */
 } reshard_sim_delta_params_t;
 
-/** Codec rates assumed unless given: build/bench_delta on a 2-core machine, 1 MiB
- *  chunks of bf16 at 1% changed (docs/cli.md "Measuring a delta refit"), rounded down. */
-#define RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S 4e9
-#define RESHARD_SIM_DELTA_APPLY_BYTES_PER_S 20e9
+/** CPU rates assumed unless given or measured (reshard_sim_delta_measure): a 2-core x86-64
+ *  machine, 1 MiB chunks of bf16 at 1% changed, from DRAM (docs/benchmarks.md), rounded
+ *  down. The device kernels have never run: on device memory give rates
+ *  (docs/delta-verification.md says what is assumed there). */
+#define RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S 3e9
+#define RESHARD_SIM_DELTA_APPLY_BYTES_PER_S 10e9
+#define RESHARD_SIM_DELTA_COPY_BYTES_PER_S 5e9
+#define RESHARD_SIM_DELTA_HASH_BYTES_PER_S 8e9
+
+/** Most ranks reshard_sim_delta_measure runs at once. */
+#define RESHARD_SIM_MEASURE_MAX_RANKS 64
+
+/**
+ * Measure the CPU rates of a delta round on this machine into @p out (change_fraction,
+ * word and the four rates set, the rest zero): memcpy, rs_delta_encode, rs_delta_apply
+ * and the verification hash (XXH3), each over 64 MiB in @p chunk-byte chunks (the plan's
+ * chunk: 1 MiB is typical) of @p word-byte words of which @p change_fraction changed,
+ * scattered. @p ranks threads (1 to RESHARD_SIM_MEASURE_MAX_RANKS) measure at once, each
+ * with its own memory, every pass started together: the rate of a rank when that many
+ * ranks of one machine work at once (the emulated cluster runs every rank on one
+ * machine; a real one gives each GPU's rank its own cores: 1). Each rate is the slowest
+ * rank's fastest of three passes. Takes about a second per rank per core and 320 MiB per
+ * rank. Any thread, local. Errors: INVALID_ARG (a fraction outside [0, 1], a word other
+ * than 1, 2, 4 or 8, a chunk under one word, ranks out of range, NULL), NOMEM, VERIFY
+ * (the codec's round trip was wrong).
+ */
+reshard_status_t reshard_sim_delta_measure(double change_fraction, uint32_t word, uint64_t chunk,
+                                           int32_t ranks, reshard_sim_delta_params_t *out);
 
 /**
  * The expected bytes on the wire (its 16-byte header included) of one delta chunk of
@@ -165,9 +197,13 @@ double reshard_sim_delta_chunk_bytes(uint64_t len, uint32_t word, double change_
  * version: reshard_sim_plan with every stream's bytes scaled by the wire bytes per
  * stream byte of the plan's smallest chunk (reshard_sim_delta_chunk_bytes;
  * delta_wire_ratio), two exchanges per round (headers, then bodies: twice the
- * latency), plus the busiest rank's encode (bytes it sends / encode rate) and apply
- * (bytes it receives / apply rate), which the delta round loop does not overlap with
- * the transfers (codec_s). bound_s is the dense bound scaled the same way.
+ * latency), plus the CPU work the delta round loop does not overlap with the transfers
+ * (codec_s), that of the busiest rank: per stream byte it sends a pack (copy), an encode
+ * and a hash, per stream byte it receives a read of the previous bytes, an apply, a hash
+ * and a write back (two copies); chunks of the dense kind (where the size model expects
+ * it) skip the hash and the read (src/exec/exec.c run_rounds_delta). Receivers apply a
+ * round while senders encode the next, so distinct senders' and receivers' work overlap.
+ * The hash is left out with no_verify. bound_s is the dense bound scaled the same way.
  * Errors: INVALID_ARG (NULL, a fraction outside [0, 1], a rank's own plan, a bandwidth
  * <= 0), NOMEM.
  */

@@ -99,7 +99,7 @@ class Model(_lib.Handle):
     def plan(self, comm, train, infer, infer_offset=None, domain_size=None, staging_mb=None,
              relay_mb=None, timeout_s=None, engines=None, vllm=None, convention=None,
              redundant=None, eplb_map=None, hosts=None, devices=None, colocated=False,
-             delta=False, verify=None, coords=None):
+             delta=False, verify=None, coords=None, name=None):
         """The common path in one call: this rank's plan of the refit from ``train`` to
         ``infer`` over ``comm`` (any reshard.Comm: its rank and size are the rank's
         and the world's). Every rank of the comm calls it, then plan.execute(src=...,
@@ -109,7 +109,7 @@ class Model(_lib.Handle):
         (reshard_comm_agree_values): the model and its options, both specs (compared
         parsed: "tp=2" equals "pp=1,tp=2"), infer_offset, engines, vllm, convention,
         redundant, the EPLB map, domain_size, staging_mb, relay_mb, timeout_s, the
-        placement, delta and verify. A difference fails every rank here with MISMATCH
+        placement, delta, verify and name. A difference fails every rank here with MISMATCH
         naming each differing input, its value and the ranks holding each ("infer:
         'tp=2' on ranks 0, 1, 2; 'tp=1,dp=2' on rank 3").
 
@@ -168,13 +168,14 @@ class Model(_lib.Handle):
                       ("delta", repr(delta)),
                       # None is the default: verification on for delta plans
                       ("verify", repr(bool(delta) and verify is not False) if delta
-                       else repr(verify))]
+                       else repr(verify)),
+                      ("name", repr(name))]
             problem = _coords_problem(rank, t, i, infer_offset, coords)
         except (TypeError, ValueError, ReshardError) as e:
             bad = e
             inputs = [(k, "") for k in ("model", "train", "infer", "infer_offset", "eplb_map",
                                         "domain_size", "staging_mb", "relay_mb", "timeout_s",
-                                        "placement", "delta", "verify")]
+                                        "placement", "delta", "verify", "name")]
         try:
             agree_values(comm, [("arguments", "valid" if bad is None else
                                  "%s: %s" % (type(bad).__name__, str(bad)[:100]))] + inputs,
@@ -208,7 +209,7 @@ class Model(_lib.Handle):
             raise e
         return refit.plan(comm, staging_mb=staging_mb, relay_mb=relay_mb, timeout_s=timeout_s,
                           domain_size=domain_size, hosts=hosts, devices=devices,
-                          colocated=colocated, delta=delta, verify=verify)
+                          colocated=colocated, delta=delta, verify=verify, name=name)
 
 
 def _did_you_mean(e, name):
@@ -447,21 +448,23 @@ class Refit(_lib.Handle):
         return out
 
     def plan(self, comm, domain_size=None, staging_mb=None, relay_mb=None, timeout_s=None,
-             hosts=None, devices=None, colocated=False, delta=False, verify=None):
+             hosts=None, devices=None, colocated=False, delta=False, verify=None, name=None):
         """This rank's Plan of the refit over ``comm``: rank comm.rank of comm.size
         (which must be the refit's world); a scoped refit takes the domain size it was
         built with. A failure is told to the peers through the comm before it is raised
         (Plan(comm=)). The plan's ``refit`` is this refit and its ``comm`` the comm, so
         plan.execute(src=..., dst=...) needs no comm. ``hosts``, ``devices`` and
         ``colocated`` are Plan's (one-sided reads between ranks of one host), and so are
-        ``delta`` and ``verify`` (docs/delta.md)."""
+        ``delta`` and ``verify`` (docs/delta.md) and ``name`` (which of this rank's plans
+        of equal inputs it is: name plans of one refit made on several threads, or in
+        another order per rank)."""
         comm_open(comm)
         if domain_size is None and self.domain_size:
             domain_size = self.domain_size
         plan = Plan(self.train, self.infer, rank=comm.rank, world=comm.size,
                     domain_size=domain_size, staging_mb=staging_mb, relay_mb=relay_mb,
                     timeout_s=timeout_s, comm=comm, hosts=hosts, devices=devices,
-                    colocated=colocated, delta=delta, verify=verify)
+                    colocated=colocated, delta=delta, verify=verify, name=name)
         plan.refit = self
         return plan
 

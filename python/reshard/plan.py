@@ -137,8 +137,9 @@ class Plan(_lib.Handle):
                  (reshard_plan_set_name; str of 1 to 63 bytes, the same on every rank):
                  plans of equal inputs (a policy and a reference model of one
                  architecture, two engines' plans of equal layouts) pair across ranks by
-                 name, else by the order in which one thread of each rank created the
-                 live unnamed ones (close() the ones you will not execute again);
+                 name, else by their number, fixed when each is made: the smallest no
+                 unnamed live one of one thread of the rank then held (close() the ones
+                 you will not execute again);
                  ranks executing different ones fail on every rank (MISMATCH), nothing
                  moves. Name them where ranks may create them in another order, or where
                  plans made on different threads share one comm
@@ -261,8 +262,9 @@ class Plan(_lib.Handle):
         destination state and snapshot from ``old``, the delta plan this rank executed
         last with the others; streams whose boxes ``old`` sent are then encoded against
         it, the rest go dense once. A new or restarted rank does not call it. ``old``
-        keeps nothing for that rank afterwards. Raises ReshardError (INVALID_ARG,
-        MISMATCH, RANK, NOMEM)."""
+        keeps nothing for that rank afterwards (executed again it is dense) and no
+        longer counts among the rank's plans of these inputs. Raises ReshardError
+        (INVALID_ARG, MISMATCH, RANK, NOMEM)."""
         if not isinstance(old, Plan):
             raise TypeError("reshard: delta_adopt needs a reshard.Plan, got %r" % (old,))
         if rank is None:

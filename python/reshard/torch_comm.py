@@ -526,10 +526,10 @@ def from_torch(group=None, name: Optional[str] = None):
     space) a live endpoint of the group holds. Endpoints whose names are absent on a
     peer never exchange a message: their executions time out on every rank. Plans of
     equal inputs pair by identity, checked at every execution (Plan(name=...), else
-    their creation order among the live unnamed plans of one thread; a rank executing
-    another one than its peers fails on every rank, MISMATCH). Unnamed plans of equal
-    inputs made on two threads that share one endpoint are not told apart: name them.
-    Not checked: two endpoint names swapped between
+    their number, fixed at creation, unique among the unnamed plans one thread holds; a rank
+    executing another one than its peers fails on every rank, MISMATCH). Unnamed plans
+    of equal inputs made on two threads that share one endpoint are not told apart: name
+    them. Not checked: two endpoint names swapped between
     ranks when each endpoint's plan comes from its own thread and the plans have equal
     inputs: they refit the wrong values without an error. Give each endpoint (and its
     plan) the same name, for the same model, on every rank. One endpoint serves one

@@ -212,21 +212,26 @@ static void mismatch_detail(reshard_comm_t *comm, const reshard_plan_t *plan, do
 static reshard_status_t identity_mismatch(const reshard_plan_t *plan, int32_t me, int32_t lo,
                                           int32_t hi, int32_t ordinal)
 {
-    char mine[128];
+    char mine[320];
+    const char *retired = rs_identity_retired(plan);
     if (ordinal < 0)
         snprintf(mine, sizeof mine, "the plan named '%s'", plan->id_name);
     else
         snprintf(mine, sizeof mine,
-                 "its thread's live unnamed plan number %d of these inputs "
-                 "(from 0, in creation order)",
+                 "its thread's unnamed plan number %d of these inputs (the smallest "
+                 "number no other unnamed, not retired plan of them held when it was made)",
                  (int)ordinal);
+    if (retired)
+        snprintf(mine + strlen(mine), sizeof mine - strlen(mine),
+                 ", retired (%s: it pairs only with the same retired plan)", retired);
     return rs_error(RESHARD_ERR_MISMATCH,
                     "rank %d: ranks %d and %d execute different plans made from the same inputs; "
                     "nothing was sent (plans of equal inputs pair by name, "
                     "reshard_plan_set_name / Plan(name=...), else by the order a thread of "
                     "each rank created them: these ranks created or executed them in another "
-                    "order, or kept an older such plan alive: close it, Plan.close(); this "
-                    "rank executes %s)",
+                    "order, or one of them retired it and the others did not; name them, "
+                    "and close plans not executed again, Plan.close(); this rank executes "
+                    "%s)",
                     me, lo, hi, mine);
 }
 

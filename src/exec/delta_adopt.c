@@ -222,8 +222,9 @@ reshard_status_t reshard_plan_delta_adopt(reshard_plan_t *plan, reshard_plan_t *
     to->last.version = to->version;
     to->last.state = to->state;
     /* moved: the old plan's rank holds nothing any more (its next execution is dense);
-     * the old plan no longer counts among the rank's plans of these inputs */
-    rs_identity_retire(from);
+     * the old plan is retired, and the new one takes its number among the rank's plans of
+     * these inputs (plan/identity.c) */
+    rs_identity_replace(plan, from, "reshard_plan_delta_adopt moved its delta state to a new plan");
     rs_delta_release(old);
     free(old->stream_ok);
     memset(old, 0, sizeof *old);

@@ -5,6 +5,7 @@
 #ifndef RS_EXEC_DELTA_CODEC_H
 #define RS_EXEC_DELTA_CODEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "reshard/reshard.h"
@@ -45,6 +46,17 @@ uint32_t rs_delta_word(uint64_t len, uint32_t elem_size);
  */
 uint64_t rs_delta_encode(const uint8_t *cur, uint8_t *prev, uint64_t len, uint32_t word,
                          uint8_t *out, uint64_t *changed);
+
+/** The implementation of the codec's block passes in use (delta_blocks.h): "avx512" (x86-64
+ *  with AVX-512 F/BW/VBMI/VBMI2) or "portable". Chosen at first use: the fastest this CPU runs,
+ *  or "portable" when the environment has RESHARD_DELTA_CODEC=portable. Every
+ *  implementation writes the same bytes. */
+const char *rs_delta_codec_path(void);
+
+/** Use the implementation called @p name ("portable", "avx512") from now on, in every thread,
+ *  or with @p name NULL the fastest this CPU runs. False (nothing changed) when this build or
+ *  CPU has no @p name. For tests and benchmarks that compare implementations. */
+bool rs_delta_codec_use(const char *name);
 
 /** Read and check the header at @p in for a chunk of @p len bytes: INVALID_ARG (with a
  *  message naming @p what) when it is not a header this code writes for that length. */

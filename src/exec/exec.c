@@ -6,6 +6,14 @@
  * packed and posted before round k is waited for and unpacked, so two rounds
  * are in flight and packing overlaps the transfer; forwarding of what landed
  * in round k overlaps the arrival of rounds k+1, k+2, ...
+ *
+ * A dense plan's round moves a stream's bytes as several messages: each run of a piece
+ * dense on both ends (and worth a message) goes straight between the user buffers, the
+ * rest is packed into the stream's slot (at most a chunk a round), so a chunk that spans
+ * pieces is not copied twice. A forward stream moves everything that is ready in a round,
+ * unbounded by the chunk where it goes straight: a landing rank receives from several
+ * senders at once, and a forward bounded by one chunk a round would fall behind the
+ * landings and trail the network phase.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +190,19 @@ typedef struct {
     rs_cursor_t pcur; /* receives: where the next posted chunk starts */
 } rs_xstream_t;
 
+/* The address of the stream bytes of @p xs at @p cur on this side when the piece there is
+ * dense in its buffer, else NULL. */
+static uint8_t *piece_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_cursor_t *cur)
+{
+    const rs_piece_t *p = &x->plan->pieces[xs->s->idx[cur->piece]];
+    reshard_fragment_t tmp;
+    void *buf;
+    const reshard_fragment_t *f = piece_place(x, p, xs->send, &tmp, &buf);
+    if (!rs_box_dense(&p->box, f))
+        return NULL;
+    return (uint8_t *)buf + (size_t)rs_frag_pos(f, p->box.offset) * p->elem_size + cur->off;
+}
+
 /* When the next @p len stream bytes of @p xs lie inside one piece's data and
  * that piece is dense in the user buffer of this side: their address. */
 static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_cursor_t *cur,
@@ -190,12 +211,29 @@ static uint8_t *direct_ptr(const rs_exec_t *x, const rs_xstream_t *xs, const rs_
     const rs_piece_t *p = &x->plan->pieces[xs->s->idx[cur->piece]];
     if (cur->off + len > p->bytes || len < RS_DIRECT_MIN_BYTES)
         return NULL;
-    reshard_fragment_t tmp;
-    void *buf;
-    const reshard_fragment_t *f = piece_place(x, p, xs->send, &tmp, &buf);
-    if (!rs_box_dense(&p->box, f))
-        return NULL;
-    return (uint8_t *)buf + (size_t)rs_frag_pos(f, p->box.offset) * p->elem_size + cur->off;
+    return piece_ptr(x, xs, cur);
+}
+
+/* Do the rounds of @p plan move several messages a stream (see the top)? Not under delta
+ * rounds (one encoded chunk a stream) nor quantized destinations. */
+static bool round_messages(const reshard_plan_t *plan)
+{
+    return !plan->delta && !plan->quant;
+}
+
+/* Does piece @p p move straight between the user buffers, as messages of its own? When its
+ * data is dense where it is read and where it is written (a relay scratch always is: what
+ * a landing writes and its forward reads) and worth a message. Both ends decide alike,
+ * from the plan's layouts (see piece_place). */
+static bool piece_direct(const reshard_plan_t *plan, const rs_piece_t *p)
+{
+    if (p->bytes < RS_DIRECT_MIN_BYTES)
+        return false;
+    bool fwd = p->stage == RS_STAGE_FORWARD, relay = rs_piece_is_relay(plan->dst, p);
+    const reshard_fragment_t *from =
+        fwd ? &plan->dst->f[p->from_frag] : &plan->src->f[p->from_frag];
+    bool read = (fwd && relay) || rs_box_dense(&p->box, from);
+    return read && ((!fwd && relay) || rs_box_dense(&p->box, &plan->dst->f[p->to_frag]));
 }
 
 /* Move @p cur over @p len stream bytes. */
@@ -224,10 +262,12 @@ static uint64_t round_len(const rs_xstream_t *x, int64_t round)
     return x->s->bytes - start < x->s->chunk ? x->s->bytes - start : x->s->chunk;
 }
 
-/* A stage-0 piece received by a landing rank, and the round that unpacks it. */
+/* A stage-0 piece received by a landing rank, the round that unpacks its last byte, and its
+ * place in its stream (offset, chunk). */
 typedef struct {
     int32_t rank, frag;
     int64_t piece, done;
+    uint64_t off, chunk;
 } rs_landed_t;
 
 static int cmp_landed(const void *pa, const void *pb)
@@ -261,7 +301,8 @@ static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, 
             free(v);
             return NULL;
         }
-        v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, (int64_t)((off + p->bytes - 1) / chunk)};
+        v[n++] = (rs_landed_t){p->receiver, p->to_frag, i, (int64_t)((off + p->bytes - 1) / chunk),
+                               off,         chunk};
         off += rs_piece_stream_bytes(p);
     }
     if (n > 1)
@@ -272,9 +313,11 @@ static rs_landed_t *landed_pieces(const reshard_plan_t *plan, const bool *want, 
 
 /* First round in which forward piece @p q may be packed on its landing rank:
  * two rounds after the last round unpacking a stage-0 piece that fills part
- * of its box (round k+2 is packed after round k is unpacked). */
+ * of its box (round k+2 is packed after round k is unpacked). When a single
+ * landing fills it, box for box (the same bytes in the same order), that landing
+ * goes to *@p same (else NULL): its prefixes are ready chunk by chunk. */
 static int64_t forward_ready(const reshard_plan_t *plan, const rs_landed_t *l, int64_t nl,
-                             const rs_piece_t *q)
+                             const rs_piece_t *q, const rs_landed_t **same)
 {
     int64_t lo = 0, hi = nl;
     while (lo < hi) {
@@ -284,27 +327,75 @@ static int64_t forward_ready(const reshard_plan_t *plan, const rs_landed_t *l, i
         else
             hi = mid;
     }
-    int64_t ready = 0;
+    int64_t ready = 0, hits = 0;
+    *same = NULL;
     for (int64_t i = lo; i < nl && l[i].rank == q->sender && l[i].frag == q->from_frag; i++) {
         reshard_box_t x;
-        if (l[i].done + 2 > ready && rs_box_intersect(&plan->pieces[l[i].piece].box, &q->box, &x))
+        const reshard_box_t *b = &plan->pieces[l[i].piece].box;
+        if (!rs_box_intersect(b, &q->box, &x))
+            continue;
+        hits++;
+        *same = rs_box_cmp(b, &q->box) == 0 ? &l[i] : NULL;
+        if (l[i].done + 2 > ready)
             ready = l[i].done + 2;
     }
+    if (hits != 1)
+        *same = NULL;
     return ready;
 }
 
+/* Stream bytes of forward piece @p q ready in round @p g before all of it is (see
+ * forward_ready): the prefix that landing @p same unpacked by round g - 2. */
+static uint64_t forward_prefix(const rs_piece_t *q, const rs_landed_t *same, int64_t g)
+{
+    if (!same || g < 1 || (uint64_t)(g - 1) * same->chunk <= same->off)
+        return 0;
+    uint64_t y = (uint64_t)(g - 1) * same->chunk - same->off; /* a multiple of 8 */
+    return y < q->bytes ? y : 0;                              /* all of it: forward_ready's round */
+}
+
+/* Stream bytes a forward round of a dense plan moves (see the top) from the cursor
+ * (*@p ci, *@p coff), with pieces [0, @p pi) of stream @p s ready and @p part bytes of piece
+ * pi: every ready byte of direct pieces and up to a chunk of the others. Moves the cursor. */
+static uint64_t forward_round(const reshard_plan_t *plan, const rs_stream_t *s, int64_t pi,
+                              uint64_t part, int64_t *ci, uint64_t *coff)
+{
+    uint64_t budget = s->chunk, len = 0;
+    while (*ci < s->n && *ci <= pi) {
+        const rs_piece_t *p = &plan->pieces[s->idx[*ci]];
+        uint64_t have = *ci < pi ? rs_piece_stream_bytes(p) : part;
+        if (have <= *coff)
+            break;
+        bool direct = piece_direct(plan, p);
+        uint64_t rest = have - *coff, take = direct || rest < budget ? rest : budget;
+        budget -= direct ? 0 : take;
+        len += take;
+        *coff += take;
+        if (take < rest || *ci == pi)
+            break; /* out of budget, or at the ready end of a partly ready piece */
+        ++*ci;
+        *coff = 0;
+    }
+    return len;
+}
+
 /* Per-round lengths of forward stream @p x: in round k it moves up to a chunk
- * of the bytes whose pieces (a prefix of the stream) are all ready. */
+ * of the bytes whose pieces (a prefix of the stream) are all ready; a dense
+ * plan's rounds move more (forward_round), partly ready pieces included. */
 static int forward_schedule(const reshard_plan_t *plan, const rs_landed_t *l, int64_t nl,
                             rs_xstream_t *x)
 {
     const rs_stream_t *s = x->s;
     int64_t *ready = malloc((size_t)(s->n ? s->n : 1) * sizeof *ready);
-    if (!ready)
+    const rs_landed_t **same = malloc((size_t)(s->n ? s->n : 1) * sizeof *same);
+    if (!ready || !same) {
+        free(ready);
+        free(same);
         return -1;
+    }
     int64_t last = 0;
     for (int64_t i = 0; i < s->n; i++) {
-        ready[i] = forward_ready(plan, l, nl, &plan->pieces[s->idx[i]]);
+        ready[i] = forward_ready(plan, l, nl, &plan->pieces[s->idx[i]], &same[i]);
         if (i > 0 && ready[i] < ready[i - 1])
             ready[i] = ready[i - 1]; /* the stream moves in order */
         last = ready[i];
@@ -313,19 +404,26 @@ static int forward_schedule(const reshard_plan_t *plan, const rs_landed_t *l, in
     x->len = calloc((size_t)cap, sizeof *x->len);
     if (!x->len) {
         free(ready);
+        free(same);
         return -1;
     }
-    uint64_t pos = 0, avail = 0;
-    int64_t pi = 0, g = 0;
+    uint64_t pos = 0, avail = 0, coff = 0;
+    int64_t pi = 0, g = 0, ci = 0; /* pieces [0, pi) are ready; the cursor is (ci, coff) */
+    const bool multi = round_messages(plan);
     for (; pos < s->bytes; g++) {
         while (pi < s->n && ready[pi] <= g)
             avail += rs_piece_stream_bytes(&plan->pieces[s->idx[pi++]]);
         uint64_t len = avail - pos < s->chunk ? avail - pos : s->chunk;
+        if (multi) {
+            uint64_t part = pi < s->n ? forward_prefix(&plan->pieces[s->idx[pi]], same[pi], g) : 0;
+            len = forward_round(plan, s, pi, part, &ci, &coff);
+        }
         x->len[g] = len;
         pos += len;
     }
     x->rounds = g;
     free(ready);
+    free(same);
     return 0;
 }
 
@@ -389,6 +487,118 @@ static void free_xstreams(rs_xstream_t *v, int32_t n)
     free(v);
 }
 
+/* Count @p payload bytes sent by this rank to @p peer, by link class. */
+static void count_sent(rs_exec_t *x, int32_t peer, uint64_t payload)
+{
+    if (!x->stats)
+        return;
+    bool same = x->plan->p.domain_size > 1 &&
+                rs_domain_of(&x->plan->p, peer) == rs_domain_of(&x->plan->p, x->rp->rank);
+    *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += payload;
+}
+
+/* The next message of a round (see the top) at @p cur with @p left stream bytes of
+ * the round to go: its stream bytes, and whether it moves straight between the user buffers
+ * (a direct piece's data; its padding is not sent) or through the slot (a run of other
+ * pieces). */
+static uint64_t next_message(const rs_exec_t *x, const rs_stream_t *s, rs_cursor_t cur,
+                             uint64_t left, bool *direct)
+{
+    const rs_piece_t *p = &x->plan->pieces[s->idx[cur.piece]];
+    *direct = piece_direct(x->plan, p);
+    if (*direct) {
+        uint64_t rest = rs_piece_stream_bytes(p) - cur.off;
+        return rest < left ? rest : left;
+    }
+    uint64_t run = 0;
+    while (run < left) {
+        p = &x->plan->pieces[s->idx[cur.piece]];
+        if (piece_direct(x->plan, p))
+            break;
+        uint64_t rest = rs_piece_stream_bytes(p) - cur.off;
+        uint64_t take = rest < left - run ? rest : left - run;
+        run += take;
+        advance(x, s, &cur, take);
+    }
+    return run;
+}
+
+/* The data bytes (not padding) of the @p len stream bytes of a direct message at @p cur. */
+static uint64_t message_data(const rs_exec_t *x, const rs_stream_t *s, const rs_cursor_t *cur,
+                             uint64_t len)
+{
+    const rs_piece_t *p = &x->plan->pieces[s->idx[cur->piece]];
+    uint64_t end = cur->off + len < p->bytes ? cur->off + len : p->bytes;
+    return end > cur->off ? end - cur->off : 0;
+}
+
+/* Post stream @p xs's @p len bytes of a round as its messages (next_message),
+ * packing what goes through the slot at @p stage_buf. */
+static reshard_status_t post_messages(rs_exec_t *x, rs_xstream_t *xs, int slot, uint8_t *stage_buf,
+                                      uint64_t len)
+{
+    const reshard_transport_ops_t *ops = x->comm->ops;
+    rs_cursor_t *cur = xs->send ? &xs->cur : &xs->pcur;
+    reshard_status_t st = RESHARD_OK;
+    uint64_t staged = 0;
+    while (len > 0 && st == RESHARD_OK) {
+        bool direct;
+        uint64_t n = next_message(x, xs->s, *cur, len, &direct);
+        uint8_t *buf = direct ? piece_ptr(x, xs, cur) : stage_buf + staged;
+        uint64_t bytes = direct ? message_data(x, xs->s, cur, n) : n, payload = direct ? bytes : 0;
+        if (xs->send && !direct && x->failed == RESHARD_OK) {
+            const rs_cursor_t at = *cur;
+            reshard_status_t ls = move_chunk(x, xs->s, cur, buf, n, true, &payload);
+            if (ls != RESHARD_OK) {
+                *cur = at;
+                note_failure(x, ls); /* post the rest of the schedule without data */
+            }
+        }
+        if (!xs->send || direct || x->failed != RESHARD_OK)
+            advance(x, xs->s, cur, n); /* nothing packed (or a failed pack): move on */
+        if (x->failed != RESHARD_OK)
+            payload = 0;
+        staged += direct ? 0 : n;
+        len -= n;
+        if (bytes == 0)
+            continue;
+        st = xs->send ? ops->post_send(x->comm, slot, xs->s->peer, buf, bytes)
+                      : ops->post_recv(x->comm, slot, xs->s->peer, buf, bytes);
+        if (st == RESHARD_OK && xs->send)
+            count_sent(x, xs->s->peer, payload);
+    }
+    return st;
+}
+
+/* Unpack what stream @p xs received in its messages of a round (@p len bytes). */
+static void finish_messages(rs_exec_t *x, rs_xstream_t *xs, uint8_t *stage_buf, uint64_t len)
+{
+    uint64_t staged = 0;
+    while (len > 0) {
+        bool direct;
+        uint64_t n = next_message(x, xs->s, xs->cur, len, &direct), payload = 0;
+        if (direct) {
+            payload = message_data(x, xs->s, &xs->cur, n);
+            advance(x, xs->s, &xs->cur, n);
+        } else if (x->failed == RESHARD_OK) {
+            const rs_cursor_t at = xs->cur;
+            reshard_status_t ls =
+                move_chunk(x, xs->s, &xs->cur, stage_buf + staged, n, false, &payload);
+            if (ls != RESHARD_OK) { /* an unpack step: keep the rounds going, without data */
+                xs->cur = at;
+                advance(x, xs->s, &xs->cur, n);
+                note_failure(x, ls);
+            }
+        } else {
+            advance(x, xs->s, &xs->cur, n);
+        }
+        staged += direct ? 0 : n;
+        len -= n;
+        if (x->stats)
+            x->stats->bytes_recv += payload;
+    }
+}
+
 /* Pack and post round @p k into slot k % 2. */
 static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int64_t k,
                                    uint64_t slot_bytes)
@@ -402,6 +612,10 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
         uint64_t len = round_len(xs, k);
         if (!len)
             continue;
+        if (round_messages(x->plan)) {
+            st = post_messages(x, xs, slot, base + xs->slot_off, len);
+            continue;
+        }
         uint8_t *direct = direct_ptr(x, xs, xs->send ? &xs->cur : &xs->pcur, len);
         xs->direct[slot] = direct != NULL;
         if (!xs->send) {
@@ -436,11 +650,8 @@ static reshard_status_t post_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, int
             advance(x, xs->s, &xs->cur, len);
         }
         st = ops->post_send(x->comm, slot, xs->s->peer, direct ? direct : base + xs->slot_off, len);
-        if (st == RESHARD_OK && x->stats) {
-            bool same = x->plan->p.domain_size > 1 && rs_domain_of(&x->plan->p, xs->s->peer) ==
-                                                          rs_domain_of(&x->plan->p, x->rp->rank);
-            *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) += payload;
-        }
+        if (st == RESHARD_OK)
+            count_sent(x, xs->s->peer, payload);
     }
     if (st == RESHARD_OK)
         st = ops->round_end(x->comm, slot);
@@ -459,6 +670,10 @@ static reshard_status_t finish_round(rs_exec_t *x, rs_xstream_t *v, int32_t n, i
         uint64_t len = round_len(xs, k);
         if (xs->send || !len)
             continue;
+        if (round_messages(x->plan)) {
+            finish_messages(x, xs, base + xs->slot_off, len);
+            continue;
+        }
         uint64_t payload = 0;
         if (xs->direct[slot]) {
             payload = len;
@@ -1185,8 +1400,9 @@ reshard_status_t reshard_plan_execute(const reshard_plan_t *plan, reshard_comm_t
     reshard_status_t st = execute(plan, comm, src_bufs, n_src, dst_bufs, n_dst, stats);
     if (st == RESHARD_ERR_TIMEOUT || st == RESHARD_ERR_TRANSPORT) {
         comm->broken = true;
-        /* its peers are lost: the plans made next (elastic) no longer count it */
-        rs_identity_retire(plan);
+        /* its peers are lost: the plans made next (elastic) no longer count it, and it
+         * pairs only with itself if executed again (plan/identity.c) */
+        rs_identity_retire(plan, "an execution of it lost its peers (TIMEOUT or TRANSPORT)");
         if (reshard_last_error()[0] == '\0')
             rs_error(st, "rank %d: %s", comm->rank,
                      st == RESHARD_ERR_TIMEOUT ? "a peer did not answer within the plan's timeout"

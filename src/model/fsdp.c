@@ -40,10 +40,13 @@
  * (Shard(1)); lm_head "colwise_rep" (ForCausalLM._tp_plan: Shard(0) of the
  * vocabulary); embed_tokens, the norms (q_norm/k_norm are
  * "replicated_with_grad_allreduce" in newer plans) and everything else not in
- * the plan: Replicate over tp. MoE expert plans differ between releases and
- * families ("local_colwise" per expert, "packed_colwise"/"moe_tp_experts" on
- * the fused tensors, "rowwise" on gate_up_proj): tp > 1 with a MoE family is
- * refused.
+ * the plan: Replicate over tp. The MoE families' plans differ by family and
+ * release: tp_plan() below, the facts in docs/fsdp-reference.md. Every TP
+ * style cuts by torch.chunk (transformers' get_tensor_shard: ceil(n/tp) per
+ * rank), so "local_colwise" (a plain tensor holding the TP piece) and
+ * "colwise" (a DTensor) put the same bytes on a rank; only transformers 5's
+ * packed_colwise (get_packed_weights: floor(I/tp) rows of gate and of up per
+ * rank) needs tp to divide the expert intermediate size.
  *
  * MoE experts (reshard_transformers_t; the facts per family, with lines, are in
  * docs/fsdp-reference.md: transformers 4 read at tag v4.57.6, 5 at
@@ -168,8 +171,18 @@ static reshard_status_t param(rs_emit_t *e, const fs_coord_t *c, int32_t t, int6
         return (reshard_status_t)b;
     if (style != TP_ROWWISE)
         return flat(e, t, b, 0, pbase + a * width, pbase + (a + l) * width);
-    /* rows [a, a+l) of columns [ca, ca+cl) of a 2-d [n0, width] tensor */
-    int64_t off[2] = {a, ca}, ext[2] = {l, cl}, st[2] = {cl, 1};
+    /* rows [a, a+l) of columns [ca, ca+cl) of the [n0, width] matrix at @p pbase:
+     * a 2-d tensor, or block pbase / (n0 * width) of a stacked 3-d one */
+    reshard_tensor_info_t ti;
+    TRY(reshard_tensors_info(e->T, t, &ti));
+    int nd = ti.view_ndim == 3 ? 3 : 2, k = nd - 2;
+    int64_t off[3] = {pbase / (n0 * width), 0, 0}, ext[3] = {1, 0, 0}, st[3] = {l * cl, 0, 0};
+    off[k] = a;
+    off[k + 1] = ca;
+    ext[k] = l;
+    ext[k + 1] = cl;
+    st[k] = cl;
+    st[k + 1] = 1;
     return rs_emit(e, t, b, off, ext, 0, st);
 }
 
@@ -182,6 +195,52 @@ static reshard_status_t whole(rs_emit_t *e, const fs_coord_t *c, int32_t t, tp_s
     bool vector = ti.ndim == 1;
     int64_t n0 = ti.shape[0], width = vector ? 1 : ti.shape[ti.ndim - 1];
     return param(e, c, t, 0, n0, width, vector, style, name);
+}
+
+/* Which parameter groups a family's HF tensor-parallel plan splits over tp
+ * (colwise: gate/up rows, q/k/v rows, the router's expert rows; rowwise:
+ * down/o columns); the rest is replicated. transformers 4, base_model_tp_plan
+ * at v4.57.6 (753d6110): mixtral attention and block_sparse_moe.gate
+ * "colwise_rep" only: its "experts.*.w1"/"w3" "colwise", "w2" "rowwise" never
+ * apply there, as _get_parameter_tp_plan turns every digit run into "*"
+ * ("experts.*.w*"; fixed for 5 by PR #42129), so the experts stay replicated;
+ * qwen3_moe and
+ * glm4_moe attention, experts.*.{gate,up}_proj "colwise", down_proj "rowwise",
+ * the dense mlp; qwen2_moe attention and the dense mlp only (experts,
+ * shared_expert and its gate replicated); deepseek_v3 routed experts, shared
+ * experts and the dense mlp "local_colwise"/"local_rowwise" (MLA replicated).
+ * transformers 5, at a597f974: experts.gate_up_proj "packed_colwise",
+ * experts.down_proj "rowwise" with "moe_tp_experts" for mixtral, qwen3_moe,
+ * deepseek_v3 and glm4_moe (no router entry: mixtral's is replicated),
+ * shared_experts colwise/rowwise for deepseek_v3 and glm4_moe, qwen2_moe as in
+ * 4, MLA replicated. Dense families: attention and mlp in both. */
+typedef struct {
+    bool attn, router, experts, shared, mlp;
+} tp_plan_t;
+
+static tp_plan_t tp_plan(const reshard_model_t *m, const reshard_train_spec_t *s)
+{
+    bool v5 = rs_transformers(s) == RESHARD_TRANSFORMERS_5;
+    switch (m->fam) {
+    case RS_FAM_MIXTRAL:
+        return (tp_plan_t){.attn = true, .router = !v5, .experts = v5};
+    case RS_FAM_QWEN2_MOE:
+        return (tp_plan_t){.attn = true, .mlp = true};
+    case RS_FAM_QWEN3_MOE:
+        return (tp_plan_t){.attn = true, .experts = true, .mlp = true};
+    case RS_FAM_DSV3:
+        return (tp_plan_t){.experts = true, .shared = true, .mlp = true};
+    case RS_FAM_GLM4_MOE:
+        return (tp_plan_t){.attn = true, .experts = true, .shared = v5, .mlp = true};
+    default:
+        return (tp_plan_t){.attn = true, .mlp = true};
+    }
+}
+
+/* @p style when the plan splits the group (@p split), else replicated. */
+static tp_style_t when(bool split, tp_style_t style)
+{
+    return split ? style : TP_REPLICATE;
 }
 
 /* The HF MoE block of a family at a transformers release (see the header's
@@ -210,21 +269,25 @@ static moe_form_t moe_form(const reshard_model_t *m, const reshard_train_spec_t 
     return f;
 }
 
-/* The routed experts of a MoE layer (names "<p><blk>experts."). */
+/* The routed experts of a MoE layer (names "<p><blk>experts."), split over
+ * tp when @p split. */
 static reshard_status_t experts(rs_emit_t *e, const reshard_train_spec_t *s, const fs_coord_t *c,
-                                const rs_layer_ids_t *l, const char *p, const moe_form_t *f)
+                                const rs_layer_ids_t *l, const char *p, const moe_form_t *f,
+                                bool split)
 {
     const reshard_model_t *m = e->m;
     int64_t E = m->E, I = m->Im, H = m->H;
     char q[128], n[160], n2[160];
     if (rs_transformers(s) == RESHARD_TRANSFORMERS_5) {
-        /* gate_up_proj [E, 2I, H] and down_proj [E, H, I], Shard(0) on E */
-        int64_t e0, ne;
+        /* gate_up_proj [E, 2I, H], down_proj [E, H, I]; with tp, tp rank t holds
+         * [E, 2I/tp, H] ([gate rows t; up rows t] per expert: packed_colwise) and
+         * [E, H, I/tp] (columns t: rowwise); FSDP2 Shard(0) on E of that */
+        int64_t e0, ne, it = split ? I / c->T : I;
         chunk(E, c->N, c->s, &e0, &ne);
         if (ne == 0)
             return RESHARD_OK;
         rs_nm(q, sizeof q, p, f->blk);
-        return rs_emit_experts(e, l, e0, ne, 0, I, false,
+        return rs_emit_experts(e, l, e0, ne, split ? c->t * it : 0, it, false,
                                rs_nm(n, sizeof n, q, "experts.gate_up_proj"),
                                rs_nm(n2, sizeof n2, q, "experts.down_proj"));
     }
@@ -237,21 +300,23 @@ static reshard_status_t experts(rs_emit_t *e, const reshard_train_spec_t *s, con
         for (int k = 0; k < 3; k++) {
             bool down = f->role[k] == 2;
             TRY(param(e, c, ids[f->role[k]], x * I * H, down ? H : I, down ? I : H, false,
-                      TP_REPLICATE, rs_nm(n, sizeof n, q, f->proj[k])));
+                      when(split, down ? TP_ROWWISE : TP_COLWISE),
+                      rs_nm(n, sizeof n, q, f->proj[k])));
         }
     }
     return RESHARD_OK;
 }
 
-/* The router "<blk>gate.weight" [E, H], sharded; its score-correction bias
- * [E] fp32 is a registered buffer (DeepseekV3TopkRouter, Glm4MoeTopkRouter),
- * which fully_shard does not shard: every rank holds it whole. */
+/* The router "<blk>gate.weight" [E, H], sharded (its expert rows over tp
+ * when @p split: mixtral's "colwise_rep"); its score-correction bias [E] fp32
+ * is a registered buffer (DeepseekV3TopkRouter, Glm4MoeTopkRouter), which
+ * fully_shard does not shard: every rank holds it whole. */
 static reshard_status_t router(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
-                               const char *p, const moe_form_t *f)
+                               const char *p, const moe_form_t *f, bool split)
 {
     char q[96], n[160];
     rs_nm(q, sizeof q, p, f->blk);
-    TRY(whole(e, c, l->router, TP_REPLICATE, rs_nm(n, sizeof n, q, "gate.weight")));
+    TRY(whole(e, c, l->router, when(split, TP_COLWISE), rs_nm(n, sizeof n, q, "gate.weight")));
     if (l->router_bias < 0)
         return RESHARD_OK;
     return rs_emit_own(e, l->router_bias, rs_nm(n, sizeof n, q, "gate.e_score_correction_bias"));
@@ -266,11 +331,12 @@ static reshard_status_t moe(rs_emit_t *e, const reshard_train_spec_t *s, const f
 {
     const reshard_model_t *m = e->m;
     moe_form_t f = moe_form(m, s);
+    tp_plan_t tp = tp_plan(m, s);
     if (!f.experts_first)
-        TRY(router(e, c, l, p, &f));
-    TRY(experts(e, s, c, l, p, &f));
+        TRY(router(e, c, l, p, &f, tp.router));
+    TRY(experts(e, s, c, l, p, &f, tp.experts));
     if (f.experts_first)
-        TRY(router(e, c, l, p, &f));
+        TRY(router(e, c, l, p, &f, tp.router));
     if (l->s_gate < 0)
         return RESHARD_OK;
     char q[128], n[160];
@@ -279,7 +345,8 @@ static reshard_status_t moe(rs_emit_t *e, const reshard_train_spec_t *s, const f
     static const char *const proj[3] = {".gate_proj.weight", ".up_proj.weight",
                                         ".down_proj.weight"};
     for (int k = 0; k < 3; k++)
-        TRY(whole(e, c, ids[k], TP_REPLICATE, rs_nm(n, sizeof n, q, proj[k])));
+        TRY(whole(e, c, ids[k], when(tp.shared, k == 2 ? TP_ROWWISE : TP_COLWISE),
+                  rs_nm(n, sizeof n, q, proj[k])));
     if (l->s_sigmoid < 0)
         return RESHARD_OK;
     return whole(e, c, l->s_sigmoid, TP_REPLICATE,
@@ -288,7 +355,7 @@ static reshard_status_t moe(rs_emit_t *e, const reshard_train_spec_t *s, const f
 
 /* MLA (DeepseekV3Attention, module order): q_a_proj, q_a_layernorm, q_b_proj
  * (q_proj without q_lora_rank), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
- * o_proj. Only with tp=1 (a MoE family): no TP style applies. */
+ * o_proj. Not in deepseek_v3's tp plan (either release): replicated over tp. */
 static reshard_status_t mla(rs_emit_t *e, const fs_coord_t *c, const rs_layer_ids_t *l,
                             const char *p)
 {
@@ -316,6 +383,8 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
 {
     const reshard_model_t *m = e->m;
     const rs_layer_ids_t *l = &e->ids->layer[i];
+    tp_plan_t tp = tp_plan(m, s);
+    tp_style_t col = when(tp.attn, TP_COLWISE), row = when(tp.attn, TP_ROWWISE);
     char p[96], n[160];
     rs_name_join(p, sizeof p, "", "model.layers.", l->hf_index, ".");
     if (m->fam == RS_FAM_DSV3) {
@@ -327,11 +396,11 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         static const char *const bn[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
                                           "self_attn.v_proj.bias"};
         for (int k = 0; k < 3; k++) {
-            TRY(whole(e, c, qkv[k], TP_COLWISE, rs_nm(n, sizeof n, p, wn[k])));
+            TRY(whole(e, c, qkv[k], col, rs_nm(n, sizeof n, p, wn[k])));
             if (bias[k] >= 0)
-                TRY(whole(e, c, bias[k], TP_COLWISE, rs_nm(n, sizeof n, p, bn[k])));
+                TRY(whole(e, c, bias[k], col, rs_nm(n, sizeof n, p, bn[k])));
         }
-        TRY(whole(e, c, l->o, TP_ROWWISE, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
+        TRY(whole(e, c, l->o, row, rs_nm(n, sizeof n, p, "self_attn.o_proj.weight")));
         if (m->qk_norm) {
             TRY(whole(e, c, l->q_norm, TP_REPLICATE,
                       rs_nm(n, sizeof n, p, "self_attn.q_norm.weight")));
@@ -340,9 +409,11 @@ static reshard_status_t layer(rs_emit_t *e, const reshard_train_spec_t *s, const
         }
     }
     if (l->gate >= 0) {
-        TRY(whole(e, c, l->gate, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.gate_proj.weight")));
-        TRY(whole(e, c, l->up, TP_COLWISE, rs_nm(n, sizeof n, p, "mlp.up_proj.weight")));
-        TRY(whole(e, c, l->down, TP_ROWWISE, rs_nm(n, sizeof n, p, "mlp.down_proj.weight")));
+        col = when(tp.mlp, TP_COLWISE);
+        TRY(whole(e, c, l->gate, col, rs_nm(n, sizeof n, p, "mlp.gate_proj.weight")));
+        TRY(whole(e, c, l->up, col, rs_nm(n, sizeof n, p, "mlp.up_proj.weight")));
+        TRY(whole(e, c, l->down, when(tp.mlp, TP_ROWWISE),
+                  rs_nm(n, sizeof n, p, "mlp.down_proj.weight")));
     } else {
         TRY(moe(e, s, c, l, p));
     }
@@ -399,12 +470,14 @@ reshard_status_t rs_fsdp_check(const reshard_model_t *m, const reshard_train_spe
     if (m->nmtp > 0)
         return rs_error(RESHARD_ERR_UNSUPPORTED,
                         "train (fsdp): the HF modules have no MTP layers (mtp option)");
-    if (m->fam != RS_FAM_DENSE)
-        RULE(s->tp == 1,
-             "train (fsdp): tp=%d with the %s family: HF's tensor-parallel plan for the experts "
-             "differs between transformers releases (local_colwise per expert, packed_colwise / "
-             "moe_tp_experts on the fused tensors) and is not modelled; use tp=1",
-             s->tp, family_name(m));
+    if (m->fam != RS_FAM_DENSE && s->tp > 1 && rs_transformers(s) == RESHARD_TRANSFORMERS_5 &&
+        tp_plan(m, s).experts)
+        RULE(m->Im % s->tp == 0,
+             "train (fsdp): tp=%d does not divide the %s family's expert intermediate size %lld: "
+             "transformers 5 splits model.layers.N.mlp.experts.gate_up_proj \"packed_colwise\" "
+             "(get_packed_weights gives each tp rank floor(I/tp) rows of gate and of up, so the "
+             "rest would be on no rank); use a tp that divides it",
+             s->tp, family_name(m), (long long)m->Im);
     if (m->fam == RS_FAM_DSV3) /* DeepseekV3DecoderLayer: MoE iff layer >= first_k_dense_replace */
         for (int32_t i = 1; i < m->L; i++)
             RULE(m->moe[i] || !m->moe[i - 1],

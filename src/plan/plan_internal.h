@@ -131,14 +131,21 @@ struct reshard_plan {
 };
 
 /** plan/identity.c: register a created @p plan (NOMEM), forget a destroyed one, retire
- *  the old plan of reshard_plan_delta_adopt (it no longer counts in ordinals). */
+ *  one, @p why (static text: the old plan of reshard_plan_delta_adopt, a plan whose
+ *  execution lost its peers): its name is free for a new plan, and rs_identity_retired
+ *  says why (NULL: not retired). */
 reshard_status_t rs_identity_add(const reshard_plan_t *plan);
 void rs_identity_remove(const reshard_plan_t *plan);
-void rs_identity_retire(const reshard_plan_t *plan);
+void rs_identity_retire(const reshard_plan_t *plan, const char *why);
+/** Retire @p from (reshard_plan_delta_adopt: @p plan took its state), and where both
+ *  have the same inputs and @p plan has no name, give @p plan @p from's name, or else its
+ *  number, as the plan that takes its place. */
+void rs_identity_replace(reshard_plan_t *plan, const reshard_plan_t *from, const char *why);
+const char *rs_identity_retired(const reshard_plan_t *plan);
 /** The identity @p plan's executions agree on: the hash of its name (top bit set), or its
- *  ordinal among the rank's live, unnamed, not retired plans of the same fingerprint that
- *  its creating thread made before it (that ordinal into *@p ordinal when not NULL, -1
- *  for a named plan; plan/identity.c). */
+ *  number, fixed when it was made (the smallest no unnamed, not retired plan of the same
+ *  inputs its thread then held); a retired plan's from a set of its own (that number
+ *  into *@p ordinal when not NULL, -1 for a named plan; plan/identity.c). */
 uint64_t rs_identity(const reshard_plan_t *plan, int32_t *ordinal);
 
 /** True for a relay piece: a stage-0 piece landing on a rank that does not

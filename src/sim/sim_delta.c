@@ -1,6 +1,8 @@
 /* Delta refit predictions (reshard_sim.h): the dense cost model with the bytes a delta
  * plan puts on the wire (the encoding's size model, exec/delta_codec.h), two exchanges
- * per round, and the encode and apply the round loop does not overlap. */
+ * per round, and the CPU work (copies, encode, apply, hash) the round loop does not
+ * overlap. */
+#include <math.h>
 #include <string.h>
 
 #include "exec/delta_codec.h"
@@ -28,10 +30,13 @@ reshard_status_t reshard_sim_delta_plan(const reshard_plan_t *plan, const reshar
                         "reshard_sim_delta_plan: the plan is rank %d's own; simulation needs a "
                         "global plan (RESHARD_ALL_RANKS)",
                         plan->p.my_rank);
-    const double enc = dp->encode_bytes_per_s > 0 ? dp->encode_bytes_per_s
-                                                  : RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S,
-                 app = dp->apply_bytes_per_s > 0 ? dp->apply_bytes_per_s
-                                                 : RESHARD_SIM_DELTA_APPLY_BYTES_PER_S;
+#define RATE(f, d) (dp->f > 0 ? dp->f : (d))
+    const double enc = RATE(encode_bytes_per_s, RESHARD_SIM_DELTA_ENCODE_BYTES_PER_S),
+                 app = RATE(apply_bytes_per_s, RESHARD_SIM_DELTA_APPLY_BYTES_PER_S),
+                 cpy = RATE(copy_bytes_per_s, RESHARD_SIM_DELTA_COPY_BYTES_PER_S),
+                 hsh = dp->no_verify ? INFINITY
+                                     : RATE(hash_bytes_per_s, RESHARD_SIM_DELTA_HASH_BYTES_PER_S);
+#undef RATE
     const uint32_t word = dp->word ? dp->word : 2;
     /* the wire bytes per stream byte for the plan's chunk (the smallest any rank stages:
      * the most header bytes per chunk) */
@@ -50,12 +55,20 @@ reshard_status_t reshard_sim_delta_plan(const reshard_plan_t *plan, const reshar
     reshard_status_t st = reshard_sim_plan(plan, &s, out);
     if (st != RESHARD_OK)
         return st;
-    /* every chunk is encoded, and applied, between the rounds: not overlapped */
+    /* A rank's CPU work per stream byte: a sender packs, encodes and (verified) hashes; a
+     * receiver reads the previous bytes back, applies, hashes and writes back. A dense
+     * chunk (the kind the size model expects at this fraction) is neither hashed nor read
+     * back. Within a round every encode precedes the exchanges and every apply follows
+     * them, but receivers apply round k while senders encode round k + 1: the round loop
+     * takes the busiest rank's work, not the sum of the busiest sender's and receiver's. */
+    const bool dense = ratio * (double)chunk >= (double)(chunk + RS_DELTA_HEADER_BYTES) - 0.5;
+    const double per_send = 1 / cpy + 1 / enc + (dense ? 0 : 1 / hsh),
+                 per_recv = (dense ? 1 : 2) / cpy + 1 / app + (dense ? 0 : 1 / hsh);
     const rs_tally_t *tl = plan->tally;
     double codec = 0;
     for (int32_t r = 0; r < W; r++) {
-        double t = (double)(tl->nic_send[r] + tl->nvl_send[r]) / enc +
-                   (double)(tl->nic_recv[r] + tl->nvl_recv[r]) / app;
+        double t = (double)(tl->nic_send[r] + tl->nvl_send[r]) * per_send +
+                   (double)(tl->nic_recv[r] + tl->nvl_recv[r]) * per_recv;
         codec = t > codec ? t : codec;
     }
     out->copy_s += codec;

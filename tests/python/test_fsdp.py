@@ -394,6 +394,74 @@ def test_moe_families_live_shards_are_the_layouts(tmp_path, family, train):
     buffers), and holds, byte for byte, what the refit's train layout says each of its
     buffers holds (both filled from the same logical tensors: the global-index
     pattern)."""
+    _moe_live_shards_are_the_layouts(tmp_path, family, train)
+
+
+# transformers' base_model_tp_plan of each MoE family ("layers.*." left off), copied
+# from configuration_<family>.py at v4.57.6 (753d6110) and at a597f974 (5), and the
+# causal LM's _tp_plan for lm_head ("colwise_rep"; 5: "colwise_gather_output").
+_ATTN = {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise",
+         "self_attn.v_proj": "colwise", "self_attn.o_proj": "rowwise"}
+_MLP = {"mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise"}
+_FUSED = {"mlp.experts.gate_up_proj": "packed_colwise", "mlp.experts.down_proj": "rowwise",
+          "mlp.experts": "moe_tp_experts"}
+_SHARED = {"mlp.shared_experts.gate_proj": "colwise", "mlp.shared_experts.up_proj": "colwise",
+           "mlp.shared_experts.down_proj": "rowwise"}
+_PER_EXPERT_TP = {"mlp.experts.*.gate_proj": "colwise", "mlp.experts.*.up_proj": "colwise",
+                  "mlp.experts.*.down_proj": "rowwise"}
+HF_TP_PLANS = {
+    ("mixtral", "4"): dict(_ATTN, **{"block_sparse_moe.gate": "colwise_rep",
+                                     "block_sparse_moe.experts.*.w1": "colwise",
+                                     "block_sparse_moe.experts.*.w2": "rowwise",
+                                     "block_sparse_moe.experts.*.w3": "colwise"}),
+    ("mixtral", "5"): dict(_ATTN, **_FUSED),
+    ("qwen2_moe", "4"): dict(_ATTN, **_MLP),
+    ("qwen2_moe", "5"): dict(_ATTN, **_MLP),
+    ("qwen3_moe", "4"): dict(_ATTN, **_PER_EXPERT_TP, **_MLP),
+    ("qwen3_moe", "5"): dict(_ATTN, **{"self_attn.q_norm": "replicated_with_grad_allreduce",
+                                       "self_attn.k_norm": "replicated_with_grad_allreduce"},
+                             **_FUSED, **_MLP),
+    ("glm4_moe", "4"): dict(_ATTN, **_PER_EXPERT_TP, **_MLP),
+    ("glm4_moe", "5"): dict(_ATTN, **_FUSED, **_SHARED, **_MLP),
+    ("deepseek_v3", "4"): {
+        "mlp.experts.*.gate_proj": "local_colwise", "mlp.experts.*.up_proj": "local_colwise",
+        "mlp.experts.*.down_proj": "local_rowwise", "mlp.experts.*": "local",
+        "mlp.shared_experts.gate_proj": "local_colwise",
+        "mlp.shared_experts.up_proj": "local_colwise",
+        "mlp.shared_experts.down_proj": "local_rowwise", "mlp.shared_experts": "local",
+        "mlp.gate_proj": "local_colwise", "mlp.up_proj": "local_colwise",
+        "mlp.down_proj": "local_rowwise", "mlp": "gather"},
+    ("deepseek_v3", "5"): dict(_FUSED, **_SHARED, **_MLP),
+}
+
+
+def hf_tp_style(family, form, name):
+    """The stand-in style of HF parameter ``name`` under the family's plan at the
+    release, matched as transformers' _get_parameter_tp_plan does: v4.57.6 turns every
+    digit run into "*" (so "experts.*.w1" becomes "experts.*.w*" and mixtral's expert
+    entries never match), 5 only the ".N" segments; the name, else its module. 4's
+    "colwise"/"rowwise" are DTensors over tp (then _StridedShard under FSDP2), its
+    "local_*" and all of 5's plain tensors holding the piece."""
+    import re
+    n = name[len("model."):] if name.startswith("model.") else name
+    g = re.sub(r"\d+", "*", n) if form == "4" else re.sub(r"\.\d+(\.|$)", r".*\1", n)
+    plan = {"layers.*." + k: v for k, v in HF_TP_PLANS[(family, form)].items()}
+    plan["lm_head"] = "colwise_rep" if form == "4" else "colwise_gather_output"
+    style = plan.get(g) or plan.get(g.rsplit(".", 1)[0], "")
+    if style == "packed_colwise":
+        return dtensor.LOCAL_PACKED
+    if "colwise" in style:
+        return dtensor.COLWISE if style in ("colwise", "colwise_rep") else dtensor.LOCAL_COLWISE
+    if "rowwise" in style:
+        return dtensor.ROWWISE if style == "rowwise" and form == "4" else dtensor.LOCAL_ROWWISE
+    return dtensor.REPLICATED
+
+
+def _moe_live_shards_are_the_layouts(tmp_path, family, train, tp_form=None):
+    """Every trainer rank's live module (the stand-in's shards of the HF module built by
+    hf_module, split over tp by the family's plan, the router-bias buffer whole on
+    every rank) passes the live check, binds by name and holds, byte for byte, what
+    the refit's train layout says each of its buffers holds."""
     import json
     from reshard.layout import Layout
     from reshard.pattern import fill_pattern
@@ -410,14 +478,16 @@ def test_moe_families_live_shards_are_the_layouts(tmp_path, family, train):
     logical = {ti.name: logical[ti.name].reshape(ti.shape) for ti in infos}
     form = "4" if "transformers=4" in train else "5"
     params, buffers = hf_module(logical, form)
-    fsdp, replicas, _ = sizes(train)
+    fsdp, replicas, tp = sizes(train)
+    styles = {n: hf_tp_style(family, form, n) for n in params} if tp > 1 else {}
     for r in range(refit.train_world):
-        m = dtensor.fully_shard(params, {}, r, fsdp=fsdp, replicas=replicas)
+        m = dtensor.fully_shard(params, styles, r, fsdp=fsdp, replicas=replicas, tp=tp)
         for name, b in buffers.items():  # fully_shard does not shard buffers
             *path_, leaf = name.split(".")
             m.get_submodule(".".join(path_)).register_buffer(leaf, b.clone())
         src = FSDPModule(m)
-        assert src.problems(refit.train, r) == [], (r, src.problems(refit.train, r))
+        assert src.problems(refit.train, r, train=train) == [], \
+            (r, src.problems(refit.train, r, train=train))
         p, b = src.named()
         live = dict(p, **b)
         want = refit.train.new_buffers(r)
@@ -428,43 +498,16 @@ def test_moe_families_live_shards_are_the_layouts(tmp_path, family, train):
             assert tuple(got.shape) == tuple(x.shape), (r, name)
             assert torch.equal(got.contiguous().view(torch.uint8),
                                x.contiguous().view(torch.uint8)), (r, name)
+    return styles
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("fsdp=4,pp=2", "pp= is a Megatron size; an FSDP2 spec"),
-    ("fsdp=2,ep=2", "ep= is a Megatron size"),
-    ("fsdp=2,etp=1", "etp= is a Megatron size"),
-    ("fsdp=0", "fsdp=0 is not a positive integer"),
-    ("fsdp=2,convention=megatron-bridge", "fsdp= needs convention=fsdp .or no convention., "
-                                          "not convention=megatron-bridge"),
-    ("fsdp=2,transformers=6", "transformers=6"),
-    ("fsdp=2,fsdp=2", "key 'fsdp' given twice"),
-])
-def test_bad_fsdp_specs_are_named(tmp_path, spec, msg):
-    with pytest.raises(reshard.ReshardError, match=msg) as e:
-        reshard.Model(tiny(tmp_path)).refit(spec, "tp=2")
-    assert e.value.status == reshard.Status.INVALID_ARG
-
-
-def test_fsdp_spec_forms_and_world(tmp_path):
-    from reshard.integrations.ranks import sizes as spec_sizes, train_convention
-    assert train_convention("fsdp=4") == "fsdp"
-    assert train_convention("convention=fsdp,fsdp=2") == "fsdp"
-    assert train_convention("tp=2") == "megatron-lm"
-    assert spec_sizes("tp=2,fsdp=3,dp=2", "tp=2").train_world == 12
-    assert spec_sizes("convention=fsdp", "tp=2").train_world == 1
-
-
-def test_families_fsdp_does_not_model_are_refused(tmp_path):
-    import json
-    path = os.path.join(str(tmp_path), "moe.json")
-    with open(path, "w") as f:
-        json.dump(MOE, f)
-    with pytest.raises(reshard.ReshardError, match="tp=2 with the qwen3_moe family"):
-        reshard.Model(path).refit("tp=2,fsdp=2", "tp=2,ep=on")
-    with pytest.raises(reshard.ReshardError, match="the gpt_oss family is not modelled under "
-                       "the FSDP2 convention"):
-        reshard.Model("gpt-oss-20b", layers=1).refit("fsdp=2", "tp=2")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("train", ["tp=2,fsdp=2,transformers=4", "tp=2,fsdp=3,dp=2"])
+def test_moe_families_under_tp_live_shards_are_the_layouts(tmp_path, family, train):
+    """tp x fsdp: each parameter split over tp as the family's HF plan at the release
+    says (hf_tp_style), DTensors or plain pieces, then FSDP2's chunk; byte for byte."""
+    styles = _moe_live_shards_are_the_layouts(tmp_path, family, train)
+    assert any(s != dtensor.REPLICATED for s in styles.values())
 
 
 def test_experts_on_a_mesh_of_another_order_are_refused(tmp_path):
@@ -511,3 +554,30 @@ def test_uneven_tp_split_under_fsdp_refits(tmp_path):
     w = conventions.Weights(conventions.load_config(path))
     got, expect = refit_all(path, "tp=2,fsdp=6", "tp=2", trainer_modules(w, "tp=2,fsdp=6"))
     assert_every_element(got, expect)
+
+
+def test_plain_tp_piece_sharded_otherwise_is_refused(tmp_path):
+    """deepseek_v3 under transformers 4: the dense mlp.gate_proj is "local_colwise" (a
+    plain TP piece [I/2, H] that FSDP2 shards over the data-parallel ranks only). Its
+    live placements are checked element by element at tp rank t's torch.chunk of the
+    whole tensor: the same piece over the dp ranks in reverse order (rank 0 at shard
+    1: rows 12..23 of the piece, the spec's 0..11) is named."""
+    import json
+    path = os.path.join(str(tmp_path), "dsv3.json")
+    with open(path, "w") as f:
+        json.dump(FAMILIES["deepseek_v3"], f)
+    train = "tp=2,fsdp=2,transformers=4"
+    refit = reshard.Model(path).refit(train, "tp=2")
+    name = "model.layers.0.mlp.gate_proj.weight"
+    full = {name: torch.zeros(48, 32, dtype=torch.bfloat16)}
+    styles = {name: hf_tp_style("deepseek_v3", "4", name)}
+    assert styles[name] == dtensor.LOCAL_COLWISE
+    m = dtensor.fully_shard(full, styles, 0, fsdp=2, tp=2)
+    p = m.get_parameter(name)
+    assert tuple(p.shape) == (24, 32) and list(p.device_mesh.mesh.tolist()) == [0, 2]
+    assert FSDPModule(m).problems(refit.train, 0, train=train) == []
+    _replace(m, name, dtensor.DTensor(p.to_local(), dtensor.DeviceMesh("cpu", [2, 0], rank=0),
+                                      p.placements, p.shape))
+    problems = FSDPModule(m).problems(refit.train, 0, train=train)
+    assert len(problems) == 1 and name in problems[0] and "other elements" in problems[0], \
+        problems

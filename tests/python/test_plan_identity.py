@@ -33,6 +33,20 @@ def buffers(r, salt):
     return {}, {"w": np.zeros((64, 24), np.float32)}
 
 
+def swapped(comm, r, x, y):
+    """Ranks 0 and 2 execute plan x (values of salt 0) then y (salt 1000), ranks 1 and 3
+    y then x; per execution "returned OK" or (status, nothing written)."""
+    out = []
+    for plan, salt in (((x, 0), (y, 1000)) if r in (0, 2) else ((y, 1000), (x, 0))):
+        s, d = buffers(r, salt)
+        try:
+            plan.execute(comm, src=s, dst=d)
+            out.append("returned OK")
+        except reshard.ReshardError as e:
+            out.append((e.status, not d or not d["w"].any()))
+    return out
+
+
 def run(order, names=(None, None), create=None):
     """Every rank creates plans "a" (salt 0) and "b" (salt 1000) (in ``create(r)``'s
     order), then executes them in ``order(r)``; returns per rank the list of
@@ -59,6 +73,8 @@ def run(order, names=(None, None), create=None):
                 out.append((k, "ok" if np.array_equal(d["w"], want) else "wrong"))
             else:
                 out.append((k, "ok"))
+        for plan in made.values():  # the errors kept in out keep the plans alive
+            plan.close()
         return out
     return reshard.run_threads(4, rank_fn)
 
@@ -152,15 +168,18 @@ def test_named_plans_of_two_threads_on_one_comm_pair_by_name():
             made[k].execute(comm, src=s, dst=d)
             want = full(salt)[:, (r - 2) * 24:(r - 1) * 24] if d else None
             out.append("ok" if not d or np.array_equal(d["w"], want) else "wrong")
+        for plan in made.values():
+            plan.close()
         return out
     got = reshard.run_threads(4, rank_fn)
     assert all(o == "ok" for out in got for o in out), got
 
 
 def test_a_closed_plan_no_longer_counts():
-    """A plan kept alive (here: by the test) but closed (Plan.close) does not shift the
-    order of the plans of the same inputs made after it: refits with a new plan pair
-    with a rank that never had the old one; executing the closed plan is refused."""
+    """A plan kept alive (here: by the test) but closed (Plan.close) before the next plan
+    of the same inputs is made does not shift that plan's number: refits with the new
+    plan pair with a rank that never had the old one; executing the closed plan is
+    refused."""
     src, dst = layouts()
 
     def rank_fn(comm):
@@ -178,3 +197,260 @@ def test_a_closed_plan_no_longer_counts():
     with pytest.raises(reshard.ReshardError, match="the plan was closed"):
         reshard.run_threads(4, lambda c: got[c.rank][0].execute(c, src={}, dst={})
                             if c.rank < 2 else reshard.plan_fail(c, reshard.Status.BUFFER))
+
+
+def _swap_after_a_timeout(stalled):
+    """Plans a and b (unnamed, one creation order on every rank). The ranks in
+    ``stalled`` execute a, which times out there (rank 3 arrives late; the others never
+    execute it: their framework failed first), so a is retired on those ranks only. Then,
+    on a new comm, ranks 0 and 2 run a then b, ranks 1 and 3 b then a; then every rank a,
+    then b. Returns per rank [a's first outcome or None, swapped 1, swapped 2, a, b]."""
+    import threading
+    import time
+    src, dst = layouts()
+    group = reshard.InprocGroup(4)
+    bar = threading.Barrier(4)
+
+    def rank_fn(comm):
+        r = comm.rank
+        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
+        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1)
+        first = None
+        if r in stalled:
+            if r == 3:
+                time.sleep(3)  # a stall: the others give up on a
+            s, d = buffers(r, 0)
+            try:
+                a.execute(comm, src=s, dst=d)
+                first = "returned OK"
+            except reshard.ReshardError as e:
+                first = e
+        bar.wait()
+        c2 = group.comm(r)
+        out = [first]
+        for plan, salt in (((a, 0), (b, 1000)) if r in (0, 2) else ((b, 1000), (a, 0))):
+            s, d = buffers(r, salt)
+            try:
+                plan.execute(c2, src=s, dst=d)
+                out.append("returned OK")
+            except reshard.ReshardError as e:
+                out.append(e)
+                assert not d or not d["w"].any(), "rank %d: written though it failed" % r
+        for plan, salt in ((a, 0), (b, 1000)):
+            s, d = buffers(r, salt)
+            try:
+                plan.execute(c2, src=s, dst=d)
+            except reshard.ReshardError as e:
+                out.append(e)
+                continue
+            want = full(salt)[:, (r - 2) * 24:(r - 1) * 24] if d else None
+            out.append("ok" if not d or np.array_equal(d["w"], want) else "wrong")
+        return out
+    got = reshard.run_threads(4, rank_fn)
+    group.close()
+    return got
+
+
+@pytest.mark.parametrize("stalled", [(0, 1, 2, 3), (1, 3)], ids=["every rank", "some ranks"])
+def test_plans_swapped_after_a_timeout_fail_every_rank(stalled):
+    """After a timed-out execution of plan a, on every rank or only on some (where it is
+    retired), ranks executing a and b in another order fail on every rank (MISMATCH),
+    nothing written, where a and b both counted first and paired, returning OK with the
+    other plan's values (768 of 1536 elements wrong; tester rounds 6 and 7). Then a retry
+    of a on every rank: exact where every rank retired it, else MISMATCH on every rank (a
+    plan retired on some ranks only pairs with no plan there: close it); b: exact."""
+    got = _swap_after_a_timeout(stalled)
+    for r, (first, x, y, retry, last) in enumerate(got):
+        assert (first is None) == (r not in stalled), (r, first)
+        assert first is None or isinstance(first, reshard.ReshardError), (r, first)
+        for e in (x, y):
+            assert isinstance(e, reshard.ReshardError), (r, got)
+            assert e.status == reshard.Status.MISMATCH, e
+        if len(stalled) == 4:
+            assert retry == "ok", (r, got)
+        else:
+            assert isinstance(retry, reshard.ReshardError), (r, got)
+            assert retry.status == reshard.Status.MISMATCH, retry
+        assert last == "ok", (r, got)
+
+
+def test_a_name_held_by_a_live_plan_of_the_same_inputs_is_refused():
+    """Two live plans of equal inputs named alike on one rank could pair with each other
+    across ranks (a policy and a reference model both named after the architecture):
+    the second name is refused, INVALID_ARG; once the first is closed the name is free."""
+    src, dst = layouts()
+    first = reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    with pytest.raises(reshard.ReshardError, match="is named 'qwen3-0.6b' already"):
+        reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    other_rank = reshard.Plan(src, dst, rank=1, world=4, name="qwen3-0.6b")  # another rank
+    first.close()
+    again = reshard.Plan(src, dst, rank=0, world=4, name="qwen3-0.6b")
+    again.close()
+    other_rank.close()
+
+
+def test_the_old_plan_of_delta_adopt_pairs_only_with_itself():
+    """After delta_adopt the old plan no longer counts: on ranks 0 and 2 the old plan, on
+    1 and 3 the new one fails every rank (MISMATCH), nothing written; the old one on
+    every rank sends dense, exact; then the new one, exact."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        old = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
+        s, d = buffers(r, 0)
+        old.execute(comm, src=s, dst=d)
+        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
+        new.delta_adopt(old)
+        s, d2 = buffers(r, 1000)
+        try:
+            (old if r in (0, 2) else new).execute(comm, src=s, dst=d2)
+            out = ["returned OK"]
+        except reshard.ReshardError as e:
+            out = [e, not d2 or not d2["w"].any()]
+        s, d3 = buffers(r, 1000)
+        old.execute(comm, src=s, dst=d3)
+        new.execute(comm, src=s, dst=d)
+        want = full(1000)[:, (r - 2) * 24:(r - 1) * 24] if d else None
+        return out + [all(not x or np.array_equal(x["w"], want) for x in (d, d3))]
+    got = reshard.run_threads(4, rank_fn)
+    for r, (e, untouched, exact) in enumerate(got):
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH
+        assert untouched and exact, (r, got)
+
+
+def test_model_plan_takes_a_name_and_agrees_on_it():
+    """Model.plan(name=) names the plan (two plans of one refit on a rank pair by name
+    whatever the order), and ranks giving different names fail every rank at the
+    agreement (MISMATCH naming 'name')."""
+    model = reshard.Model("qwen3-0.6b", layers=1)
+    group = reshard.InprocGroup(2)
+
+    def rank_fn(comm):
+        p = model.plan(comm, "tp=1", "tp=1", name="policy", timeout_s=10)
+        with pytest.raises(reshard.ReshardError, match="named 'policy' already"):
+            model.plan(comm, "tp=1", "tp=1", name="policy", timeout_s=10)
+        p.close()
+        c2 = group.comm(comm.rank)
+        try:
+            model.plan(c2, "tp=1", "tp=1", name="policy" if comm.rank else "reference",
+                       timeout_s=10)
+        except reshard.ReshardError as e:
+            return e
+        return "returned OK"
+    got = reshard.run_threads(2, rank_fn)
+    group.close()
+    for e in got:
+        assert isinstance(e, reshard.ReshardError) and e.status == reshard.Status.MISMATCH, e
+        assert "name" in e.message, e
+
+
+@pytest.mark.parametrize("pattern", ["replan both", "close the first", "adopt"])
+def test_two_live_plans_never_share_a_number(pattern):
+    """Every rank runs the same sequence, leaving two live unnamed plans x and y of equal
+    inputs; then ranks 0 and 2 execute x then y, ranks 1 and 3 y then x: every execution
+    fails on every rank (MISMATCH), nothing written. A number was a count of the live
+    plans, reused once an earlier plan stopped counting, so x and y both held it and
+    paired, OK with 768 of 1536 elements wrong (tester round 8, R8-1):
+    - "replan both": pol = Plan(); ref = Plan(); pol = Plan(); ref = Plan();
+    - "close the first": a, b; a closed; c (x = b, y = c);
+    - "adopt": a, b; a closed; b2 adopts b (delta); c (x = b2, y = c)."""
+    src, dst = layouts()
+    delta = pattern == "adopt"
+
+    def make(r):
+        return reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=delta)
+
+    def rank_fn(comm):
+        r = comm.rank
+        if pattern == "replan both":
+            pol = make(r)
+            ref = make(r)
+            pol = make(r)
+            ref = make(r)
+            x, y = pol, ref
+        else:
+            a, b = make(r), make(r)
+            a.close()
+            if pattern == "adopt":
+                b2 = make(r)
+                b2.delta_adopt(b)
+                b.close()
+                b = b2
+            x, y = b, make(r)
+        return swapped(comm, r, x, y)
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
+
+
+def test_delta_adopt_carries_the_name():
+    """A named plan replaced through delta_adopt: the new plan (made unnamed, since the
+    old one still holds the name) takes the old one's name, so it never pairs with an
+    unnamed plan of the same inputs (tester round 8, R8-2: it took number 0 and paired
+    with the unnamed reference plan)."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        pol = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True, name="pol",
+                           verify=False)
+        ref = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True,
+                           verify=False)
+        new = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True,
+                           verify=False)
+        new.delta_adopt(pol)
+        pol.close()
+        return swapped(comm, r, new, ref)
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
+
+
+def test_a_plan_for_every_rank_never_pairs_with_a_ranks_own_plan():
+    """X = Plan(rank=ALL_RANKS) and Y = Plan(rank=r) of the same layouts have one
+    fingerprint (it leaves the rank out) and used to both be number 0: executed in
+    swapped order they paired, OK with 768 of 1536 elements wrong (tester round 10,
+    R10-1). Now every execution fails on every rank (MISMATCH), nothing written."""
+    src, dst = layouts()
+
+    def rank_fn(comm):
+        r = comm.rank
+        x = reshard.Plan(src, dst, rank=reshard.ALL_RANKS, world=4, timeout_s=10)
+        y = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10)
+        return swapped(comm, r, x, y)
+    got = reshard.run_threads(4, rank_fn)
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named"])
+def test_adopting_a_retired_plan_takes_nothing_a_live_plan_holds(named):
+    """A times out on every rank (retired); B is made (number 0 again, or the name "pol"
+    that A's retirement freed); N adopts A: it must not take A's number or name, which B
+    holds now. N and B executed in swapped order fail on every rank (MISMATCH), nothing
+    written, where they paired, OK with 768 of 1536 elements wrong (tester round 9,
+    R9-1)."""
+    import threading
+    import time
+    src, dst = layouts()
+    group = reshard.InprocGroup(4)
+    bar = threading.Barrier(4)
+    name = "pol" if named else None
+
+    def rank_fn(comm):
+        r = comm.rank
+        a = reshard.Plan(src, dst, rank=r, world=4, timeout_s=1, delta=True, name=name)
+        if r == 3:
+            time.sleep(3)  # a stall: the others give up on a
+        s, d = buffers(r, 0)
+        try:
+            a.execute(comm, src=s, dst=d)
+        except reshard.ReshardError:
+            pass
+        bar.wait()
+        b = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True, name=name)
+        n = reshard.Plan(src, dst, rank=r, world=4, timeout_s=10, delta=True)
+        n.delta_adopt(a)
+        c2 = group.comm(r)
+        return swapped(c2, r, n, b)
+    got = reshard.run_threads(4, rank_fn)
+    group.close()
+    assert all(o == (reshard.Status.MISMATCH, True) for out in got for o in out), got

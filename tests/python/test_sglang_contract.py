@@ -125,7 +125,7 @@ def test_client_bodies_follow_sglangs_requests(sglang_api, tmp_path):
     srv = Checked()
     c = rs.SGLangClient(srv, 2, serialize=lambda o: MultiprocessingSerializer.serialize(
         o, output_str=True))
-    c._check = lambda key: None  # the outcomes: test_sglang.py
+    c.check = lambda key: None  # the outcomes: test_sglang.py
     c.store = object()
     c.info = {"engine_index": 0}
     c.start_weight_update()

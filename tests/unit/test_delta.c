@@ -159,10 +159,12 @@ static uint64_t ref_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len
 }
 
 /* The encoder's bytes equal ref_encode's for random chunks: every word size, lengths that
- * are not whole 64-word blocks, changes scattered, in runs, at the first and last word. */
-static void test_codec_bytes_match_the_format(void **state)
+ * are not whole 64-word blocks, changes scattered, in runs, in a burst (a quarter of the chunk)
+ * amid scattered ones, and a first block all changed before scattered ones (the scan starts
+ * writing the dense body or the gaps by the first block, and stops when the chunk turns out
+ * otherwise); at the first and last word. Apply gives the new bytes back. */
+static void bytes_match_the_format(void)
 {
-    (void)state;
     const uint32_t words[] = {1, 2, 4, 8};
     const uint64_t lens[] = {8, 120, 1024, 1032, 4104, 65536};
     const double fracs[] = {0.0, 0.002, 0.02, 0.15, 0.6, 1.0};
@@ -170,7 +172,7 @@ static void test_codec_bytes_match_the_format(void **state)
     for (int wi = 0; wi < 4; wi++)
         for (int li = 0; li < 6; li++)
             for (int fi = 0; fi < 6; fi++)
-                for (int shape = 0; shape < 2; shape++) {
+                for (int shape = 0; shape < 4; shape++) {
                     uint32_t w = words[wi];
                     uint64_t len = lens[li] / w * w, n = len / w;
                     uint8_t *prev = malloc(len), *cur = malloc(len), *snap = malloc(len);
@@ -180,11 +182,13 @@ static void test_codec_bytes_match_the_format(void **state)
                         prev[i] = (uint8_t)mix(&s);
                     memcpy(cur, prev, len);
                     for (uint64_t i = 0; i < n; i++) {
-                        bool hit = (double)(mix(&s) % 1000000) < fracs[fi] * 1e6;
-                        uint64_t span = shape ? 1 + mix(&s) % 9 : 1; /* runs of words */
+                        bool hit = (double)(mix(&s) % 1000000) < fracs[fi] * 1e6 ||
+                                   (shape == 2 && i >= n / 4 && i < n / 2) ||
+                                   (shape == 3 && i < 64);
+                        uint64_t span = shape == 1 ? 1 + mix(&s) % 9 : 1; /* runs of words */
                         for (uint64_t k = i; hit && k < i + span && k < n; k++)
                             cur[k * w + mix(&s) % w] ^= (uint8_t)(1 + mix(&s) % 255);
-                        i += shape && hit ? span : 0;
+                        i += shape == 1 && hit ? span : 0;
                     }
                     if (fi == 2) { /* the first and the last word */
                         cur[0] ^= 1;
@@ -196,8 +200,68 @@ static void test_codec_bytes_match_the_format(void **state)
                     assert_int_equal(a, b);
                     assert_memory_equal(got, want, a);
                     assert_memory_equal(snap, cur, len);
+                    rs_delta_header_t h;
+                    assert_int_equal(rs_delta_header(got, len, &h, "test"), RESHARD_OK);
+                    assert_int_equal(rs_delta_apply(got, &h, prev, len, "test"), RESHARD_OK);
+                    assert_memory_equal(prev, cur, len);
                     free(prev), free(cur), free(snap), free(got), free(want);
                 }
+}
+
+/* A bitmap body whose bitmap marks more words than it carries, fewer, or a word past the
+ * chunk is refused, naming the chunk. */
+static void bitmap_errors(void)
+{
+    uint8_t cur[4096] = {0}, prev[4096] = {0}, out[4096 + RS_DELTA_HEADER_BYTES];
+    for (int i = 0; i < 2048; i += 2) /* every other bf16 word: the bitmap kind */
+        cur[2 * i] = 7;
+    assert_int_equal(rs_delta_encode(cur, prev, 4096, 2, out, NULL),
+                     RS_DELTA_HEADER_BYTES + 256 + 1024 * 2);
+    rs_delta_header_t h;
+    assert_int_equal(rs_delta_header(out, 4096, &h, "test"), RESHARD_OK);
+    uint8_t *bm = out + RS_DELTA_HEADER_BYTES;
+    bm[100] |= 2; /* one mark more than values */
+    assert_int_equal(rs_delta_apply(out, &h, prev, 4096, "rank 4: chunk 2"),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "rank 4: chunk 2"));
+    assert_non_null(strstr(reshard_last_error(), "marks word"));
+    bm[100] &= (uint8_t)~2;
+    bm[100] &= (uint8_t)~1; /* one mark fewer */
+    assert_int_equal(rs_delta_apply(out, &h, prev, 4096, "rank 4: chunk 2"),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "but carries"));
+    /* a chunk of 2047 words (4094 bytes): a mark on word 2047, past it */
+    uint8_t cur2[4094] = {0}, prev2[4094] = {0};
+    for (int i = 0; i < 2046; i += 2)
+        cur2[2 * i] = 7;
+    assert_int_equal(rs_delta_encode(cur2, prev2, 4094, 2, out, NULL),
+                     RS_DELTA_HEADER_BYTES + 256 + 1023 * 2);
+    assert_int_equal(rs_delta_header(out, 4094, &h, "test"), RESHARD_OK);
+    bm[255] |= 0x80;
+    assert_int_equal(rs_delta_apply(out, &h, prev2, 4094, "rank 4: chunk 3"),
+                     RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "marks word 2047 of 2047"));
+}
+
+/* Every implementation of the block passes this build and CPU have (rs_delta_codec_use)
+ * writes the format's bytes and applies them; the fastest is restored afterwards. */
+static void test_codec_bytes_match_the_format(void **state)
+{
+    (void)state;
+    const char *paths[] = {"portable", "avx512"};
+    int ran = 0;
+    for (int p = 0; p < 2; p++) {
+        if (!rs_delta_codec_use(paths[p]))
+            continue;
+        assert_string_equal(rs_delta_codec_path(), paths[p]);
+        bytes_match_the_format();
+        bitmap_errors();
+        ran++;
+    }
+    assert_true(rs_delta_codec_use(NULL));
+    assert_true(ran >= 1);
+    assert_false(rs_delta_codec_use("no such path"));
+    print_message("delta codec paths checked: %d (fastest here: %s)\n", ran, rs_delta_codec_path());
 }
 
 /* Encode @p cur (4096 bytes, bf16 words) against an all-zero previous version. */

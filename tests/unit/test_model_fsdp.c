@@ -6,10 +6,15 @@
  *     trailing pieces short or empty (Shard._split_tensor, FSDP2's
  *     _chunk_with_empty);
  *   - mesh [dp_replicate=R, dp_shard=N, tp=T], rank = (r*N + s)*T + t;
- *   - HF base_model_tp_plan: q/k/v/gate/up and lm_head Shard(0) over tp, then
- *     FSDP chunks the local TP shard on dim 0 (_StridedShard(0, T), Shard(0));
- *     o_proj/down_proj Shard(1) over tp, FSDP Shard(0) over all rows; the rest
- *     Replicate over tp, Shard(0) over dp_shard;
+ *   - HF's tensor-parallel plans, copied below (plan_of) as transformers
+ *     writes them and matched to a parameter name as its
+ *     _get_parameter_tp_plan does (the name with "model." off, layer numbers
+ *     made "*", then the name or its module): "colwise" styles Shard(0) over
+ *     tp, then FSDP chunks the local TP shard on dim 0 (_StridedShard(0, T),
+ *     Shard(0)); "rowwise" styles Shard(1) (dim -1) over tp, FSDP Shard(0)
+ *     over all rows; "packed_colwise" [gate; up] per expert, each cut in
+ *     floor(I/T) blocks (get_packed_weights); anything else Replicate over tp,
+ *     Shard(0) over dp_shard;
  *   - transformers 4 MoE: "mlp.experts.N.{gate,up,down}_proj.weight" each a
  *     parameter; transformers 5: "mlp.experts.gate_up_proj" [E, 2I, H]
  *     ([gate; up] per expert) and "mlp.experts.down_proj" [E, H, I].
@@ -98,18 +103,145 @@ static void piece(int64_t n, int64_t k, int64_t i, int64_t *a, int64_t *len)
     *len = hi - lo;
 }
 
-enum { REP, COL, ROW };
+enum { REP, COL, ROW, PACKED };
+
+/* One entry of a base_model_tp_plan ("layers.*." left off) or _tp_plan. */
+typedef struct {
+    const char *pat, *style;
+} plan_entry_t;
+
+#define ATTN                                                                                       \
+    {"self_attn.q_proj", "colwise"}, {"self_attn.k_proj", "colwise"},                              \
+        {"self_attn.v_proj", "colwise"},                                                           \
+    {                                                                                              \
+        "self_attn.o_proj", "rowwise"                                                              \
+    }
+#define MLP                                                                                        \
+    {"mlp.gate_proj", "colwise"}, {"mlp.up_proj", "colwise"},                                      \
+    {                                                                                              \
+        "mlp.down_proj", "rowwise"                                                                 \
+    }
+#define PER_EXPERT                                                                                 \
+    {"mlp.experts.*.gate_proj", "colwise"}, {"mlp.experts.*.up_proj", "colwise"},                  \
+    {                                                                                              \
+        "mlp.experts.*.down_proj", "rowwise"                                                       \
+    }
+#define FUSED                                                                                      \
+    {"mlp.experts.gate_up_proj", "packed_colwise"}, {"mlp.experts.down_proj", "rowwise"},          \
+    {                                                                                              \
+        "mlp.experts", "moe_tp_experts"                                                            \
+    }
+
+/* configuration_<family>.py base_model_tp_plan (without its "layers.*."
+ * prefix): dense qwen3 / qwen2; transformers v4.57.6; a597f974 (5). */
+static const plan_entry_t dense_plan[] = {ATTN, MLP, {0, 0}};
+static const plan_entry_t mixtral4[] = {ATTN,
+                                        {"block_sparse_moe.gate", "colwise_rep"},
+                                        {"block_sparse_moe.experts.*.w1", "colwise"},
+                                        {"block_sparse_moe.experts.*.w2", "rowwise"},
+                                        {"block_sparse_moe.experts.*.w3", "colwise"},
+                                        {0, 0}};
+static const plan_entry_t qwen2_moe45[] = {ATTN, MLP, {0, 0}};
+static const plan_entry_t qwen3_moe4[] = {ATTN, PER_EXPERT, MLP, {0, 0}};
+static const plan_entry_t dsv3_4[] = {{"mlp.experts.*.gate_proj", "local_colwise"},
+                                      {"mlp.experts.*.up_proj", "local_colwise"},
+                                      {"mlp.experts.*.down_proj", "local_rowwise"},
+                                      {"mlp.experts.*", "local"},
+                                      {"mlp.shared_experts.gate_proj", "local_colwise"},
+                                      {"mlp.shared_experts.up_proj", "local_colwise"},
+                                      {"mlp.shared_experts.down_proj", "local_rowwise"},
+                                      {"mlp.shared_experts", "local"},
+                                      {"mlp.gate_proj", "local_colwise"},
+                                      {"mlp.up_proj", "local_colwise"},
+                                      {"mlp.down_proj", "local_rowwise"},
+                                      {"mlp", "gather"},
+                                      {0, 0}};
+static const plan_entry_t mixtral5[] = {ATTN, FUSED, {0, 0}};
+static const plan_entry_t qwen3_moe5[] = {ATTN,
+                                          {"self_attn.q_norm", "replicated_with_grad_allreduce"},
+                                          {"self_attn.k_norm", "replicated_with_grad_allreduce"},
+                                          FUSED,
+                                          MLP,
+                                          {0, 0}};
+#define SHARED                                                                                     \
+    {"mlp.shared_experts.gate_proj", "colwise"}, {"mlp.shared_experts.up_proj", "colwise"},        \
+    {                                                                                              \
+        "mlp.shared_experts.down_proj", "rowwise"                                                  \
+    }
+static const plan_entry_t dsv3_5[] = {FUSED, SHARED, MLP, {0, 0}};
+static const plan_entry_t glm4_moe5[] = {ATTN, FUSED, SHARED, MLP, {0, 0}};
+
+static const plan_entry_t *plan_of(int moe, int tfm)
+{
+    static const plan_entry_t *const v4[] = {dense_plan,  qwen3_moe4, mixtral4,
+                                             qwen2_moe45, dsv3_4,     qwen3_moe4 /* glm4_moe */};
+    static const plan_entry_t *const v5[] = {dense_plan,  qwen3_moe5, mixtral5,
+                                             qwen2_moe45, dsv3_5,     glm4_moe5};
+    return tfm == 4 ? v4[moe] : v5[moe];
+}
+
+/* transformers' generic name: v4.57.6 turns every digit run into "*"
+ * (re.sub(r"\d+", "*", name): "w1" becomes "w*"); 5 only ".N." and a final
+ * ".N" (replace_layer_number_by_wildcard). */
+static void generic(const char *name, int tfm, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const char *q = name; *q && o + 1 < cap;) {
+        if (*q >= '0' && *q <= '9') {
+            const char *e = q;
+            while (*e >= '0' && *e <= '9')
+                e++;
+            if (tfm == 4 || (q > name && q[-1] == '.' && (*e == '.' || !*e))) {
+                out[o++] = '*';
+                q = e;
+                continue;
+            }
+        }
+        out[o++] = *q++;
+    }
+    out[o] = 0;
+}
+
+/* The style of HF parameter @p name under family @p moe's plan at release
+ * @p tfm (_get_parameter_tp_plan: the generic name, else its module's). */
+static int hf_style(int moe, int tfm, const char *name)
+{
+    char g[192], key[192];
+    const char *n = strncmp(name, "model.", 6) ? name : name + 6;
+    generic(n, tfm, g, sizeof g);
+    if (!strcmp(g, "lm_head.weight")) /* ForCausalLM._tp_plan: colwise_rep (5: _gather_output) */
+        return COL;
+    const char *style = NULL;
+    for (int pass = 0; pass < 2 && !style; pass++) {
+        if (pass == 1) {
+            char *dot = strrchr(g, '.');
+            if (!dot)
+                break;
+            *dot = 0;
+        }
+        for (const plan_entry_t *e = plan_of(moe, tfm); e->pat && !style; e++) {
+            snprintf(key, sizeof key, "layers.*.%s", e->pat);
+            if (!strcmp(key, g))
+                style = e->style;
+        }
+    }
+    if (!style)
+        return REP;
+    if (!strcmp(style, "packed_colwise"))
+        return PACKED;
+    if (strstr(style, "colwise"))
+        return COL;
+    return strstr(style, "rowwise") ? ROW : REP;
+}
 
 /* One expected parameter of a rank: its local block, and how a local
  * element maps to the logical tensor (name, flat index). */
 typedef struct {
     char name[160];
-    int style;
     int64_t n0, n1; /* HF shape [n0, n1] (a vector: n1 = 1) */
     /* per-expert (transformers 4): logical tensor name and expert block base */
     char logical[160];
     int64_t lbase;
-    int fused; /* 1: gate_up_proj [E, 2I, H]; 2: down_proj [E, H, I] (transformers 5) */
 } hf_param_t;
 
 typedef struct {
@@ -216,9 +348,10 @@ static int32_t tid(const ctx_t *x, const char *name)
 static void check_param(ctx_t *x, int32_t rank, int32_t s, int32_t t, const hf_param_t *p)
 {
     int64_t r0 = 0, rn = p->n0, c0 = 0, cn = p->n1;
-    if (p->style == COL)
+    int style = hf_style(x->c->moe, x->tfm, p->name);
+    if (style == COL)
         piece(p->n0, x->T, t, &r0, &rn);
-    if (p->style == ROW)
+    if (style == ROW && p->n1 > 1) /* rowwise: a bias (1-d) is replicated */
         piece(p->n1, x->T, t, &c0, &cn);
     int64_t a, l;
     piece(rn, x->N, s, &a, &l);
@@ -249,26 +382,36 @@ static void expert_logical(const cfg_t *c, const char *pfx, char lg[3][160])
  * "<blk>experts.gate_up_proj" [E, 2I, H] is [gate rows; up rows] per expert
  * (conversion_mapping.py: MergeModulelist(dim=0), Concatenate(dim=1) of
  * [gate, up]) and "<blk>experts.down_proj" [E, H, I]. */
-static void check_fused(ctx_t *x, int32_t rank, int32_t s, const char *pfx, const char *blk)
+static void check_fused(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *pfx,
+                        const char *blk)
 {
     const cfg_t *c = x->c;
-    int64_t e0, ne, I = c->Im, H = c->H;
+    int64_t e0, ne, I = c->Im, H = c->H, g0 = 0, gn = I, d0 = 0, dn = I;
     piece(c->E, x->N, s, &e0, &ne);
     char nm[192], lg[3][160];
     expert_logical(c, pfx, lg);
-    int64_t n = ne * 2 * I * H;
-    elem_t *want = calloc((size_t)(n ? n : 1), sizeof *want);
-    for (int64_t e = 0; e < ne; e++)
-        for (int64_t r = 0; r < 2 * I; r++)
-            for (int64_t h = 0; h < H; h++)
-                want[(e * 2 * I + r) * H + h] =
-                    (elem_t){tid(x, lg[r < I ? 0 : 1]), (e0 + e) * I * H + (r % I) * H + h};
     snprintf(nm, sizeof nm, "%s%sexperts.gate_up_proj", pfx, blk);
+    if (hf_style(c->moe, x->tfm, nm) == PACKED) { /* block_size // world_size of gate, of up */
+        gn = I / x->T;
+        g0 = t * gn;
+    }
+    int64_t n = ne * 2 * gn * H;
+    elem_t *want = calloc((size_t)(n ? n : 1) + (size_t)(ne * H * I), sizeof *want);
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t r = 0; r < 2 * gn; r++)
+            for (int64_t h = 0; h < H; h++)
+                want[(e * 2 * gn + r) * H + h] =
+                    (elem_t){tid(x, lg[r < gn ? 0 : 1]), (e0 + e) * I * H + (g0 + r % gn) * H + h};
     check_buffer(x, rank, nm, want, n, 2);
-    n = ne * H * I;
-    for (int64_t k = 0; k < n; k++)
-        want[k] = (elem_t){tid(x, lg[2]), e0 * H * I + k};
     snprintf(nm, sizeof nm, "%s%sexperts.down_proj", pfx, blk);
+    if (hf_style(c->moe, x->tfm, nm) == ROW) /* get_tensor_shard on dim -1: torch.chunk */
+        piece(I, x->T, t, &d0, &dn);
+    n = ne * H * dn;
+    for (int64_t e = 0; e < ne; e++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < dn; i++)
+                want[(e * H + h) * dn + i] =
+                    (elem_t){tid(x, lg[2]), (e0 + e) * H * I + h * I + d0 + i};
     check_buffer(x, rank, nm, want, n, 2);
     free(want);
 }
@@ -294,7 +437,6 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
     memset(&p, 0, sizeof p);
     P("%s%sgate.weight", pf, blk);
     snprintf(p.logical, sizeof p.logical, "%s%sgate.weight", pf, lblk);
-    p.style = REP;
     p.n0 = c->E;
     p.n1 = c->H;
     check_param(x, rank, s, t, &p);
@@ -308,7 +450,7 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
         free(want);
     }
     if (v5) {
-        check_fused(x, rank, s, pf, blk);
+        check_fused(x, rank, s, t, pf, blk);
     } else {
         bool mx = c->moe == MIXTRAL;
         /* declaration order: gate_proj, up_proj, down_proj; mixtral w1, w2, w3 */
@@ -322,7 +464,6 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
                 memset(&p, 0, sizeof p);
                 P("%s%sexperts.%lld.%s.weight", pf, blk, (long long)e, mx ? mn[k] : qn[k]);
                 snprintf(p.logical, sizeof p.logical, "%s", lg[role]);
-                p.style = REP;
                 p.n0 = role < 2 ? c->Im : c->H;
                 p.n1 = role < 2 ? c->H : c->Im;
                 p.lbase = e * c->Im * c->H;
@@ -337,7 +478,6 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
     for (int k = 0; k < 3; k++) {
         memset(&p, 0, sizeof p);
         P("%smlp.%s.%s.weight", pf, sh, proj[k]);
-        p.style = REP;
         p.n0 = k < 2 ? Is : c->H;
         p.n1 = k < 2 ? c->H : Is;
         check_param(x, rank, s, t, &p);
@@ -345,7 +485,6 @@ static void check_moe(ctx_t *x, int32_t rank, int32_t s, int32_t t, const char *
     if (c->moe == QWEN2_MOE) {
         memset(&p, 0, sizeof p);
         P("%smlp.shared_expert_gate.weight", pf);
-        p.style = REP;
         p.n0 = 1;
         p.n1 = c->H;
         check_param(x, rank, s, t, &p);
@@ -358,60 +497,59 @@ static void check_rank(ctx_t *x, int32_t rank)
     int32_t t = rank % x->T, s = (rank / x->T) % x->N;
     hf_param_t p;
     memset(&p, 0, sizeof p);
-#define ONE(style_, n0_, n1_, ...)                                                                 \
+#define ONE(n0_, n1_, ...)                                                                         \
     do {                                                                                           \
         memset(&p, 0, sizeof p);                                                                   \
         P(__VA_ARGS__);                                                                            \
-        p.style = style_;                                                                          \
         p.n0 = n0_;                                                                                \
         p.n1 = n1_;                                                                                \
         check_param(x, rank, s, t, &p);                                                            \
     } while (0)
-    ONE(REP, c->V, c->H, "model.embed_tokens.weight");
+    ONE(c->V, c->H, "model.embed_tokens.weight");
     for (int64_t L = 0; L < c->L; L++) {
         char pf[64];
         snprintf(pf, sizeof pf, "model.layers.%lld.", (long long)L);
         if (c->moe == DSV3) { /* DeepseekV3Attention (MLA) */
             int64_t qk = c->nope + c->rope;
             if (c->q_lora) {
-                ONE(REP, c->q_lora, c->H, "%sself_attn.q_a_proj.weight", pf);
-                ONE(REP, c->q_lora, 1, "%sself_attn.q_a_layernorm.weight", pf);
-                ONE(REP, c->nh * qk, c->q_lora, "%sself_attn.q_b_proj.weight", pf);
+                ONE(c->q_lora, c->H, "%sself_attn.q_a_proj.weight", pf);
+                ONE(c->q_lora, 1, "%sself_attn.q_a_layernorm.weight", pf);
+                ONE(c->nh * qk, c->q_lora, "%sself_attn.q_b_proj.weight", pf);
             } else {
-                ONE(REP, c->nh * qk, c->H, "%sself_attn.q_proj.weight", pf);
+                ONE(c->nh * qk, c->H, "%sself_attn.q_proj.weight", pf);
             }
-            ONE(REP, c->kv_lora + c->rope, c->H, "%sself_attn.kv_a_proj_with_mqa.weight", pf);
-            ONE(REP, c->kv_lora, 1, "%sself_attn.kv_a_layernorm.weight", pf);
-            ONE(REP, c->nh * (c->nope + c->vhd), c->kv_lora, "%sself_attn.kv_b_proj.weight", pf);
-            ONE(REP, c->H, c->nh * c->vhd, "%sself_attn.o_proj.weight", pf);
+            ONE(c->kv_lora + c->rope, c->H, "%sself_attn.kv_a_proj_with_mqa.weight", pf);
+            ONE(c->kv_lora, 1, "%sself_attn.kv_a_layernorm.weight", pf);
+            ONE(c->nh * (c->nope + c->vhd), c->kv_lora, "%sself_attn.kv_b_proj.weight", pf);
+            ONE(c->H, c->nh * c->vhd, "%sself_attn.o_proj.weight", pf);
         } else {
-            ONE(COL, c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
-            ONE(COL, c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
-            ONE(COL, c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
+            ONE(c->nh * c->hd, c->H, "%sself_attn.q_proj.weight", pf);
+            ONE(c->kv * c->hd, c->H, "%sself_attn.k_proj.weight", pf);
+            ONE(c->kv * c->hd, c->H, "%sself_attn.v_proj.weight", pf);
             if (c->bias || c->moe == QWEN2_MOE) {
-                ONE(COL, c->nh * c->hd, 1, "%sself_attn.q_proj.bias", pf);
-                ONE(COL, c->kv * c->hd, 1, "%sself_attn.k_proj.bias", pf);
-                ONE(COL, c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
+                ONE(c->nh * c->hd, 1, "%sself_attn.q_proj.bias", pf);
+                ONE(c->kv * c->hd, 1, "%sself_attn.k_proj.bias", pf);
+                ONE(c->kv * c->hd, 1, "%sself_attn.v_proj.bias", pf);
             }
-            ONE(ROW, c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
+            ONE(c->H, c->nh * c->hd, "%sself_attn.o_proj.weight", pf);
             if (c->qk_norm) {
-                ONE(REP, c->hd, 1, "%sself_attn.q_norm.weight", pf);
-                ONE(REP, c->hd, 1, "%sself_attn.k_norm.weight", pf);
+                ONE(c->hd, 1, "%sself_attn.q_norm.weight", pf);
+                ONE(c->hd, 1, "%sself_attn.k_norm.weight", pf);
             }
         }
         if (!c->moe || L < c->first_k) {
-            ONE(COL, c->I, c->H, "%smlp.gate_proj.weight", pf);
-            ONE(COL, c->I, c->H, "%smlp.up_proj.weight", pf);
-            ONE(ROW, c->H, c->I, "%smlp.down_proj.weight", pf);
+            ONE(c->I, c->H, "%smlp.gate_proj.weight", pf);
+            ONE(c->I, c->H, "%smlp.up_proj.weight", pf);
+            ONE(c->H, c->I, "%smlp.down_proj.weight", pf);
         } else {
             check_moe(x, rank, s, t, pf);
         }
-        ONE(REP, c->H, 1, "%sinput_layernorm.weight", pf);
-        ONE(REP, c->H, 1, "%spost_attention_layernorm.weight", pf);
+        ONE(c->H, 1, "%sinput_layernorm.weight", pf);
+        ONE(c->H, 1, "%spost_attention_layernorm.weight", pf);
     }
-    ONE(REP, c->H, 1, "model.norm.weight");
+    ONE(c->H, 1, "model.norm.weight");
     if (!c->tied)
-        ONE(COL, c->V, c->H, "lm_head.weight");
+        ONE(c->V, c->H, "lm_head.weight");
 #undef ONE
 }
 
@@ -630,6 +768,23 @@ static void test_glm4_moe(void **state)
     check_spec(&glm4_moe, "fsdp=2,dp=2", "tp=1,dp=2,ep=on");
 }
 
+/* MoE families under tp x fsdp: each parameter split over tp as its family's
+ * plan at the release says (plan_of), then FSDP2's chunk; uneven splits
+ * (E=3 router rows over tp=2 for mixtral 4: 2,1; Im=6 columns over tp=4 for
+ * transformers 4; I=20 over tp=3), HSDP, both releases. */
+static void test_moe_tp(void **state)
+{
+    (void)state;
+    static const char *const specs[][2] = {{"tp=2,fsdp=2", "tp=2,ep=on"},
+                                           {"tp=2,fsdp=3,transformers=4", "tp=2"},
+                                           {"tp=3,fsdp=2,dp=2", "tp=1,dp=2,ep=on"},
+                                           {"tp=4,fsdp=2,transformers=4", "tp=2"}};
+    const cfg_t *fams[] = {&moe, &mixtral, &qwen2_moe, &dsv3, &dsv3_plain, &glm4_moe};
+    for (unsigned f = 0; f < sizeof fams / sizeof *fams; f++)
+        for (unsigned k = 0; k < sizeof specs / sizeof *specs; k++)
+            check_spec(fams[f], specs[k][0], specs[k][1]);
+}
+
 /* The spec's text round trip and the refusals, each naming what is wrong. */
 static void test_spec_text_and_refusals(void **state)
 {
@@ -683,16 +838,25 @@ static void test_refused_models(void **state)
     reshard_model_refit_t r;
     reshard_model_t *m = NULL;
     assert_int_equal(reshard_infer_spec_parse("tp=2", &is), RESHARD_OK);
-    /* a MoE family under tp > 1: HF's expert TP plan is not modelled */
+    /* transformers 5's packed_colwise gate_up_proj with a tp that does not
+     * divide the expert intermediate size (6 over 4): get_packed_weights would
+     * leave rows on no rank; transformers 4 cuts by torch.chunk and is modelled */
     m = load(&moe);
-    assert_int_equal(reshard_train_spec_parse("tp=2,fsdp=2", &ts), RESHARD_OK);
+    assert_int_equal(reshard_train_spec_parse("tp=4,fsdp=2", &ts), RESHARD_OK);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
-    assert_non_null(strstr(reshard_last_error(), "tp=2 with the qwen3_moe family"));
+    assert_non_null(strstr(reshard_last_error(),
+                           "tp=4 does not divide the qwen3_moe family's expert intermediate "
+                           "size 6"));
+    assert_non_null(strstr(reshard_last_error(), "model.layers.N.mlp.experts.gate_up_proj"));
     reshard_model_destroy(m);
-    /* every MoE family under tp > 1, named */
     m = load(&dsv3);
     assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_ERR_CONFIG);
-    assert_non_null(strstr(reshard_last_error(), "tp=2 with the deepseek_v3 family"));
+    assert_non_null(strstr(reshard_last_error(), "the deepseek_v3 family's expert"));
+    reshard_model_destroy(m);
+    /* qwen2_moe's plan leaves its experts replicated: any tp */
+    m = load(&qwen2_moe);
+    assert_int_equal(reshard_model_refit_create(m, &ts, &is, &r), RESHARD_OK);
+    reshard_model_refit_destroy(&r);
     reshard_model_destroy(m);
     /* deepseek_v3 with moe_layer_freq 2: HF's module has every layer from
      * first_k_dense_replace on as MoE */
@@ -755,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v3),
         cmocka_unit_test(test_kimi_k2),
         cmocka_unit_test(test_glm4_moe),
+        cmocka_unit_test(test_moe_tp),
         cmocka_unit_test(test_spec_text_and_refusals),
         cmocka_unit_test(test_refused_models),
         cmocka_unit_test(test_infer_quant),

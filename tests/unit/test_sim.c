@@ -32,12 +32,10 @@ static void test_systems(void **state)
     assert_int_equal(reshard_sim_infer_offset(10, 4), 12);
 }
 
-/* 4 source ranks Shard(0) of W [64, 32] bf16 -> 2 domains x 4 ranks, each
- * two TP2 replicas. Per source rank 2048 B over the network, per landing
- * rank 1024 B in and 1024 B forwarded (one round each: default staging). */
-static void test_cost_model_by_hand(void **state)
+/* 4 source ranks Shard(0) of W [64, 32] bf16 -> 2 domains x 4 ranks, each two TP2
+ * replicas (domains of 4, a global plan). The plan owns copies of its inputs. */
+static reshard_plan_t *toy_plan(void)
 {
-    (void)state;
     reshard_tensors_t *ts;
     reshard_layout_t *src, *dst;
     assert_int_equal(reshard_tensors_create(&ts), RESHARD_OK);
@@ -60,6 +58,18 @@ static void test_cost_model_by_hand(void **state)
                                .domain_size = 4};
     reshard_plan_t *plan;
     assert_int_equal(reshard_plan_create(src, dst, &p, &plan), RESHARD_OK);
+    reshard_layout_destroy(src);
+    reshard_layout_destroy(dst);
+    reshard_tensors_destroy(ts);
+    return plan;
+}
+
+/* The toy plan. Per source rank 2048 B over the network, per landing
+ * rank 1024 B in and 1024 B forwarded (one round each: default staging). */
+static void test_cost_model_by_hand(void **state)
+{
+    (void)state;
+    reshard_plan_t *plan = toy_plan();
     reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9, 0};
     reshard_sim_t r;
     assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_OK);
@@ -87,9 +97,57 @@ static void test_cost_model_by_hand(void **state)
     sys.nic_bytes_per_s = 0;
     assert_int_equal(reshard_sim_plan(plan, &sys, &r), RESHARD_ERR_INVALID_ARG);
     reshard_plan_destroy(plan);
-    reshard_layout_destroy(src);
-    reshard_layout_destroy(dst);
-    reshard_tensors_destroy(ts);
+}
+
+/* The delta model's CPU work by hand, on the plan of test_cost_model_by_hand: a source
+ * rank sends 2048 B (network); a destination rank receives 1024 B from the network,
+ * forwards them (1024 B sent) and receives its peer's 1024 B (NVLink). Per stream byte
+ * a sender copies, encodes and hashes, a receiver reads back, applies, hashes and writes
+ * back; a dense chunk (everything changed) skips hash and read-back; the busiest rank
+ * (a destination) sets codec_s. Every rate 1e9 B/s. */
+static void test_delta_cpu_by_hand(void **state)
+{
+    (void)state;
+    reshard_plan_t *plan = toy_plan();
+    reshard_system_t sys = {"toy", 4, 1e6, 0, 1e7, 0, 1e9, 0};
+    reshard_sim_delta_params_t dp = {.change_fraction = 0.01,
+                                     .encode_bytes_per_s = 1e9,
+                                     .apply_bytes_per_s = 1e9,
+                                     .copy_bytes_per_s = 1e9,
+                                     .hash_bytes_per_s = 1e9};
+    reshard_sim_t r;
+    assert_int_equal(reshard_sim_delta_plan(plan, &sys, &dp, &r), RESHARD_OK);
+    /* a destination: 1024 B x 3 (copy, encode, hash) + 2048 B x 4 (two copies, apply,
+     * hash) = 11264 ns; a source: 2048 B x 3 = 6144 ns */
+    assert_true(fabs(r.codec_s - 11264e-9) < 1e-12);
+    dp.no_verify = 1; /* 1024 x 2 + 2048 x 3 */
+    assert_int_equal(reshard_sim_delta_plan(plan, &sys, &dp, &r), RESHARD_OK);
+    assert_true(fabs(r.codec_s - 8192e-9) < 1e-12);
+    dp.no_verify = 0;
+    dp.change_fraction = 1; /* dense chunks: 1024 x 2 + 2048 x 2 */
+    assert_int_equal(reshard_sim_delta_plan(plan, &sys, &dp, &r), RESHARD_OK);
+    assert_true(fabs(r.codec_s - 6144e-9) < 1e-12);
+    reshard_plan_destroy(plan);
+}
+
+/* Rates measured here: positive and finite with two ranks at once; bad arguments named. */
+static void test_delta_measure(void **state)
+{
+    (void)state;
+    reshard_sim_delta_params_t dp;
+    assert_int_equal(reshard_sim_delta_measure(0.05, 2, 1 << 20, 2, &dp), RESHARD_OK);
+    const double rates[4] = {dp.copy_bytes_per_s, dp.encode_bytes_per_s, dp.apply_bytes_per_s,
+                             dp.hash_bytes_per_s};
+    for (int i = 0; i < 4; i++)
+        assert_true(isfinite(rates[i]) && rates[i] > 1e6);
+    assert_true(dp.change_fraction == 0.05 && dp.word == 2 && !dp.no_verify);
+    assert_int_equal(reshard_sim_delta_measure(1.5, 2, 1 << 20, 1, &dp), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_sim_delta_measure(0.1, 3, 1 << 20, 1, &dp), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(reshard_sim_delta_measure(0.1, 2, 1 << 20, 0, &dp), RESHARD_ERR_INVALID_ARG);
+    assert_int_equal(
+        reshard_sim_delta_measure(0.1, 2, 1 << 20, RESHARD_SIM_MEASURE_MAX_RANKS + 1, &dp),
+        RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "ranks"));
 }
 
 /* The baseline's model by hand: one bf16 tensor of 4 MiB, train tp=2 on
@@ -176,10 +234,9 @@ static void test_shipped_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_systems),
-        cmocka_unit_test(test_cost_model_by_hand),
-        cmocka_unit_test(test_baseline_by_hand),
-        cmocka_unit_test(test_shipped_model),
+        cmocka_unit_test(test_systems),          cmocka_unit_test(test_cost_model_by_hand),
+        cmocka_unit_test(test_baseline_by_hand), cmocka_unit_test(test_delta_cpu_by_hand),
+        cmocka_unit_test(test_delta_measure),    cmocka_unit_test(test_shipped_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,6 +172,43 @@ static void test_stripe_replicated(void **state)
     fx_free(&f);
 }
 
+/* Forward streams mixing pieces that move straight between the user buffers (256 KiB,
+ * dense on both ends) with small ones packed through the slot (4 KiB each), all replicated
+ * from rank 0 onto the 4 ranks of domain 1: a forward round posts several messages to one
+ * peer, direct and packed in stream order, and (under a small staging bound) forwards a
+ * landing's prefix while the rest of it is still arriving. */
+static void test_forward_messages(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_make(&f);
+    const int64_t len[4] = {65536, 1024, 65536, 1024}; /* fp32: 256 KiB, 4 KiB, ... */
+    int32_t r0 = 0, rd[4] = {4, 5, 6, 7};
+    reshard_mesh_t m = {.ndim = 1, .shape = {1}, .ranks = &r0};
+    reshard_mesh_t md = {.ndim = 1, .shape = {4}, .ranks = rd};
+    uint64_t T = 0;
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "t%d", i);
+        int32_t t = add_tensor(&f, name, RESHARD_FP32, 1, &len[i]);
+        assert_int_equal(reshard_layout_add_dtensor(f.src, t, &m, &REP, i, 0), RESHARD_OK);
+        assert_int_equal(reshard_layout_add_dtensor(f.dst, t, &md, &REP, i, 0), RESHARD_OK);
+        T += (uint64_t)len[i] * 4;
+    }
+    reshard_plan_params_t p = params(8, 4);
+    reshard_plan_stats_t s = plan_stats(&f, &p);
+    assert_int_equal(s.bytes_total, 4 * T);
+    assert_int_equal(s.bytes_network, T);
+    assert_int_equal(s.bytes_nvlink, 3 * T);
+    check_exec(&f, &p, &s);
+    p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
+    for (uint64_t staging = 4096; staging <= 65536; staging *= 4) {
+        p.staging_bytes = staging;
+        check_exec(&f, &p, &s);
+    }
+    fx_free(&f);
+}
+
 /* Domain size 3 over TP2 replicas (ranks 0..5 = replicas (0,1) (2,3) (4,5)),
  * sources on ranks 6, 7 (the short last domain). W [8, 65536] bf16 = 1 MiB,
  * halves A (rows 0..3) and B (rows 4..7) of 512 KiB, one per source rank.
@@ -385,6 +422,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_domains_tp2_replicas),
         cmocka_unit_test(test_stripe_replicated),
+        cmocka_unit_test(test_forward_messages),
         cmocka_unit_test(test_domain_straddles_replicas),
         cmocka_unit_test(test_uneven_last_domain),
         cmocka_unit_test(test_tied_in_one_rank),

@@ -113,7 +113,8 @@ class FSDPModule:
                                "unsharded)" % (where, tuple(p.shape), want.shape))
                 continue
             mine = [f for f in frags if want is not None and f.buffer == want.buffer]
-            problem = _dtensor_problem(layout, name, p, rank, world, want, mine, where)
+            problem = _dtensor_problem(layout, name, p, rank, world, want, mine, where,
+                                       _tp_of(train, rank))
             if not problem and train:
                 problem = _shard_index_problem(p, rank, train, where)
             if not problem:  # every parameter's FSDP shard index the same on this rank
@@ -127,6 +128,15 @@ class FSDPModule:
             if problem:
                 out.append(problem)
         return out
+
+
+def _tp_of(train: Optional[str], rank: int) -> Optional[Tuple[int, int]]:
+    """(tp, this rank's tp index) under the train spec, or None without one."""
+    if not train:
+        return None
+    from .ranks import fsdp_sizes
+    _, tp = fsdp_sizes(train)
+    return tp, rank % tp
 
 
 def _shard_indices(p: Any, rank: int) -> List[Tuple[int, int]]:
@@ -172,7 +182,8 @@ def _shard_index_problem(p: Any, rank: int, train: str, where: str) -> Optional[
 
 
 def _dtensor_problem(layout: Layout, name: str, p: Any, rank: int, world: int,
-                     want: Optional[Any], frags: List[Any], where: str) -> Optional[str]:
+                     want: Optional[Any], frags: List[Any], where: str,
+                     tp: Optional[Tuple[int, int]] = None) -> Optional[str]:
     placements = tuple(p.placements)
     for d, pl in enumerate(placements):
         partial = getattr(pl, "is_partial", None)
@@ -222,7 +233,7 @@ def _dtensor_problem(layout: Layout, name: str, p: Any, rank: int, world: int,
                 "refit's train spec gives it %s (the live sharding differs from the spec)"
                 % (where, placements, list(mesh.shape), local, tuple(want.shape)))
     if live is not None and want is not None:
-        return _same_elements(layout, name, live, rank, frags, where)
+        return _same_elements(layout, name, live, rank, frags, where, tp)
     return None
 
 
@@ -242,12 +253,43 @@ def _live_layout(name: str, gshape: Tuple[int, ...], mesh: np.ndarray, placement
         return None
 
 
+def _tp_piece(live: Layout, view: Tuple[int, ...], rank: int,
+              tp: Optional[Tuple[int, int]]) -> Optional[Layout]:
+    """A parameter that tensor parallelism split as a plain tensor (transformers'
+    "local_colwise"/"local_rowwise", and every TP style of transformers 5): FSDP2 sees
+    the TP piece, so the live DTensor's global shape is the piece's. When it differs
+    from the logical ``view`` in one dim only, by the extent of tp rank t's torch.chunk
+    piece there (get_tensor_shard's rule), the live layout moved to that piece's
+    offset: each element's index in the whole tensor. None otherwise."""
+    shape = tuple(live.tensors.info(0).shape)
+    if tp is None or tp[0] <= 1 or len(shape) != len(view):
+        return None
+    differ = [d for d in range(len(view)) if shape[d] != view[d]]
+    if len(differ) != 1:
+        return None
+    d, (k, t) = differ[0], tp
+    c = -(-view[d] // k)
+    a = min(t * c, view[d])
+    if shape[d] != min((t + 1) * c, view[d]) - a:
+        return None
+    moved_t = Tensors()
+    moved_t.add("piece", view, live.tensors.info(0).dtype)
+    moved = Layout(moved_t)
+    for f in live.fragments():
+        if f.rank == rank:
+            off = list(f.offset)
+            off[d] += a
+            moved.add_fragment("piece", rank, 0, off, f.extent, f.base, f.strides)
+    return moved
+
+
 def _same_elements(layout: Layout, name: str, live: Layout, rank: int, frags: List[Any],
-                   where: str) -> Optional[str]:
+                   where: str, tp: Optional[Tuple[int, int]] = None) -> Optional[str]:
     """When the layout's buffer holds exactly the logical tensor ``name``: whether each
     element of this rank's local shard is the same global element under the live
     placements as under the spec (every element: both descriptions fill a buffer with
-    the pattern of the global index, compared byte for byte)."""
+    the pattern of the global index, compared byte for byte). A plain TP piece
+    (_tp_piece) is compared at its place in the whole tensor."""
     from ..pattern import fill_pattern
     try:
         tid = layout.tensors.find(name)
@@ -256,7 +298,8 @@ def _same_elements(layout: Layout, name: str, live: Layout, rank: int, frags: Li
     if not frags or any(f.tensor != tid for f in frags):
         return None
     info = layout.tensors.info(tid)
-    view = info.view_shape or info.shape
+    view = tuple(info.view_shape or info.shape)
+    live = _tp_piece(live, view, rank, tp) or live
     spec_t = Tensors()
     spec_t.add(name, view, live.tensors.info(0).dtype)
     spec = Layout(spec_t)

@@ -331,7 +331,10 @@ class SGLangClient:
                         "is not advanced" % (self._engine(), key, late, timeout_s)) from e
         return [json.loads(self.store.get(k)) for k in keys]
 
-    def _check(self, key: str) -> None:
+    def check(self, key: str) -> None:
+        """Every TP worker of this server committed ``key`` (a version, or "init"), else
+        ReshardError: VERIFY naming the first worker's error, TIMEOUT naming silent ones.
+        A client attached without a server (attach()) checks what another posted."""
         bad = [o for o in self._outcomes(key, 2 * float(self.info["timeout_s"]))
                if o["error"] or o["state"] != "committed" and key != "init"]
         if bad:
@@ -339,14 +342,19 @@ class SGLangClient:
                         "worker (%s); the weight version is not advanced: %s"
                         % (self._engine(), key, bad[0]["state"], bad[0]["error"] or bad[0]))
 
-    def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
-        import torch
+    def attach(self, init_info: Dict[str, Any]) -> None:
+        """Open the refit's store for ``init_info`` (its server by engine_index), so
+        check() reads its workers' outcomes; sends nothing."""
         self.info = dict(init_info)
         info = ReshardInitInfo(**self.info)
         self.store = open_client_store(info.rendezvous(), info.timeout_s * 3)
+
+    def init_weight_transfer_engine(self, init_info: Dict[str, Any]) -> None:
+        import torch
+        self.attach(init_info)
         raw = torch.frombuffer(bytearray(json.dumps(self.info).encode()), dtype=torch.uint8)
         self._send(INIT, raw, flush_cache=False)
-        self._check("init")
+        self.check("init")
 
     def start_weight_update(self) -> None:
         if self.pause:
@@ -357,7 +365,7 @@ class SGLangClient:
         import torch
         version = int(update_info["version"])
         self._send(UPDATE, torch.tensor([version], dtype=torch.int64), flush_cache=True)
-        self._check(str(version))
+        self.check(str(version))
         self._landed = version
 
     def finish_weight_update(self, weight_version: Any = None) -> None:

@@ -53,6 +53,7 @@ from ..errors import Status, error
 from .binding import live_tensors
 from .trainer import ReshardTrainer, ReshardTrainerInitInfo
 from .ranks import sizes
+from .sglang import SGLangClient, spec_keys
 from .worker import ReshardUpdateInfo, WorkerCore
 
 BACKEND = "reshard"
@@ -129,8 +130,8 @@ class VerlEngineCore:
     wire_format = WIRE_FORMAT
 
     def __init__(self, bucket_size: int = 0, is_master: bool = False, *,
-                 source: Any = None, model_in_place: Any = None, device: str = "cpu",
-                 **engine_kwargs: Any) -> None:
+                 source: Any = None, model_in_place: Any = None, server: Any = None,
+                 device: str = "cpu", **engine_kwargs: Any) -> None:
         unknown = sorted(set(engine_kwargs) - set(INFO_KWARGS))
         missing = [k for k in ("model", "train", "infer") if k not in engine_kwargs]
         if unknown or missing:
@@ -144,12 +145,21 @@ class VerlEngineCore:
         self.kwargs.setdefault("rendezvous_name", "verl")
         self.sizes = sizes(self.kwargs["train"], self.kwargs["infer"])
         self.source, self.model_in_place, self.device = source, model_in_place, device
+        self.server = server
+        # an SGLang rollout (infer spec engine=sglang): its TP workers receive in place
+        # through reshard's SGLang loader; this engine is their server's control plane
+        self.sglang = spec_keys(self.kwargs["infer"]).get("engine") == "sglang"
+        self.client: Optional[SGLangClient] = None
+        self.leader = False
+        if self.sglang:
+            self.wire_format = "named_tensors"  # nothing is yielded: the adapter loads none
         self.rank: Optional[int] = None
         self.role: Optional[str] = None
         self.topology: Optional[Tuple[Any, ...]] = None
         self.trainer: Optional[ReshardTrainer] = None
         self.core: Optional[WorkerCore] = None
         self.synced_steps: Optional[int] = None  # global_steps of the last refit landed
+        self.attempted_steps: Optional[int] = None  # of the last one begun (_version)
         self.last_sync_s = 0.0
         self._live_ids: Optional[Dict[str, Tuple[int, int]]] = None
 
@@ -158,13 +168,17 @@ class VerlEngineCore:
         """Trainer rank 0 hosts the refit's store (verl's default rule)."""
         return trainer_rank == 0
 
-    def bind(self, source: Any = None, model_in_place: Any = None) -> None:
-        """Give the actor's module (``source``) or the rollout's live module
-        (``model_in_place``) explicitly, before the first init_process_group."""
+    def bind(self, source: Any = None, model_in_place: Any = None, server: Any = None) -> None:
+        """Give the actor's module (``source``), the rollout's live module
+        (``model_in_place``) or, for an SGLang rollout, its server (``server``: an
+        object with ``post(path, body)``, as SGLangClient takes) explicitly, before the
+        first init_process_group."""
         if source is not None:
             self.source = source
         if model_in_place is not None:
             self.model_in_place = model_in_place
+        if server is not None:
+            self.server = server
 
     # -- verl's lifecycle ------------------------------------------------------------
     def prepare(self) -> Dict[str, Any]:
@@ -172,7 +186,8 @@ class VerlEngineCore:
         refit's store: the engine_kwargs' store_path, or a TCPStore it will host
         (master_address: this host's address unless given; master_port: a free one)."""
         meta: Dict[str, Any] = {"model": self.kwargs["model"], "train": self.kwargs["train"],
-                                "infer": self.kwargs["infer"], "master": None}
+                                "infer": self.kwargs["infer"], "master": None,
+                                "rollout": _rollout_name_of_caller(self)}
         if self.is_master:
             if self.topology is not None:  # the store of the first sync, reused
                 meta["master"] = self.topology[2]
@@ -204,6 +219,14 @@ class VerlEngineCore:
                 raise ValueError("reshard: %s worker %d planned %r, actor worker 0 %r"
                                  % (side, i if i < actor_wg_world_size else i -
                                     actor_wg_world_size, m, first))
+        engine = "sglang" if spec_keys(first["infer"]).get("engine") == "sglang" else "vllm"
+        for i, m in enumerate(metadata[actor_wg_world_size:]):
+            if m.get("rollout") not in (None, engine):
+                raise ValueError("reshard: rollout worker %d runs rollout.name=%r, the infer "
+                                 "spec %r plans %s's layouts%s" % (
+                                     i, m["rollout"], first["infer"], engine,
+                                     " (give it engine=sglang)" if m["rollout"] == "sglang"
+                                     else ""))
         s = sizes(first["train"], first["infer"])
         infer_world = s.world - s.train_world
         if actor_wg_world_size != s.train_world or rollout_world_size != infer_world:
@@ -247,6 +270,8 @@ class VerlEngineCore:
             # no source: ReshardTrainer refuses it by name, on every rank, in the agreement
             self.trainer = ReshardTrainer.trainer_init(info, client=NoControlPlane(),
                                                        source=source)
+        elif self.sglang:
+            self._init_sglang(fields)
         else:
             i = self.rank - self.sizes.train_world
             per = self.sizes.per_engine
@@ -266,6 +291,67 @@ class VerlEngineCore:
                 from .vllm import follow_worker_sleep
                 follow_worker_sleep()  # in a vLLM worker: sleep level 2 invalidates delta
 
+    def _init_sglang(self, fields: Dict[str, Any]) -> None:
+        """Rollout side, SGLang: this worker is beside TP rank t of server e (rollout
+        worker i = e * ranks per server + t), whose scheduler runs reshard's loader
+        (``--custom-weight-loader reshard.integrations.sglang.load_weights``): that TP
+        worker is refit rank ``self.rank``. The worker beside TP rank 0 drives its
+        server as SGLangClient does (reshard's INIT through
+        /update_weights_from_tensor; every TP worker then plans, checks its live
+        parameters and agrees with every refit rank); every worker of the server then
+        reads every TP worker's outcome from the refit's store and raises the first
+        error (VERIFY: naming the rank and parameter), so each verl worker fails when
+        any refit rank refused."""
+        i = self.rank - self.sizes.train_world
+        engine, t = divmod(i, self.sizes.per_engine)
+        fields["engine_index"] = engine
+        client = SGLangClient(None, self.sizes.per_engine, pause="")
+        if t == 0:
+            server = self.server if self.server is not None else _server_of_caller(self)
+            if server is None:
+                raise ValueError("reshard rank %d: an SGLang rollout worker beside TP rank 0 "
+                                 "needs its server (bind(server=...), or the calling "
+                                 "CheckpointEngineWorker's server_adapter)" % self.rank)
+            client.server = server
+            client.init_weight_transfer_engine(fields)
+        else:
+            client.attach(fields)
+            client.check("init")
+        self.client, self.leader = client, t == 0
+
+    def _version(self, global_steps: Optional[int]) -> int:
+        """The refit version of a sync: ``global_steps`` (None: the one after the last
+        attempted, 0 first), which must exceed the last one attempted, as the vLLM
+        worker's rule and the SGLang loader's require. Every actor and rollout worker
+        applies it to the same sequence, so a repeated or older one (a failed step
+        retried included) is refused on every rank at once, before anything moves or
+        changes state (INVALID_ARG), rather than by the rollouts alone while the actors
+        wait out a timeout that ends their communicator."""
+        last = self.attempted_steps
+        version = (last + 1 if last is not None else 0) if global_steps is None \
+            else int(global_steps)
+        if version < 0:
+            raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d (verl counts "
+                        "from 0; nothing was sent)" % (self.rank, version))
+        if last is not None and version <= last:
+            raise error(Status.INVALID_ARG, "reshard rank %d: global_steps %d after %d "
+                        "(versions increase, a failed one included; nothing was sent)"
+                        % (self.rank, version, last))
+        self.attempted_steps = version
+        return version
+
+    def _receive_sglang(self, global_steps: int) -> None:
+        """One sync into the SGLang server's live parameters: refit round
+        global_steps + 1 (the loader counts rounds from 1; verl's first sync is 0),
+        then SGLang's weight version set to ``global_steps`` once every TP worker
+        committed (the leader); every worker raises when any TP worker did not."""
+        client = self.client
+        if self.leader:
+            client.update_weights({"version": global_steps + 1})
+            client.finish_weight_update(global_steps)
+        else:
+            client.check(str(global_steps + 1))
+
     async def send_weights(self, weights: Any, global_steps: Optional[int] = None) -> Dict[str, Any]:
         """Actor workers: one refit of this rank's own shards (bound at init). verl's
         ``weights`` (its full-tensor generator) is closed unconsumed: nothing is
@@ -274,10 +360,11 @@ class VerlEngineCore:
             raise error(Status.INVALID_ARG, "reshard rank %s: send_weights on a %s worker "
                         "before init_process_group as a source" % (self.rank, self.role))
         await _close(weights)
+        version = self._version(global_steps)
         t0 = time.perf_counter()
         self.trainer.send_weights()
         self.last_sync_s = time.perf_counter() - t0
-        self.synced_steps = global_steps
+        self.synced_steps = version
         out = {"reshard/sync_s": self.last_sync_s}
         if self.kwargs.get("delta"):
             d = self.trainer.plan.delta_info()
@@ -293,12 +380,19 @@ class VerlEngineCore:
         the first tensor is yielded: a failed one raises (ReshardError on every rank:
         TIMEOUT naming a dead peer, ...) and yields nothing. ``global_steps`` is the
         version: it must increase (a repeated or older one is refused)."""
+        if self.client is not None:
+            version = self._version(global_steps)
+            t0 = time.perf_counter()
+            self._receive_sglang(version)
+            self.last_sync_s = time.perf_counter() - t0
+            self.synced_steps = version
+            return  # the TP workers hold the weights: nothing for the adapter to load
         core = self.core
         if core is None:
             raise error(Status.INVALID_ARG, "reshard rank %s: receive_weights on a %s "
                         "worker before init_process_group as a destination"
                         % (self.rank, self.role))
-        version = core.attempted + 1 if global_steps is None else int(global_steps)
+        version = self._version(global_steps)
         self._follow_reallocation()
         t0 = time.perf_counter()
         core.start_weight_update()
@@ -323,10 +417,15 @@ class VerlEngineCore:
         for side in (self.trainer, self.core):
             if side is not None:
                 side.shutdown()
+        if self.client is not None and self.leader:
+            self.client.shutdown()  # every TP worker closes its communicator
 
     def weights_state(self) -> Dict[str, Any]:
         """Rollout workers: WorkerCore.weights_state() (``state`` none / committed / torn,
         ``version`` = the global_steps landed)."""
+        if self.client is not None:  # committed on every TP worker, or receive raised
+            return {"state": "committed" if self.synced_steps is not None else "none",
+                    "version": self.synced_steps}
         if self.core is None:
             return {"state": "none", "version": None}
         out = self.core.weights_state()
@@ -371,16 +470,41 @@ def _actor_module_of_caller(engine: Any) -> Any:
     ``self.actor.engine``, whose ``module`` is the Megatron model chunks (a list) or the
     FSDP2 module. None when no frame up the stack is such a worker (the trainer then
     refuses at init, naming the rank)."""
+    engine_of_actor = getattr(getattr(_worker_of_caller(engine), "actor", None), "engine", None)
+    return getattr(engine_of_actor, "module", None)
+
+
+def _worker_of_caller(engine: Any) -> Any:
+    """The verl worker whose ``checkpoint_engine`` is ``engine``, up the stack (verl's
+    workers call it through execute_checkpoint_engine), or None."""
     frame = inspect.currentframe()
     while frame is not None:
         owner = frame.f_locals.get("self")
-        if getattr(owner, "checkpoint_engine", None) is engine:
-            module = getattr(getattr(getattr(owner, "actor", None), "engine", None),
-                             "module", None)
-            if module is not None:
-                return module
+        if owner is not engine and getattr(owner, "checkpoint_engine", None) is engine:
+            return owner
         frame = frame.f_back
     return None
+
+
+def _rollout_name_of_caller(engine: Any) -> Optional[str]:
+    """``rollout.name`` ("vllm", "sglang") of the CheckpointEngineWorker calling
+    ``engine``; None on actor workers or outside verl."""
+    config = getattr(_worker_of_caller(engine), "rollout_config", None)
+    name = getattr(config, "name", None)
+    return str(name) if name is not None else None
+
+
+def _server_of_caller(engine: Any) -> Any:
+    """The SGLang server the calling CheckpointEngineWorker's server adapter talks to:
+    its ``_engine`` (verl's http_server_engine adapter) when it has ``post(path,
+    body)``, else an HTTPServer at its ``base_url``; None without one."""
+    from .sglang import HTTPServer
+    adapter = getattr(_worker_of_caller(engine), "server_adapter", None)
+    server = getattr(adapter, "_engine", None)
+    if callable(getattr(server, "post", None)):
+        return server
+    url = getattr(server, "base_url", None)
+    return HTTPServer(url) if url else None
 
 
 def _host_address() -> str:

@@ -134,6 +134,26 @@ def chunk_with_empty(t: torch.Tensor, n: int, dim: int):
 # ColwiseParallel shards dim 0 over tp, RowwiseParallel dim 1; anything else is
 # replicated over tp (torch/distributed/tensor/parallel/style.py at the revision).
 COLWISE, ROWWISE, REPLICATED = "colwise", "rowwise", "replicated"
+# transformers' tensor parallelism with plain tensors (no DTensor over tp): v4.57.6's
+# "local_colwise" / "local_rowwise" (ColwiseParallel(use_dtensor=False): the
+# parameter is the TP piece, get_tensor_shard's torch.chunk on dim -2, or dim -1 for
+# a bias / rowwise), and every style of transformers 5 (a597f974: shard_tensor returns
+# the piece as a plain tensor), with its "packed_colwise" on the fused [E, 2I, H]
+# gate_up_proj (get_packed_weights: rows [t*b, (t+1)*b) of the gate half and of the up
+# half, b = I // tp). FSDP2 then sees a plain tensor: Shard(0) of the piece over the
+# data-parallel mesh only, whose global shape is the piece's.
+LOCAL_COLWISE, LOCAL_ROWWISE, LOCAL_PACKED = "local_colwise", "local_rowwise", "local_packed"
+
+
+def tp_piece(full: torch.Tensor, style: str, tp: int, t: int) -> torch.Tensor:
+    """Tensor-parallel rank t's plain piece of ``full`` under a local style."""
+    if style == LOCAL_PACKED:
+        b = full.shape[-2] // 2 // tp
+        half = full.shape[-2] // 2
+        return torch.cat([full[..., t * b:(t + 1) * b, :],
+                          full[..., half + t * b:half + (t + 1) * b, :]], dim=-2)
+    dim = -1 if style == LOCAL_ROWWISE or full.dim() == 1 else -2
+    return chunk_with_empty(full, tp, full.dim() + dim)[t]
 
 
 def local_shard(full: torch.Tensor, style: str, fsdp: int, tp: int, s: int,
@@ -178,11 +198,18 @@ def fully_shard(full: Dict[str, torch.Tensor], styles: Dict[str, str], rank: int
     + t), each local shard made by local_shard."""
     t, s = rank % tp, (rank // tp) % fsdp
     mesh = mesh_of(replicas, fsdp, tp, rank)
+    dp_mesh = mesh_of(replicas, fsdp, 1, rank)  # the data-parallel ranks of tp rank t
+    dp_mesh.mesh = dp_mesh.mesh * tp + t
     m = torch.nn.Module()
     for name, x in full.items():
         style = styles.get(name, REPLICATED)
-        p = DTensor(local_shard(x, style, fsdp, tp, s, t), mesh,
-                    placements_of(style, replicas, tp), x.shape)
+        if style.startswith("local"):  # a plain TP piece, then FSDP2 over dp only
+            piece = tp_piece(x, style, tp, t) if tp > 1 else x
+            p = DTensor(local_shard(piece, REPLICATED, fsdp, 1, s, 0), dp_mesh,
+                        placements_of(REPLICATED, replicas, 1), piece.shape)
+        else:
+            p = DTensor(local_shard(x, style, fsdp, tp, s, t), mesh,
+                        placements_of(style, replicas, tp), x.shape)
         _set(m, prefix + name, p)
     return m
 
