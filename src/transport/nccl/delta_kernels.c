@@ -3,9 +3,17 @@
  * steps of delta_kernels.h) and the messages of apply's error record. No CUDA calls here. */
 #include "transport/nccl/delta_kernels.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
+
+void rs_dk_check_failed(const char *what, const char *file, int line)
+{
+    fprintf(stderr, "delta kernels (emulation): check failed at %s:%d: %s\n", file, line, what);
+    abort();
+}
 
 static uint64_t align64(uint64_t x)
 {
@@ -25,6 +33,17 @@ static uint64_t gaps_seg(uint64_t body)
     return s > RS_DK_SEG_MIN ? s : RS_DK_SEG_MIN;
 }
 
+/* The most segments of any gaps body a chunk of @p len bytes can carry (body <= len). Not
+ * ceil(len / gaps_seg(len)): segments are cut from the body, and a shorter body can have more
+ * of them (len 1638402: 16222 segments of 101 bytes; a body of 1114112: 16384 of 68), which
+ * wrote the tables past their region into the resolve buffers and past the scratch. */
+static uint64_t gaps_segs_most(uint64_t len)
+{
+    const uint64_t most = (uint64_t)RS_DK_SCAN * RS_DK_SEGS_PER_THREAD;
+    const uint64_t small = ceil_div(len, RS_DK_SEG_MIN);
+    return small < most ? small : most;
+}
+
 /* The scratch layout of a chunk of @p len bytes of @p word-byte words: the total, the error
  * record, then one region reused by encode (masks, tiles), the runs apply (tiles, per-run
  * offsets) and the gaps apply (the tables); with @p j, points j's scratch into @p s. */
@@ -36,7 +55,7 @@ static uint64_t layout(uint64_t len, uint32_t word, rs_dk_job_t *j, uint8_t *s)
     const uint64_t enc = align64(tiles * sizeof(rs_dk_sum_t)) + groups * 8;
     const uint64_t rtiles = ceil_div(runs, RS_DK_TILE);
     const uint64_t run = align64(rtiles * sizeof(rs_dk_sum_t)) + (runs + 1) * 8;
-    const uint64_t segs = ceil_div(len, gaps_seg(len)), e = RS_DK_MAX_ENTRY;
+    const uint64_t segs = gaps_segs_most(len), e = RS_DK_MAX_ENTRY;
     const uint64_t gthr = align64((uint64_t)RS_DK_SCAN * e * sizeof(rs_dk_gs_t));
     const uint64_t gaps =
         align64(segs * e * sizeof(rs_dk_gs_t)) + 2 * gthr + align64(segs * sizeof(rs_dk_gs_t));
@@ -53,6 +72,13 @@ static uint64_t layout(uint64_t len, uint32_t word, rs_dk_job_t *j, uint8_t *s)
         j->gthr[0] = (rs_dk_gs_t *)(void *)(r + align64(segs * e * sizeof(rs_dk_gs_t)));
         j->gthr[1] = (rs_dk_gs_t *)(void *)((uint8_t *)j->gthr[0] + gthr);
         j->gseg = (rs_dk_gs_t *)(void *)((uint8_t *)j->gthr[1] + gthr);
+        j->cap_tile = j->apply && j->kind == RS_DELTA_RUNS ? rtiles : tiles;
+        j->cap_mask = groups;
+        j->cap_cnt = runs + 1;
+        j->cap_gtab = segs * e;
+        j->cap_gseg = segs;
+        j->scratch_bytes =
+            head + (enc > run ? (enc > gaps ? enc : gaps) : (run > gaps ? run : gaps));
     }
     return head + most;
 }
@@ -84,20 +110,54 @@ void rs_dk_job_init(rs_dk_job_t *j, uint64_t len, uint32_t word, const rs_delta_
 }
 
 /* ---- the emulation: each launch's blocks and threads in turn, the block's phases in order.
- * A block scan or reduce of rs_dk_sum_t is a sequential one here (the sum is associative). */
+ * A block scan or reduce of rs_dk_sum_t is a sequential one here (the sum is associative).
+ * Strict: every launch's grid checked against CUDA's limits (the same sizes delta_kernels.cu
+ * launches), the scratch filled with a pattern that changes from run to run before each
+ * encode and apply (nothing a run reads may be left from an earlier one), and the steps'
+ * RS_DK_CHECKs (indices inside their regions and buffers, wide accesses aligned). */
+
+/* One launch of @p blocks x @p threads with @p shared bytes of static shared memory. */
+static void emu_launch(uint64_t blocks, uint64_t threads, uint64_t shared)
+{
+    RS_DK_CHECK(blocks >= 1 && blocks <= RS_DK_MAX_GRID_X);
+    RS_DK_CHECK(threads >= 1 && threads <= 1024 && threads % 32 == 0);
+    RS_DK_CHECK(shared <= 48 * 1024);
+}
+
+/* The scratch of @p j filled with a pattern of this run's own. */
+static void emu_poison(const rs_dk_job_t *j)
+{
+    static unsigned run;
+    const uint8_t x = (uint8_t)(0x5a + 37 * ++run);
+    RS_DK_CHECK(j->scratch_bytes > 0);
+    memset((void *)j->total, x, (size_t)j->scratch_bytes);
+}
 
 /* The masks of tile @p t's groups from the chunk (the lanes' unit bits ORed) into j->mask,
  * and the tile's sum into j->tile[t] (kernel 1). */
 static void emu_enc_tile(const rs_dk_job_t *j, const uint8_t *cur, const uint8_t *prev, uint64_t t)
 {
-    uint64_t lo, hi;
+    uint64_t lo, hi, sm[RS_DK_TILE_GROUPS];
     rs_dk_tile_groups(j, t, &lo, &hi);
+    RS_DK_CHECK(t < j->tiles && t < j->cap_tile && hi <= j->cap_mask &&
+                hi - lo <= RS_DK_TILE_GROUPS);
     const uint64_t units = rs_dk_group_units(j);
+    /* the kernel's lanes: unit u0 + x + pass * threads; a group's lanes ORed by shuffles, so
+     * they must lie in one warp and every lane of the block take the same passes */
+    const uint64_t u0 = lo * units, u1 = u0 + RS_DK_TILE_GROUPS * units;
+    RS_DK_CHECK(units >= 1 && units <= 32 && 32 % units == 0 && (u1 - u0) % RS_DK_THREADS == 0);
+    for (uint64_t u = u0; u < u1; u += units) {
+        uint64_t m = 0;
+        for (uint64_t l = u; l < u + units; l++) {
+            RS_DK_CHECK((l - u0) / 32 == (u - u0) / 32);
+            m |= rs_dk_unit_mask(j, l, rs_dk_unit_bits(j, cur, prev, l));
+        }
+        if (u / units < hi)
+            sm[u / units - lo] = m;
+    }
     rs_dk_sum_t sum = {0, 0, 0, 0, 0};
     for (uint64_t g = lo; g < hi; g++) {
-        uint64_t m = 0;
-        for (uint64_t u = g * units; u < (g + 1) * units; u++)
-            m |= rs_dk_unit_mask(j, u, rs_dk_unit_bits(j, cur, prev, u));
+        const uint64_t m = sm[g - lo];
         j->mask[g] = m;
         const uint64_t carry =
             g == lo ? (g ? rs_dk_word_changed(j, cur, prev, g * 64 - 1) : 0) : j->mask[g - 1] >> 63;
@@ -110,6 +170,8 @@ static void emu_enc_tile(const rs_dk_job_t *j, const uint8_t *cur, const uint8_t
  * header at @p out (encode) or the check of the values (apply). */
 static void emu_scan(const rs_dk_job_t *j, uint8_t *out)
 {
+    emu_launch(1, RS_DK_SCAN, RS_DK_SCAN / 32 * sizeof(rs_dk_sum_t));
+    RS_DK_CHECK(j->items <= j->cap_tile);
     rs_dk_sum_t s = {0, 0, 0, 0, 0};
     for (uint64_t t = 0; t < j->items; t++) {
         const rs_dk_sum_t x = j->tile[t];
@@ -128,6 +190,7 @@ static void emu_enc_body(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *prev
 {
     uint64_t lo, hi;
     rs_dk_tile_groups(j, t, &lo, &hi);
+    RS_DK_CHECK(t < j->cap_tile && hi <= j->cap_mask);
     rs_dk_sum_t P = j->tile[t];
     for (uint64_t g = lo; g < hi; g++) {
         const uint64_t m = j->mask[g], carry = g ? j->mask[g - 1] >> 63 : 0;
@@ -141,6 +204,14 @@ static void emu_enc_body(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *prev
 
 void rs_delta_encode_emulate(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *prev, uint8_t *out)
 {
+    RS_DK_CHECK(j->groups > 0 && !j->apply);
+    emu_poison(j);
+    emu_launch(j->tiles, RS_DK_THREADS,
+               RS_DK_TILE_GROUPS * 8 + RS_DK_THREADS / 32 * sizeof(rs_dk_sum_t));
+    emu_launch(j->tiles, RS_DK_THREADS,
+               RS_DK_TILE_GROUPS * (sizeof(rs_dk_sum_t) + 24) +
+                   RS_DK_THREADS / 32 * sizeof(rs_dk_sum_t));
+    emu_launch(rs_dk_grid_runs(j), RS_DK_THREADS, 0);
     for (uint64_t t = 0; t < j->tiles; t++)
         emu_enc_tile(j, cur, prev, t);
     emu_scan(j, out);
@@ -155,6 +226,10 @@ void rs_delta_encode_emulate(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *
 static void emu_apply_counted(const rs_dk_job_t *j, const uint8_t *body, uint8_t *chunk)
 {
     const uint64_t items = rs_dk_apply_items(j);
+    const uint64_t sum_sh = RS_DK_THREADS / 32 * sizeof(rs_dk_sum_t);
+    RS_DK_CHECK(j->items <= j->cap_tile && (j->kind == RS_DELTA_BITMAP || items < j->cap_cnt));
+    if (j->items)
+        emu_launch(j->items, RS_DK_THREADS, sum_sh);
     for (uint64_t t = 0; t < j->items; t++) {
         rs_dk_sum_t s = {0, 0, 0, 0, 0};
         for (uint64_t i = t * RS_DK_TILE_GROUPS;
@@ -169,6 +244,7 @@ static void emu_apply_counted(const rs_dk_job_t *j, const uint8_t *body, uint8_t
     if (j->err->code != RS_DK_ERR_NONE)
         return;
     if (j->kind == RS_DELTA_BITMAP) {
+        emu_launch(j->items, RS_DK_THREADS, RS_DK_TILE_GROUPS * (sizeof(rs_dk_sum_t) + 8) + sum_sh);
         for (uint64_t t = 0; t < j->tiles; t++) {
             uint64_t lo, hi;
             rs_dk_tile_groups(j, t, &lo, &hi);
@@ -183,6 +259,12 @@ static void emu_apply_counted(const rs_dk_job_t *j, const uint8_t *body, uint8_t
         }
         return;
     }
+    const uint64_t values = (j->body - (uint64_t)j->nruns * 8) / j->word;
+    RS_DK_CHECK(values == j->total->s.c);
+    if (j->items)
+        emu_launch(j->items, RS_DK_THREADS, sum_sh);
+    if (values)
+        emu_launch(rs_dk_grid_of(values), RS_DK_THREADS, 0);
     for (uint64_t t = 0; t < j->items; t++) {
         uint64_t P = j->tile[t].c;
         for (uint64_t r = t * RS_DK_TILE; r < items && r < (t + 1) * RS_DK_TILE; r++) {
@@ -197,6 +279,12 @@ static void emu_apply_counted(const rs_dk_job_t *j, const uint8_t *body, uint8_t
 /* Apply of a gaps body: the parses, the resolve block's steps, the writes. */
 static void emu_apply_gaps(const rs_dk_job_t *j, const uint8_t *body, uint8_t *chunk)
 {
+    RS_DK_CHECK(j->segs <= j->cap_gseg && j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab);
+    if (j->segs) {
+        emu_launch(rs_dk_grid_of(j->segs * RS_DK_MAX_ENTRY), RS_DK_THREADS, 0);
+        emu_launch(rs_dk_grid_of(j->segs), RS_DK_THREADS, 0);
+    }
+    emu_launch(1, RS_DK_SCAN, 0);
     for (uint64_t s = 0; s < j->segs; s++)
         for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++)
             j->gtab[s * RS_DK_MAX_ENTRY + e] = rs_dk_gaps_parse(j, body, s, e);
@@ -216,6 +304,8 @@ static void emu_apply_gaps(const rs_dk_job_t *j, const uint8_t *body, uint8_t *c
 void rs_delta_apply_emulate(const rs_dk_job_t *j, const uint8_t *in, uint8_t *chunk)
 {
     const uint8_t *body = in + RS_DELTA_HEADER_BYTES;
+    RS_DK_CHECK(j->apply && j->body <= j->len + (j->n + 7) / 8);
+    emu_poison(j);
     j->err->code = RS_DK_ERR_NONE;
     if (j->kind == RS_DELTA_DENSE)
         rs_dk_copy(chunk, body, j->len);

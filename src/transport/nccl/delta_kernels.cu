@@ -12,8 +12,7 @@
 
 static unsigned int grid_of(uint64_t items)
 {
-    const uint64_t b = (items + RS_DK_THREADS - 1) / RS_DK_THREADS, max = (uint64_t)1 << 20;
-    return (unsigned int)(b < max ? (b ? b : 1) : max); /* grid-stride loops: the rest */
+    return (unsigned int)rs_dk_grid_of(items); /* grid-stride loops: the rest */
 }
 
 static __device__ rs_dk_sum_t sum_zero(void)
@@ -178,9 +177,7 @@ extern "C" cudaError_t rs_delta_encode_launch(const rs_dk_job_t *j, const uint8_
     rs_dk_enc_tile_kernel<<<tiles, RS_DK_THREADS, 0, s>>>(*j, cur, prev);
     rs_dk_scan_kernel<<<1, RS_DK_SCAN, 0, s>>>(*j, out);
     rs_dk_enc_body_kernel<<<tiles, RS_DK_THREADS, 0, s>>>(*j, cur, prev, out);
-    unsigned int runs_grid = grid_of(j->n / 2 + 1); /* the most runs; most exit at once */
-    runs_grid = runs_grid < 1024 ? runs_grid : 1024;
-    rs_dk_run_len_kernel<<<runs_grid, RS_DK_THREADS, 0, s>>>(*j, out);
+    rs_dk_run_len_kernel<<<(unsigned int)rs_dk_grid_runs(j), RS_DK_THREADS, 0, s>>>(*j, out);
     return cudaGetLastError();
 }
 

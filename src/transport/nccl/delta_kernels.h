@@ -51,6 +51,26 @@
 #define RS_DHD static inline
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/** The emulation's strict checks (delta_kernels.c): a failed one names itself and aborts. */
+void rs_dk_check_failed(const char *what, const char *file, int line);
+#ifdef __cplusplus
+}
+#endif
+
+/* RS_DK_CHECK(cond): on the CPU (the emulation the fake device and the tests run) every
+ * scratch index inside its region, every chunk, snapshot and body access inside its buffer,
+ * every wide access aligned to its size, every launch's grid within CUDA's limits; a failure
+ * aborts naming the condition. On the device it compiles to nothing: the same source the
+ * emulation checked is what runs. */
+#if defined(__CUDA_ARCH__)
+#define RS_DK_CHECK(c) ((void)0)
+#else
+#define RS_DK_CHECK(c) ((c) ? (void)0 : rs_dk_check_failed(#c, __FILE__, __LINE__))
+#endif
+
 /** Words per group (one bit each in a 64-bit mask). */
 #define RS_DK_GROUP 64
 /** Groups per tile. */
@@ -123,6 +143,10 @@ typedef struct {
     rs_dk_gs_t *gtab;    /**< gaps apply: per segment, RS_DK_MAX_ENTRY parses */
     rs_dk_gs_t *gthr[2]; /**< gaps apply: per resolve thread, RS_DK_MAX_ENTRY (two buffers) */
     rs_dk_gs_t *gseg;    /**< gaps apply: per segment, its true start (exit: offset) */
+    /* the regions' capacities in entries (rs_delta_dev_scratch_bytes's layout): what the
+     * emulation's checks hold every index to */
+    uint64_t cap_tile, cap_mask, cap_cnt, cap_gtab, cap_gseg;
+    uint64_t scratch_bytes; /**< the layout's total */
 } rs_dk_job_t;
 
 /* ---- helpers -------------------------------------------------------------------------- */
@@ -180,6 +204,7 @@ RS_DHD void rs_dk_copy(uint8_t *d, const uint8_t *s, uint64_t bytes)
 RS_DHD void rs_dk_copy_word(uint8_t *d, const uint8_t *s, uint32_t w)
 {
     const uintptr_t a = (uintptr_t)d | (uintptr_t)s;
+    RS_DK_CHECK(d != NULL && s != NULL && (w == 1 || w == 2 || w == 4 || w == 8));
     if (w == 8 && a % 8 == 0)
         *(uint64_t *)(void *)d = *(const uint64_t *)(const void *)s;
     else if (w == 4 && a % 4 == 0)
@@ -207,6 +232,26 @@ RS_DHD void rs_dk_segment(uint64_t items, int t, int nt, uint64_t *lo, uint64_t 
     const uint64_t per = (items + (uint64_t)nt - 1) / (uint64_t)nt;
     *lo = per * (uint64_t)t < items ? per * (uint64_t)t : items;
     *hi = *lo + per < items ? *lo + per : items;
+}
+
+/* ---- launch sizes (delta_kernels.cu launches these; the emulation checks them) ----------- */
+
+/** CUDA's limit on gridDim.x (every launch here is one-dimensional). */
+#define RS_DK_MAX_GRID_X 2147483647ull
+
+/** Blocks of RS_DK_THREADS for @p items threads of a grid-stride loop (at least 1, at most
+ *  2^20: the loops take the rest). */
+RS_DHD uint64_t rs_dk_grid_of(uint64_t items)
+{
+    const uint64_t b = (items + RS_DK_THREADS - 1) / RS_DK_THREADS, most = (uint64_t)1 << 20;
+    return b < most ? (b ? b : 1) : most;
+}
+
+/** Blocks of encode's run-length launch (grid-stride over the runs; most runs exit at once). */
+RS_DHD uint64_t rs_dk_grid_runs(const rs_dk_job_t *j)
+{
+    const uint64_t b = rs_dk_grid_of(j->n / 2 + 1);
+    return b < 1024 ? b : 1024;
 }
 
 /* ---- the sum ---------------------------------------------------------------------------- */
@@ -266,6 +311,8 @@ RS_DHD uint32_t rs_dk_unit_bits(const rs_dk_job_t *j, const uint8_t *cur, const 
         return all;
     uint64_t x[2] = {0, 0};
     if (bytes - at >= 16 && ((uintptr_t)cur | (uintptr_t)prev) % 16 == 0) {
+        RS_DK_CHECK(((uintptr_t)(cur + at) | (uintptr_t)(prev + at)) % 16 == 0 &&
+                    at + 16 <= j->len);
         const uint64_t *a = (const uint64_t *)(const void *)(cur + at);
         const uint64_t *b = (const uint64_t *)(const void *)(prev + at);
         x[0] = a[0] ^ b[0];
@@ -297,6 +344,7 @@ RS_DHD uint64_t rs_dk_word_changed(const rs_dk_job_t *j, const uint8_t *cur, con
                                    uint64_t i)
 {
     uint32_t d = prev ? 0 : 1;
+    RS_DK_CHECK(i < j->n);
     for (uint32_t k = 0; prev && k < j->word; k++)
         d |= (uint32_t)(cur[i * j->word + k] ^ prev[i * j->word + k]);
     return d != 0;
@@ -348,19 +396,26 @@ RS_DHD void rs_dk_enc_word(const rs_dk_job_t *j, const rs_dk_total_t *T, rs_dk_s
     const uint64_t b = i % RS_DK_GROUP, g = i / RS_DK_GROUP, base = g * RS_DK_GROUP;
     uint8_t *body = out + RS_DELTA_HEADER_BYTES;
     const uint64_t changed = m >> b & 1, k = (uint64_t)rs_dk_pop(m & rs_dk_below(b));
+    RS_DK_CHECK(i < j->n && T->body <= j->len);
     if (T->kind == RS_DELTA_DENSE) {
+        RS_DK_CHECK((i + 1) * w <= T->body);
         rs_dk_copy_word(body + i * w, cur + i * w, w);
     } else if (T->kind == RS_DELTA_BITMAP) {
+        RS_DK_CHECK(i / 8 < (j->n + 7) / 8 && (j->n + 7) / 8 + (P.c + k + changed) * w <= T->body);
         if (b % 8 == 0)
             body[i / 8] = (uint8_t)(m >> b);
         if (changed)
             rs_dk_copy_word(body + (j->n + 7) / 8 + (P.c + k) * w, cur + i * w, w);
     } else if (T->kind == RS_DELTA_RUNS) {
         if (changed) {
+            RS_DK_CHECK(T->s.runs * 8 + (P.c + k + 1) * w <= T->body && i < UINT32_MAX);
             rs_dk_copy_word(body + T->s.runs * 8 + (P.c + k) * w, cur + i * w, w);
             const uint64_t starts = m & ~((m << 1) | carry);
             const uint64_t r = P.runs + (uint64_t)rs_dk_pop(starts & rs_dk_below(b)) +
                                (starts >> b & 1) - 1; /* the run holding word i */
+            RS_DK_CHECK(P.runs + (uint64_t)rs_dk_pop(starts & rs_dk_below(b)) + (starts >> b & 1) >=
+                            1 &&
+                        r < T->s.runs);
             if (starts >> b & 1)
                 rs_dk_put_u32(body + r * 8, (uint32_t)i);
             if (!(b < 63 ? m >> (b + 1) & 1 : next0))
@@ -372,6 +427,8 @@ RS_DHD void rs_dk_enc_word(const rs_dk_job_t *j, const rs_dk_total_t *T, rs_dk_s
         uint64_t d = k ? b - (63 - (uint64_t)rs_dk_clz(m & rs_dk_below(b))) - 1 : gap0;
         uint8_t *p =
             body + rs_dk_sum_gb(P) + (k ? rs_dk_varint_len(gap0) + k - 1 : 0) + (P.c + k) * w;
+        RS_DK_CHECK(base + f >= P.last && i < j->n &&
+                    (uint64_t)(p - body) + rs_dk_varint_len(d) + w <= T->body);
         while (d >= 0x80) {
             *p++ = (uint8_t)(d | 0x80);
             d >>= 7;
@@ -388,6 +445,7 @@ RS_DHD void rs_dk_enc_run_len(const rs_dk_total_t *T, uint8_t *out, uint64_t r)
 {
     if (T->kind != RS_DELTA_RUNS || r >= T->s.runs)
         return;
+    RS_DK_CHECK(r * 8 + 8 <= T->body);
     uint8_t *rec = out + RS_DELTA_HEADER_BYTES + r * 8;
     rs_dk_put_u32(rec + 4, rs_dk_get_u32(rec + 4) - rs_dk_get_u32(rec));
 }
@@ -409,6 +467,7 @@ RS_DHD uint64_t rs_dk_bitmap_mask(const rs_dk_job_t *j, const uint8_t *body, uin
 {
     const uint64_t nb = (j->n + 7) / 8, bytes = nb - g * 8 < 8 ? nb - g * 8 : 8;
     const uint64_t nw = j->n - g * RS_DK_GROUP < 64 ? j->n - g * RS_DK_GROUP : 64;
+    RS_DK_CHECK(g < j->groups && g * 8 + bytes <= j->body);
     uint64_t m = 0;
     for (uint64_t k = 0; k < bytes; k++)
         m |= (uint64_t)body[g * 8 + k] << (8 * k);
@@ -426,6 +485,7 @@ RS_DHD rs_dk_sum_t rs_dk_apply_count(const rs_dk_job_t *j, const uint8_t *body, 
     if (j->kind == RS_DELTA_BITMAP) {
         s.c = (uint64_t)rs_dk_pop(rs_dk_bitmap_mask(j, body, i));
     } else {
+        RS_DK_CHECK(i < j->nruns && i * 8 + 8 <= j->body);
         const uint64_t start = rs_dk_get_u32(body + i * 8);
         s.c = rs_dk_get_u32(body + i * 8 + 4);
         if (start + s.c > j->n)
@@ -446,6 +506,7 @@ RS_DHD void rs_dk_apply_check(const rs_dk_job_t *j, rs_dk_sum_t s)
 {
     j->total->s = s;
     const uint64_t head = j->kind == RS_DELTA_BITMAP ? (j->n + 7) / 8 : (uint64_t)j->nruns * 8;
+    RS_DK_CHECK(head <= j->body); /* rs_delta_header's check */
     const uint64_t nv = (j->body - head) / j->word;
     if (s.c != nv)
         rs_dk_fail(j, j->kind == RS_DELTA_BITMAP ? RS_DK_ERR_BITMAP_COUNT : RS_DK_ERR_RUN_COUNT,
@@ -458,6 +519,10 @@ RS_DHD void rs_dk_apply_bitmap_word(const rs_dk_job_t *j, const uint8_t *body, u
                                     rs_dk_sum_t P, uint64_t m, uint64_t i)
 {
     const uint64_t b = i % RS_DK_GROUP;
+    RS_DK_CHECK(i < j->n &&
+                (!(m >> b & 1) ||
+                 (j->n + 7) / 8 + (P.c + (uint64_t)rs_dk_pop(m & rs_dk_below(b)) + 1) * j->word <=
+                     j->body));
     if (m >> b & 1)
         rs_dk_copy_word(chunk + i * j->word,
                         body + (j->n + 7) / 8 +
@@ -473,12 +538,15 @@ RS_DHD void rs_dk_apply_run_value(const rs_dk_job_t *j, const uint8_t *body, uin
     uint64_t lo = 0, hi = j->nruns; /* cnt[lo] <= v < cnt[hi] (cnt[nruns]: the total) */
     while (hi - lo > 1) {
         const uint64_t mid = lo + (hi - lo) / 2;
+        RS_DK_CHECK(mid < j->cap_cnt);
         if (j->cnt[mid] <= v)
             lo = mid;
         else
             hi = mid;
     }
+    RS_DK_CHECK(lo < j->nruns && lo < j->cap_cnt && j->cnt[lo] <= v);
     const uint64_t word = rs_dk_get_u32(body + lo * 8) + (v - j->cnt[lo]);
+    RS_DK_CHECK(word < j->n && (uint64_t)j->nruns * 8 + (v + 1) * j->word <= j->body);
     rs_dk_copy_word(chunk + word * j->word, body + (uint64_t)j->nruns * 8 + v * j->word, j->word);
 }
 
@@ -487,6 +555,7 @@ RS_DHD void rs_dk_apply_run_value(const rs_dk_job_t *j, const uint8_t *body, uin
 /** The bytes [*lo, *hi) of gaps segment @p s. */
 RS_DHD void rs_dk_gseg_range(const rs_dk_job_t *j, uint64_t s, uint64_t *lo, uint64_t *hi)
 {
+    RS_DK_CHECK(s < j->segs && s < j->cap_gseg && j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab);
     *lo = s * j->seg;
     *hi = *lo + j->seg < j->body ? *lo + j->seg : j->body;
 }
@@ -543,6 +612,7 @@ RS_DHD rs_dk_gs_t rs_dk_gs_then(const rs_dk_gs_t *a, const rs_dk_gs_t *b, uint32
     rs_dk_gs_t x = a[e];
     if (x.err)
         return x;
+    RS_DK_CHECK(e < RS_DK_MAX_ENTRY && x.exit < RS_DK_MAX_ENTRY);
     const rs_dk_gs_t y = b[x.exit];
     x.adv += y.adv;
     x.cnt += y.cnt;
@@ -566,6 +636,7 @@ RS_DHD void rs_dk_gaps_thread_table(const rs_dk_job_t *j, int t)
     for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++) {
         rs_dk_gs_t x = {0, 0, e, 0}; /* no segments: the offset passes through */
         for (uint64_t s = lo; s < hi && !x.err; s++) {
+            RS_DK_CHECK(x.exit < RS_DK_MAX_ENTRY && (s + 1) * RS_DK_MAX_ENTRY <= j->cap_gtab);
             const rs_dk_gs_t y = j->gtab[s * RS_DK_MAX_ENTRY + x.exit];
             x.adv += y.adv;
             x.cnt += y.cnt;
@@ -604,6 +675,8 @@ RS_DHD void rs_dk_gaps_starts(const rs_dk_job_t *j, int t)
     uint64_t lo, hi;
     rs_dk_gaps_thread_segs(j, t, &lo, &hi);
     for (uint64_t s = lo; s < hi && !x.err; s++) {
+        RS_DK_CHECK(s < j->cap_gseg && (s + 1) * RS_DK_MAX_ENTRY <= j->cap_gtab &&
+                    x.exit < RS_DK_MAX_ENTRY);
         j->gseg[s] = x;
         const rs_dk_gs_t y = j->gtab[s * RS_DK_MAX_ENTRY + x.exit];
         x.adv += y.adv;
@@ -631,6 +704,7 @@ RS_DHD void rs_dk_gaps_write(const rs_dk_job_t *j, const uint8_t *body, uint8_t 
         if (rs_dk_gaps_entry(j, body, &at, &d))
             return; /* not on a consistent body */
         const uint64_t i = next + d;
+        RS_DK_CHECK(i < j->n && at <= j->body);
         rs_dk_copy_word(chunk + i * j->word, body + at - j->word, j->word);
         next = i + 1;
     }
