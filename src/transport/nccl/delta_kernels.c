@@ -26,20 +26,20 @@ static uint64_t ceil_div(uint64_t a, uint64_t b)
 }
 
 /* Gaps apply: bytes per segment for a body of @p body bytes (at least RS_DK_SEG_MIN, at most
- * RS_DK_SEGS_PER_THREAD segments per resolve thread). */
+ * RS_DK_GBLK^2 segments: RS_DK_GBLK resolve blocks of RS_DK_GBLK). */
 static uint64_t gaps_seg(uint64_t body)
 {
-    const uint64_t s = ceil_div(body, (uint64_t)RS_DK_SCAN * RS_DK_SEGS_PER_THREAD);
+    const uint64_t s = ceil_div(body, (uint64_t)RS_DK_GBLK * RS_DK_GBLK);
     return s > RS_DK_SEG_MIN ? s : RS_DK_SEG_MIN;
 }
 
 /* The most segments of any gaps body a chunk of @p len bytes can carry (body <= len). Not
  * ceil(len / gaps_seg(len)): segments are cut from the body, and a shorter body can have more
- * of them (len 1638402: 16222 segments of 101 bytes; a body of 1114112: 16384 of 68), which
+ * of them (len 9830408: 16357 segments of 601 bytes; a body of 1114110: 16384 of 68), which
  * wrote the tables past their region into the resolve buffers and past the scratch. */
 static uint64_t gaps_segs_most(uint64_t len)
 {
-    const uint64_t most = (uint64_t)RS_DK_SCAN * RS_DK_SEGS_PER_THREAD;
+    const uint64_t most = (uint64_t)RS_DK_GBLK * RS_DK_GBLK;
     const uint64_t small = ceil_div(len, RS_DK_SEG_MIN);
     return small < most ? small : most;
 }
@@ -56,9 +56,8 @@ static uint64_t layout(uint64_t len, uint32_t word, rs_dk_job_t *j, uint8_t *s)
     const uint64_t rtiles = ceil_div(runs, RS_DK_TILE);
     const uint64_t run = align64(rtiles * sizeof(rs_dk_sum_t)) + (runs + 1) * 8;
     const uint64_t segs = gaps_segs_most(len), e = RS_DK_MAX_ENTRY;
-    const uint64_t gthr = align64((uint64_t)RS_DK_SCAN * e * sizeof(rs_dk_gs_t));
-    const uint64_t gaps =
-        align64(segs * e * sizeof(rs_dk_gs_t)) + 2 * gthr + align64(segs * sizeof(rs_dk_gs_t));
+    const uint64_t gblk = (uint64_t)RS_DK_GBLK * e * sizeof(rs_dk_gs_t);
+    const uint64_t gaps = align64(segs * e * sizeof(rs_dk_gs_t)) + gblk;
     uint64_t most = enc > run ? enc : run;
     most = most > gaps ? most : gaps;
     if (j) {
@@ -69,14 +68,12 @@ static uint64_t layout(uint64_t len, uint32_t word, rs_dk_job_t *j, uint8_t *s)
         j->mask = (uint64_t *)(void *)(r + align64(tiles * sizeof(rs_dk_sum_t)));
         j->cnt = (uint64_t *)(void *)(r + align64(rtiles * sizeof(rs_dk_sum_t)));
         j->gtab = (rs_dk_gs_t *)(void *)r; /* gaps: the tables */
-        j->gthr[0] = (rs_dk_gs_t *)(void *)(r + align64(segs * e * sizeof(rs_dk_gs_t)));
-        j->gthr[1] = (rs_dk_gs_t *)(void *)((uint8_t *)j->gthr[0] + gthr);
-        j->gseg = (rs_dk_gs_t *)(void *)((uint8_t *)j->gthr[1] + gthr);
+        j->gblk = (rs_dk_gs_t *)(void *)(r + align64(segs * e * sizeof(rs_dk_gs_t)));
         j->cap_tile = j->apply && j->kind == RS_DELTA_RUNS ? rtiles : tiles;
         j->cap_mask = groups;
         j->cap_cnt = runs + 1;
         j->cap_gtab = segs * e;
-        j->cap_gseg = segs;
+        j->cap_gblk = RS_DK_GBLK;
         j->scratch_bytes =
             head + (enc > run ? (enc > gaps ? enc : gaps) : (run > gaps ? run : gaps));
     }
@@ -276,25 +273,51 @@ static void emu_apply_counted(const rs_dk_job_t *j, const uint8_t *body, uint8_t
         rs_dk_apply_run_value(j, body, chunk, v);
 }
 
-/* Apply of a gaps body: the parses, the resolve block's steps, the writes. */
+/* A log-step inclusive scan over the @p count tables at @p tab, as a resolve block runs it:
+ * each round every item's new table from the old ones (registers), then written back. */
+static void emu_gs_scan(const rs_dk_job_t *j, rs_dk_gs_t *tab, rs_dk_gs_t *next, uint64_t count)
+{
+    for (int k = 0; k < RS_DK_GBLK_ROUNDS; k++) {
+        for (uint64_t t = 0; t < count; t++)
+            rs_dk_gs_scan_round(j, tab, count, k, t, next + t * RS_DK_MAX_ENTRY);
+        memcpy(tab, next, (size_t)count * RS_DK_MAX_ENTRY * sizeof *tab);
+    }
+}
+
+/* Apply of a gaps body: the parses, the blocks' scans, the scan over the blocks and the
+ * check, the writes. */
 static void emu_apply_gaps(const rs_dk_job_t *j, const uint8_t *body, uint8_t *chunk)
 {
-    RS_DK_CHECK(j->segs <= j->cap_gseg && j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab);
+    const uint64_t blocks = rs_dk_gaps_blocks(j), tab = RS_DK_MAX_ENTRY * sizeof(rs_dk_gs_t);
+    RS_DK_CHECK(j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab && blocks <= j->cap_gblk);
+    RS_DK_CHECK((1u << RS_DK_GBLK_ROUNDS) == RS_DK_GBLK && RS_DK_SEG_MIN >= RS_DK_MAX_ENTRY);
     if (j->segs) {
         emu_launch(rs_dk_grid_of(j->segs * RS_DK_MAX_ENTRY), RS_DK_THREADS, 0);
+        emu_launch(blocks, RS_DK_GBLK, RS_DK_GBLK * tab);
+        emu_launch(1, RS_DK_GBLK, RS_DK_GBLK * tab);
         emu_launch(rs_dk_grid_of(j->segs), RS_DK_THREADS, 0);
     }
-    emu_launch(1, RS_DK_SCAN, 0);
     for (uint64_t s = 0; s < j->segs; s++)
         for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++)
             j->gtab[s * RS_DK_MAX_ENTRY + e] = rs_dk_gaps_parse(j, body, s, e);
-    for (int t = 0; t < RS_DK_SCAN; t++)
-        rs_dk_gaps_thread_table(j, t);
-    for (int k = 0; k < RS_DK_SCAN_ROUNDS; k++)
-        for (int t = 0; t < RS_DK_SCAN; t++)
-            rs_dk_gaps_scan_step(j, k, t);
-    for (int t = 0; t < RS_DK_SCAN; t++)
-        rs_dk_gaps_starts(j, t);
+    /* a block's shared memory, and its threads' registers (the fake's ranks are threads) */
+    rs_dk_gs_t *sh = malloc(2 * RS_DK_GBLK * tab), *next = sh + RS_DK_GBLK * RS_DK_MAX_ENTRY;
+    RS_DK_CHECK(sh != NULL);
+    for (uint64_t b = 0; b < blocks; b++) {
+        const uint64_t s0 = b * RS_DK_GBLK,
+                       count = j->segs - s0 < RS_DK_GBLK ? j->segs - s0 : RS_DK_GBLK;
+        memcpy(sh, j->gtab + s0 * RS_DK_MAX_ENTRY, (size_t)(count * tab));
+        emu_gs_scan(j, sh, next, count);
+        memcpy(j->gtab + s0 * RS_DK_MAX_ENTRY, sh, (size_t)(count * tab));
+        memcpy(j->gblk + b * RS_DK_MAX_ENTRY, sh + (count - 1) * RS_DK_MAX_ENTRY, (size_t)tab);
+    }
+    if (blocks) {
+        memcpy(sh, j->gblk, (size_t)(blocks * tab));
+        emu_gs_scan(j, sh, next, blocks);
+        memcpy(j->gblk, sh, (size_t)(blocks * tab));
+    }
+    rs_dk_gaps_check(j, blocks ? sh[(blocks - 1) * RS_DK_MAX_ENTRY] : rs_dk_gs_id(0));
+    free(sh);
     if (j->err->code != RS_DK_ERR_NONE)
         return;
     for (uint64_t s = 0; s < j->segs; s++)

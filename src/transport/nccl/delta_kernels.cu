@@ -281,20 +281,59 @@ __global__ void rs_dk_gaps_parse_kernel(const rs_dk_job_t j, const uint8_t *body
             rs_dk_gaps_parse(&j, body, x / RS_DK_MAX_ENTRY, (uint32_t)(x % RS_DK_MAX_ENTRY));
 }
 
-/* Gaps step 2, one block: the threads' tables, the log-step scan, the segments' starts. */
-__global__ void __launch_bounds__(RS_DK_SCAN) rs_dk_gaps_resolve_kernel(const rs_dk_job_t j)
+/* A log-step inclusive scan of @p count (<= RS_DK_GBLK) tables in shared memory @p tab, one
+ * thread each (every thread of the block calls it): each round's new table in registers,
+ * written back between barriers. */
+static __device__ void gs_block_scan(const rs_dk_job_t *j, rs_dk_gs_t *tab, uint64_t count)
 {
-    const int t = (int)threadIdx.x;
-    rs_dk_gaps_thread_table(&j, t);
-    __syncthreads();
-    for (int k = 0; k < RS_DK_SCAN_ROUNDS; k++) {
-        rs_dk_gaps_scan_step(&j, k, t);
+    const uint64_t t = threadIdx.x;
+    for (int k = 0; k < RS_DK_GBLK_ROUNDS; k++) {
+        rs_dk_gs_t next[RS_DK_MAX_ENTRY];
+        if (t < count)
+            rs_dk_gs_scan_round(j, tab, count, k, t, next);
+        __syncthreads();
+        if (t < count)
+            for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++)
+                tab[t * RS_DK_MAX_ENTRY + e] = next[e];
         __syncthreads();
     }
-    rs_dk_gaps_starts(&j, t);
 }
 
-/* Gaps step 3: one thread per segment. */
+/* Gaps step 2, one block of RS_DK_GBLK threads per RS_DK_GBLK segments: their tables
+ * composed from the block's first segment (back into gtab) and the block's own (gblk). */
+__global__ void __launch_bounds__(RS_DK_GBLK) rs_dk_gaps_block_kernel(const rs_dk_job_t j)
+{
+    __shared__ rs_dk_gs_t tab[RS_DK_GBLK * RS_DK_MAX_ENTRY];
+    const uint64_t s0 = blockIdx.x * (uint64_t)RS_DK_GBLK;
+    const uint64_t count = j.segs - s0 < RS_DK_GBLK ? j.segs - s0 : RS_DK_GBLK;
+    for (uint64_t x = threadIdx.x; x < count * RS_DK_MAX_ENTRY; x += RS_DK_GBLK)
+        tab[x] = j.gtab[s0 * RS_DK_MAX_ENTRY + x];
+    __syncthreads();
+    gs_block_scan(&j, tab, count);
+    for (uint64_t x = threadIdx.x; x < count * RS_DK_MAX_ENTRY; x += RS_DK_GBLK)
+        j.gtab[s0 * RS_DK_MAX_ENTRY + x] = tab[x];
+    if (threadIdx.x < RS_DK_MAX_ENTRY)
+        j.gblk[blockIdx.x * (uint64_t)RS_DK_MAX_ENTRY + threadIdx.x] =
+            tab[(count - 1) * RS_DK_MAX_ENTRY + threadIdx.x];
+}
+
+/* Gaps step 3, one block: the blocks' tables composed from the first (back into gblk), and
+ * the whole body checked. */
+__global__ void __launch_bounds__(RS_DK_GBLK) rs_dk_gaps_top_kernel(const rs_dk_job_t j)
+{
+    __shared__ rs_dk_gs_t tab[RS_DK_GBLK * RS_DK_MAX_ENTRY];
+    const uint64_t count = rs_dk_gaps_blocks(&j);
+    for (uint64_t x = threadIdx.x; x < count * RS_DK_MAX_ENTRY; x += RS_DK_GBLK)
+        tab[x] = j.gblk[x];
+    __syncthreads();
+    gs_block_scan(&j, tab, count);
+    for (uint64_t x = threadIdx.x; x < count * RS_DK_MAX_ENTRY; x += RS_DK_GBLK)
+        j.gblk[x] = tab[x];
+    if (threadIdx.x == 0)
+        rs_dk_gaps_check(&j, count ? tab[(count - 1) * RS_DK_MAX_ENTRY] : rs_dk_gs_id(0));
+}
+
+/* Gaps step 4: one thread per segment. */
 __global__ void rs_dk_gaps_write_kernel(const rs_dk_job_t j, const uint8_t *body, uint8_t *chunk)
 {
     if (j.err->code != RS_DK_ERR_NONE)
@@ -315,11 +354,14 @@ extern "C" cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t
         return e != cudaSuccess ? e : cudaGetLastError();
     }
     if (j->kind == RS_DELTA_GAPS) {
-        if (j->segs)
+        const unsigned int blocks = (unsigned int)rs_dk_gaps_blocks(j); /* <= RS_DK_GBLK */
+        if (blocks) {
             rs_dk_gaps_parse_kernel<<<grid_of(j->segs * RS_DK_MAX_ENTRY), RS_DK_THREADS, 0, s>>>(
                 *j, body);
-        rs_dk_gaps_resolve_kernel<<<1, RS_DK_SCAN, 0, s>>>(*j);
-        if (j->segs)
+            rs_dk_gaps_block_kernel<<<blocks, RS_DK_GBLK, 0, s>>>(*j);
+        }
+        rs_dk_gaps_top_kernel<<<1, RS_DK_GBLK, 0, s>>>(*j); /* also checks an empty body */
+        if (blocks)
             rs_dk_gaps_write_kernel<<<grid_of(j->segs), RS_DK_THREADS, 0, s>>>(*j, body, chunk);
         return cudaGetLastError();
     }

@@ -31,9 +31,10 @@
  *            into each run's first value; one thread per value finds its run (binary search).
  *   gaps:    the body cut into segments; one thread per (segment, entry offset into it < E)
  *            parses the entries starting in the segment from that offset (where the next
- *            segment's first entry starts, entries, index advance); one block composes these
- *            maps (per thread over its segments, then a log-step scan over the threads) into
- *            each segment's true start; one thread per segment writes its entries.
+ *            segment's first entry starts, entries, index advance); these maps compose:
+ *            per block of RS_DK_GBLK segments a log-step scan in shared memory, then one
+ *            block scans the blocks' maps the same way and checks the whole body; one
+ *            thread per segment composes its block's prefix with its own and writes.
  * Inconsistent bodies are recorded in an error record before any word is written; the host
  * reads it after the stream.
  */
@@ -79,11 +80,14 @@ void rs_dk_check_failed(const char *what, const char *file, int line);
 #define RS_DK_TILE (RS_DK_GROUP * RS_DK_TILE_GROUPS)
 /** Threads of a tile's block. */
 #define RS_DK_THREADS 256
-/** Threads of the scan block (and the gaps apply's resolve block). */
+/** Threads of the scan block. */
 #define RS_DK_SCAN 1024
-/** Gaps apply: segments per resolve thread at most, and the smallest segment in bytes. */
-#define RS_DK_SEGS_PER_THREAD 16
-#define RS_DK_SEG_MIN 64
+/** Gaps apply: segments per resolve block (its threads, a power of two), and so blocks at
+ *  most (segments at most RS_DK_GBLK^2); the smallest segment in bytes (>= RS_DK_MAX_ENTRY:
+ *  an entry never passes over a whole segment). */
+#define RS_DK_GBLK 128
+#define RS_DK_GBLK_ROUNDS 7
+#define RS_DK_SEG_MIN 32
 /** Gaps apply: entry offsets into a segment (10 varint bytes + the largest word). */
 #define RS_DK_MAX_ENTRY 18
 
@@ -101,12 +105,16 @@ typedef struct {
     uint64_t body;
 } rs_dk_total_t;
 
-/** Gaps apply: the parse of a segment from one entry offset, or a composition of them. */
+/** Gaps apply: the parse of a segment from one entry offset, or a composition of them (12
+ *  bytes: a resolve block's 128 tables of 18 fit in 27 KiB of shared memory). adv and cnt
+ *  fit 32 bits: a gaps chunk has n < 2^32 words, an advance past n is an error (err 2), and
+ *  every entry advances at least one word (cnt <= adv). */
 typedef struct {
-    uint64_t adv;  /**< index advance: the entries' gaps plus their count */
-    uint64_t cnt;  /**< entries */
-    uint32_t exit; /**< the next entry's offset into the segment after */
-    uint32_t err;  /**< 0, else 1 (past the body) or 2 (a gap past the chunk) */
+    uint32_t adv; /**< index advance: the entries' gaps plus their count (<= n) */
+    uint32_t cnt; /**< entries */
+    uint8_t exit; /**< the next entry's offset into the segment after (< RS_DK_MAX_ENTRY) */
+    uint8_t err;  /**< 0, else 1 (past the body) or 2 (a gap past the chunk) */
+    uint8_t pad[2];
 } rs_dk_gs_t;
 
 /** An inconsistent body found by apply: code 0 none, else RS_DK_ERR_*. */
@@ -137,15 +145,16 @@ typedef struct {
     /* scratch (device memory; rs_delta_dev_scratch_bytes) */
     rs_dk_total_t *total;
     rs_dk_err_t *err;
-    rs_dk_sum_t *tile;   /**< per scan item: its sum, then its exclusive prefix */
-    uint64_t *mask;      /**< encode: per group */
-    uint64_t *cnt;       /**< runs apply: per run, its first value */
-    rs_dk_gs_t *gtab;    /**< gaps apply: per segment, RS_DK_MAX_ENTRY parses */
-    rs_dk_gs_t *gthr[2]; /**< gaps apply: per resolve thread, RS_DK_MAX_ENTRY (two buffers) */
-    rs_dk_gs_t *gseg;    /**< gaps apply: per segment, its true start (exit: offset) */
+    rs_dk_sum_t *tile; /**< per scan item: its sum, then its exclusive prefix */
+    uint64_t *mask;    /**< encode: per group */
+    uint64_t *cnt;     /**< runs apply: per run, its first value */
+    rs_dk_gs_t *gtab;  /**< gaps apply: per segment, RS_DK_MAX_ENTRY parses; after the block
+                            resolve, each segment's table composed from its block's first */
+    rs_dk_gs_t *gblk;  /**< gaps apply: per resolve block, its table; then composed from the
+                            first block's */
     /* the regions' capacities in entries (rs_delta_dev_scratch_bytes's layout): what the
      * emulation's checks hold every index to */
-    uint64_t cap_tile, cap_mask, cap_cnt, cap_gtab, cap_gseg;
+    uint64_t cap_tile, cap_mask, cap_cnt, cap_gtab, cap_gblk;
     uint64_t scratch_bytes; /**< the layout's total */
 } rs_dk_job_t;
 
@@ -550,12 +559,18 @@ RS_DHD void rs_dk_apply_run_value(const rs_dk_job_t *j, const uint8_t *body, uin
     rs_dk_copy_word(chunk + word * j->word, body + (uint64_t)j->nruns * 8 + v * j->word, j->word);
 }
 
-/* ---- apply of gaps --------------------------------------------------------------------- */
+/* ---- apply of gaps ---------------------------------------------------------------------
+ * The body is cut into segments; for each segment and each offset e < RS_DK_MAX_ENTRY at
+ * which an entry may start in it, a parse gives a table entry (words advanced, entries, the
+ * offset into the next segment where the parse leaves off). Tables compose (a then b: b's
+ * entry at a's exit), associatively, so a scan gives every segment's true start: per block
+ * of RS_DK_GBLK segments a log-step scan in shared memory, then the same over the blocks'
+ * tables in one block, then one thread per segment composes the two and writes. */
 
 /** The bytes [*lo, *hi) of gaps segment @p s. */
 RS_DHD void rs_dk_gseg_range(const rs_dk_job_t *j, uint64_t s, uint64_t *lo, uint64_t *hi)
 {
-    RS_DK_CHECK(s < j->segs && s < j->cap_gseg && j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab);
+    RS_DK_CHECK(s < j->segs && j->segs * RS_DK_MAX_ENTRY <= j->cap_gtab);
     *lo = s * j->seg;
     *hi = *lo + j->seg < j->body ? *lo + j->seg : j->body;
 }
@@ -584,36 +599,22 @@ RS_DHD uint32_t rs_dk_gaps_entry(const rs_dk_job_t *j, const uint8_t *body, uint
     return 0;
 }
 
-/** Gaps step 1, one thread per segment @p s and entry offset @p e into it: the entries that
- *  start in the segment from there. */
-RS_DHD rs_dk_gs_t rs_dk_gaps_parse(const rs_dk_job_t *j, const uint8_t *body, uint64_t s,
-                                   uint32_t e)
+/** The identity table's entry @p e (no segments: the offset passes through). */
+RS_DHD rs_dk_gs_t rs_dk_gs_id(uint32_t e)
 {
-    uint64_t lo, hi;
-    rs_dk_gseg_range(j, s, &lo, &hi);
-    rs_dk_gs_t r = {0, 0, 0, 0};
-    uint64_t at = lo + e;
-    while (at < hi) {
-        uint64_t d = 0;
-        r.err = rs_dk_gaps_entry(j, body, &at, &d);
-        if (r.err)
-            return r;
-        r.adv += d + 1;
-        r.cnt++;
-    }
-    r.exit = (uint32_t)(at - hi);
-    return r;
+    rs_dk_gs_t x = {0, 0, (uint8_t)e, 0, {0, 0}};
+    return x;
 }
 
-/** Table @p a (entry offsets into a range) then table @p b (into the range after): the table
- *  of both, entry @p e. */
-RS_DHD rs_dk_gs_t rs_dk_gs_then(const rs_dk_gs_t *a, const rs_dk_gs_t *b, uint32_t e)
+/** Entry @p x then entry @p y (y taken at x's exit): words past @p n are an error. */
+RS_DHD rs_dk_gs_t rs_dk_gs_add(rs_dk_gs_t x, rs_dk_gs_t y, uint64_t n)
 {
-    rs_dk_gs_t x = a[e];
     if (x.err)
         return x;
-    RS_DK_CHECK(e < RS_DK_MAX_ENTRY && x.exit < RS_DK_MAX_ENTRY);
-    const rs_dk_gs_t y = b[x.exit];
+    if ((uint64_t)x.adv + y.adv > n) {
+        x.err = 2;
+        return x;
+    }
     x.adv += y.adv;
     x.cnt += y.cnt;
     x.exit = y.exit;
@@ -621,83 +622,87 @@ RS_DHD rs_dk_gs_t rs_dk_gs_then(const rs_dk_gs_t *a, const rs_dk_gs_t *b, uint32
     return x;
 }
 
-/** Segments [*lo, *hi) of resolve thread @p t. */
-RS_DHD void rs_dk_gaps_thread_segs(const rs_dk_job_t *j, int t, uint64_t *lo, uint64_t *hi)
+/** Table @p a then table @p b, entry @p e. */
+RS_DHD rs_dk_gs_t rs_dk_gs_then(const rs_dk_job_t *j, const rs_dk_gs_t *a, const rs_dk_gs_t *b,
+                                uint32_t e)
 {
-    rs_dk_segment(j->segs, t, RS_DK_SCAN, lo, hi);
+    RS_DK_CHECK(e < RS_DK_MAX_ENTRY);
+    const rs_dk_gs_t x = a[e];
+    if (x.err)
+        return x;
+    RS_DK_CHECK(x.exit < RS_DK_MAX_ENTRY);
+    return rs_dk_gs_add(x, b[x.exit], j->n);
 }
 
-/** Gaps step 2a, resolve thread @p t: its segments' tables composed into gthr[0] + t*E. */
-RS_DHD void rs_dk_gaps_thread_table(const rs_dk_job_t *j, int t)
+/** Gaps step 1, one thread per segment @p s and entry offset @p e into it: the entries that
+ *  start in the segment from there. */
+RS_DHD rs_dk_gs_t rs_dk_gaps_parse(const rs_dk_job_t *j, const uint8_t *body, uint64_t s,
+                                   uint32_t e)
 {
     uint64_t lo, hi;
-    rs_dk_gaps_thread_segs(j, t, &lo, &hi);
-    rs_dk_gs_t *out = j->gthr[0] + (uint64_t)t * RS_DK_MAX_ENTRY;
-    for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++) {
-        rs_dk_gs_t x = {0, 0, e, 0}; /* no segments: the offset passes through */
-        for (uint64_t s = lo; s < hi && !x.err; s++) {
-            RS_DK_CHECK(x.exit < RS_DK_MAX_ENTRY && (s + 1) * RS_DK_MAX_ENTRY <= j->cap_gtab);
-            const rs_dk_gs_t y = j->gtab[s * RS_DK_MAX_ENTRY + x.exit];
-            x.adv += y.adv;
-            x.cnt += y.cnt;
-            x.exit = y.exit;
-            x.err = y.err;
-        }
-        out[e] = x;
+    rs_dk_gseg_range(j, s, &lo, &hi);
+    rs_dk_gs_t r = rs_dk_gs_id(0);
+    uint64_t at = lo + e, adv = 0;
+    while (at < hi) {
+        uint64_t d = 0;
+        r.err = (uint8_t)rs_dk_gaps_entry(j, body, &at, &d);
+        if (!r.err && adv + d + 1 > j->n)
+            r.err = 2;
+        if (r.err)
+            return r;
+        adv += d + 1;
+        r.cnt++;
     }
+    RS_DK_CHECK(at - hi < RS_DK_MAX_ENTRY && adv <= j->n);
+    r.adv = (uint32_t)adv;
+    r.exit = (uint8_t)(at - hi);
+    return r;
 }
 
-/** Gaps step 2b, round @p k of the log-step scan, resolve thread @p t: the tables of threads
- *  (t - 2^k, t] from buffer k % 2 into the other. */
-RS_DHD void rs_dk_gaps_scan_step(const rs_dk_job_t *j, int k, int t)
+/** Resolve blocks of a gaps apply (RS_DK_GBLK segments each). */
+RS_DHD uint64_t rs_dk_gaps_blocks(const rs_dk_job_t *j)
 {
-    const rs_dk_gs_t *in = j->gthr[k % 2];
-    rs_dk_gs_t *out = j->gthr[1 - k % 2] + (uint64_t)t * RS_DK_MAX_ENTRY;
-    const int o = 1 << k;
+    return (j->segs + RS_DK_GBLK - 1) / RS_DK_GBLK;
+}
+
+/** Round @p k of a log-step inclusive scan over @p count tables at @p tab (shared memory in
+ *  a kernel), item @p t: its new table into @p out (a thread's registers; written back after
+ *  a barrier). */
+RS_DHD void rs_dk_gs_scan_round(const rs_dk_job_t *j, const rs_dk_gs_t *tab, uint64_t count, int k,
+                                uint64_t t, rs_dk_gs_t *out)
+{
+    const uint64_t o = (uint64_t)1 << k;
+    RS_DK_CHECK(t < count && count <= RS_DK_GBLK);
     for (uint32_t e = 0; e < RS_DK_MAX_ENTRY; e++)
-        out[e] = t >= o ? rs_dk_gs_then(in + (uint64_t)(t - o) * RS_DK_MAX_ENTRY,
-                                        in + (uint64_t)t * RS_DK_MAX_ENTRY, e)
-                        : in[(uint64_t)t * RS_DK_MAX_ENTRY + e];
+        out[e] =
+            t >= o ? rs_dk_gs_then(j, tab + (t - o) * RS_DK_MAX_ENTRY, tab + t * RS_DK_MAX_ENTRY, e)
+                   : tab[t * RS_DK_MAX_ENTRY + e];
 }
 
-/** Rounds of the log-step scan over RS_DK_SCAN threads. */
-#define RS_DK_SCAN_ROUNDS 10
-
-/** Gaps step 2c, resolve thread @p t (after the rounds: buffer RS_DK_SCAN_ROUNDS % 2 holds
- *  each thread's inclusive table): each of its segments' true start into gseg; the last
- *  thread checks the whole body (ends at its end, nruns entries, indices inside the chunk). */
-RS_DHD void rs_dk_gaps_starts(const rs_dk_job_t *j, int t)
+/** Gaps step 3 (one block, after the blocks' scan), on the tables of every segment composed:
+ *  the whole body checked (ends at its end, nruns entries, inside the chunk). */
+RS_DHD void rs_dk_gaps_check(const rs_dk_job_t *j, rs_dk_gs_t x)
 {
-    const rs_dk_gs_t *incl = j->gthr[RS_DK_SCAN_ROUNDS % 2];
-    rs_dk_gs_t x = {0, 0, 0, 0};
-    if (t > 0)
-        x = incl[(uint64_t)(t - 1) * RS_DK_MAX_ENTRY];
-    uint64_t lo, hi;
-    rs_dk_gaps_thread_segs(j, t, &lo, &hi);
-    for (uint64_t s = lo; s < hi && !x.err; s++) {
-        RS_DK_CHECK(s < j->cap_gseg && (s + 1) * RS_DK_MAX_ENTRY <= j->cap_gtab &&
-                    x.exit < RS_DK_MAX_ENTRY);
-        j->gseg[s] = x;
-        const rs_dk_gs_t y = j->gtab[s * RS_DK_MAX_ENTRY + x.exit];
-        x.adv += y.adv;
-        x.cnt += y.cnt;
-        x.exit = y.exit;
-        x.err = y.err;
-    }
-    if (t != RS_DK_SCAN - 1)
-        return;
     if (x.err)
         rs_dk_fail(j, RS_DK_ERR_GAP, x.cnt, x.err);
-    else if (x.exit != 0 || x.cnt != j->nruns || x.adv > j->n)
-        rs_dk_fail(j, RS_DK_ERR_GAP, x.cnt, x.adv > j->n ? 2 : 3);
+    else if (x.exit != 0 || x.cnt != j->nruns)
+        rs_dk_fail(j, RS_DK_ERR_GAP, x.cnt, 3);
 }
 
-/** Gaps step 3, one thread per segment @p s (a consistent body only): its entries' words. */
+/** Gaps step 4, one thread per segment @p s (a consistent body only): its true start (the
+ *  blocks before it, then its own block's segments before it, from offset 0) and its
+ *  entries' words. */
 RS_DHD void rs_dk_gaps_write(const rs_dk_job_t *j, const uint8_t *body, uint8_t *chunk, uint64_t s)
 {
     uint64_t lo, hi;
     rs_dk_gseg_range(j, s, &lo, &hi);
-    const rs_dk_gs_t x = j->gseg[s];
+    const uint64_t b = s / RS_DK_GBLK;
+    RS_DK_CHECK(b < j->cap_gblk && b < rs_dk_gaps_blocks(j));
+    rs_dk_gs_t x = b ? j->gblk[(b - 1) * RS_DK_MAX_ENTRY] : rs_dk_gs_id(0);
+    if (s % RS_DK_GBLK)
+        x = rs_dk_gs_then(j, &x, j->gtab + (s - 1) * RS_DK_MAX_ENTRY, 0);
+    if (x.err)
+        return; /* not on a consistent body */
     uint64_t at = lo + x.exit, next = x.adv;
     while (at < hi) {
         uint64_t d = 0;
