@@ -34,6 +34,11 @@ static bool use_gpu;
 static reshard_comm_t *endpoint; /* --op: the endpoint whose delta operations run */
 static cudaStream_t stream;
 static int kinds[RS_DELTA_NKINDS];
+/* The case's offsets of the device buffers from their allocations (whole words for the chunk,
+ * snapshot and apply's chunk, any byte for the encoded chunk): a chunk inside a tensor starts
+ * at any word, so the kernels' wide accesses must not assume 16-byte bases. */
+static uint64_t off_cur, off_prev, off_out, off_chunk;
+#define OFF_PAD 64
 
 static void to_dev(void *d, const void *h, size_t n)
 {
@@ -74,8 +79,11 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
                       uint8_t *out, uint8_t *snap)
 {
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, word);
-    uint8_t *dc = kernel_test_alloc(use_gpu, len), *dp = kernel_test_alloc(use_gpu, len);
-    uint8_t *dout = kernel_test_alloc(use_gpu, len + 16), *ds = kernel_test_alloc(use_gpu, sb);
+    uint8_t *ac = kernel_test_alloc(use_gpu, len + OFF_PAD),
+            *ap = kernel_test_alloc(use_gpu, len + OFF_PAD);
+    uint8_t *aout = kernel_test_alloc(use_gpu, len + 16 + OFF_PAD),
+            *ds = kernel_test_alloc(use_gpu, sb);
+    uint8_t *dc = ac + off_cur * word, *dp = ap + off_prev * word, *dout = aout + off_out;
     junk_scratch(ds, sb);
     to_dev(dc, cur, len);
     if (prev)
@@ -101,9 +109,9 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     to_host(out, dout, len + 16);
     if (prev)
         to_host(snap, dp, len);
-    kernel_test_free(use_gpu, dc);
-    kernel_test_free(use_gpu, dp);
-    kernel_test_free(use_gpu, dout);
+    kernel_test_free(use_gpu, ac);
+    kernel_test_free(use_gpu, ap);
+    kernel_test_free(use_gpu, aout);
     kernel_test_free(use_gpu, ds);
     return ok;
 }
@@ -117,7 +125,9 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (st != RESHARD_OK)
         return st;
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
-    uint8_t *din = kernel_test_alloc(use_gpu, size), *dc = kernel_test_alloc(use_gpu, len);
+    uint8_t *ain = kernel_test_alloc(use_gpu, size + OFF_PAD);
+    uint8_t *achunk = kernel_test_alloc(use_gpu, len + OFF_PAD);
+    uint8_t *din = ain + off_out, *dc = achunk + off_chunk * h.word;
     uint8_t *ds = kernel_test_alloc(use_gpu, sb);
     junk_scratch(ds, sb);
     to_dev(din, in, size);
@@ -127,8 +137,8 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (endpoint) {
         st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk");
         to_host(chunk, dc, len);
-        kernel_test_free(use_gpu, din);
-        kernel_test_free(use_gpu, dc);
+        kernel_test_free(use_gpu, ain);
+        kernel_test_free(use_gpu, achunk);
         kernel_test_free(use_gpu, ds);
         return st;
     }
@@ -143,8 +153,8 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (st == RESHARD_OK)
         st = rs_delta_apply_status(&e, &j, "test chunk");
     to_host(chunk, dc, len);
-    kernel_test_free(use_gpu, din);
-    kernel_test_free(use_gpu, dc);
+    kernel_test_free(use_gpu, ain);
+    kernel_test_free(use_gpu, achunk);
     kernel_test_free(use_gpu, ds);
     return st;
 }
@@ -197,6 +207,11 @@ static int dev_hash(const uint8_t *c, uint64_t len, uint64_t *out)
 static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
 {
     const uint64_t n = len / word;
+    /* two cases in three off 16-byte bases (whole words; the encoded chunk at any byte) */
+    off_cur = id % 3 ? (uint64_t)(id % 7) + 1 : 0;
+    off_prev = id % 3 ? (uint64_t)(id % 5) : 0;
+    off_out = id % 3 ? (uint64_t)(id % 16) : 0;
+    off_chunk = id % 3 == 1 ? (uint64_t)(id % 3) + 2 : 0;
     uint8_t *prev = malloc(len), *cur = malloc(len), *cpu_prev = malloc(len), *snap = malloc(len);
     uint8_t *cpu_out = malloc(len + 16), *dev_out = malloc(len + 16), *chunk = malloc(len);
     for (uint64_t i = 0; i < len; i++)
