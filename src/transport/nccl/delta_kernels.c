@@ -212,6 +212,9 @@ void rs_delta_encode_emulate(const rs_dk_job_t *j, const uint8_t *cur, uint8_t *
     for (uint64_t t = 0; t < j->tiles; t++)
         emu_enc_tile(j, cur, prev, t);
     emu_scan(j, out);
+    /* every body byte is written by this run (nothing left from an earlier encode counts) */
+    memset(out + RS_DELTA_HEADER_BYTES, 0xc3 ^ (int)(j->total->body & 0xff),
+           (size_t)j->total->body);
     for (uint64_t t = 0; t < j->tiles; t++)
         emu_enc_body(j, cur, prev, out, t);
     for (uint64_t r = 0; r < j->total->s.runs; r++)

@@ -318,22 +318,49 @@ RS_DHD uint32_t rs_dk_unit_bits(const rs_dk_job_t *j, const uint8_t *cur, const 
     const uint32_t all = (uint32_t)(((uint64_t)1 << words) - 1);
     if (!prev)
         return all;
-    uint64_t x[2] = {0, 0};
-    if (bytes - at >= 16 && ((uintptr_t)cur | (uintptr_t)prev) % 16 == 0) {
-        RS_DK_CHECK(((uintptr_t)(cur + at) | (uintptr_t)(prev + at)) % 16 == 0 &&
-                    at + 16 <= j->len);
-        const uint64_t *a = (const uint64_t *)(const void *)(cur + at);
-        const uint64_t *b = (const uint64_t *)(const void *)(prev + at);
-        x[0] = a[0] ^ b[0];
-        x[1] = a[1] ^ b[1];
+    /* the 16 bytes' differences in x0 (bytes 0-7) and x1 (8-15), little-endian, read in
+     * the widest accesses both bases allow: a chunk starts at any word of its tensor, so
+     * cur and prev are 16-byte aligned only by chance (bf16: one chunk in eight) */
+    uint64_t x0 = 0, x1 = 0;
+    const uintptr_t al = ((uintptr_t)cur | (uintptr_t)prev) & 15;
+    const uint8_t *c = cur + at, *q = prev + at;
+    if (bytes - at >= 16 && al % 8 == 0) {
+        RS_DK_CHECK(((uintptr_t)c | (uintptr_t)q) % 8 == 0 && at + 16 <= j->len);
+        const uint64_t *a = (const uint64_t *)(const void *)c,
+                       *b = (const uint64_t *)(const void *)q;
+        x0 = a[0] ^ b[0];
+        x1 = a[1] ^ b[1];
+    } else if (bytes - at >= 16 && al % 4 == 0) {
+        RS_DK_CHECK(((uintptr_t)c | (uintptr_t)q) % 4 == 0 && at + 16 <= j->len);
+        const uint32_t *a = (const uint32_t *)(const void *)c,
+                       *b = (const uint32_t *)(const void *)q;
+        x0 = (uint64_t)(a[0] ^ b[0]) | (uint64_t)(a[1] ^ b[1]) << 32;
+        x1 = (uint64_t)(a[2] ^ b[2]) | (uint64_t)(a[3] ^ b[3]) << 32;
+    } else if (bytes - at >= 16 && al % 2 == 0) {
+        RS_DK_CHECK(((uintptr_t)c | (uintptr_t)q) % 2 == 0 && at + 16 <= j->len);
+        const uint16_t *a = (const uint16_t *)(const void *)c,
+                       *b = (const uint16_t *)(const void *)q;
+        for (int k = 0; k < 4; k++) {
+            x0 |= (uint64_t)(uint16_t)(a[k] ^ b[k]) << (16 * k);
+            x1 |= (uint64_t)(uint16_t)(a[k + 4] ^ b[k + 4]) << (16 * k);
+        }
     } else {
-        for (uint64_t k = 0; k < words * w; k++)
-            x[k / 8] |= (uint64_t)(cur[at + k] ^ prev[at + k]) << (8 * (k % 8));
+        RS_DK_CHECK(at + words * w <= j->len);
+        for (uint64_t k = 0; k < words * w; k++) {
+            const uint64_t d = (uint64_t)(c[k] ^ q[k]);
+            if (k < 8)
+                x0 |= d << (8 * k);
+            else
+                x1 |= d << (8 * (k - 8));
+        }
     }
     const uint64_t wm = w == 8 ? ~(uint64_t)0 : ((uint64_t)1 << (8 * w)) - 1;
     uint32_t bits = 0;
-    for (uint32_t k = 0; k < per; k++)
-        bits |= (uint32_t)(((x[k * w / 8] >> (8 * ((k * w) % 8))) & wm) != 0) << k;
+    for (uint32_t k = 0; k < per; k++) {
+        const uint32_t o = k * w; /* the word's byte offset in the unit */
+        const uint64_t x = o < 8 ? x0 >> (8 * o) : x1 >> (8 * (o - 8));
+        bits |= (uint32_t)((x & wm) != 0) << k;
+    }
     return bits & all;
 }
 
