@@ -226,6 +226,9 @@ int main(int argc, char **argv)
     if (check)
         printf("# verify: %s (%d of 8 cases failed)\n",
                fails ? "FAILED" : "every case byte for byte", fails);
+    cudaEventDestroy(b.e0);
+    cudaEventDestroy(b.e1);
+    cudaStreamDestroy(b.s);
     cudaFree(b.cur);
     cudaFree(b.prev);
     cudaFree(b.old);
