@@ -278,6 +278,9 @@ if [ $dry -eq 0 ]; then
             "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 60
         check racecheck_delta 120 "$san" --tool racecheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 20
+        # the sequence that faulted on the first H100 (8 MiB, runs repeated on one scratch)
+        check memcheck_delta_bench 180 "$san" --tool memcheck --error-exitcode 3 \
+            "$build/bench_gpu_delta" --mib 8 --iters 2 --check --no-target
         check memcheck_box_copy 120 "$san" --tool memcheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_box_copy" --gpu --cases 300
         check memcheck_quant 120 "$san" --tool memcheck --error-exitcode 3 \
@@ -287,8 +290,8 @@ if [ $dry -eq 0 ]; then
         check synccheck_quant 120 "$san" --tool synccheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_quant" --gpu --cases 40
     else
-        for c in memcheck_delta racecheck_delta memcheck_box_copy memcheck_quant racecheck_quant \
-            synccheck_quant; do
+        for c in memcheck_delta racecheck_delta memcheck_delta_bench memcheck_box_copy \
+            memcheck_quant racecheck_quant synccheck_quant; do
             result NOTRUN $c 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
         done
     fi
@@ -299,6 +302,8 @@ if [ $dry -eq 0 ]; then
     ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
+    detail_re='^# verify'
+    check bench_gpu_delta_repeat 120 "$build/bench_gpu_delta" --mib 8 --iters 5 --check --no-target
     detail_re='^# (verify|target)'
     check bench_gpu_delta 180 "$build/bench_gpu_delta" --mib "${DELTA_MIB:-256}" --iters 10 --check
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
@@ -319,6 +324,7 @@ else
     ctest_check stall_timeout 120 fake_nccl_timeout
     for c in "memcheck_delta test_nccl_delta_kernels --gpu --cases 60" \
         "racecheck_delta test_nccl_delta_kernels --gpu --cases 20" \
+        "memcheck_delta_bench bench_gpu_delta --mib 8 --iters 2 --check" \
         "memcheck_box_copy test_nccl_box_copy --gpu --cases 300" \
         "memcheck_quant test_nccl_quant --gpu --cases 100" \
         "racecheck_quant test_nccl_quant --gpu --cases 40" \
@@ -338,6 +344,9 @@ else
     detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target
+    detail_re='^# verify'
+    check bench_gpu_delta_repeat 240 "$build/tests/gpu/fake_bench_gpu_delta" --mib 8 --iters 3 \
+        --check --no-target
     detail_re='^# verify'
     check bench_gpu_delta 240 "$build/tests/gpu/fake_bench_gpu_delta" --mib 4 --iters 1 --check \
         --no-target
