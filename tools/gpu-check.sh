@@ -331,7 +331,7 @@ else
         "synccheck_quant test_nccl_quant --gpu --cases 40"; do
         # shellcheck disable=SC2086 # a name and its command's words
         set -- $c
-        result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} $2 $3 $4 $5"
+        result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} ${*:2}"
     done
     check torch_stream_order 120 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
         RESHARD_TEST_FAKE_NCCL=1 "PYTHONPATH=$root/python:$root/tests/python" \
