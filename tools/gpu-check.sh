@@ -13,7 +13,10 @@
 #      test (a spin kernel holds the stream; TIMEOUT within the bound), compute-sanitizer
 #      memcheck on copy and quantize and racecheck/synccheck on quantize, the PyTorch
 #      stream-order test (a long kernel writing the source just before execute),
-#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target), and
+#      bench_gpu_pack --check at BENCH_MIB (verified bytes and the bandwidth target),
+#      bench_gpu_delta --check at DELTA_MIB (delta encode and apply against cudaMemcpy D2D at
+#      0, 1, 5 and 100% changed, every case byte for byte against the CPU codec; target
+#      >= 0.5 x D2D at <= 5% changed), and
 #      the colocated refit over CUDA IPC: two processes on ONE GPU (mpirun -np 2, control
 #      plane over MPI; needs an MPI build, else SKIP with the reason), and the real-DTensor
 #      step (bench/fsdp_refit.py --check-real: PyTorch's own fully_shard + ColwiseParallel /
@@ -34,7 +37,8 @@
 #
 # usage: tools/gpu-check.sh [--dry-run|--fake] [build-dir (default build-gpu)]
 # env:   OUT (default <build-dir>/gpu-check-out), JOBS (default nproc), CUDA_ARCH (default 90),
-#        BENCH_MIB (default 1024), BUDGET_S (default 540: the checks' total wall time),
+#        BENCH_MIB (default 1024), DELTA_MIB (default 256),
+#        BUDGET_S (default 540: the checks' total wall time),
 #        NCCL_LIB / NCCL_INCLUDE (libnccl.so.2 and the directory of nccl.h; default: searched),
 #        FORCE_GPU_DEPS=1 (build against .gpu-deps even where the machine has the libraries)
 # On a lent GPU machine (no jansson, xxhash, cmocka, pkg-config; no registry): run
@@ -45,7 +49,7 @@ set -u -o pipefail
 dry=0
 case ${1:-} in
 --dry-run | --fake) dry=1 && shift ;;
--h | --help) sed -n '2,42p' "$0" && exit 0 ;;
+-h | --help) sed -n '2,46p' "$0" && exit 0 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu}
@@ -217,9 +221,10 @@ if [ "${FORCE_GPU_DEPS:-0}" = 1 ] || ! have_libs; then
     fi
 fi
 gpu_targets="test_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant test_nccl_quant_refit test_gpu_refit"
-gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack reshard_shared"
+gpu_targets="$gpu_targets test_gpu_timeout bench_gpu_pack bench_gpu_delta reshard_shared"
 fake_targets="test_nccl_delta_kernels fake_nccl_delta_kernels test_nccl_box_copy test_nccl_large test_nccl_quant fake_nccl_quant fake_nccl_refit"
-fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack reshard_fakegpu_shared"
+fake_targets="$fake_targets fake_nccl_quant_refit fake_nccl_timeout fake_bench_gpu_pack fake_bench_gpu_delta"
+fake_targets="$fake_targets reshard_fakegpu_shared"
 ipc_target=$([ $dry -eq 1 ] && echo fake_gpu_ipc_refit || echo test_gpu_ipc_refit)
 targets=$([ $dry -eq 1 ] && echo "$fake_targets" || echo "$gpu_targets")
 s=$(date +%s)
@@ -273,6 +278,9 @@ if [ $dry -eq 0 ]; then
             "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 60
         check racecheck_delta 120 "$san" --tool racecheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_delta_kernels" --gpu --cases 20
+        # the sequence that faulted on the first H100 (8 MiB, runs repeated on one scratch)
+        check memcheck_delta_bench 180 "$san" --tool memcheck --error-exitcode 3 \
+            "$build/bench_gpu_delta" --mib 8 --iters 2 --check --no-target
         check memcheck_box_copy 120 "$san" --tool memcheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_box_copy" --gpu --cases 300
         check memcheck_quant 120 "$san" --tool memcheck --error-exitcode 3 \
@@ -282,8 +290,8 @@ if [ $dry -eq 0 ]; then
         check synccheck_quant 120 "$san" --tool synccheck --error-exitcode 3 \
             "$build/tests/gpu/test_nccl_quant" --gpu --cases 40
     else
-        for c in memcheck_delta racecheck_delta memcheck_box_copy memcheck_quant racecheck_quant \
-            synccheck_quant; do
+        for c in memcheck_delta racecheck_delta memcheck_delta_bench memcheck_box_copy \
+            memcheck_quant racecheck_quant synccheck_quant; do
             result NOTRUN $c 0 "compute-sanitizer not found (PATH, /usr/local/cuda/bin)"
         done
     fi
@@ -294,6 +302,10 @@ if [ $dry -eq 0 ]; then
     ipc_check qwen3-0.6b
     detail_re='^# (verify|target)'
     check bench_gpu_pack 240 "$build/bench_gpu_pack" --mib "$bench_mib" --iters 10 --check
+    detail_re='^# verify'
+    check bench_gpu_delta_repeat 120 "$build/bench_gpu_delta" --mib 8 --iters 5 --check --no-target
+    detail_re='^# (verify|target)'
+    check bench_gpu_delta 180 "$build/bench_gpu_delta" --mib "${DELTA_MIB:-256}" --iters 10 --check
     if [ "$ngpu" -ge 2 ] && [ -x "$build/tests/gpu/test_gpu_mpi_refit" ]; then
         check multigpu 300 ctest --test-dir "$build" -L '^multigpu$' --no-tests=error \
             --output-on-failure --timeout 150
@@ -312,13 +324,14 @@ else
     ctest_check stall_timeout 120 fake_nccl_timeout
     for c in "memcheck_delta test_nccl_delta_kernels --gpu --cases 60" \
         "racecheck_delta test_nccl_delta_kernels --gpu --cases 20" \
+        "memcheck_delta_bench bench_gpu_delta --mib 8 --iters 2 --check" \
         "memcheck_box_copy test_nccl_box_copy --gpu --cases 300" \
         "memcheck_quant test_nccl_quant --gpu --cases 100" \
         "racecheck_quant test_nccl_quant --gpu --cases 40" \
         "synccheck_quant test_nccl_quant --gpu --cases 40"; do
         # shellcheck disable=SC2086 # a name and its command's words
         set -- $c
-        result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} $2 $3 $4 $5"
+        result SKIP "$1" 0 "dry run: needs the GPU; would run compute-sanitizer --tool ${1%%_*} ${*:2}"
     done
     check torch_stream_order 120 env "RESHARD_LIBRARY=$build/tests/gpu/libreshard_fakegpu_shared.so" \
         RESHARD_TEST_FAKE_NCCL=1 "PYTHONPATH=$root/python:$root/tests/python" \
@@ -331,6 +344,12 @@ else
     detail_re='^# verify'
     check bench_gpu_pack 240 "$build/tests/gpu/fake_bench_gpu_pack" --mib 4 --iters 1 --check \
         --no-target
+    detail_re='^# verify'
+    check bench_gpu_delta_repeat 240 "$build/tests/gpu/fake_bench_gpu_delta" --mib 8 --iters 3 \
+        --check --no-target
+    detail_re='^# verify'
+    check bench_gpu_delta 240 "$build/tests/gpu/fake_bench_gpu_delta" --mib 4 --iters 1 --check \
+        --no-target
     ipc_check "$root/tests/mpi/configs/tiny-moe.json"
     result SKIP multigpu 0 "dry run: multi-rank NCCL refits need 2+ GPUs"
 fi
@@ -338,6 +357,6 @@ fi
 say ""
 say "== summary ($(($(date +%s) - t0)) s; log $log)"
 cat "$sum"
-grep -hE "^# (target|verify)|verified: |^copy |^stalled|^unmatched|cases, |quantize: " \
+grep -hE "^# (target|verify)|verified: |^copy |^stalled|^unmatched|cases, |quantize: |^word " \
     "$OUT"/logs/*.log 2>/dev/null | sed 's/^/  /' >>"$log"
 [ $failed -eq 0 ]

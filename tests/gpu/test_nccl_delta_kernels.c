@@ -15,7 +15,8 @@
  *   --op       the NCCL transport's delta operations (exec/delta_dev_ops.h) on a one-rank
  *              endpoint: encode with the header copied back, apply with its error record read
  *              (on a GPU, or against the fake CUDA/NCCL in fake_nccl_delta_op).
- *   --cases N  random cases (default 400).
+ *   --cases N  random cases (default 400); from 100 on, also chunks of 1 to 40 MiB (many tiles,
+ *              gaps bodies of several segments per resolve thread).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +34,11 @@ static bool use_gpu;
 static reshard_comm_t *endpoint; /* --op: the endpoint whose delta operations run */
 static cudaStream_t stream;
 static int kinds[RS_DELTA_NKINDS];
+/* The case's offsets of the device buffers from their allocations (whole words for the chunk,
+ * snapshot and apply's chunk, any byte for the encoded chunk): a chunk inside a tensor starts
+ * at any word, so the kernels' wide accesses must not assume 16-byte bases. */
+static uint64_t off_cur, off_prev, off_out, off_chunk;
+#define OFF_PAD 64
 
 static void to_dev(void *d, const void *h, size_t n)
 {
@@ -50,6 +56,15 @@ static void to_host(void *h, const void *d, size_t n)
         memcpy(h, d, n);
 }
 
+/* Scratch of @p n bytes at @p d filled with junk, as an earlier job leaves it. */
+static void junk_scratch(void *d, size_t n)
+{
+    uint8_t *j = malloc(n);
+    memset(j, 0xa5, n);
+    to_dev(d, j, n);
+    free(j);
+}
+
 static int sync_ok(const char *what)
 {
     if (use_gpu && cudaStreamSynchronize(stream) != cudaSuccess) {
@@ -64,8 +79,12 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
                       uint8_t *out, uint8_t *snap)
 {
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, word);
-    uint8_t *dc = kernel_test_alloc(use_gpu, len), *dp = kernel_test_alloc(use_gpu, len);
-    uint8_t *dout = kernel_test_alloc(use_gpu, len + 16), *ds = kernel_test_alloc(use_gpu, sb);
+    uint8_t *ac = kernel_test_alloc(use_gpu, len + OFF_PAD),
+            *ap = kernel_test_alloc(use_gpu, len + OFF_PAD);
+    uint8_t *aout = kernel_test_alloc(use_gpu, len + 16 + OFF_PAD),
+            *ds = kernel_test_alloc(use_gpu, sb);
+    uint8_t *dc = ac + off_cur * word, *dp = ap + off_prev * word, *dout = aout + off_out;
+    junk_scratch(ds, sb);
     to_dev(dc, cur, len);
     if (prev)
         to_dev(dp, prev, len);
@@ -90,9 +109,9 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     to_host(out, dout, len + 16);
     if (prev)
         to_host(snap, dp, len);
-    kernel_test_free(use_gpu, dc);
-    kernel_test_free(use_gpu, dp);
-    kernel_test_free(use_gpu, dout);
+    kernel_test_free(use_gpu, ac);
+    kernel_test_free(use_gpu, ap);
+    kernel_test_free(use_gpu, aout);
     kernel_test_free(use_gpu, ds);
     return ok;
 }
@@ -106,8 +125,11 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (st != RESHARD_OK)
         return st;
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
-    uint8_t *din = kernel_test_alloc(use_gpu, size), *dc = kernel_test_alloc(use_gpu, len);
+    uint8_t *ain = kernel_test_alloc(use_gpu, size + OFF_PAD);
+    uint8_t *achunk = kernel_test_alloc(use_gpu, len + OFF_PAD);
+    uint8_t *din = ain + off_out, *dc = achunk + off_chunk * h.word;
     uint8_t *ds = kernel_test_alloc(use_gpu, sb);
+    junk_scratch(ds, sb);
     to_dev(din, in, size);
     to_dev(dc, chunk, len);
     rs_dk_job_t j;
@@ -115,8 +137,8 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (endpoint) {
         st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk");
         to_host(chunk, dc, len);
-        kernel_test_free(use_gpu, din);
-        kernel_test_free(use_gpu, dc);
+        kernel_test_free(use_gpu, ain);
+        kernel_test_free(use_gpu, achunk);
         kernel_test_free(use_gpu, ds);
         return st;
     }
@@ -131,8 +153,8 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     if (st == RESHARD_OK)
         st = rs_delta_apply_status(&e, &j, "test chunk");
     to_host(chunk, dc, len);
-    kernel_test_free(use_gpu, din);
-    kernel_test_free(use_gpu, dc);
+    kernel_test_free(use_gpu, ain);
+    kernel_test_free(use_gpu, achunk);
     kernel_test_free(use_gpu, ds);
     return st;
 }
@@ -180,10 +202,16 @@ static int dev_hash(const uint8_t *c, uint64_t len, uint64_t *out)
 }
 
 /* Case @p id: chunk of @p len bytes, @p word, changes per @p mode (0 none, 1 one word, 2
- * scattered with probability @p p, 3 runs of random lengths, 4 all, 5 no snapshot). */
+ * scattered with probability @p p, 3 runs of random lengths, 4 all, 5 no snapshot, 6 every
+ * ninth word from word 1, @p p of them: a gaps body of exactly (1 + word) * p bytes). */
 static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
 {
     const uint64_t n = len / word;
+    /* two cases in three off 16-byte bases (whole words; the encoded chunk at any byte) */
+    off_cur = id % 3 ? (uint64_t)(id % 7) + 1 : 0;
+    off_prev = id % 3 ? (uint64_t)(id % 5) : 0;
+    off_out = id % 3 ? (uint64_t)(id % 16) : 0;
+    off_chunk = id % 3 == 1 ? (uint64_t)(id % 3) + 2 : 0;
     uint8_t *prev = malloc(len), *cur = malloc(len), *cpu_prev = malloc(len), *snap = malloc(len);
     uint8_t *cpu_out = malloc(len + 16), *dev_out = malloc(len + 16), *chunk = malloc(len);
     for (uint64_t i = 0; i < len; i++)
@@ -202,6 +230,8 @@ static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
             CHANGE(i);
     }
     for (uint64_t i = 0; mode == 4 && i < n; i++)
+        CHANGE(i);
+    for (uint64_t i = 1; mode == 6 && i < n && (i - 1) / 9 < (uint64_t)p; i += 9)
         CHANGE(i);
 #undef CHANGE
     memcpy(cpu_prev, prev, len);
@@ -295,8 +325,71 @@ static int bad_bodies(void)
     in[16] = 0x80 | 0x7f; /* a varint running past the body */
     st = dev_apply(in, 16 + body, chunk, len);
     ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body");
+    /* two entries where the header counts one: refused, and nothing written */
+    uint8_t two[16 + 6] = {RS_DELTA_GAPS, 2,    0, 0,    1,   0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 3,
+                           0xaa,          0xbb, 0, 0xcc, 0xdd};
+    memset(chunk, 0, sizeof chunk);
+    st = dev_apply(two, sizeof two, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body") &&
+          chunk[6] == 0 && chunk[8] == 0;
+    /* the same counted as two: word 3 and word 4 */
+    two[4] = 2;
+    st = dev_apply(two, sizeof two, chunk, len);
+    ok &= st == RESHARD_OK && chunk[6] == 0xaa && chunk[7] == 0xbb && chunk[8] == 0xcc;
+    /* a gap summing past the chunk (the second entry: 127 + 1 + 5 > 128 words) */
+    uint8_t far[16 + 6] = {RS_DELTA_GAPS, 2, 0, 0, 2, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0,
+                           127,           1, 1, 5, 2, 2};
+    st = dev_apply(far, sizeof far, chunk, len);
+    ok &= st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body");
     if (!ok)
         fprintf(stderr, "bad bodies: not refused as expected (last: %s)\n", reshard_last_error());
+    return ok;
+}
+
+/* A gaps body of several resolve blocks (1 MiB of bf16, 1% changed: ~490 segments, 4 blocks)
+ * that does not fit its header: one entry more or fewer counted, or its last byte cut off:
+ * refused by name with no word written (the error found across blocks, before the writers). */
+static int big_bad_gaps(void)
+{
+    const uint64_t len = 1u << 20, n = len / 2;
+    uint8_t *old = malloc(len), *cur = malloc(len), *snap = malloc(len), *chunk = malloc(len);
+    uint8_t *enc = malloc(len + 16);
+    for (uint64_t i = 0; i < len; i++)
+        old[i] = (uint8_t)next_u64();
+    memcpy(cur, old, len);
+    for (uint64_t i = 0; i < n; i += (uint64_t)rnd(50, 150))
+        cur[i * 2] ^= 0x41;
+    memcpy(snap, old, len);
+    const uint64_t size = rs_delta_encode(cur, snap, len, 2, enc, NULL);
+    int ok = enc[0] == RS_DELTA_GAPS && size > 16 + 128 * 32;
+    uint32_t nruns;
+    uint64_t body;
+    memcpy(&nruns, enc + 4, 4);
+    memcpy(&body, enc + 8, 8);
+    for (int k = 0; ok && k < 3; k++) {
+        uint8_t *bad = malloc(size);
+        memcpy(bad, enc, size);
+        const uint32_t r = k == 0 ? nruns + 1 : k == 1 ? nruns - 1 : nruns;
+        const uint64_t b = k == 2 ? body - 1 : body;
+        memcpy(bad + 4, &r, 4);
+        memcpy(bad + 8, &b, 8);
+        memcpy(chunk, old, len);
+        const reshard_status_t st = dev_apply(bad, 16 + b, chunk, len);
+        ok = (st == RESHARD_ERR_INVALID_ARG && strstr(reshard_last_error(), "gaps body") &&
+              memcmp(chunk, old, len) == 0) ||
+             (k == 2 && st == RESHARD_ERR_INVALID_ARG); /* the header may refuse a cut body */
+        free(bad);
+    }
+    memcpy(chunk, old, len);
+    ok = ok && dev_apply(enc, size, chunk, len) == RESHARD_OK && memcmp(chunk, cur, len) == 0;
+    if (!ok)
+        fprintf(stderr, "big bad gaps bodies: not refused as expected (last: %s)\n",
+                reshard_last_error());
+    free(old);
+    free(cur);
+    free(snap);
+    free(chunk);
+    free(enc);
     return ok;
 }
 
@@ -327,6 +420,27 @@ int main(int argc, char **argv)
                 const uint32_t w = rs_delta_word(len, elems[e]);
                 fails += !run_case(id++, len, w, m, ps[m % 5]);
             }
+    /* large: many tiles; gaps bodies of more segments than the resolve block has threads
+     * (several per thread) and, at 40 MiB, of segments longer than the smallest */
+    const struct {
+        uint64_t len;
+        uint32_t word;
+        int mode;
+        double p;
+    } big[] = {{(4u << 20) + 12, 4, 2, 0.02},
+               {(4u << 20) + 6, 2, 2, 0.003},
+               {(1u << 20) + 1, 1, 2, 0.02},
+               {(4u << 20) + 8, 8, 3, 0},
+               {(4u << 20) + 4, 4, 4, 0},
+               {(40u << 20) + 4, 4, 2, 0.03},
+               /* a gaps body of 1114110 bytes (16384 segments of 68) in a chunk whose own
+                * length cuts into 16357 (of 601): the tables must be sized for the body's
+                * count, not the chunk's (they overran into the resolve buffers and past the
+                * scratch) */
+               {16384 * 600 + 8, 8, 6, 123790}};
+    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) /* not sanitized but the last */
+        if (cases >= 100 || big[b].mode == 6)
+            fails += !run_case(id++, big[b].len, big[b].word, big[b].mode, big[b].p);
     for (int c = 0; c < cases; c++) {
         const uint64_t len = (uint64_t)rnd(1, 1) == 1 && rnd(0, 3) ? (uint64_t)rnd(1, 20000)
                                                                    : (uint64_t)rnd(60000, 300000);
@@ -337,6 +451,7 @@ int main(int argc, char **argv)
             break;
     }
     fails += !bad_bodies();
+    fails += !big_bad_gaps();
     for (int k = 0; k < RS_DELTA_NKINDS; k++)
         if (!kinds[k]) {
             fprintf(stderr, "no case came out as kind %d\n", k);

@@ -71,10 +71,14 @@ static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *pre
     const cudaError_t e = rs_delta_encode_launch(&j, cur, prev, out, rs_nccl_stream(c));
     if (e != cudaSuccess)
         return rs_nccl_launch_failed(c, "delta encode kernel launch", e);
-    st = dev_copy(c, header, out, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
-    if (st == RESHARD_OK && changed)
-        st = dev_copy(c, changed, &j.total->c, sizeof *changed, RS_DD_D2H);
-    return st;
+    /* the header and the changed count back in one wait for the stream (not one each) */
+    cudaStream_t s = rs_nccl_stream(c);
+    cudaError_t ce = cudaMemcpyAsync(header, out, RS_DELTA_HEADER_BYTES, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess && changed)
+        ce = cudaMemcpyAsync(changed, &j.total->s.c, sizeof *changed, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(s);
+    return ce == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", ce);
 }
 
 static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
