@@ -30,20 +30,27 @@ typedef struct rs_delta_dev_ops {
     reshard_status_t (*copy)(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
                              rs_dd_dir_t dir);
     /** Encode as rs_delta_encode: @p cur against snapshot @p prev (NULL: dense; afterwards it
-     *  holds cur) into @p out (device, room for 16 + len bytes); waits for the result and
-     *  copies its 16-byte header to @p header (host), which gives the size, and the count
-     *  of changed words to *@p changed (may be NULL). */
+     *  holds cur) into @p out (device, room for 16 + len bytes), and the count of changed
+     *  words to the 8 bytes at @p changed (device, any alignment; NULL: not wanted).
+     *  Enqueued, not waited for: the header at @p out gives the size once the stream has
+     *  run (exec copies a round's headers to the host in one copy). Errors: TRANSPORT (a
+     *  failed launch, an unusable endpoint), NOMEM (the scratch). */
     reshard_status_t (*encode)(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
-                               uint32_t word, void *out, uint8_t *header, uint64_t *changed);
+                               uint32_t word, void *out, void *changed);
+    /** The sender's hash of delta verification into its header message: the 64-bit hash
+     *  of the @p len bytes at @p chunk (device) as verification compares it
+     *  (rs_dk_hash_final of the sum of rs_dk_hash_term over the chunk's 8-byte words,
+     *  delta_kernels.h) to the 8 bytes at @p out (device, little-endian, any alignment),
+     *  or 0 when the encoded chunk's header at @p header (device) says dense. Enqueued,
+     *  not waited for. Errors: TRANSPORT, NOMEM as encode. */
+    reshard_status_t (*hash_msg)(reshard_comm_t *c, const void *chunk, uint64_t len,
+                                 const void *header, void *out);
     /** Apply as rs_delta_apply: encoded chunk @p in (device, header @p h checked by
-     *  rs_delta_header) onto the @p len bytes at @p chunk (device); waits, and an
+     *  rs_delta_header) onto the @p len bytes at @p chunk (device); with @p hash, also the
+     *  hash of the result (as hash_msg's) to *@p hash (host). One wait for the stream: an
      *  inconsistent body is INVALID_ARG naming @p what (the chunk is then unchanged). */
     reshard_status_t (*apply)(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
-                              void *chunk, uint64_t len, const char *what);
-    /** The 64-bit hash of the @p len bytes at @p chunk (device) as the verification of
-     *  delta refits compares it (rs_dk_hash_final of the sum of rs_dk_hash_term over the
-     *  chunk's 8-byte words, delta_kernels.h); waits, and writes it to *@p out (host). */
-    reshard_status_t (*hash)(reshard_comm_t *c, const void *chunk, uint64_t len, uint64_t *out);
+                              void *chunk, uint64_t len, const char *what, uint64_t *hash);
 } rs_delta_dev_ops_t;
 
 #endif

@@ -884,26 +884,24 @@ typedef struct {
 /* The delta codec in the memory of the comm's buffers: the CPU codec on host memory, the
  * transport's delta operations (exec/delta_dev_ops.h) on device memory. */
 
-/* Encode chunk @p cur against @p prev (NULL: dense) into @p enc; its header to @p hdr
- * (host), its size to *@p size. *@p body_in_prev: the chunk is dense and its body was not
- * copied to @p enc: it is the @p len bytes at @p prev (host memory only). */
+/* Encode chunk @p cur against @p prev (NULL: dense) into @p enc. Host memory: its header
+ * to @p hdr, its size to *@p size, the changed words to *@p changed; *@p body_in_prev: the
+ * chunk is dense and its body was not copied to @p enc: it is the @p len bytes at @p prev.
+ * Device memory: enqueued only (the header at @p enc once the stream has run, the changed
+ * count to the 8 bytes at @p changed_dev); run_rounds_delta reads a round's headers and
+ * counts back in one copy after the header exchange. */
 static reshard_status_t delta_encode(rs_exec_t *x, const uint8_t *cur, uint8_t *prev, uint64_t len,
                                      uint32_t word, uint8_t *enc, uint8_t *hdr, uint64_t *size,
-                                     uint64_t *changed, bool *body_in_prev)
+                                     uint64_t *changed, void *changed_dev, bool *body_in_prev)
 {
     const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
     *body_in_prev = false;
-    if (!dev) { /* host memory: a dense body is sent from the snapshot, not copied */
-        *size =
-            rs_delta_encode_keep(cur, prev, len, word, enc, changed, prev ? body_in_prev : NULL);
-        memcpy(hdr, enc, RS_DELTA_HEADER_BYTES);
-        return RESHARD_OK;
-    }
-    reshard_status_t st = dev->encode(x->comm, cur, prev, len, word, enc, hdr, changed);
-    uint64_t body = 0;
-    memcpy(&body, hdr + 8, 8);
-    *size = RS_DELTA_HEADER_BYTES + body;
-    return st;
+    if (dev)
+        return dev->encode(x->comm, cur, prev, len, word, enc, changed_dev);
+    /* host memory: a dense body is sent from the snapshot, not copied */
+    *size = rs_delta_encode_keep(cur, prev, len, word, enc, changed, prev ? body_in_prev : NULL);
+    memcpy(hdr, enc, RS_DELTA_HEADER_BYTES);
+    return RESHARD_OK;
 }
 
 /* Copy @p len bytes between two places of the comm's memory. */
@@ -916,23 +914,32 @@ static reshard_status_t delta_copy(rs_exec_t *x, void *dst, const void *src, uin
     return x->comm->delta_dev->copy(x->comm, dst, src, len, RS_DD_D2D);
 }
 
-/* Apply encoded chunk @p enc (header @p h, checked) onto @p chunk. */
+/* Apply encoded chunk @p enc (header @p h, checked) onto @p chunk; with @p hash, the
+ * verification hash of the result to *@p hash. */
 static reshard_status_t delta_apply(rs_exec_t *x, const uint8_t *enc, const rs_delta_header_t *h,
-                                    uint8_t *chunk, uint64_t len, const char *what)
+                                    uint8_t *chunk, uint64_t len, const char *what, uint64_t *hash)
 {
-    if (!x->comm->delta_dev)
-        return rs_delta_apply(enc, h, chunk, len, what);
-    return x->comm->delta_dev->apply(x->comm, enc, h, chunk, len, what);
+    if (x->comm->delta_dev)
+        return x->comm->delta_dev->apply(x->comm, enc, h, chunk, len, what, hash);
+    reshard_status_t st = rs_delta_apply(enc, h, chunk, len, what);
+    if (st == RESHARD_OK && hash)
+        *hash = rs_delta_hash(chunk, len);
+    return st;
 }
 
-/* The verification hash of the @p len bytes at @p chunk (the comm's memory) into *@p out. */
-static reshard_status_t delta_hash(rs_exec_t *x, const uint8_t *chunk, uint64_t len, uint64_t *out)
+/* What a sent chunk adds to the execution's delta counts and stats: its stream bytes
+ * @p len, the encoded chunk's header @p msg and size @p enc_len, @p changed words of
+ * @p word bytes. */
+static void count_sent_delta(rs_exec_t *x, const rs_xstream_t *xs, const uint8_t *msg,
+                             uint64_t enc_len, uint64_t hash_bytes, uint64_t len, uint64_t changed,
+                             uint32_t word)
 {
-    if (!x->comm->delta_dev) {
-        *out = rs_delta_hash(chunk, len);
-        return RESHARD_OK;
-    }
-    return x->comm->delta_dev->hash(x->comm, chunk, len, out);
+    reshard_delta_info_t *li = &x->dr->last;
+    li->stream_bytes += len;
+    li->wire_bytes += enc_len + hash_bytes;
+    li->changed_bytes += changed * word;
+    li->chunks[msg[0] < RS_DELTA_NKINDS ? msg[0] : 0]++;
+    count_sent(x, xs->s->peer, enc_len + hash_bytes);
 }
 
 /* Delta mode (docs/delta.md): the rounds of run_rounds, each in two exchanges so that
@@ -964,14 +971,21 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     uint64_t *enc_len = calloc((size_t)n + 1, sizeof *enc_len);
     uint8_t **body_at = calloc((size_t)n + 1, sizeof *body_at); /* a dense body's place */
     bool *use_delta = calloc((size_t)n + 1, sizeof *use_delta);
-    /* The header message of each stream's chunk: the header, then (checksum mode) the
-     * hash of the chunk's new bytes, little-endian. */
+    /* device memory: the chunks of this round to count once their headers are back */
+    bool *to_count = calloc((size_t)n + 1, sizeof *to_count);
+    uint32_t *word_of = calloc((size_t)n + 1, sizeof *word_of);
+    /* The header message of each stream's chunk, MSG apart: the header, then (checksum
+     * mode) the hash of the chunk's new bytes, little-endian. Then, on device memory, each
+     * chunk's count of changed words: a round's messages and counts are copied back to the
+     * host in one copy. */
+    enum { MSG = RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES };
     const bool ck = x->plan->p.delta_checksum;
     const uint64_t hash_bytes = ck ? RS_DELTA_HASH_BYTES : 0; /* counted as wire bytes */
     const uint64_t msg_bytes = RS_DELTA_HEADER_BYTES + hash_bytes;
-    uint8_t *hmsg = calloc((size_t)n + 1, RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
-    if (st == RESHARD_OK &&
-        (!held || !pos || !snap_off || !enc_len || !body_at || !use_delta || !hmsg))
+    const uint64_t hmsg_bytes = ((uint64_t)n + 1) * (MSG + sizeof(uint64_t));
+    uint8_t *hmsg = calloc(1, hmsg_bytes);
+    if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !body_at || !use_delta ||
+                             !to_count || !word_of || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
     for (int32_t i = 0; i < n; i++)
         if (v[i].send) {
@@ -982,17 +996,19 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
         st = rs_error(RESHARD_ERR_INVALID_ARG,
                       "rank %d: delta snapshot of %llu bytes, the streams send %llu", me,
                       (unsigned long long)dr->snap_bytes, (unsigned long long)snap_total);
-    /* Device memory: the messages of the version exchange live in staging too. */
+    /* Device memory: the messages of the version exchange, the header messages and the
+     * changed counts live in staging too. */
     const rs_delta_dev_ops_t *dev = x->comm->delta_dev;
     uint64_t enc_bytes = slot_bytes + (uint64_t)n * RS_DELTA_HEADER_BYTES;
+    dense_max = (dense_max + 7) & ~(uint64_t)7;
     uint64_t held_bytes = dev ? ((uint64_t)n + 1) * sizeof(rs_held_t) : 0;
-    /* device memory, verified: the header messages (header and hash) in staging of their own */
-    const uint64_t hd_bytes = dev && ck ? (uint64_t)n * msg_bytes : 0;
+    const uint64_t hd_bytes = dev ? hmsg_bytes : 0;
     if (st == RESHARD_OK && enc_bytes + dense_max + held_bytes + hd_bytes)
         st = ops->alloc_staging(x->comm, enc_bytes + dense_max + held_bytes + hd_bytes,
                                 (void **)&x->staging);
     uint8_t *dense = x->staging + enc_bytes;
     uint8_t *hd = hd_bytes ? dense + dense_max + held_bytes : NULL;
+    const uint8_t *hchanged = hmsg + (size_t)n * MSG; /* the counts' copy on the host */
     rs_held_t mine = {rs_delta_held_version(dr), 0};
     rs_held_t *held_at = dev ? (rs_held_t *)(void *)(dense + dense_max) : held;
     rs_held_t *mine_at = dev ? held_at + n : &mine;
@@ -1021,12 +1037,16 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
         }
     for (int64_t k = 0; st == RESHARD_OK && k < rounds; k++) {
         /* Encode each send chunk against the snapshot, which keeps its new bytes (before the
-         * round's group opens: on device memory the header is copied to the host). */
+         * round's group opens). On device memory every step is enqueued on the stream, none
+         * waited for: the message (header, hash) is assembled in device staging. */
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
-            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            uint8_t *msg = hmsg + (size_t)i * MSG;
+            uint8_t *dmsg = hd ? hd + (size_t)i * MSG : NULL;
+            uint8_t *dchanged = hd ? hd + (size_t)n * MSG + (size_t)i * 8 : NULL;
+            to_count[i] = false;
             if (!len || !xs->send)
                 continue;
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
@@ -1043,48 +1063,43 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                     note_failure(x, ls); /* post the rest of the schedule without data */
                 }
             }
-            if (x->failed != RESHARD_OK) {
+            const bool live = x->failed == RESHARD_OK;
+            uint8_t *snap = dr->snap + snap_off[i] + pos[i];
+            if (!live)
                 advance(x, xs->s, &xs->cur, len);
-                st = delta_encode(x, dense, NULL, len, word, enc, msg, &enc_len[i], NULL, &in_snap);
-            } else {
-                uint8_t *snap = dr->snap + snap_off[i] + pos[i];
-                st = delta_encode(x, dense, use_delta[i] ? snap : NULL, len, word, enc, msg,
-                                  &enc_len[i], &changed, &in_snap);
+            st = delta_encode(x, dense, live && use_delta[i] ? snap : NULL, len, word, enc, msg,
+                              &enc_len[i], &changed, dchanged, &in_snap);
+            if (live) {
                 body_at[i] = in_snap ? snap : NULL;    /* sent from there in this round */
                 if (st == RESHARD_OK && !use_delta[i]) /* a delta encode updated it itself */
                     st = delta_copy(x, snap, dense, len);
-                li->stream_bytes += len;
-                li->wire_bytes += enc_len[i] + hash_bytes;
-                li->changed_bytes += changed * word;
-                li->chunks[msg[0] < RS_DELTA_NKINDS ? msg[0] : 0]++;
             }
             pos[i] += len;
             /* A dense chunk's result is its wire bytes, whatever the destination held before:
              * only a delta chunk's result is hashed (its field is 0 in a dense one). */
-            uint64_t hash = 0;
-            if (ck && st == RESHARD_OK && msg[0] != RS_DELTA_DENSE)
-                st = delta_hash(x, dense, len, &hash);
-            if (ck)
-                put_le64(msg + RS_DELTA_HEADER_BYTES, hash);
-            if (hd && st == RESHARD_OK) /* the message from device memory */
-                st = dev->copy(x->comm, hd + (uint64_t)i * msg_bytes, msg, msg_bytes, RS_DD_H2D);
-            if (st == RESHARD_OK && x->stats) {
-                bool same = x->plan->p.domain_size > 1 &&
-                            rs_domain_of(&x->plan->p, xs->s->peer) == rs_domain_of(&x->plan->p, me);
-                *(same ? &x->stats->bytes_sent_nvlink : &x->stats->bytes_sent_network) +=
-                    x->failed == RESHARD_OK ? enc_len[i] + hash_bytes : 0;
+            if (dev) {
+                to_count[i] = live;
+                word_of[i] = word;
+                if (st == RESHARD_OK)
+                    st = dev->copy(x->comm, dmsg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2D);
+                if (st == RESHARD_OK && ck)
+                    st = dev->hash_msg(x->comm, dense, len, enc, dmsg + RS_DELTA_HEADER_BYTES);
+                continue;
             }
+            if (ck)
+                put_le64(msg + RS_DELTA_HEADER_BYTES,
+                         msg[0] != RS_DELTA_DENSE ? rs_delta_hash(dense, len) : 0);
+            if (live)
+                count_sent_delta(x, xs, msg, enc_len[i], hash_bytes, len, changed, word);
         }
-        /* Headers: fixed size; on device memory each lands where its body will follow. */
+        /* Headers: fixed size. */
         if (st == RESHARD_OK)
             st = ops->round_begin(x->comm, 0);
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
             rs_xstream_t *xs = &v[i];
-            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
-            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            uint8_t *at = (hd ? hd : hmsg) + (size_t)i * MSG;
             if (!round_len(xs, k))
                 continue;
-            uint8_t *at = hd ? hd + (uint64_t)i * msg_bytes : dev ? enc : msg;
             st = xs->send ? ops->post_send(x->comm, 0, xs->s->peer, at, msg_bytes)
                           : ops->post_recv(x->comm, 0, xs->s->peer, at, msg_bytes);
         }
@@ -1092,26 +1107,36 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             st = ops->round_end(x->comm, 0);
         if (st == RESHARD_OK)
             st = ops->round_wait(x->comm, 0, timeout);
-        /* The received headers on the host (device memory: copied back), checked: they give
-         * the bodies' sizes. */
+        /* Device memory: every message of the round, sent and received, and the sent
+         * chunks' changed counts back to the host in one copy. */
+        if (st == RESHARD_OK && dev)
+            st = dev->copy(x->comm, hmsg, hd, (uint64_t)n * (MSG + 8), RS_DD_D2H);
+        for (int32_t i = 0; st == RESHARD_OK && dev && i < n; i++) {
+            rs_xstream_t *xs = &v[i];
+            const uint8_t *msg = hmsg + (size_t)i * MSG;
+            uint64_t len = round_len(xs, k);
+            if (!xs->send || !len)
+                continue;
+            enc_len[i] = RS_DELTA_HEADER_BYTES + get_le64(msg + 8);
+            if (to_count[i])
+                count_sent_delta(x, xs, msg, enc_len[i], hash_bytes, len,
+                                 get_le64(hchanged + (size_t)i * 8), word_of[i]);
+        }
+        /* The received headers, checked: they give the bodies' sizes. */
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
-            uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
-            uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            const uint8_t *msg = hmsg + (size_t)i * MSG;
             if (xs->send || !len)
                 continue;
             char what[96];
             snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
                      xs->s->peer);
-            if (hd) /* header and hash */
-                st = dev->copy(x->comm, msg, hd + (uint64_t)i * msg_bytes, msg_bytes, RS_DD_D2H);
-            else if (dev)
-                st = dev->copy(x->comm, msg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2H);
-            else
-                memcpy(enc, msg, RS_DELTA_HEADER_BYTES);
+            if (!dev) /* the CPU codec reads the encoded chunk whole */
+                memcpy(x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES, msg,
+                       RS_DELTA_HEADER_BYTES);
             rs_delta_header_t h = {0};
-            if (st == RESHARD_OK && rs_delta_header(msg, len, &h, what) != RESHARD_OK)
+            if (rs_delta_header(msg, len, &h, what) != RESHARD_OK)
                 /* the sizes of the rest are unknown: the pair cannot stay in step */
                 st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
             enc_len[i] = RS_DELTA_HEADER_BYTES + h.body;
@@ -1156,17 +1181,15 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint64_t payload = 0;
             const rs_cursor_t at = xs->cur; /* the chunk's start */
             rs_cursor_t rd = at;
-            const uint8_t *msg = hmsg + (size_t)i * (RS_DELTA_HEADER_BYTES + RS_DELTA_HASH_BYTES);
+            const uint8_t *msg = hmsg + (size_t)i * MSG;
             reshard_status_t ls = rs_delta_header(msg, len, &h, what);
             if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
                 ls = move_chunk_at(x, xs->s, &rd, dense, len, false, true, &payload);
-            if (ls == RESHARD_OK)
-                ls = delta_apply(x, enc, &h, dense, len, what);
-            dr->wrote = true;
             uint64_t hash = 0;
             const bool check = ck && h.kind != RS_DELTA_DENSE; /* the sender's rule above */
-            if (ls == RESHARD_OK && check)
-                ls = delta_hash(x, dense, len, &hash);
+            if (ls == RESHARD_OK)
+                ls = delta_apply(x, enc, &h, dense, len, what, check ? &hash : NULL);
+            dr->wrote = true;
             if (ls == RESHARD_OK && check && hash != get_le64(msg + RS_DELTA_HEADER_BYTES))
                 ls = rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, me, k);
             if (ls == RESHARD_OK)
@@ -1197,6 +1220,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     free(enc_len);
     free(body_at);
     free(use_delta);
+    free(to_count);
+    free(word_of);
     free(hmsg);
     return st;
 }
@@ -1272,7 +1297,7 @@ static reshard_status_t execute(const reshard_plan_t *plan, reshard_comm_t *comm
                       "the %s transport has none: plan without delta",
                       rank, comm->ops->name);
     else if (st == RESHARD_OK && plan->delta && plan->p.delta_checksum && comm->delta_dev &&
-             !comm->delta_dev->hash)
+             !comm->delta_dev->hash_msg)
         st = rs_error(RESHARD_ERR_UNSUPPORTED,
                       "rank %d: delta verification on device memory needs the transport's hash "
                       "kernel; the %s transport has none: plan with delta_checksum = 0",

@@ -109,6 +109,8 @@ typedef struct entry {
     rs_quant_job_t quant;
     rs_dk_job_t delta;
     void *scale;
+    const uint8_t *header; /* E_DHASH: the encoded chunk's header, and where its hash goes */
+    uint8_t *msg;
     struct CUstream_st *other; /* E_WAIT: wait until other->done >= seq */
     uint64_t seq;
     p2p_t *ops; /* E_NCCL: the group's operations of one communicator */
@@ -215,6 +217,8 @@ static int run_entry(entry_t *e)
         return 1;
     case E_DHASH:
         rs_delta_hash_emulate(e->src, e->bytes, e->dst);
+        if (e->msg)
+            rs_dk_hash_put(*(const uint64_t *)e->dst, e->bytes, e->header, e->msg);
         return 1;
     case E_WAIT:
         return e->other->done >= e->seq;
@@ -365,12 +369,14 @@ cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t *in, uint8
 }
 
 cudaError_t rs_delta_hash_launch(const uint8_t *chunk, uint64_t len, uint64_t *sum,
-                                 cudaStream_t stream)
+                                 const uint8_t *header, uint8_t *msg, cudaStream_t stream)
 {
     entry_t *x = new_entry(E_DHASH);
     x->src = chunk;
     x->bytes = len;
     x->dst = sum;
+    x->header = header;
+    x->msg = msg;
     return launch(stream, x);
 }
 

@@ -3,7 +3,8 @@
  * (src/exec/delta_codec.c, the format's reference, written from docs/delta-reference.md): random
  * chunks of odd and even lengths, words of 1, 2, 4 and 8 bytes, changed fractions from none
  * through single words, scattered, clustered (runs) to all; every kind must come out.
- * Each case checks every byte of the encoded chunk against rs_delta_encode, the snapshot
+ * Each case checks every byte of the encoded chunk against rs_delta_encode, its count of
+ * changed words against the CPU codec's, the snapshot
  * after the encode (the new bytes), and the apply of the CPU's encoding onto the old bytes
  * (the new bytes); then bodies that do not fit their header are refused by name. Each
  * case also hashes the new chunk on the device side (delta verification's hash) and
@@ -13,8 +14,10 @@
  *   --gpu      the launches on device memory: the CUDA kernels on a GPU (exit 77 without
  *              one), or the fake device's emulation in the fake_nccl_delta_kernels test.
  *   --op       the NCCL transport's delta operations (exec/delta_dev_ops.h) on a one-rank
- *              endpoint: encode with the header copied back, apply with its error record read
- *              (on a GPU, or against the fake CUDA/NCCL in fake_nccl_delta_op).
+ *              endpoint: encode enqueued (its header and changed count read after the stream),
+ *              apply with its error record and the result's hash read in one wait, the
+ *              sender's hash into a message at an odd offset (0 for a dense header) (on a
+ *              GPU, or against the fake CUDA/NCCL in fake_nccl_delta_op).
  *   --cases N  random cases (default 400); from 100 on, also chunks of 1 to 40 MiB (many tiles,
  *              gaps bodies of several segments per resolve thread).
  */
@@ -74,15 +77,25 @@ static int sync_ok(const char *what)
     return 1;
 }
 
-/* Encode on the device side; the encoded bytes and the snapshot after into @p out, @p snap. */
+/* The endpoint's stream run to here (--op: its operations enqueue without waiting). */
+static int op_sync(const char *what)
+{
+    const cudaError_t e = cudaStreamSynchronize(rs_nccl_stream(endpoint));
+    if (e != cudaSuccess)
+        fprintf(stderr, "%s: CUDA failed: %s\n", what, cudaGetErrorString(e));
+    return e == cudaSuccess;
+}
+
+/* Encode on the device side; the encoded bytes and the snapshot after into @p out, @p snap,
+ * the count of changed words to *@p changed. */
 static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uint32_t word,
-                      uint8_t *out, uint8_t *snap)
+                      uint8_t *out, uint8_t *snap, uint64_t *changed)
 {
     const uint64_t sb = rs_delta_dev_scratch_bytes(len, word);
     uint8_t *ac = kernel_test_alloc(use_gpu, len + OFF_PAD),
             *ap = kernel_test_alloc(use_gpu, len + OFF_PAD);
     uint8_t *aout = kernel_test_alloc(use_gpu, len + 16 + OFF_PAD),
-            *ds = kernel_test_alloc(use_gpu, sb);
+            *ds = kernel_test_alloc(use_gpu, sb), *dch = kernel_test_alloc(use_gpu, 16);
     uint8_t *dc = ac + off_cur * word, *dp = ap + off_prev * word, *dout = aout + off_out;
     junk_scratch(ds, sb);
     to_dev(dc, cur, len);
@@ -91,72 +104,26 @@ static int dev_encode(const uint8_t *cur, const uint8_t *prev, uint64_t len, uin
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, word, NULL, ds);
     int ok = 1;
-    if (endpoint) {
-        uint8_t header[16];
-        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout, header,
-                                         NULL) == RESHARD_OK;
-        uint8_t check[16];
-        to_host(check, dout, 16);
-        if (ok && memcmp(check, header, 16) != 0) {
-            fprintf(stderr, "encode op: the header copied back is not the encoded one\n");
-            ok = 0;
-        }
-    } else if (use_gpu)
+    if (endpoint) /* the count to an odd address: the op copies it, whatever the alignment */
+        ok = endpoint->delta_dev->encode(endpoint, dc, prev ? dp : NULL, len, word, dout,
+                                         dch + 3) == RESHARD_OK &&
+             op_sync("encode op");
+    else if (use_gpu)
         ok = rs_delta_encode_launch(&j, dc, prev ? dp : NULL, dout, stream) == cudaSuccess;
     else
         rs_delta_encode_emulate(&j, dc, prev ? dp : NULL, dout);
     ok = ok && sync_ok("encode");
     to_host(out, dout, len + 16);
+    to_host(changed, endpoint ? (const void *)(dch + 3) : (const void *)&j.total->s.c,
+            sizeof *changed);
     if (prev)
         to_host(snap, dp, len);
     kernel_test_free(use_gpu, ac);
     kernel_test_free(use_gpu, ap);
     kernel_test_free(use_gpu, aout);
     kernel_test_free(use_gpu, ds);
+    kernel_test_free(use_gpu, dch);
     return ok;
-}
-
-/* Apply encoded @p in (@p size bytes) onto @p chunk (len bytes, in place) on the device
- * side; the status of the body. */
-static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chunk, uint64_t len)
-{
-    rs_delta_header_t h;
-    reshard_status_t st = rs_delta_header(in, len, &h, "test chunk");
-    if (st != RESHARD_OK)
-        return st;
-    const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
-    uint8_t *ain = kernel_test_alloc(use_gpu, size + OFF_PAD);
-    uint8_t *achunk = kernel_test_alloc(use_gpu, len + OFF_PAD);
-    uint8_t *din = ain + off_out, *dc = achunk + off_chunk * h.word;
-    uint8_t *ds = kernel_test_alloc(use_gpu, sb);
-    junk_scratch(ds, sb);
-    to_dev(din, in, size);
-    to_dev(dc, chunk, len);
-    rs_dk_job_t j;
-    rs_dk_job_init(&j, len, h.word, &h, ds);
-    if (endpoint) {
-        st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk");
-        to_host(chunk, dc, len);
-        kernel_test_free(use_gpu, ain);
-        kernel_test_free(use_gpu, achunk);
-        kernel_test_free(use_gpu, ds);
-        return st;
-    }
-    if (use_gpu) {
-        if (rs_delta_apply_launch(&j, din, dc, stream) != cudaSuccess || !sync_ok("apply"))
-            st = RESHARD_ERR_TRANSPORT;
-    } else {
-        rs_delta_apply_emulate(&j, din, dc);
-    }
-    rs_dk_err_t e;
-    to_host(&e, j.err, sizeof e);
-    if (st == RESHARD_OK)
-        st = rs_delta_apply_status(&e, &j, "test chunk");
-    to_host(chunk, dc, len);
-    kernel_test_free(use_gpu, ain);
-    kernel_test_free(use_gpu, achunk);
-    kernel_test_free(use_gpu, ds);
-    return st;
 }
 
 /* The chunk hash of delta verification as docs/delta-verification.md defines it, plainly. */
@@ -179,25 +146,107 @@ static uint64_t ref_hash(const uint8_t *c, uint64_t len)
     return ref_mix(sum ^ ref_mix(len));
 }
 
-/* The hash of @p len bytes on the device side (the op, the launch or the emulation). */
+/* Apply encoded @p in (@p size bytes) onto @p chunk (len bytes, in place) on the device
+ * side; the status of the body. */
+static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chunk, uint64_t len)
+{
+    rs_delta_header_t h;
+    reshard_status_t st = rs_delta_header(in, len, &h, "test chunk");
+    if (st != RESHARD_OK)
+        return st;
+    const uint64_t sb = rs_delta_dev_scratch_bytes(len, h.word);
+    uint8_t *ain = kernel_test_alloc(use_gpu, size + OFF_PAD);
+    uint8_t *achunk = kernel_test_alloc(use_gpu, len + OFF_PAD);
+    uint8_t *din = ain + off_out, *dc = achunk + off_chunk * h.word;
+    uint8_t *ds = kernel_test_alloc(use_gpu, sb);
+    junk_scratch(ds, sb);
+    to_dev(din, in, size);
+    to_dev(dc, chunk, len);
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, h.word, &h, ds);
+    if (endpoint) {
+        uint64_t hash = 0;
+        st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk", &hash);
+        to_host(chunk, dc, len);
+        if (st == RESHARD_OK && hash != ref_hash(chunk, len)) {
+            fprintf(stderr, "apply op: the result's hash %016llx, the definition's %016llx\n",
+                    (unsigned long long)hash, (unsigned long long)ref_hash(chunk, len));
+            st = RESHARD_ERR_VERIFY;
+        }
+        kernel_test_free(use_gpu, ain);
+        kernel_test_free(use_gpu, achunk);
+        kernel_test_free(use_gpu, ds);
+        return st;
+    }
+    if (use_gpu) {
+        if (rs_delta_apply_launch(&j, din, dc, stream) != cudaSuccess || !sync_ok("apply"))
+            st = RESHARD_ERR_TRANSPORT;
+    } else {
+        rs_delta_apply_emulate(&j, din, dc);
+    }
+    rs_dk_err_t e;
+    to_host(&e, j.err, sizeof e);
+    if (st == RESHARD_OK)
+        st = rs_delta_apply_status(&e, &j, "test chunk");
+    to_host(chunk, dc, len);
+    kernel_test_free(use_gpu, ain);
+    kernel_test_free(use_gpu, achunk);
+    kernel_test_free(use_gpu, ds);
+    return st;
+}
+
+/* The hash of @p len bytes on the device side (the launch or the emulation; --op: the
+ * sender's op). Also as a sender's header message takes it: into an odd offset of a
+ * message, and 0 there when the chunk's header says dense. */
 static int dev_hash(const uint8_t *c, uint64_t len, uint64_t *out)
 {
     uint8_t *dc = kernel_test_alloc(use_gpu, len ? len : 1);
     uint64_t *dsum = kernel_test_alloc(use_gpu, sizeof *dsum), sum = 0;
+    uint8_t *dhdr = kernel_test_alloc(use_gpu, 2), *dmsg = kernel_test_alloc(use_gpu, 16);
     to_dev(dc, c, len);
     int ok = 1;
-    if (endpoint) {
-        ok = endpoint->delta_dev->hash(endpoint, dc, len, out) == RESHARD_OK;
-    } else {
-        if (use_gpu)
-            ok = rs_delta_hash_launch(dc, len, dsum, stream) == cudaSuccess && sync_ok("hash");
-        else
+    uint64_t put[2] = {0, 0};
+    for (int dense = 0; dense < 2 && ok; dense++) {
+        const uint8_t kind[2] = {dense ? RS_DELTA_DENSE : RS_DELTA_GAPS, 0},
+                      junk[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+        to_dev(dhdr, kind, sizeof kind);
+        to_dev(dmsg, junk, sizeof junk);
+        if (endpoint) {
+            ok = endpoint->delta_dev->hash_msg(endpoint, dc, len, dhdr, dmsg + 5) == RESHARD_OK &&
+                 op_sync("hash op");
+        } else if (use_gpu) {
+            ok = rs_delta_hash_launch(dc, len, dsum, dhdr, dmsg + 5, stream) == cudaSuccess &&
+                 sync_ok("hash");
+        } else {
             rs_delta_hash_emulate(dc, len, dsum);
-        to_host(&sum, dsum, sizeof sum);
-        *out = rs_dk_hash_final(sum, len);
+            rs_dk_hash_put(*dsum, len, dhdr, dmsg + 5);
+        }
+        uint8_t got[16];
+        to_host(got, dmsg, sizeof got);
+        for (int b = 0; b < 8; b++)
+            put[dense] |= (uint64_t)got[5 + b] << (8 * b);
+        if (memcmp(got, junk, 5) != 0 || memcmp(got + 13, junk + 13, 3) != 0) {
+            fprintf(stderr, "hash: bytes beside the message's hash field written\n");
+            ok = 0;
+        }
+        if (!endpoint && !dense) {
+            to_host(&sum, dsum, sizeof sum);
+            if (rs_dk_hash_final(sum, len) != put[0]) {
+                fprintf(stderr, "hash: the message's field is not the final of the sum\n");
+                ok = 0;
+            }
+        }
     }
+    if (ok && put[1] != 0) {
+        fprintf(stderr, "hash: a dense header's message field is %016llx, not 0\n",
+                (unsigned long long)put[1]);
+        ok = 0;
+    }
+    *out = put[0];
     kernel_test_free(use_gpu, dc);
     kernel_test_free(use_gpu, dsum);
+    kernel_test_free(use_gpu, dhdr);
+    kernel_test_free(use_gpu, dmsg);
     return ok;
 }
 
@@ -235,9 +284,15 @@ static int run_case(int id, uint64_t len, uint32_t word, int mode, double p)
         CHANGE(i);
 #undef CHANGE
     memcpy(cpu_prev, prev, len);
+    uint64_t cpu_changed = 0, changed = ~0ull;
     const uint64_t size =
-        rs_delta_encode(cur, mode == 5 ? NULL : cpu_prev, len, word, cpu_out, NULL);
-    int ok = dev_encode(cur, mode == 5 ? NULL : prev, len, word, dev_out, snap);
+        rs_delta_encode(cur, mode == 5 ? NULL : cpu_prev, len, word, cpu_out, &cpu_changed);
+    int ok = dev_encode(cur, mode == 5 ? NULL : prev, len, word, dev_out, snap, &changed);
+    if (ok && changed != cpu_changed) {
+        fprintf(stderr, "case %d: the device counts %llu changed words, the CPU codec %llu\n", id,
+                (unsigned long long)changed, (unsigned long long)cpu_changed);
+        ok = 0;
+    }
     rs_delta_header_t h;
     ok = ok && rs_delta_header(dev_out, len, &h, "device chunk") == RESHARD_OK;
     if (ok && (h.body + 16 != size || memcmp(cpu_out, dev_out, size) != 0)) {

@@ -180,6 +180,17 @@ static void *rank_main(void *arg)
                  info.wire_bytes);
         if (trainer && f == 1.0 && info.chunks[0] == 0)
             FAIL("refit %d (all changed): no dense chunk", k);
+        /* the changed counts (read back from the device once per round): none when nothing
+         * changed; nearly every word on the first refit (no snapshot: every word counts)
+         * and when all changed (a bf16 value redrawn equals the old one rarely) */
+        if (trainer && same && info.changed_bytes != 0)
+            FAIL("refit %d (nothing changed): %" PRIu64 " changed bytes counted", k,
+                 info.changed_bytes);
+        if (trainer && (k == 0 || f == 1.0) &&
+            (info.changed_bytes > info.stream_bytes ||
+             info.changed_bytes * 10 < info.stream_bytes * 9))
+            FAIL("refit %d (all changed): %" PRIu64 " changed bytes counted of %" PRIu64, k,
+                 info.changed_bytes, info.stream_bytes);
         /* refit 1 changes 0.2% of the elements of version 0; refit 2's version (2 at 2%)
          * differs from version 1 at 0.2% in about 4% (the pattern draws each fraction's
          * changes afresh); refit 5's (4 at 1%) from version 3 at 100% in nearly every word,

@@ -409,12 +409,21 @@ __global__ void __launch_bounds__(RS_DK_THREADS)
         atomicAdd(sum, part[0]); /* mod 2^64: the order of the blocks does not matter */
 }
 
+__global__ void rs_dk_hash_put_kernel(const unsigned long long *sum, uint64_t len,
+                                      const uint8_t *header, uint8_t *msg)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        rs_dk_hash_put(*sum, len, header, msg);
+}
+
 extern "C" cudaError_t rs_delta_hash_launch(const uint8_t *chunk, uint64_t len, uint64_t *sum,
-                                            cudaStream_t s)
+                                            const uint8_t *header, uint8_t *msg, cudaStream_t s)
 {
     unsigned long long *out = (unsigned long long *)sum;
     rs_dk_hash_clear_kernel<<<1, 1, 0, s>>>(out);
     if (len)
         rs_dk_hash_kernel<<<grid_of((len + 7) / 8), RS_DK_THREADS, 0, s>>>(chunk, len, out);
+    if (msg)
+        rs_dk_hash_put_kernel<<<1, 1, 0, s>>>(out, len, header, msg);
     return cudaGetLastError();
 }

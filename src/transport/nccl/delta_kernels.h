@@ -775,6 +775,17 @@ RS_DHD uint64_t rs_dk_hash_final(uint64_t sum, uint64_t len)
     return rs_dk_mix64(sum ^ rs_dk_mix64(len));
 }
 
+/** A sender's header message takes its hash here (docs/delta-verification.md): the hash of
+ *  the @p len bytes whose terms sum to @p sum, as 8 little-endian bytes at @p out, or 0 when
+ *  the encoded chunk's header at @p header says dense (a dense chunk is not hashed). Byte by
+ *  byte: a message slot has any alignment. */
+RS_DHD void rs_dk_hash_put(uint64_t sum, uint64_t len, const uint8_t *header, uint8_t *out)
+{
+    const uint64_t h = header[0] == RS_DELTA_DENSE ? 0 : rs_dk_hash_final(sum, len);
+    for (int b = 0; b < 8; b++)
+        out[b] = (uint8_t)(h >> (8 * b));
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -57,7 +57,7 @@ static reshard_status_t dev_copy(reshard_comm_t *c, void *dst, const void *src, 
 }
 
 static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
-                                   uint32_t word, void *out, uint8_t *header, uint64_t *changed)
+                                   uint32_t word, void *out, void *changed)
 {
     void *scratch = NULL;
     reshard_status_t st = rs_nccl_usable(c, "delta encode");
@@ -67,41 +67,26 @@ static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *pre
         return st;
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, word, NULL, scratch);
+    cudaStream_t s = rs_nccl_stream(c);
     (void)cudaGetLastError(); /* a stale non-sticky error must not be blamed on this launch */
-    const cudaError_t e = rs_delta_encode_launch(&j, cur, prev, out, rs_nccl_stream(c));
+    const cudaError_t e = rs_delta_encode_launch(&j, cur, prev, out, s);
     if (e != cudaSuccess)
         return rs_nccl_launch_failed(c, "delta encode kernel launch", e);
-    /* the header and the changed count back in one wait for the stream (not one each) */
-    cudaStream_t s = rs_nccl_stream(c);
-    cudaError_t ce = cudaMemcpyAsync(header, out, RS_DELTA_HEADER_BYTES, cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess && changed)
-        ce = cudaMemcpyAsync(changed, &j.total->s.c, sizeof *changed, cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess)
-        ce = cudaStreamSynchronize(s);
+    /* the count out of the scratch, which the next chunk's encode takes: no wait */
+    const cudaError_t ce = changed ? cudaMemcpyAsync(changed, &j.total->s.c, sizeof(uint64_t),
+                                                     cudaMemcpyDeviceToDevice, s)
+                                   : cudaSuccess;
     return ce == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", ce);
 }
 
-static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
-                                  void *chunk, uint64_t len, const char *what)
+/* The scratch of a hash beside an apply's: the sum after the apply's job, 64-byte aligned. */
+static uint64_t hash_sum_at(uint64_t apply_bytes)
 {
-    void *scratch = NULL;
-    reshard_status_t st = rs_nccl_usable(c, "delta apply");
-    if (st == RESHARD_OK)
-        st = rs_nccl_delta_scratch(c, rs_delta_dev_scratch_bytes(len, h->word), &scratch);
-    if (st != RESHARD_OK)
-        return st;
-    rs_dk_job_t j;
-    rs_dk_job_init(&j, len, h->word, h, scratch);
-    (void)cudaGetLastError();
-    const cudaError_t e = rs_delta_apply_launch(&j, in, chunk, rs_nccl_stream(c));
-    if (e != cudaSuccess)
-        return rs_nccl_launch_failed(c, "delta apply kernel launch", e);
-    rs_dk_err_t err;
-    st = dev_copy(c, &err, j.err, sizeof err, RS_DD_D2H);
-    return st == RESHARD_OK ? rs_delta_apply_status(&err, &j, what) : st;
+    return (apply_bytes + 63) & ~(uint64_t)63;
 }
 
-static reshard_status_t dev_hash(reshard_comm_t *c, const void *chunk, uint64_t len, uint64_t *out)
+static reshard_status_t dev_hash_msg(reshard_comm_t *c, const void *chunk, uint64_t len,
+                                     const void *header, void *out)
 {
     void *scratch = NULL;
     reshard_status_t st = rs_nccl_usable(c, "delta hash");
@@ -110,13 +95,43 @@ static reshard_status_t dev_hash(reshard_comm_t *c, const void *chunk, uint64_t 
     if (st != RESHARD_OK)
         return st;
     (void)cudaGetLastError();
-    const cudaError_t e = rs_delta_hash_launch(chunk, len, scratch, rs_nccl_stream(c));
+    const cudaError_t e = rs_delta_hash_launch(chunk, len, scratch, header, out, rs_nccl_stream(c));
+    return e == cudaSuccess ? RESHARD_OK : rs_nccl_launch_failed(c, "delta hash kernel launch", e);
+}
+
+static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
+                                  void *chunk, uint64_t len, const char *what, uint64_t *hash)
+{
+    void *scratch = NULL;
+    const uint64_t sb = rs_delta_dev_scratch_bytes(len, h->word), at = hash_sum_at(sb);
+    reshard_status_t st = rs_nccl_usable(c, "delta apply");
+    if (st == RESHARD_OK)
+        st = rs_nccl_delta_scratch(c, hash ? at + sizeof(uint64_t) : sb, &scratch);
+    if (st != RESHARD_OK)
+        return st;
+    rs_dk_job_t j;
+    rs_dk_job_init(&j, len, h->word, h, scratch);
+    cudaStream_t s = rs_nccl_stream(c);
+    uint64_t *sum = (uint64_t *)(void *)((uint8_t *)scratch + at);
+    (void)cudaGetLastError();
+    cudaError_t e = rs_delta_apply_launch(&j, in, chunk, s);
+    if (e == cudaSuccess && hash)
+        e = rs_delta_hash_launch(chunk, len, sum, NULL, NULL, s);
     if (e != cudaSuccess)
-        return rs_nccl_launch_failed(c, "delta hash kernel launch", e);
-    uint64_t sum = 0;
-    st = dev_copy(c, &sum, scratch, sizeof sum, RS_DD_D2H);
-    *out = rs_dk_hash_final(sum, len);
-    return st;
+        return rs_nccl_launch_failed(c, "delta apply kernel launch", e);
+    /* the error record and the sum back in one wait for the stream */
+    rs_dk_err_t err;
+    uint64_t got = 0;
+    cudaError_t ce = cudaMemcpyAsync(&err, j.err, sizeof err, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess && hash)
+        ce = cudaMemcpyAsync(&got, sum, sizeof got, cudaMemcpyDeviceToHost, s);
+    if (ce == cudaSuccess)
+        ce = cudaStreamSynchronize(s);
+    if (ce != cudaSuccess)
+        return cuda_fail(c, "delta copy", ce);
+    if (hash)
+        *hash = rs_dk_hash_final(got, len);
+    return rs_delta_apply_status(&err, &j, what);
 }
 
 const rs_delta_dev_ops_t rs_nccl_delta_ops = {
@@ -124,6 +139,6 @@ const rs_delta_dev_ops_t rs_nccl_delta_ops = {
     .free = dev_free,
     .copy = dev_copy,
     .encode = dev_encode,
+    .hash_msg = dev_hash_msg,
     .apply = dev_apply,
-    .hash = dev_hash,
 };

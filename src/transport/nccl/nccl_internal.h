@@ -43,10 +43,11 @@ cudaError_t rs_delta_apply_launch(const rs_dk_job_t *j, const uint8_t *in, uint8
                                   cudaStream_t stream);
 
 /** The sum of rs_dk_hash_term over the @p len bytes at @p chunk (device memory) into *@p sum
- *  (device memory, 8 bytes) on @p stream (delta verification, delta_kernels.h). Defined in
- *  delta_kernels.cu. */
+ *  (device memory, 8 bytes) on @p stream (delta verification, delta_kernels.h); with @p msg
+ *  (device memory, 8 bytes, any alignment) also rs_dk_hash_put of that sum, the encoded
+ *  chunk's header at @p header (device memory), into @p msg. Defined in delta_kernels.cu. */
 cudaError_t rs_delta_hash_launch(const uint8_t *chunk, uint64_t len, uint64_t *sum,
-                                 cudaStream_t stream);
+                                 const uint8_t *header, uint8_t *msg, cudaStream_t stream);
 
 /** The kernel job of quantization rule @p q (util/quant_types.h; conventions in exec/quant.h) over
  * @p box; arguments as the transport's quantize op. Errors: INVALID_ARG (no rule, an unknown kind,
