@@ -46,11 +46,21 @@ typedef struct rs_delta_dev_ops {
     reshard_status_t (*hash_msg)(reshard_comm_t *c, const void *chunk, uint64_t len,
                                  const void *header, void *out);
     /** Apply as rs_delta_apply: encoded chunk @p in (device, header @p h checked by
-     *  rs_delta_header) onto the @p len bytes at @p chunk (device); with @p hash, also the
-     *  hash of the result (as hash_msg's) to *@p hash (host). One wait for the stream: an
-     *  inconsistent body is INVALID_ARG naming @p what (the chunk is then unchanged). */
+     *  rs_delta_header) onto the @p len bytes at @p chunk (device), enqueued, not waited
+     *  for; its outcome, and with @p hash what gives the result's hash, go to the record at
+     *  @p rec (device, apply_record_bytes, 8-byte aligned), which applied reads from a host
+     *  copy (exec copies a round's records in one copy). An inconsistent body writes no
+     *  word of the chunk. Errors: TRANSPORT (a failed launch), NOMEM (the scratch). */
     reshard_status_t (*apply)(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
-                              void *chunk, uint64_t len, const char *what, uint64_t *hash);
+                              void *chunk, uint64_t len, bool hash, void *rec);
+    /** Bytes of apply's record. */
+    uint64_t apply_record_bytes;
+    /** The outcome of an apply from a host copy of its record @p rec (the chunk of @p len
+     *  bytes, header @p h): OK, with @p hash the result's hash (as hash_msg's) to *@p hash;
+     *  or INVALID_ARG naming @p what: the body did not fit its header, the chunk is
+     *  unchanged. Host only. */
+    reshard_status_t (*applied)(const void *rec, const rs_delta_header_t *h, uint64_t len,
+                                const char *what, uint64_t *hash);
 } rs_delta_dev_ops_t;
 
 #endif

@@ -914,17 +914,22 @@ static reshard_status_t delta_copy(rs_exec_t *x, void *dst, const void *src, uin
     return x->comm->delta_dev->copy(x->comm, dst, src, len, RS_DD_D2D);
 }
 
-/* Apply encoded chunk @p enc (header @p h, checked) onto @p chunk; with @p hash, the
- * verification hash of the result to *@p hash. */
-static reshard_status_t delta_apply(rs_exec_t *x, const uint8_t *enc, const rs_delta_header_t *h,
-                                    uint8_t *chunk, uint64_t len, const char *what, uint64_t *hash)
+/* The verification of received chunk @p k of stream @p xs (starting at @p at, @p len
+ * bytes): its result hashes to @p hash; the sender's hash is in its message @p msg. */
+static reshard_status_t delta_verify(rs_exec_t *x, const rs_xstream_t *xs, const uint8_t *msg,
+                                     uint64_t hash, rs_cursor_t at, uint64_t len, int64_t k)
 {
-    if (x->comm->delta_dev)
-        return x->comm->delta_dev->apply(x->comm, enc, h, chunk, len, what, hash);
-    reshard_status_t st = rs_delta_apply(enc, h, chunk, len, what);
-    if (st == RESHARD_OK && hash)
-        *hash = rs_delta_hash(chunk, len);
-    return st;
+    if (hash == get_le64(msg + RS_DELTA_HEADER_BYTES))
+        return RESHARD_OK;
+    return rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, x->rp->rank, k);
+}
+
+/* The name of received chunk @p k of stream @p xs in errors. */
+static void delta_chunk_name(char *what, size_t size, const rs_exec_t *x, const rs_xstream_t *xs,
+                             int64_t k)
+{
+    snprintf(what, size, "rank %d: chunk %lld from rank %d", x->rp->rank, (long long)k,
+             xs->s->peer);
 }
 
 /* What a sent chunk adds to the execution's delta counts and stats: its stream bytes
@@ -974,6 +979,8 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     /* device memory: the chunks of this round to count once their headers are back */
     bool *to_count = calloc((size_t)n + 1, sizeof *to_count);
     uint32_t *word_of = calloc((size_t)n + 1, sizeof *word_of);
+    rs_delta_header_t *hdr_of = calloc((size_t)n + 1, sizeof *hdr_of);
+    rs_cursor_t *at_of = calloc((size_t)n + 1, sizeof *at_of);
     /* The header message of each stream's chunk, MSG apart: the header, then (checksum
      * mode) the hash of the chunk's new bytes, little-endian. Then, on device memory, each
      * chunk's count of changed words: a round's messages and counts are copied back to the
@@ -985,7 +992,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     const uint64_t hmsg_bytes = ((uint64_t)n + 1) * (MSG + sizeof(uint64_t));
     uint8_t *hmsg = calloc(1, hmsg_bytes);
     if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !body_at || !use_delta ||
-                             !to_count || !word_of || !hmsg))
+                             !to_count || !word_of || !hdr_of || !at_of || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
     for (int32_t i = 0; i < n; i++)
         if (v[i].send) {
@@ -1003,11 +1010,20 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     dense_max = (dense_max + 7) & ~(uint64_t)7;
     uint64_t held_bytes = dev ? ((uint64_t)n + 1) * sizeof(rs_held_t) : 0;
     const uint64_t hd_bytes = dev ? hmsg_bytes : 0;
-    if (st == RESHARD_OK && enc_bytes + dense_max + held_bytes + hd_bytes)
-        st = ops->alloc_staging(x->comm, enc_bytes + dense_max + held_bytes + hd_bytes,
-                                (void **)&x->staging);
+    /* device memory: the apply records of a round, 8-byte aligned (64 bytes of room) */
+    const uint64_t rec_bytes = dev ? (dev->apply_record_bytes + 7) & ~(uint64_t)7 : 0;
+    const uint64_t drec_bytes = dev ? (uint64_t)n * rec_bytes + 64 : 0;
+    uint8_t *hrec = dev ? calloc((size_t)n + 1, rec_bytes) : NULL;
+    if (st == RESHARD_OK && dev && !hrec)
+        st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
+    const uint64_t staging_bytes = enc_bytes + dense_max + held_bytes + hd_bytes + drec_bytes;
+    if (st == RESHARD_OK && staging_bytes)
+        st = ops->alloc_staging(x->comm, staging_bytes, (void **)&x->staging);
     uint8_t *dense = x->staging + enc_bytes;
     uint8_t *hd = hd_bytes ? dense + dense_max + held_bytes : NULL;
+    uint8_t *drec =
+        dev ? x->staging + ((enc_bytes + dense_max + held_bytes + hd_bytes + 63) & ~(uint64_t)63)
+            : NULL;
     const uint8_t *hchanged = hmsg + (size_t)n * MSG; /* the counts' copy on the host */
     rs_held_t mine = {rs_delta_held_version(dr), 0};
     rs_held_t *held_at = dev ? (rs_held_t *)(void *)(dense + dense_max) : held;
@@ -1130,8 +1146,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (xs->send || !len)
                 continue;
             char what[96];
-            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
-                     xs->s->peer);
+            delta_chunk_name(what, sizeof what, x, xs, k);
             if (!dev) /* the CPU codec reads the encoded chunk whole */
                 memcpy(x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES, msg,
                        RS_DELTA_HEADER_BYTES);
@@ -1161,11 +1176,17 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             st = ops->round_end(x->comm, 1);
         if (st == RESHARD_OK)
             st = ops->round_wait(x->comm, 1, timeout);
-        /* Apply: the chunk's previous bytes from where they live, the changes, back. */
+        /* Apply: the chunk's previous bytes from where they live, the changes, back. On host
+         * memory a chunk is verified before it is written back; on device memory every step
+         * is enqueued, and the round's apply records come back in one copy after the last:
+         * a chunk that fails is written, and fails the refit on every rank (its destination
+         * torn, so the next refit sends it dense). */
+        bool records = false;
         for (int32_t i = 0; st == RESHARD_OK && i < n; i++) {
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
+            to_count[i] = false;
             if (xs->send || !len)
                 continue;
             if (x->stats)
@@ -1175,30 +1196,52 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 continue;
             }
             char what[96];
-            snprintf(what, sizeof what, "rank %d: chunk %lld from rank %d", me, (long long)k,
-                     xs->s->peer);
-            rs_delta_header_t h;
+            delta_chunk_name(what, sizeof what, x, xs, k);
+            rs_delta_header_t *h = &hdr_of[i];
             uint64_t payload = 0;
             const rs_cursor_t at = xs->cur; /* the chunk's start */
             rs_cursor_t rd = at;
             const uint8_t *msg = hmsg + (size_t)i * MSG;
-            reshard_status_t ls = rs_delta_header(msg, len, &h, what);
-            if (ls == RESHARD_OK && h.kind != RS_DELTA_DENSE)
+            reshard_status_t ls = rs_delta_header(msg, len, h, what);
+            const bool check = ck && h->kind != RS_DELTA_DENSE; /* the sender's rule above */
+            if (ls == RESHARD_OK && h->kind != RS_DELTA_DENSE)
                 ls = move_chunk_at(x, xs->s, &rd, dense, len, false, true, &payload);
-            uint64_t hash = 0;
-            const bool check = ck && h.kind != RS_DELTA_DENSE; /* the sender's rule above */
-            if (ls == RESHARD_OK)
-                ls = delta_apply(x, enc, &h, dense, len, what, check ? &hash : NULL);
+            if (ls == RESHARD_OK && dev) {
+                ls = dev->apply(x->comm, enc, h, dense, len, check, drec + (size_t)i * rec_bytes);
+            } else if (ls == RESHARD_OK) {
+                ls = rs_delta_apply(enc, h, dense, len, what);
+                if (ls == RESHARD_OK && check)
+                    ls = delta_verify(x, xs, msg, rs_delta_hash(dense, len), at, len, k);
+            }
             dr->wrote = true;
-            if (ls == RESHARD_OK && check && hash != get_le64(msg + RS_DELTA_HEADER_BYTES))
-                ls = rs_delta_checksum_error(x->plan, xs->s, at.piece, at.off, len, me, k);
             if (ls == RESHARD_OK)
                 ls = move_chunk_at(x, xs->s, &xs->cur, dense, len, false, false, &payload);
             if (ls != RESHARD_OK) {
                 xs->cur = at;
                 advance(x, xs->s, &xs->cur, len);
                 note_failure(x, ls);
+            } else if (dev) {
+                to_count[i] = records = true; /* its record to read */
+                at_of[i] = at;
             }
+        }
+        if (st == RESHARD_OK && records)
+            st = dev->copy(x->comm, hrec, drec, (uint64_t)n * rec_bytes, RS_DD_D2H);
+        for (int32_t i = 0; st == RESHARD_OK && records && i < n; i++) {
+            if (!to_count[i])
+                continue;
+            const rs_delta_header_t *h = &hdr_of[i];
+            const bool check = ck && h->kind != RS_DELTA_DENSE;
+            const uint64_t len = round_len(&v[i], k);
+            char what[96];
+            delta_chunk_name(what, sizeof what, x, &v[i], k);
+            uint64_t hash = 0;
+            reshard_status_t ls =
+                dev->applied(hrec + (size_t)i * rec_bytes, h, len, what, check ? &hash : NULL);
+            if (ls == RESHARD_OK && check)
+                ls = delta_verify(x, &v[i], hmsg + (size_t)i * MSG, hash, at_of[i], len, k);
+            if (ls != RESHARD_OK)
+                note_failure(x, ls);
         }
     }
     if (st == RESHARD_OK && x->failed == RESHARD_OK) {
@@ -1222,6 +1265,9 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     free(use_delta);
     free(to_count);
     free(word_of);
+    free(hdr_of);
+    free(at_of);
+    free(hrec);
     free(hmsg);
     return st;
 }

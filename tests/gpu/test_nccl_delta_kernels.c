@@ -165,8 +165,19 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, h.word, &h, ds);
     if (endpoint) {
+        /* the record at an 8-byte offset of its allocation, as exec places it */
+        const rs_delta_dev_ops_t *ops = endpoint->delta_dev;
+        uint8_t *arec = kernel_test_alloc(use_gpu, ops->apply_record_bytes + 8);
+        uint8_t *rec = malloc(ops->apply_record_bytes);
         uint64_t hash = 0;
-        st = endpoint->delta_dev->apply(endpoint, din, &h, dc, len, "test chunk", &hash);
+        st = ops->apply(endpoint, din, &h, dc, len, true, arec + 8);
+        if (st == RESHARD_OK && !op_sync("apply op"))
+            st = RESHARD_ERR_TRANSPORT;
+        to_host(rec, arec + 8, ops->apply_record_bytes);
+        if (st == RESHARD_OK)
+            st = ops->applied(rec, &h, len, "test chunk", &hash);
+        kernel_test_free(use_gpu, arec);
+        free(rec);
         to_host(chunk, dc, len);
         if (st == RESHARD_OK && hash != ref_hash(chunk, len)) {
             fprintf(stderr, "apply op: the result's hash %016llx, the definition's %016llx\n",
@@ -187,7 +198,7 @@ static reshard_status_t dev_apply(const uint8_t *in, uint64_t size, uint8_t *chu
     rs_dk_err_t e;
     to_host(&e, j.err, sizeof e);
     if (st == RESHARD_OK)
-        st = rs_delta_apply_status(&e, &j, "test chunk");
+        st = rs_delta_apply_status(&e, &h, len, "test chunk");
     to_host(chunk, dc, len);
     kernel_test_free(use_gpu, ain);
     kernel_test_free(use_gpu, achunk);

@@ -349,10 +349,11 @@ void rs_delta_hash_emulate(const uint8_t *chunk, uint64_t len, uint64_t *sum)
     *sum = h;
 }
 
-reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_dk_job_t *j, const char *what)
+reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_delta_header_t *h,
+                                       uint64_t len, const char *what)
 {
     const unsigned long long a = (unsigned long long)e->a, b = (unsigned long long)e->b,
-                             n = (unsigned long long)j->n;
+                             n = (unsigned long long)(len / h->word);
     switch (e->code) {
     case RS_DK_ERR_NONE:
         return RESHARD_OK;
@@ -365,14 +366,14 @@ reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_dk_job_t *
     case RS_DK_ERR_RUN_RANGE:
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "%s: delta run %llu of %u leaves the chunk of %llu words", what, a,
-                        j->nruns, n);
+                        h->nruns, n);
     case RS_DK_ERR_RUN_COUNT:
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "%s: delta runs cover %llu words but carry %llu values", what, a, b);
     default:
         return rs_error(RESHARD_ERR_INVALID_ARG,
                         "%s: delta gaps body of %u words inconsistent (%s, at %llu)", what,
-                        j->nruns,
+                        h->nruns,
                         b == 1   ? "a gap runs past the body"
                         : b == 2 ? "a gap points past the chunk"
                                  : "its entries do not end with its body as its header counts",

@@ -811,9 +811,10 @@ void rs_delta_apply_emulate(const rs_dk_job_t *j, const uint8_t *in, uint8_t *ch
  *  (tests, the fake device): what rs_delta_hash_launch's kernel writes. */
 void rs_delta_hash_emulate(const uint8_t *chunk, uint64_t len, uint64_t *sum);
 
-/** The error of an apply's record @p e (a host copy), naming @p what: OK when none. */
-reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_dk_job_t *j,
-                                       const char *what);
+/** The error of an apply's record @p e (a host copy) of the chunk of @p len bytes with
+ *  header @p h, naming @p what: OK when none. */
+reshard_status_t rs_delta_apply_status(const rs_dk_err_t *e, const rs_delta_header_t *h,
+                                       uint64_t len, const char *what);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include "exec/delta_dev_ops.h"
 
 #include <nccl.h>
+#include <string.h>
 
 #include "transport/nccl/nccl_internal.h"
 #include "util/error.h"
@@ -79,12 +80,6 @@ static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *pre
     return ce == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", ce);
 }
 
-/* The scratch of a hash beside an apply's: the sum after the apply's job, 64-byte aligned. */
-static uint64_t hash_sum_at(uint64_t apply_bytes)
-{
-    return (apply_bytes + 63) & ~(uint64_t)63;
-}
-
 static reshard_status_t dev_hash_msg(reshard_comm_t *c, const void *chunk, uint64_t len,
                                      const void *header, void *out)
 {
@@ -99,39 +94,45 @@ static reshard_status_t dev_hash_msg(reshard_comm_t *c, const void *chunk, uint6
     return e == cudaSuccess ? RESHARD_OK : rs_nccl_launch_failed(c, "delta hash kernel launch", e);
 }
 
+/* An apply's record (rs_delta_dev_ops_t.apply): the kernels' error record and the sum of
+ * the result's hash terms. */
+typedef struct {
+    rs_dk_err_t err;
+    uint64_t sum;
+} apply_rec_t;
+
 static reshard_status_t dev_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
-                                  void *chunk, uint64_t len, const char *what, uint64_t *hash)
+                                  void *chunk, uint64_t len, bool hash, void *rec)
 {
     void *scratch = NULL;
-    const uint64_t sb = rs_delta_dev_scratch_bytes(len, h->word), at = hash_sum_at(sb);
     reshard_status_t st = rs_nccl_usable(c, "delta apply");
     if (st == RESHARD_OK)
-        st = rs_nccl_delta_scratch(c, hash ? at + sizeof(uint64_t) : sb, &scratch);
+        st = rs_nccl_delta_scratch(c, rs_delta_dev_scratch_bytes(len, h->word), &scratch);
     if (st != RESHARD_OK)
         return st;
     rs_dk_job_t j;
     rs_dk_job_init(&j, len, h->word, h, scratch);
     cudaStream_t s = rs_nccl_stream(c);
-    uint64_t *sum = (uint64_t *)(void *)((uint8_t *)scratch + at);
+    apply_rec_t *r = rec;
     (void)cudaGetLastError();
     cudaError_t e = rs_delta_apply_launch(&j, in, chunk, s);
     if (e == cudaSuccess && hash)
-        e = rs_delta_hash_launch(chunk, len, sum, NULL, NULL, s);
+        e = rs_delta_hash_launch(chunk, len, &r->sum, NULL, NULL, s);
     if (e != cudaSuccess)
         return rs_nccl_launch_failed(c, "delta apply kernel launch", e);
-    /* the error record and the sum back in one wait for the stream */
-    rs_dk_err_t err;
-    uint64_t got = 0;
-    cudaError_t ce = cudaMemcpyAsync(&err, j.err, sizeof err, cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess && hash)
-        ce = cudaMemcpyAsync(&got, sum, sizeof got, cudaMemcpyDeviceToHost, s);
-    if (ce == cudaSuccess)
-        ce = cudaStreamSynchronize(s);
-    if (ce != cudaSuccess)
-        return cuda_fail(c, "delta copy", ce);
+    /* the error record out of the scratch, which the next chunk's apply takes: no wait */
+    e = cudaMemcpyAsync(&r->err, j.err, sizeof r->err, cudaMemcpyDeviceToDevice, s);
+    return e == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", e);
+}
+
+static reshard_status_t dev_applied(const void *rec, const rs_delta_header_t *h, uint64_t len,
+                                    const char *what, uint64_t *hash)
+{
+    apply_rec_t r;
+    memcpy(&r, rec, sizeof r);
     if (hash)
-        *hash = rs_dk_hash_final(got, len);
-    return rs_delta_apply_status(&err, &j, what);
+        *hash = rs_dk_hash_final(r.sum, len);
+    return rs_delta_apply_status(&r.err, h, len, what);
 }
 
 const rs_delta_dev_ops_t rs_nccl_delta_ops = {
@@ -141,4 +142,6 @@ const rs_delta_dev_ops_t rs_nccl_delta_ops = {
     .encode = dev_encode,
     .hash_msg = dev_hash_msg,
     .apply = dev_apply,
+    .apply_record_bytes = sizeof(apply_rec_t),
+    .applied = dev_applied,
 };
