@@ -474,8 +474,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     return cudaSuccess;
 }
 
+static _Thread_local unsigned long long host_waits; /* fake_cuda_host_waits */
+
+unsigned long long fake_cuda_host_waits(void)
+{
+    return host_waits;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
 {
+    host_waits++;
     cudaMemcpyAsync(dst, src, count, kind, NULL);
     drain(&legacy_stream);
     return cudaSuccess;
@@ -531,6 +539,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    host_waits++;
     drain(stream_of(s));
     return cudaSuccess;
 }
@@ -547,6 +556,7 @@ cudaError_t cudaStreamQuery(cudaStream_t cs)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    host_waits++;
     drain(NULL);
     return cudaSuccess;
 }
@@ -592,6 +602,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *e)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+    host_waits++;
     if (e->s != NULL)
         drain(e->s);
     return cudaSuccess;

@@ -11,6 +11,10 @@
  *  (cudaErrorLaunchOutOfResources); 0 disarms. */
 void fake_cuda_fail_launch(cudaStream_t stream, int nth);
 
+/** Host waits for the device by this thread so far (cudaStreamSynchronize, cudaMemcpy,
+ *  cudaEventSynchronize, cudaDeviceSynchronize): each is a round trip a GPU would pay. */
+unsigned long long fake_cuda_host_waits(void);
+
 /** Queue a "long kernel" on @p stream: it completes @p seconds after this call. */
 void fake_cuda_delay(cudaStream_t stream, double seconds);
 

@@ -20,6 +20,7 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_nccl.h"
 #include "device_bufs.h"
+#include "fake_cuda_nccl.h"
 #include "fake_ranks.h"
 
 static const char *tiny_dense =
@@ -44,6 +45,7 @@ typedef struct {
     int nranks;
     int32_t domain_size;
     const char *config; /* NULL: tiny_dense */
+    uint64_t staging;   /* staging bytes per rank (0: the default): tp1 -> tp1 x3 only */
 } scenario_t;
 
 typedef rank_job_t job_t;
@@ -124,6 +126,10 @@ static void *rank_main(void *arg)
     p.timeout_s = 10.0;
     p.delta = 1;
     p.domain_size = sc->domain_size;
+    if (sc->staging) {
+        p.field_mask |= RESHARD_PLAN_PARAM_STAGING_BYTES;
+        p.staging_bytes = sc->staging;
+    }
     if (st == RESHARD_OK)
         st = reshard_plan_create(refit.train, refit.infer, &p, &plan);
     if (st != RESHARD_OK)
@@ -148,7 +154,9 @@ static void *rank_main(void *arg)
             if (st != RESHARD_OK)
                 FAIL("fill %d: %s", k, reshard_last_error());
         }
+        const unsigned long long waits0 = fake_cuda_host_waits();
         st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+        const unsigned long long waits = fake_cuda_host_waits() - waits0;
         if (st != RESHARD_OK)
             FAIL("execute %d: %s: %s", k, reshard_status_string(st), reshard_last_error());
         if (!trainer) {
@@ -167,6 +175,14 @@ static void *rank_main(void *arg)
         if (st != RESHARD_OK || info.version != k + 1 || info.state != RESHARD_DELTA_COMMITTED)
             FAIL("after refit %d: version %" PRId64 " (%s), want %d committed", k, info.version,
                  reshard_delta_state_string(info.state), k + 1);
+        int64_t nchunks = 0;
+        for (int t = 0; t < 4; t++)
+            nchunks += info.chunks[t];
+        /* no host wait per chunk: the sender of three chunks a round waits once a round
+         * (the round's messages back), plus the version exchange and the agreement */
+        if (trainer && sc->staging && waits > (unsigned long long)nchunks / 3 + 4)
+            FAIL("refit %d: %llu host waits for %lld chunks sent three a round", k, waits,
+                 (long long)nchunks);
         if (trainer && info.stream_bytes == 0)
             FAIL("refit %d: trainer rank sent no stream bytes", k);
         if (trainer && k == 0 && (info.dense_streams == 0 || info.chunks[0] == 0))
@@ -262,10 +278,12 @@ static int run(const scenario_t *sc)
 int main(void)
 {
     const scenario_t scenarios[] = {
-        {"delta tp2 -> tp2", "tp=2", "tp=2", 4, 1, NULL},
-        {"delta tp2 -> tp1 x2 (forwards in a domain)", "tp=2", "tp=1,dp=2", 4, 2, NULL},
+        {"delta tp2 -> tp2", "tp=2", "tp=2", 4, 1, NULL, 0},
+        {"delta tp2 -> tp1 x2 (forwards in a domain)", "tp=2", "tp=1,dp=2", 4, 2, NULL, 0},
         {"delta gpt-oss tp2 -> tp1 x2 without EP (w2_bias zero-filled on rank 3)", "tp=2",
-         "tp=1,dp=2", 4, 1, tiny_gpt_oss},
+         "tp=1,dp=2", 4, 1, tiny_gpt_oss, 0},
+        {"delta tp1 -> tp1 x3, small staging (many rounds of three chunks)", "tp=1", "tp=1,dp=3", 4,
+         1, NULL, 96 << 10},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)
