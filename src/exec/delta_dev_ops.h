@@ -29,6 +29,9 @@ typedef struct rs_delta_dev_ops {
      *  from host memory waits for it. */
     reshard_status_t (*copy)(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
                              rs_dd_dir_t dir);
+    /** Zero the @p bytes at @p dst (device) on the stream; enqueued, not waited for.
+     *  Errors: TRANSPORT. */
+    reshard_status_t (*zero)(reshard_comm_t *c, void *dst, uint64_t bytes);
     /** Encode as rs_delta_encode: @p cur against snapshot @p prev (NULL: dense; afterwards it
      *  holds cur) into @p out (device, room for 16 + len bytes), and the count of changed
      *  words to the 8 bytes at @p changed (device, any alignment; NULL: not wanted).

@@ -155,8 +155,17 @@ static reshard_status_t move_chunk_at(const rs_exec_t *x, const rs_stream_t *s, 
                 return st;
         }
         uint64_t pad_from = data_end > cur->off ? data_end : cur->off;
-        if (sending && x->dr && cur->off + take > pad_from) /* delta: padding compares equal */
-            memset(stage_buf + done + (pad_from - cur->off), 0, cur->off + take - pad_from);
+        if (sending && x->dr && cur->off + take > pad_from) { /* delta: padding compares equal */
+            uint8_t *pad = stage_buf + done + (pad_from - cur->off);
+            const uint64_t n = cur->off + take - pad_from;
+            if (x->comm->delta_dev) { /* device memory: in order with the packs on the stream */
+                reshard_status_t st = x->comm->delta_dev->zero(x->comm, pad, n);
+                if (st != RESHARD_OK)
+                    return st;
+            } else {
+                memset(pad, 0, n);
+            }
+        }
         done += take;
         cur->off += take;
         if (cur->off == padded) {

@@ -29,6 +29,15 @@ static const char *tiny_dense =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 128,"
     " \"vocab_size\": 1000, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
 
+/* Odd widths: most pieces are not a multiple of 8 bytes (a 51-element bf16 norm, rows of
+ * 102 elements), so a stream pads them and the padding is zeroed on the device, in order
+ * with the packs of the round (the chunks of a round are enqueued without a wait). */
+static const char *tiny_odd =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\","
+    " \"hidden_size\": 102, \"intermediate_size\": 206, \"num_hidden_layers\": 2,"
+    " \"num_attention_heads\": 2, \"num_key_value_heads\": 2, \"head_dim\": 51,"
+    " \"vocab_size\": 1001, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\"}";
+
 /* gpt-oss without EP: vLLM's w2_bias is real on the first rank of the flattened expert-TP
  * group and zeros on the others (zero-filled buffers, written through the device
  * operations; the verification checks every byte of them is 0, the buffers starting as
@@ -284,6 +293,7 @@ int main(void)
          "tp=1,dp=2", 4, 1, tiny_gpt_oss, 0},
         {"delta tp1 -> tp1 x3, small staging (many rounds of three chunks)", "tp=1", "tp=1,dp=3", 4,
          1, NULL, 96 << 10},
+        {"delta odd widths tp2 -> tp1 x2 (padded pieces)", "tp=2", "tp=1,dp=2", 4, 1, tiny_odd, 0},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++)

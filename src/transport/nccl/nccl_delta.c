@@ -57,6 +57,13 @@ static reshard_status_t dev_copy(reshard_comm_t *c, void *dst, const void *src, 
     return e == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta copy", e);
 }
 
+static reshard_status_t dev_zero(reshard_comm_t *c, void *dst, uint64_t bytes)
+{
+    const cudaError_t e =
+        bytes ? cudaMemsetAsync(dst, 0, (size_t)bytes, rs_nccl_stream(c)) : cudaSuccess;
+    return e == cudaSuccess ? RESHARD_OK : cuda_fail(c, "delta zero", e);
+}
+
 static reshard_status_t dev_encode(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
                                    uint32_t word, void *out, void *changed)
 {
@@ -139,6 +146,7 @@ const rs_delta_dev_ops_t rs_nccl_delta_ops = {
     .alloc = dev_alloc,
     .free = dev_free,
     .copy = dev_copy,
+    .zero = dev_zero,
     .encode = dev_encode,
     .hash_msg = dev_hash_msg,
     .apply = dev_apply,
