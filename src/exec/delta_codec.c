@@ -30,6 +30,11 @@ static void put_header(uint8_t *out, uint32_t kind, uint32_t word, uint32_t nrun
     memcpy(out + 8, &body, sizeof body);
 }
 
+void rs_delta_dense_header(uint8_t *out, uint64_t len, uint32_t word)
+{
+    put_header(out, RS_DELTA_DENSE, word, 0, len);
+}
+
 /* ---- which implementation of the block passes ------------------------------------ */
 
 static _Atomic(const rs_delta_blocks_t *) chosen;

@@ -70,6 +70,10 @@ const char *rs_delta_codec_path(void);
  *  or CPU has no @p name. For tests and benchmarks that compare implementations. */
 bool rs_delta_codec_use(const char *name);
 
+/** The 16-byte header of a dense encoded chunk of @p len bytes compared in @p word-byte
+ *  words, to @p out (what rs_delta_encode writes with prev NULL). */
+void rs_delta_dense_header(uint8_t *out, uint64_t len, uint32_t word);
+
 /** Read and check the header at @p in for a chunk of @p len bytes: INVALID_ARG (with a
  *  message naming @p what) when it is not a header this code writes for that length. */
 reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_header_t *h,

@@ -1092,25 +1092,35 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint8_t *snap = dr->snap + snap_off[i] + pos[i];
             if (!live)
                 advance(x, xs->s, &xs->cur, len);
-            st = delta_encode(x, dense, live && use_delta[i] ? snap : NULL, len, word, enc, msg,
-                              &enc_len[i], &changed, dchanged, &in_snap);
+            reshard_status_t ls =
+                delta_encode(x, dense, live && use_delta[i] ? snap : NULL, len, word, enc, msg,
+                             &enc_len[i], &changed, dchanged, &in_snap);
             if (live) {
                 body_at[i] = in_snap ? snap : NULL;    /* sent from there in this round */
-                if (st == RESHARD_OK && !use_delta[i]) /* a delta encode updated it itself */
-                    st = delta_copy(x, snap, dense, len);
+                if (ls == RESHARD_OK && !use_delta[i]) /* a delta encode updated it itself */
+                    ls = delta_copy(x, snap, dense, len);
             }
             pos[i] += len;
             /* A dense chunk's result is its wire bytes, whatever the destination held before:
              * only a delta chunk's result is hashed (its field is 0 in a dense one). */
             if (dev) {
-                to_count[i] = live;
+                if (ls == RESHARD_OK)
+                    ls = dev->copy(x->comm, dmsg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2D);
+                if (ls == RESHARD_OK && ck)
+                    ls = dev->hash_msg(x->comm, dense, len, enc, dmsg + RS_DELTA_HEADER_BYTES);
+                if (ls != RESHARD_OK) {
+                    /* The chunk is lost (a failed launch): the refit fails on every rank at
+                     * its agreement. The message says dense, so the pair stays in step. */
+                    note_failure(x, ls);
+                    uint8_t lost[MSG] = {0};
+                    rs_delta_dense_header(lost, len, word);
+                    st = dev->copy(x->comm, dmsg, lost, msg_bytes, RS_DD_H2D);
+                }
+                to_count[i] = x->failed == RESHARD_OK;
                 word_of[i] = word;
-                if (st == RESHARD_OK)
-                    st = dev->copy(x->comm, dmsg, enc, RS_DELTA_HEADER_BYTES, RS_DD_D2D);
-                if (st == RESHARD_OK && ck)
-                    st = dev->hash_msg(x->comm, dense, len, enc, dmsg + RS_DELTA_HEADER_BYTES);
                 continue;
             }
+            st = ls; /* host memory: encode and copy cannot fail */
             if (ck)
                 put_le64(msg + RS_DELTA_HEADER_BYTES,
                          msg[0] != RS_DELTA_DENSE ? rs_delta_hash(dense, len) : 0);

@@ -8,6 +8,8 @@
  * included), and the versions and the delta counters against what the schedule implies.
  * Verification is on (the default): then a destination byte changed behind the plan's back
  * is caught by the hash kernel's emulation (VERIFY on every rank) and the next refit is exact.
+ * Then a failed kernel launch on one rank fails the refit on every rank (TRANSPORT, not a
+ * timeout), and the refit after is exact.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -22,6 +24,7 @@
 #include "device_bufs.h"
 #include "fake_cuda_nccl.h"
 #include "fake_ranks.h"
+#include "util/timeout.h"
 
 static const char *tiny_dense =
     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\","
@@ -66,6 +69,12 @@ static const struct {
     double fraction;
 } refits[] = {{0, 0.0}, {1, 0.002}, {2, 0.02}, {2, 0.02}, {3, 1.0}, {4, 0.01}};
 #define NREFITS ((int)(sizeof refits / sizeof refits[0]))
+
+/* The launch on rank 0's stream that fails in the last refit: the second (a pack's box copy
+ * where the pieces are boxes; in tp1 -> tp1 x3, whose pieces are whole tensors packed by
+ * copies, a delta kernel of the first chunk: there the peers timed out before failed encode
+ * and hash launches were posted as lost chunks) */
+#define FAIL_LAUNCH 2
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -116,7 +125,11 @@ static void *rank_main(void *arg)
     o.dtype = RESHARD_BF16;
     reshard_train_spec_t ts;
     reshard_infer_spec_t is;
-    reshard_status_t st = reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, NULL, &c);
+    cudaStream_t stream = NULL; /* rank 0's own stream, to arm the fake's failed launch */
+    if (j->rank == 0 && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+        FAIL("stream");
+    reshard_status_t st =
+        reshard_comm_create_nccl_from_id(j->id, j->rank, sc->nranks, 0, stream, &c);
     if (st != RESHARD_OK)
         FAIL("endpoint: %s", reshard_last_error());
     st = reshard_model_load_json(sc->config ? sc->config : tiny_dense, &o, &m);
@@ -263,6 +276,21 @@ static void *rank_main(void *arg)
         if (st != RESHARD_OK || verified != layout_rank_bytes(refit.infer, refit.tensors, j->rank))
             FAIL("verify after VERIFY: %s", reshard_last_error());
     }
+    /* A failed kernel launch on rank 0's stream (FAIL_LAUNCH): TRANSPORT on every rank well within
+     * the timeout (the failing rank posts the rest of its schedule, its lost chunk announced
+     * dense, and every rank ends at the outcome agreement), not a timeout of its peers; rank
+     * 0 names the launch. (A transport error ends the comm: nothing runs on it after.) */
+    if (j->rank == 0)
+        fake_cuda_fail_launch(stream, FAIL_LAUNCH);
+    const double t0 = rs_now_s();
+    st = reshard_plan_execute(plan, c, sb.b, sb.n, db.b, db.n, NULL);
+    const double dt = rs_now_s() - t0;
+    if (st != RESHARD_ERR_TRANSPORT || dt > p.timeout_s / 2)
+        FAIL("launch %d of rank 0 failed: %s after %.1f s (timeout %.0f s): %s", FAIL_LAUNCH,
+             reshard_status_string(st), dt, p.timeout_s, reshard_last_error());
+    if (j->rank == 0 && !strstr(reshard_last_error(), "fake CUDA error"))
+        FAIL("launch %d of rank 0 failed: rank 0 does not say which: %s", FAIL_LAUNCH,
+             reshard_last_error());
     j->ok = 1;
 out:
     free_twins(hs, sb.n);
@@ -273,6 +301,8 @@ out:
     reshard_model_refit_destroy(&refit);
     reshard_model_destroy(m);
     reshard_comm_destroy(c);
+    if (stream)
+        cudaStreamDestroy(stream);
     return NULL;
 }
 
