@@ -38,14 +38,15 @@
  * allocated before anything moves (NOMEM on every rank when it does not fit); on a rank
  * that relays, its relay scratch is kept between executions. Both live in the memory of
  * the comm's buffers: host memory, or device memory on the NCCL transport
- * (docs/delta-verification.md, "On device memory": GPU encode/apply kernels, headers
- * copied to the host).
+ * (docs/delta-verification.md, "On device memory": GPU encode/apply kernels; the host
+ * reads a round's headers, and then its apply results, in one copy each).
  *
  * Supported: host-memory transports (MPI, in-process, a caller's transport without
  * device_memory), the NCCL transport, domains, forwards and relays. Refused by name:
  * quantized (FP8) destinations at plan creation (INVALID_ARG naming the tensor); at
  * execution (UNSUPPORTED on every rank, before anything moves) a caller's transport with
- * device_memory, and checksum mode on device memory.
+ * device_memory (it has no delta kernels). Verification (on by default) runs on device
+ * memory too, through the NCCL transport's hash kernel.
  */
 #ifndef RESHARD_DELTA_H
 #define RESHARD_DELTA_H

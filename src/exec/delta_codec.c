@@ -271,7 +271,7 @@ reshard_status_t rs_delta_header(const uint8_t *in, uint64_t len, rs_delta_heade
     if (ok && h->kind == RS_DELTA_DENSE)
         ok = h->nruns == 0 && h->body == len;
     else if (ok && h->kind == RS_DELTA_BITMAP)
-        ok = h->nruns == 0 && h->body >= (n + 7) / 8 && h->body <= (n + 7) / 8 + len &&
+        ok = h->nruns == 0 && h->body >= (n + 7) / 8 && h->body <= len &&
              (h->body - (n + 7) / 8) % h->word == 0;
     else if (ok && h->kind == RS_DELTA_GAPS)
         ok = h->body <= len && h->nruns <= n && (uint64_t)h->nruns * (1 + h->word) <= h->body &&

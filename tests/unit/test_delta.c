@@ -327,6 +327,19 @@ static void test_codec_kinds_by_size(void **state)
     rs_delta_header_t h;
     assert_int_equal(rs_delta_header(out, 4096, &h, "rank 9: chunk 0"), RESHARD_ERR_INVALID_ARG);
     assert_non_null(strstr(reshard_last_error(), "rank 9: chunk 0"));
+    /* a bitmap body larger than the chunk is never written (dense wins at equal size and
+     * below): refused, so that a corrupt header cannot size a receive past the slot's room
+     * of 16 + len bytes; the largest a bitmap may be, the chunk's size, is accepted */
+    memset(out, 0, RS_DELTA_HEADER_BYTES);
+    out[0] = RS_DELTA_BITMAP;
+    out[1] = 2;
+    uint64_t body = 256 + 2048 * 2; /* all 2048 words marked, with their values */
+    memcpy(out + 8, &body, 8);
+    assert_int_equal(rs_delta_header(out, 4096, &h, "rank 9: chunk 1"), RESHARD_ERR_INVALID_ARG);
+    assert_non_null(strstr(reshard_last_error(), "body 4352 bytes"));
+    body = 256 + 1920 * 2;
+    memcpy(out + 8, &body, 8);
+    assert_int_equal(rs_delta_header(out, 4096, &h, "rank 9: chunk 1"), RESHARD_OK);
 }
 
 /* ---- refits ------------------------------------------------------------------------ */

@@ -426,7 +426,9 @@ static reshard_status_t launch_failed(reshard_comm_t *c, const char *what, cudaE
     if (q != cudaSuccess && q != cudaErrorNotReady)
         return fail_cuda(c, what, e);
     return rs_error(RESHARD_ERR_TRANSPORT,
-                    "NCCL transport, rank %d: %s failed: %s (%s); the communicator stays usable",
+                    "NCCL transport, rank %d: %s failed: %s (%s); the device is usable: this "
+                    "refit fails on every rank, and a new comm recovers (this one refuses "
+                    "further executions)",
                     (int)c->rank, what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
