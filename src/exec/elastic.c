@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec/delta_dev_ops.h"
 #include "exec/elastic.h"
 #include "util/error.h"
 #include "util/timeout.h"
@@ -19,6 +20,7 @@ typedef struct {
     int32_t *to_inner; /* plan world: inner rank or -1 */
     int32_t *to_plan;  /* inner size: plan rank */
     reshard_transport_ops_t ops;
+    rs_delta_dev_ops_t dops; /* the inner's delta codec through the view (when it has one) */
 } rs_view_t;
 
 static rs_view_t *vw(const reshard_comm_t *c)
@@ -107,6 +109,15 @@ static reshard_status_t v_copy(reshard_comm_t *c, void *dst, const reshard_fragm
     return in->ops->local_copy(in, dst, df, src, sf, box, elem_size);
 }
 
+static reshard_status_t v_quantize(reshard_comm_t *c, const struct reshard_quant_rule *q, void *dst,
+                                   const reshard_fragment_t *df, void *scale,
+                                   const reshard_fragment_t *scf, const void *src,
+                                   const reshard_fragment_t *sf, const reshard_box_t *box)
+{
+    reshard_comm_t *in = vw(c)->inner;
+    return in->ops->quantize(in, q, dst, df, scale, scf, src, sf, box);
+}
+
 static reshard_status_t v_finish(reshard_comm_t *c, reshard_status_t local, const int64_t *words,
                                  int64_t *min_words, double timeout_s)
 {
@@ -147,6 +158,47 @@ static reshard_status_t v_exchange(reshard_comm_t *c, int round, const int32_t *
         st = in->ops->agree_exchange(in, round, q, n, n_need, msg, bytes, recv, got, deadline);
     free(q);
     return st;
+}
+
+/* The inner endpoint's delta codec on device memory (exec/delta_dev_ops.h), through the
+ * view: every operation runs on the inner endpoint (its stream, its kernel scratch). */
+static const rs_delta_dev_ops_t *vd(const reshard_comm_t *c)
+{
+    return vw(c)->inner->delta_dev;
+}
+
+static reshard_status_t vd_alloc(reshard_comm_t *c, uint64_t bytes, void **out)
+{
+    return vd(c)->alloc(vw(c)->inner, bytes, out);
+}
+
+static reshard_status_t vd_copy(reshard_comm_t *c, void *dst, const void *src, uint64_t bytes,
+                                rs_dd_dir_t dir)
+{
+    return vd(c)->copy(vw(c)->inner, dst, src, bytes, dir);
+}
+
+static reshard_status_t vd_zero(reshard_comm_t *c, void *dst, uint64_t bytes)
+{
+    return vd(c)->zero(vw(c)->inner, dst, bytes);
+}
+
+static reshard_status_t vd_encode(reshard_comm_t *c, const void *cur, void *prev, uint64_t len,
+                                  uint32_t word, void *out, void *changed)
+{
+    return vd(c)->encode(vw(c)->inner, cur, prev, len, word, out, changed);
+}
+
+static reshard_status_t vd_hash_msg(reshard_comm_t *c, const void *chunk, uint64_t len,
+                                    const void *header, void *out)
+{
+    return vd(c)->hash_msg(vw(c)->inner, chunk, len, header, out);
+}
+
+static reshard_status_t vd_apply(reshard_comm_t *c, const void *in, const rs_delta_header_t *h,
+                                 void *chunk, uint64_t len, bool hash, void *rec)
+{
+    return vd(c)->apply(vw(c)->inner, in, h, chunk, len, hash, rec);
 }
 
 static void v_destroy(reshard_comm_t *c)
@@ -248,11 +300,27 @@ reshard_status_t reshard_comm_create_view(reshard_comm_t *inner, int32_t world_s
         .pack = io->pack ? v_pack : NULL,
         .unpack = io->unpack ? v_unpack : NULL,
         .local_copy = io->local_copy ? v_copy : NULL,
+        .quantize = io->quantize ? v_quantize : NULL,
         .finish = v_finish,
         .unresponsive = v_unresponsive,
         .agree_exchange = io->agree_exchange ? v_exchange : NULL,
         .destroy = v_destroy,
     };
+    const rs_delta_dev_ops_t *id = inner->delta_dev;
+    if (id) { /* the host-side operations and the record size as the inner's */
+        v->dops = (rs_delta_dev_ops_t){
+            .alloc = vd_alloc,
+            .free = id->free,
+            .copy = vd_copy,
+            .zero = vd_zero,
+            .encode = vd_encode,
+            .hash_msg = vd_hash_msg,
+            .apply = vd_apply,
+            .apply_record_bytes = id->apply_record_bytes,
+            .applied = id->applied,
+        };
+        c->delta_dev = &v->dops;
+    }
     c->ops = &v->ops;
     c->impl = v;
     c->rank = v->to_plan[inner->rank];

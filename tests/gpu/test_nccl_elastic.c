@@ -12,9 +12,12 @@
  *          communicator (the new one is filled in asynchronously) and refit verified.
  *   none   nobody is gone (an empty agreement): every rank makes a new communicator of the
  *          same members (NCCL refuses a shrink with no excluded rank) and refits verified.
+ * In every case a delta plan then refits twice on the shrunk comm (a view over the new
+ * communicator), verified: the view passes the device delta codec through.
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +58,12 @@ typedef struct {
     } while (0)
 
 /* Plan src -> dst for this rank, execute on @p comm (the endpoint @p ep allocates and
- * checks device buffers), and on an inference rank verify every byte. */
+ * checks device buffers), and on an inference rank verify every byte. With @p delta a delta
+ * plan, executed twice (dense, then a delta of nothing changed: its device codec and hash
+ * kernel run through @p comm, a view after a shrink), verified after the second. */
 static reshard_status_t refit(reshard_comm_t *ep, reshard_comm_t *comm, const reshard_layout_t *src,
                               const reshard_layout_t *dst, const bufs_t *sb, const bufs_t *db,
-                              int rank, uint64_t *verified)
+                              int rank, bool delta, uint64_t *verified)
 {
     reshard_plan_params_t p = {.field_mask =
                                    RESHARD_PLAN_PARAM_STAGING_BYTES | RESHARD_PLAN_PARAM_TIMEOUT,
@@ -66,11 +71,17 @@ static reshard_status_t refit(reshard_comm_t *ep, reshard_comm_t *comm, const re
                                .my_rank = rank,
                                .staging_bytes = 64 << 10,
                                .timeout_s = 1.0};
+    if (delta) {
+        p.field_mask |= RESHARD_PLAN_PARAM_DELTA;
+        p.delta = 1;
+    }
     reshard_plan_t *plan = NULL;
     reshard_status_t st = reshard_plan_create(src, dst, &p, &plan);
     for (int32_t i = 0; st == RESHARD_OK && i < db->n; i++)
         st = reshard_nccl_memset(ep, db->b[i].ptr, RESHARD_SENTINEL_BYTE, db->b[i].bytes);
     if (st == RESHARD_OK)
+        st = reshard_plan_execute(plan, comm, sb->b, sb->n, db->b, db->n, NULL);
+    if (st == RESHARD_OK && delta)
         st = reshard_plan_execute(plan, comm, sb->b, sb->n, db->b, db->n, NULL);
     *verified = 0;
     if (st == RESHARD_OK && db->n > 0)
@@ -112,7 +123,7 @@ static void *rank_main(void *arg)
     if (st != RESHARD_OK)
         FAIL("setup: %s", reshard_last_error());
     const uint64_t want = trainer ? 0 : layout_rank_bytes(r.infer, r.tensors, j->rank);
-    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+    st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, false, &v);
     if (st != RESHARD_OK || v != want)
         FAIL("refit 1: %s, verified %" PRIu64 " of %" PRIu64 ": %s", reshard_status_string(st), v,
              want, reshard_last_error());
@@ -127,7 +138,7 @@ static void *rank_main(void *arg)
     if (j->kase == CASE_LOST) {
         pthread_barrier_wait(j->start2);
         started2 = 1;
-        st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, &v);
+        st = refit(c, c, r.train, r.infer, &sb, &db, j->rank, false, &v);
         if (st != RESHARD_ERR_TIMEOUT && st != RESHARD_ERR_TRANSPORT)
             FAIL("refit 2 without rank %d: %s, want TIMEOUT", VICTIM, reshard_status_string(st));
     }
@@ -151,12 +162,17 @@ static void *rank_main(void *arg)
     if (n_gone > 0) {
         st = reshard_membership_layouts(r.train, r.infer, gone, n_gone, &s, &d);
         if (st == RESHARD_OK)
-            st = refit(c, next, s, d, &sb, &db, j->rank, &v);
+            st = refit(c, next, s, d, &sb, &db, j->rank, false, &v);
     } else {
-        st = refit(c, next, r.train, r.infer, &sb, &db, j->rank, &v);
+        st = refit(c, next, r.train, r.infer, &sb, &db, j->rank, false, &v);
     }
     if (st != RESHARD_OK || v != want)
         FAIL("refit after shrink: %s, verified %" PRIu64 " of %" PRIu64 ": %s",
+             reshard_status_string(st), v, want, reshard_last_error());
+    st = refit(c, next, n_gone > 0 ? s : r.train, n_gone > 0 ? d : r.infer, &sb, &db, j->rank, true,
+               &v);
+    if (st != RESHARD_OK || v != want)
+        FAIL("delta refit after shrink: %s, verified %" PRIu64 " of %" PRIu64 ": %s",
              reshard_status_string(st), v, want, reshard_last_error());
     j->t_detect = t1 - t0;
     j->t_agree = t2 - t1;
