@@ -168,7 +168,9 @@ static reshard_status_t describe(const reshard_comm_t *comm, int32_t rank, int32
 
 /* A device-memory colocated plan moves only reads and local copies: the cuda-ipc endpoint
  * has no data path between ranks (pieces over the network with device buffers are not
- * built). UNSUPPORTED naming the first such piece of @p rank. */
+ * built; its messages go over the caller's host endpoint, which cannot read device
+ * staging). UNSUPPORTED naming the first such piece of @p rank, also for a plan that is not
+ * colocated on the cuda-ipc endpoint. */
 static reshard_status_t device_pieces_ok(const reshard_plan_t *plan, const reshard_comm_t *comm,
                                          int32_t rank)
 {
@@ -185,8 +187,11 @@ static reshard_status_t device_pieces_ok(const reshard_plan_t *plan, const resha
             return rs_error(RESHARD_ERR_UNSUPPORTED,
                             "rank %d: tensor %s goes from rank %d to rank %d over the network "
                             "(or a relay): the cuda-ipc endpoint moves device memory only by "
-                            "colocated reads inside a host (mixed GPU refits are not built)",
-                            rank, plan->dst->tensors->t[q->tensor].name, q->sender, q->receiver);
+                            "colocated reads inside a host (%s)",
+                            rank, plan->dst->tensors->t[q->tensor].name, q->sender, q->receiver,
+                            plan->p.colocated ? "mixed GPU refits are not built"
+                                              : "the plan is not colocated: plan it with "
+                                                "colocated = 1 and every rank's host");
     }
     return RESHARD_OK;
 }
@@ -194,14 +199,15 @@ static reshard_status_t device_pieces_ok(const reshard_plan_t *plan, const resha
 reshard_status_t rs_peer_check_binding(const reshard_plan_t *plan, const reshard_comm_t *comm,
                                        const reshard_buffer_t *src_bufs, int32_t n_src)
 {
-    if (!plan->p.colocated)
-        return RESHARD_OK;
     int32_t rank = comm->rank;
-    if (comm->ops->device_memory) {
+    const bool ipc = strcmp(comm->ops->name, "cuda-ipc") == 0;
+    if (comm->ops->device_memory && (plan->p.colocated || ipc)) {
         reshard_status_t st = device_pieces_ok(plan, comm, rank);
         if (st != RESHARD_OK)
             return st;
     }
+    if (!plan->p.colocated)
+        return RESHARD_OK;
     reshard_plan_t *mut = (reshard_plan_t *)(uintptr_t)plan; /* the binding is the plan's state */
     if (!mut->peer_maps && !(mut->peer_maps = calloc(1, sizeof *mut->peer_maps)))
         return rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory", rank);
@@ -403,6 +409,16 @@ reshard_status_t rs_peer_exchange(const reshard_plan_t *plan, reshard_comm_t *co
                                 "rank %d: rank %d's colocated buffer table names buffer %llu "
                                 "where %lld was expected",
                                 me, q->peer, (unsigned long long)e[k].buffer, (long long)q->buf[k]);
+            /* the owner's memory must be the reader's kind: device memory is read by the
+             * copy kernel of a cuda-ipc endpoint, host memory by the CPU */
+            if (e[k].bytes && (e[k].kind == RS_PEER_IPC) != comm->ops->device_memory)
+                return rs_error(RESHARD_ERR_UNSUPPORTED,
+                                "rank %d: rank %d's buffer %lld is %s memory and this rank's "
+                                "destinations are %s memory (the %s transport): every rank of a "
+                                "colocated refit executes on the same kind of endpoint",
+                                me, q->peer, (long long)q->buf[k],
+                                e[k].kind == RS_PEER_IPC ? "device" : "host",
+                                comm->ops->device_memory ? "device" : "host", comm->ops->name);
             const rs_peer_view_t *v = NULL;
             st = view_of(m, me, q->peer, h->pid, &e[k], &v);
             if (st == RESHARD_OK)

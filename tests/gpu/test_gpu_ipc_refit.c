@@ -12,8 +12,16 @@
  * With "kill" after the model, rank 0 (whose memory is read) kills itself in the table
  * exchange of the first refit: every survivor must return an error within the plan's
  * bound (it prints it and aborts; tests/mpi/expect.sh checks the time).
+ * Refits the endpoint cannot run are refused, UNSUPPORTED on every rank, destinations
+ * untouched (the fake only: they touch nothing a GPU would):
+ *   noncolocated   the same plan, not colocated: its messages would carry device staging
+ *                  over the host control plane;
+ *   mixed          rank 0's sources in host shared memory (reshard_alloc_shared), executed
+ *                  on the MPI endpoint: the readers' copy kernel cannot take host memory;
+ *   mixed-reverse  rank 1 executes on the MPI endpoint: the CPU cannot read device memory.
  *
- * usage: mpirun -np N test_gpu_ipc_refit [model name or config path [kill]]   (N even; default
+ * usage: mpirun -np N test_gpu_ipc_refit [model name or config path
+ *        [kill|noncolocated|mixed|mixed-reverse]]   (N even; default
  *        qwen3-0.6b, 1 layer; train tp=N/2 -> infer tp=N/2)
  * Exit 77 (skipped) on every rank when a rank sees no CUDA device or N is odd.
  */
@@ -29,6 +37,7 @@
 #include "reshard/reshard_model.h"
 #include "reshard/reshard_mpi.h"
 #include "reshard/reshard_nccl.h"
+#include "reshard/reshard_shared.h"
 #include "../common/rank_bytes.h"
 #ifdef RS_FAKE_IPC
 #include "fake_cuda_nccl.h"
@@ -63,6 +72,14 @@ typedef struct {
     uint8_t **host; /* a host copy per buffer */
 } side_t;
 
+static const char *mode = ""; /* argv[2] */
+
+/* "mixed": rank 0's sources live in host shared memory. */
+static int host_owner(void)
+{
+    return !strcmp(mode, "mixed") && rank == 0;
+}
+
 static reshard_status_t side_alloc(const reshard_model_buffers_t *mb, side_t *s)
 {
     memset(s, 0, sizeof *s);
@@ -79,7 +96,8 @@ static reshard_status_t side_alloc(const reshard_model_buffers_t *mb, side_t *s)
             return RESHARD_ERR_NOMEM;
     }
     s->alloc_bytes = off;
-    if (cudaMalloc(&s->alloc, off) != cudaSuccess)
+    if (host_owner() ? reshard_alloc_shared(off, &s->alloc) != RESHARD_OK
+                     : cudaMalloc(&s->alloc, off) != cudaSuccess)
         return RESHARD_ERR_NOMEM;
     off = 256;
     for (int32_t i = 0; i < s->n; i++) {
@@ -95,7 +113,9 @@ static void side_free(side_t *s)
         free(s->host[i]);
     free(s->host);
     free(s->b);
-    if (s->alloc)
+    if (s->alloc && host_owner())
+        reshard_free_shared(s->alloc);
+    else if (s->alloc)
         cudaFree(s->alloc);
     memset(s, 0, sizeof *s);
 }
@@ -155,7 +175,10 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *model = argc > 1 ? argv[1] : "qwen3-0.6b";
-    const int kill = argc > 2 && !strcmp(argv[2], "kill");
+    mode = argc > 2 ? argv[2] : "";
+    const int kill = !strcmp(mode, "kill");
+    const int refused =
+        !strcmp(mode, "noncolocated") || !strcmp(mode, "mixed") || !strcmp(mode, "mixed-reverse");
     int ndev = 0;
     reshard_status_t st = reshard_nccl_device_count(&ndev);
     if (!all_ok(st == RESHARD_OK && ndev >= 1 && size % 2 == 0)) {
@@ -213,6 +236,10 @@ int main(int argc, char **argv)
     p.host = host;
     p.device = dev;
     p.colocated = 1;
+    if (!strcmp(mode, "noncolocated")) {
+        p.field_mask &= ~RESHARD_PLAN_PARAM_COLOCATED;
+        p.colocated = 0;
+    }
     if (st == RESHARD_OK && (!host || !dev))
         st = RESHARD_ERR_NOMEM;
     if (st == RESHARD_OK)
@@ -227,6 +254,30 @@ int main(int argc, char **argv)
                 reshard_last_error());
     if (!all_ok(st == RESHARD_OK)) {
         failed = 1;
+        goto out;
+    }
+    if (refused) { /* UNSUPPORTED on every rank, the detecting rank says why; untouched */
+        const int on_mpi = host_owner() || (!strcmp(mode, "mixed-reverse") && rank == 1);
+        st = trainer ? RESHARD_OK : side_fill(refit.infer, &db, 0);
+        reshard_status_t e =
+            reshard_plan_execute(plan, on_mpi ? mpi : c, sb.b, sb.n, db.b, db.n, NULL);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", reshard_last_error());
+        const char *why = !strcmp(mode, "noncolocated") ? "the plan is not colocated"
+                          : !strcmp(mode, "mixed")
+                              ? "is host memory and this rank's destinations are device memory"
+                              : "is device memory and this rank's destinations are host memory";
+        uint64_t v = 0;
+        if (st == RESHARD_OK && !trainer)
+            st = side_check(refit.infer, &db, 0, &v); /* untouched */
+        const int ok = st == RESHARD_OK && e == RESHARD_ERR_UNSUPPORTED &&
+                       (rank != 1 || strstr(msg, why) != NULL);
+        if (!ok)
+            fprintf(stderr, "rank %d: %s: got %s (%s), check %s\n", rank, mode,
+                    reshard_status_string(e), msg, reshard_status_string(st));
+        failed = !all_ok(ok);
+        if (!failed && rank == 1)
+            printf("ok   %s: UNSUPPORTED on every rank, destinations untouched: %s\n", mode, msg);
         goto out;
     }
     const uint64_t want = trainer ? 0 : layout_rank_bytes(refit.infer, refit.tensors, rank);
