@@ -29,6 +29,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <execinfo.h>
+#include <signal.h>
 
 #include "fake_cuda_nccl.h"
 
@@ -65,8 +67,127 @@ static fake_alloc_t *find(fake_alloc_t *l, const void *p)
     return NULL;
 }
 
+/* ---- strict mode -------------------------------------------------------------------------
+ * FAKE_CUDA_STRICT=abort|log: device memory (own allocations and IPC imports) is PROT_NONE
+ * except while the fake itself runs queued work (fake_dev_window(1/0) around progress()), so
+ * a host access to device memory from the library, which a GPU would not survive and the
+ * plain fake hides (its device memory is host memory), faults here. Ranks are threads of
+ * one process: an access while another rank's work runs is missed (a window is global).
+ * A host dereference by product code outside a window faults; the SIGSEGV handler prints
+ * the address and a backtrace; "abort" then aborts, "log" opens that allocation and goes on
+ * (it is closed again at the next window end). */
+static int strict_mode = -1; /* -1 unknown, 0 off, 1 abort, 2 log */
+static int window_depth;     /* under amu */
+static volatile int strict_hits;
+
+static int strict(void)
+{
+    if (strict_mode < 0) {
+        const char *e = getenv("FAKE_CUDA_STRICT");
+        strict_mode = e == NULL || *e == 0 || strcmp(e, "0") == 0 ? 0
+                      : strcmp(e, "log") == 0                     ? 2
+                                                                  : 1;
+    }
+    return strict_mode;
+}
+
+static void prot_all(int prot) /* caller holds amu */
+{
+    for (fake_alloc_t *a = allocs; a; a = a->next)
+        mprotect(a->base, a->size, prot);
+    for (fake_alloc_t *a = imports; a; a = a->next)
+        mprotect(a->base, a->size, prot);
+}
+
+static int cur_prot(void) /* caller holds amu */
+{
+    return strict() && window_depth == 0 ? PROT_NONE : PROT_READ | PROT_WRITE;
+}
+
+void fake_dev_window(int open_)
+{
+    if (!strict())
+        return;
+    pthread_mutex_lock(&amu);
+    if (open_) {
+        if (window_depth++ == 0)
+            prot_all(PROT_READ | PROT_WRITE);
+    } else if (--window_depth == 0) {
+        prot_all(PROT_NONE);
+    }
+    pthread_mutex_unlock(&amu);
+}
+
+static void wr(const char *s)
+{
+    ssize_t r = write(2, s, strlen(s));
+    (void)r;
+}
+
+static void segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const uint8_t *q = si->si_addr;
+    fake_alloc_t *a = NULL;
+    for (fake_alloc_t *l = allocs; l && !a; l = l->next)
+        if (q >= l->base && q < l->base + l->size)
+            a = l;
+    for (fake_alloc_t *l = imports; l && !a; l = l->next)
+        if (q >= l->base && q < l->base + l->size)
+            a = l;
+    if (a == NULL) {
+        signal(sig, SIG_DFL);
+        return; /* re-faults: a real crash */
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "\n=== FAKE_CUDA_STRICT: HOST ACCESS TO DEVICE MEMORY at %p (alloc %p + %lu of %lu%s)"
+             " thread %lu ===\n",
+             (const void *)q, (void *)a->base, (unsigned long)(q - a->base), (unsigned long)a->size,
+             a->fd < 0 ? ", IPC import" : "", (unsigned long)pthread_self());
+    wr(buf);
+    void *bt[64];
+    int n = backtrace(bt, 64);
+    backtrace_symbols_fd(bt, n, 2);
+    wr("=== end ===\n");
+    __atomic_add_fetch(&strict_hits, 1, __ATOMIC_RELAXED);
+    if (strict_mode == 2) {
+        mprotect(a->base, a->size, PROT_READ | PROT_WRITE);
+        return;
+    }
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+static void strict_report(void)
+{
+    if (strict_hits) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "FAKE_CUDA_STRICT: %d host access(es) to device memory\n",
+                 strict_hits);
+        wr(buf);
+    }
+}
+
+static void strict_init(void)
+{
+    static int once;
+    if (!strict() || __atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL))
+        return;
+    void *bt[4];
+    backtrace(bt, 4); /* load libgcc now, not in the handler */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+    atexit(strict_report);
+}
+
 cudaError_t fake_dev_alloc(void **p, size_t size)
 {
+    strict_init();
     static int once;
     if (!__atomic_exchange_n(&once, 1, __ATOMIC_ACQ_REL)) { /* one memfd per allocation */
         struct rlimit r;
@@ -95,6 +216,8 @@ cudaError_t fake_dev_alloc(void **p, size_t size)
     a->base = m;
     a->size = bytes;
     pthread_mutex_lock(&amu);
+    if (cur_prot() == PROT_NONE)
+        mprotect(m, bytes, PROT_NONE);
     a->serial = ++serials;
     a->next = allocs;
     allocs = a;
@@ -217,7 +340,10 @@ cudaError_t cudaIpcOpenMemHandle(void **ptr, cudaIpcMemHandle_t handle, unsigned
         return cudaErrorMemoryAllocation;
     }
     *a = (fake_alloc_t){m, h.size, -1, h.pid, h.serial, 1, NULL};
+    strict_init();
     pthread_mutex_lock(&amu);
+    if (cur_prot() == PROT_NONE)
+        mprotect(m, h.size, PROT_NONE);
     a->next = imports;
     imports = a;
     pthread_mutex_unlock(&amu);

@@ -243,7 +243,20 @@ static void free_entry(entry_t *e)
 }
 
 /* Run every stream as far as it can go (caller holds mu): the device making progress. */
+static void progress_inner(void);
 static void progress(void)
+{
+    int work = 0;
+    for (struct CUstream_st *s = streams; s != NULL && !work; s = s->next)
+        work = s->head != NULL;
+    if (!work)
+        return;
+    fake_dev_window(1);
+    progress_inner();
+    fake_dev_window(0);
+}
+
+static void progress_inner(void)
 {
     for (int changed = 1; changed;) {
         changed = 0;

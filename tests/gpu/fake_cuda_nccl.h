@@ -15,6 +15,10 @@ void fake_cuda_fail_launch(cudaStream_t stream, int nth);
  *  cudaEventSynchronize, cudaDeviceSynchronize): each is a round trip a GPU would pay. */
 unsigned long long fake_cuda_host_waits(void);
 
+/** Strict mode (FAKE_CUDA_STRICT, fake_cuda_ipc.c): open (1) or close (0) the window in
+ *  which device memory may be touched; the fake opens it around its own work. */
+void fake_dev_window(int open_);
+
 /** Queue a "long kernel" on @p stream: it completes @p seconds after this call. */
 void fake_cuda_delay(cudaStream_t stream, double seconds);
 
