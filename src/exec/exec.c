@@ -985,8 +985,9 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     uint64_t *enc_len = calloc((size_t)n + 1, sizeof *enc_len);
     uint8_t **body_at = calloc((size_t)n + 1, sizeof *body_at); /* a dense body's place */
     bool *use_delta = calloc((size_t)n + 1, sizeof *use_delta);
-    /* device memory: the chunks of this round to count once their headers are back */
-    bool *to_count = calloc((size_t)n + 1, sizeof *to_count);
+    /* device memory: the chunks of this round whose results are read after the round's copy
+     * to the host (a sent chunk's header and changed count, a received chunk's apply record) */
+    bool *pending = calloc((size_t)n + 1, sizeof *pending);
     uint32_t *word_of = calloc((size_t)n + 1, sizeof *word_of);
     rs_delta_header_t *hdr_of = calloc((size_t)n + 1, sizeof *hdr_of);
     rs_cursor_t *at_of = calloc((size_t)n + 1, sizeof *at_of);
@@ -1001,7 +1002,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     const uint64_t hmsg_bytes = ((uint64_t)n + 1) * (MSG + sizeof(uint64_t));
     uint8_t *hmsg = calloc(1, hmsg_bytes);
     if (st == RESHARD_OK && (!held || !pos || !snap_off || !enc_len || !body_at || !use_delta ||
-                             !to_count || !word_of || !hdr_of || !at_of || !hmsg))
+                             !pending || !word_of || !hdr_of || !at_of || !hmsg))
         st = rs_error(RESHARD_ERR_NOMEM, "rank %d: out of memory executing", me);
     for (int32_t i = 0; i < n; i++)
         if (v[i].send) {
@@ -1071,7 +1072,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             uint8_t *msg = hmsg + (size_t)i * MSG;
             uint8_t *dmsg = hd ? hd + (size_t)i * MSG : NULL;
             uint8_t *dchanged = hd ? hd + (size_t)n * MSG + (size_t)i * 8 : NULL;
-            to_count[i] = false;
+            pending[i] = false;
             if (!len || !xs->send)
                 continue;
             const rs_piece_t *p = &x->plan->pieces[xs->s->idx[xs->cur.piece]];
@@ -1116,7 +1117,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                     rs_delta_dense_header(lost, len, word);
                     st = dev->copy(x->comm, dmsg, lost, msg_bytes, RS_DD_H2D);
                 }
-                to_count[i] = x->failed == RESHARD_OK;
+                pending[i] = x->failed == RESHARD_OK;
                 word_of[i] = word;
                 continue;
             }
@@ -1153,7 +1154,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (!xs->send || !len)
                 continue;
             enc_len[i] = RS_DELTA_HEADER_BYTES + get_le64(msg + 8);
-            if (to_count[i])
+            if (pending[i])
                 count_sent_delta(x, xs, msg, enc_len[i], hash_bytes, len,
                                  get_le64(hchanged + (size_t)i * 8), word_of[i]);
         }
@@ -1169,11 +1170,12 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             if (!dev) /* the CPU codec reads the encoded chunk whole */
                 memcpy(x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES, msg,
                        RS_DELTA_HEADER_BYTES);
-            rs_delta_header_t h = {0};
-            if (rs_delta_header(msg, len, &h, what) != RESHARD_OK)
+            rs_delta_header_t *h = &hdr_of[i]; /* kept for the apply */
+            memset(h, 0, sizeof *h);
+            if (rs_delta_header(msg, len, h, what) != RESHARD_OK)
                 /* the sizes of the rest are unknown: the pair cannot stay in step */
                 st = rs_error(RESHARD_ERR_TRANSPORT, "%s", reshard_last_error());
-            enc_len[i] = RS_DELTA_HEADER_BYTES + h.body;
+            enc_len[i] = RS_DELTA_HEADER_BYTES + h->body;
         }
         /* Bodies. */
         if (st == RESHARD_OK)
@@ -1205,7 +1207,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             rs_xstream_t *xs = &v[i];
             uint64_t len = round_len(xs, k);
             uint8_t *enc = x->staging + xs->slot_off + (uint64_t)i * RS_DELTA_HEADER_BYTES;
-            to_count[i] = false;
+            pending[i] = false;
             if (xs->send || !len)
                 continue;
             if (x->stats)
@@ -1216,12 +1218,12 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
             }
             char what[96];
             delta_chunk_name(what, sizeof what, x, xs, k);
-            rs_delta_header_t *h = &hdr_of[i];
+            const rs_delta_header_t *h = &hdr_of[i]; /* checked after the header exchange */
             uint64_t payload = 0;
             const rs_cursor_t at = xs->cur; /* the chunk's start */
             rs_cursor_t rd = at;
             const uint8_t *msg = hmsg + (size_t)i * MSG;
-            reshard_status_t ls = rs_delta_header(msg, len, h, what);
+            reshard_status_t ls = RESHARD_OK;
             const bool check = ck && h->kind != RS_DELTA_DENSE; /* the sender's rule above */
             if (ls == RESHARD_OK && h->kind != RS_DELTA_DENSE)
                 ls = move_chunk_at(x, xs->s, &rd, dense, len, false, true, &payload);
@@ -1240,14 +1242,14 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
                 advance(x, xs->s, &xs->cur, len);
                 note_failure(x, ls);
             } else if (dev) {
-                to_count[i] = records = true; /* its record to read */
+                pending[i] = records = true; /* its record to read */
                 at_of[i] = at;
             }
         }
         if (st == RESHARD_OK && records)
             st = dev->copy(x->comm, hrec, drec, (uint64_t)n * rec_bytes, RS_DD_D2H);
         for (int32_t i = 0; st == RESHARD_OK && records && i < n; i++) {
-            if (!to_count[i])
+            if (!pending[i])
                 continue;
             const rs_delta_header_t *h = &hdr_of[i];
             const bool check = ck && h->kind != RS_DELTA_DENSE;
@@ -1282,7 +1284,7 @@ static reshard_status_t run_rounds_delta(rs_exec_t *x)
     free(enc_len);
     free(body_at);
     free(use_delta);
-    free(to_count);
+    free(pending);
     free(word_of);
     free(hdr_of);
     free(at_of);
